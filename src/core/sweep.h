@@ -1,0 +1,46 @@
+// A sweep: a base config plus grid / zip / exclude / repeat, expanded into cells.
+//
+//   name: quickstart
+//   description: ...
+//   base: {model: {name: resnet18}, optim: {lr: 0.1}}   # nested or dotted keys
+//   grid: {optim.lr: [0.05, 0.1], data.batch_size: [64, 128]}   # cartesian product
+//   zip:  [{optim.lr: [0.1, 0.2], data.batch_size: [128, 256]}] # lists advance together
+//   exclude: [{optim.lr: 0.2, data.batch_size: 64}]             # partial assignments to drop
+//   repeat: 2 | [0, 1]       # seeds: a count (seed+0, seed+1) or explicit seeds
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+
+namespace amptune {
+
+struct Cell {
+  int index = 0;           // position in expansion order, 0-based
+  Config config;           // fully resolved
+  nlohmann::json axes;     // object: swept key -> value (only the keys this cell varies)
+  std::string hash;        // config.hash()
+  std::string label() const;  // "optim.lr=0.1 seed=1" (empty axes -> "base")
+};
+
+struct Sweep {
+  std::string name;
+  std::string description;
+  std::string source_path;  // the YAML file ("<string>" when parsed from text)
+  std::string yaml_text;    // the file as read
+  Config base;              // base + --set overrides
+  std::vector<std::string> axis_keys;  // grid, zip and repeat keys in declaration order
+  std::vector<Cell> cells;
+};
+
+// Reads and expands a sweep file. `sets` are "key=value" overrides applied to base before
+// expansion. Throws ConfigError naming file:line:column and key on any invalid input.
+Sweep load_sweep(const std::string& path, const std::vector<std::string>& sets = {});
+Sweep parse_sweep(const std::string& yaml_text, const std::string& origin,
+                  const std::vector<std::string>& sets = {});
+
+// Keeps the cells whose axes/config match every "key=value" (value compared after coercion).
+std::vector<Cell> filter_cells(const std::vector<Cell>& cells, const std::vector<std::string>& only);
+
+}  // namespace amptune
