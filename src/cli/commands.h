@@ -1,0 +1,25 @@
+// One function per subcommand. Each parses its own options (Boost.Program_options), prints its
+// own --help, and returns the process exit code; errors are thrown as amptune::Error and mapped
+// to exit codes in main.cpp.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace amptune::cli {
+
+struct Invocation {
+  std::vector<std::string> args;  // after the subcommand name
+  std::string command_line;       // the whole command line, recorded with each run
+};
+
+int cmd_run(const Invocation& inv);
+int cmd_resume(const Invocation& inv);
+int cmd_list(const Invocation& inv);
+int cmd_show(const Invocation& inv);
+int cmd_data(const Invocation& inv);
+
+// Default database path (results/amptune.sqlite) unless AMPTUNE_DB is set.
+std::string default_db();
+
+}  // namespace amptune::cli

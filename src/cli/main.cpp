@@ -1,0 +1,72 @@
+// amptune: parses the subcommand, dispatches, and maps errors to exit codes (README "Exit codes").
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include <boost/program_options/errors.hpp>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/version.h"
+#include "train/runner.h"
+
+namespace {
+
+const char* const kUsage = R"(usage: amptune <command> [options]
+
+commands:
+  run SWEEP.yaml      train every cell of a sweep (skips finished cells, resumes interrupted ones)
+  resume RUN          continue one run from its newest (or --from-epoch N) checkpoint
+  list                runs as a table
+  show RUN            one run's settings and epochs
+  data export-imagefolder
+                      write IDX images (Fashion-MNIST) as an ImageNet-style JPEG folder
+  version             print version, git commit and LibTorch version
+
+`amptune <command> --help` describes each command's options.
+)";
+
+void on_signal(int) { amptune::train::request_stop(); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace amptune;
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h" ||
+      std::string(argv[1]) == "help") {
+    std::cout << kUsage;
+    return argc < 2 ? static_cast<int>(ExitCode::kUsage) : 0;
+  }
+  cli::Invocation inv;
+  for (int i = 2; i < argc; ++i) inv.args.emplace_back(argv[i]);
+  for (int i = 0; i < argc; ++i) inv.command_line += (i ? " " : "") + std::string(argv[i]);
+  const std::string command = argv[1];
+
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  try {
+    if (command == "run") return cli::cmd_run(inv);
+    if (command == "resume") return cli::cmd_resume(inv);
+    if (command == "list") return cli::cmd_list(inv);
+    if (command == "show") return cli::cmd_show(inv);
+    if (command == "data") return cli::cmd_data(inv);
+    if (command == "version" || command == "--version") {
+      std::cout << "amptune " << kVersion << " (" << kGitCommit << (kGitDirty ? "-dirty" : "")
+                << ")\n";
+      return 0;
+    }
+    std::cerr << "amptune: unknown command '" << command << "'\n\n" << kUsage;
+    return static_cast<int>(ExitCode::kUsage);
+  } catch (const Error& e) {
+    std::cerr << "amptune: error: " << e.what() << "\n";
+    return static_cast<int>(e.code());
+  } catch (const boost::program_options::error& e) {
+    std::cerr << "amptune " << command << ": " << e.what() << " (see amptune " << command
+              << " --help)\n";
+    return static_cast<int>(ExitCode::kUsage);
+  } catch (const std::exception& e) {
+    std::cerr << "amptune: internal error: " << e.what() << "\n";
+    return static_cast<int>(ExitCode::kInternal);
+  }
+}

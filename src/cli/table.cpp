@@ -1,0 +1,33 @@
+#include "cli/table.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace amptune::cli {
+
+void Table::print(std::ostream& out) const {
+  std::vector<size_t> width(header_.size(), 0);
+  auto measure = [&](const std::vector<std::string>& row) {
+    for (size_t i = 0; i < row.size() && i < width.size(); ++i) width[i] = std::max(width[i], row[i].size());
+  };
+  measure(header_);
+  for (auto& r : rows_) measure(r);
+  auto line = [&](const std::vector<std::string>& row) {
+    for (size_t i = 0; i < width.size(); ++i) {
+      const std::string cell = i < row.size() ? row[i] : "";
+      out << cell;
+      if (i + 1 < width.size()) out << std::string(width[i] - cell.size() + 2, ' ');
+    }
+    out << '\n';
+  };
+  line(header_);
+  for (auto& r : rows_) line(r);
+}
+
+std::string fixed(double value, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, value);
+  return buf;
+}
+
+}  // namespace amptune::cli

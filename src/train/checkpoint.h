@@ -1,0 +1,39 @@
+// Checkpoint files: model parameters and buffers, optimizer state, position in training and RNG
+// state in one LibTorch archive. Files are written atomically (temp file, fsync, rename, fsync of
+// the directory) and identified by their sha256, which the database records.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include "store/store.h"
+
+namespace amptune::train {
+
+struct CheckpointMeta {
+  int64_t epoch = 0;        // the epoch this checkpoint ends (0-based)
+  int64_t global_step = 0;  // optimizer steps done
+  std::string config_hash;  // the run's config identity, checked on load
+  std::string format = "amptune-checkpoint-1";
+};
+
+// Serialises the training state and writes it atomically to `path`; returns path, size, sha256.
+// Throws CheckpointError naming the path (e.g. disk full); no partial file is left behind.
+store::CheckpointFile save_checkpoint(const std::string& path, const torch::nn::Module& model,
+                                      const torch::optim::Optimizer& optimizer,
+                                      const CheckpointMeta& meta);
+
+// Verifies size and sha256 against `expected` (skipped when expected.sha256 is empty), then loads
+// into `model` and `optimizer` and restores the CPU generator state. Throws CheckpointError naming
+// the path and the problem (missing, truncated, hash mismatch, other run's config).
+CheckpointMeta load_checkpoint(const store::CheckpointFile& expected, torch::nn::Module& model,
+                               torch::optim::Optimizer& optimizer,
+                               const std::string& expected_config_hash);
+
+// Writes bytes to path atomically (temp + fsync + rename + directory fsync).
+void write_file_atomic(const std::string& path, const std::string& bytes);
+
+}  // namespace amptune::train

@@ -1,0 +1,57 @@
+// Training of one run row, start to finish or from a checkpoint. No torch in this header: the
+// CLI includes it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "store/store.h"
+
+namespace amptune {
+class Config;
+}
+
+namespace amptune::train {
+
+struct RunOptions {
+  std::optional<int> from_epoch;  // resume from this epoch's checkpoint (default: newest valid)
+  bool fresh = false;             // ignore checkpoints, start at epoch 0
+  int threads = 0;                // > 0 overrides the config's `threads`
+  bool progress_tty = false;      // redraw a progress line (a terminal); plain lines otherwise
+  std::string command_line;
+  double heartbeat_seconds = 5;   // how often the run row's heartbeat is refreshed
+  // Stop (run back to pending) once this epoch (0-based) is recorded; for staged runs and tests.
+  std::optional<int> stop_after_epoch;
+};
+
+enum class Outcome { kDone, kDiverged, kFailed, kInterrupted };
+
+struct RunResult {
+  Outcome outcome = Outcome::kFailed;
+  std::string message;
+  std::string summary_json;  // the end-of-run JSON line (empty unless done)
+};
+
+// Trains `run` (already claimed: status running) to the end of its schedule, recording every
+// epoch in `store`. Errors inside training are caught and reported as kFailed with a message;
+// the run row is updated before returning.
+RunResult train_run(store::Store& store, const store::RunRow& run, const RunOptions& options);
+
+// The readable run columns (model, optimizer, lr, ...) and primary metric of a config.
+std::map<std::string, std::string> run_columns(const Config& config);
+
+// Threads a run of `config` uses: `override` > 0, else config `threads`, else all cores.
+int resolve_threads(const Config& config, int override_threads);
+// "cpu" or "cuda:0": where a run of `config` trains on this machine.
+std::string resolve_device(const Config& config);
+
+// Directory of a run's checkpoints: checkpoint.dir, or <db dir>/checkpoints/<run id>.
+std::string checkpoint_dir(const Config& config, const store::Store& store, int64_t run_id);
+
+// Cooperative stop (SIGINT/SIGTERM): the trainer stops at the next step, the epoch in flight is
+// lost, the run goes back to pending.
+void request_stop();
+bool stop_requested();
+
+}  // namespace amptune::train

@@ -1,0 +1,527 @@
+// The training loop of one run: build model / data / optimizer from the run's config, continue
+// from the newest valid checkpoint, train and evaluate every epoch, record each epoch in the store
+// together with its checkpoint, apply retention, and write the end-of-run summary.
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "data/dataset.h"
+#include "data/loader.h"
+#include "models/registry.h"
+#include "train/checkpoint.h"
+#include "train/runner.h"
+#include "train/schedule.h"
+
+namespace amptune::train {
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+std::string hms(double seconds) {
+  const auto s = static_cast<int64_t>(std::llround(std::max(0.0, seconds)));
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", static_cast<long long>(s / 3600),
+                static_cast<long long>(s / 60 % 60), static_cast<long long>(s % 60));
+  return buf;
+}
+
+// A trainable task: a model, its loss on a batch, and its evaluation metrics. Classification on
+// ResNet for now; RootNet plugs in here.
+class Task {
+ public:
+  virtual ~Task() = default;
+  virtual torch::nn::Module& module() = 0;
+  virtual torch::Tensor train_loss(const data::Batch& batch, const torch::Device& device) = 0;
+  virtual std::map<std::string, double> evaluate(data::Loader& loader,
+                                                 const torch::Device& device) = 0;
+};
+
+class ClassificationTask : public Task {
+ public:
+  explicit ClassificationTask(const Config& config) : model_(models::build_classifier(config)) {}
+  torch::nn::Module& module() override { return *model_; }
+
+  torch::Tensor train_loss(const data::Batch& batch, const torch::Device& device) override {
+    auto images = batch.images.to(device);
+    auto labels = batch.fields.at("label").to(device);
+    return torch::nn::functional::cross_entropy(model_->forward(images), labels);
+  }
+
+  std::map<std::string, double> evaluate(data::Loader& loader,
+                                         const torch::Device& device) override {
+    torch::NoGradGuard no_grad;
+    double loss_sum = 0, top1 = 0, top5 = 0;
+    int64_t n = 0, skipped = 0;
+    while (auto batch = loader.next()) {
+      skipped += batch->skipped;
+      if (!batch->images.defined() || batch->images.size(0) == 0) continue;
+      auto logits = model_->forward(batch->images.to(device)).to(torch::kFloat);
+      auto labels = batch->fields.at("label").to(device);
+      loss_sum += torch::nn::functional::cross_entropy(
+                      logits, labels,
+                      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                      .item<double>();
+      const int64_t k = std::min<int64_t>(5, logits.size(1));
+      auto topk = std::get<1>(logits.topk(k, 1));
+      auto hits = topk.eq(labels.unsqueeze(1));
+      top1 += hits.narrow(1, 0, 1).sum().item<double>();
+      top5 += hits.sum().item<double>();
+      n += labels.size(0);
+    }
+    std::map<std::string, double> m;
+    if (n > 0) {
+      m["acc1"] = 100.0 * top1 / static_cast<double>(n);
+      m["acc5"] = 100.0 * top5 / static_cast<double>(n);
+      m["val_loss"] = loss_sum / static_cast<double>(n);
+    }
+    m["val_samples"] = static_cast<double>(n);
+    if (skipped > 0) m["val_skipped_samples"] = static_cast<double>(skipped);
+    return m;
+  }
+
+ private:
+  models::ResNet model_;
+};
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const Config& config,
+                                                        std::vector<torch::Tensor> params) {
+  const std::string name = config.get_string("optim.name");
+  const double lr = config.get_double("optim.lr");
+  const double wd = config.get_double("optim.weight_decay");
+  if (name == "adam") {
+    const auto betas = config.get_double_list("optim.betas");
+    if (betas.size() != 2) {
+      throw ConfigError("optim.betas must hold two values, got " + std::to_string(betas.size()));
+    }
+    return std::make_unique<torch::optim::Adam>(
+        std::move(params), torch::optim::AdamOptions(lr)
+                               .betas({betas[0], betas[1]})
+                               .eps(config.get_double("optim.eps"))
+                               .weight_decay(wd));
+  }
+  const double momentum = config.get_double("optim.momentum");
+  const bool nesterov = config.get_bool("optim.nesterov");
+  if (nesterov && momentum <= 0) {
+    throw ConfigError("optim.nesterov needs optim.momentum > 0 (got " + std::to_string(momentum) +
+                      ")");
+  }
+  return std::make_unique<torch::optim::SGD>(
+      std::move(params),
+      torch::optim::SGDOptions(lr).momentum(momentum).nesterov(nesterov).weight_decay(wd));
+}
+
+void set_lr(torch::optim::Optimizer& optimizer, double lr) {
+  for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
+}
+
+torch::Device pick_device(const Config& config) {
+  const std::string d = config.get_string("device");
+  if (d == "cuda" || (d == "auto" && torch::cuda::is_available())) {
+    if (!torch::cuda::is_available()) {
+      throw ConfigError("device is cuda but this LibTorch sees no CUDA device; use device: cpu");
+    }
+    return torch::Device(torch::kCUDA, 0);
+  }
+  return torch::Device(torch::kCPU);
+}
+
+// Everything a run trains with; rebuilt from scratch when a checkpoint fails to load half-way.
+struct Session {
+  std::unique_ptr<Task> task;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+};
+
+Session build_session(const Config& config, const torch::Device& device) {
+  torch::manual_seed(static_cast<uint64_t>(config.get_int("seed")));
+  Session s;
+  s.task = std::make_unique<ClassificationTask>(config);
+  s.task->module().to(device);
+  s.optimizer = make_optimizer(config, s.task->module().parameters());
+  return s;
+}
+
+// Progress of the training steps of one epoch, on stderr.
+class Progress {
+ public:
+  Progress(bool tty, int64_t every, int64_t epoch, int64_t epochs, int64_t steps)
+      : tty_(tty), every_(every), epoch_(epoch), epochs_(epochs), steps_(steps) {}
+  void step(int64_t step, double loss, double fps, double elapsed) {
+    const bool last = step + 1 == steps_;
+    if (!tty_ && (step + 1) % every_ != 0 && !last) return;
+    if (tty_ && !last && seconds_since(last_draw_) < 0.2) return;
+    last_draw_ = Clock::now();
+    const double eta = step + 1 < steps_ ? elapsed / static_cast<double>(step + 1) *
+                                               static_cast<double>(steps_ - step - 1)
+                                         : 0.0;
+    std::fprintf(stderr, "%sepoch %lld/%lld step %lld/%lld loss %.4f %.1f img/s ETA %s%s",
+                 tty_ ? "\r\033[K" : "", static_cast<long long>(epoch_ + 1),
+                 static_cast<long long>(epochs_), static_cast<long long>(step + 1),
+                 static_cast<long long>(steps_), loss, fps, hms(eta).c_str(),
+                 tty_ && !last ? "" : "\n");
+    std::fflush(stderr);
+  }
+
+ private:
+  bool tty_;
+  int64_t every_, epoch_, epochs_, steps_;
+  Clock::time_point last_draw_{};
+};
+
+// Keeps keep_last newest and keep_best best checkpoints (0 and 0 = all); the newest is kept.
+void apply_retention(store::Store& store, int64_t run_id, const Config& config,
+                     const std::string& primary, bool higher_is_better) {
+  const int64_t keep_last = config.get_int("checkpoint.keep_last");
+  const int64_t keep_best = config.get_int("checkpoint.keep_best");
+  if (keep_last == 0 && keep_best == 0) return;
+  std::vector<store::EpochRow> with_file;
+  for (auto& row : store.epochs(run_id)) {
+    if (row.checkpoint) with_file.push_back(row);
+  }
+  if (with_file.empty()) return;
+  std::set<int> keep;
+  keep.insert(with_file.back().epoch);  // newest
+  for (int64_t i = 0; i < keep_last && i < static_cast<int64_t>(with_file.size()); ++i) {
+    keep.insert(with_file[with_file.size() - 1 - static_cast<size_t>(i)].epoch);
+  }
+  if (keep_best > 0) {
+    auto ranked = with_file;
+    auto value = [&](const store::EpochRow& r) {
+      auto it = r.metrics.find(primary);
+      if (it == r.metrics.end()) return -std::numeric_limits<double>::infinity();
+      return higher_is_better ? it->second : -it->second;
+    };
+    std::stable_sort(ranked.begin(), ranked.end(), [&](const auto& a, const auto& b) {
+      return value(a) > value(b);
+    });
+    for (int64_t i = 0; i < keep_best && i < static_cast<int64_t>(ranked.size()); ++i) {
+      keep.insert(ranked[static_cast<size_t>(i)].epoch);
+    }
+  }
+  for (auto& row : with_file) {
+    if (keep.count(row.epoch)) continue;
+    std::error_code ec;
+    fs::remove(row.checkpoint->path, ec);
+    store.forget_checkpoint(run_id, row.epoch);
+  }
+}
+
+void delete_files(const std::vector<store::CheckpointFile>& files) {
+  for (auto& f : files) {
+    std::error_code ec;
+    fs::remove(f.path, ec);
+  }
+}
+
+// Loads the newest valid checkpoint (at most `from_epoch`) into `session`; returns the epoch
+// loaded, or -1 when training starts from scratch. Later epochs are dropped from the store.
+int64_t restore(store::Store& store, const store::RunRow& run, const Config& config,
+                const torch::Device& device, const RunOptions& options, Session& session) {
+  std::vector<store::EpochRow> rows = store.epochs(run.id);
+  if (options.fresh || rows.empty()) {
+    if (!rows.empty()) delete_files(store.truncate_after(run.id, -1));
+    return -1;
+  }
+  if (options.from_epoch) {
+    auto it = std::find_if(rows.begin(), rows.end(),
+                           [&](const auto& r) { return r.epoch == *options.from_epoch; });
+    if (it == rows.end() || !it->checkpoint) {
+      std::string have;
+      for (auto& r : rows) {
+        if (r.checkpoint) have += (have.empty() ? "" : ", ") + std::to_string(r.epoch);
+      }
+      throw CheckpointError("run " + run.name + " has no checkpoint of epoch " +
+                            std::to_string(*options.from_epoch) + " (saved epochs: " +
+                            (have.empty() ? "none" : have) + ")");
+    }
+  }
+  for (auto it = rows.rbegin(); it != rows.rend(); ++it) {
+    if (!it->checkpoint) continue;
+    if (options.from_epoch && it->epoch > *options.from_epoch) continue;
+    try {
+      auto meta = load_checkpoint(*it->checkpoint, session.task->module(), *session.optimizer,
+                                  run.config_hash);
+      session.task->module().to(device);
+      delete_files(store.truncate_after(run.id, it->epoch));
+      log::info("run " + run.name + ": continuing after epoch " + std::to_string(meta.epoch) +
+                " (" + it->checkpoint->path + ")");
+      return meta.epoch;
+    } catch (const CheckpointError& e) {
+      if (options.from_epoch) throw;
+      log::warn(std::string(e.what()) + "; falling back to the previous checkpoint");
+      session = build_session(config, device);  // undo a half-done load
+    }
+  }
+  log::warn("run " + run.name + ": no valid checkpoint left, starting again from epoch 0");
+  delete_files(store.truncate_after(run.id, -1));
+  return -1;
+}
+
+std::string summary_json(store::Store& store, const store::RunRow& run, const Config& config,
+                         const torch::Device& device) {
+  auto rows = store.epochs(run.id);
+  nlohmann::ordered_json j;
+  double fps_sum = 0, fps_min = 0, fps_max = 0, seconds = 0;
+  int fps_n = 0;
+  for (auto& r : rows) {
+    seconds += r.epoch_seconds;
+    if (r.train_fps_mean > 0) {
+      fps_sum += r.train_fps_mean;
+      fps_min = fps_n == 0 ? r.train_fps_min : std::min(fps_min, r.train_fps_min);
+      fps_max = std::max(fps_max, r.train_fps_max);
+      ++fps_n;
+    }
+  }
+  auto last_metric = [&](const std::string& name) -> nlohmann::json {
+    if (rows.empty()) return nullptr;
+    auto it = rows.back().metrics.find(name);
+    return it == rows.back().metrics.end() ? nlohmann::json(nullptr) : nlohmann::json(it->second);
+  };
+  j["run"] = run.name;
+  j["model"] = config.get_string("model.name");
+  j["local_rank"] = 0;
+  j["batch_size"] = config.get_int("data.batch_size");
+  j["epochs"] = config.get_int("schedule.epochs");
+  j["training_step_per_epoch"] = config.get_int("schedule.training_step_per_epoch");
+  j["eval_step_per_epoch"] = config.get_int("schedule.eval_step_per_epoch");
+  j["acc1"] = last_metric("acc1");
+  j["acc5"] = last_metric("acc5");
+  j["device"] = device.str();
+  j["skip_steps"] = config.get_int("schedule.skip_steps");
+  j["train_fps_mean"] = fps_n ? fps_sum / fps_n : 0.0;
+  j["train_fps_min"] = fps_min;
+  j["train_fps_max"] = fps_max;
+  j["training_time"] = hms(seconds);
+  return j.dump();
+}
+
+}  // namespace
+
+void request_stop() { g_stop = true; }
+bool stop_requested() { return g_stop; }
+
+std::map<std::string, std::string> run_columns(const Config& config) {
+  auto info = models::model_info(config.get_string("model.name"));
+  return {
+      {"model", config.at("model.name").dump()},
+      {"dataset", nlohmann::json(config.get_string("data.format") + ":" +
+                                 config.get_string("data.root"))
+                      .dump()},
+      {"optimizer", config.at("optim.name").dump()},
+      {"lr", config.at("optim.lr").dump()},
+      {"batch_size", config.at("data.batch_size").dump()},
+      {"epochs", config.at("schedule.epochs").dump()},
+      {"lr_dec_epoch", nlohmann::json(config.at("schedule.lr_dec_epoch").dump()).dump()},
+      {"seed", config.at("seed").dump()},
+      {"primary_metric", nlohmann::json(info.primary_metric).dump()},
+  };
+}
+
+int resolve_threads(const Config& config, int override_threads) {
+  int threads = override_threads > 0 ? override_threads : static_cast<int>(config.get_int("threads"));
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return threads;
+}
+
+std::string resolve_device(const Config& config) { return pick_device(config).str(); }
+
+std::string checkpoint_dir(const Config& config, const store::Store& store, int64_t run_id) {
+  std::string dir = config.get_string("checkpoint.dir");
+  if (dir.empty()) {
+    fs::path db(store.path());
+    dir = (db.parent_path() / "checkpoints").string();
+  }
+  return (fs::path(dir) / std::to_string(run_id)).string();
+}
+
+RunResult train_run(store::Store& store, const store::RunRow& run, const RunOptions& options) {
+  RunResult result;
+  try {
+    const Config config = Config::from_json(run.config_json, "run " + run.name);
+    const int threads = resolve_threads(config, options.threads);
+    torch::set_num_threads(threads);
+    const torch::Device device = pick_device(config);
+    const auto info = models::model_info(config.get_string("model.name"));
+
+    Session session = build_session(config, device);
+    int64_t last_done = restore(store, run, config, device, options, session);
+    const int64_t epochs = config.get_int("schedule.epochs");
+
+    auto train_set = data::make_dataset(config, data::Split::kTrain);
+    const int64_t eval_steps = config.get_int("schedule.eval_step_per_epoch");
+    std::shared_ptr<data::Dataset> val_set;
+    if (eval_steps != 0) val_set = data::make_dataset(config, data::Split::kVal);
+    const Schedule schedule = Schedule::from_config(config);
+    const int64_t batch_size = config.get_int("data.batch_size");
+    const int64_t eval_batch = config.get_int("data.eval_batch_size") > 0
+                                   ? config.get_int("data.eval_batch_size")
+                                   : batch_size;
+    const int64_t skip_steps = config.get_int("schedule.skip_steps");
+    const int64_t every = config.get_int("checkpoint.every");
+    const std::string ckpt_dir = checkpoint_dir(config, store, run.id);
+
+    data::LoaderOptions train_opts;
+    train_opts.batch_size = batch_size;
+    train_opts.workers = static_cast<int>(config.get_int("data.workers"));
+    train_opts.prefetch = static_cast<int>(config.get_int("data.prefetch"));
+    train_opts.seed = static_cast<uint64_t>(config.get_int("seed"));
+    train_opts.max_batches = config.get_int("schedule.training_step_per_epoch");
+    data::LoaderOptions val_opts = train_opts;
+    val_opts.batch_size = eval_batch;
+    val_opts.shuffle = false;
+    val_opts.train = false;
+    val_opts.drop_last = false;
+    val_opts.max_batches = eval_steps;
+
+    int64_t global_step = 0;
+    if (last_done >= 0) {
+      for (auto& r : store.epochs(run.id)) global_step = std::max(global_step, r.global_step);
+    }
+    auto heartbeat_at = Clock::now();
+    log::info("run " + run.name + " [" + run.label + "]: " + train_set->describe() + ", " +
+              std::to_string(threads) + " threads, " + device.str());
+
+    for (int64_t epoch = last_done + 1; epoch < epochs; ++epoch) {
+      const auto epoch_start = Clock::now();
+      train_opts.epoch = static_cast<uint64_t>(epoch);
+      data::Loader loader(train_set, train_opts);
+      const int64_t steps = loader.num_batches();
+      session.task->module().train();
+      Progress progress(options.progress_tty, config.get_int("log.every_steps"), epoch, epochs,
+                        steps);
+      double loss_sum = 0, fps_sum = 0, fps_min = 0, fps_max = 0, lr = 0;
+      int64_t step = 0, fps_n = 0, skipped = 0, images = 0;
+      auto step_start = Clock::now();
+      while (auto batch = loader.next()) {
+        if (g_stop) {
+          store.finish_run(run.id, store::RunStatus::kPending,
+                           "interrupted in epoch " + std::to_string(epoch), "");
+          result.outcome = Outcome::kInterrupted;
+          result.message = "interrupted in epoch " + std::to_string(epoch);
+          return result;
+        }
+        skipped += batch->skipped;
+        const int64_t n = batch->images.defined() ? batch->images.size(0) : 0;
+        if (n == 0) continue;
+        lr = schedule.lr_at(epoch, step, steps);
+        set_lr(*session.optimizer, lr);
+        session.optimizer->zero_grad();
+        torch::Tensor loss = session.task->train_loss(*batch, device);
+        const double loss_value = loss.item<double>();
+        if (!std::isfinite(loss_value)) {
+          result.outcome = Outcome::kDiverged;
+          result.message = "train_loss became " + std::to_string(loss_value) + " at epoch " +
+                           std::to_string(epoch) + " step " + std::to_string(step);
+          store.finish_run(run.id, store::RunStatus::kDiverged, result.message, "");
+          log::warn("run " + run.name + " diverged: " + result.message);
+          return result;
+        }
+        loss.backward();
+        session.optimizer->step();
+        ++global_step;
+        loss_sum += loss_value;
+        images += n;
+        const double dt = seconds_since(step_start);
+        step_start = Clock::now();
+        const double fps = dt > 0 ? static_cast<double>(n) / dt : 0;
+        if (step >= skip_steps) {
+          fps_sum += fps;
+          fps_min = fps_n == 0 ? fps : std::min(fps_min, fps);
+          fps_max = std::max(fps_max, fps);
+          ++fps_n;
+        }
+        progress.step(step, loss_value, fps, seconds_since(epoch_start));
+        ++step;
+        if (seconds_since(heartbeat_at) >= options.heartbeat_seconds) {
+          store.heartbeat(run.id);
+          heartbeat_at = Clock::now();
+        }
+      }
+      if (step == 0) {
+        throw DataError("epoch " + std::to_string(epoch) + " of run " + run.name +
+                        " produced no training batch: " + train_set->describe() +
+                        " holds fewer samples than data.batch_size=" + std::to_string(batch_size));
+      }
+
+      store::EpochRecord record;
+      record.run_id = run.id;
+      record.epoch = static_cast<int>(epoch);
+      record.global_step = global_step;
+      record.lr = lr;
+      record.train_loss = loss_sum / static_cast<double>(step);
+      record.train_fps_mean = fps_n ? fps_sum / static_cast<double>(fps_n) : 0;
+      record.train_fps_min = fps_min;
+      record.train_fps_max = fps_max;
+      record.skipped_samples = skipped;
+      if (val_set) {
+        val_opts.epoch = static_cast<uint64_t>(epoch);
+        data::Loader val_loader(val_set, val_opts);
+        session.task->module().eval();
+        record.metrics = session.task->evaluate(val_loader, device);
+      }
+      record.metrics["train_images"] = static_cast<double>(images);
+      record.epoch_seconds = seconds_since(epoch_start);
+      if ((epoch + 1) % every == 0 || epoch + 1 == epochs) {
+        char name[32];
+        std::snprintf(name, sizeof name, "epoch_%04lld.pt", static_cast<long long>(epoch));
+        CheckpointMeta meta{epoch, global_step, run.config_hash};
+        record.checkpoint = save_checkpoint((fs::path(ckpt_dir) / name).string(),
+                                            session.task->module(), *session.optimizer, meta);
+      }
+      store.record_epoch(record);
+      heartbeat_at = Clock::now();
+      apply_retention(store, run.id, config, info.primary_metric, info.higher_is_better);
+
+      std::string line = "run " + run.name + " epoch " + std::to_string(epoch) + ": train_loss " +
+                         std::to_string(record.train_loss);
+      for (const char* m : {"acc1", "acc5", "val_loss"}) {
+        auto it = record.metrics.find(m);
+        if (it != record.metrics.end()) line += std::string(" ") + m + " " + std::to_string(it->second);
+      }
+      line += " " + std::to_string(static_cast<int64_t>(record.train_fps_mean)) + " img/s, " +
+              hms(record.epoch_seconds);
+      if (skipped) line += ", " + std::to_string(skipped) + " corrupt samples skipped";
+      log::info(line);
+      if (options.stop_after_epoch && epoch >= *options.stop_after_epoch && epoch + 1 < epochs) {
+        result.outcome = Outcome::kInterrupted;
+        result.message = "stopped after epoch " + std::to_string(epoch) + " as asked";
+        store.finish_run(run.id, store::RunStatus::kPending, result.message, "");
+        return result;
+      }
+    }
+    result.summary_json = summary_json(store, run, config, device);
+    store.finish_run(run.id, store::RunStatus::kDone, "", result.summary_json);
+    result.outcome = Outcome::kDone;
+    return result;
+  } catch (const std::exception& e) {
+    result.outcome = Outcome::kFailed;
+    result.message = e.what();
+    try {
+      store.finish_run(run.id, store::RunStatus::kFailed, result.message, "");
+    } catch (const std::exception& e2) {
+      log::warn(std::string("could not mark run failed: ") + e2.what());
+    }
+    return result;
+  }
+}
+
+}  // namespace amptune::train

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs amptune's build and run dependencies from Debian 12's archive. Idempotent: apt is only
+# called for packages that are missing.
+set -euo pipefail
+packages=(
+  build-essential cmake pkg-config ccache git
+  libtorch-dev libyaml-cpp-dev libsqlite3-dev sqlite3 libssl-dev nlohmann-json3-dev
+  libturbojpeg0-dev zlib1g-dev libboost-program-options-dev libgtest-dev googletest
+  dataset-fashion-mnist
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "install-deps: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "install-deps: all ${#packages[@]} packages present"
+fi
