@@ -1,0 +1,74 @@
+// `amptune data <action>`: data-set utilities.
+#include <iostream>
+
+#include <boost/program_options.hpp>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "data/export.h"
+
+namespace po = boost::program_options;
+
+namespace amptune::cli {
+namespace {
+
+int export_imagefolder(const std::vector<std::string>& args) {
+  std::string idx, out, naming;
+  int64_t limit = -1;
+  int quality = 95;
+  po::options_description desc("amptune data export-imagefolder options");
+  desc.add_options()("help,h", "show this help")(
+      "idx", po::value(&idx)->default_value("/usr/share/datasets/fashion-mnist"),
+      "directory of the IDX files ({train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz])")(
+      "out", po::value(&out), "output directory (OUT/train/<class>/*.JPEG, OUT/val/...)")(
+      "limit", po::value(&limit)->default_value(-1),
+      "at most this many images per split, balanced over classes; -1 = all")(
+      "quality", po::value(&quality)->default_value(95), "JPEG quality 1..100")(
+      "names", po::value(&naming)->default_value("auto"),
+      "class folder names: auto | fashion | generic (class_0, ...)");
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(desc).run(), vm);
+  po::notify(vm);
+  if (vm.count("help")) {
+    std::cout << "usage: amptune data export-imagefolder --out DIR [options]\n\nWrites IDX "
+                 "images (the real Fashion-MNIST by default) as an ImageNet-style folder of "
+                 "JPEG files: train -> OUT/train, t10k -> OUT/val.\n\n"
+              << desc;
+    return 0;
+  }
+  if (out.empty()) throw UsageError("amptune data export-imagefolder needs --out DIR");
+  if (quality < 1 || quality > 100) throw UsageError("--quality must be in 1..100");
+  data::ClassNaming mode = data::ClassNaming::kAuto;
+  if (naming == "fashion") {
+    mode = data::ClassNaming::kFashion;
+  } else if (naming == "generic") {
+    mode = data::ClassNaming::kGeneric;
+  } else if (naming != "auto") {
+    throw UsageError("--names must be auto, fashion or generic, got " + naming);
+  }
+  auto stats = data::export_idx_as_imagefolder(idx, out, {{"train", "train"}, {"t10k", "val"}},
+                                               limit, quality, mode);
+  for (auto& [split, n] : stats.images) {
+    std::cout << split << ": " << n << " images\n";
+  }
+  std::cout << stats.bytes << " JPEG bytes in " << stats.out_dir << " ("
+            << stats.class_names.size() << " classes)\n";
+  return 0;
+}
+
+}  // namespace
+
+int cmd_data(const Invocation& inv) {
+  const char* usage =
+      "usage: amptune data <action> [options]\n\nactions:\n"
+      "  export-imagefolder   write IDX images as an ImageNet-style JPEG folder\n";
+  if (inv.args.empty() || inv.args[0] == "--help" || inv.args[0] == "-h") {
+    std::cout << usage;
+    return inv.args.empty() ? static_cast<int>(ExitCode::kUsage) : 0;
+  }
+  std::vector<std::string> rest(inv.args.begin() + 1, inv.args.end());
+  if (inv.args[0] == "export-imagefolder") return export_imagefolder(rest);
+  throw UsageError("unknown data action '" + inv.args[0] + "'\n" + usage);
+}
+
+}  // namespace amptune::cli
