@@ -1,0 +1,234 @@
+-- amptune results database: schema migrations, compiled into the binary (src/store/store.cpp).
+--
+-- Each section below a line "-- migration: N" is applied once, in its own transaction, to a
+-- database whose schema_version is below N; N counts 1, 2, 3, ... without gaps. Migrations are
+-- forward-only: never edit a released section, append a new one (ALTER TABLE ... ADD COLUMN,
+-- DROP VIEW IF EXISTS + CREATE VIEW for views that change). The table schema_version itself is
+-- created by the code. docs/DATABASE.md describes every table and view with example queries.
+--
+-- Conventions: timestamps are ISO-8601 UTC text with milliseconds ("2024-05-01T12:00:00.123Z");
+-- JSON columns hold valid JSON (checked); a REAL that was NaN (a diverged loss) is stored as NULL.
+
+-- migration: 1
+
+-- One row per sweep file (experiments/x.yaml), found again by its name.
+CREATE TABLE sweeps (
+  id          INTEGER PRIMARY KEY,
+  name        TEXT NOT NULL UNIQUE CHECK (name <> ''),
+  description TEXT NOT NULL DEFAULT '',
+  yaml        TEXT NOT NULL DEFAULT '',   -- the sweep file as last run
+  source_path TEXT NOT NULL DEFAULT '',
+  created_at  TEXT NOT NULL,
+  updated_at  TEXT NOT NULL
+);
+
+-- One row per grid cell: a fully resolved configuration, identified by its sha256.
+CREATE TABLE runs (
+  id           INTEGER PRIMARY KEY,
+  sweep_id     INTEGER NOT NULL REFERENCES sweeps(id),
+  name         TEXT NOT NULL UNIQUE,         -- "<sweep>/<cell_index>-<hash8>"
+  cell_index   INTEGER NOT NULL CHECK (cell_index >= 0),
+  label        TEXT NOT NULL DEFAULT '',     -- "optim.lr=0.1 seed=1"
+  status       TEXT NOT NULL DEFAULT 'pending'
+               CHECK (status IN ('pending', 'running', 'done', 'failed', 'diverged')),
+  config_json  TEXT NOT NULL CHECK (json_valid(config_json)),
+  config_hash  TEXT NOT NULL CHECK (length(config_hash) >= 8),
+  axes_json    TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(axes_json)),
+  message      TEXT NOT NULL DEFAULT '',     -- why it failed / diverged
+  summary_json TEXT CHECK (summary_json IS NULL OR json_valid(summary_json)),
+  started_at   TEXT,
+  finished_at  TEXT,
+  heartbeat_at TEXT,
+  created_at   TEXT NOT NULL,
+  -- provenance of the process that ran it last
+  amptune_version TEXT,
+  git_commit      TEXT,
+  git_dirty       INTEGER CHECK (git_dirty IN (0, 1)),
+  torch_version   TEXT,
+  host            TEXT,
+  threads         INTEGER,
+  device          TEXT,
+  command_line    TEXT,
+  -- readable copies of settings from config_json (filled by column name from RunSpec::columns)
+  model        TEXT,
+  dataset      TEXT,      -- "<data.format>:<data.root>"
+  optimizer    TEXT,
+  lr           REAL,
+  batch_size   INTEGER,
+  epochs       INTEGER,
+  lr_dec_epoch JSON,      -- JSON text, e.g. [17, 21]
+  seed         INTEGER,
+  UNIQUE (sweep_id, config_hash)
+);
+CREATE INDEX runs_by_sweep ON runs(sweep_id, cell_index);
+CREATE INDEX runs_by_status ON runs(status);
+
+-- Every swept axis of a run in long form (key "optim.lr", value_json "0.1").
+CREATE TABLE run_params (
+  run_id     INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  key        TEXT NOT NULL,
+  value_json TEXT NOT NULL CHECK (json_valid(value_json)),
+  PRIMARY KEY (run_id, key)
+);
+CREATE INDEX run_params_by_key ON run_params(key, value_json);
+
+-- One row per finished epoch (0-based) of a run, with the checkpoint written at its end.
+CREATE TABLE epochs (
+  run_id          INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  epoch           INTEGER NOT NULL CHECK (epoch >= 0),
+  global_step     INTEGER NOT NULL CHECK (global_step >= 0),
+  lr              REAL,
+  train_loss      REAL,
+  train_fps_mean  REAL,
+  train_fps_min   REAL,
+  train_fps_max   REAL,
+  epoch_seconds   REAL,
+  skipped_samples INTEGER NOT NULL DEFAULT 0 CHECK (skipped_samples >= 0),
+  checkpoint_path       TEXT,
+  checkpoint_bytes      INTEGER CHECK (checkpoint_bytes >= 0),
+  checkpoint_sha256     TEXT,
+  checkpoint_deleted_at TEXT,   -- set when retention deleted the file; the metrics stay
+  recorded_at     TEXT NOT NULL,
+  PRIMARY KEY (run_id, epoch),
+  CHECK (checkpoint_path IS NOT NULL OR (checkpoint_bytes IS NULL AND
+         checkpoint_sha256 IS NULL AND checkpoint_deleted_at IS NULL))
+);
+
+-- Evaluation and scaler values of an epoch by name (acc1, acc5, val_loss, loss_scale, ...).
+-- Values that have a column in epochs (lr, train_loss, ...) are not repeated here.
+CREATE TABLE metrics (
+  run_id INTEGER NOT NULL,
+  epoch  INTEGER NOT NULL,
+  name   TEXT NOT NULL
+         CONSTRAINT metric_name_is_identifier_not_epochs_column
+         CHECK (name GLOB '[a-z]*' AND name NOT GLOB '*[^a-z0-9_]*' AND
+                name NOT IN ('epoch', 'global_step', 'lr', 'train_loss', 'train_fps_mean',
+                             'train_fps_min', 'train_fps_max', 'epoch_seconds',
+                             'skipped_samples')),
+  value  REAL,
+  PRIMARY KEY (run_id, epoch, name),
+  FOREIGN KEY (run_id, epoch) REFERENCES epochs(run_id, epoch) ON DELETE CASCADE
+);
+
+-- migration: 2
+
+-- Which way each metric improves; best_epoch and the leaderboards read it (unknown names
+-- count as higher-is-better).
+CREATE TABLE metric_info (
+  name             TEXT PRIMARY KEY,
+  higher_is_better INTEGER NOT NULL CHECK (higher_is_better IN (0, 1)),
+  description      TEXT NOT NULL DEFAULT ''
+);
+INSERT INTO metric_info (name, higher_is_better, description) VALUES
+  ('acc1', 1, 'top-1 accuracy on the evaluation split, percent'),
+  ('acc5', 1, 'top-5 accuracy on the evaluation split, percent'),
+  ('val_loss', 0, 'mean loss on the evaluation split'),
+  ('train_loss', 0, 'mean training loss of the epoch'),
+  ('mrpe', 0, 'mean root position error, mm'),
+  ('mrpe_x', 0, 'mean root position error along x, mm'),
+  ('mrpe_y', 0, 'mean root position error along y, mm'),
+  ('mrpe_z', 0, 'mean root position error along z (depth), mm'),
+  ('ap_root_25', 1, 'average precision of roots within 25 cm, percent'),
+  ('train_fps_mean', 1, 'training throughput, samples per second'),
+  ('epoch_seconds', 0, 'wall time of the epoch, seconds');
+
+-- The metric a run is judged by (a name in metrics, or a column of epochs such as train_loss).
+ALTER TABLE runs ADD COLUMN primary_metric TEXT NOT NULL DEFAULT 'acc1';
+
+-- Every per-epoch value in long form: metrics plus the numeric columns of epochs.
+CREATE VIEW epoch_values AS
+  SELECT run_id, epoch, name, value FROM metrics
+  UNION ALL SELECT run_id, epoch, 'train_loss', train_loss FROM epochs
+  UNION ALL SELECT run_id, epoch, 'lr', lr FROM epochs
+  UNION ALL SELECT run_id, epoch, 'train_fps_mean', train_fps_mean FROM epochs
+  UNION ALL SELECT run_id, epoch, 'epoch_seconds', epoch_seconds FROM epochs;
+
+-- One row per run that has a value of its primary metric: the best value and its epoch (the
+-- earliest on ties), in the direction metric_info gives.
+CREATE VIEW best_epoch AS
+  WITH scored AS (
+    SELECT r.id AS run_id, v.epoch, v.value,
+           COALESCE(mi.higher_is_better, 1) AS higher_is_better,
+           ROW_NUMBER() OVER (
+             PARTITION BY r.id
+             ORDER BY CASE WHEN COALESCE(mi.higher_is_better, 1) THEN -v.value ELSE v.value END,
+                      v.epoch) AS position
+    FROM runs r
+    JOIN epoch_values v ON v.run_id = r.id AND v.name = r.primary_metric
+    LEFT JOIN metric_info mi ON mi.name = r.primary_metric
+    WHERE v.value IS NOT NULL)
+  SELECT r.id AS run_id, r.name AS run, s.name AS sweep, r.label, r.primary_metric AS metric,
+         scored.higher_is_better, scored.value AS best_value, scored.epoch AS best_epoch
+  FROM scored
+  JOIN runs r ON r.id = scored.run_id
+  JOIN sweeps s ON s.id = r.sweep_id
+  WHERE scored.position = 1;
+
+-- Per sweep, every run ranked by its best primary metric (rank 1 = winner; ties share a rank;
+-- runs without a value yet have rank NULL and come last).
+CREATE VIEW sweep_leaderboard AS
+  WITH board AS (
+    SELECT s.name AS sweep, r.id AS run_id, r.name AS run, r.cell_index, r.label, r.status,
+           r.primary_metric AS metric, b.best_value, b.best_epoch,
+           (SELECT COALESCE(MAX(e.epoch) + 1, 0) FROM epochs e WHERE e.run_id = r.id)
+             AS epochs_done,
+           CASE WHEN b.best_value IS NULL THEN NULL
+                ELSE RANK() OVER (
+                  PARTITION BY r.sweep_id, b.best_value IS NULL
+                  ORDER BY CASE WHEN b.higher_is_better THEN -b.best_value
+                                ELSE b.best_value END) END AS rank
+    FROM runs r
+    JOIN sweeps s ON s.id = r.sweep_id
+    LEFT JOIN best_epoch b ON b.run_id = r.id)
+  SELECT sweep, rank, run_id, run, label, status, metric, best_value, best_epoch, epochs_done
+  FROM board
+  ORDER BY sweep, rank IS NULL, rank, cell_index;
+
+-- One row per run: settings, progress, best and last value of the primary metric, speed.
+-- Ordered by sweep, then best first, so the winner of each sweep is its first row.
+CREATE VIEW run_summary AS
+  WITH per_run AS (
+    SELECT run_id, COALESCE(MAX(epoch) + 1, 0) AS epochs_done, MAX(epoch) AS last_epoch,
+           AVG(train_fps_mean) AS mean_fps, SUM(epoch_seconds) AS total_seconds
+    FROM epochs GROUP BY run_id)
+  SELECT l.sweep, l.rank, r.id AS run_id, r.name AS run, r.status, r.label,
+         r.model, r.dataset, r.optimizer, r.lr, r.batch_size, r.epochs, r.lr_dec_epoch, r.seed,
+         r.primary_metric AS metric, COALESCE(p.epochs_done, 0) AS epochs_done,
+         l.best_value, l.best_epoch,
+         (SELECT v.value FROM epoch_values v
+          WHERE v.run_id = r.id AND v.epoch = p.last_epoch AND v.name = r.primary_metric)
+           AS last_value,
+         p.mean_fps, p.total_seconds, r.started_at, r.finished_at, r.message
+  FROM sweep_leaderboard l
+  JOIN runs r ON r.id = l.run_id
+  LEFT JOIN per_run p ON p.run_id = r.id
+  ORDER BY l.sweep, l.rank IS NULL, l.rank, r.cell_index;
+
+-- Run x epoch, wide: the values a training curve needs.
+CREATE VIEW epoch_metrics AS
+  SELECT s.name AS sweep, r.id AS run_id, r.name AS run, r.label, e.epoch, e.global_step,
+         e.lr, e.train_loss,
+         MAX(CASE WHEN m.name = 'acc1' THEN m.value END) AS acc1,
+         MAX(CASE WHEN m.name = 'acc5' THEN m.value END) AS acc5,
+         MAX(CASE WHEN m.name = 'val_loss' THEN m.value END) AS val_loss,
+         MAX(CASE WHEN m.name = 'mrpe' THEN m.value END) AS mrpe,
+         MAX(CASE WHEN m.name = 'ap_root_25' THEN m.value END) AS ap_root_25,
+         MAX(CASE WHEN m.name = 'loss_scale' THEN m.value END) AS loss_scale,
+         e.train_fps_mean AS fps, e.epoch_seconds, e.skipped_samples
+  FROM epochs e
+  JOIN runs r ON r.id = e.run_id
+  JOIN sweeps s ON s.id = r.sweep_id
+  LEFT JOIN metrics m ON m.run_id = e.run_id AND m.epoch = e.epoch
+  GROUP BY e.run_id, e.epoch
+  ORDER BY s.name, r.cell_index, e.epoch;
+
+-- Checkpoint files the database references, kept or deleted by retention.
+CREATE VIEW checkpoints AS
+  SELECT s.name AS sweep, r.id AS run_id, r.name AS run, e.epoch, e.checkpoint_path AS path,
+         e.checkpoint_bytes AS bytes, e.checkpoint_sha256 AS sha256,
+         e.checkpoint_deleted_at AS deleted_at, e.recorded_at
+  FROM epochs e
+  JOIN runs r ON r.id = e.run_id
+  JOIN sweeps s ON s.id = r.sweep_id
+  WHERE e.checkpoint_path IS NOT NULL
+  ORDER BY s.name, r.cell_index, e.epoch;

@@ -1,8 +1,13 @@
 // The results database: one SQLite file holding sweeps, runs, epochs, metrics, checkpoints.
 // Schema and views: schemas/store.sql (compiled in). No torch here.
 //
-// Concurrency: WAL, busy timeout, short transactions. Each Store object owns one connection and
-// is used from one thread.
+// Concurrency: WAL, busy timeout (10 s), every write one short BEGIN IMMEDIATE transaction that is
+// rolled back on any exception. Each Store object owns one connection and is used from one thread;
+// several processes may share the file (claim_run decides who trains a run).
+//
+// Errors: StoreError whose message names the database file and what was being done.
+// Timestamps: ISO-8601 UTC with milliseconds ("2024-05-01T12:00:00.123Z"). NaN doubles are
+// stored as NULL and read back as NaN.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 struct sqlite3;
@@ -30,6 +36,10 @@ struct RunSpec {
   std::string axes_json;    // {"optim.lr": 0.1}
   // Readable columns copied from the config (runs.model, runs.opt_level, ...): column -> value.
   // The values are JSON scalars/arrays as text (e.g. "0.1", "\"resnet18\"", "[17]").
+  // Keys must be setting columns of the runs table (Store::setting_columns(): model, dataset,
+  // optimizer, lr, batch_size, epochs, lr_dec_epoch, seed, primary_metric, and whatever later
+  // migrations add); an unknown key is a StoreError. "primary_metric" picks the metric the
+  // views rank the run by (default acc1).
   std::map<std::string, std::string> columns;
 };
 
@@ -59,6 +69,12 @@ struct RunRow {
   std::string message;         // failure / divergence reason
   std::string summary_json;    // the final JSON line
   std::string started_at, finished_at, heartbeat_at;  // ISO-8601 UTC, "" when unset
+  std::string created_at;
+  std::string primary_metric;  // "acc1" unless RunSpec::columns said otherwise
+  Provenance provenance;       // of the last mark_running / claim_run (empty before)
+  // The non-NULL setting columns as JSON text, as RunSpec::columns wrote them (numbers may be
+  // re-spelled: "1e-1" reads back as "0.1"; columns declared BOOLEAN read back as true/false).
+  std::map<std::string, std::string> columns;
 };
 
 struct CheckpointFile {
@@ -108,7 +124,10 @@ class Store {
   int64_t ensure_sweep(const std::string& name, const std::string& description,
                        const std::string& yaml_text, const std::string& source_path);
 
-  // The run of this sweep with spec.config_hash, created as pending when absent.
+  // The run of this sweep with spec.config_hash, created as pending when absent (with its
+  // run_params rows from axes_json, a JSON object). An existing row is returned unchanged: its
+  // name keeps the cell index it was created with. spec.sweep_name, when set, must be the
+  // sweep's name.
   RunRow ensure_run(int64_t sweep_id, const RunSpec& spec);
 
   std::optional<RunRow> find_run(int64_t id) const;
@@ -117,12 +136,23 @@ class Store {
   std::vector<RunRow> runs(const std::optional<std::string>& sweep_name = std::nullopt) const;
 
   // status -> running, started_at set when unset, provenance stored, heartbeat now.
+  // Unconditional (one worker); parallel workers use claim_run.
   void mark_running(int64_t run_id, const Provenance& provenance);
+  // Atomically moves the run to running as mark_running does, but only when it is pending, or
+  // running with a heartbeat older than `stale_after_seconds` (its worker died), or failed and
+  // `retry_failed`. Returns whether this caller won the run (false: someone else holds it or it
+  // is finished). A reclaimed run keeps started_at; message and finished_at are cleared.
+  // Throws StoreError when no run has that id.
+  bool claim_run(int64_t run_id, const Provenance& provenance, double stale_after_seconds,
+                 bool retry_failed = false);
   void heartbeat(int64_t run_id);
   // status -> done / failed / diverged with a message and the final summary JSON.
   void finish_run(int64_t run_id, RunStatus status, const std::string& message,
                   const std::string& summary_json);
 
+  // Replaces the epoch row of (run_id, epoch) and its metrics, all or nothing. Metric names are
+  // lowercase identifiers and must not be columns of the epochs table (lr, train_loss, ...:
+  // use the EpochRecord fields).
   void record_epoch(const EpochRecord& record);
   std::vector<EpochRow> epochs(int64_t run_id) const;
 
@@ -132,9 +162,15 @@ class Store {
   // The file of that epoch was deleted by retention: the epoch row keeps its metrics.
   void forget_checkpoint(int64_t run_id, int epoch);
 
+  // "ok", or what PRAGMA integrity_check / foreign_key_check found.
+  std::string integrity_check() const;
+  // Columns of runs that RunSpec::columns may fill (in table order).
+  std::vector<std::string> setting_columns() const;
+
  private:
   std::string path_;
   sqlite3* db_ = nullptr;
+  std::vector<std::pair<std::string, std::string>> setting_columns_;  // name, declared type
 };
 
 }  // namespace amptune::store

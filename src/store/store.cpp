@@ -1,0 +1,759 @@
+#include "store/store.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <filesystem>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "core/embedded.h"
+#include "core/error.h"
+#include "store/migrations.h"
+#include "store/sqlite.h"
+
+namespace amptune::store {
+
+using sql::exec;
+using sql::SqliteError;
+using sql::Statement;
+using sql::write_transaction;
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+// Columns of runs that are not settings: written by the store itself.
+const std::set<std::string>& reserved_run_columns() {
+  static const std::set<std::string> names = {
+      "id",         "sweep_id",      "name",          "cell_index",   "label",
+      "status",     "config_json",   "config_hash",   "axes_json",    "message",
+      "summary_json", "started_at",  "finished_at",   "heartbeat_at", "created_at",
+      "amptune_version", "git_commit", "git_dirty",   "torch_version", "host",
+      "threads",    "device",        "command_line"};
+  return names;
+}
+
+std::string iso_utc(std::chrono::system_clock::time_point time) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(time.time_since_epoch()).count();
+  std::time_t seconds = static_cast<std::time_t>(ms / 1000);
+  int millis = static_cast<int>(ms % 1000);
+  if (millis < 0) {
+    millis += 1000;
+    seconds -= 1;
+  }
+  std::tm tm{};
+  gmtime_r(&seconds, &tm);
+  char buffer[40];
+  std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%S", &tm);
+  char out[48];
+  std::snprintf(out, sizeof out, "%s.%03dZ", buffer, millis);
+  return out;
+}
+
+std::string now_utc() { return iso_utc(std::chrono::system_clock::now()); }
+
+std::string upper(std::string text) {
+  for (char& c : text) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return text;
+}
+
+std::string quote_identifier(const std::string& name) {
+  std::string out = "\"";
+  for (char c : name) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
+bool is_json_type(const std::string& declared) { return upper(declared).find("JSON") != std::string::npos; }
+bool is_bool_type(const std::string& declared) { return upper(declared).find("BOOL") != std::string::npos; }
+
+// Binds a RunSpec::columns value (JSON text) to a column of the given declared type.
+void bind_setting(Statement& statement, int index, const json& value, const std::string& declared) {
+  if (value.is_null()) {
+    statement.bind_null(index);
+  } else if (is_json_type(declared)) {
+    statement.bind(index, value.dump());
+  } else if (value.is_boolean()) {
+    statement.bind(index, value.get<bool>());
+  } else if (value.is_number_integer() || value.is_number_unsigned()) {
+    statement.bind(index, value.get<int64_t>());
+  } else if (value.is_number_float()) {
+    statement.bind(index, value.get<double>());
+  } else if (value.is_string()) {
+    statement.bind(index, value.get<std::string>());
+  } else {
+    statement.bind(index, value.dump());  // array / object in a non-JSON column
+  }
+}
+
+// Reads a setting column back as JSON text.
+std::string read_setting(const Statement& statement, int column, const std::string& declared) {
+  switch (statement.column_type(column)) {
+    case SQLITE_INTEGER: {
+      int64_t value = statement.column_int(column);
+      if (is_bool_type(declared)) return value ? "true" : "false";
+      return std::to_string(value);
+    }
+    case SQLITE_FLOAT:
+      return json(statement.column_double(column)).dump();
+    case SQLITE_TEXT:
+      if (is_json_type(declared)) return statement.column_text(column);
+      return json(statement.column_text(column)).dump();
+    default:
+      return json(statement.column_text(column)).dump();  // BLOB: not written by amptune
+  }
+}
+
+bool all_digits(const std::string& text) {
+  return !text.empty() &&
+         std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c); });
+}
+
+std::string parent_directory(const std::string& path) {
+  fs::path dir = fs::path(path).parent_path();
+  return dir.empty() ? std::string(".") : dir.string();
+}
+
+// Checks, before sqlite creates anything, that the database can live at `path`.
+void check_location(const std::string& path) {
+  if (path.empty()) throw StoreError("the database path is empty; pass a file such as results/amptune.sqlite");
+  if (path == ":memory:") return;
+  std::error_code error;
+  if (fs::is_directory(path, error)) {
+    throw StoreError("cannot open database " + path +
+                     ": it is a directory; pass a file inside it, e.g. " +
+                     (fs::path(path) / "amptune.sqlite").string());
+  }
+  if (fs::exists(path, error)) return;  // sqlite reports what is wrong with an existing file
+  std::string dir = parent_directory(path);
+  auto status = fs::status(dir, error);
+  if (!fs::exists(status)) {
+    throw StoreError("cannot create database " + path + ": directory " + dir +
+                     " does not exist; create it (mkdir -p " + dir +
+                     ") or choose another database path");
+  }
+  if (!fs::is_directory(status)) {
+    throw StoreError("cannot create database " + path + ": " + dir +
+                     " is not a directory; choose another database path");
+  }
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    throw StoreError("cannot create database " + path + ": directory " + dir +
+                     " is not writable; fix its permissions or choose another database path");
+  }
+}
+
+// A sqlite failure while doing `action` on the database at `path`, with a hint for the usual
+// causes.
+[[noreturn]] void rethrow_with_context(const std::string& path, const std::string& action,
+                                       const SqliteError& error) {
+  std::string hint;
+  switch (error.primary_code()) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+      hint = "; another process held the database for more than 10 s, retry when it is done";
+      break;
+    case SQLITE_READONLY:
+    case SQLITE_CANTOPEN:
+    case SQLITE_PERM:
+      hint = "; check that " + path + " and its directory " + parent_directory(path) +
+             " are writable";
+      break;
+    case SQLITE_FULL:
+      hint = "; the disk is full, free space and retry";
+      break;
+    case SQLITE_NOTADB:
+    case SQLITE_CORRUPT:
+      throw StoreError(path + " is not an amptune SQLite database (" + error.what() +
+                       "); move it away or choose another database path");
+    default:
+      break;
+  }
+  throw StoreError(path + ": " + action + ": " + error.what() + hint);
+}
+
+// Runs f(), turning a raw sqlite failure into a StoreError naming the file and the action.
+template <class F>
+auto guarded(const std::string& path, const std::string& action, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const SqliteError& error) {
+    rethrow_with_context(path, action, error);
+  }
+}
+
+bool table_exists(sqlite3* db, const std::string& name) {
+  Statement statement(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?");
+  statement.bind(1, name);
+  return statement.step();
+}
+
+int read_schema_version(sqlite3* db) {
+  if (!table_exists(db, "schema_version")) return 0;
+  Statement statement(db, "SELECT COALESCE(MAX(version), 0) FROM schema_version");
+  statement.step();
+  return static_cast<int>(statement.column_int(0));
+}
+
+constexpr const char* kRunSelect =
+    "SELECT r.*, s.name AS sweep_name, "
+    "(SELECT COALESCE(MAX(e.epoch) + 1, 0) FROM epochs e WHERE e.run_id = r.id) AS epochs_done "
+    "FROM runs r JOIN sweeps s ON s.id = r.sweep_id ";
+
+}  // namespace
+
+std::string to_string(RunStatus status) {
+  switch (status) {
+    case RunStatus::kPending: return "pending";
+    case RunStatus::kRunning: return "running";
+    case RunStatus::kDone: return "done";
+    case RunStatus::kFailed: return "failed";
+    case RunStatus::kDiverged: return "diverged";
+  }
+  throw StoreError("unknown run status value " + std::to_string(static_cast<int>(status)));
+}
+
+RunStatus parse_status(const std::string& text) {
+  if (text == "pending") return RunStatus::kPending;
+  if (text == "running") return RunStatus::kRunning;
+  if (text == "done") return RunStatus::kDone;
+  if (text == "failed") return RunStatus::kFailed;
+  if (text == "diverged") return RunStatus::kDiverged;
+  throw StoreError("unknown run status '" + text +
+                   "'; expected pending, running, done, failed or diverged");
+}
+
+// --- opening and migrating -------------------------------------------------------------------
+
+Store::Store(const std::string& path) : path_(path) {
+  check_location(path_);
+  int rc = sqlite3_open_v2(path_.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
+                           nullptr);
+  if (rc != SQLITE_OK) {
+    std::string message = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
+    sqlite3_close_v2(db_);
+    db_ = nullptr;
+    throw StoreError("cannot open or create database " + path_ + ": " + message +
+                     "; check that the file and its directory " + parent_directory(path_) +
+                     " are writable");
+  }
+  try {
+    guarded(path_, "opening", [&] {
+      sqlite3_busy_timeout(db_, 10000);
+      sqlite3_extended_result_codes(db_, 1);
+      // The first statement reads the header: a file that is not SQLite fails here (NOTADB).
+      {
+        Statement mode(db_, "PRAGMA journal_mode = WAL");
+        mode.step();
+      }
+      exec(db_, "PRAGMA foreign_keys = ON");
+      // NORMAL in WAL mode: a commit survives a crash of the process; a power cut may lose the
+      // last commits but never corrupts the file. Checkpoint files are fsynced before their
+      // epoch row commits, so a lost commit leaves only an orphan file (garbage by design), never
+      // a row pointing at a missing file.
+      exec(db_, "PRAGMA synchronous = NORMAL");
+    });
+    const std::vector<Migration> migrations = parse_migrations(embedded::store_sql);
+    const int latest = migrations.empty() ? 0 : migrations.back().version;
+    guarded(path_, "migrating the schema", [&] {
+      int current = read_schema_version(db_);
+      if (current == 0) {
+        Statement tables(db_,
+                         "SELECT group_concat(name, ', ') FROM sqlite_master "
+                         "WHERE type = 'table' AND name NOT LIKE 'sqlite_%'");
+        tables.step();
+        std::string names = tables.column_text(0);
+        if (!names.empty()) {
+          throw StoreError(path_ + " is an SQLite database but not an amptune one (it has tables " +
+                           names + " and no schema_version); choose another database path");
+        }
+      }
+      for (const Migration& migration : migrations) {
+        if (migration.version <= current) continue;
+        write_transaction(db_, [&] {
+          exec(db_,
+               "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL, "
+               "applied_at TEXT NOT NULL)");
+          current = read_schema_version(db_);  // another process may have migrated meanwhile
+          if (current > latest) return;
+          if (migration.version <= current) return;
+          exec(db_, migration.sql);
+          Statement record(db_, "INSERT INTO schema_version (version, applied_at) VALUES (?, ?)");
+          record.bind(1, migration.version).bind(2, now_utc()).run();
+          current = migration.version;
+        });
+        if (current > latest) break;
+      }
+      if (current > latest) {
+        throw StoreError(path_ + " was written by a newer amptune (schema " +
+                         std::to_string(current) + " > " + std::to_string(latest) +
+                         "); upgrade amptune");
+      }
+    });
+    guarded(path_, "reading the runs table", [&] {
+      Statement info(db_, "SELECT name, type FROM pragma_table_info('runs') ORDER BY cid");
+      while (info.step()) {
+        std::string name = info.column_text(0);
+        if (!reserved_run_columns().count(name)) {
+          setting_columns_.emplace_back(name, info.column_text(1));
+        }
+      }
+    });
+  } catch (...) {
+    sqlite3_close_v2(db_);
+    db_ = nullptr;
+    throw;
+  }
+}
+
+Store::~Store() {
+  if (db_) sqlite3_close_v2(db_);
+}
+
+int Store::schema_version() const {
+  return guarded(path_, "reading the schema version", [&] { return read_schema_version(db_); });
+}
+
+std::vector<std::string> Store::setting_columns() const {
+  std::vector<std::string> names;
+  for (const auto& column : setting_columns_) names.push_back(column.first);
+  return names;
+}
+
+std::string Store::integrity_check() const {
+  return guarded(path_, "checking integrity", [&] {
+    std::string problems;
+    {
+      Statement check(db_, "PRAGMA integrity_check");
+      while (check.step()) {
+        std::string line = check.column_text(0);
+        if (line == "ok") continue;
+        problems += (problems.empty() ? "" : "; ") + line;
+      }
+    }
+    Statement foreign(db_, "PRAGMA foreign_key_check");
+    while (foreign.step()) {
+      problems += (problems.empty() ? "" : "; ") + std::string("row ") +
+                  foreign.column_text(1) + " of " + foreign.column_text(0) +
+                  " references a missing row of " + foreign.column_text(2);
+    }
+    return problems.empty() ? std::string("ok") : problems;
+  });
+}
+
+// --- sweeps and runs -------------------------------------------------------------------------
+
+int64_t Store::ensure_sweep(const std::string& name, const std::string& description,
+                            const std::string& yaml_text, const std::string& source_path) {
+  if (name.empty()) throw StoreError(path_ + ": a sweep needs a name (the `name:` key of its YAML)");
+  return guarded(path_, "saving sweep '" + name + "'", [&] {
+    return write_transaction(db_, [&] {
+      std::string now = now_utc();
+      Statement upsert(db_,
+                       "INSERT INTO sweeps (name, description, yaml, source_path, created_at, "
+                       "updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?5) "
+                       "ON CONFLICT (name) DO UPDATE SET description = excluded.description, "
+                       "yaml = excluded.yaml, source_path = excluded.source_path, "
+                       "updated_at = excluded.updated_at "
+                       "WHERE description IS NOT excluded.description OR yaml IS NOT excluded.yaml "
+                       "OR source_path IS NOT excluded.source_path");
+      upsert.bind(1, name).bind(2, description).bind(3, yaml_text).bind(4, source_path).bind(5, now);
+      upsert.run();
+      Statement id(db_, "SELECT id FROM sweeps WHERE name = ?");
+      id.bind(1, name);
+      id.step();
+      return id.column_int(0);
+    });
+  });
+}
+
+namespace {
+
+RunRow read_run(const Statement& row,
+                const std::vector<std::pair<std::string, std::string>>& setting_columns) {
+  RunRow run;
+  std::map<std::string, std::string> declared(setting_columns.begin(), setting_columns.end());
+  for (int column = 0; column < row.column_count(); ++column) {
+    const std::string name = row.column_name(column);
+    if (name == "id") run.id = row.column_int(column);
+    else if (name == "sweep_id") run.sweep_id = row.column_int(column);
+    else if (name == "sweep_name") run.sweep_name = row.column_text(column);
+    else if (name == "name") run.name = row.column_text(column);
+    else if (name == "cell_index") run.cell_index = static_cast<int>(row.column_int(column));
+    else if (name == "label") run.label = row.column_text(column);
+    else if (name == "status") run.status = parse_status(row.column_text(column));
+    else if (name == "config_json") run.config_json = row.column_text(column);
+    else if (name == "config_hash") run.config_hash = row.column_text(column);
+    else if (name == "axes_json") run.axes_json = row.column_text(column);
+    else if (name == "epochs_done") run.epochs_done = static_cast<int>(row.column_int(column));
+    else if (name == "message") run.message = row.column_text(column);
+    else if (name == "summary_json") run.summary_json = row.column_text(column);
+    else if (name == "started_at") run.started_at = row.column_text(column);
+    else if (name == "finished_at") run.finished_at = row.column_text(column);
+    else if (name == "heartbeat_at") run.heartbeat_at = row.column_text(column);
+    else if (name == "created_at") run.created_at = row.column_text(column);
+    else if (name == "amptune_version") run.provenance.amptune_version = row.column_text(column);
+    else if (name == "git_commit") run.provenance.git_commit = row.column_text(column);
+    else if (name == "git_dirty") run.provenance.git_dirty = row.column_int(column) != 0;
+    else if (name == "torch_version") run.provenance.torch_version = row.column_text(column);
+    else if (name == "host") run.provenance.host = row.column_text(column);
+    else if (name == "threads") {
+      if (!row.is_null(column)) run.provenance.threads = static_cast<int>(row.column_int(column));
+    } else if (name == "device") run.provenance.device = row.column_text(column);
+    else if (name == "command_line") run.provenance.command_line = row.column_text(column);
+    else if (auto it = declared.find(name); it != declared.end()) {
+      if (name == "primary_metric") run.primary_metric = row.column_text(column);
+      if (!row.is_null(column)) run.columns[name] = read_setting(row, column, it->second);
+    }
+  }
+  return run;
+}
+
+}  // namespace
+
+RunRow Store::ensure_run(int64_t sweep_id, const RunSpec& spec) {
+  const std::string what = "creating run " + std::to_string(spec.cell_index) + " of sweep " +
+                           (spec.sweep_name.empty() ? std::to_string(sweep_id) : spec.sweep_name);
+  auto fail = [&](const std::string& why) -> void { throw StoreError(path_ + ": " + what + ": " + why); };
+  if (spec.config_hash.size() < 8) fail("config_hash '" + spec.config_hash + "' is shorter than 8 characters");
+  if (spec.cell_index < 0) fail("cell_index must be >= 0");
+  if (!json::accept(spec.config_json)) fail("config_json is not valid JSON");
+  json axes = json::object();
+  if (!spec.axes_json.empty()) {
+    if (!json::accept(spec.axes_json)) fail("axes_json is not valid JSON: " + spec.axes_json);
+    axes = json::parse(spec.axes_json);
+    if (!axes.is_object()) fail("axes_json must be a JSON object, got " + spec.axes_json);
+  }
+  std::map<std::string, std::string> declared(setting_columns_.begin(), setting_columns_.end());
+  std::vector<std::pair<std::string, json>> settings;
+  for (const auto& [column, text] : spec.columns) {
+    auto it = declared.find(column);
+    if (it == declared.end()) {
+      std::string known;
+      for (const auto& c : setting_columns_) known += (known.empty() ? "" : ", ") + c.first;
+      fail("runs has no setting column '" + column + "' (schema " +
+           std::to_string(schema_version()) + "; known: " + known +
+           "); add it with a migration in schemas/store.sql");
+    }
+    if (!json::accept(text)) fail("value of column " + column + " is not JSON text: " + text);
+    settings.emplace_back(column, json::parse(text));
+  }
+
+  return guarded(path_, what, [&] {
+    return write_transaction(db_, [&] {
+      Statement sweep(db_, "SELECT name FROM sweeps WHERE id = ?");
+      sweep.bind(1, sweep_id);
+      if (!sweep.step()) fail("no sweep has id " + std::to_string(sweep_id));
+      const std::string sweep_name = sweep.column_text(0);
+      if (!spec.sweep_name.empty() && spec.sweep_name != sweep_name) {
+        fail("RunSpec names sweep '" + spec.sweep_name + "' but sweep " + std::to_string(sweep_id) +
+             " is '" + sweep_name + "'");
+      }
+
+      Statement existing(db_, std::string(kRunSelect) + "WHERE r.sweep_id = ? AND r.config_hash = ?");
+      existing.bind(1, sweep_id).bind(2, spec.config_hash);
+      if (existing.step()) return read_run(existing, setting_columns_);
+
+      std::string columns = "sweep_id, name, cell_index, label, config_json, config_hash, "
+                            "axes_json, created_at";
+      std::string values = "?, ?, ?, ?, ?, ?, ?, ?";
+      for (const auto& setting : settings) {
+        columns += ", " + quote_identifier(setting.first);
+        values += ", ?";
+      }
+      Statement insert(db_, "INSERT INTO runs (" + columns + ") VALUES (" + values + ")");
+      const std::string name = sweep_name + "/" + std::to_string(spec.cell_index) + "-" +
+                               spec.config_hash.substr(0, 8);
+      insert.bind(1, sweep_id).bind(2, name).bind(3, spec.cell_index).bind(4, spec.label);
+      insert.bind(5, spec.config_json).bind(6, spec.config_hash).bind(7, axes.dump());
+      insert.bind(8, now_utc());
+      int index = 9;
+      for (const auto& setting : settings) {
+        bind_setting(insert, index++, setting.second, declared[setting.first]);
+      }
+      insert.run();
+      const int64_t run_id = sqlite3_last_insert_rowid(db_);
+
+      Statement param(db_, "INSERT INTO run_params (run_id, key, value_json) VALUES (?, ?, ?)");
+      for (const auto& [key, value] : axes.items()) {
+        param.reset().bind(1, run_id).bind(2, key).bind(3, value.dump());
+        param.run();
+      }
+
+      Statement created(db_, std::string(kRunSelect) + "WHERE r.id = ?");
+      created.bind(1, run_id);
+      created.step();
+      return read_run(created, setting_columns_);
+    });
+  });
+}
+
+std::optional<RunRow> Store::find_run(int64_t id) const {
+  return guarded(path_, "reading run " + std::to_string(id), [&]() -> std::optional<RunRow> {
+    Statement statement(db_, std::string(kRunSelect) + "WHERE r.id = ?");
+    statement.bind(1, id);
+    if (!statement.step()) return std::nullopt;
+    return read_run(statement, setting_columns_);
+  });
+}
+
+std::optional<RunRow> Store::find_run(const std::string& id_or_name) const {
+  if (all_digits(id_or_name) && id_or_name.size() < 19) return find_run(std::stoll(id_or_name));
+  return guarded(path_, "reading run " + id_or_name, [&]() -> std::optional<RunRow> {
+    Statement statement(db_, std::string(kRunSelect) + "WHERE r.name = ?");
+    statement.bind(1, id_or_name);
+    if (!statement.step()) return std::nullopt;
+    return read_run(statement, setting_columns_);
+  });
+}
+
+std::vector<RunRow> Store::runs(const std::optional<std::string>& sweep_name) const {
+  return guarded(path_, "listing runs", [&] {
+    std::vector<RunRow> rows;
+    Statement statement(db_, std::string(kRunSelect) +
+                                 (sweep_name ? "WHERE s.name = ? " : "") +
+                                 "ORDER BY s.id, r.cell_index, r.id");
+    if (sweep_name) statement.bind(1, *sweep_name);
+    while (statement.step()) rows.push_back(read_run(statement, setting_columns_));
+    return rows;
+  });
+}
+
+// --- run status ------------------------------------------------------------------------------
+
+namespace {
+
+constexpr const char* kProvenanceAssignments =
+    "amptune_version = ?3, git_commit = ?4, git_dirty = ?5, torch_version = ?6, host = ?7, "
+    "threads = ?8, device = ?9, command_line = ?10";
+
+// Binds ?1 = now, ?2 = run id, ?3..?10 = provenance.
+void bind_provenance(Statement& statement, const std::string& now, int64_t run_id,
+                     const Provenance& provenance) {
+  statement.bind(1, now).bind(2, run_id);
+  statement.bind(3, provenance.amptune_version).bind(4, provenance.git_commit);
+  statement.bind(5, provenance.git_dirty).bind(6, provenance.torch_version);
+  statement.bind(7, provenance.host).bind(8, provenance.threads).bind(9, provenance.device);
+  statement.bind(10, provenance.command_line);
+}
+
+void require_run(sqlite3* db, const std::string& path, int64_t run_id, const std::string& action) {
+  Statement statement(db, "SELECT 1 FROM runs WHERE id = ?");
+  statement.bind(1, run_id);
+  if (!statement.step()) {
+    throw StoreError(path + ": " + action + ": no run has id " + std::to_string(run_id) +
+                     "; list the runs with `amptune status`");
+  }
+}
+
+}  // namespace
+
+void Store::mark_running(int64_t run_id, const Provenance& provenance) {
+  const std::string action = "marking run " + std::to_string(run_id) + " running";
+  guarded(path_, action, [&] {
+    write_transaction(db_, [&] {
+      require_run(db_, path_, run_id, action);
+      Statement update(db_, std::string("UPDATE runs SET status = 'running', "
+                                        "started_at = COALESCE(started_at, ?1), heartbeat_at = ?1, "
+                                        "finished_at = NULL, message = '', ") +
+                                kProvenanceAssignments + " WHERE id = ?2");
+      bind_provenance(update, now_utc(), run_id, provenance);
+      update.run();
+    });
+  });
+}
+
+bool Store::claim_run(int64_t run_id, const Provenance& provenance, double stale_after_seconds,
+                      bool retry_failed) {
+  const std::string action = "claiming run " + std::to_string(run_id);
+  return guarded(path_, action, [&] {
+    return write_transaction(db_, [&] {
+      require_run(db_, path_, run_id, action);
+      const auto now = std::chrono::system_clock::now();
+      const auto stale = now - std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                                   std::chrono::duration<double>(std::max(0.0, stale_after_seconds)));
+      // One UPDATE decides: in an IMMEDIATE transaction no other writer can interleave.
+      Statement update(db_, std::string("UPDATE runs SET status = 'running', "
+                                        "started_at = COALESCE(started_at, ?1), heartbeat_at = ?1, "
+                                        "finished_at = NULL, message = '', ") +
+                                kProvenanceAssignments +
+                                " WHERE id = ?2 AND (status = 'pending' OR "
+                                "(status = 'running' AND COALESCE(heartbeat_at, '') < ?11) OR "
+                                "(?12 AND status = 'failed'))");
+      bind_provenance(update, iso_utc(now), run_id, provenance);
+      update.bind(11, iso_utc(stale)).bind(12, retry_failed);
+      update.run();
+      return sqlite3_changes(db_) == 1;
+    });
+  });
+}
+
+void Store::heartbeat(int64_t run_id) {
+  const std::string action = "heartbeat of run " + std::to_string(run_id);
+  guarded(path_, action, [&] {
+    write_transaction(db_, [&] {
+      Statement update(db_, "UPDATE runs SET heartbeat_at = ? WHERE id = ?");
+      update.bind(1, now_utc()).bind(2, run_id).run();
+      if (sqlite3_changes(db_) != 1) require_run(db_, path_, run_id, action);
+    });
+  });
+}
+
+void Store::finish_run(int64_t run_id, RunStatus status, const std::string& message,
+                       const std::string& summary_json) {
+  const std::string action = "finishing run " + std::to_string(run_id) + " as " + to_string(status);
+  if (status == RunStatus::kPending || status == RunStatus::kRunning) {
+    throw StoreError(path_ + ": " + action + ": a run finishes as done, failed or diverged");
+  }
+  if (!summary_json.empty() && !json::accept(summary_json)) {
+    throw StoreError(path_ + ": " + action + ": the summary is not valid JSON: " + summary_json);
+  }
+  guarded(path_, action, [&] {
+    write_transaction(db_, [&] {
+      require_run(db_, path_, run_id, action);
+      const std::string now = now_utc();
+      Statement update(db_,
+                       "UPDATE runs SET status = ?1, message = ?2, summary_json = ?3, "
+                       "finished_at = ?4, heartbeat_at = ?4 WHERE id = ?5");
+      update.bind(1, to_string(status)).bind(2, message).bind_text_or_null(3, summary_json);
+      update.bind(4, now).bind(5, run_id).run();
+    });
+  });
+}
+
+// --- epochs ----------------------------------------------------------------------------------
+
+void Store::record_epoch(const EpochRecord& record) {
+  const std::string action =
+      "recording epoch " + std::to_string(record.epoch) + " of run " + std::to_string(record.run_id);
+  guarded(path_, action, [&] {
+    write_transaction(db_, [&] {
+      require_run(db_, path_, record.run_id, action);
+      // Delete first (metrics cascade) rather than INSERT OR REPLACE, whose implicit delete
+      // would leave the old epoch's metrics behind.
+      Statement remove(db_, "DELETE FROM epochs WHERE run_id = ? AND epoch = ?");
+      remove.bind(1, record.run_id).bind(2, record.epoch).run();
+
+      Statement insert(db_,
+                       "INSERT INTO epochs (run_id, epoch, global_step, lr, train_loss, "
+                       "train_fps_mean, train_fps_min, train_fps_max, epoch_seconds, "
+                       "skipped_samples, checkpoint_path, checkpoint_bytes, checkpoint_sha256, "
+                       "recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+      insert.bind(1, record.run_id).bind(2, record.epoch).bind(3, record.global_step);
+      insert.bind(4, record.lr).bind(5, record.train_loss).bind(6, record.train_fps_mean);
+      insert.bind(7, record.train_fps_min).bind(8, record.train_fps_max);
+      insert.bind(9, record.epoch_seconds).bind(10, record.skipped_samples);
+      if (record.checkpoint) {
+        insert.bind(11, record.checkpoint->path).bind(12, record.checkpoint->bytes);
+        insert.bind(13, record.checkpoint->sha256);
+      } else {
+        insert.bind_null(11).bind_null(12).bind_null(13);
+      }
+      insert.bind(14, now_utc()).run();
+
+      Statement metric(db_, "INSERT INTO metrics (run_id, epoch, name, value) VALUES (?, ?, ?, ?)");
+      for (const auto& [name, value] : record.metrics) {
+        metric.reset().bind(1, record.run_id).bind(2, record.epoch).bind(3, name).bind(4, value);
+        try {
+          metric.run();
+        } catch (const SqliteError& error) {
+          if (error.code() != SQLITE_CONSTRAINT_CHECK) throw;
+          throw StoreError(path_ + ": " + action + ": metric name '" + name +
+                           "' is not allowed (" + error.what() +
+                           "); metric names are lowercase identifiers [a-z][a-z0-9_]*, and lr, "
+                           "train_loss, train_fps_*, epoch_seconds, skipped_samples, global_step "
+                           "go in their EpochRecord fields");
+        }
+      }
+    });
+  });
+}
+
+std::vector<EpochRow> Store::epochs(int64_t run_id) const {
+  return guarded(path_, "reading epochs of run " + std::to_string(run_id), [&] {
+    std::vector<EpochRow> rows;
+    Statement select(db_,
+                     "SELECT epoch, global_step, lr, train_loss, train_fps_mean, train_fps_min, "
+                     "train_fps_max, epoch_seconds, skipped_samples, checkpoint_path, "
+                     "checkpoint_bytes, checkpoint_sha256, checkpoint_deleted_at, recorded_at "
+                     "FROM epochs WHERE run_id = ? ORDER BY epoch");
+    select.bind(1, run_id);
+    while (select.step()) {
+      EpochRow row;
+      row.epoch = static_cast<int>(select.column_int(0));
+      row.global_step = select.column_int(1);
+      row.lr = select.column_double(2);
+      row.train_loss = select.column_double(3);
+      row.train_fps_mean = select.column_double(4);
+      row.train_fps_min = select.column_double(5);
+      row.train_fps_max = select.column_double(6);
+      row.epoch_seconds = select.column_double(7);
+      row.skipped_samples = select.column_int(8);
+      if (!select.is_null(9) && select.is_null(12)) {
+        row.checkpoint = CheckpointFile{select.column_text(9), select.column_int(10),
+                                        select.column_text(11)};
+      }
+      row.recorded_at = select.column_text(13);
+      rows.push_back(std::move(row));
+    }
+    Statement metrics(db_, "SELECT epoch, name, value FROM metrics WHERE run_id = ? ORDER BY epoch");
+    metrics.bind(1, run_id);
+    size_t next = 0;
+    while (metrics.step()) {
+      const int epoch = static_cast<int>(metrics.column_int(0));
+      while (next < rows.size() && rows[next].epoch < epoch) ++next;
+      if (next < rows.size() && rows[next].epoch == epoch) {
+        rows[next].metrics[metrics.column_text(1)] = metrics.column_double(2);
+      }
+    }
+    return rows;
+  });
+}
+
+std::vector<CheckpointFile> Store::truncate_after(int64_t run_id, int epoch) {
+  const std::string action =
+      "dropping epochs after " + std::to_string(epoch) + " of run " + std::to_string(run_id);
+  return guarded(path_, action, [&] {
+    return write_transaction(db_, [&] {
+      require_run(db_, path_, run_id, action);
+      std::vector<CheckpointFile> files;
+      Statement select(db_,
+                       "SELECT checkpoint_path, checkpoint_bytes, checkpoint_sha256 FROM epochs "
+                       "WHERE run_id = ? AND epoch > ? AND checkpoint_path IS NOT NULL "
+                       "AND checkpoint_deleted_at IS NULL ORDER BY epoch");
+      select.bind(1, run_id).bind(2, epoch);
+      while (select.step()) {
+        files.push_back({select.column_text(0), select.column_int(1), select.column_text(2)});
+      }
+      Statement remove(db_, "DELETE FROM epochs WHERE run_id = ? AND epoch > ?");
+      remove.bind(1, run_id).bind(2, epoch).run();
+      return files;
+    });
+  });
+}
+
+void Store::forget_checkpoint(int64_t run_id, int epoch) {
+  const std::string action = "forgetting the checkpoint of epoch " + std::to_string(epoch) +
+                             " of run " + std::to_string(run_id);
+  guarded(path_, action, [&] {
+    write_transaction(db_, [&] {
+      Statement update(db_,
+                       "UPDATE epochs SET checkpoint_deleted_at = COALESCE(checkpoint_deleted_at, ?) "
+                       "WHERE run_id = ? AND epoch = ? AND checkpoint_path IS NOT NULL");
+      update.bind(1, now_utc()).bind(2, run_id).bind(3, epoch).run();
+      if (sqlite3_changes(db_) != 1) {
+        throw StoreError(path_ + ": " + action + ": that epoch has no recorded checkpoint");
+      }
+    });
+  });
+}
+
+}  // namespace amptune::store

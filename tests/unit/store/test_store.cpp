@@ -1,0 +1,768 @@
+// Unit tests of the results database (src/store). Each test works in its own temp directory and
+// ends with PRAGMA integrity_check / foreign_key_check on every database it made.
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "core/embedded.h"
+#include "core/error.h"
+#include "store/migrations.h"
+#include "store/store.h"
+
+namespace amptune::store {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+// A second, raw connection to inspect or tamper with a database file.
+class RawDb {
+ public:
+  explicit RawDb(const std::string& path) {
+    if (sqlite3_open(path.c_str(), &db_) != SQLITE_OK) throw std::runtime_error("open " + path);
+  }
+  ~RawDb() { sqlite3_close(db_); }
+  void exec(const std::string& sql) {
+    char* error = nullptr;
+    if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
+      std::string message = error ? error : "?";
+      sqlite3_free(error);
+      throw std::runtime_error(message + " in " + sql);
+    }
+  }
+  // Rows of a query, each column as text ("NULL" for NULL).
+  std::vector<std::vector<std::string>> rows(const std::string& sql) {
+    sqlite3_stmt* statement = nullptr;
+    if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &statement, nullptr) != SQLITE_OK) {
+      throw std::runtime_error(std::string(sqlite3_errmsg(db_)) + " in " + sql);
+    }
+    std::vector<std::vector<std::string>> out;
+    while (sqlite3_step(statement) == SQLITE_ROW) {
+      std::vector<std::string> row;
+      for (int i = 0; i < sqlite3_column_count(statement); ++i) {
+        const unsigned char* text = sqlite3_column_text(statement, i);
+        row.push_back(text ? reinterpret_cast<const char*>(text) : "NULL");
+      }
+      out.push_back(row);
+    }
+    sqlite3_finalize(statement);
+    return out;
+  }
+  std::string text(const std::string& sql) {
+    auto result = rows(sql);
+    return result.empty() || result[0].empty() ? "<no row>" : result[0][0];
+  }
+  int64_t integer(const std::string& sql) { return std::stoll(text(sql)); }
+
+ private:
+  sqlite3* db_ = nullptr;
+};
+
+int latest_version() { return parse_migrations(embedded::store_sql).back().version; }
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const StoreError& error) {
+    return error.what();
+  }
+  return "<no StoreError>";
+}
+
+bool is_iso_utc(const std::string& text) {
+  static const std::regex pattern(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)");
+  return std::regex_match(text, pattern);
+}
+
+class StoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::path(::testing::TempDir()) /
+           ("amptune_store_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" +
+            std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    for (const auto& path : databases_) {
+      if (!fs::exists(path)) continue;
+      Store store(path);
+      EXPECT_EQ(store.integrity_check(), "ok") << path;
+      RawDb raw(path);
+      EXPECT_EQ(raw.text("PRAGMA integrity_check"), "ok") << path;
+    }
+    // AMPTUNE_KEEP_TEST_FILES=1 keeps the databases for a look with the sqlite3 shell.
+    if (!std::getenv("AMPTUNE_KEEP_TEST_FILES")) fs::remove_all(dir_);
+  }
+  std::string db_path(const std::string& name = "results.sqlite") {
+    std::string path = (dir_ / name).string();
+    databases_.push_back(path);
+    return path;
+  }
+
+  static RunSpec spec(const std::string& sweep, int index, const std::string& hash_seed,
+                      const std::string& axes = "{}") {
+    RunSpec s;
+    s.sweep_name = sweep;
+    s.cell_index = index;
+    s.label = "cell " + std::to_string(index);
+    s.config_json = R"({"optim":{"lr":0.1},"seed":)" + std::to_string(index) + "}";
+    s.config_hash = sha_like(hash_seed);
+    s.axes_json = axes;
+    return s;
+  }
+  // 64 hex characters derived from a seed string (the store does not check it is a real sha256).
+  static std::string sha_like(const std::string& seed) {
+    std::string out;
+    size_t h = std::hash<std::string>{}(seed);
+    while (out.size() < 64) {
+      char buffer[17];
+      std::snprintf(buffer, sizeof buffer, "%016zx", h);
+      out += buffer;
+      h = h * 6364136223846793005ULL + 1442695040888963407ULL;
+    }
+    return out.substr(0, 64);
+  }
+  static EpochRecord epoch_record(int64_t run_id, int epoch, std::map<std::string, double> metrics,
+                                  bool checkpoint = false) {
+    EpochRecord r;
+    r.run_id = run_id;
+    r.epoch = epoch;
+    r.global_step = 100 * (epoch + 1);
+    r.lr = 0.1;
+    r.train_loss = 2.0 - 0.1 * epoch;
+    r.train_fps_mean = 100 + epoch;
+    r.train_fps_min = 90;
+    r.train_fps_max = 110;
+    r.epoch_seconds = 10;
+    r.metrics = std::move(metrics);
+    if (checkpoint) {
+      r.checkpoint = CheckpointFile{"ckpt/run" + std::to_string(run_id) + "_e" + std::to_string(epoch) + ".pt",
+                                    1000 + epoch, sha_like("ckpt" + std::to_string(epoch))};
+    }
+    return r;
+  }
+
+  fs::path dir_;
+  std::vector<std::string> databases_;
+};
+
+// --- migrations file ---------------------------------------------------------------------------
+
+TEST(StoreMigrations, EmbeddedFileCountsFromOne) {
+  auto migrations = parse_migrations(embedded::store_sql);
+  ASSERT_GE(migrations.size(), 2u);
+  for (size_t i = 0; i < migrations.size(); ++i) {
+    EXPECT_EQ(migrations[i].version, static_cast<int>(i) + 1);
+    EXPECT_NE(migrations[i].sql.find("CREATE"), std::string::npos) << "migration " << i + 1;
+  }
+}
+
+TEST(StoreMigrations, RejectsGapsBadNumbersAndSqlBeforeTheFirst) {
+  EXPECT_NE(message_of([] { parse_migrations("-- migration: 1\nSELECT 1;\n-- migration: 3\n"); })
+                .find("store.sql:3: expected '-- migration: 2'"),
+            std::string::npos);
+  EXPECT_NE(message_of([] { parse_migrations("-- migration: one\n"); }).find("store.sql:1"),
+            std::string::npos);
+  EXPECT_NE(message_of([] { parse_migrations("-- header\nCREATE TABLE t(x);\n-- migration: 1\n"); })
+                .find("SQL before the first"),
+            std::string::npos);
+  auto ok = parse_migrations("-- header\n\n-- migration: 1\nA;\n-- migration: 2\nB;\n");
+  ASSERT_EQ(ok.size(), 2u);
+  EXPECT_EQ(ok[0].sql, "A;\n");
+  EXPECT_EQ(ok[1].sql, "B;\n");
+}
+
+// --- opening -----------------------------------------------------------------------------------
+
+TEST_F(StoreTest, CreatesWalDatabaseAtLatestVersion) {
+  const std::string path = db_path();
+  {
+    Store store(path);
+    EXPECT_EQ(store.path(), path);
+    EXPECT_EQ(store.schema_version(), latest_version());
+  }
+  RawDb raw(path);
+  EXPECT_EQ(raw.text("PRAGMA journal_mode"), "wal");
+  EXPECT_EQ(raw.integer("SELECT COUNT(*) FROM schema_version"), latest_version());
+  EXPECT_TRUE(is_iso_utc(raw.text("SELECT applied_at FROM schema_version WHERE version = 1")));
+  for (const char* table : {"sweeps", "runs", "run_params", "epochs", "metrics", "metric_info"}) {
+    EXPECT_EQ(raw.integer(std::string("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = '") +
+                          table + "'"),
+              1)
+        << table;
+  }
+  for (const char* view : {"epoch_values", "best_epoch", "run_summary", "epoch_metrics",
+                           "sweep_leaderboard", "checkpoints"}) {
+    EXPECT_EQ(raw.integer(std::string("SELECT COUNT(*) FROM sqlite_master WHERE type = 'view' AND name = '") +
+                          view + "'"),
+              1)
+        << view;
+  }
+  EXPECT_EQ(raw.integer("SELECT higher_is_better FROM metric_info WHERE name = 'acc1'"), 1);
+  EXPECT_EQ(raw.integer("SELECT higher_is_better FROM metric_info WHERE name = 'val_loss'"), 0);
+  EXPECT_EQ(raw.integer("SELECT higher_is_better FROM metric_info WHERE name = 'ap_root_25'"), 1);
+  EXPECT_EQ(raw.integer("SELECT higher_is_better FROM metric_info WHERE name = 'mrpe_z'"), 0);
+}
+
+TEST_F(StoreTest, ReopeningAppliesNothingTwice) {
+  const std::string path = db_path();
+  { Store first(path); }
+  { Store second(path); EXPECT_EQ(second.schema_version(), latest_version()); }
+  RawDb raw(path);
+  EXPECT_EQ(raw.integer("SELECT COUNT(*) FROM schema_version"), latest_version());
+}
+
+TEST_F(StoreTest, MissingDirectoryIsNamed) {
+  const std::string path = (dir_ / "no_such_dir" / "x.sqlite").string();
+  const std::string message = message_of([&] { Store store(path); });
+  EXPECT_NE(message.find(path), std::string::npos) << message;
+  EXPECT_NE(message.find("does not exist"), std::string::npos) << message;
+  EXPECT_NE(message.find("mkdir -p"), std::string::npos) << message;
+  EXPECT_FALSE(fs::exists(dir_ / "no_such_dir"));
+}
+
+TEST_F(StoreTest, ParentThatIsAFileIsNamed) {
+  std::ofstream(dir_ / "plain.txt") << "not a directory\n";
+  const std::string path = (dir_ / "plain.txt" / "x.sqlite").string();
+  const std::string message = message_of([&] { Store store(path); });
+  EXPECT_NE(message.find("plain.txt is not a directory"), std::string::npos) << message;
+}
+
+TEST_F(StoreTest, UnwritableLocationIsAStoreError) {
+  // chmod does not stop root, so use a directory no one can create files in.
+  const std::string path = "/proc/amptune_store_test_" + std::to_string(::getpid()) + ".sqlite";
+  const std::string message = message_of([&] { Store store(path); });
+  EXPECT_NE(message.find(path), std::string::npos) << message;
+  EXPECT_NE(message.find("writable"), std::string::npos) << message;
+}
+
+TEST_F(StoreTest, DirectoryAsDatabasePathIsNamed) {
+  const std::string message = message_of([&] { Store store(dir_.string()); });
+  EXPECT_NE(message.find("is a directory"), std::string::npos) << message;
+}
+
+TEST_F(StoreTest, NonSqliteFileIsRefusedAndLeftAlone) {
+  const std::string path = (dir_ / "x.sqlite").string();
+  const std::string content = std::string("this is a text file, not a database\n") + std::string(4096, 'x');
+  std::ofstream(path, std::ios::binary) << content;
+  const std::string message = message_of([&] { Store store(path); });
+  EXPECT_NE(message.find(path + " is not an amptune SQLite database ("), std::string::npos) << message;
+  std::ifstream in(path, std::ios::binary);
+  std::string after((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(after, content);
+}
+
+TEST_F(StoreTest, OtherProgramsSqliteIsRefused) {
+  const std::string path = (dir_ / "other.sqlite").string();
+  { RawDb raw(path); raw.exec("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)"); }
+  const std::string message = message_of([&] { Store store(path); });
+  EXPECT_NE(message.find("not an amptune one"), std::string::npos) << message;
+  EXPECT_NE(message.find("notes"), std::string::npos) << message;
+  RawDb raw(path);
+  EXPECT_EQ(raw.integer("SELECT COUNT(*) FROM sqlite_master WHERE name = 'runs'"), 0);
+}
+
+TEST_F(StoreTest, NewerSchemaIsRefused) {
+  const std::string path = db_path();
+  { Store store(path); }
+  { RawDb raw(path); raw.exec("INSERT INTO schema_version VALUES (99, '2099-01-01T00:00:00.000Z')"); }
+  const std::string message = message_of([&] { Store store(path); });
+  EXPECT_NE(message.find("was written by a newer amptune (schema 99 > " +
+                         std::to_string(latest_version()) + "); upgrade amptune"),
+            std::string::npos)
+      << message;
+  RawDb raw(path);
+  raw.exec("DELETE FROM schema_version WHERE version = 99");  // so TearDown can check it
+}
+
+TEST_F(StoreTest, MigratesAVersionOneDatabaseKeepingItsRows) {
+  const std::string path = db_path();
+  auto migrations = parse_migrations(embedded::store_sql);
+  {
+    RawDb raw(path);
+    raw.exec("PRAGMA journal_mode = WAL");
+    raw.exec("BEGIN; CREATE TABLE schema_version (version INTEGER NOT NULL, applied_at TEXT NOT NULL);" +
+             migrations[0].sql +
+             "INSERT INTO schema_version VALUES (1, '2024-01-01T00:00:00.000Z'); COMMIT;");
+    raw.exec(
+        "INSERT INTO sweeps (name, created_at, updated_at) VALUES ('old', 't', 't');"
+        "INSERT INTO runs (sweep_id, name, cell_index, label, config_json, config_hash, created_at, model, lr)"
+        " VALUES (1, 'old/0-aaaaaaaa', 0, 'base', '{}', 'aaaaaaaaaaaa', 't', 'resnet18', 0.1);"
+        "INSERT INTO epochs (run_id, epoch, global_step, lr, train_loss, recorded_at) VALUES"
+        " (1, 0, 10, 0.1, 2.5, 't'), (1, 1, 20, 0.1, 2.0, 't');"
+        "INSERT INTO metrics VALUES (1, 0, 'acc1', 40.0), (1, 1, 'acc1', 55.5);");
+    EXPECT_EQ(raw.integer("SELECT COUNT(*) FROM sqlite_master WHERE name = 'best_epoch'"), 0);
+  }
+  Store store(path);
+  EXPECT_EQ(store.schema_version(), latest_version());
+  auto run = store.find_run("old/0-aaaaaaaa");
+  ASSERT_TRUE(run);
+  EXPECT_EQ(run->primary_metric, "acc1");
+  EXPECT_EQ(run->epochs_done, 2);
+  EXPECT_EQ(run->columns.at("model"), "\"resnet18\"");
+  EXPECT_EQ(store.epochs(run->id).at(1).metrics.at("acc1"), 55.5);
+  RawDb raw(path);
+  EXPECT_EQ(raw.rows("SELECT best_value, best_epoch FROM best_epoch"),
+            (std::vector<std::vector<std::string>>{{"55.5", "1"}}));
+  EXPECT_EQ(raw.integer("SELECT COUNT(*) FROM schema_version"), latest_version());
+}
+
+// --- sweeps and runs ---------------------------------------------------------------------------
+
+TEST_F(StoreTest, EnsureSweepIsIdempotentAndUpdatesText) {
+  Store store(db_path());
+  const int64_t id = store.ensure_sweep("quick", "first", "name: quick\n", "experiments/quick.yaml");
+  EXPECT_EQ(store.ensure_sweep("quick", "first", "name: quick\n", "experiments/quick.yaml"), id);
+  EXPECT_EQ(store.ensure_sweep("quick", "second", "name: quick\n# edited\n", "e/q.yaml"), id);
+  EXPECT_NE(store.ensure_sweep("other", "", "", ""), id);
+  RawDb raw(store.path());
+  EXPECT_EQ(raw.rows("SELECT description, yaml, source_path FROM sweeps WHERE id = " + std::to_string(id)),
+            (std::vector<std::vector<std::string>>{{"second", "name: quick\n# edited\n", "e/q.yaml"}}));
+  EXPECT_TRUE(is_iso_utc(raw.text("SELECT created_at FROM sweeps WHERE name = 'quick'")));
+  EXPECT_THROW(store.ensure_sweep("", "", "", ""), StoreError);
+}
+
+TEST_F(StoreTest, RunRoundTripsEveryField) {
+  Store store(db_path());
+  const int64_t sweep = store.ensure_sweep("grid", "d", "y", "p");
+  RunSpec s = spec("grid", 3, "h3", R"({"optim.lr": 0.05, "schedule.lr_dec_epoch": [17, 21], "amp.opt_level": "O2"})");
+  s.columns = {{"model", "\"resnet18\""},     {"dataset", "\"idx:data/fashion\""},
+               {"optimizer", "\"sgd\""},      {"lr", "0.05"},
+               {"batch_size", "128"},         {"epochs", "3"},
+               {"lr_dec_epoch", "[17,21]"},   {"seed", "7"},
+               {"primary_metric", "\"val_loss\""}};
+  const RunRow created = store.ensure_run(sweep, s);
+  EXPECT_GT(created.id, 0);
+  EXPECT_EQ(created.sweep_id, sweep);
+  EXPECT_EQ(created.sweep_name, "grid");
+  EXPECT_EQ(created.name, "grid/3-" + s.config_hash.substr(0, 8));
+  EXPECT_EQ(created.cell_index, 3);
+  EXPECT_EQ(created.label, "cell 3");
+  EXPECT_EQ(created.status, RunStatus::kPending);
+  EXPECT_EQ(created.config_json, s.config_json);
+  EXPECT_EQ(created.config_hash, s.config_hash);
+  EXPECT_EQ(json::parse(created.axes_json), json::parse(s.axes_json));
+  EXPECT_EQ(created.epochs_done, 0);
+  EXPECT_EQ(created.message, "");
+  EXPECT_EQ(created.summary_json, "");
+  EXPECT_EQ(created.started_at, "");
+  EXPECT_EQ(created.finished_at, "");
+  EXPECT_EQ(created.heartbeat_at, "");
+  EXPECT_TRUE(is_iso_utc(created.created_at)) << created.created_at;
+  EXPECT_EQ(created.primary_metric, "val_loss");
+  EXPECT_EQ(created.columns, s.columns);
+
+  const auto by_id = store.find_run(created.id);
+  ASSERT_TRUE(by_id);
+  EXPECT_EQ(by_id->name, created.name);
+  EXPECT_EQ(by_id->columns, s.columns);
+  const auto by_text_id = store.find_run(std::to_string(created.id));
+  ASSERT_TRUE(by_text_id);
+  EXPECT_EQ(by_text_id->id, created.id);
+  const auto by_name = store.find_run(created.name);
+  ASSERT_TRUE(by_name);
+  EXPECT_EQ(by_name->id, created.id);
+  EXPECT_FALSE(store.find_run(created.id + 100));
+  EXPECT_FALSE(store.find_run("grid/9-deadbeef"));
+
+  RawDb raw(store.path());
+  EXPECT_EQ(raw.rows("SELECT key, value_json FROM run_params ORDER BY key"),
+            (std::vector<std::vector<std::string>>{
+                {"amp.opt_level", "\"O2\""}, {"optim.lr", "0.05"}, {"schedule.lr_dec_epoch", "[17,21]"}}));
+  // Readable columns have SQL types a user can compare with.
+  EXPECT_EQ(raw.rows("SELECT typeof(lr), typeof(batch_size), typeof(model), lr_dec_epoch FROM runs"),
+            (std::vector<std::vector<std::string>>{{"real", "integer", "text", "[17,21]"}}));
+}
+
+TEST_F(StoreTest, EnsureRunReturnsTheExistingRow) {
+  Store store(db_path());
+  const int64_t sweep = store.ensure_sweep("s", "", "", "");
+  const RunRow first = store.ensure_run(sweep, spec("s", 0, "a", R"({"seed": 0})"));
+  RunSpec again = spec("s", 5, "a", R"({"seed": 0, "x": 1})");
+  again.label = "changed";
+  const RunRow second = store.ensure_run(sweep, again);
+  EXPECT_EQ(second.id, first.id);
+  EXPECT_EQ(second.name, first.name);
+  EXPECT_EQ(second.label, first.label);
+  const RunRow other = store.ensure_run(sweep, spec("s", 1, "b"));
+  EXPECT_NE(other.id, first.id);
+  // The same config in another sweep is another run.
+  const int64_t sweep2 = store.ensure_sweep("t", "", "", "");
+  EXPECT_NE(store.ensure_run(sweep2, spec("t", 0, "a")).id, first.id);
+
+  EXPECT_EQ(store.runs().size(), 3u);
+  const auto of_s = store.runs(std::string("s"));
+  ASSERT_EQ(of_s.size(), 2u);
+  EXPECT_EQ(of_s[0].cell_index, 0);
+  EXPECT_EQ(of_s[1].cell_index, 1);
+  EXPECT_TRUE(store.runs(std::string("nope")).empty());
+  RawDb raw(store.path());
+  EXPECT_EQ(raw.integer("SELECT COUNT(*) FROM run_params"), 1);
+}
+
+TEST_F(StoreTest, EnsureRunRejectsBadSpecs) {
+  Store store(db_path());
+  const int64_t sweep = store.ensure_sweep("s", "", "", "");
+  RunSpec unknown = spec("s", 0, "a");
+  unknown.columns["opt_levle"] = "\"O1\"";
+  const std::string message = message_of([&] { store.ensure_run(sweep, unknown); });
+  EXPECT_NE(message.find("no setting column 'opt_levle'"), std::string::npos) << message;
+  EXPECT_NE(message.find("lr_dec_epoch"), std::string::npos) << message;  // lists the known ones
+
+  RunSpec bad_axes = spec("s", 0, "a", "[1, 2]");
+  EXPECT_NE(message_of([&] { store.ensure_run(sweep, bad_axes); }).find("axes_json must be a JSON object"),
+            std::string::npos);
+  RunSpec bad_value = spec("s", 0, "a");
+  bad_value.columns["lr"] = "zero point one";
+  EXPECT_NE(message_of([&] { store.ensure_run(sweep, bad_value); }).find("column lr"), std::string::npos);
+  RunSpec wrong_sweep = spec("elsewhere", 0, "a");
+  EXPECT_NE(message_of([&] { store.ensure_run(sweep, wrong_sweep); }).find("sweep 'elsewhere'"),
+            std::string::npos);
+  RunSpec short_hash = spec("s", 0, "a");
+  short_hash.config_hash = "abc";
+  EXPECT_THROW(store.ensure_run(sweep, short_hash), StoreError);
+  EXPECT_THROW(store.ensure_run(sweep + 10, spec("", 0, "a")), StoreError);
+  EXPECT_TRUE(store.runs().empty());
+  const auto settable = store.setting_columns();
+  EXPECT_NE(std::find(settable.begin(), settable.end(), "primary_metric"), settable.end());
+  EXPECT_EQ(std::find(settable.begin(), settable.end(), "status"), settable.end());
+}
+
+// --- status ------------------------------------------------------------------------------------
+
+Provenance provenance(const std::string& host) {
+  Provenance p;
+  p.amptune_version = "0.1.0";
+  p.git_commit = "0123456789abcdef";
+  p.git_dirty = true;
+  p.torch_version = "1.13.1";
+  p.host = host;
+  p.threads = 4;
+  p.device = "cpu";
+  p.command_line = "amptune run experiments/x.yaml";
+  return p;
+}
+
+TEST_F(StoreTest, RunLifecycleRoundTrips) {
+  Store store(db_path());
+  const int64_t sweep = store.ensure_sweep("s", "", "", "");
+  const int64_t id = store.ensure_run(sweep, spec("s", 0, "a")).id;
+
+  store.mark_running(id, provenance("alpha"));
+  RunRow running = *store.find_run(id);
+  EXPECT_EQ(running.status, RunStatus::kRunning);
+  EXPECT_TRUE(is_iso_utc(running.started_at));
+  EXPECT_EQ(running.heartbeat_at, running.started_at);
+  EXPECT_EQ(running.finished_at, "");
+  EXPECT_EQ(running.provenance.amptune_version, "0.1.0");
+  EXPECT_EQ(running.provenance.git_commit, "0123456789abcdef");
+  EXPECT_TRUE(running.provenance.git_dirty);
+  EXPECT_EQ(running.provenance.torch_version, "1.13.1");
+  EXPECT_EQ(running.provenance.host, "alpha");
+  EXPECT_EQ(running.provenance.threads, 4);
+  EXPECT_EQ(running.provenance.device, "cpu");
+  EXPECT_EQ(running.provenance.command_line, "amptune run experiments/x.yaml");
+
+  { RawDb raw(store.path()); raw.exec("UPDATE runs SET heartbeat_at = '2000-01-01T00:00:00.000Z'"); }
+  store.heartbeat(id);
+  EXPECT_GT(store.find_run(id)->heartbeat_at, "2000-01-01T00:00:00.000Z");
+
+  store.finish_run(id, RunStatus::kFailed, "loader crashed", "");
+  RunRow failed = *store.find_run(id);
+  EXPECT_EQ(failed.status, RunStatus::kFailed);
+  EXPECT_EQ(failed.message, "loader crashed");
+  EXPECT_TRUE(is_iso_utc(failed.finished_at));
+
+  // Resuming keeps the first start time and clears the failure.
+  store.mark_running(id, provenance("beta"));
+  RunRow resumed = *store.find_run(id);
+  EXPECT_EQ(resumed.started_at, running.started_at);
+  EXPECT_EQ(resumed.message, "");
+  EXPECT_EQ(resumed.finished_at, "");
+  EXPECT_EQ(resumed.provenance.host, "beta");
+
+  store.finish_run(id, RunStatus::kDone, "", R"({"acc1": 91.5})");
+  RunRow done = *store.find_run(id);
+  EXPECT_EQ(done.status, RunStatus::kDone);
+  EXPECT_EQ(json::parse(done.summary_json), json::parse(R"({"acc1": 91.5})"));
+
+  EXPECT_THROW(store.finish_run(id, RunStatus::kRunning, "", ""), StoreError);
+  EXPECT_THROW(store.finish_run(id, RunStatus::kDone, "", "{not json"), StoreError);
+  EXPECT_THROW(store.heartbeat(id + 1), StoreError);
+  EXPECT_THROW(store.mark_running(id + 1, provenance("x")), StoreError);
+  EXPECT_THROW(store.finish_run(id + 1, RunStatus::kDone, "", ""), StoreError);
+}
+
+TEST_F(StoreTest, StatusWordsRoundTrip) {
+  for (RunStatus status : {RunStatus::kPending, RunStatus::kRunning, RunStatus::kDone,
+                           RunStatus::kFailed, RunStatus::kDiverged}) {
+    EXPECT_EQ(parse_status(to_string(status)), status);
+  }
+  EXPECT_THROW(parse_status("finished"), StoreError);
+}
+
+TEST_F(StoreTest, ClaimRunHasOneWinner) {
+  const std::string path = db_path();
+  Store a(path);
+  Store b(path);  // a second connection, as a second worker process would have
+  const int64_t sweep = a.ensure_sweep("s", "", "", "");
+  const int64_t id = a.ensure_run(sweep, spec("s", 0, "a")).id;
+
+  EXPECT_TRUE(a.claim_run(id, provenance("a"), 3600));
+  EXPECT_FALSE(b.claim_run(id, provenance("b"), 3600));  // fresh heartbeat: a holds it
+  EXPECT_EQ(b.find_run(id)->provenance.host, "a");
+
+  { RawDb raw(path); raw.exec("UPDATE runs SET heartbeat_at = '2000-01-01T00:00:00.000Z'"); }
+  EXPECT_TRUE(b.claim_run(id, provenance("b"), 3600));  // a's worker is presumed dead
+  RunRow taken = *a.find_run(id);
+  EXPECT_EQ(taken.provenance.host, "b");
+  EXPECT_EQ(taken.status, RunStatus::kRunning);
+
+  a.finish_run(id, RunStatus::kFailed, "oom", "");
+  EXPECT_FALSE(a.claim_run(id, provenance("a"), 0));
+  EXPECT_TRUE(a.claim_run(id, provenance("a"), 3600, /*retry_failed=*/true));
+  EXPECT_EQ(a.find_run(id)->message, "");
+
+  a.finish_run(id, RunStatus::kDone, "", "{}");
+  EXPECT_FALSE(b.claim_run(id, provenance("b"), 0, true));
+  a.finish_run(id, RunStatus::kDiverged, "loss is NaN", "{}");
+  EXPECT_FALSE(b.claim_run(id, provenance("b"), 0, true));
+  EXPECT_EQ(a.find_run(id)->status, RunStatus::kDiverged);
+
+  EXPECT_THROW(a.claim_run(id + 1, provenance("a"), 0), StoreError);
+}
+
+// --- epochs ------------------------------------------------------------------------------------
+
+TEST_F(StoreTest, EpochRoundTripsEveryField) {
+  Store store(db_path());
+  const int64_t sweep = store.ensure_sweep("s", "", "", "");
+  const int64_t id = store.ensure_run(sweep, spec("s", 0, "a")).id;
+  EpochRecord r;
+  r.run_id = id;
+  r.epoch = 0;
+  r.global_step = 469;
+  r.lr = 0.0125;
+  r.train_loss = std::numeric_limits<double>::quiet_NaN();  // a diverged epoch
+  r.train_fps_mean = 1234.5;
+  r.train_fps_min = 1000.25;
+  r.train_fps_max = 1500.75;
+  r.epoch_seconds = 48.5;
+  r.skipped_samples = 3;
+  r.metrics = {{"acc1", 12.5}, {"acc5", 50.0}, {"val_loss", std::numeric_limits<double>::infinity()},
+               {"loss_scale", 65536.0}};
+  r.checkpoint = CheckpointFile{"results/ckpt/s/0/epoch_000.pt", 123456789012, sha_like("c")};
+  store.record_epoch(r);
+  EpochRecord second = epoch_record(id, 1, {{"acc1", 20}});
+  store.record_epoch(second);
+
+  const auto rows = store.epochs(id);
+  ASSERT_EQ(rows.size(), 2u);
+  const EpochRow& e = rows[0];
+  EXPECT_EQ(e.epoch, 0);
+  EXPECT_EQ(e.global_step, 469);
+  EXPECT_EQ(e.lr, 0.0125);
+  EXPECT_TRUE(std::isnan(e.train_loss));
+  EXPECT_EQ(e.train_fps_mean, 1234.5);
+  EXPECT_EQ(e.train_fps_min, 1000.25);
+  EXPECT_EQ(e.train_fps_max, 1500.75);
+  EXPECT_EQ(e.epoch_seconds, 48.5);
+  EXPECT_EQ(e.skipped_samples, 3);
+  ASSERT_EQ(e.metrics.size(), 4u);
+  EXPECT_EQ(e.metrics.at("acc1"), 12.5);
+  EXPECT_EQ(e.metrics.at("acc5"), 50.0);
+  EXPECT_TRUE(std::isinf(e.metrics.at("val_loss")));
+  EXPECT_EQ(e.metrics.at("loss_scale"), 65536.0);
+  ASSERT_TRUE(e.checkpoint);
+  EXPECT_EQ(e.checkpoint->path, "results/ckpt/s/0/epoch_000.pt");
+  EXPECT_EQ(e.checkpoint->bytes, 123456789012);
+  EXPECT_EQ(e.checkpoint->sha256, sha_like("c"));
+  EXPECT_TRUE(is_iso_utc(e.recorded_at));
+  EXPECT_FALSE(rows[1].checkpoint);
+  EXPECT_EQ(rows[1].metrics, (std::map<std::string, double>{{"acc1", 20}}));
+  EXPECT_EQ(store.find_run(id)->epochs_done, 2);
+}
+
+TEST_F(StoreTest, RerecordingAnEpochReplacesItsMetrics) {
+  Store store(db_path());
+  const int64_t id = store.ensure_run(store.ensure_sweep("s", "", "", ""), spec("s", 0, "a")).id;
+  store.record_epoch(epoch_record(id, 0, {{"acc1", 10}, {"acc5", 30}}));
+  store.record_epoch(epoch_record(id, 0, {{"acc1", 11}}));
+  const auto rows = store.epochs(id);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].metrics, (std::map<std::string, double>{{"acc1", 11}}));
+}
+
+TEST_F(StoreTest, FailureInsideRecordEpochLeavesNoPartialEpoch) {
+  Store store(db_path());
+  const int64_t id = store.ensure_run(store.ensure_sweep("s", "", "", ""), spec("s", 0, "a")).id;
+  store.record_epoch(epoch_record(id, 0, {{"acc1", 10}, {"acc5", 30}}, true));
+
+  // "acc1" is inserted before the bad name fails its CHECK: all of it must roll back.
+  const std::string message =
+      message_of([&] { store.record_epoch(epoch_record(id, 1, {{"acc1", 15}, {"zz bad name", 1}}, true)); });
+  EXPECT_NE(message.find("epoch 1 of run"), std::string::npos) << message;
+  EXPECT_NE(message.find("metric name 'zz bad name' is not allowed"), std::string::npos) << message;
+  EXPECT_NE(message.find("lowercase identifiers"), std::string::npos) << message;
+
+  // Replacing epoch 0 with a record that fails keeps the old epoch 0 as it was.
+  EXPECT_THROW(store.record_epoch(epoch_record(id, 0, {{"acc1", 99}, {"train_loss", 1}})), StoreError);
+  // A run that does not exist.
+  EXPECT_THROW(store.record_epoch(epoch_record(id + 1, 0, {{"acc1", 1}})), StoreError);
+
+  const auto rows = store.epochs(id);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].metrics, (std::map<std::string, double>{{"acc1", 10}, {"acc5", 30}}));
+  EXPECT_TRUE(rows[0].checkpoint);
+  RawDb raw(store.path());
+  EXPECT_EQ(raw.integer("SELECT COUNT(*) FROM epochs"), 1);
+  EXPECT_EQ(raw.integer("SELECT COUNT(*) FROM metrics"), 2);
+  // The connection is usable afterwards (no transaction left open).
+  store.record_epoch(epoch_record(id, 1, {{"acc1", 15}}));
+  EXPECT_EQ(store.epochs(id).size(), 2u);
+}
+
+TEST_F(StoreTest, TruncateAfterReturnsKeptCheckpointsAndDropsMetrics) {
+  Store store(db_path());
+  const int64_t id = store.ensure_run(store.ensure_sweep("s", "", "", ""), spec("s", 0, "a")).id;
+  const int64_t other = store.ensure_run(store.ensure_sweep("s", "", "", ""), spec("s", 1, "b")).id;
+  for (int epoch = 0; epoch < 4; ++epoch) {
+    store.record_epoch(epoch_record(id, epoch, {{"acc1", 10.0 + epoch}}, true));
+    store.record_epoch(epoch_record(other, epoch, {{"acc1", 1.0}}, true));
+  }
+  store.forget_checkpoint(id, 2);  // retention already deleted that file
+  const auto files = store.truncate_after(id, 1);
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(files[0].path, "ckpt/run" + std::to_string(id) + "_e3.pt");
+  EXPECT_EQ(files[0].bytes, 1003);
+  EXPECT_EQ(files[0].sha256, sha_like("ckpt3"));
+
+  const auto rows = store.epochs(id);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[1].epoch, 1);
+  EXPECT_EQ(store.find_run(id)->epochs_done, 2);
+  EXPECT_EQ(store.epochs(other).size(), 4u);
+  RawDb raw(store.path());
+  EXPECT_EQ(raw.integer("SELECT COUNT(*) FROM metrics WHERE run_id = " + std::to_string(id)), 2);
+  EXPECT_TRUE(store.truncate_after(id, 5).empty());
+  EXPECT_THROW(store.truncate_after(other + 1, 0), StoreError);
+}
+
+TEST_F(StoreTest, ForgetCheckpointKeepsTheMetrics) {
+  Store store(db_path());
+  const int64_t id = store.ensure_run(store.ensure_sweep("s", "", "", ""), spec("s", 0, "a")).id;
+  store.record_epoch(epoch_record(id, 0, {{"acc1", 10}}, true));
+  store.record_epoch(epoch_record(id, 1, {{"acc1", 12}}, false));
+  store.forget_checkpoint(id, 0);
+  const auto rows = store.epochs(id);
+  EXPECT_FALSE(rows[0].checkpoint);
+  EXPECT_EQ(rows[0].metrics.at("acc1"), 10);
+  EXPECT_THROW(store.forget_checkpoint(id, 1), StoreError);  // never had one
+  EXPECT_THROW(store.forget_checkpoint(id, 7), StoreError);
+  RawDb raw(store.path());
+  auto view = raw.rows("SELECT epoch, deleted_at IS NOT NULL, path FROM checkpoints");
+  ASSERT_EQ(view.size(), 1u);
+  EXPECT_EQ(view[0][0], "0");
+  EXPECT_EQ(view[0][1], "1");
+}
+
+// --- views -------------------------------------------------------------------------------------
+
+TEST_F(StoreTest, ViewsPickTheWinnerWhenHigherIsBetter) {
+  Store store(db_path());
+  const int64_t sweep = store.ensure_sweep("acc", "", "", "");
+  const std::vector<std::vector<double>> curves = {{50, 70, 65}, {60, 72, 71}, {80, 75, 90}};
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 3; ++i) {
+    RunSpec s = spec("acc", i, "acc" + std::to_string(i));
+    s.columns = {{"model", "\"resnet18\""}, {"lr", std::to_string(0.1 * (i + 1))}};
+    ids.push_back(store.ensure_run(sweep, s).id);
+    for (int epoch = 0; epoch < 3; ++epoch) {
+      store.record_epoch(epoch_record(ids[i], epoch, {{"acc1", curves[i][epoch]}, {"val_loss", 1.0}}));
+    }
+  }
+  store.ensure_run(sweep, spec("acc", 3, "not-started"));
+  RawDb raw(store.path());
+  EXPECT_EQ(raw.rows("SELECT run_id, best_value, best_epoch FROM best_epoch ORDER BY run_id"),
+            (std::vector<std::vector<std::string>>{{std::to_string(ids[0]), "70.0", "1"},
+                                                   {std::to_string(ids[1]), "72.0", "1"},
+                                                   {std::to_string(ids[2]), "90.0", "2"}}));
+  auto board = raw.rows("SELECT rank, run_id, epochs_done FROM sweep_leaderboard");
+  ASSERT_EQ(board.size(), 4u);
+  EXPECT_EQ(board[0], (std::vector<std::string>{"1", std::to_string(ids[2]), "3"}));
+  EXPECT_EQ(board[1], (std::vector<std::string>{"2", std::to_string(ids[1]), "3"}));
+  EXPECT_EQ(board[2], (std::vector<std::string>{"3", std::to_string(ids[0]), "3"}));
+  EXPECT_EQ(board[3][0], "NULL");
+  EXPECT_EQ(board[3][2], "0");
+  auto summary = raw.rows("SELECT run_id, model, best_value, best_epoch, last_value, epochs_done, "
+                          "mean_fps, total_seconds FROM run_summary");
+  ASSERT_EQ(summary.size(), 4u);
+  EXPECT_EQ(summary[0], (std::vector<std::string>{std::to_string(ids[2]), "resnet18", "90.0", "2", "90.0",
+                                                  "3", "101.0", "30.0"}));
+  EXPECT_EQ(summary[1][4], "71.0");  // last epoch's value, not the best
+  // Ties share a rank; the earliest epoch reaching the best counts.
+  store.record_epoch(epoch_record(ids[1], 3, {{"acc1", 90}}));
+  EXPECT_EQ(raw.rows("SELECT rank, run_id FROM sweep_leaderboard WHERE rank = 1 ORDER BY run_id"),
+            (std::vector<std::vector<std::string>>{{"1", std::to_string(ids[1])},
+                                                   {"1", std::to_string(ids[2])}}));
+}
+
+TEST_F(StoreTest, ViewsPickTheWinnerWhenLowerIsBetter) {
+  Store store(db_path());
+  const int64_t sweep = store.ensure_sweep("loss", "", "", "");
+  const int64_t other_sweep = store.ensure_sweep("other", "", "", "");
+  std::vector<int64_t> ids;
+  const std::vector<std::vector<double>> curves = {{3.0, 2.0, 2.5}, {2.8, 1.5, 1.9}, {4.0, 3.0, 2.2}};
+  for (int i = 0; i < 3; ++i) {
+    RunSpec s = spec("loss", i, "loss" + std::to_string(i));
+    s.columns = {{"primary_metric", "\"val_loss\""}};
+    ids.push_back(store.ensure_run(sweep, s).id);
+    for (int epoch = 0; epoch < 3; ++epoch) {
+      // acc1 disagrees with val_loss on purpose: the view must rank by val_loss.
+      store.record_epoch(epoch_record(ids[i], epoch, {{"val_loss", curves[i][epoch]}, {"acc1", 10.0 * i}}));
+    }
+  }
+  // A run ranked by an epochs column (train_loss, lower is better), in another sweep.
+  RunSpec t = spec("other", 0, "t");
+  t.columns = {{"primary_metric", "\"train_loss\""}};
+  const int64_t train_id = store.ensure_run(other_sweep, t).id;
+  for (int epoch = 0; epoch < 3; ++epoch) store.record_epoch(epoch_record(train_id, epoch, {}));
+
+  RawDb raw(store.path());
+  EXPECT_EQ(raw.rows("SELECT sweep, rank, run_id, metric, best_value, best_epoch FROM sweep_leaderboard"),
+            (std::vector<std::vector<std::string>>{
+                {"loss", "1", std::to_string(ids[1]), "val_loss", "1.5", "1"},
+                {"loss", "2", std::to_string(ids[0]), "val_loss", "2.0", "1"},
+                {"loss", "3", std::to_string(ids[2]), "val_loss", "2.2", "2"},
+                {"other", "1", std::to_string(train_id), "train_loss", "1.8", "2"}}));
+  EXPECT_EQ(raw.text("SELECT run_id FROM run_summary WHERE sweep = 'loss' LIMIT 1"), std::to_string(ids[1]));
+  EXPECT_EQ(raw.text("SELECT higher_is_better FROM best_epoch WHERE run_id = " + std::to_string(ids[1])), "0");
+}
+
+TEST_F(StoreTest, EpochMetricsViewIsWide) {
+  Store store(db_path());
+  const int64_t id = store.ensure_run(store.ensure_sweep("s", "", "", ""), spec("s", 0, "a")).id;
+  store.record_epoch(epoch_record(id, 0, {{"acc1", 10}, {"acc5", 30}, {"val_loss", 2.5}, {"loss_scale", 1024}}));
+  store.record_epoch(epoch_record(id, 1, {{"acc1", 20}}));
+  RawDb raw(store.path());
+  EXPECT_EQ(raw.rows("SELECT epoch, lr, train_loss, acc1, acc5, val_loss, loss_scale, fps FROM epoch_metrics"),
+            (std::vector<std::vector<std::string>>{{"0", "0.1", "2.0", "10.0", "30.0", "2.5", "1024.0", "100.0"},
+                                                   {"1", "0.1", "1.9", "20.0", "NULL", "NULL", "NULL", "101.0"}}));
+}
+
+}  // namespace
+}  // namespace amptune::store
