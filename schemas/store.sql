@@ -214,7 +214,7 @@ CREATE VIEW epoch_metrics AS
          MAX(CASE WHEN m.name = 'mrpe' THEN m.value END) AS mrpe,
          MAX(CASE WHEN m.name = 'ap_root_25' THEN m.value END) AS ap_root_25,
          MAX(CASE WHEN m.name = 'loss_scale' THEN m.value END) AS loss_scale,
-         e.train_fps_mean AS fps, e.epoch_seconds, e.skipped_samples
+         e.train_fps_mean, e.epoch_seconds, e.skipped_samples
   FROM epochs e
   JOIN runs r ON r.id = e.run_id
   JOIN sweeps s ON s.id = r.sweep_id

@@ -759,7 +759,7 @@ TEST_F(StoreTest, EpochMetricsViewIsWide) {
   store.record_epoch(epoch_record(id, 0, {{"acc1", 10}, {"acc5", 30}, {"val_loss", 2.5}, {"loss_scale", 1024}}));
   store.record_epoch(epoch_record(id, 1, {{"acc1", 20}}));
   RawDb raw(store.path());
-  EXPECT_EQ(raw.rows("SELECT epoch, lr, train_loss, acc1, acc5, val_loss, loss_scale, fps FROM epoch_metrics"),
+  EXPECT_EQ(raw.rows("SELECT epoch, lr, train_loss, acc1, acc5, val_loss, loss_scale, train_fps_mean FROM epoch_metrics"),
             (std::vector<std::vector<std::string>>{{"0", "0.1", "2.0", "10.0", "30.0", "2.5", "1024.0", "100.0"},
                                                    {"1", "0.1", "1.9", "20.0", "NULL", "NULL", "NULL", "101.0"}}));
 }
