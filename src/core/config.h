@@ -23,7 +23,10 @@ struct SourceLoc {
   std::string file;
   int line = 0;    // 0 = unknown
   int column = 0;  // 0 = unknown
-  std::string str() const;
+  std::string str() const;     // "file:line:column", "file:line" or "file" ("" when all unknown)
+  std::string prefix() const;  // str() + ": ", or "" when str() is empty
+  // From a yaml-cpp 0-based mark (negative = unknown, e.g. a node not read from text).
+  static SourceLoc from_mark(const std::string& file, int line0, int column0);
 };
 
 // One documented key of schemas/config.yaml.
@@ -41,13 +44,28 @@ class Schema {
   // The schema compiled into the binary (schemas/config.yaml).
   static const Schema& builtin();
   // Parses a schema document; throws ConfigError naming `origin` on a malformed entry.
+  // Each top-level key is a dotted config key mapping to {type, default, doc[, choices, min, max]};
+  // every default must satisfy its own type and bounds; no key may be a prefix group of another.
   static Schema parse(std::string_view yaml_text, const std::string& origin);
 
   const KeySpec* find(const std::string& key) const;  // nullptr when unknown
   const std::vector<KeySpec>& keys() const { return keys_; }
   // The closest documented key to `unknown` (edit distance), or "" when nothing is close.
+  // A key whose last component equals the last component of `unknown` also counts as close
+  // ("epochs" -> "schedule.epochs").
   std::string suggest(const std::string& unknown) const;
+  // True when `prefix` is a group of documented keys ("optim" for optim.lr, optim.name, ...).
+  bool is_group(const std::string& prefix) const;
+  // "unknown config key K (context); did you mean S? ..." (context and suggestion when given).
+  std::string unknown_key_message(const std::string& key, const std::string& context = "") const;
 
+  // YAML typing of values (YAML 1.2 core schema, "dynamic" for loss_scale):
+  //  int: plain decimal integers; float: ints or floats ("0.1", "1e-8", not inf/nan);
+  //  bool: true/false only; string: quoted, or a plain scalar taken as written (not null);
+  //  loss_scale: "dynamic", -1 (stored as "dynamic") or a positive number (stored as a float);
+  //  *_list: a YAML sequence of such elements (a scalar is an error). Floats are stored as JSON
+  //  doubles even when written as integers, so "1" and "1.0" give the same config hash.
+  //
   // Checks and converts a YAML value for `spec`; throws ConfigError naming key and `where`.
   nlohmann::json coerce(const KeySpec& spec, const YAML::Node& value, const SourceLoc& where) const;
   // Same for a JSON value (configs read back from the database).
@@ -62,12 +80,20 @@ class Schema {
 class Config {
  public:
   Config();  // every key of Schema::builtin() at its default
+  // Every key of `schema` at its default; `schema` must outlive the config (tests, tools).
+  explicit Config(const Schema& schema);
+  const Schema& schema() const { return *schema_; }
 
-  // Sets a documented key (value already coerced); throws ConfigError for an unknown key.
+  // Sets a documented key; the value is checked and normalised with Schema::coerce (so an int
+  // given for a float key is stored as a double); throws ConfigError for an unknown key or a bad
+  // value.
   void set(const std::string& key, nlohmann::json value);
   // Parses `value_yaml` as YAML, coerces it for `key` and sets it ("--set optim.lr=0.05").
   void set_yaml(const std::string& key, const std::string& value_yaml, const SourceLoc& where);
 
+  // Typed getters throw ConfigError for an unknown key or when the key's schema type differs
+  // (get_double on an int key is an error). A loss_scale key reads with get_string when it is
+  // "dynamic" and with get_double when it is a number.
   const nlohmann::json& at(const std::string& key) const;  // throws ConfigError when unknown
   int64_t get_int(const std::string& key) const;
   double get_double(const std::string& key) const;
@@ -83,12 +109,27 @@ class Config {
   std::string hash() const;            // sha256 hex of canonical_json()
   // Reads a config stored as JSON (nested or flat); keys missing take their defaults.
   static Config from_json(const std::string& json_text, const std::string& origin);
+  static Config from_json(const std::string& json_text, const std::string& origin,
+                          const Schema& schema);
 
  private:
+  const KeySpec& spec(const std::string& key) const;  // throws ConfigError when unknown
+  const nlohmann::json& typed(const std::string& key, const char* getter,
+                              const char* type) const;
+
+  const Schema* schema_;
   std::map<std::string, nlohmann::json> values_;
 };
 
-// "a.b=value" -> {"a.b", "value"}; throws UsageError when there is no '='.
+// "a.b=value" -> {"a.b", "value"} (split at the first '=', key trimmed); throws UsageError when
+// there is no '=' or the key is empty.
 std::pair<std::string, std::string> split_assignment(const std::string& text);
+
+// The candidate closest to `unknown` (edit distance, or the same last dotted component), or ""
+// when none is close. Schema::suggest uses it for config keys.
+std::string suggest_among(const std::string& unknown, const std::vector<std::string>& candidates);
+
+// A short one-line rendering of a YAML value for error messages ("0.1", "\"adamw\"", "[1, 2]").
+std::string yaml_brief(const YAML::Node& node);
 
 }  // namespace amptune

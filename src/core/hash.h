@@ -3,7 +3,9 @@
 #include <string_view>
 
 namespace amptune {
+// Lower-case hex sha256 (64 characters) of `bytes`.
 std::string sha256_hex(std::string_view bytes);
-// sha256 of a file's contents; throws Error when the file cannot be read.
+// sha256 of a file's contents, read in 64 KiB chunks; throws Error (ExitCode::kInternal) when
+// the file cannot be opened or read (callers add their own context, e.g. CheckpointError).
 std::string sha256_file(const std::string& path);
 }  // namespace amptune

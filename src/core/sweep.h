@@ -7,6 +7,10 @@
 //   zip:  [{optim.lr: [0.1, 0.2], data.batch_size: [128, 256]}] # lists advance together
 //   exclude: [{optim.lr: 0.2, data.batch_size: 64}]             # partial assignments to drop
 //   repeat: 2 | [0, 1]       # seeds: a count (seed+0, seed+1) or explicit seeds
+//
+// Axes are the grid keys, each zip group and repeat, in the order the file declares them; cells
+// are their cartesian product with the first axis varying slowest. docs/CONFIG.md has the rules
+// and the error messages.
 #pragma once
 
 #include <string>
@@ -19,7 +23,8 @@ namespace amptune {
 struct Cell {
   int index = 0;           // position in expansion order, 0-based
   Config config;           // fully resolved
-  nlohmann::json axes;     // object: swept key -> value (only the keys this cell varies)
+  // Object: swept key -> value (only the keys this cell varies), in Sweep::axis_keys order.
+  nlohmann::ordered_json axes;
   std::string hash;        // config.hash()
   std::string label() const;  // "optim.lr=0.1 seed=1" (empty axes -> "base")
 };
@@ -40,7 +45,9 @@ Sweep load_sweep(const std::string& path, const std::vector<std::string>& sets =
 Sweep parse_sweep(const std::string& yaml_text, const std::string& origin,
                   const std::vector<std::string>& sets = {});
 
-// Keeps the cells whose axes/config match every "key=value" (value compared after coercion).
+// Keeps the cells whose config matches every "key=value" (value parsed as YAML and coerced for
+// the key, so "optim.lr=1e-1" matches 0.1). Any documented key may be named; an unknown key is a
+// ConfigError, a missing '=' a UsageError. Cells keep their original index.
 std::vector<Cell> filter_cells(const std::vector<Cell>& cells, const std::vector<std::string>& only);
 
 }  // namespace amptune

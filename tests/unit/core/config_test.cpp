@@ -1,0 +1,219 @@
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "core/hash.h"
+
+namespace amptune {
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an error";
+  return "";
+}
+
+TEST(CoreConfig, StartsAtEverySchemaDefault) {
+  const Config config;
+  ASSERT_EQ(config.values().size(), Schema::builtin().keys().size());
+  for (const auto& spec : Schema::builtin().keys()) {
+    EXPECT_EQ(config.at(spec.key), spec.default_value) << spec.key;
+  }
+}
+
+TEST(CoreConfig, TypedGettersReadTheirOwnTypesOnly) {
+  Config config;
+  EXPECT_EQ(config.get_int("schedule.epochs"), 1);
+  EXPECT_DOUBLE_EQ(config.get_double("optim.lr"), 0.1);
+  EXPECT_FALSE(config.get_bool("optim.nesterov"));
+  EXPECT_EQ(config.get_string("optim.name"), "sgd");
+  EXPECT_EQ(config.get_double_list("data.crop_scale"), (std::vector<double>{0.08, 1.0}));
+  EXPECT_TRUE(config.get_int_list("schedule.lr_dec_epoch").empty());
+
+  const std::string wrong = error_of([&] { config.get_int("optim.lr"); });
+  EXPECT_NE(wrong.find("optim.lr has type float"), std::string::npos) << wrong;
+  EXPECT_NE(wrong.find("get_int"), std::string::npos) << wrong;
+  EXPECT_THROW(config.get_double("schedule.epochs"), ConfigError);
+  EXPECT_THROW(config.get_string("optim.nesterov"), ConfigError);
+  EXPECT_THROW(config.get_int_list("data.crop_scale"), ConfigError);
+  const std::string unknown = error_of([&] { config.at("optim.lrr"); });
+  EXPECT_NE(unknown.find("unknown config key optim.lrr; did you mean optim.lr?"),
+            std::string::npos)
+      << unknown;
+  EXPECT_THROW(config.get_int("no.such.key"), ConfigError);
+}
+
+TEST(CoreConfig, SetNormalisesAndChecksValues) {
+  Config config;
+  config.set("optim.lr", 1);  // int given for a float key
+  EXPECT_TRUE(config.at("optim.lr").is_number_float());
+  EXPECT_DOUBLE_EQ(config.get_double("optim.lr"), 1.0);
+  const std::string range = error_of([&] { config.set("schedule.epochs", 0); });
+  EXPECT_EQ(range, "schedule.epochs must be >= 1, got 0");
+  EXPECT_THROW(config.set("optim.name", "adamw"), ConfigError);
+  EXPECT_THROW(config.set("optim.lrr", 0.1), ConfigError);
+  EXPECT_EQ(config.get_int("schedule.epochs"), 1);  // failed sets change nothing
+}
+
+TEST(CoreConfig, SetYamlParsesTheValueAsYaml) {
+  Config config;
+  const SourceLoc where{"--set"};
+  config.set_yaml("optim.eps", "1e-8", where);
+  EXPECT_DOUBLE_EQ(config.get_double("optim.eps"), 1e-8);
+  config.set_yaml("schedule.lr_dec_epoch", "[17, 20]", where);
+  EXPECT_EQ(config.get_int_list("schedule.lr_dec_epoch"), (std::vector<int64_t>{17, 20}));
+  config.set_yaml("model.weights", "", where);
+  EXPECT_EQ(config.get_string("model.weights"), "");
+  config.set_yaml("optim.nesterov", "true", where);
+  EXPECT_TRUE(config.get_bool("optim.nesterov"));
+  EXPECT_EQ(error_of([&] { config.set_yaml("optim.lr", "abc", SourceLoc{"--set optim.lr=abc"}); }),
+            "--set optim.lr=abc: optim.lr must be a number, got \"abc\"");
+  EXPECT_NE(error_of([&] { config.set_yaml("optim.lr", "[0.1", where); }).find("not valid YAML"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { config.set_yaml("schedule.epoch", "3", where); })
+                .find("did you mean schedule.epochs?"),
+            std::string::npos);
+}
+
+TEST(CoreConfig, NestedCanonicalJsonAndRoundTrip) {
+  Config config;
+  config.set("optim.lr", 0.1);
+  config.set("schedule.lr_dec_epoch", nlohmann::json({17}));
+  const nlohmann::json nested = config.nested();
+  EXPECT_EQ(nested["optim"]["lr"], 0.1);
+  EXPECT_EQ(nested["seed"], 0);
+  const std::string canonical = config.canonical_json();
+  EXPECT_NE(canonical.find("\"lr\":0.1,"), std::string::npos) << canonical;  // compact, stable
+  EXPECT_NE(canonical.find("\"lr_dec_epoch\":[17]"), std::string::npos) << canonical;
+  EXPECT_EQ(canonical.find(' '), std::string::npos) << "compact: " << canonical;
+  EXPECT_EQ(config.hash(), sha256_hex(canonical));
+  EXPECT_EQ(config.hash().size(), 64u);
+
+  const Config back = Config::from_json(canonical, "db");
+  EXPECT_EQ(back.canonical_json(), canonical);
+  const Config flat = Config::from_json(R"({"optim.lr": 0.1, "schedule": {"lr_dec_epoch": [17]}})",
+                                        "flat");
+  EXPECT_EQ(flat.hash(), config.hash());  // missing keys take defaults
+}
+
+TEST(CoreConfig, FromJsonRejectsUnknownKeysAndBadValues) {
+  EXPECT_NE(error_of([] { Config::from_json(R"({"optim": {"lrr": 1}})", "runs.config_json"); })
+                .find("runs.config_json: unknown config key optim.lrr"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { Config::from_json(R"({"schedule": {"epochs": 0}})", "db"); })
+                .find("db: schedule.epochs must be >= 1"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { Config::from_json("{", "db"); }).find("db: config JSON does not parse"),
+            std::string::npos);
+  EXPECT_THROW(Config::from_json("[1]", "db"), ConfigError);
+  EXPECT_THROW(Config::from_json(R"({"optim": 3})", "db"), ConfigError);
+}
+
+// The identity of a run must not drift between versions: the canonical text and hash of a fixed
+// config over a fixed schema are pinned here. (The builtin schema grows as keys are added, which
+// changes every run's hash on purpose; this test pins the format, not the key set.)
+TEST(CoreConfig, HashOfAFixedConfigIsPinned) {
+  static const Schema schema = Schema::parse(R"(
+seed: {type: int, default: 0, doc: s}
+optim.lr: {type: float, default: 0.1, doc: l}
+optim.name: {type: string, default: sgd, choices: [sgd, adam], doc: n}
+amp.loss_scale: {type: loss_scale, default: dynamic, doc: d}
+schedule.lr_dec_epoch: {type: int_list, default: [17], doc: e}
+data.mean: {type: float_list, default: [0.485, 0.456, 0.406], doc: m}
+data.augment: {type: bool, default: true, doc: a}
+)",
+                                             "pinned");
+  Config config(schema);
+  EXPECT_EQ(config.canonical_json(),
+            R"({"amp":{"loss_scale":"dynamic"},"data":{"augment":true,"mean":[0.485,0.456,0.406]},)"
+            R"("optim":{"lr":0.1,"name":"sgd"},"schedule":{"lr_dec_epoch":[17]},"seed":0})");
+  EXPECT_EQ(config.hash(), "af1668f9512b8719604b75e869b8239154ca50936d10ce6fc1a809eaa7681aa3");
+  config.set("amp.loss_scale", 128);
+  config.set("optim.lr", 1e-8);
+  EXPECT_EQ(config.canonical_json(),
+            R"({"amp":{"loss_scale":128.0},"data":{"augment":true,"mean":[0.485,0.456,0.406]},)"
+            R"("optim":{"lr":1e-08,"name":"sgd"},"schedule":{"lr_dec_epoch":[17]},"seed":0})");
+}
+
+// A different valid value for `spec`, or null when none of the candidates is accepted.
+nlohmann::json other_value(const Config& config, const KeySpec& spec) {
+  const nlohmann::json& d = spec.default_value;
+  std::vector<nlohmann::json> candidates;
+  if (spec.type == "int") {
+    candidates = {d.get<int64_t>() + 1, d.get<int64_t>() - 1};
+  } else if (spec.type == "float") {
+    const double v = d.get<double>();
+    candidates = {v / 2, v + 0.5, v + 1};
+    if (spec.min) candidates.push_back(*spec.min);
+  } else if (spec.type == "bool") {
+    candidates = {!d.get<bool>()};
+  } else if (spec.type == "string") {
+    for (const auto& c : spec.choices) candidates.push_back(c);
+    candidates.push_back(d.get<std::string>() + "x");
+  } else if (spec.type == "loss_scale") {
+    candidates = {"dynamic", 128.0};
+  } else {  // lists
+    nlohmann::json shorter = d;
+    if (!shorter.empty()) shorter.erase(shorter.size() - 1);
+    candidates = {shorter};
+    if (spec.type == "int_list") candidates.push_back(nlohmann::json({3}));
+    if (spec.type == "float_list") candidates.push_back(nlohmann::json({0.5}));
+    if (spec.type == "string_list") {
+      candidates.push_back(nlohmann::json({spec.choices.empty() ? "x" : spec.choices.front()}));
+    }
+  }
+  for (const auto& c : candidates) {
+    Config probe = config;
+    try {
+      probe.set(spec.key, c);
+    } catch (const ConfigError&) {
+      continue;
+    }
+    if (probe.at(spec.key) != d) return probe.at(spec.key);
+  }
+  return nullptr;
+}
+
+TEST(CoreConfig, HashChangesWhenAnyValueChanges) {
+  const Config base;
+  const std::string base_hash = base.hash();
+  std::set<std::string> seen{base_hash};
+  for (const auto& spec : Schema::builtin().keys()) {
+    const nlohmann::json other = other_value(base, spec);
+    ASSERT_FALSE(other.is_null()) << "no alternative value for " << spec.key;
+    Config changed = base;
+    changed.set(spec.key, other);
+    EXPECT_TRUE(seen.insert(changed.hash()).second) << spec.key << " = " << other.dump();
+  }
+}
+
+TEST(CoreConfig, SpellingOfANumberDoesNotChangeTheHash) {
+  Config a, b, c;
+  a.set_yaml("optim.lr", "1", SourceLoc{});
+  b.set_yaml("optim.lr", "1.0", SourceLoc{});
+  c.set_yaml("optim.lr", "1e0", SourceLoc{});
+  EXPECT_EQ(a.hash(), b.hash());
+  EXPECT_EQ(a.hash(), c.hash());
+}
+
+TEST(CoreConfig, SplitAssignment) {
+  EXPECT_EQ(split_assignment("optim.lr=0.05"), std::make_pair(std::string("optim.lr"),
+                                                              std::string("0.05")));
+  EXPECT_EQ(split_assignment(" a.b =x=y").first, "a.b");
+  EXPECT_EQ(split_assignment(" a.b =x=y").second, "x=y");
+  EXPECT_EQ(split_assignment("model.weights=").second, "");
+  EXPECT_THROW(split_assignment("optim.lr"), UsageError);
+  EXPECT_THROW(split_assignment("=3"), UsageError);
+}
+
+}  // namespace
+}  // namespace amptune

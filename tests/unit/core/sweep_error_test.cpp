@@ -1,0 +1,170 @@
+// One test per class of sweep error: each checks that the message names file:line:column (1-based)
+// and the key, for a real file in a scratch directory.
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/sweep.h"
+#include "unit/core/temp_dir.h"
+
+namespace amptune {
+namespace {
+
+class CoreSweepError : public ::testing::Test {
+ protected:
+  // Loads `text` from x.yaml and returns the ConfigError message with the file path replaced by
+  // "x.yaml" (the scratch directory differs from run to run).
+  std::string error(const std::string& text, const std::vector<std::string>& sets = {}) {
+    path_ = dir_.write("x.yaml", text);
+    try {
+      load_sweep(path_, sets);
+    } catch (const ConfigError& e) {
+      std::string message = e.what();
+      for (size_t at = message.find(path_); at != std::string::npos; at = message.find(path_)) {
+        message.replace(at, path_.size(), "x.yaml");
+      }
+      return message;
+    }
+    ADD_FAILURE() << "accepted:\n" << text;
+    return "";
+  }
+
+  testing_util::ScratchDir dir_;
+  std::string path_;
+};
+
+#define EXPECT_HAS(message, part) \
+  EXPECT_NE((message).find(part), std::string::npos) << "message: " << (message)
+
+TEST_F(CoreSweepError, UnknownTopLevelKey) {
+  const std::string m = error("name: t\ngird:\n  optim.lr: [0.1]\n");
+  EXPECT_HAS(m, "x.yaml:2:1: unknown top-level key gird; did you mean grid?");
+  EXPECT_HAS(error("name: t\noptim: {lr: 0.1}\n"),
+             "x.yaml:2:1: unknown top-level key optim; config keys go under base:");
+  EXPECT_HAS(error("name: t\nname: u\n"), "x.yaml:2:1: top-level key name is given twice");
+}
+
+TEST_F(CoreSweepError, UnknownConfigKeyWithDidYouMean) {
+  EXPECT_HAS(error("name: t\nbase:\n  optim:\n    lrr: 0.1\n"),
+             "x.yaml:4:5: unknown config key optim.lrr (in base); did you mean optim.lr?");
+  EXPECT_HAS(error("name: t\ngrid:\n  schedule.epoch: [1, 2]\n"),
+             "x.yaml:3:3: unknown config key schedule.epoch (in grid); did you mean "
+             "schedule.epochs?");
+  EXPECT_HAS(error("name: t\nbase:\n  optim: 0.1\n"),
+             "x.yaml:3:3: optim is a group of config keys, not a key");
+}
+
+TEST_F(CoreSweepError, WrongType) {
+  EXPECT_HAS(error("name: t\nbase:\n  schedule.epochs: many\n"),
+             "x.yaml:3:20: schedule.epochs must be an integer, got \"many\"");
+  EXPECT_HAS(error("name: t\nbase:\n  schedule.lr_dec_epoch: 17\n"),
+             "x.yaml:3:26: schedule.lr_dec_epoch must be a list");
+  EXPECT_HAS(error("name: t\ngrid:\n  schedule.lr_dec_epoch: [17, 20]\n"),
+             "x.yaml:3:27: schedule.lr_dec_epoch takes a list, so each value in grid is a list");
+  EXPECT_HAS(error("name: t\ngrid: {optim.lr: 0.1}\n"),
+             "x.yaml:2:18: in grid, optim.lr must be a list of the values to try");
+}
+
+TEST_F(CoreSweepError, OutOfRangeValue) {
+  EXPECT_EQ(error("name: t\nbase:\n  schedule:\n    epochs: 0\n"),
+            "x.yaml:4:13: schedule.epochs must be >= 1, got 0");
+}
+
+TEST_F(CoreSweepError, ValueNotAmongChoices) {
+  EXPECT_EQ(error("name: t\ngrid:\n  optim.name: [sgd, adamw]\n"),
+            "x.yaml:3:21: optim.name must be one of sgd, adam, got \"adamw\"");
+}
+
+TEST_F(CoreSweepError, EmptyGridList) {
+  EXPECT_HAS(error("name: t\ngrid:\n  optim.lr: []\n"),
+             "x.yaml:3:13: in grid, the list of optim.lr is empty");
+}
+
+TEST_F(CoreSweepError, GridKeyAlsoInZip) {
+  EXPECT_HAS(error("name: t\ngrid:\n  optim.lr: [0.1, 0.2]\nzip:\n"
+                   "  - {optim.lr: [0.3, 0.4], data.batch_size: [64, 128]}\n"),
+             "x.yaml:5:6: optim.lr is swept twice: in grid at x.yaml:3:3 and in zip group 1");
+}
+
+TEST_F(CoreSweepError, ZipListsOfUnequalLength) {
+  EXPECT_HAS(error("name: t\nzip:\n  - optim.lr: [0.1, 0.2]\n    data.batch_size: [64, 128, 256]\n"),
+             "x.yaml:3:5: zip group 1: the lists advance together and need the same length, "
+             "but optim.lr has 2 values and data.batch_size has 3");
+}
+
+TEST_F(CoreSweepError, ExcludeNamesAKeyThatIsNotSwept) {
+  EXPECT_HAS(error("name: t\ngrid: {optim.lr: [0.1, 0.2]}\nexclude:\n"
+                   "  - {optim.lr: 0.1, data.batch_size: 64}\n"),
+             "x.yaml:4:21: exclude entry 1 names data.batch_size, which is not swept");
+  EXPECT_HAS(error("name: t\ngrid: {optim.lr: [0.1, 0.2]}\nexclude: [{optim.lr: 0.3}]\n"),
+             "x.yaml:3:22: exclude entry 1: optim.lr=0.3 is not one of its swept values 0.1, 0.2");
+}
+
+TEST_F(CoreSweepError, DuplicateCells) {
+  EXPECT_HAS(error("name: t\ngrid:\n  optim.lr: [0.1, 0.2, 1e-1]\n"),
+             "x.yaml:3:24: duplicate cell: grid lists optim.lr=0.1 twice (also at x.yaml:3:14)");
+  EXPECT_HAS(error("name: t\nrepeat: [1, 2, 1]\n"),
+             "x.yaml:2:16: duplicate cell: repeat lists seed=1 twice");
+  EXPECT_HAS(error("name: t\nzip:\n  - {optim.lr: [0.1, 0.1], data.batch_size: [64, 64]}\n"),
+             "x.yaml:3:22: duplicate cell: zip group 1 lists optim.lr=0.1 data.batch_size=64 twice");
+}
+
+TEST_F(CoreSweepError, AllCellsExcluded) {
+  EXPECT_HAS(error("name: t\ngrid: {optim.lr: [0.1, 0.2]}\nexclude:\n  - {optim.lr: 0.1}\n"
+                   "  - {optim.lr: 0.2}\n"),
+             "x.yaml:3:1: exclude drops all 2 cells; nothing would run");
+}
+
+TEST_F(CoreSweepError, YamlSyntaxError) {
+  const std::string m = error("name: t\ngrid:\n  optim.lr: [0.1, 0.2\n  data.batch_size: [64]\n");
+  EXPECT_TRUE(std::regex_search(m, std::regex("^x\\.yaml:[0-9]+:[0-9]+: YAML syntax error: ")))
+      << m;
+}
+
+TEST_F(CoreSweepError, SetOfASweptKeyPointsToOnly) {
+  const std::string m = error("name: t\ngrid:\n  optim.lr: [0.1, 0.2]\n", {"optim.lr=0.5"});
+  EXPECT_HAS(m, "--set optim.lr=0.5: optim.lr is swept by grid at x.yaml:3:3");
+  EXPECT_HAS(m, "--only optim.lr=<value>");
+  EXPECT_HAS(error("name: t\nrepeat: [1, 2]\n", {"seed=3"}), "seed is swept by repeat");
+  EXPECT_HAS(error("name: t\n", {"optim.lrr=0.5"}),
+             "--set optim.lrr=0.5: unknown config key optim.lrr; did you mean optim.lr?");
+  EXPECT_EQ(error("name: t\n", {"schedule.epochs=0"}),
+            "--set schedule.epochs=0: schedule.epochs must be >= 1, got 0");
+}
+
+TEST_F(CoreSweepError, NameMissingOrInvalid) {
+  EXPECT_HAS(error("base: {optim.lr: 0.1}\n"), "x.yaml: the sweep has no name");
+  EXPECT_HAS(error("name: my sweep\n"), "x.yaml:1:7: name must be letters, digits");
+  EXPECT_HAS(error(""), "x.yaml: the sweep file is empty");
+}
+
+TEST_F(CoreSweepError, KeyGivenTwiceInOneBlock) {
+  EXPECT_HAS(error("name: t\nbase:\n  optim.lr: 0.1\n  optim: {lr: 0.2}\n"),
+             "x.yaml:4:11: optim.lr is given twice in base (first at x.yaml:3:3)");
+}
+
+TEST_F(CoreSweepError, RepeatOfWrongShape) {
+  EXPECT_HAS(error("name: t\nrepeat: 0\n"), "x.yaml:2:9: repeat must be >= 1, got 0");
+  EXPECT_HAS(error("name: t\nrepeat: {a: 1}\n"), "x.yaml:2:9: repeat must be a count");
+  EXPECT_HAS(error("name: t\ngrid: {seed: [1, 2]}\nrepeat: 2\n"),
+             "x.yaml:3:1: seed is swept twice: in grid at x.yaml:2:8 and in repeat");
+}
+
+TEST(CoreSweepFile, MissingFileIsAConfigErrorNamingThePath) {
+  testing_util::ScratchDir dir;
+  const std::string path = (dir.path() / "absent.yaml").string();
+  try {
+    load_sweep(path);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(path + ": cannot read the sweep file"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace amptune

@@ -1,0 +1,277 @@
+// Sweep expansion: grid / zip / exclude / repeat counts and order, --set, --only, hashes.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/sweep.h"
+#include "unit/core/temp_dir.h"
+
+namespace amptune {
+namespace {
+
+std::vector<std::string> labels(const std::vector<Cell>& cells) {
+  std::vector<std::string> out;
+  for (const auto& c : cells) out.push_back(c.label());
+  return out;
+}
+
+TEST(CoreSweep, NameOnlyIsOneBaseCellAtTheDefaults) {
+  const Sweep sweep = parse_sweep("name: plain\n", "<string>");
+  EXPECT_EQ(sweep.name, "plain");
+  EXPECT_EQ(sweep.source_path, "<string>");
+  ASSERT_EQ(sweep.cells.size(), 1u);
+  EXPECT_EQ(sweep.cells[0].label(), "base");
+  EXPECT_TRUE(sweep.cells[0].axes.empty());
+  EXPECT_TRUE(sweep.axis_keys.empty());
+  EXPECT_EQ(sweep.cells[0].hash, Config().hash());
+  EXPECT_EQ(sweep.cells[0].hash, sweep.cells[0].config.hash());
+}
+
+TEST(CoreSweep, LoadsFromAFileAndKeepsItsText) {
+  testing_util::ScratchDir dir;
+  const std::string text = "name: from-file.v1\ndescription: a test\nbase: {optim.lr: 0.5}\n";
+  const std::string path = dir.write("s.yaml", text);
+  const Sweep sweep = load_sweep(path);
+  EXPECT_EQ(sweep.name, "from-file.v1");
+  EXPECT_EQ(sweep.description, "a test");
+  EXPECT_EQ(sweep.source_path, path);
+  EXPECT_EQ(sweep.yaml_text, text);
+  EXPECT_DOUBLE_EQ(sweep.base.get_double("optim.lr"), 0.5);
+}
+
+TEST(CoreSweep, BaseMixesNestedAndDottedKeys) {
+  const Sweep sweep = parse_sweep(R"(
+name: mixed
+base:
+  model: {name: resnet18, small_input: true}
+  data.batch_size: 64
+  optim:
+    lr: 0.05
+    betas: [0.8, 0.99]
+  schedule.lr_dec_epoch: [17]
+  seed: 3
+)",
+                                  "<string>");
+  const Config& c = sweep.cells.at(0).config;
+  EXPECT_EQ(c.get_string("model.name"), "resnet18");
+  EXPECT_TRUE(c.get_bool("model.small_input"));
+  EXPECT_EQ(c.get_int("data.batch_size"), 64);
+  EXPECT_DOUBLE_EQ(c.get_double("optim.lr"), 0.05);
+  EXPECT_EQ(c.get_double_list("optim.betas"), (std::vector<double>{0.8, 0.99}));
+  EXPECT_EQ(c.get_int_list("schedule.lr_dec_epoch"), (std::vector<int64_t>{17}));
+  EXPECT_EQ(c.get_int("seed"), 3);
+}
+
+TEST(CoreSweep, GridIsACartesianProductWithTheFirstKeySlowest) {
+  const Sweep sweep = parse_sweep(R"(
+name: g
+grid:
+  optim.lr: [0.05, 0.1]
+  data.batch_size: [64, 128, 256]
+)",
+                                  "<string>");
+  EXPECT_EQ(sweep.axis_keys, (std::vector<std::string>{"optim.lr", "data.batch_size"}));
+  EXPECT_EQ(labels(sweep.cells),
+            (std::vector<std::string>{
+                "optim.lr=0.05 data.batch_size=64", "optim.lr=0.05 data.batch_size=128",
+                "optim.lr=0.05 data.batch_size=256", "optim.lr=0.1 data.batch_size=64",
+                "optim.lr=0.1 data.batch_size=128", "optim.lr=0.1 data.batch_size=256"}));
+  for (size_t i = 0; i < sweep.cells.size(); ++i) {
+    const Cell& cell = sweep.cells[i];
+    EXPECT_EQ(cell.index, static_cast<int>(i));
+    EXPECT_EQ(cell.config.get_double("optim.lr"), cell.axes["optim.lr"].get<double>());
+    EXPECT_EQ(cell.config.get_int("data.batch_size"), cell.axes["data.batch_size"].get<int64_t>());
+    EXPECT_EQ(cell.hash, cell.config.hash());
+  }
+  // axes keep declaration order (not sorted)
+  EXPECT_EQ(sweep.cells[0].axes.dump(), R"({"optim.lr":0.05,"data.batch_size":64})");
+}
+
+TEST(CoreSweep, GridAcceptsNestedKeysAndListValuedKeys) {
+  const Sweep sweep = parse_sweep(R"(
+name: g
+grid:
+  schedule:
+    lr_dec_epoch: [[17], [10, 15]]
+)",
+                                  "<string>");
+  EXPECT_EQ(labels(sweep.cells), (std::vector<std::string>{"schedule.lr_dec_epoch=[17]",
+                                                           "schedule.lr_dec_epoch=[10,15]"}));
+  EXPECT_EQ(sweep.cells[1].config.get_int_list("schedule.lr_dec_epoch"),
+            (std::vector<int64_t>{10, 15}));
+}
+
+TEST(CoreSweep, ZipAdvancesTogetherAndCrossesTheGrid) {
+  const Sweep sweep = parse_sweep(R"(
+name: z
+grid: {optim.name: [sgd, adam]}
+zip:
+  - {optim.lr: [0.1, 0.2], data.batch_size: [128, 256]}
+)",
+                                  "<string>");
+  EXPECT_EQ(labels(sweep.cells),
+            (std::vector<std::string>{
+                "optim.name=sgd optim.lr=0.1 data.batch_size=128",
+                "optim.name=sgd optim.lr=0.2 data.batch_size=256",
+                "optim.name=adam optim.lr=0.1 data.batch_size=128",
+                "optim.name=adam optim.lr=0.2 data.batch_size=256"}));
+}
+
+TEST(CoreSweep, AxesFollowTheOrderOfTheBlocksInTheFile) {
+  const Sweep sweep = parse_sweep(R"(
+name: z
+repeat: 2
+zip:
+  - {optim.lr: [0.1, 0.2], data.batch_size: [128, 256]}
+  - {optim.momentum: [0.8, 0.9]}
+grid: {optim.name: [sgd, adam]}
+)",
+                                  "<string>");
+  EXPECT_EQ(sweep.axis_keys, (std::vector<std::string>{"seed", "optim.lr", "data.batch_size",
+                                                       "optim.momentum", "optim.name"}));
+  ASSERT_EQ(sweep.cells.size(), 2u * 2u * 2u * 2u);
+  EXPECT_EQ(sweep.cells[0].label(),
+            "seed=0 optim.lr=0.1 data.batch_size=128 optim.momentum=0.8 optim.name=sgd");
+  EXPECT_EQ(sweep.cells[1].label(),
+            "seed=0 optim.lr=0.1 data.batch_size=128 optim.momentum=0.8 optim.name=adam");
+  EXPECT_EQ(sweep.cells[15].label(),
+            "seed=1 optim.lr=0.2 data.batch_size=256 optim.momentum=0.9 optim.name=adam");
+}
+
+TEST(CoreSweep, ExcludeDropsCellsMatchingAllKeysOfAnEntry) {
+  const Sweep sweep = parse_sweep(R"(
+name: e
+grid:
+  optim.lr: [0.05, 0.1]
+  data.batch_size: [64, 128, 256]
+exclude:
+  - {optim.lr: 0.1, data.batch_size: 64}
+  - {data: {batch_size: 256}}
+)",
+                                  "<string>");
+  EXPECT_EQ(labels(sweep.cells),
+            (std::vector<std::string>{"optim.lr=0.05 data.batch_size=64",
+                                      "optim.lr=0.05 data.batch_size=128",
+                                      "optim.lr=0.1 data.batch_size=128"}));
+  for (size_t i = 0; i < sweep.cells.size(); ++i) EXPECT_EQ(sweep.cells[i].index, (int)i);
+}
+
+TEST(CoreSweep, ExcludeEntryThatMatchesNothingOnlyWarns) {
+  ::testing::internal::CaptureStderr();
+  const Sweep sweep = parse_sweep(R"(
+name: e
+zip: [{optim.lr: [0.1, 0.2], data.batch_size: [128, 256]}]
+exclude: [{optim.lr: 0.1, data.batch_size: 256}]
+)",
+                                  "w.yaml");
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(sweep.cells.size(), 2u);
+  EXPECT_NE(err.find("w.yaml:4:11: exclude entry 1 matches no cell"), std::string::npos) << err;
+}
+
+TEST(CoreSweep, RepeatCountStartsAtTheBaseSeed) {
+  const Sweep sweep = parse_sweep(R"(
+name: r
+base: {seed: 5}
+grid: {optim.lr: [0.1, 0.2]}
+repeat: 3
+)",
+                                  "<string>");
+  ASSERT_EQ(sweep.cells.size(), 6u);
+  EXPECT_EQ(sweep.cells[0].label(), "optim.lr=0.1 seed=5");
+  EXPECT_EQ(sweep.cells[2].label(), "optim.lr=0.1 seed=7");
+  EXPECT_EQ(sweep.cells[3].config.get_int("seed"), 5);
+  EXPECT_EQ(sweep.axis_keys.back(), "seed");
+  // --set seed moves the first seed of a counted repeat
+  const Sweep moved = parse_sweep("name: r\nrepeat: 2\n", "<string>", {"seed=10"});
+  EXPECT_EQ(labels(moved.cells), (std::vector<std::string>{"seed=10", "seed=11"}));
+}
+
+TEST(CoreSweep, RepeatListGivesExplicitSeeds) {
+  const Sweep sweep = parse_sweep("name: r\nbase: {seed: 5}\nrepeat: [0, 7]\n", "<string>");
+  EXPECT_EQ(labels(sweep.cells), (std::vector<std::string>{"seed=0", "seed=7"}));
+}
+
+TEST(CoreSweep, SetOverridesBaseBeforeExpansion) {
+  const Sweep sweep = parse_sweep(R"(
+name: s
+base: {optim: {lr: 0.1}, schedule.epochs: 2}
+grid: {data.batch_size: [64, 128]}
+)",
+                                  "<string>",
+                                  {"optim.lr=0.05", "schedule.lr_dec_epoch=[17]",
+                                   "optim.eps=1e-8", "model.weights="});
+  EXPECT_DOUBLE_EQ(sweep.base.get_double("optim.lr"), 0.05);
+  for (const Cell& cell : sweep.cells) {
+    EXPECT_DOUBLE_EQ(cell.config.get_double("optim.lr"), 0.05);
+    EXPECT_EQ(cell.config.get_int("schedule.epochs"), 2);
+    EXPECT_EQ(cell.config.get_int_list("schedule.lr_dec_epoch"), (std::vector<int64_t>{17}));
+    EXPECT_DOUBLE_EQ(cell.config.get_double("optim.eps"), 1e-8);
+  }
+  const Sweep plain = parse_sweep(R"(
+name: s
+base: {optim: {lr: 0.1}, schedule.epochs: 2}
+grid: {data.batch_size: [64, 128]}
+)",
+                                  "<string>");
+  EXPECT_NE(plain.cells[0].hash, sweep.cells[0].hash);
+}
+
+TEST(CoreSweep, OnlyKeepsCellsWithTheCoercedValue) {
+  const Sweep sweep = parse_sweep(R"(
+name: o
+grid:
+  optim.lr: [0.05, 0.1]
+  data.batch_size: [64, 128, 256]
+)",
+                                  "<string>");
+  const auto lr = filter_cells(sweep.cells, {"optim.lr=1e-1"});
+  EXPECT_EQ(labels(lr), (std::vector<std::string>{"optim.lr=0.1 data.batch_size=64",
+                                                  "optim.lr=0.1 data.batch_size=128",
+                                                  "optim.lr=0.1 data.batch_size=256"}));
+  EXPECT_EQ(lr[0].index, 3);  // original positions are kept
+  const auto both = filter_cells(sweep.cells, {"optim.lr=0.05", "data.batch_size=128"});
+  ASSERT_EQ(both.size(), 1u);
+  EXPECT_EQ(both[0].index, 1);
+  EXPECT_EQ(filter_cells(sweep.cells, {"optim.name=sgd"}).size(), 6u);  // a base key
+  EXPECT_TRUE(filter_cells(sweep.cells, {"optim.lr=0.3"}).empty());
+  EXPECT_EQ(filter_cells(sweep.cells, {}).size(), 6u);
+  try {
+    filter_cells(sweep.cells, {"optim.lrr=0.1"});
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("--only optim.lrr=0.1: unknown config key optim.lrr; "
+                                         "did you mean optim.lr?"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(filter_cells(sweep.cells, {"optim.lr=abc"}), ConfigError);
+  EXPECT_THROW(filter_cells(sweep.cells, {"optim.lr"}), UsageError);
+}
+
+TEST(CoreSweep, HashDoesNotDependOnKeyOrderOrSpelling) {
+  const Sweep a = parse_sweep(R"(
+name: a
+base:
+  optim: {lr: 0.1, name: adam}
+  data.batch_size: 64
+  model.width: 1
+)",
+                              "<string>");
+  const Sweep b = parse_sweep(R"(
+name: b
+base:
+  model: {width: 1.0}
+  data: {batch_size: 64}
+  optim.name: adam
+  optim.lr: 1e-1
+)",
+                              "<string>");
+  EXPECT_EQ(a.cells[0].hash, b.cells[0].hash);
+  EXPECT_EQ(a.cells[0].config.canonical_json(), b.cells[0].config.canonical_json());
+}
+
+}  // namespace
+}  // namespace amptune
