@@ -9,8 +9,11 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <vector>
 
 #include <torch/types.h>
+
+#include "data/transforms.h"
 
 namespace amptune {
 class Config;
@@ -36,6 +39,9 @@ class Dataset {
   // Loads sample `index`; `train` selects augmentation. Returns nullopt when the sample is corrupt
   // or unreadable (the loader skips and counts it). Must be safe to call from several threads.
   virtual std::optional<Sample> get(size_t index, Rng& rng, bool train) const = 0;
+  // Classification sets: number of classes and the name of class i (0 / empty otherwise).
+  virtual int64_t num_classes() const { return 0; }
+  virtual std::vector<std::string> class_names() const { return {}; }
 };
 
 enum class Split { kTrain, kVal };
@@ -43,5 +49,24 @@ enum class Split { kTrain, kVal };
 // The data set a config describes (data.format, data.root, ...). Throws DataError naming the
 // expected path and format when files are missing or malformed.
 std::shared_ptr<Dataset> make_dataset(const Config& config, Split split);
+
+// The readers behind make_dataset, for callers that do not hold a Config.
+//
+// IDX (MNIST / Fashion-MNIST): ROOT/SPLIT-images-idx3-ubyte[.gz] + ROOT/SPLIT-labels-idx1-ubyte[.gz],
+// loaded into memory once. Sample: image [channels, rows, cols] = (pixel/255 - mean) / std (grey
+// replicated when channels is 3), field "label" int64 scalar. Training augmentation (train and
+// options.augment): horizontal flip with probability 0.5. image_size / resize_size are unused.
+std::shared_ptr<Dataset> make_idx_dataset(const std::string& root, const std::string& split,
+                                          const TransformOptions& options);
+// ImageFolder (torchvision layout): ROOT/SPLIT/<class>/**/*.{jpg,jpeg,png} (any case; decoded
+// by content, JPEG or PNG); class folders sorted by name give the label index, files sorted by
+// relative path; folders starting with '.' are ignored. Train: imagefolder_train_transform when
+// options.augment, else the eval transform; eval: imagefolder_eval_transform. Sample: image
+// [channels, image_size, image_size] normalised, field "label" int64 scalar. A file that cannot
+// be read or decoded gives nullopt, with one warning per file. Throws DataError when ROOT/SPLIT
+// is missing, holds no class folders, or a class folder holds no image.
+std::shared_ptr<Dataset> make_imagefolder_dataset(const std::string& root,
+                                                  const std::string& split,
+                                                  const TransformOptions& options);
 
 }  // namespace amptune::data

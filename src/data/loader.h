@@ -35,6 +35,24 @@ struct Batch {
   int64_t skipped = 0;                          // corrupt samples left out of this batch
 };
 
+// Loader options of a split from the config: data.batch_size (val: data.eval_batch_size when
+// > 0), data.workers, data.prefetch, seed; train = shuffle + augmentation + drop_last, val = none.
+LoaderOptions loader_options(const Config& config, Split split, uint64_t epoch);
+
+// The sample order of an epoch: 0..n-1, or when `shuffle` a Fisher-Yates permutation drawn from
+// sample_rng(seed, epoch, 2^64 - 1) (that index is reserved for the order).
+std::vector<int64_t> epoch_order(size_t n, uint64_t seed, uint64_t epoch, bool shuffle);
+
+// Batch b holds the samples at positions [b * batch_size, (b + 1) * batch_size) of epoch_order
+// (the last one shorter unless drop_last), each loaded with sample_rng(seed, epoch, sample index).
+// Samples the data set returns nullopt for are left out and counted in Batch::skipped, so a batch
+// can be smaller (even empty: images then has size 0 in dimension 0 and no fields). Every sample
+// field is stacked along a new dimension 0; samples of one batch must agree in shapes and dtypes
+// (DataError otherwise). Workers (options.workers > 0) load samples of the next `prefetch`
+// batches in parallel and collate finished batches; they do no ATen intra-op work. An exception
+// thrown while loading or collating batch b is rethrown by the next() call that would return b;
+// the loader then goes on with batch b + 1. The destructor stops the workers at any point,
+// waiting only for the samples being decoded at that moment.
 class Loader {
  public:
   Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options);

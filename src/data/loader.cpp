@@ -1,0 +1,258 @@
+#include "data/loader.h"
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+
+#include <torch/torch.h>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "data/image.h"
+
+namespace amptune::data {
+namespace {
+
+std::string shape_str(const torch::Tensor& t) {
+  std::string s = "[";
+  for (int64_t d = 0; d < t.dim(); ++d) s += (d ? ", " : "") + std::to_string(t.size(d));
+  return s + "]";
+}
+
+// Stacks equally shaped tensors along a new dimension 0 with memcpy (no ATen kernels, so no
+// intra-op threads are used from loader workers).
+torch::Tensor stack_plain(const std::vector<const torch::Tensor*>& parts, const std::string& what) {
+  const torch::Tensor& first = *parts.front();
+  std::vector<int64_t> shape{static_cast<int64_t>(parts.size())};
+  for (int64_t d : first.sizes()) shape.push_back(d);
+  torch::Tensor out = torch::empty(shape, torch::TensorOptions().dtype(first.dtype()));
+  const size_t bytes = static_cast<size_t>(first.numel()) * first.element_size();
+  char* dst = static_cast<char*>(out.data_ptr());
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const torch::Tensor& t = *parts[i];
+    if (!t.defined() || t.sizes() != first.sizes() || t.dtype() != first.dtype()) {
+      throw DataError("cannot batch " + what + ": sample " + std::to_string(i) + " has shape " +
+                      (t.defined() ? shape_str(t) : "undefined") + " but sample 0 has " +
+                      shape_str(first) + " (same shapes and dtypes needed in a batch)");
+    }
+    const torch::Tensor c = t.is_contiguous() ? t : t.contiguous();
+    std::memcpy(dst + i * bytes, c.data_ptr(), bytes);
+  }
+  return out;
+}
+
+Batch collate(int64_t index, std::vector<std::optional<Sample>>& samples) {
+  Batch batch;
+  batch.index = index;
+  std::vector<const Sample*> ok;
+  for (const auto& s : samples) {
+    if (s) {
+      ok.push_back(&*s);
+    } else {
+      ++batch.skipped;
+    }
+  }
+  if (ok.empty()) {
+    batch.images = torch::empty({0}, torch::kFloat32);
+    return batch;
+  }
+  std::vector<const torch::Tensor*> parts;
+  for (const Sample* s : ok) parts.push_back(&s->image);
+  batch.images = stack_plain(parts, "images");
+  for (const auto& [name, first] : ok.front()->fields) {
+    parts.clear();
+    for (const Sample* s : ok) {
+      auto it = s->fields.find(name);
+      if (it == s->fields.end()) {
+        throw DataError("cannot batch field '" + name + "': a sample of batch " +
+                        std::to_string(index) + " lacks it");
+      }
+      parts.push_back(&it->second);
+    }
+    batch.fields[name] = stack_plain(parts, "field '" + name + "'");
+  }
+  return batch;
+}
+
+}  // namespace
+
+LoaderOptions loader_options(const Config& config, Split split, uint64_t epoch) {
+  LoaderOptions o;
+  const bool train = split == Split::kTrain;
+  o.batch_size = config.get_int("data.batch_size");
+  if (!train && config.get_int("data.eval_batch_size") > 0) {
+    o.batch_size = config.get_int("data.eval_batch_size");
+  }
+  o.workers = static_cast<int>(config.get_int("data.workers"));
+  o.prefetch = static_cast<int>(config.get_int("data.prefetch"));
+  o.shuffle = train;
+  o.train = train;
+  o.drop_last = train;
+  o.seed = static_cast<uint64_t>(config.get_int("seed"));
+  o.epoch = epoch;
+  return o;
+}
+
+std::vector<int64_t> epoch_order(size_t n, uint64_t seed, uint64_t epoch, bool shuffle) {
+  std::vector<int64_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = static_cast<int64_t>(i);
+  if (shuffle && n > 1) {
+    Rng rng = sample_rng(seed, epoch, UINT64_MAX);
+    for (size_t i = n - 1; i > 0; --i) {
+      std::swap(order[i], order[uniform_index(rng, i + 1)]);
+    }
+  }
+  return order;
+}
+
+struct Loader::State {
+  struct Slot {
+    std::vector<std::optional<Sample>> samples;
+    int64_t done = 0;
+    std::exception_ptr error;
+    int64_t error_pos = -1;
+    bool ready = false;
+    Batch batch;
+  };
+
+  std::shared_ptr<const Dataset> dataset;
+  LoaderOptions options;
+  std::vector<int64_t> order;
+  int64_t num_batches = 0;
+
+  std::mutex mutex;
+  std::condition_variable work_cv;   // workers: a task may be available, or stop
+  std::condition_variable ready_cv;  // consumer: a batch became ready
+  std::map<int64_t, Slot> slots;     // batches scheduled and not yet returned
+  int64_t next_batch = 0;            // next batch next() returns
+  int64_t sched_batch = 0;           // next task: sample sched_pos of batch sched_batch
+  int64_t sched_pos = 0;
+  bool stop = false;
+  std::vector<std::thread> threads;
+
+  int64_t batch_begin(int64_t b) const { return b * options.batch_size; }
+  int64_t batch_len(int64_t b) const {
+    return std::min<int64_t>(options.batch_size,
+                             static_cast<int64_t>(order.size()) - batch_begin(b));
+  }
+
+  // Loads the sample at position `pos` of batch `b`; errors go to *error, never out.
+  std::optional<Sample> load(int64_t b, int64_t pos, std::exception_ptr* error) const {
+    try {
+      const int64_t index = order[static_cast<size_t>(batch_begin(b) + pos)];
+      Rng rng = sample_rng(options.seed, options.epoch, static_cast<uint64_t>(index));
+      return dataset->get(static_cast<size_t>(index), rng, options.train);
+    } catch (...) {
+      *error = std::current_exception();
+      return std::nullopt;
+    }
+  }
+
+  void worker() {
+    std::unique_lock<std::mutex> lock(mutex);
+    for (;;) {
+      work_cv.wait(lock, [&] {
+        return stop ||
+               (sched_batch < num_batches && sched_batch < next_batch + options.prefetch);
+      });
+      if (stop) return;
+      const int64_t b = sched_batch, pos = sched_pos;
+      Slot& slot = slots[b];  // std::map: the reference stays valid while other slots change
+      if (pos == 0) slot.samples.resize(static_cast<size_t>(batch_len(b)));
+      if (++sched_pos == batch_len(b)) {
+        ++sched_batch;
+        sched_pos = 0;
+      }
+      lock.unlock();
+      std::exception_ptr error;
+      std::optional<Sample> sample = load(b, pos, &error);
+      lock.lock();
+      slot.samples[static_cast<size_t>(pos)] = std::move(sample);
+      if (error && (slot.error_pos < 0 || pos < slot.error_pos)) {
+        slot.error = error;  // the first failing position, whatever the thread timing
+        slot.error_pos = pos;
+      }
+      if (++slot.done < static_cast<int64_t>(slot.samples.size())) continue;
+      // This thread finished the batch: collate it outside the lock. The slot is not ready, so
+      // the consumer does not touch it meanwhile.
+      if (!slot.error) {
+        lock.unlock();
+        try {
+          slot.batch = collate(b, slot.samples);
+        } catch (...) {
+          error = std::current_exception();
+        }
+        lock.lock();
+        if (error) slot.error = error;
+      }
+      slot.samples.clear();
+      slot.ready = true;
+      ready_cv.notify_all();
+      if (stop) return;
+    }
+  }
+};
+
+Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options)
+    : state_(std::make_unique<State>()) {
+  if (!dataset) throw DataError("Loader: no data set");
+  if (options.batch_size < 1) {
+    throw DataError("Loader: batch size must be >= 1, got " + std::to_string(options.batch_size));
+  }
+  if (options.workers < 0) {
+    throw DataError("Loader: workers must be >= 0, got " + std::to_string(options.workers));
+  }
+  options.prefetch = std::max(options.prefetch, 1);
+  State& s = *state_;
+  s.dataset = std::move(dataset);
+  s.options = options;
+  s.order = epoch_order(s.dataset->size(), options.seed, options.epoch, options.shuffle);
+  const int64_t n = static_cast<int64_t>(s.order.size());
+  num_batches_ = options.drop_last ? n / options.batch_size
+                                   : (n + options.batch_size - 1) / options.batch_size;
+  if (options.max_batches >= 0) num_batches_ = std::min(num_batches_, options.max_batches);
+  s.num_batches = num_batches_;
+  if (options.workers > 0 && num_batches_ > 0) {
+    for (int i = 0; i < options.workers; ++i) s.threads.emplace_back([&s] { s.worker(); });
+  }
+}
+
+Loader::~Loader() {
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->stop = true;
+  }
+  state_->work_cv.notify_all();
+  for (std::thread& t : state_->threads) t.join();
+}
+
+std::optional<Batch> Loader::next() {
+  State& s = *state_;
+  if (s.next_batch >= s.num_batches) return std::nullopt;
+  const int64_t b = s.next_batch;
+  if (s.threads.empty()) {
+    ++s.next_batch;
+    std::vector<std::optional<Sample>> samples(static_cast<size_t>(s.batch_len(b)));
+    for (int64_t pos = 0; pos < s.batch_len(b); ++pos) {
+      std::exception_ptr error;
+      samples[static_cast<size_t>(pos)] = s.load(b, pos, &error);
+      if (error) std::rethrow_exception(error);
+    }
+    return collate(b, samples);
+  }
+  std::unique_lock<std::mutex> lock(s.mutex);
+  s.ready_cv.wait(lock, [&] {
+    auto it = s.slots.find(b);
+    return it != s.slots.end() && it->second.ready;
+  });
+  auto it = s.slots.find(b);
+  State::Slot slot = std::move(it->second);
+  s.slots.erase(it);
+  ++s.next_batch;
+  lock.unlock();
+  s.work_cv.notify_all();
+  if (slot.error) std::rethrow_exception(slot.error);
+  return std::move(slot.batch);
+}
+
+}  // namespace amptune::data

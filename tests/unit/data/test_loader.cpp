@@ -1,0 +1,414 @@
+// ImageFolder reader, the threaded loader (determinism, skipped samples, errors, shutdown) and
+// the IDX -> ImageFolder export.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <set>
+#include <thread>
+
+#include <torch/torch.h>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "data/dataset.h"
+#include "data/export.h"
+#include "data/idx.h"
+#include "data/loader.h"
+#include "test_util.h"
+
+namespace amptune::data {
+namespace {
+
+namespace fs = std::filesystem;
+using testing_util::data_error_of;
+using testing_util::fixture;
+using testing_util::fresh_dir;
+using testing_util::gradient;
+using testing_util::write_bytes;
+
+TransformOptions small_rgb(int size = 16) {
+  TransformOptions o;
+  o.channels = 3;
+  o.image_size = size;
+  o.resize_size = size + 4;
+  return o;
+}
+
+// ROOT/train/<class>/<i>.JPEG with images of varying sizes, `per_class` per class.
+std::string make_jpeg_folder(const std::string& root, const std::vector<std::string>& classes,
+                             int per_class) {
+  int k = 0;
+  for (const std::string& c : classes) {
+    for (int i = 0; i < per_class; ++i, ++k) {
+      const Image im = gradient(20 + (k * 7) % 23, 18 + (k * 5) % 19, 3, k);
+      write_bytes(root + "/train/" + c + "/" + std::to_string(i) + ".JPEG", encode_jpeg(im, 90));
+    }
+  }
+  return root;
+}
+
+std::vector<Batch> all_batches(std::shared_ptr<const Dataset> ds, LoaderOptions o) {
+  Loader loader(std::move(ds), o);
+  std::vector<Batch> out;
+  while (std::optional<Batch> b = loader.next()) out.push_back(std::move(*b));
+  EXPECT_EQ(static_cast<int64_t>(out.size()), loader.num_batches());
+  return out;
+}
+
+void expect_same_batches(const std::vector<Batch>& a, const std::vector<Batch>& b,
+                         const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].index, b[i].index) << what;
+    EXPECT_EQ(a[i].skipped, b[i].skipped) << what << " batch " << i;
+    ASSERT_EQ(a[i].images.sizes(), b[i].images.sizes()) << what << " batch " << i;
+    EXPECT_TRUE(torch::equal(a[i].images, b[i].images)) << what << " batch " << i;
+    ASSERT_EQ(a[i].fields.size(), b[i].fields.size());
+    for (const auto& [k, v] : a[i].fields) {
+      EXPECT_TRUE(torch::equal(v, b[i].fields.at(k))) << what << " batch " << i << " " << k;
+    }
+  }
+}
+
+// A synthetic data set: sample i is an image of values drawn from its generator; loading
+// sleeps a while that depends on i so workers finish out of order; some indices are "corrupt"
+// (nullopt) and one may throw.
+class SleepyDataset : public Dataset {
+ public:
+  SleepyDataset(size_t n, int64_t throw_at = -1) : n_(n), throw_at_(throw_at) {}
+  size_t size() const override { return n_; }
+  std::string describe() const override { return "sleepy"; }
+  std::optional<Sample> get(size_t index, Rng& rng, bool train) const override {
+    ++calls;
+    std::this_thread::sleep_for(std::chrono::microseconds(((index * 7919) % 13) * 300));
+    if (static_cast<int64_t>(index) == throw_at_) throw DataError("sample " + std::to_string(index) + " is broken");
+    if (index % 11 == 5) return std::nullopt;
+    Sample s;
+    s.image = torch::empty({2, 3, 3}, torch::kFloat32);
+    float* p = s.image.data_ptr<float>();
+    for (int i = 0; i < 18; ++i) p[i] = static_cast<float>(uniform01(rng)) + (train ? 1.0f : 0.0f);
+    s.fields["label"] = torch::scalar_tensor(static_cast<int64_t>(index), torch::kInt64);
+    s.fields["box"] = torch::full({4}, static_cast<double>(index), torch::kFloat64);
+    return s;
+  }
+  mutable std::atomic<int64_t> calls{0};
+
+ private:
+  size_t n_;
+  int64_t throw_at_;
+};
+
+TEST(ImageFolder, ClassesSortedByNameFilesSortedAndFiltered) {
+  const std::string root = fresh_dir();
+  const std::vector<uint8_t> jpg = encode_jpeg(gradient(30, 20, 3), 90);
+  const std::vector<uint8_t> png = encode_png(gradient(25, 25, 1));
+  write_bytes(root + "/train/zebra/z1.jpg", jpg);
+  write_bytes(root + "/train/apple/b.jpg", jpg);
+  write_bytes(root + "/train/apple/a.JPEG", jpg);
+  write_bytes(root + "/train/apple/sub/c.png", png);
+  write_bytes(root + "/train/apple/notes.txt", {'x'});
+  write_bytes(root + "/train/Mango/m.PNG", png);
+  write_bytes(root + "/train/.cache/junk.jpg", jpg);
+  write_bytes(root + "/train/README.jpg", jpg);  // a file, not a class folder
+  auto ds = make_imagefolder_dataset(root, "train", small_rgb());
+  EXPECT_EQ(ds->class_names(), (std::vector<std::string>{"Mango", "apple", "zebra"}));
+  EXPECT_EQ(ds->num_classes(), 3);
+  ASSERT_EQ(ds->size(), 5u);
+  const std::vector<int64_t> want_labels{0, 1, 1, 1, 2};
+  for (size_t i = 0; i < ds->size(); ++i) {
+    Rng rng = sample_rng(0, 0, i);
+    std::optional<Sample> s = ds->get(i, rng, false);
+    ASSERT_TRUE(s) << i;
+    EXPECT_EQ(s->image.sizes(), (std::vector<int64_t>{3, 16, 16}));
+    EXPECT_EQ(s->fields.at("label").item<int64_t>(), want_labels[i]) << i;
+  }
+  EXPECT_NE(ds->describe().find("5 images, 3 classes"), std::string::npos) << ds->describe();
+}
+
+TEST(ImageFolder, GreyModelsGetOneChannel) {
+  const std::string root = make_jpeg_folder(fresh_dir(), {"a", "b"}, 2);
+  TransformOptions o = small_rgb(12);
+  o.channels = 1;
+  o.mean = {0.5};
+  o.std = {0.5};
+  auto ds = make_imagefolder_dataset(root, "train", o);
+  Rng rng = sample_rng(1, 0, 3);
+  std::optional<Sample> s = ds->get(3, rng, true);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->image.sizes(), (std::vector<int64_t>{1, 12, 12}));
+  EXPECT_LE(s->image.max().item<float>(), 1.0f + 1e-6f);
+  EXPECT_GE(s->image.min().item<float>(), -1.0f - 1e-6f);
+}
+
+TEST(ImageFolder, MissingLayoutIsAClearDataError) {
+  const std::string root = fresh_dir();
+  std::string msg = data_error_of([&] { make_imagefolder_dataset(root + "/nope", "train", small_rgb()); });
+  EXPECT_NE(msg.find(root + "/nope"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("<class>"), std::string::npos) << msg;
+  msg = data_error_of([&] { make_imagefolder_dataset(root, "val", small_rgb()); });
+  EXPECT_NE(msg.find(root + "/val"), std::string::npos) << msg;
+  fs::create_directories(root + "/train");
+  msg = data_error_of([&] { make_imagefolder_dataset(root, "train", small_rgb()); });
+  EXPECT_NE(msg.find("no class folders"), std::string::npos) << msg;
+  fs::create_directories(root + "/train/empty_class");
+  write_bytes(root + "/train/full/x.jpg", encode_jpeg(gradient(8, 8, 3), 90));
+  msg = data_error_of([&] { make_imagefolder_dataset(root, "train", small_rgb()); });
+  EXPECT_NE(msg.find("empty_class"), std::string::npos) << msg;
+}
+
+TEST(Loader, CorruptImagesAreSkippedAndCounted) {
+  const std::string root = make_jpeg_folder(fresh_dir(), {"a"}, 6);
+  const std::vector<uint8_t> good = encode_jpeg(gradient(40, 40, 3), 90);
+  write_bytes(root + "/train/a/s_halved.jpg",
+              std::vector<uint8_t>(good.begin(), good.begin() + good.size() / 2));
+  write_bytes(root + "/train/a/t_truncated.jpg",
+              std::vector<uint8_t>(good.begin(), good.end() - 40));
+  std::vector<uint8_t> garbage(good.begin(), good.begin() + 200);
+  for (size_t i = 200; i < good.size(); ++i) garbage.push_back(static_cast<uint8_t>(i * 37));
+  write_bytes(root + "/train/a/u_garbage.jpg", garbage);
+  write_bytes(root + "/train/a/v_empty.jpg", {});
+  auto ds = make_imagefolder_dataset(root, "train", small_rgb());
+  ASSERT_EQ(ds->size(), 10u);
+  for (int workers : {0, 2}) {
+    for (int repeat = 0; repeat < 2; ++repeat) {  // warned once per file, skipped every time
+      LoaderOptions o;
+      o.batch_size = 10;
+      o.workers = workers;
+      o.shuffle = false;
+      Loader loader(ds, o);
+      std::optional<Batch> b = loader.next();
+      ASSERT_TRUE(b);
+      EXPECT_EQ(b->skipped, 4);
+      EXPECT_EQ(b->images.size(0), 6);
+      EXPECT_EQ(b->fields.at("label").size(0), 6);
+      EXPECT_FALSE(loader.next());
+    }
+  }
+}
+
+TEST(Loader, BatchesAreBitwiseEqualForAnyWorkerCount) {
+  const std::string root = make_jpeg_folder(fresh_dir(), {"c0", "c1", "c2"}, 8);
+  auto ds = make_imagefolder_dataset(root, "train", small_rgb());
+  LoaderOptions o;
+  o.batch_size = 5;
+  o.drop_last = false;
+  o.seed = 11;
+  o.epoch = 3;
+  o.workers = 0;
+  const std::vector<Batch> ref = all_batches(ds, o);
+  ASSERT_EQ(ref.size(), 5u);  // 24 images, last batch 4
+  EXPECT_EQ(ref.back().images.size(0), 4);
+  for (int workers : {1, 3}) {
+    for (int prefetch : {1, 3}) {
+      o.workers = workers;
+      o.prefetch = prefetch;
+      expect_same_batches(ref, all_batches(ds, o),
+                          "workers " + std::to_string(workers) + " prefetch " +
+                              std::to_string(prefetch));
+    }
+  }
+  // Every sample appears once; another epoch gives another order and other augmentation.
+  int64_t total = 0;
+  for (const Batch& b : ref) total += b.images.size(0);
+  EXPECT_EQ(total, 24);
+  o.epoch = 4;
+  o.workers = 2;
+  const std::vector<Batch> other = all_batches(ds, o);
+  EXPECT_FALSE(torch::equal(ref[0].images, other[0].images));
+}
+
+TEST(Loader, ThreadTimingDoesNotChangeBatches) {
+  auto ds = std::make_shared<SleepyDataset>(47);
+  LoaderOptions o;
+  o.batch_size = 6;
+  o.seed = 5;
+  o.workers = 0;
+  const std::vector<Batch> ref = all_batches(ds, o);
+  ASSERT_EQ(ref.size(), 7u);  // drop_last: 47 / 6
+  int64_t skipped = 0;
+  for (const Batch& b : ref) {
+    skipped += b.skipped;
+    EXPECT_EQ(b.images.size(0) + b.skipped, 6);
+    EXPECT_EQ(b.fields.at("box").sizes(), (std::vector<int64_t>{b.images.size(0), 4}));
+    EXPECT_EQ(b.fields.at("box").scalar_type(), torch::kFloat64);
+  }
+  EXPECT_GT(skipped, 0);
+  for (int workers : {1, 3, 5}) {
+    o.workers = workers;
+    o.prefetch = 2;
+    expect_same_batches(ref, all_batches(ds, o), "workers " + std::to_string(workers));
+  }
+}
+
+TEST(Loader, OrderIsAPermutationFromSeedAndEpoch) {
+  const std::vector<int64_t> a = epoch_order(100, 1, 0, true);
+  std::vector<int64_t> sorted = a;
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t i = 0; i < 100; ++i) EXPECT_EQ(sorted[i], i);
+  EXPECT_EQ(a, epoch_order(100, 1, 0, true));
+  EXPECT_NE(a, epoch_order(100, 1, 1, true));
+  EXPECT_NE(a, epoch_order(100, 2, 0, true));
+  EXPECT_EQ(epoch_order(5, 1, 0, false), (std::vector<int64_t>{0, 1, 2, 3, 4}));
+}
+
+TEST(Loader, BatchCountsFollowDropLastAndMaxBatches) {
+  auto ds = std::make_shared<SleepyDataset>(10);
+  LoaderOptions o;
+  o.batch_size = 4;
+  o.workers = 1;
+  EXPECT_EQ(Loader(ds, o).num_batches(), 2);
+  o.drop_last = false;
+  EXPECT_EQ(Loader(ds, o).num_batches(), 3);
+  o.max_batches = 1;
+  Loader capped(ds, o);
+  EXPECT_EQ(capped.num_batches(), 1);
+  EXPECT_TRUE(capped.next());
+  EXPECT_FALSE(capped.next());
+  o.batch_size = 0;
+  EXPECT_THROW(Loader(ds, o), DataError);
+}
+
+TEST(Loader, EarlyDestructionStopsWorkers) {
+  auto ds = std::make_shared<SleepyDataset>(500);
+  LoaderOptions o;
+  o.batch_size = 8;
+  o.workers = 3;
+  o.prefetch = 2;
+  { Loader untouched(ds, o); }  // destroyed while workers start
+  {
+    Loader loader(ds, o);
+    ASSERT_TRUE(loader.next());
+    ASSERT_TRUE(loader.next());
+  }  // destroyed mid-epoch with batches in flight
+  // Prefetch is bounded: after the loaders are gone no more than (2 taken + 2 ahead + 1 being
+  // decoded per worker...) batches' worth of samples were loaded, far from the 500 of the epoch.
+  EXPECT_LT(ds->calls.load(), 200);
+}
+
+TEST(Loader, WorkerExceptionsSurfaceAtTheirBatch) {
+  auto ds = std::make_shared<SleepyDataset>(40, /*throw_at=*/13);
+  for (int workers : {0, 2}) {
+    LoaderOptions o;
+    o.batch_size = 5;
+    o.shuffle = false;
+    o.workers = workers;
+    Loader loader(ds, o);
+    EXPECT_TRUE(loader.next());  // 0..4
+    EXPECT_TRUE(loader.next());  // 5..9
+    try {
+      loader.next();  // 10..14 holds 13
+      FAIL() << "expected the worker's DataError";
+    } catch (const DataError& e) {
+      EXPECT_NE(std::string(e.what()).find("sample 13 is broken"), std::string::npos);
+    }
+    std::optional<Batch> after = loader.next();  // the loader goes on
+    ASSERT_TRUE(after);
+    EXPECT_EQ(after->index, 3);
+  }
+}
+
+TEST(Loader, OptionsFromConfig) {
+  Config c;
+  c.set("data.batch_size", 64);
+  c.set("data.eval_batch_size", 100);
+  c.set("data.workers", 3);
+  c.set("seed", 9);
+  const LoaderOptions t = loader_options(c, Split::kTrain, 2);
+  EXPECT_EQ(t.batch_size, 64);
+  EXPECT_TRUE(t.shuffle && t.train && t.drop_last);
+  EXPECT_EQ(t.workers, 3);
+  EXPECT_EQ(t.seed, 9u);
+  EXPECT_EQ(t.epoch, 2u);
+  const LoaderOptions v = loader_options(c, Split::kVal, 2);
+  EXPECT_EQ(v.batch_size, 100);
+  EXPECT_FALSE(v.shuffle || v.train || v.drop_last);
+}
+
+TEST(Export, IdxToImageFolderRoundTrip) {
+  const std::string out = fresh_dir() + "/folder";
+  const ExportStats stats = export_idx_as_imagefolder(fixture("idx"), out,
+                                                      {{"train", "train"}, {"t10k", "val"}}, 20, 95);
+  EXPECT_EQ(stats.images.at("train"), 20);
+  EXPECT_EQ(stats.images.at("val"), 20);
+  EXPECT_GT(stats.bytes, 0);
+  EXPECT_EQ(stats.class_names, (std::vector<std::string>{"class_0", "class_1", "class_2"}));
+  EXPECT_FALSE(fs::exists(out + "/.train.tmp"));
+  const IdxData idx = read_idx(fixture("idx"), "t10k");
+  TransformOptions o;
+  o.channels = 1;
+  o.image_size = 8;  // 8x8 images: the eval transform is the identity
+  o.resize_size = 8;
+  o.mean = {0.0};
+  o.std = {1.0};
+  for (const char* split : {"train", "val"}) {
+    auto ds = make_imagefolder_dataset(out, split, o);
+    ASSERT_EQ(ds->size(), 20u);
+    EXPECT_EQ(ds->class_names(), stats.class_names);
+  }
+  // Read the val files back: label from the folder equals the IDX label of the file's index,
+  // pixels within JPEG tolerance.
+  auto val = make_imagefolder_dataset(out, "val", o);
+  int checked = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(out + "/val")) {
+    if (!entry.is_regular_file()) continue;
+    const int64_t i = std::stoll(entry.path().stem().string());
+    const std::string cls = entry.path().parent_path().filename().string();
+    EXPECT_EQ(cls, "class_" + std::to_string(idx.labels[i])) << entry.path();
+    ++checked;
+  }
+  EXPECT_EQ(checked, 20);
+  // The k-th sample of the read-back set is the k-th exported IDX image in (class, index)
+  // order: export takes file order with at most ceil(20 / 3) = 7 per class.
+  std::vector<std::vector<int64_t>> by_class(3);
+  int64_t taken = 0;
+  for (int64_t i = 0; i < idx.count && taken < 20; ++i) {
+    auto& list = by_class[idx.labels[i]];
+    if (list.size() < 7) {
+      list.push_back(i);
+      ++taken;
+    }
+  }
+  std::vector<int64_t> expected;
+  for (const auto& list : by_class) expected.insert(expected.end(), list.begin(), list.end());
+  ASSERT_EQ(expected.size(), val->size());
+  for (size_t k = 0; k < val->size(); ++k) {
+    Rng rng = sample_rng(0, 0, k);
+    std::optional<Sample> s = val->get(k, rng, false);
+    ASSERT_TRUE(s);
+    const int64_t i = expected[k];
+    EXPECT_EQ(s->fields.at("label").item<int64_t>(), idx.labels[i]) << k;
+    ASSERT_EQ(s->image.sizes(), (std::vector<int64_t>{1, 8, 8}));
+    for (int y = 0; y < 8; ++y) {
+      for (int x = 0; x < 8; ++x) {
+        EXPECT_NEAR(s->image[0][y][x].item<float>() * 255.0f, idx.image(i)[y * 8 + x], 6.0f)
+            << "sample " << k << " (IDX " << i << ") at " << y << "," << x;
+      }
+    }
+  }
+  // A second export into the same folder is refused and leaves the first intact.
+  const std::string msg = data_error_of([&] {
+    export_idx_as_imagefolder(fixture("idx"), out, {{"train", "train"}}, 20, 95);
+  });
+  EXPECT_NE(msg.find("exists already"), std::string::npos) << msg;
+  EXPECT_EQ(make_imagefolder_dataset(out, "train", o)->size(), 20u);
+}
+
+TEST(Export, NamingAndLimits) {
+  const std::string out = fresh_dir();
+  EXPECT_THROW(export_idx_as_imagefolder(fixture("idx"), out + "/a", {{"t10k", "val"}}, 20, 95,
+                                         ClassNaming::kFashion),
+               DataError);  // 3 classes, not 10
+  EXPECT_THROW(export_idx_as_imagefolder(fixture("idx"), out + "/b", {{"t10k", "val"}}, 2, 95),
+               DataError);  // fewer images than classes
+  EXPECT_FALSE(fs::exists(out + "/a/val"));
+  const ExportStats all = export_idx_as_imagefolder(fixture("idx"), out + "/c", {{"t10k", "val"}});
+  EXPECT_EQ(all.images.at("val"), 24);
+  EXPECT_TRUE(fs::exists(out + "/c/val/class_1/00001.JPEG"));
+  EXPECT_EQ(fashion_mnist_class_names().size(), 10u);
+  EXPECT_EQ(fashion_mnist_class_names()[9], "Ankle_boot");
+}
+
+}  // namespace
+}  // namespace amptune::data
