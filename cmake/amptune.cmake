@@ -57,7 +57,7 @@ function(amptune_test name)
   target_compile_definitions(${name} PRIVATE
     AMPTUNE_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
     AMPTUNE_FIXTURE_DIR="${PROJECT_SOURCE_DIR}/tests/fixtures")
-  if(TARGET amptune)
+  if("integration" IN_LIST ARG_LABELS)  # runs the real binary as a child process
     target_compile_definitions(${name} PRIVATE AMPTUNE_BINARY="$<TARGET_FILE:amptune>")
     add_dependencies(${name} amptune)
   endif()

@@ -220,7 +220,12 @@ int cmd_resume(const Invocation& inv) {
     return 0;
   }
   const Config config = Config::from_json(run->config_json, "run " + run->name);
-  if (!store.claim_run(run->id, provenance(config, threads, inv.command_line), stale_after, true)) {
+  const auto prov = provenance(config, threads, inv.command_line);
+  const bool finished =
+      run->status == store::RunStatus::kDone || run->status == store::RunStatus::kDiverged;
+  if (finished) {
+    store.mark_running(run->id, prov);  // explicit request to train a finished run again
+  } else if (!store.claim_run(run->id, prov, stale_after, true)) {
     throw UsageError("run " + run->name + " is being trained by another process (heartbeat " +
                      run->heartbeat_at + "); wait, or pass --stale-after 0 if it died");
   }

@@ -629,6 +629,19 @@ void Store::finish_run(int64_t run_id, RunStatus status, const std::string& mess
   });
 }
 
+void Store::release_run(int64_t run_id, const std::string& message) {
+  const std::string action = "releasing run " + std::to_string(run_id);
+  guarded(path_, action, [&] {
+    write_transaction(db_, [&] {
+      require_run(db_, path_, run_id, action);
+      Statement update(db_,
+                       "UPDATE runs SET status = 'pending', message = ?1, heartbeat_at = ?2 "
+                       "WHERE id = ?3");
+      update.bind(1, message).bind(2, now_utc()).bind(3, run_id).run();
+    });
+  });
+}
+
 // --- epochs ----------------------------------------------------------------------------------
 
 void Store::record_epoch(const EpochRecord& record) {

@@ -150,6 +150,10 @@ class Store {
   void finish_run(int64_t run_id, RunStatus status, const std::string& message,
                   const std::string& summary_json);
 
+  // status -> pending with a message ("interrupted in epoch 3"): the run stopped on purpose and
+  // continues from its last checkpoint next time.
+  void release_run(int64_t run_id, const std::string& message);
+
   // Replaces the epoch row of (run_id, epoch) and its metrics, all or nothing. Metric names are
   // lowercase identifiers and must not be columns of the epochs table (lr, train_loss, ...:
   // use the EpochRecord fields).

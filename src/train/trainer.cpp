@@ -330,7 +330,7 @@ std::map<std::string, std::string> run_columns(const Config& config) {
       {"lr", config.at("optim.lr").dump()},
       {"batch_size", config.at("data.batch_size").dump()},
       {"epochs", config.at("schedule.epochs").dump()},
-      {"lr_dec_epoch", nlohmann::json(config.at("schedule.lr_dec_epoch").dump()).dump()},
+      {"lr_dec_epoch", config.at("schedule.lr_dec_epoch").dump()},
       {"seed", config.at("seed").dump()},
       {"primary_metric", nlohmann::json(info.primary_metric).dump()},
   };
@@ -413,8 +413,7 @@ RunResult train_run(store::Store& store, const store::RunRow& run, const RunOpti
       auto step_start = Clock::now();
       while (auto batch = loader.next()) {
         if (g_stop) {
-          store.finish_run(run.id, store::RunStatus::kPending,
-                           "interrupted in epoch " + std::to_string(epoch), "");
+          store.release_run(run.id, "interrupted in epoch " + std::to_string(epoch));
           result.outcome = Outcome::kInterrupted;
           result.message = "interrupted in epoch " + std::to_string(epoch);
           return result;
@@ -504,7 +503,7 @@ RunResult train_run(store::Store& store, const store::RunRow& run, const RunOpti
       if (options.stop_after_epoch && epoch >= *options.stop_after_epoch && epoch + 1 < epochs) {
         result.outcome = Outcome::kInterrupted;
         result.message = "stopped after epoch " + std::to_string(epoch) + " as asked";
-        store.finish_run(run.id, store::RunStatus::kPending, result.message, "");
+        store.release_run(run.id, result.message);
         return result;
       }
     }
