@@ -244,8 +244,8 @@ void flatten_json(const nlohmann::json& value, const std::string& path, const Sc
   }
   if (!path.empty() && !schema.is_group(path)) fail(where, schema.unknown_key_message(path));
   for (const auto& item : value.items()) {
-    flatten_json(item.value(), path.empty() ? item.key() : path + "." + item.key(), schema,
-                 origin, out);
+    flatten_json(item.value(), path.empty() ? item.key() : path + "." + item.key(), schema, origin,
+                 out);
   }
 }
 
@@ -337,14 +337,15 @@ Schema Schema::parse(std::string_view yaml_text, const std::string& origin) {
 
   Schema schema;
   for (const auto& entry : root) {
-    const auto key_loc = SourceLoc::from_mark(origin, entry.first.Mark().line,
-                                              entry.first.Mark().column);
+    const auto key_loc =
+        SourceLoc::from_mark(origin, entry.first.Mark().line, entry.first.Mark().column);
     KeySpec spec;
     spec.key = entry.first.Scalar();
     if (!std::regex_match(spec.key, kKeyName)) {
       fail(key_loc, "schema key \"" + spec.key + "\" must be dotted lower_case words");
     }
-    if (schema.index_.count(spec.key)) fail(key_loc, "schema key " + spec.key + " is declared twice");
+    if (schema.index_.count(spec.key))
+      fail(key_loc, "schema key " + spec.key + " is declared twice");
     const YAML::Node& body = entry.second;
     if (!body.IsMap()) fail(key_loc, "schema entry " + spec.key + " must be a mapping");
     for (const auto& field : body) {
@@ -366,8 +367,9 @@ Schema Schema::parse(std::string_view yaml_text, const std::string& origin) {
     const std::string elem = element_type(spec.type);
     if (body["choices"]) {
       if (elem != "string" || !body["choices"].IsSequence() || body["choices"].size() == 0) {
-        fail(key_loc, "schema entry " + spec.key + ": choices must be a non-empty list and "
-                      "only string keys take them");
+        fail(key_loc, "schema entry " + spec.key +
+                          ": choices must be a non-empty list and "
+                          "only string keys take them");
       }
       for (const auto& c : body["choices"]) spec.choices.push_back(c.Scalar());
     }
@@ -457,14 +459,16 @@ nlohmann::json Schema::coerce(const KeySpec& spec, const nlohmann::json& value,
                               const SourceLoc& where) const {
   const std::string elem = element_type(spec.type);
   if (!is_list_type(spec.type)) {
-    if (value.is_structured()) fail(where, spec.key + " must be a single value, got " + value.dump());
+    if (value.is_structured())
+      fail(where, spec.key + " must be a single value, got " + value.dump());
     return coerce_scalar(spec, elem, from_json(value), spec.key, where);
   }
   if (!value.is_array()) fail(where, spec.key + " must be a list, got " + value.dump());
   nlohmann::json out = nlohmann::json::array();
   for (size_t i = 0; i < value.size(); ++i) {
     const std::string name = spec.key + "[" + std::to_string(i) + "]";
-    if (value[i].is_structured()) fail(where, name + " must be a single value, got " + value[i].dump());
+    if (value[i].is_structured())
+      fail(where, name + " must be a single value, got " + value[i].dump());
     out.push_back(coerce_scalar(spec, elem, from_json(value[i]), name, where));
   }
   return out;

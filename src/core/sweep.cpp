@@ -15,7 +15,7 @@
 namespace amptune {
 namespace {
 
-const std::vector<std::string> kTopLevel = {"name", "description", "base", "grid",
+const std::vector<std::string> kTopLevel = {"name", "description", "base",  "grid",
                                             "zip",  "exclude",     "repeat"};
 constexpr size_t kMaxCells = 1000000;
 
@@ -95,8 +95,8 @@ std::vector<Leaf> leaves_of(const Ctx& ctx, const YAML::Node& map, const std::st
 
 // One factor of the cartesian product: a grid key, a zip group or repeat.
 struct Axis {
-  std::string section;                          // "grid", "zip group 2", "repeat"
-  std::vector<std::string> keys;                // one key, or the keys of a zip group
+  std::string section;            // "grid", "zip group 2", "repeat"
+  std::vector<std::string> keys;  // one key, or the keys of a zip group
   std::vector<SourceLoc> key_locs;
   std::vector<std::vector<nlohmann::json>> rows;  // rows[i][k]: value of keys[k] at position i
 };
@@ -111,17 +111,16 @@ std::vector<nlohmann::json> axis_values(const Ctx& ctx, const Leaf& leaf,
                              ": [a, b], got " + yaml_brief(leaf.value));
   }
   if (leaf.value.size() == 0) {
-    fail(leaf.value_loc, "in " + section + ", the list of " + leaf.key +
-                             " is empty; give at least one value");
+    fail(leaf.value_loc,
+         "in " + section + ", the list of " + leaf.key + " is empty; give at least one value");
   }
   const bool list_key = spec.type.size() > 5 && spec.type.substr(spec.type.size() - 5) == "_list";
   std::vector<nlohmann::json> values;
   for (const auto& item : leaf.value) {
     const SourceLoc loc = ctx.loc(item);
     if (list_key && !item.IsSequence()) {
-      fail(loc, leaf.key + " takes a list, so each value in " + section +
-                    " is a list: write " + leaf.key + ": [[17], [10, 15]], got " +
-                    yaml_brief(item));
+      fail(loc, leaf.key + " takes a list, so each value in " + section + " is a list: write " +
+                    leaf.key + ": [[17], [10, 15]], got " + yaml_brief(item));
     }
     values.push_back(ctx.schema.coerce(spec, item, loc));
   }
@@ -159,8 +158,8 @@ Axis parse_grid_key(const Ctx& ctx, const Leaf& leaf) {
 Axis parse_zip_group(const Ctx& ctx, const YAML::Node& group, size_t number) {
   const std::string section = "zip group " + std::to_string(number);
   if (!group.IsMap() || group.size() == 0) {
-    fail(ctx.loc(group), section + " must be a non-empty mapping of key: [values], got " +
-                             yaml_brief(group));
+    fail(ctx.loc(group),
+         section + " must be a non-empty mapping of key: [values], got " + yaml_brief(group));
   }
   Axis axis{section, {}, {}, {}};
   std::vector<std::vector<nlohmann::json>> columns;
@@ -206,8 +205,8 @@ std::string Cell::label() const {
   std::string out;
   for (const auto& item : axes.items()) {
     if (!out.empty()) out += ' ';
-    out += item.key() + "=" + (item.value().is_string() ? item.value().get<std::string>()
-                                                         : item.value().dump());
+    out += item.key() + "=" +
+           (item.value().is_string() ? item.value().get<std::string>() : item.value().dump());
   }
   return out;
 }
@@ -302,8 +301,8 @@ Sweep parse_sweep(const std::string& yaml_text, const std::string& origin,
     for (size_t k = 0; k < axis.keys.size(); ++k) {
       auto it = swept.find(axis.keys[k]);
       if (it != swept.end()) {
-        fail(axis.key_locs[k], axis.keys[k] + " is swept twice: in " + it->second.first +
-                                   " at " + it->second.second.str() + " and in " + axis.section +
+        fail(axis.key_locs[k], axis.keys[k] + " is swept twice: in " + it->second.first + " at " +
+                                   it->second.second.str() + " and in " + axis.section +
                                    "; sweep each key once (keys that advance together go in one "
                                    "zip group)");
       }
@@ -317,14 +316,18 @@ Sweep parse_sweep(const std::string& yaml_text, const std::string& origin,
     const SourceLoc loc = section_loc[key];
     if (key == "grid") {
       if (!node.IsMap() || node.size() == 0) {
-        fail(loc, "grid must map swept keys to lists of values, e.g. grid: {optim.lr: [0.05, 0.1]}"
-                  ", got " + yaml_brief(node));
+        fail(loc,
+             "grid must map swept keys to lists of values, e.g. grid: {optim.lr: [0.05, 0.1]}"
+             ", got " +
+                 yaml_brief(node));
       }
       for (const Leaf& leaf : leaves_of(ctx, node, "grid")) add_axis(parse_grid_key(ctx, leaf));
     } else if (key == "zip") {
       if (!node.IsSequence() || node.size() == 0) {
-        fail(loc, "zip must be a list of groups, e.g. zip: [{optim.lr: [0.1, 0.2], "
-                  "data.batch_size: [128, 256]}], got " + yaml_brief(node));
+        fail(loc,
+             "zip must be a list of groups, e.g. zip: [{optim.lr: [0.1, 0.2], "
+             "data.batch_size: [128, 256]}], got " +
+                 yaml_brief(node));
       }
       for (size_t g = 0; g < node.size(); ++g) add_axis(parse_zip_group(ctx, node[g], g + 1));
     } else if (key == "repeat") {
@@ -343,8 +346,8 @@ Sweep parse_sweep(const std::string& yaml_text, const std::string& origin,
     auto it = swept.find(key);
     if (it != swept.end() && !(key == "seed" && repeat_count)) {
       fail(where, key + " is swept by " + it->second.first + " at " + it->second.second.str() +
-                      "; --set changes the base only; to run some of its cells use --only " +
-                      key + "=<value>");
+                      "; --set changes the base only; to run some of its cells use --only " + key +
+                      "=<value>");
     }
     sweep.base.set_yaml(key, value, where);
   }
@@ -370,8 +373,10 @@ Sweep parse_sweep(const std::string& yaml_text, const std::string& origin,
         locs.push_back({item_loc});
       }
     } else {
-      fail(loc, "repeat must be a count (e.g. 3: seeds seed+0..seed+2) or a non-empty list of "
-                "seeds (e.g. [0, 7]), got " + yaml_brief(repeat_node));
+      fail(loc,
+           "repeat must be a count (e.g. 3: seeds seed+0..seed+2) or a non-empty list of "
+           "seeds (e.g. [0, 7]), got " +
+               yaml_brief(repeat_node));
     }
     check_unique_rows(axis, locs);
   }
@@ -396,9 +401,10 @@ Sweep parse_sweep(const std::string& yaml_text, const std::string& origin,
   const YAML::Node exclude = section("exclude");
   if (exclude.IsDefined() && !exclude.IsNull()) {
     if (!exclude.IsSequence()) {
-      fail(section_loc["exclude"], "exclude must be a list of partial cells, e.g. exclude: "
-                                   "[{optim.lr: 0.2, data.batch_size: 64}], got " +
-                                       yaml_brief(exclude));
+      fail(section_loc["exclude"],
+           "exclude must be a list of partial cells, e.g. exclude: "
+           "[{optim.lr: 0.2, data.batch_size: 64}], got " +
+               yaml_brief(exclude));
     }
     for (size_t e = 0; e < exclude.size(); ++e) {
       const std::string name = "exclude entry " + std::to_string(e + 1);
@@ -479,8 +485,8 @@ Sweep parse_sweep(const std::string& yaml_text, const std::string& origin,
     sweep.cells.push_back(std::move(cell));
   }
   if (sweep.cells.empty()) {
-    fail(section_loc["exclude"], "exclude drops all " + std::to_string(total) +
-                                     " cells; nothing would run");
+    fail(section_loc["exclude"],
+         "exclude drops all " + std::to_string(total) + " cells; nothing would run");
   }
   for (size_t e = 0; e < excludes.size(); ++e) {
     if (excludes[e].hits == 0) {

@@ -1,3 +1,5 @@
+#include "core/config.h"
+
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -5,7 +7,6 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
 #include "core/error.h"
 #include "core/hash.h"
 
@@ -46,8 +47,7 @@ TEST(CoreConfig, TypedGettersReadTheirOwnTypesOnly) {
   EXPECT_THROW(config.get_string("optim.nesterov"), ConfigError);
   EXPECT_THROW(config.get_int_list("data.crop_scale"), ConfigError);
   const std::string unknown = error_of([&] { config.at("optim.lrr"); });
-  EXPECT_NE(unknown.find("unknown config key optim.lrr; did you mean optim.lr?"),
-            std::string::npos)
+  EXPECT_NE(unknown.find("unknown config key optim.lrr; did you mean optim.lr?"), std::string::npos)
       << unknown;
   EXPECT_THROW(config.get_int("no.such.key"), ConfigError);
 }
@@ -79,8 +79,9 @@ TEST(CoreConfig, SetYamlParsesTheValueAsYaml) {
             "--set optim.lr=abc: optim.lr must be a number, got \"abc\"");
   EXPECT_NE(error_of([&] { config.set_yaml("optim.lr", "[0.1", where); }).find("not valid YAML"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { config.set_yaml("schedule.epoch", "3", where); })
-                .find("did you mean schedule.epochs?"),
+  EXPECT_NE(error_of([&] {
+              config.set_yaml("schedule.epoch", "3", where);
+            }).find("did you mean schedule.epochs?"),
             std::string::npos);
 }
 
@@ -100,17 +101,19 @@ TEST(CoreConfig, NestedCanonicalJsonAndRoundTrip) {
 
   const Config back = Config::from_json(canonical, "db");
   EXPECT_EQ(back.canonical_json(), canonical);
-  const Config flat = Config::from_json(R"({"optim.lr": 0.1, "schedule": {"lr_dec_epoch": [17]}})",
-                                        "flat");
+  const Config flat =
+      Config::from_json(R"({"optim.lr": 0.1, "schedule": {"lr_dec_epoch": [17]}})", "flat");
   EXPECT_EQ(flat.hash(), config.hash());  // missing keys take defaults
 }
 
 TEST(CoreConfig, FromJsonRejectsUnknownKeysAndBadValues) {
-  EXPECT_NE(error_of([] { Config::from_json(R"({"optim": {"lrr": 1}})", "runs.config_json"); })
-                .find("runs.config_json: unknown config key optim.lrr"),
+  EXPECT_NE(error_of([] {
+              Config::from_json(R"({"optim": {"lrr": 1}})", "runs.config_json");
+            }).find("runs.config_json: unknown config key optim.lrr"),
             std::string::npos);
-  EXPECT_NE(error_of([] { Config::from_json(R"({"schedule": {"epochs": 0}})", "db"); })
-                .find("db: schedule.epochs must be >= 1"),
+  EXPECT_NE(error_of([] {
+              Config::from_json(R"({"schedule": {"epochs": 0}})", "db");
+            }).find("db: schedule.epochs must be >= 1"),
             std::string::npos);
   EXPECT_NE(error_of([] { Config::from_json("{", "db"); }).find("db: config JSON does not parse"),
             std::string::npos);
@@ -206,8 +209,8 @@ TEST(CoreConfig, SpellingOfANumberDoesNotChangeTheHash) {
 }
 
 TEST(CoreConfig, SplitAssignment) {
-  EXPECT_EQ(split_assignment("optim.lr=0.05"), std::make_pair(std::string("optim.lr"),
-                                                              std::string("0.05")));
+  EXPECT_EQ(split_assignment("optim.lr=0.05"),
+            std::make_pair(std::string("optim.lr"), std::string("0.05")));
   EXPECT_EQ(split_assignment(" a.b =x=y").first, "a.b");
   EXPECT_EQ(split_assignment(" a.b =x=y").second, "x=y");
   EXPECT_EQ(split_assignment("model.weights=").second, "");

@@ -136,8 +136,7 @@ TEST(CoreSchema, BoolAndStringTyping) {
   EXPECT_EQ(coerce_text("n.flag", "true"), nlohmann::json(true));
   EXPECT_EQ(coerce_text("n.flag", "false"), nlohmann::json(false));
   for (const char* bad : {"yes", "on", "1", "'true'"}) {
-    EXPECT_NE(coerce_error("n.flag", bad).find("must be true or false"), std::string::npos)
-        << bad;
+    EXPECT_NE(coerce_error("n.flag", bad).find("must be true or false"), std::string::npos) << bad;
   }
   EXPECT_EQ(coerce_text("n.word", "hello"), nlohmann::json("hello"));
   EXPECT_EQ(coerce_text("n.word", "'123'"), nlohmann::json("123"));
@@ -192,8 +191,9 @@ TEST(CoreSchema, ErrorMessagesNameWhereKeyAndValue) {
     schema.coerce(*schema.find("optim.name"), YAML::Load("adamw"), where);
     FAIL();
   } catch (const ConfigError& e) {
-    EXPECT_STREQ(e.what(), "experiments/x.yaml:12:5: optim.name must be one of sgd, adam, got "
-                           "\"adamw\"");
+    EXPECT_STREQ(e.what(),
+                 "experiments/x.yaml:12:5: optim.name must be one of sgd, adam, got "
+                 "\"adamw\"");
   }
 }
 
@@ -248,9 +248,9 @@ TEST(CoreSchema, RejectsMalformedSchemaEntries) {
                         "  default: 0\n  doc: x\n")
                 .find("both a key and a group"),
             std::string::npos);
-  EXPECT_NE(parse_error("a.b:\n  type: int\n  default: 0\n  choices: [x]\n  doc: x\n")
-                .find("choices"),
-            std::string::npos);
+  EXPECT_NE(
+      parse_error("a.b:\n  type: int\n  default: 0\n  choices: [x]\n  doc: x\n").find("choices"),
+      std::string::npos);
   EXPECT_NE(parse_error("a.b: [1, 2\n").find("YAML syntax error"), std::string::npos);
 }
 

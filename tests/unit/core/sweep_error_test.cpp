@@ -90,9 +90,10 @@ TEST_F(CoreSweepError, GridKeyAlsoInZip) {
 }
 
 TEST_F(CoreSweepError, ZipListsOfUnequalLength) {
-  EXPECT_HAS(error("name: t\nzip:\n  - optim.lr: [0.1, 0.2]\n    data.batch_size: [64, 128, 256]\n"),
-             "x.yaml:3:5: zip group 1: the lists advance together and need the same length, "
-             "but optim.lr has 2 values and data.batch_size has 3");
+  EXPECT_HAS(
+      error("name: t\nzip:\n  - optim.lr: [0.1, 0.2]\n    data.batch_size: [64, 128, 256]\n"),
+      "x.yaml:3:5: zip group 1: the lists advance together and need the same length, "
+      "but optim.lr has 2 values and data.batch_size has 3");
 }
 
 TEST_F(CoreSweepError, ExcludeNamesAKeyThatIsNotSwept) {
@@ -108,8 +109,9 @@ TEST_F(CoreSweepError, DuplicateCells) {
              "x.yaml:3:24: duplicate cell: grid lists optim.lr=0.1 twice (also at x.yaml:3:14)");
   EXPECT_HAS(error("name: t\nrepeat: [1, 2, 1]\n"),
              "x.yaml:2:16: duplicate cell: repeat lists seed=1 twice");
-  EXPECT_HAS(error("name: t\nzip:\n  - {optim.lr: [0.1, 0.1], data.batch_size: [64, 64]}\n"),
-             "x.yaml:3:22: duplicate cell: zip group 1 lists optim.lr=0.1 data.batch_size=64 twice");
+  EXPECT_HAS(
+      error("name: t\nzip:\n  - {optim.lr: [0.1, 0.1], data.batch_size: [64, 64]}\n"),
+      "x.yaml:3:22: duplicate cell: zip group 1 lists optim.lr=0.1 data.batch_size=64 twice");
 }
 
 TEST_F(CoreSweepError, AllCellsExcluded) {
@@ -160,8 +162,7 @@ TEST(CoreSweepFile, MissingFileIsAConfigErrorNamingThePath) {
     load_sweep(path);
     FAIL();
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find(path + ": cannot read the sweep file"),
-              std::string::npos)
+    EXPECT_NE(std::string(e.what()).find(path + ": cannot read the sweep file"), std::string::npos)
         << e.what();
   }
 }

@@ -1,11 +1,12 @@
 // Sweep expansion: grid / zip / exclude / repeat counts and order, --set, --only, hashes.
+#include "core/sweep.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
 #include "core/error.h"
-#include "core/sweep.h"
 #include "unit/core/temp_dir.h"
 
 namespace amptune {
@@ -112,11 +113,10 @@ zip:
 )",
                                   "<string>");
   EXPECT_EQ(labels(sweep.cells),
-            (std::vector<std::string>{
-                "optim.name=sgd optim.lr=0.1 data.batch_size=128",
-                "optim.name=sgd optim.lr=0.2 data.batch_size=256",
-                "optim.name=adam optim.lr=0.1 data.batch_size=128",
-                "optim.name=adam optim.lr=0.2 data.batch_size=256"}));
+            (std::vector<std::string>{"optim.name=sgd optim.lr=0.1 data.batch_size=128",
+                                      "optim.name=sgd optim.lr=0.2 data.batch_size=256",
+                                      "optim.name=adam optim.lr=0.1 data.batch_size=128",
+                                      "optim.name=adam optim.lr=0.2 data.batch_size=256"}));
 }
 
 TEST(CoreSweep, AxesFollowTheOrderOfTheBlocksInTheFile) {
@@ -151,10 +151,9 @@ exclude:
   - {data: {batch_size: 256}}
 )",
                                   "<string>");
-  EXPECT_EQ(labels(sweep.cells),
-            (std::vector<std::string>{"optim.lr=0.05 data.batch_size=64",
-                                      "optim.lr=0.05 data.batch_size=128",
-                                      "optim.lr=0.1 data.batch_size=128"}));
+  EXPECT_EQ(labels(sweep.cells), (std::vector<std::string>{"optim.lr=0.05 data.batch_size=64",
+                                                           "optim.lr=0.05 data.batch_size=128",
+                                                           "optim.lr=0.1 data.batch_size=128"}));
   for (size_t i = 0; i < sweep.cells.size(); ++i) EXPECT_EQ(sweep.cells[i].index, (int)i);
 }
 
@@ -195,14 +194,14 @@ TEST(CoreSweep, RepeatListGivesExplicitSeeds) {
 }
 
 TEST(CoreSweep, SetOverridesBaseBeforeExpansion) {
-  const Sweep sweep = parse_sweep(R"(
+  const Sweep sweep = parse_sweep(
+      R"(
 name: s
 base: {optim: {lr: 0.1}, schedule.epochs: 2}
 grid: {data.batch_size: [64, 128]}
 )",
-                                  "<string>",
-                                  {"optim.lr=0.05", "schedule.lr_dec_epoch=[17]",
-                                   "optim.eps=1e-8", "model.weights="});
+      "<string>",
+      {"optim.lr=0.05", "schedule.lr_dec_epoch=[17]", "optim.eps=1e-8", "model.weights="});
   EXPECT_DOUBLE_EQ(sweep.base.get_double("optim.lr"), 0.05);
   for (const Cell& cell : sweep.cells) {
     EXPECT_DOUBLE_EQ(cell.config.get_double("optim.lr"), 0.05);

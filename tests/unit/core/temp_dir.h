@@ -14,8 +14,8 @@ class ScratchDir {
  public:
   ScratchDir() {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::string name = std::string("amptune_core_") + info->test_suite_name() + "_" +
-                       info->name() + "_" + std::to_string(::getpid());
+    std::string name = std::string("amptune_core_") + info->test_suite_name() + "_" + info->name() +
+                       "_" + std::to_string(::getpid());
     path_ = std::filesystem::path(::testing::TempDir()) / name;
     std::filesystem::remove_all(path_);
     std::filesystem::create_directories(path_);
