@@ -1,0 +1,206 @@
+// ResNet (torchvision v1.5 layout) and the model registry.
+#include "models/resnet.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <sstream>
+
+#include "core/error.h"
+#include "models/registry.h"
+#include "models/weights.h"
+
+namespace amptune::models {
+namespace {
+
+namespace nn = torch::nn;
+
+nn::Conv2d conv(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding) {
+  return nn::Conv2d(nn::Conv2dOptions(in, out, kernel).stride(stride).padding(padding).bias(false));
+}
+
+nn::Sequential downsample_if_needed(int64_t inplanes, int64_t out, int64_t stride) {
+  if (stride == 1 && inplanes == out) return nn::Sequential(nullptr);
+  // Registered as "0" (conv1x1) and "1" (BatchNorm), as torchvision's nn.Sequential.
+  return nn::Sequential(conv(inplanes, out, 1, stride, 0), nn::BatchNorm2d(out));
+}
+
+}  // namespace
+
+std::vector<int64_t> resnet_stage_blocks(int depth) {
+  switch (depth) {
+    case 18:
+      return {2, 2, 2, 2};
+    case 34:
+      return {3, 4, 6, 3};
+    case 50:
+      return {3, 4, 6, 3};
+    case 101:
+      return {3, 4, 23, 3};
+    case 152:
+      return {3, 8, 36, 3};
+    default:
+      break;
+  }
+  throw ModelError("ResNet depth must be one of 18, 34, 50, 101, 152, got " +
+                   std::to_string(depth));
+}
+
+int64_t resnet_channels(int64_t base, double width) {
+  return std::max<int64_t>(1, std::lround(static_cast<double>(base) * width));
+}
+
+BasicBlockImpl::BasicBlockImpl(int64_t inplanes, int64_t planes, int64_t stride) {
+  conv1_ = register_module("conv1", conv(inplanes, planes, 3, stride, 1));
+  bn1_ = register_module("bn1", nn::BatchNorm2d(planes));
+  conv2_ = register_module("conv2", conv(planes, planes, 3, 1, 1));
+  bn2_ = register_module("bn2", nn::BatchNorm2d(planes));
+  downsample_ = downsample_if_needed(inplanes, planes, stride);
+  if (downsample_) register_module("downsample", downsample_);
+}
+
+torch::Tensor BasicBlockImpl::forward(torch::Tensor x) {
+  torch::Tensor identity = downsample_ ? downsample_->forward(x) : x;
+  torch::Tensor out = torch::relu(bn1_->forward(conv1_->forward(x)));
+  out = bn2_->forward(conv2_->forward(out));
+  return torch::relu(out + identity);
+}
+
+BottleneckImpl::BottleneckImpl(int64_t inplanes, int64_t planes, int64_t stride) {
+  const int64_t out = planes * 4;
+  conv1_ = register_module("conv1", conv(inplanes, planes, 1, 1, 0));
+  bn1_ = register_module("bn1", nn::BatchNorm2d(planes));
+  conv2_ = register_module("conv2", conv(planes, planes, 3, stride, 1));  // v1.5: stride here
+  bn2_ = register_module("bn2", nn::BatchNorm2d(planes));
+  conv3_ = register_module("conv3", conv(planes, out, 1, 1, 0));
+  bn3_ = register_module("bn3", nn::BatchNorm2d(out));
+  downsample_ = downsample_if_needed(inplanes, out, stride);
+  if (downsample_) register_module("downsample", downsample_);
+}
+
+torch::Tensor BottleneckImpl::forward(torch::Tensor x) {
+  torch::Tensor identity = downsample_ ? downsample_->forward(x) : x;
+  torch::Tensor out = torch::relu(bn1_->forward(conv1_->forward(x)));
+  out = torch::relu(bn2_->forward(conv2_->forward(out)));
+  out = bn3_->forward(conv3_->forward(out));
+  return torch::relu(out + identity);
+}
+
+ResNetImpl::ResNetImpl(const ResNetOptions& options) : options_(options) {
+  const std::vector<int64_t> blocks = resnet_stage_blocks(options.depth);
+  if (options.num_classes < 1 || options.in_channels < 1 || !(options.width > 0)) {
+    std::ostringstream msg;
+    msg << "ResNet options need num_classes >= 1, in_channels >= 1 and width > 0, got "
+        << options.num_classes << ", " << options.in_channels << ", " << options.width;
+    throw ModelError(msg.str());
+  }
+  const bool bottleneck = options.depth >= 50;
+  inplanes_ = resnet_channels(64, options.width);
+  conv1_ =
+      register_module("conv1", options.small_input ? conv(options.in_channels, inplanes_, 3, 1, 1)
+                                                   : conv(options.in_channels, inplanes_, 7, 2, 3));
+  bn1_ = register_module("bn1", nn::BatchNorm2d(inplanes_));
+  layer1_ = register_module(
+      "layer1", make_layer(bottleneck, resnet_channels(64, options.width), blocks[0], 1));
+  layer2_ = register_module(
+      "layer2", make_layer(bottleneck, resnet_channels(128, options.width), blocks[1], 2));
+  layer3_ = register_module(
+      "layer3", make_layer(bottleneck, resnet_channels(256, options.width), blocks[2], 2));
+  layer4_ = register_module(
+      "layer4", make_layer(bottleneck, resnet_channels(512, options.width), blocks[3], 2));
+  feature_channels_ = inplanes_;
+  if (options.include_top) {
+    // Linear keeps PyTorch's default init (kaiming_uniform a=sqrt(5), bias U(+-1/sqrt(fan_in))).
+    fc_ = register_module("fc", nn::Linear(feature_channels_, options.num_classes));
+  }
+
+  // torchvision's init; BatchNorm modules already start at weight 1, bias 0.
+  torch::NoGradGuard no_grad;
+  for (auto& module : modules(/*include_self=*/false)) {
+    if (auto* c = module->as<nn::Conv2d>()) {
+      nn::init::kaiming_normal_(c->weight, 0.0, torch::kFanOut, torch::kReLU);
+    } else if (auto* bn = module->as<nn::BatchNorm2d>()) {
+      nn::init::ones_(bn->weight);
+      nn::init::zeros_(bn->bias);
+    }
+  }
+}
+
+nn::Sequential ResNetImpl::make_layer(bool bottleneck, int64_t planes, int64_t blocks,
+                                      int64_t stride) {
+  nn::Sequential layer;
+  for (int64_t i = 0; i < blocks; ++i) {
+    const int64_t s = i == 0 ? stride : 1;
+    if (bottleneck) {
+      layer->push_back(Bottleneck(inplanes_, planes, s));
+      inplanes_ = planes * 4;
+    } else {
+      layer->push_back(BasicBlock(inplanes_, planes, s));
+      inplanes_ = planes;
+    }
+  }
+  return layer;
+}
+
+torch::Tensor ResNetImpl::forward_features(torch::Tensor x) {
+  x = torch::relu(bn1_->forward(conv1_->forward(x)));
+  if (!options_.small_input) x = torch::max_pool2d(x, {3, 3}, {2, 2}, {1, 1});
+  x = layer1_->forward(x);
+  x = layer2_->forward(x);
+  x = layer3_->forward(x);
+  return layer4_->forward(x);
+}
+
+torch::Tensor ResNetImpl::forward(torch::Tensor x) {
+  x = forward_features(x);
+  if (!options_.include_top) return x;
+  x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
+  return fc_->forward(x);
+}
+
+int64_t count_parameters(const torch::nn::Module& module) {
+  int64_t n = 0;
+  for (const auto& p : module.parameters(/*recurse=*/true)) n += p.numel();
+  return n;
+}
+
+// ---- registry ----------------------------------------------------------------------------
+
+namespace {
+
+int resnet_depth_from_name(const std::string& name) {
+  for (int depth : {18, 34, 50, 101, 152}) {
+    if (name == "resnet" + std::to_string(depth)) return depth;
+  }
+  throw ConfigError(
+      "model.name must be one of resnet18, resnet34, resnet50, resnet101, "
+      "resnet152, got '" +
+      name + "'");
+}
+
+}  // namespace
+
+ResNetOptions resnet_options(const Config& config) {
+  ResNetOptions options;
+  options.depth = resnet_depth_from_name(config.get_string("model.name"));
+  options.num_classes = config.get_int("model.num_classes");
+  options.in_channels = config.get_int("model.in_channels");
+  options.width = config.get_double("model.width");
+  options.small_input = config.get_bool("model.small_input");
+  options.include_top = true;
+  return options;
+}
+
+ResNet build_classifier(const Config& config) {
+  ResNet model(resnet_options(config));
+  const std::string weights = config.get_string("model.weights");
+  if (!weights.empty()) load_state_dict(*model, weights);
+  return model;
+}
+
+ModelInfo model_info(const std::string& model_name) {
+  resnet_depth_from_name(model_name);  // throws for an unknown name
+  return ModelInfo{"acc1", true};
+}
+
+}  // namespace amptune::models

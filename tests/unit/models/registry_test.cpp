@@ -1,0 +1,91 @@
+// build_classifier / model_info from the run configuration (model.* keys).
+#include "models/registry.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "models/weights.h"
+
+namespace amptune::models {
+namespace {
+
+Config small_config() {
+  Config config;
+  config.set("model.name", "resnet18");
+  config.set("model.num_classes", 10);
+  config.set("model.in_channels", 1);
+  config.set("model.width", 0.125);
+  config.set("model.small_input", true);
+  return config;
+}
+
+TEST(ModelsRegistry, BuildsTheConfiguredResNet) {
+  ResNet model = build_classifier(small_config());
+  const ResNetOptions& o = model->options();
+  EXPECT_EQ(o.depth, 18);
+  EXPECT_EQ(o.num_classes, 10);
+  EXPECT_EQ(o.in_channels, 1);
+  EXPECT_DOUBLE_EQ(o.width, 0.125);
+  EXPECT_TRUE(o.small_input);
+  EXPECT_TRUE(o.include_top);
+  torch::NoGradGuard no_grad;
+  EXPECT_EQ(model->forward(torch::randn({2, 1, 28, 28})).sizes(), (std::vector<int64_t>{2, 10}));
+}
+
+TEST(ModelsRegistry, DefaultsAreResnet50ForImageNet) {
+  const ResNetOptions o = resnet_options(Config());
+  EXPECT_EQ(o.depth, 50);
+  EXPECT_EQ(o.num_classes, 1000);
+  EXPECT_EQ(o.in_channels, 3);
+  EXPECT_FALSE(o.small_input);
+}
+
+TEST(ModelsRegistry, EveryDepthOfTheSchemaIsBuildable) {
+  for (const char* name : {"resnet18", "resnet34", "resnet50", "resnet101", "resnet152"}) {
+    Config config;
+    config.set("model.name", name);
+    EXPECT_EQ("resnet" + std::to_string(resnet_options(config).depth), name);
+    EXPECT_EQ(model_info(name).primary_metric, "acc1");
+    EXPECT_TRUE(model_info(name).higher_is_better);
+  }
+  EXPECT_THROW(model_info("vgg16"), ConfigError);
+}
+
+TEST(ModelsRegistry, LoadsModelWeights) {
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) /
+                                    ("amptune_models_registry_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string file = (dir / "w.pt").string();
+
+  Config config = small_config();
+  torch::manual_seed(5);
+  ResNet source = build_classifier(config);
+  save_state_dict(*source, file);
+
+  config.set("model.weights", file);
+  torch::manual_seed(6);
+  ResNet loaded = build_classifier(config);
+  EXPECT_TRUE(torch::equal(state_dict(*loaded).at("layer4.1.conv2.weight"),
+                           state_dict(*source).at("layer4.1.conv2.weight")));
+
+  config.set("model.num_classes", 11);  // weights no longer fit: the error names file and key
+  try {
+    build_classifier(config);
+    ADD_FAILURE() << "no ModelError";
+  } catch (const ModelError& e) {
+    EXPECT_NE(std::string(e.what()).find("fc.weight: expected [11, 64], got [10, 64]"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find(file), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace amptune::models
