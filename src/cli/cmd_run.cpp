@@ -219,6 +219,20 @@ int cmd_resume(const Invocation& inv) {
               << "from epoch N\n";
     return 0;
   }
+  if (from_epoch >= 0) {  // check before the run is claimed: a typo must not touch the run
+    bool found = false;
+    std::string have;
+    for (auto& e : store.epochs(run->id)) {
+      if (!e.checkpoint) continue;
+      found = found || e.epoch == from_epoch;
+      have += (have.empty() ? "" : ", ") + std::to_string(e.epoch);
+    }
+    if (!found) {
+      throw CheckpointError("run " + run->name + " has no checkpoint of epoch " +
+                            std::to_string(from_epoch) + " (saved epochs: " +
+                            (have.empty() ? "none" : have) + ")");
+    }
+  }
   const Config config = Config::from_json(run->config_json, "run " + run->name);
   const auto prov = provenance(config, threads, inv.command_line);
   const bool finished =

@@ -24,6 +24,94 @@ namespace {
   throw CheckpointError(what + " " + path + ": " + std::strerror(errno) +
                         " (check free disk space and permissions)");
 }
+// The optimizer state map's key for a parameter: LibTorch 1.13 keys by the TensorImpl address
+// printed as a string, 2.x by the address itself.
+template <typename Map>
+typename Map::key_type state_key(const torch::Tensor& param) {
+  using Key = typename Map::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream s;
+    s << param.unsafeGetTensorImpl();
+    return s.str();
+  } else {
+    return static_cast<Key>(param.unsafeGetTensorImpl());
+  }
+}
+
+std::vector<torch::Tensor> ordered_params(const torch::optim::Optimizer& optimizer) {
+  std::vector<torch::Tensor> params;
+  for (const auto& group : optimizer.param_groups()) {
+    for (const auto& p : group.params()) params.push_back(p);
+  }
+  return params;
+}
+
+// Optimizer state in parameter order, so that equal states give equal bytes (LibTorch's own
+// Optimizer::save keys entries by memory address and hash order, which differ between processes).
+void save_optimizer(const torch::optim::Optimizer& optimizer, torch::serialize::OutputArchive& out) {
+  auto& state = const_cast<torch::optim::Optimizer&>(optimizer).state();
+  using Map = std::remove_reference_t<decltype(state)>;
+  const auto params = ordered_params(optimizer);
+  int64_t saved = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto it = state.find(state_key<Map>(params[i]));
+    if (it == state.end()) continue;
+    const std::string k = "p" + std::to_string(i) + ".";
+    if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(it->second.get())) {
+      out.write(k + "momentum_buffer", sgd->momentum_buffer(), /*is_buffer=*/true);
+    } else if (auto* adam = dynamic_cast<torch::optim::AdamParamState*>(it->second.get())) {
+      out.write(k + "step", c10::IValue(static_cast<int64_t>(adam->step())));
+      out.write(k + "exp_avg", adam->exp_avg(), true);
+      out.write(k + "exp_avg_sq", adam->exp_avg_sq(), true);
+      if (adam->max_exp_avg_sq().defined()) out.write(k + "max_exp_avg_sq", adam->max_exp_avg_sq(), true);
+    } else {
+      throw CheckpointError("cannot save the state of this optimizer type");
+    }
+    ++saved;
+  }
+  out.write("count", c10::IValue(saved));
+}
+
+void load_optimizer(torch::optim::Optimizer& optimizer, torch::serialize::InputArchive& in,
+                    const std::string& path) {
+  auto& state = optimizer.state();
+  using Map = std::remove_reference_t<decltype(state)>;
+  state.clear();
+  const auto params = ordered_params(optimizer);
+  const bool is_sgd = dynamic_cast<torch::optim::SGD*>(&optimizer) != nullptr;
+  int64_t loaded = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const std::string k = "p" + std::to_string(i) + ".";
+    torch::Tensor t;
+    if (is_sgd) {
+      if (!in.try_read(k + "momentum_buffer", t, true)) continue;
+      auto st = std::make_unique<torch::optim::SGDParamState>();
+      st->momentum_buffer(t.to(params[i].device()));
+      state[state_key<Map>(params[i])] = std::move(st);
+    } else {
+      c10::IValue step;
+      if (!in.try_read(k + "step", step)) continue;
+      auto st = std::make_unique<torch::optim::AdamParamState>();
+      st->step(step.toInt());
+      in.read(k + "exp_avg", t, true);
+      st->exp_avg(t.to(params[i].device()));
+      in.read(k + "exp_avg_sq", t, true);
+      st->exp_avg_sq(t.to(params[i].device()));
+      torch::Tensor m;
+      if (in.try_read(k + "max_exp_avg_sq", m, true)) st->max_exp_avg_sq(m.to(params[i].device()));
+      state[state_key<Map>(params[i])] = std::move(st);
+    }
+    ++loaded;
+  }
+  c10::IValue count;
+  in.read("count", count);
+  if (count.toInt() != loaded) {
+    throw CheckpointError("checkpoint " + path + " holds optimizer state for " +
+                          std::to_string(count.toInt()) + " parameters, " +
+                          std::to_string(loaded) + " match this optimizer (another optim.name?)");
+  }
+}
+
 }  // namespace
 
 void write_file_atomic(const std::string& path, const std::string& bytes) {
@@ -75,7 +163,7 @@ store::CheckpointFile save_checkpoint(const std::string& path, const torch::nn::
   torch::serialize::OutputArchive archive;
   torch::serialize::OutputArchive model_archive, optim_archive;
   model.save(model_archive);
-  optimizer.save(optim_archive);
+  save_optimizer(optimizer, optim_archive);
   archive.write("model", model_archive);
   archive.write("optimizer", optim_archive);
   archive.write("meta.format", c10::IValue(meta.format));
@@ -131,7 +219,7 @@ CheckpointMeta load_checkpoint(const store::CheckpointFile& expected, torch::nn:
     archive.read("model", model_archive);
     archive.read("optimizer", optim_archive);
     model.load(model_archive);
-    optimizer.load(optim_archive);
+    load_optimizer(optimizer, optim_archive, path);
     torch::Tensor rng;
     archive.read("rng.cpu", rng);
     auto gen = at::detail::getDefaultCPUGenerator();

@@ -1,0 +1,110 @@
+#include "integration/harness.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+
+#include <gtest/gtest.h>
+
+namespace amptune::testing {
+namespace fs = std::filesystem;
+
+std::string scratch_dir() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  fs::path dir = fs::path(::testing::TempDir()) / "amptune-it" /
+                 (std::string(info->test_suite_name()) + "." + info->name() + "." +
+                  std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+namespace {
+void put_be32(std::ofstream& out, uint32_t v) {
+  const unsigned char b[4] = {static_cast<unsigned char>(v >> 24), static_cast<unsigned char>(v >> 16),
+                              static_cast<unsigned char>(v >> 8), static_cast<unsigned char>(v)};
+  out.write(reinterpret_cast<const char*>(b), 4);
+}
+
+void write_split(const std::string& dir, const std::string& split, int n, int side, int classes,
+                 uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> noise(0, 60);
+  std::ofstream images(dir + "/" + split + "-images-idx3-ubyte", std::ios::binary);
+  std::ofstream labels(dir + "/" + split + "-labels-idx1-ubyte", std::ios::binary);
+  put_be32(images, 2051);
+  put_be32(images, static_cast<uint32_t>(n));
+  put_be32(images, static_cast<uint32_t>(side));
+  put_be32(images, static_cast<uint32_t>(side));
+  put_be32(labels, 2049);
+  put_be32(labels, static_cast<uint32_t>(n));
+  for (int i = 0; i < n; ++i) {
+    const int label = i % classes;
+    const int row = 1 + label * (side - 2) / classes;
+    for (int y = 0; y < side; ++y) {
+      for (int x = 0; x < side; ++x) {
+        int v = noise(rng);
+        if (y == row || y == row + 1) v += 180;
+        images.put(static_cast<char>(std::min(v, 255)));
+      }
+    }
+    labels.put(static_cast<char>(label));
+  }
+}
+}  // namespace
+
+void write_tiny_idx(const std::string& dir, int train_n, int test_n, int side, int classes) {
+  fs::create_directories(dir);
+  write_split(dir, "train", train_n, side, classes, 1);
+  write_split(dir, "t10k", test_n, side, classes, 2);
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+}
+
+pid_t spawn_amptune(const std::vector<std::string>& args, const std::string& cwd) {
+  pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    if (::chdir(cwd.c_str()) != 0) _exit(126);
+    std::string out = cwd + "/child.out", err = cwd + "/child.err";
+    if (!std::freopen(out.c_str(), "w", stdout) || !std::freopen(err.c_str(), "w", stderr)) _exit(126);
+    std::vector<char*> argv;
+    std::string bin = AMPTUNE_BINARY;
+    argv.push_back(bin.data());
+    std::vector<std::string> copy = args;
+    for (auto& a : copy) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(bin.c_str(), argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+Result run_amptune(const std::vector<std::string>& args, const std::string& cwd) {
+  pid_t pid = spawn_amptune(args, cwd);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  Result r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = read_file(cwd + "/child.out");
+  r.err = read_file(cwd + "/child.err");
+  return r;
+}
+
+}  // namespace amptune::testing

@@ -1,0 +1,35 @@
+// Helpers for integration tests: a scratch directory per test, a tiny IDX data set, and the real
+// amptune binary run as a child process.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace amptune::testing {
+
+// A fresh, empty directory under the test temp dir, unique per test.
+std::string scratch_dir();
+
+// Writes DIR/{train,t10k}-{images-idx3,labels-idx1}-ubyte: `classes` classes of side x side grey
+// images whose class is visible (a bright bar at a class-dependent row) plus seeded noise.
+void write_tiny_idx(const std::string& dir, int train_n, int test_n, int side = 12,
+                    int classes = 4);
+
+struct Result {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+// Runs the amptune binary with `args` in `cwd`, waits, returns exit code and output.
+Result run_amptune(const std::vector<std::string>& args, const std::string& cwd);
+
+// Starts amptune in the background (stdout/stderr to files in cwd); returns its pid.
+pid_t spawn_amptune(const std::vector<std::string>& args, const std::string& cwd);
+
+std::string read_file(const std::string& path);
+void write_file(const std::string& path, const std::string& text);
+
+}  // namespace amptune::testing

@@ -1,0 +1,285 @@
+// End-to-end tests of the amptune binary: sweeps, re-runs, exact resume, SIGKILL recovery,
+// checkpoint fallback, validation errors. Each test works in its own scratch directory.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "integration/harness.h"
+#include "store/store.h"
+
+namespace amptune::testing {
+namespace {
+namespace fs = std::filesystem;
+
+std::string tiny_sweep(const std::string& data, int epochs, const std::string& grid,
+                       const std::string& extra = "") {
+  return "name: tiny\n"
+         "description: integration test sweep\n"
+         "base:\n"
+         "  model: {name: resnet18, num_classes: 4, in_channels: 1, width: 0.0625, small_input: true}\n"
+         "  data: {format: idx, root: " + data + ", val_split: t10k, mean: [0.3], std: [0.3],\n"
+         "         batch_size: 16, workers: 2}\n"
+         "  optim: {name: sgd, lr: 0.05}\n"
+         "  schedule: {epochs: " + std::to_string(epochs) + ", skip_steps: 1}\n"
+         "  threads: 1\n" + extra + grid;
+}
+
+struct Fixture {
+  std::string dir, db, yaml;
+};
+
+Fixture make(int epochs, const std::string& grid, int train_n = 96, const std::string& extra = "") {
+  Fixture f;
+  f.dir = scratch_dir();
+  write_tiny_idx(f.dir + "/data", train_n, 48);
+  f.db = f.dir + "/results/amptune.sqlite";
+  fs::create_directories(f.dir + "/results");
+  f.yaml = f.dir + "/sweep.yaml";
+  write_file(f.yaml, tiny_sweep(f.dir + "/data", epochs, grid, extra));
+  return f;
+}
+
+std::vector<store::EpochRow> epochs_of(const std::string& db, const std::string& run) {
+  store::Store s(db);
+  auto r = s.find_run(run);
+  EXPECT_TRUE(r.has_value()) << run;
+  return r ? s.epochs(r->id) : std::vector<store::EpochRow>{};
+}
+
+// Same training result: identical losses/metrics every epoch, identical final checkpoint bytes.
+void expect_same_training(const std::vector<store::EpochRow>& a,
+                          const std::vector<store::EpochRow>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].epoch, b[i].epoch);
+    EXPECT_EQ(a[i].global_step, b[i].global_step);
+    EXPECT_EQ(a[i].train_loss, b[i].train_loss) << "epoch " << i;
+    EXPECT_EQ(a[i].lr, b[i].lr);
+    EXPECT_EQ(a[i].metrics.at("acc1"), b[i].metrics.at("acc1"));
+    EXPECT_EQ(a[i].metrics.at("val_loss"), b[i].metrics.at("val_loss"));
+  }
+  ASSERT_TRUE(a.back().checkpoint && b.back().checkpoint);
+  EXPECT_EQ(a.back().checkpoint->sha256, b.back().checkpoint->sha256)
+      << "final weights/optimizer state differ";
+}
+
+TEST(Cli, HelpForEveryCommand) {
+  const std::string dir = scratch_dir();
+  for (const char* cmd : {"run", "resume", "list", "show", "data"}) {
+    auto r = run_amptune({cmd, "--help"}, dir);
+    EXPECT_EQ(r.exit_code, 0) << cmd << r.err;
+    EXPECT_NE(r.out.find("usage: amptune"), std::string::npos) << cmd;
+  }
+  auto r = run_amptune({"frobnicate"}, dir);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("unknown command"), std::string::npos);
+}
+
+TEST(Cli, DryRunPrintsCellsAndWritesNothing) {
+  auto f = make(1, "grid:\n  optim.lr: [0.05, 0.1]\n  data.batch_size: [8, 16]\n");
+  auto r = run_amptune({"run", f.yaml, "--db", f.db, "--dry-run"}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("4 of 4 cells"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("optim.lr=0.1 data.batch_size=16"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(f.db));
+}
+
+TEST(Cli, InvalidSweepFailsWithLocationAndWritesNothing) {
+  auto f = make(1, "grid:\n  optim.lrr: [0.05, 0.1]\n");
+  auto r = run_amptune({"run", f.yaml, "--db", f.db}, f.dir);
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find("sweep.yaml:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("optim.lrr"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("optim.lr"), std::string::npos) << r.err;  // did-you-mean
+  EXPECT_FALSE(fs::exists(f.db));
+}
+
+TEST(Cli, SweepTrainsEveryCellAndReRunTrainsNothing) {
+  auto f = make(2, "grid:\n  optim.lr: [0.05, 0.1]\n");
+  auto r = run_amptune({"run", f.yaml, "--db", f.db}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // One JSON summary line per run on stdout, with the field report's keys.
+  EXPECT_NE(r.out.find("\"train_fps_mean\""), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"training_time\""), std::string::npos) << r.out;
+  store::Store s(f.db);
+  auto runs = s.runs(std::string("tiny"));
+  ASSERT_EQ(runs.size(), 2u);
+  std::vector<std::string> recorded;
+  for (auto& run : runs) {
+    EXPECT_EQ(run.status, store::RunStatus::kDone) << run.message;
+    auto ep = s.epochs(run.id);
+    ASSERT_EQ(ep.size(), 2u);
+    for (auto& e : ep) {
+      ASSERT_TRUE(e.checkpoint.has_value());
+      EXPECT_TRUE(fs::exists(e.checkpoint->path));
+      EXPECT_GT(e.metrics.at("acc1"), 0.0);
+      recorded.push_back(e.recorded_at);
+    }
+  }
+  auto again = run_amptune({"run", f.yaml, "--db", f.db}, f.dir);
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_NE(again.err.find("0 trained, 2 skipped"), std::string::npos) << again.err;
+  std::vector<std::string> after;
+  for (auto& run : s.runs(std::string("tiny"))) {
+    for (auto& e : s.epochs(run.id)) after.push_back(e.recorded_at);
+  }
+  EXPECT_EQ(recorded, after);
+  EXPECT_EQ(s.integrity_check(), "ok");
+
+  auto list = run_amptune({"list", "--db", f.db}, f.dir);
+  EXPECT_EQ(list.exit_code, 0);
+  EXPECT_NE(list.out.find("tiny/0-"), std::string::npos) << list.out;
+  auto show = run_amptune({"show", runs[0].name, "--db", f.db}, f.dir);
+  EXPECT_EQ(show.exit_code, 0) << show.err;
+  EXPECT_NE(show.out.find("epoch_0001.pt"), std::string::npos) << show.out;
+}
+
+TEST(Cli, ResumeEqualsStraight) {
+  // Both optimizers: their state (momentum, Adam moments and step) must survive the checkpoint.
+  const std::string grid = "grid:\n  optim.name: [sgd, adam]\n";
+  auto straight = make(3, grid);
+  ASSERT_EQ(run_amptune({"run", straight.yaml, "--db", straight.db}, straight.dir).exit_code, 0);
+
+  auto staged = make(3, grid);
+  auto first = run_amptune({"run", staged.yaml, "--db", staged.db, "--stop-after-epoch", "0"},
+                           staged.dir);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  store::Store s(staged.db);
+  ASSERT_EQ(s.runs().size(), 2u);
+  for (const auto& run : s.runs()) {
+    EXPECT_EQ(run.status, store::RunStatus::kPending);
+    EXPECT_EQ(s.epochs(run.id).size(), 1u);
+    auto second = run_amptune({"resume", run.name, "--db", staged.db}, staged.dir);
+    ASSERT_EQ(second.exit_code, 0) << second.err;
+    EXPECT_NE(second.err.find("continuing after epoch 0"), std::string::npos) << second.err;
+    SCOPED_TRACE(run.label);
+    expect_same_training(epochs_of(straight.db, run.name), epochs_of(staged.db, run.name));
+  }
+}
+
+TEST(Cli, ResumeFromEarlierEpochRetrainsLaterEpochsIdentically) {
+  auto f = make(3, "");
+  ASSERT_EQ(run_amptune({"run", f.yaml, "--db", f.db}, f.dir).exit_code, 0);
+  store::Store s(f.db);
+  auto run = s.runs().at(0);
+  auto before = s.epochs(run.id);
+  auto r = run_amptune({"resume", run.name, "--db", f.db, "--from-epoch", "0"}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  expect_same_training(before, s.epochs(run.id));
+  auto missing = run_amptune({"resume", run.name, "--db", f.db, "--from-epoch", "7"}, f.dir);
+  EXPECT_EQ(missing.exit_code, 6);
+  EXPECT_NE(missing.err.find("no checkpoint of epoch 7"), std::string::npos) << missing.err;
+  EXPECT_EQ(s.find_run(run.id)->status, store::RunStatus::kDone);  // a typo changes nothing
+}
+
+TEST(Cli, CorruptNewestCheckpointFallsBackToPrevious) {
+  auto straight = make(3, "");
+  ASSERT_EQ(run_amptune({"run", straight.yaml, "--db", straight.db}, straight.dir).exit_code, 0);
+
+  auto f = make(3, "");
+  ASSERT_EQ(run_amptune({"run", f.yaml, "--db", f.db, "--stop-after-epoch", "1"}, f.dir).exit_code, 0);
+  store::Store s(f.db);
+  auto run = s.runs().at(0);
+  auto ep = s.epochs(run.id);
+  ASSERT_EQ(ep.size(), 2u);
+  // Truncate the newest checkpoint: resume must warn and continue from epoch 0's.
+  fs::resize_file(ep[1].checkpoint->path, 100);
+  auto r = run_amptune({"resume", run.name, "--db", f.db}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("falling back"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("continuing after epoch 0"), std::string::npos) << r.err;
+  expect_same_training(epochs_of(straight.db, run.name), s.epochs(run.id));
+  EXPECT_EQ(s.integrity_check(), "ok");
+}
+
+TEST(Cli, KilledMidEpochResumesToTheSameResult) {
+  // Enough steps per epoch that the kill lands inside an epoch.
+  auto straight = make(3, "", 3200);
+  ASSERT_EQ(run_amptune({"run", straight.yaml, "--db", straight.db}, straight.dir).exit_code, 0);
+
+  auto f = make(3, "", 3200);
+  pid_t pid = spawn_amptune({"run", f.yaml, "--db", f.db}, f.dir);
+  // Wait until epoch 0 is recorded, then a little into epoch 1, and kill -9.
+  bool recorded = false;
+  for (int i = 0; i < 3000 && !recorded; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (fs::exists(f.db)) {
+      try {
+        store::Store s(f.db);
+        auto runs = s.runs();
+        recorded = !runs.empty() && !s.epochs(runs[0].id).empty();
+      } catch (const std::exception&) {
+      }
+    }
+  }
+  ASSERT_TRUE(recorded) << read_file(f.dir + "/child.err");
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the child finished before it could be killed";
+  {
+    store::Store s(f.db);
+    auto run = s.runs().at(0);
+    EXPECT_EQ(run.status, store::RunStatus::kRunning);  // what a dead process leaves behind
+    EXPECT_LT(s.epochs(run.id).size(), 3u);
+  }
+  // The same command again takes over the stale run and finishes it.
+  auto r = run_amptune({"run", f.yaml, "--db", f.db, "--stale-after", "0"}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  store::Store s(f.db);
+  auto run = s.runs().at(0);
+  EXPECT_EQ(run.status, store::RunStatus::kDone);
+  expect_same_training(epochs_of(straight.db, run.name), s.epochs(run.id));
+  EXPECT_EQ(s.integrity_check(), "ok");
+  // No temp files left in the checkpoint directory.
+  for (auto& e : fs::directory_iterator(fs::path(s.epochs(run.id)[0].checkpoint->path).parent_path())) {
+    EXPECT_EQ(e.path().extension(), ".pt") << e.path();
+  }
+}
+
+TEST(Cli, DivergedRunIsMarkedAndSweepGoesOn) {
+  // lr 1e6 blows the loss up; lr 0.05 trains normally.
+  auto f = make(1, "grid:\n  optim.lr: [1000000.0, 0.05]\n");
+  auto r = run_amptune({"run", f.yaml, "--db", f.db}, f.dir);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  store::Store s(f.db);
+  auto runs = s.runs(std::string("tiny"));
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].status, store::RunStatus::kDiverged);
+  EXPECT_NE(runs[0].message.find("epoch 0"), std::string::npos) << runs[0].message;
+  EXPECT_EQ(runs[1].status, store::RunStatus::kDone);
+}
+
+TEST(Cli, RetentionKeepsNewestAndBest) {
+  auto f = make(4, "", 96, "  checkpoint: {keep_last: 1, keep_best: 1}\n");
+  ASSERT_EQ(run_amptune({"run", f.yaml, "--db", f.db}, f.dir).exit_code, 0);
+  store::Store s(f.db);
+  auto ep = s.epochs(s.runs().at(0).id);
+  ASSERT_EQ(ep.size(), 4u);
+  int kept = 0;
+  for (auto& e : ep) {
+    if (e.checkpoint) {
+      ++kept;
+      EXPECT_TRUE(fs::exists(e.checkpoint->path));
+    }
+  }
+  EXPECT_GE(kept, 1);
+  EXPECT_LE(kept, 2);
+  EXPECT_TRUE(ep.back().checkpoint.has_value());  // the newest is never deleted
+  size_t files = 0;
+  for (auto& e : fs::directory_iterator(fs::path(ep.back().checkpoint->path).parent_path())) {
+    (void)e;
+    ++files;
+  }
+  EXPECT_EQ(files, static_cast<size_t>(kept));
+}
+
+}  // namespace
+}  // namespace amptune::testing
