@@ -14,6 +14,7 @@
 #include "data/dataset.h"
 #include "data/idx.h"
 #include "data/image.h"
+#include "data/rootnet_data.h"
 #include "data/transforms.h"
 
 namespace amptune::data {
@@ -279,7 +280,9 @@ std::shared_ptr<Dataset> make_dataset(const Config& config, Split split) {
                                                                     : "data.val_split");
   if (format == "idx") return make_idx_dataset(root, name, options);
   if (format == "imagefolder") return make_imagefolder_dataset(root, name, options);
-  throw ConfigError("data.format '" + format + "' is not supported; use imagefolder or idx");
+  if (format == "rootnet") return make_rootnet_dataset(config, split);
+  throw ConfigError("data.format '" + format +
+                    "' is not supported; use imagefolder, idx or rootnet");
 }
 
 }  // namespace amptune::data
