@@ -172,9 +172,14 @@ nlohmann::json coerce_scalar(const KeySpec& spec, const std::string& type, const
     }
     out = s.text;
   } else if (type == "loss_scale") {
-    const char* expect = " must be \"dynamic\", -1 (dynamic) or a positive number, got ";
+    std::string expect = " must be \"dynamic\", -1 (dynamic)";
+    for (const auto& c : spec.choices) expect += ", \"" + c + "\"";
+    expect += " or a positive number, got ";
     if (s.kind == Kind::kString && s.text == "dynamic") {
       out = "dynamic";
+    } else if (s.kind == Kind::kString &&
+               std::find(spec.choices.begin(), spec.choices.end(), s.text) != spec.choices.end()) {
+      out = s.text;  // an extra word the schema allows (amp.loss_scale: auto)
     } else if (s.kind == Kind::kInt || s.kind == Kind::kFloat) {
       if (!std::isfinite(s.d)) fail(where, name + expect + s.text);
       if (s.d == -1) {
@@ -191,7 +196,7 @@ nlohmann::json coerce_scalar(const KeySpec& spec, const std::string& type, const
     fail(where, "schema type " + type + " of " + spec.key + " is unknown");
   }
 
-  if (!spec.choices.empty() && out.is_string()) {
+  if (!spec.choices.empty() && out.is_string() && type != "loss_scale") {
     const auto& text = out.get_ref<const std::string&>();
     if (std::find(spec.choices.begin(), spec.choices.end(), text) == spec.choices.end()) {
       fail(where, name + " must be one of " + join(spec.choices, ", ") + ", got " + out.dump());
@@ -366,10 +371,11 @@ Schema Schema::parse(std::string_view yaml_text, const std::string& origin) {
     if (spec.doc.empty()) fail(key_loc, "schema entry " + spec.key + " has an empty doc");
     const std::string elem = element_type(spec.type);
     if (body["choices"]) {
-      if (elem != "string" || !body["choices"].IsSequence() || body["choices"].size() == 0) {
+      if ((elem != "string" && elem != "loss_scale") || !body["choices"].IsSequence() ||
+          body["choices"].size() == 0) {
         fail(key_loc, "schema entry " + spec.key +
                           ": choices must be a non-empty list and "
-                          "only string keys take them");
+                          "only string and loss_scale keys take them");
       }
       for (const auto& c : body["choices"]) spec.choices.push_back(c.Scalar());
     }

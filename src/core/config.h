@@ -35,7 +35,9 @@ struct KeySpec {
   std::string type;  // int | float | bool | string | int_list | float_list | string_list | loss_scale
   std::string doc;
   nlohmann::json default_value;
-  std::vector<std::string> choices;  // allowed strings (string, string_list) when not empty
+  // Allowed strings (string, string_list) when not empty; for loss_scale extra words accepted
+  // besides "dynamic" and numbers (amp.loss_scale: auto).
+  std::vector<std::string> choices;
   std::optional<double> min, max;    // inclusive bounds for numbers (each element of lists)
 };
 
@@ -62,7 +64,8 @@ class Schema {
   // YAML typing of values (YAML 1.2 core schema, "dynamic" for loss_scale):
   //  int: plain decimal integers; float: ints or floats ("0.1", "1e-8", not inf/nan);
   //  bool: true/false only; string: quoted, or a plain scalar taken as written (not null);
-  //  loss_scale: "dynamic", -1 (stored as "dynamic") or a positive number (stored as a float);
+  //  loss_scale: "dynamic", -1 (stored as "dynamic"), a positive number (stored as a float) or
+  //  one of the key's `choices` words (stored as written);
   //  *_list: a YAML sequence of such elements (a scalar is an error). Floats are stored as JSON
   //  doubles even when written as integers, so "1" and "1.0" give the same config hash.
   //

@@ -58,6 +58,11 @@ n.scale:
   type: loss_scale
   default: dynamic
   doc: A loss scale.
+n.scale_or_auto:
+  type: loss_scale
+  default: auto
+  choices: [auto]
+  doc: A loss scale with an extra word (amp.loss_scale).
 )";
 
 const Schema& test_schema() {
@@ -176,6 +181,20 @@ TEST(CoreSchema, LossScaleTyping) {
   const Schema& s = test_schema();
   EXPECT_EQ(s.coerce(*s.find("n.scale"), nlohmann::json(-1), SourceLoc{}), "dynamic");
   EXPECT_EQ(s.coerce(*s.find("n.scale"), nlohmann::json(64), SourceLoc{}).dump(), "64.0");
+}
+
+TEST(CoreSchema, LossScaleChoicesAddWords) {
+  EXPECT_EQ(coerce_text("n.scale_or_auto", "auto"), nlohmann::json("auto"));
+  EXPECT_EQ(coerce_text("n.scale_or_auto", "dynamic"), nlohmann::json("dynamic"));
+  EXPECT_EQ(coerce_text("n.scale_or_auto", "-1"), nlohmann::json("dynamic"));
+  EXPECT_EQ(coerce_text("n.scale_or_auto", "128").dump(), "128.0");
+  EXPECT_NE(coerce_error("n.scale_or_auto", "static")
+                .find("must be \"dynamic\", -1 (dynamic), \"auto\" or a positive number"),
+            std::string::npos);
+  // Without choices the extra word is refused.
+  EXPECT_NE(coerce_error("n.scale", "auto").find("must be \"dynamic\""), std::string::npos);
+  const Schema& s = test_schema();
+  EXPECT_EQ(s.coerce(*s.find("n.scale_or_auto"), nlohmann::json("auto"), SourceLoc{}), "auto");
 }
 
 TEST(CoreSchema, ErrorMessagesNameWhereKeyAndValue) {

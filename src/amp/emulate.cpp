@@ -1,0 +1,188 @@
+#include "amp/emulate.h"
+
+#include <ATen/autocast_mode.h>
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include "core/error.h"
+
+namespace amptune::amp {
+namespace {
+
+thread_local std::shared_ptr<const Policy> t_policy;
+
+class RoundThrough : public torch::autograd::Function<RoundThrough> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               int64_t dtype) {
+    ctx->saved_data["dtype"] = dtype;
+    return round_to_grid(x, static_cast<Dtype>(dtype));
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto dtype = static_cast<Dtype>(ctx->saved_data["dtype"].toInt());
+    return {grads[0].defined() ? round_to_grid(grads[0], dtype) : grads[0], torch::Tensor()};
+  }
+};
+
+// Rounds when emulating: a value the device holds in low precision.
+torch::Tensor low(const torch::Tensor& x) {
+  if (!x.defined()) return x;
+  return round_through(x, t_policy->dtype);
+}
+
+// The alternative T of a variant, or nullptr; LibTorch 1.13 uses c10::variant, 2.x std::variant.
+template <class T, class V>
+const T* alternative(const V& v) {
+  using namespace std;
+  using namespace c10;
+  return get_if<T>(&v);
+}
+
+std::vector<int64_t> padding2d(const torch::nn::detail::conv_padding_t<2>& padding,
+                               const char* what) {
+  if (const auto* p = alternative<torch::ExpandingArray<2>>(padding)) {
+    return at::IntArrayRef(*p).vec();
+  }
+  throw ModelError(std::string(what) +
+                   " with padding kValid/kSame has no emulated low-precision path; give the "
+                   "padding as numbers");
+}
+
+}  // namespace
+
+torch::ScalarType scalar_type(Dtype dtype) {
+  return dtype == Dtype::kFp16 ? torch::kHalf : torch::kBFloat16;
+}
+
+torch::Tensor round_to_grid(const torch::Tensor& x, Dtype dtype) {
+  torch::NoGradGuard no_grad;
+  return x.to(scalar_type(dtype)).to(x.scalar_type());
+}
+
+torch::Tensor round_through(const torch::Tensor& x, Dtype dtype) {
+  return RoundThrough::apply(x, static_cast<int64_t>(dtype));
+}
+
+ScopedPolicy::ScopedPolicy(const Policy& policy) : previous_(t_policy) {
+  t_policy = std::make_shared<const Policy>(policy);
+}
+ScopedPolicy::~ScopedPolicy() { t_policy = previous_; }
+
+const Policy* current_policy() { return t_policy.get(); }
+
+bool emulating() {
+  return t_policy && t_policy->backend == Backend::kEmulate && t_policy->low_precision();
+}
+
+torch::Tensor conv2d(torch::nn::Conv2dImpl& conv, const torch::Tensor& x) {
+  if (!emulating()) return conv.forward(x);
+  const auto& o = conv.options;
+  if (!alternative<torch::enumtype::kZeros>(o.padding_mode())) {
+    throw ModelError("Conv2d with a padding_mode other than zeros has no emulated path");
+  }
+  auto y = torch::conv2d(low(x), low(conv.weight), low(conv.bias), o.stride(),
+                         padding2d(o.padding(), "Conv2d"), o.dilation(), o.groups());
+  return low(y);
+}
+
+torch::Tensor conv_transpose2d(torch::nn::ConvTranspose2dImpl& conv, const torch::Tensor& x) {
+  if (!emulating()) return conv.forward(x);
+  const auto& o = conv.options;
+  if (!alternative<torch::enumtype::kZeros>(o.padding_mode())) {
+    throw ModelError("ConvTranspose2d with a padding_mode other than zeros has no emulated path");
+  }
+  auto y = torch::conv_transpose2d(low(x), low(conv.weight), low(conv.bias), o.stride(),
+                                   padding2d(o.padding(), "ConvTranspose2d"),
+                                   o.output_padding(), o.groups(), o.dilation());
+  return low(y);
+}
+
+torch::Tensor linear(torch::nn::LinearImpl& linear, const torch::Tensor& x) {
+  if (!emulating()) return linear.forward(x);
+  return low(torch::linear(low(x), low(linear.weight), low(linear.bias)));
+}
+
+torch::Tensor input_dtype_op(const torch::Tensor& y) { return emulating() ? low(y) : y; }
+
+torch::Tensor fp32_op(const torch::Tensor& y) {
+  return emulating() && t_policy->cast_model ? low(y) : y;
+}
+
+torch::Tensor model_input(const torch::Tensor& x) {
+  if (!t_policy || !t_policy->cast_model) return x;
+  if (t_policy->backend == Backend::kEmulate) return low(x);
+  if (t_policy->backend == Backend::kNative && x.is_floating_point()) {
+    return x.to(scalar_type(t_policy->dtype));
+  }
+  return x;
+}
+
+torch::Tensor model_output(const torch::Tensor& y) {
+  if (t_policy && t_policy->cast_model && t_policy->backend == Backend::kNative &&
+      y.is_floating_point()) {
+    return y.to(torch::kFloat);
+  }
+  return y;
+}
+
+// ---- native autocast ----------------------------------------------------------------------
+// LibTorch 2.4 replaced the per-device setters with set_autocast_enabled(DeviceType, bool) and
+// set_autocast_dtype(DeviceType, ScalarType); 1.13 has set_cpu_enabled / set_enabled (CUDA) and
+// set_autocast_cpu_dtype / set_autocast_gpu_dtype.
+namespace {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+bool autocast_enabled(bool cuda) {
+  return at::autocast::is_autocast_enabled(cuda ? at::kCUDA : at::kCPU);
+}
+void set_autocast_enabled(bool cuda, bool on) {
+  at::autocast::set_autocast_enabled(cuda ? at::kCUDA : at::kCPU, on);
+}
+at::ScalarType autocast_dtype(bool cuda) {
+  return at::autocast::get_autocast_dtype(cuda ? at::kCUDA : at::kCPU);
+}
+void set_autocast_dtype(bool cuda, at::ScalarType t) {
+  at::autocast::set_autocast_dtype(cuda ? at::kCUDA : at::kCPU, t);
+}
+#else
+bool autocast_enabled(bool cuda) {
+  return cuda ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
+}
+void set_autocast_enabled(bool cuda, bool on) {
+  if (cuda) {
+    at::autocast::set_enabled(on);
+  } else {
+    at::autocast::set_cpu_enabled(on);
+  }
+}
+at::ScalarType autocast_dtype(bool cuda) {
+  return cuda ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
+}
+void set_autocast_dtype(bool cuda, at::ScalarType t) {
+  if (cuda) {
+    at::autocast::set_autocast_gpu_dtype(t);
+  } else {
+    at::autocast::set_autocast_cpu_dtype(t);
+  }
+}
+#endif
+}  // namespace
+
+AutocastGuard::AutocastGuard(const Policy& policy) {
+  if (policy.backend != Backend::kNative || !policy.patch_ops) return;
+  active_ = true;
+  cuda_ = policy.on_cuda;
+  prev_enabled_ = autocast_enabled(cuda_);
+  prev_dtype_ = autocast_dtype(cuda_);
+  set_autocast_dtype(cuda_, scalar_type(policy.dtype));
+  set_autocast_enabled(cuda_, true);
+}
+
+AutocastGuard::~AutocastGuard() {
+  if (!active_) return;
+  set_autocast_enabled(cuda_, prev_enabled_);
+  set_autocast_dtype(cuda_, prev_dtype_);
+  at::autocast::clear_cache();
+}
+
+}  // namespace amptune::amp

@@ -1,0 +1,191 @@
+#include "amp/engine.h"
+
+#include <set>
+
+#include <torch/torch.h>
+
+#include "amp/emulate.h"
+#include "core/error.h"
+
+namespace amptune::amp {
+namespace {
+
+bool is_batchnorm(torch::nn::Module& m) {
+  return m.as<torch::nn::BatchNorm1d>() || m.as<torch::nn::BatchNorm2d>() ||
+         m.as<torch::nn::BatchNorm3d>();
+}
+
+}  // namespace
+
+ScalerOptions scaler_options(const Policy& policy) {
+  ScalerOptions o;
+  o.dynamic = policy.dynamic_scale;
+  o.init_scale = policy.dynamic_scale ? policy.init_scale : policy.static_scale;
+  o.growth_interval = policy.growth_interval;
+  o.min_scale = policy.min_scale;
+  o.max_scale = policy.max_scale;
+  return o;
+}
+
+Engine::Engine(const Policy& policy, torch::nn::Module& model)
+    : policy_(policy), model_(model), scaler_(scaler_options(policy)) {
+  torch::NoGradGuard no_grad;
+  // BatchNorm tensors that stay fp32 under keep_batchnorm_fp32.
+  std::set<const void*> bn_params, bn_buffers;
+  auto note_batchnorm = [&](torch::nn::Module& m) {
+    if (!is_batchnorm(m)) return;
+    for (auto& p : m.parameters(false)) bn_params.insert(p.unsafeGetTensorImpl());
+    for (auto& b : m.buffers(false)) bn_buffers.insert(b.unsafeGetTensorImpl());
+  };
+  note_batchnorm(model);  // (modules(true) needs a shared_ptr-held model)
+  for (auto& m : model.modules(/*include_self=*/false)) note_batchnorm(*m);
+  params_ = model.parameters(/*recurse=*/true);
+  low_.assign(params_.size(), false);
+  masters_.assign(params_.size(), torch::Tensor());
+  if (!policy.cast_model) return;
+
+  const bool native = policy.backend == Backend::kNative;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const bool bn = bn_params.count(params_[i].unsafeGetTensorImpl()) > 0;
+    low_[i] = !(bn && policy.keep_batchnorm_fp32) && params_[i].is_floating_point();
+  }
+  for (auto& b : model.buffers(true)) {
+    if (!b.is_floating_point()) continue;
+    if (bn_buffers.count(b.unsafeGetTensorImpl()) && policy.keep_batchnorm_fp32) continue;
+    low_buffers_.push_back(b);
+  }
+  if (native) {
+    // Real low-precision storage: cast in place so the tensors the module holds stay the same.
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (low_[i]) params_[i].set_data(params_[i].data().to(scalar_type(policy.dtype)));
+    }
+    for (auto& b : low_buffers_) b.set_data(b.data().to(scalar_type(policy.dtype)));
+  } else {
+    keep_on_grid();
+  }
+  if (policy.master_weights) {
+    // apex: masters are fp32 copies of the (already cast) model weights.
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (!low_[i]) continue;
+      masters_[i] = params_[i].detach().to(torch::kFloat, /*non_blocking=*/false, /*copy=*/true);
+      masters_[i].set_requires_grad(true);
+    }
+  }
+}
+
+void Engine::keep_on_grid() {
+  if (!policy_.cast_model || policy_.backend != Backend::kEmulate) return;
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (low_[i]) params_[i].copy_(round_to_grid(params_[i], policy_.dtype));
+  }
+  for (auto& b : low_buffers_) b.copy_(round_to_grid(b, policy_.dtype));
+}
+
+std::vector<torch::Tensor> Engine::optimizer_params() const {
+  std::vector<torch::Tensor> out;
+  out.reserve(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    out.push_back(masters_[i].defined() ? masters_[i] : params_[i]);
+  }
+  return out;
+}
+
+void Engine::zero_grad() {
+  for (auto* list : {&params_, &masters_}) {
+    for (auto& p : *list) {
+      if (!p.defined() || !p.grad().defined()) continue;
+      p.mutable_grad().detach_();
+      p.mutable_grad().zero_();
+    }
+  }
+}
+
+torch::Tensor Engine::scale_loss(const torch::Tensor& loss) const {
+  const double s = scaler_.scale();
+  return s == 1.0 ? loss : loss.to(torch::kFloat) * s;
+}
+
+bool Engine::unscale_and_check() {
+  torch::NoGradGuard no_grad;
+  const bool emulate = policy_.cast_model && policy_.backend == Backend::kEmulate;
+  std::vector<torch::Tensor> grads;
+  grads.reserve(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    torch::Tensor g = params_[i].grad();
+    if (!g.defined()) continue;
+    // A low-precision parameter's gradient is low precision (those of conv/linear weights
+    // already are; BatchNorm's under O3 are rounded here).
+    if (emulate && low_[i]) g.copy_(round_to_grid(g, policy_.dtype));
+    if (masters_[i].defined()) {
+      masters_[i].mutable_grad() = g.to(torch::kFloat, false, /*copy=*/true);
+      grads.push_back(masters_[i].grad());
+    } else {
+      grads.push_back(g);
+    }
+  }
+  return scaler_.unscale_and_check(grads, policy_.combine_grad);
+}
+
+std::optional<ScaleChange> Engine::finish_step(bool overflow) {
+  torch::NoGradGuard no_grad;
+  bool skip = false;
+  auto change = scaler_.update(overflow, &skip);
+  if (!skip) {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (!masters_[i].defined()) continue;
+      if (policy_.backend == Backend::kEmulate) {
+        params_[i].copy_(round_to_grid(masters_[i], policy_.dtype));
+      } else {
+        params_[i].copy_(masters_[i]);  // converts to the low-precision type
+      }
+    }
+  }
+  keep_on_grid();  // O3 weights stepped in fp32 storage; BatchNorm statistics updated in forward
+  return change;
+}
+
+void Engine::save(torch::serialize::OutputArchive& archive) const {
+  archive.write("amp.loss_scale", c10::IValue(scaler_.state().loss_scale));
+  archive.write("amp.unskipped", c10::IValue(scaler_.state().unskipped));
+  int64_t n = 0;
+  for (size_t i = 0; i < masters_.size(); ++i) {
+    if (!masters_[i].defined()) continue;
+    archive.write("amp.master." + std::to_string(i), masters_[i].detach(), /*is_buffer=*/true);
+    ++n;
+  }
+  archive.write("amp.masters", c10::IValue(n));
+}
+
+void Engine::load(torch::serialize::InputArchive& archive, const std::string& origin) {
+  c10::IValue scale, unskipped, count;
+  if (!archive.try_read("amp.loss_scale", scale) || !archive.try_read("amp.unskipped", unskipped) ||
+      !archive.try_read("amp.masters", count)) {
+    bool any_master = false;
+    for (const auto& m : masters_) any_master = any_master || m.defined();
+    if (!any_master && !scaler_.dynamic()) return;  // nothing that an fp32 checkpoint lacks
+    throw CheckpointError("checkpoint " + origin +
+                          " holds no mixed-precision state (written before amp support?)");
+  }
+  int64_t n = 0;
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < masters_.size(); ++i) {
+    if (!masters_[i].defined()) continue;
+    torch::Tensor t;
+    if (!archive.try_read("amp.master." + std::to_string(i), t, true) ||
+        t.sizes() != masters_[i].sizes()) {
+      throw CheckpointError("checkpoint " + origin + " lacks the fp32 master of parameter " +
+                            std::to_string(i) + " (saved with another amp.opt_level?)");
+    }
+    masters_[i].copy_(t);
+    ++n;
+  }
+  if (n != count.toInt()) {
+    throw CheckpointError("checkpoint " + origin + " holds " + std::to_string(count.toInt()) +
+                          " master weights, this run has " + std::to_string(n) +
+                          " (another amp.opt_level or amp.master_weights?)");
+  }
+  scaler_.load_state(ScalerState{scale.toDouble(), unskipped.toInt()});
+}
+
+}  // namespace amptune::amp

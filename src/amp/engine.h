@@ -1,0 +1,71 @@
+// The trainer's side of mixed precision for one model: puts the weights where the policy wants
+// them (O2/O3: on the low-precision grid or cast; BatchNorm fp32 under keep_batchnorm_fp32), owns
+// the fp32 master weights and the loss scaler, and runs apex's step protocol:
+//
+//   zero_grad(); loss = forward (under AutocastGuard); scale_loss(loss).backward();
+//   overflow = unscale_and_check();  if (!overflow) optimizer.step();  finish_step(overflow);
+//
+// finish_step copies masters back into the model (rounded onto the grid), keeps O3 weights and
+// BatchNorm statistics on the grid, and updates the scaler. save/load carry masters and scaler
+// state so a resumed run continues bitwise.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/nn/module.h>
+#include <torch/serialize/archive.h>
+#include <torch/types.h>
+
+#include "amp/policy.h"
+#include "amp/scaler.h"
+
+namespace amptune::amp {
+
+ScalerOptions scaler_options(const Policy& policy);
+
+class Engine {
+ public:
+  // Prepares `model` (already on its device) for `policy`; `model` must outlive the engine.
+  Engine(const Policy& policy, torch::nn::Module& model);
+
+  const Policy& policy() const { return policy_; }
+  LossScaler& scaler() { return scaler_; }
+  const LossScaler& scaler() const { return scaler_; }
+
+  // What the optimizer steps, in the model's parameter order: the fp32 master of each
+  // low-precision parameter under master_weights, the model parameter otherwise.
+  std::vector<torch::Tensor> optimizer_params() const;
+  // Clears the gradients of the model parameters and of the masters.
+  void zero_grad();
+  // loss x scale (a no-op multiply is skipped for scale 1).
+  torch::Tensor scale_loss(const torch::Tensor& loss) const;
+  // After backward: low-precision gradients rounded onto the grid, copied into the masters'
+  // gradients, unscaled and (dynamic scale) checked. Returns true on inf/NaN (skip the step).
+  bool unscale_and_check();
+  // After optimizer.step() (or its skip): masters -> model, grid upkeep, scaler update. Returns
+  // the scale change, if any.
+  std::optional<ScaleChange> finish_step(bool overflow);
+
+  // The parameters held in low precision (on the grid / cast), in model order.
+  const std::vector<bool>& low_precision_mask() const { return low_; }
+  const std::vector<torch::Tensor>& masters() const { return masters_; }  // undefined: none
+
+  void save(torch::serialize::OutputArchive& archive) const;
+  // Throws CheckpointError naming `origin` when the archive lacks or mismatches amp state.
+  void load(torch::serialize::InputArchive& archive, const std::string& origin);
+
+ private:
+  void keep_on_grid();
+
+  Policy policy_;
+  torch::nn::Module& model_;
+  LossScaler scaler_;
+  std::vector<torch::Tensor> params_;   // model parameters in order
+  std::vector<bool> low_;               // params_[i] is low precision
+  std::vector<torch::Tensor> masters_;  // fp32 master of params_[i] (undefined when none)
+  std::vector<torch::Tensor> low_buffers_;  // BatchNorm statistics held in low precision
+};
+
+}  // namespace amptune::amp

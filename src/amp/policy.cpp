@@ -1,0 +1,139 @@
+#include "amp/policy.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "core/config.h"
+#include "core/error.h"
+
+namespace amptune::amp {
+namespace {
+
+OptLevel parse_level(const std::string& s) {
+  if (s == "O0") return OptLevel::kO0;
+  if (s == "O1") return OptLevel::kO1;
+  if (s == "O2") return OptLevel::kO2;
+  if (s == "O3") return OptLevel::kO3;
+  throw ConfigError("amp.opt_level must be O0, O1, O2 or O3, got \"" + s + "\"");
+}
+
+// "auto" -> nullopt, "true"/"false" -> the bool.
+std::optional<bool> tri_state(const Config& config, const std::string& key) {
+  const std::string v = config.get_string(key);
+  if (v == "auto") return std::nullopt;
+  if (v == "true") return true;
+  if (v == "false") return false;
+  throw ConfigError(key + " must be auto, true or false, got \"" + v + "\"");
+}
+
+}  // namespace
+
+std::string to_string(OptLevel level) {
+  switch (level) {
+    case OptLevel::kO0: return "O0";
+    case OptLevel::kO1: return "O1";
+    case OptLevel::kO2: return "O2";
+    case OptLevel::kO3: return "O3";
+  }
+  return "?";
+}
+std::string to_string(Dtype dtype) { return dtype == Dtype::kFp16 ? "fp16" : "bf16"; }
+std::string to_string(Backend backend) {
+  switch (backend) {
+    case Backend::kNone: return "none";
+    case Backend::kNative: return "native";
+    case Backend::kEmulate: return "emulate";
+  }
+  return "?";
+}
+
+std::string Policy::loss_scale_text() const {
+  return dynamic_scale ? std::string("dynamic") : nlohmann::json(static_scale).dump();
+}
+
+Policy resolve_policy(const Config& config, bool device_is_cuda) {
+  Policy p;
+  p.opt_level = parse_level(config.get_string("amp.opt_level"));
+  p.dtype = config.get_string("amp.dtype") == "bf16" ? Dtype::kBf16 : Dtype::kFp16;
+  p.on_cuda = device_is_cuda;
+  const std::string level = to_string(p.opt_level);
+  const auto keep_bn = tri_state(config, "amp.keep_batchnorm_fp32");
+  const auto masters = tri_state(config, "amp.master_weights");
+
+  // apex's property table.
+  switch (p.opt_level) {
+    case OptLevel::kO0:
+      if (keep_bn.value_or(false) || masters.value_or(false)) {
+        throw ConfigError(std::string(keep_bn.value_or(false) ? "amp.keep_batchnorm_fp32"
+                                                              : "amp.master_weights") +
+                          " is true but amp.opt_level O0 keeps the whole model fp32; leave it "
+                          "auto or use O2/O3");
+      }
+      break;
+    case OptLevel::kO1:
+      if (keep_bn || masters) {
+        throw ConfigError(std::string(keep_bn ? "amp.keep_batchnorm_fp32" : "amp.master_weights") +
+                          " must be auto with amp.opt_level O1: O1 casts around ops and keeps the "
+                          "model weights fp32 (apex refuses it too); use O2 or O3 to cast the model");
+      }
+      p.patch_ops = true;
+      break;
+    case OptLevel::kO2:
+      p.cast_model = true;
+      p.keep_batchnorm_fp32 = keep_bn.value_or(true);
+      p.master_weights = masters.value_or(true);
+      break;
+    case OptLevel::kO3:
+      p.cast_model = true;
+      p.keep_batchnorm_fp32 = keep_bn.value_or(false);
+      p.master_weights = masters.value_or(false);
+      break;
+  }
+  p.combine_grad = config.get_bool("amp.combine_grad");
+  if (p.combine_grad && p.opt_level == OptLevel::kO2 && !p.master_weights) {
+    throw ConfigError(
+        "amp.combine_grad true with amp.opt_level O2 needs master weights (Ascend apex refuses "
+        "it); set amp.master_weights auto/true or amp.combine_grad false");
+  }
+
+  // Loss scale: auto = the level's default.
+  const nlohmann::json& ls = config.at("amp.loss_scale");
+  if (ls.is_string() && ls.get<std::string>() == "auto") {
+    p.dynamic_scale = p.opt_level == OptLevel::kO1 || p.opt_level == OptLevel::kO2;
+  } else if (ls.is_string()) {
+    p.dynamic_scale = true;  // "dynamic" (also -1)
+  } else {
+    p.dynamic_scale = false;
+    p.static_scale = ls.get<double>();
+  }
+  p.min_scale = config.get_double("amp.min_loss_scale");
+  p.max_scale = config.get_double("amp.max_loss_scale");
+  p.growth_interval = config.get_int("amp.growth_interval");
+  if (p.min_scale > p.max_scale) {
+    throw ConfigError("amp.min_loss_scale (" + nlohmann::json(p.min_scale).dump() +
+                      ") is above amp.max_loss_scale (" + nlohmann::json(p.max_scale).dump() + ")");
+  }
+  p.init_scale = std::min(65536.0, p.max_scale);
+
+  // Backend.
+  const std::string backend = config.get_string("amp.backend");
+  const bool cpu_has_kernels = p.dtype == Dtype::kBf16 && p.opt_level == OptLevel::kO1;
+  if (p.opt_level == OptLevel::kO0) {
+    p.backend = Backend::kNone;
+  } else if (backend == "emulate") {
+    p.backend = Backend::kEmulate;
+  } else if (backend == "native") {
+    if (!device_is_cuda && !cpu_has_kernels) {
+      throw ConfigError("amp.backend native has no kernels on this CPU for " + level + " " +
+                        to_string(p.dtype) +
+                        " (LibTorch's CPU autocast covers bf16 O1 only; CPU fp16 kernels do not "
+                        "exist); use amp.backend emulate or auto, or device cuda");
+    }
+    p.backend = Backend::kNative;
+  } else {
+    p.backend = device_is_cuda || cpu_has_kernels ? Backend::kNative : Backend::kEmulate;
+  }
+  return p;
+}
+
+}  // namespace amptune::amp

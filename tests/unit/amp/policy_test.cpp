@@ -1,0 +1,111 @@
+// The apex opt_level property table, overrides, refused combinations and backend choice.
+#include <gtest/gtest.h>
+
+#include "amp/policy.h"
+#include "core/config.h"
+#include "core/error.h"
+
+namespace amptune::amp {
+namespace {
+
+Config make(std::initializer_list<std::pair<const char*, const char*>> kv) {
+  Config c;
+  for (const auto& [k, v] : kv) c.set_yaml(k, v, SourceLoc{"test"});
+  return c;
+}
+
+std::string error_of(const Config& c, bool cuda = false) {
+  try {
+    resolve_policy(c, cuda);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "accepted";
+  return "";
+}
+
+TEST(AmpPolicy, ApexPropertyTable) {
+  auto o0 = resolve_policy(make({}), false);
+  EXPECT_EQ(o0.opt_level, OptLevel::kO0);
+  EXPECT_FALSE(o0.cast_model || o0.patch_ops || o0.master_weights || o0.dynamic_scale);
+  EXPECT_EQ(o0.static_scale, 1.0);
+  EXPECT_EQ(o0.backend, Backend::kNone);
+
+  auto o1 = resolve_policy(make({{"amp.opt_level", "O1"}}), false);
+  EXPECT_TRUE(o1.patch_ops);
+  EXPECT_FALSE(o1.cast_model || o1.master_weights);
+  EXPECT_TRUE(o1.dynamic_scale);
+  EXPECT_EQ(o1.init_scale, 65536.0);
+  EXPECT_EQ(o1.backend, Backend::kEmulate);  // CPU + fp16: no kernels
+
+  auto o2 = resolve_policy(make({{"amp.opt_level", "O2"}}), false);
+  EXPECT_TRUE(o2.cast_model && o2.keep_batchnorm_fp32 && o2.master_weights && o2.dynamic_scale);
+  EXPECT_FALSE(o2.patch_ops);
+
+  auto o3 = resolve_policy(make({{"amp.opt_level", "O3"}}), false);
+  EXPECT_TRUE(o3.cast_model);
+  EXPECT_FALSE(o3.keep_batchnorm_fp32 || o3.master_weights || o3.dynamic_scale);
+  EXPECT_EQ(o3.static_scale, 1.0);
+  EXPECT_EQ(o3.loss_scale_text(), "1.0");
+  EXPECT_EQ(o2.loss_scale_text(), "dynamic");
+}
+
+TEST(AmpPolicy, OverridesApexAllows) {
+  auto p = resolve_policy(make({{"amp.opt_level", "O3"}, {"amp.keep_batchnorm_fp32", "true"},
+                                {"amp.loss_scale", "128"}}),
+                          false);
+  EXPECT_TRUE(p.keep_batchnorm_fp32);
+  EXPECT_FALSE(p.dynamic_scale);
+  EXPECT_EQ(p.static_scale, 128.0);
+  auto q = resolve_policy(make({{"amp.opt_level", "O2"}, {"amp.loss_scale", "-1"}}), false);
+  EXPECT_TRUE(q.dynamic_scale);  // -1 is the Ascend scripts' dynamic
+  auto r = resolve_policy(make({{"amp.opt_level", "O0"}, {"amp.loss_scale", "dynamic"}}), false);
+  EXPECT_TRUE(r.dynamic_scale);
+  auto m = resolve_policy(make({{"amp.max_loss_scale", "1024"}, {"amp.opt_level", "O1"}}), false);
+  EXPECT_EQ(m.init_scale, 1024.0);  // min(2^16, max)
+}
+
+TEST(AmpPolicy, RefusedCombinationsNameTheKey) {
+  EXPECT_NE(error_of(make({{"amp.opt_level", "O1"}, {"amp.keep_batchnorm_fp32", "true"}}))
+                .find("amp.keep_batchnorm_fp32 must be auto with amp.opt_level O1"),
+            std::string::npos);
+  EXPECT_NE(error_of(make({{"amp.opt_level", "O1"}, {"amp.master_weights", "false"}}))
+                .find("amp.master_weights must be auto with amp.opt_level O1"),
+            std::string::npos);
+  EXPECT_NE(error_of(make({{"amp.opt_level", "O2"}, {"amp.master_weights", "false"},
+                           {"amp.combine_grad", "true"}}))
+                .find("amp.combine_grad true with amp.opt_level O2 needs master weights"),
+            std::string::npos);
+  EXPECT_NE(error_of(make({{"amp.master_weights", "true"}})).find("amp.master_weights"),
+            std::string::npos);
+  EXPECT_NE(error_of(make({{"amp.opt_level", "O1"}, {"amp.backend", "native"}}))
+                .find("amp.backend native"),
+            std::string::npos);
+  EXPECT_NE(error_of(make({{"amp.opt_level", "O2"}, {"amp.dtype", "bf16"},
+                           {"amp.backend", "native"}}))
+                .find("amp.backend native"),
+            std::string::npos);
+  EXPECT_NE(error_of(make({{"amp.min_loss_scale", "1e9"}})).find("amp.min_loss_scale"),
+            std::string::npos);
+  // Config typing itself refuses a bad word.
+  Config c;
+  EXPECT_THROW(c.set_yaml("amp.master_weights", "maybe", SourceLoc{"t"}), ConfigError);
+  EXPECT_THROW(c.set_yaml("amp.loss_scale", "0", SourceLoc{"t"}), ConfigError);
+}
+
+TEST(AmpPolicy, BackendChoice) {
+  auto bf16 = resolve_policy(make({{"amp.opt_level", "O1"}, {"amp.dtype", "bf16"}}), false);
+  EXPECT_EQ(bf16.backend, Backend::kNative);  // CPU autocast has bf16 kernels
+  auto bf16_o2 = resolve_policy(make({{"amp.opt_level", "O2"}, {"amp.dtype", "bf16"}}), false);
+  EXPECT_EQ(bf16_o2.backend, Backend::kEmulate);
+  auto cuda = resolve_policy(make({{"amp.opt_level", "O2"}}), true);
+  EXPECT_EQ(cuda.backend, Backend::kNative);
+  auto forced = resolve_policy(make({{"amp.opt_level", "O1"}, {"amp.dtype", "bf16"},
+                                     {"amp.backend", "emulate"}}),
+                               false);
+  EXPECT_EQ(forced.backend, Backend::kEmulate);
+  EXPECT_EQ(to_string(forced.backend), "emulate");
+}
+
+}  // namespace
+}  // namespace amptune::amp
