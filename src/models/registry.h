@@ -5,6 +5,7 @@
 
 #include "core/config.h"
 #include "models/resnet.h"
+#include "models/rootnet.h"
 
 namespace amptune::models {
 
@@ -21,7 +22,19 @@ ResNetOptions resnet_options(const Config& config);
 // state dict (ModelError on a mismatch, naming the file and keys).
 ResNet build_classifier(const Config& config);
 
-// resnet*: {"acc1", true}. Throws ConfigError for an unknown model name.
+// resnet*: {"acc1", true}; rootnet: {"mrpe", false} (recorded on every RootNet test set).
+// Throws ConfigError for an unknown model name.
 ModelInfo model_info(const std::string& model_name);
+// As above, refined by the config: rootnet tested on MuPoTS (rootnet.test_set mupots) is judged
+// by {"ap_root_25", true}.
+ModelInfo model_info(const Config& config);
+
+// RootNetOptions from model.backbone_depth, model.width (head_channels = max(1, lround(256 *
+// width))) and model.in_channels.
+RootNetOptions rootnet_options(const Config& config);
+// Builds RootNet; loads model.backbone_weights (a torchvision ResNet state dict, fc.* ignored)
+// into the backbone, then model.weights (a whole RootNet state dict) when set. ModelError on a
+// mismatch.
+RootNet build_rootnet(const Config& config);
 
 }  // namespace amptune::models

@@ -1,0 +1,116 @@
+// RootNet model, its factory from the config, and model_info for the config-aware registry.
+#include "models/rootnet.h"
+
+#include <cmath>
+
+#include <torch/torch.h>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "models/registry.h"
+#include "models/weights.h"
+
+namespace amptune::models {
+
+RootNetImpl::RootNetImpl(const RootNetOptions& options) : options_(options) {
+  if (options.head_channels < 1) throw ModelError("rootnet head_channels must be >= 1");
+  ResNetOptions bo;
+  bo.depth = options.backbone_depth;
+  bo.width = options.width;
+  bo.in_channels = options.in_channels;
+  bo.include_top = false;
+  backbone_ = register_module("backbone", ResNet(bo));
+  const int64_t c5 = backbone_->feature_channels();
+  const int64_t hc = options.head_channels;
+  deconv_ = torch::nn::Sequential();
+  int64_t in = c5;
+  for (int i = 0; i < 3; ++i) {
+    deconv_->push_back(torch::nn::ConvTranspose2d(
+        torch::nn::ConvTranspose2dOptions(in, hc, 4).stride(2).padding(1).output_padding(0).bias(
+            false)));
+    deconv_->push_back(torch::nn::BatchNorm2d(hc));
+    deconv_->push_back(torch::nn::ReLU(torch::nn::ReLUOptions(true)));
+    in = hc;
+  }
+  register_module("deconv", deconv_);
+  xy_layer_ = register_module("xy_layer", torch::nn::Conv2d(torch::nn::Conv2dOptions(hc, 1, 1)));
+  depth_layer_ =
+      register_module("depth_layer", torch::nn::Conv2d(torch::nn::Conv2dOptions(c5, 1, 1)));
+
+  torch::NoGradGuard no_grad;
+  for (auto& m : deconv_->children()) {
+    if (auto* d = m->as<torch::nn::ConvTranspose2d>()) {
+      torch::nn::init::normal_(d->weight, 0.0, 0.001);
+    } else if (auto* b = m->as<torch::nn::BatchNorm2d>()) {
+      torch::nn::init::ones_(b->weight);
+      torch::nn::init::zeros_(b->bias);
+    }
+  }
+  for (auto* conv : {&xy_layer_, &depth_layer_}) {
+    torch::nn::init::normal_((*conv)->weight, 0.0, 0.001);
+    torch::nn::init::zeros_((*conv)->bias);
+  }
+}
+
+torch::Tensor RootNetImpl::soft_argmax(const torch::Tensor& logits) {
+  const int64_t h = logits.size(-2), w = logits.size(-1);
+  auto flat = logits.reshape({-1, h * w});
+  auto prob = torch::softmax(flat, 1).reshape({-1, h, w});
+  auto opts = torch::TensorOptions().dtype(prob.scalar_type()).device(prob.device());
+  auto x = (prob.sum(1) * torch::arange(w, opts)).sum(1, true);  // marginal over rows
+  auto y = (prob.sum(2) * torch::arange(h, opts)).sum(1, true);
+  return torch::cat({x, y}, 1);
+}
+
+torch::Tensor RootNetImpl::forward(torch::Tensor image, torch::Tensor k_value) {
+  auto c5 = backbone_->forward(image);
+  auto xy = soft_argmax(xy_layer_->forward(deconv_->forward(c5)));
+  auto feat = c5.mean({2, 3}, true);  // [B, C5, 1, 1]
+  auto gamma = depth_layer_->forward(feat).reshape({-1, 1});
+  auto depth = gamma * k_value.reshape({-1, 1}).to(gamma.scalar_type());
+  return torch::cat({xy.to(depth.scalar_type()), depth}, 1);
+}
+
+torch::Tensor rootnet_loss(const torch::Tensor& coord, const torch::Tensor& target,
+                           const torch::Tensor& vis, const torch::Tensor& have_depth) {
+  const int64_t b = coord.size(0);
+  auto c = coord.to(torch::kFloat);
+  auto v = vis.to(torch::kFloat).reshape({b, -1});
+  auto d = (c - target.to(torch::kFloat)).abs() * v;  // v broadcasts from [B, 1] or [B, 3]
+  auto per_sample =
+      (d.select(1, 0) + d.select(1, 1) + d.select(1, 2) * have_depth.to(torch::kFloat).reshape({b})) /
+      3.0;
+  return per_sample.mean();
+}
+
+RootNetOptions rootnet_options(const Config& config) {
+  RootNetOptions o;
+  o.backbone_depth = static_cast<int>(config.get_int("model.backbone_depth"));
+  o.width = config.get_double("model.width");
+  o.in_channels = config.get_int("model.in_channels");
+  o.head_channels = std::max<int64_t>(1, std::lround(256.0 * o.width));
+  return o;
+}
+
+RootNet build_rootnet(const Config& config) {
+  RootNet model(rootnet_options(config));
+  const std::string backbone = config.get_string("model.backbone_weights");
+  if (!backbone.empty()) {
+    LoadOptions skip_fc;
+    skip_fc.skip_prefixes = {"fc."};
+    load_state_dict(*model->backbone(), backbone, skip_fc);
+  }
+  const std::string weights = config.get_string("model.weights");
+  if (!weights.empty()) load_state_dict(*model, weights);
+  return model;
+}
+
+ModelInfo model_info(const Config& config) {
+  const std::string name = config.get_string("model.name");
+  if (name == "rootnet" && config.get_string("rootnet.test_set") == "mupots") {
+    return ModelInfo{"ap_root_25", true};
+  }
+  return model_info(name);
+}
+
+}  // namespace amptune::models
