@@ -232,3 +232,42 @@ CREATE VIEW checkpoints AS
   JOIN sweeps s ON s.id = r.sweep_id
   WHERE e.checkpoint_path IS NOT NULL
   ORDER BY s.name, r.cell_index, e.epoch;
+
+-- migration: 3
+
+-- Mixed precision (docs/AMP.md): the precision settings of a run as readable columns, so sweeps
+-- group by them directly. loss_scale has no declared type: it holds 'dynamic' (text) or the
+-- static scale (a real, e.g. 128.0). backend: 'none' (O0), 'native' or 'emulate'.
+ALTER TABLE runs ADD COLUMN opt_level TEXT;
+ALTER TABLE runs ADD COLUMN dtype TEXT;
+ALTER TABLE runs ADD COLUMN loss_scale;
+ALTER TABLE runs ADD COLUMN backend TEXT;
+
+-- The loss-scale history: one row when a run starts from scratch ('init') and one each time
+-- the scale changes ('overflow': halved and the step skipped; 'growth': doubled after the
+-- growth interval). Written with the epoch the step belongs to, in the same transaction.
+CREATE TABLE loss_scale_events (
+  run_id      INTEGER NOT NULL,
+  epoch       INTEGER NOT NULL,
+  global_step INTEGER NOT NULL,  -- optimizer steps done when the new scale took effect
+  scale       REAL NOT NULL,     -- the new scale
+  reason      TEXT NOT NULL CHECK (reason IN ('init', 'overflow', 'growth')),
+  PRIMARY KEY (run_id, global_step),
+  FOREIGN KEY (run_id, epoch) REFERENCES epochs(run_id, epoch) ON DELETE CASCADE
+);
+
+INSERT INTO metric_info (name, higher_is_better, description) VALUES
+  ('loss_scale', 1, 'loss scale at the end of the epoch'),
+  ('loss_scale_min', 1, 'smallest loss scale used in the epoch'),
+  ('loss_scale_max', 1, 'largest loss scale used in the epoch'),
+  ('overflow_steps', 0, 'steps whose gradients held inf/NaN (dynamic loss scale only)'),
+  ('skipped_steps', 0, 'optimizer steps skipped because of an overflow');
+
+-- The scale trajectory of every run, in step order.
+CREATE VIEW loss_scale_trajectory AS
+  SELECT s.name AS sweep, r.id AS run_id, r.name AS run, r.label, r.opt_level, r.dtype,
+         r.loss_scale AS loss_scale_setting, ev.epoch, ev.global_step, ev.scale, ev.reason
+  FROM loss_scale_events ev
+  JOIN runs r ON r.id = ev.run_id
+  JOIN sweeps s ON s.id = r.sweep_id
+  ORDER BY s.name, r.cell_index, ev.global_step;

@@ -686,7 +686,30 @@ void Store::record_epoch(const EpochRecord& record) {
                            "go in their EpochRecord fields");
         }
       }
+      // The epoch row was deleted above, and its loss_scale_events with it (cascade).
+      Statement event(db_,
+                      "INSERT INTO loss_scale_events (run_id, epoch, global_step, scale, reason) "
+                      "VALUES (?, ?, ?, ?, ?)");
+      for (const auto& e : record.scale_events) {
+        event.reset().bind(1, record.run_id).bind(2, record.epoch).bind(3, e.global_step);
+        event.bind(4, e.scale).bind(5, e.reason).run();
+      }
     });
+  });
+}
+
+std::vector<ScaleEvent> Store::scale_events(int64_t run_id) const {
+  return guarded(path_, "reading loss-scale events of run " + std::to_string(run_id), [&] {
+    std::vector<ScaleEvent> events;
+    Statement select(db_,
+                     "SELECT global_step, scale, reason FROM loss_scale_events WHERE run_id = ? "
+                     "ORDER BY global_step");
+    select.bind(1, run_id);
+    while (select.step()) {
+      events.push_back(
+          ScaleEvent{select.column_int(0), select.column_double(1), select.column_text(2)});
+    }
+    return events;
   });
 }
 

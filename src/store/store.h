@@ -37,8 +37,8 @@ struct RunSpec {
   // Readable columns copied from the config (runs.model, runs.opt_level, ...): column -> value.
   // The values are JSON scalars/arrays as text (e.g. "0.1", "\"resnet18\"", "[17]").
   // Keys must be setting columns of the runs table (Store::setting_columns(): model, dataset,
-  // optimizer, lr, batch_size, epochs, lr_dec_epoch, seed, primary_metric, and whatever later
-  // migrations add); an unknown key is a StoreError. "primary_metric" picks the metric the
+  // optimizer, lr, batch_size, epochs, lr_dec_epoch, seed, primary_metric, opt_level, dtype,
+  // loss_scale, backend, and whatever later migrations add); an unknown key is a StoreError. "primary_metric" picks the metric the
   // views rank the run by (default acc1).
   std::map<std::string, std::string> columns;
 };
@@ -83,7 +83,15 @@ struct CheckpointFile {
   std::string sha256;
 };
 
-// One finished epoch, written in one transaction (epoch row, metrics, checkpoint).
+// A loss-scale change (or the initial scale) at a step of the epoch it belongs to.
+struct ScaleEvent {
+  int64_t global_step = 0;  // optimizer steps done when the new scale took effect
+  double scale = 0;         // the new scale
+  std::string reason;       // "init" | "overflow" | "growth"
+};
+
+// One finished epoch, written in one transaction (epoch row, metrics, loss-scale events,
+// checkpoint).
 struct EpochRecord {
   int64_t run_id = 0;
   int epoch = 0;  // 0-based
@@ -95,6 +103,7 @@ struct EpochRecord {
   int64_t skipped_samples = 0;  // corrupt / unreadable inputs skipped this epoch
   std::map<std::string, double> metrics;  // acc1, acc5, val_loss, loss_scale, ...
   std::optional<CheckpointFile> checkpoint;
+  std::vector<ScaleEvent> scale_events;  // rows of loss_scale_events for this epoch
 };
 
 struct EpochRow {
@@ -159,6 +168,9 @@ class Store {
   // use the EpochRecord fields).
   void record_epoch(const EpochRecord& record);
   std::vector<EpochRow> epochs(int64_t run_id) const;
+  // The loss_scale_events of a run in step order (re-recording or truncating epochs drops
+  // theirs).
+  std::vector<ScaleEvent> scale_events(int64_t run_id) const;
 
   // Drops epochs > `epoch` of a run (and their metrics) before it is resumed from `epoch`;
   // returns the checkpoint files those rows referenced so the caller can delete them.

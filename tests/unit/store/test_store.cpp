@@ -764,5 +764,58 @@ TEST_F(StoreTest, EpochMetricsViewIsWide) {
                                                    {"1", "0.1", "1.9", "20.0", "NULL", "NULL", "NULL", "101.0"}}));
 }
 
+// --- migration 3: mixed-precision columns and loss-scale events ------------------------------
+
+TEST_F(StoreTest, MigrationThreeAddsPrecisionColumnsAndScaleEvents) {
+  Store store(db_path());
+  EXPECT_GE(store.schema_version(), 3);
+  auto s = spec("amp", 0, "amp0");
+  s.columns = {{"opt_level", "\"O2\""}, {"dtype", "\"fp16\""}, {"loss_scale", "128.0"},
+               {"backend", "\"emulate\""}};
+  const int64_t sweep = store.ensure_sweep("amp", "", "", "");
+  const int64_t id = store.ensure_run(sweep, s).id;
+  auto d = spec("amp", 1, "amp1");
+  d.columns = {{"opt_level", "\"O1\""}, {"loss_scale", "\"dynamic\""}};
+  const int64_t dyn = store.ensure_run(sweep, d).id;
+  auto run = store.find_run(id);
+  EXPECT_EQ(run->columns.at("opt_level"), "\"O2\"");
+  EXPECT_EQ(run->columns.at("loss_scale"), "128.0");
+  EXPECT_EQ(run->columns.at("backend"), "\"emulate\"");
+  EXPECT_EQ(store.find_run(dyn)->columns.at("loss_scale"), "\"dynamic\"");
+
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    auto r = epoch_record(dyn, epoch, {{"loss_scale", 32768.0}});
+    if (epoch == 0) r.scale_events = {{0, 65536.0, "init"}, {1, 32768.0, "overflow"}};
+    if (epoch == 1) r.scale_events = {{150, 65536.0, "growth"}};
+    if (epoch == 2) r.scale_events = {{250, 32768.0, "overflow"}};
+    store.record_epoch(r);
+  }
+  auto events = store.scale_events(dyn);
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_EQ(events[1].global_step, 1);
+  EXPECT_EQ(events[1].scale, 32768.0);
+  EXPECT_EQ(events[1].reason, "overflow");
+  RawDb raw(store.path());
+  EXPECT_EQ(raw.rows("SELECT run, opt_level, loss_scale_setting, global_step, scale, reason "
+                     "FROM loss_scale_trajectory WHERE global_step >= 150"),
+            (std::vector<std::vector<std::string>>{
+                {"amp/1-" + sha_like("amp1").substr(0, 8), "O1", "dynamic", "150", "65536.0",
+                 "growth"},
+                {"amp/1-" + sha_like("amp1").substr(0, 8), "O1", "dynamic", "250", "32768.0",
+                 "overflow"}}));
+  // Re-recording an epoch replaces its events; truncating drops later epochs' events.
+  auto again = epoch_record(dyn, 1, {});
+  again.scale_events = {{160, 131072.0, "growth"}};
+  store.record_epoch(again);
+  EXPECT_EQ(store.scale_events(dyn).at(2).global_step, 160);
+  store.truncate_after(dyn, 0);
+  EXPECT_EQ(store.scale_events(dyn).size(), 2u);
+  // A bad reason is refused, and the epoch is not half-written.
+  auto bad = epoch_record(dyn, 1, {});
+  bad.scale_events = {{170, 2.0, "because"}};
+  EXPECT_THROW(store.record_epoch(bad), StoreError);
+  EXPECT_EQ(store.epochs(dyn).size(), 1u);
+}
+
 }  // namespace
 }  // namespace amptune::store
