@@ -6,6 +6,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "amp/emulate.h"
 #include "core/error.h"
 #include "models/registry.h"
 #include "models/weights.h"
@@ -23,6 +24,19 @@ nn::Sequential downsample_if_needed(int64_t inplanes, int64_t out, int64_t strid
   if (stride == 1 && inplanes == out) return nn::Sequential(nullptr);
   // Registered as "0" (conv1x1) and "1" (BatchNorm), as torchvision's nn.Sequential.
   return nn::Sequential(conv(inplanes, out, 1, stride, 0), nn::BatchNorm2d(out));
+}
+
+// Mixed-precision boundaries (amp/emulate.h): plain fp32 module calls unless an emulated O1-O3
+// policy is installed, then conv/linear run on fp16/bf16-rounded inputs, weights and outputs and
+// BatchNorm/add/pool outputs (ops in their input's dtype) are rounded too. relu and max-pool keep
+// values on the grid, so they need no call.
+torch::Tensor conv_bn(nn::Conv2d& conv, nn::BatchNorm2d& bn, const torch::Tensor& x) {
+  return amp::input_dtype_op(bn->forward(amp::conv2d(*conv, x)));
+}
+torch::Tensor conv_bn(nn::Sequential& downsample, const torch::Tensor& x) {
+  auto* conv = downsample->ptr(0)->as<nn::Conv2dImpl>();
+  auto* bn = downsample->ptr(1)->as<nn::BatchNorm2dImpl>();
+  return amp::input_dtype_op(bn->forward(amp::conv2d(*conv, x)));
 }
 
 }  // namespace
@@ -60,10 +74,10 @@ BasicBlockImpl::BasicBlockImpl(int64_t inplanes, int64_t planes, int64_t stride)
 }
 
 torch::Tensor BasicBlockImpl::forward(torch::Tensor x) {
-  torch::Tensor identity = downsample_ ? downsample_->forward(x) : x;
-  torch::Tensor out = torch::relu(bn1_->forward(conv1_->forward(x)));
-  out = bn2_->forward(conv2_->forward(out));
-  return torch::relu(out + identity);
+  torch::Tensor identity = downsample_ ? conv_bn(downsample_, x) : x;
+  torch::Tensor out = torch::relu(conv_bn(conv1_, bn1_, x));
+  out = conv_bn(conv2_, bn2_, out);
+  return torch::relu(amp::input_dtype_op(out + identity));
 }
 
 BottleneckImpl::BottleneckImpl(int64_t inplanes, int64_t planes, int64_t stride) {
@@ -79,11 +93,11 @@ BottleneckImpl::BottleneckImpl(int64_t inplanes, int64_t planes, int64_t stride)
 }
 
 torch::Tensor BottleneckImpl::forward(torch::Tensor x) {
-  torch::Tensor identity = downsample_ ? downsample_->forward(x) : x;
-  torch::Tensor out = torch::relu(bn1_->forward(conv1_->forward(x)));
-  out = torch::relu(bn2_->forward(conv2_->forward(out)));
-  out = bn3_->forward(conv3_->forward(out));
-  return torch::relu(out + identity);
+  torch::Tensor identity = downsample_ ? conv_bn(downsample_, x) : x;
+  torch::Tensor out = torch::relu(conv_bn(conv1_, bn1_, x));
+  out = torch::relu(conv_bn(conv2_, bn2_, out));
+  out = conv_bn(conv3_, bn3_, out);
+  return torch::relu(amp::input_dtype_op(out + identity));
 }
 
 ResNetImpl::ResNetImpl(const ResNetOptions& options) : options_(options) {
@@ -143,7 +157,8 @@ nn::Sequential ResNetImpl::make_layer(bool bottleneck, int64_t planes, int64_t b
 }
 
 torch::Tensor ResNetImpl::forward_features(torch::Tensor x) {
-  x = torch::relu(bn1_->forward(conv1_->forward(x)));
+  x = amp::model_input(x);  // O2/O3: the input is cast to the model's type on entry
+  x = torch::relu(conv_bn(conv1_, bn1_, x));
   if (!options_.small_input) x = torch::max_pool2d(x, {3, 3}, {2, 2}, {1, 1});
   x = layer1_->forward(x);
   x = layer2_->forward(x);
@@ -154,8 +169,8 @@ torch::Tensor ResNetImpl::forward_features(torch::Tensor x) {
 torch::Tensor ResNetImpl::forward(torch::Tensor x) {
   x = forward_features(x);
   if (!options_.include_top) return x;
-  x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
-  return fc_->forward(x);
+  x = amp::input_dtype_op(torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1));
+  return amp::model_output(amp::linear(*fc_, x));  // O2/O3: logits back to fp32
 }
 
 int64_t count_parameters(const torch::nn::Module& module) {
@@ -199,7 +214,6 @@ ResNet build_classifier(const Config& config) {
 }
 
 ModelInfo model_info(const std::string& model_name) {
-  if (model_name == "rootnet") return ModelInfo{"mrpe", false};
   resnet_depth_from_name(model_name);  // throws for an unknown name
   return ModelInfo{"acc1", true};
 }
