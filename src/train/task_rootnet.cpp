@@ -1,0 +1,177 @@
+// RootNet task and the int32 cast points.
+#include <torch/torch.h>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "data/rootnet_data.h"
+#include "eval/rootnet_metrics.h"
+#include "models/registry.h"
+#include "train/casts.h"
+#include "train/task_rootnet.h"
+
+namespace amptune::train {
+namespace {
+
+// cast point -> (side, batch field)
+struct CastPoint {
+  const char* name;
+  bool train;
+  const char* field;
+};
+constexpr CastPoint kCastPoints[] = {
+    {"k_value", true, "k_value"},   {"target_coord", true, "coord"}, {"target_vis", true, "vis"},
+    {"have_depth", true, "have_depth"}, {"bbox", true, "bbox"},      {"cam_param", false, "k_value"},
+    {"test_bbox", false, "bbox"}};
+
+class RootNetTask : public Task {
+ public:
+  explicit RootNetTask(const Config& config)
+      : model_(models::build_rootnet(config)),
+        casts_(Int32Casts::from_config(config)),
+        test_set_(config.get_string("rootnet.test_set")) {
+    const std::string bbox_file = config.get_string("rootnet.mupots_bbox_file");
+    if (test_set_ == "mupots" && !bbox_file.empty()) {
+      // Detector boxes carry no ground truth: AP matches against the annotation file's roots.
+      for (const auto& e : data::read_mupots(config.get_string("rootnet.mupots_root"), "")) {
+        mupots_gt_.push_back({e.image_id, e.valid, {e.root_cam[0], e.root_cam[1], e.root_cam[2]}});
+      }
+      detector_boxes_ = true;
+    }
+  }
+
+  torch::nn::Module& module() override { return *model_; }
+
+  torch::Tensor train_loss(const data::Batch& batch, const torch::Device& device) override {
+    auto fields = batch.fields;
+    casts_.apply(fields, true);
+    auto coord = model_->forward(batch.images.to(device), fields.at("k_value").to(device));
+    return models::rootnet_loss(coord, fields.at("coord").to(device), fields.at("vis").to(device),
+                                fields.at("have_depth").to(device));
+  }
+
+  std::map<std::string, double> evaluate(data::Loader& loader,
+                                         const torch::Device& device) override {
+    torch::NoGradGuard no_grad;
+    std::vector<eval::Point3> pred, gt;
+    std::vector<std::string> actions;
+    std::vector<eval::RootPrediction> ap_pred;
+    std::vector<eval::RootGroundTruth> ap_gt;
+    double loss_sum = 0;
+    int64_t skipped = 0, n = 0;
+    const auto& action_names = data::h36m_action_names();
+    while (auto batch = loader.next()) {
+      skipped += batch->skipped;
+      if (!batch->images.defined() || batch->images.size(0) == 0) continue;
+      auto fields = batch->fields;
+      casts_.apply(fields, false);
+      const int64_t out_w = batch->images.size(3) / 4, out_h = batch->images.size(2) / 4;
+      auto coord = model_->forward(batch->images.to(device), fields.at("k_value").to(device))
+                       .to(torch::kCPU, torch::kDouble);
+      const int64_t b = coord.size(0);
+      loss_sum += models::rootnet_loss(coord, fields.at("coord"), fields.at("vis"),
+                                       fields.at("have_depth"))
+                      .item<double>() *
+                  static_cast<double>(b);
+      auto box = fields.at("bbox").to(torch::kDouble).contiguous();
+      auto f = fields.at("f").to(torch::kDouble).contiguous();
+      auto c = fields.at("c").to(torch::kDouble).contiguous();
+      auto root = fields.at("root_cam").to(torch::kDouble).contiguous();
+      auto score = fields.at("score").to(torch::kDouble).contiguous();
+      auto valid = fields.at("valid").to(torch::kDouble).contiguous();
+      auto image_id = fields.at("image_id").contiguous();
+      auto action = fields.at("action").contiguous();
+      auto ca = coord.accessor<double, 2>();
+      for (int64_t i = 0; i < b; ++i) {
+        const data::BoxF bb{box[i][0].item<double>(), box[i][1].item<double>(),
+                            box[i][2].item<double>(), box[i][3].item<double>()};
+        auto p = data::back_project(ca[i][0], ca[i][1], ca[i][2], bb, static_cast<int>(out_w),
+                                    static_cast<int>(out_h), f[i][0].item<double>(),
+                                    f[i][1].item<double>(), c[i][0].item<double>(),
+                                    c[i][1].item<double>());
+        const eval::Point3 g{root[i][0].item<double>(), root[i][1].item<double>(),
+                             root[i][2].item<double>()};
+        const int64_t id = image_id[i].item<int64_t>();
+        const int64_t a = action[i].item<int64_t>();
+        ap_pred.push_back({id, score[i][0].item<double>(), p});
+        if (detector_boxes_) continue;
+        pred.push_back(p);
+        gt.push_back(g);
+        actions.push_back(a >= 0 && a < static_cast<int64_t>(action_names.size())
+                              ? action_names[static_cast<size_t>(a)]
+                              : "");
+        ap_gt.push_back({id, valid[i][0].item<double>() > 0, g});
+      }
+      n += b;
+    }
+    std::map<std::string, double> m;
+    m["val_samples"] = static_cast<double>(n);
+    if (skipped > 0) m["val_skipped_samples"] = static_cast<double>(skipped);
+    if (n == 0) return m;
+    if (!detector_boxes_) {
+      m["val_loss"] = loss_sum / static_cast<double>(n);
+      auto r = eval::mrpe(pred, gt, actions);
+      m["mrpe"] = r.all.mrpe;
+      m["mrpe_x"] = r.all.mrpe_x;
+      m["mrpe_y"] = r.all.mrpe_y;
+      m["mrpe_z"] = r.all.mrpe_z;
+      for (auto& [name, e] : r.per_action) m["mrpe_" + name] = e.mrpe;
+    }
+    if (test_set_ == "mupots") {
+      m["ap_root_25"] = eval::ap_root(ap_pred, detector_boxes_ ? mupots_gt_ : ap_gt, 250.0);
+    }
+    return m;
+  }
+
+ private:
+  models::RootNet model_;
+  Int32Casts casts_;
+  std::string test_set_;
+  bool detector_boxes_ = false;
+  std::vector<eval::RootGroundTruth> mupots_gt_;
+};
+
+}  // namespace
+
+const std::vector<std::string>& int32_cast_points() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const auto& p : kCastPoints) v.push_back(p.name);
+    return v;
+  }();
+  return names;
+}
+
+Int32Casts::Int32Casts(const std::vector<std::string>& names) {
+  for (const auto& n : names) {
+    bool known = false;
+    for (const auto& p : kCastPoints) known = known || n == p.name;
+    if (!known) {
+      std::string all;
+      for (const auto& p : kCastPoints) all += (all.empty() ? "" : ", ") + std::string(p.name);
+      throw ConfigError("casts.int32: unknown cast point '" + n + "'; known points: " + all);
+    }
+    names_.insert(n);
+  }
+}
+
+Int32Casts Int32Casts::from_config(const Config& config) {
+  return Int32Casts(config.get_string_list("casts.int32"));
+}
+
+torch::Tensor int32_roundtrip(const torch::Tensor& t) {
+  return t.to(torch::kInt32).to(t.scalar_type());
+}
+
+void Int32Casts::apply(std::map<std::string, torch::Tensor>& fields, bool train) const {
+  for (const auto& p : kCastPoints) {
+    if (p.train != train || !has(p.name)) continue;
+    auto it = fields.find(p.field);
+    if (it != fields.end()) it->second = int32_roundtrip(it->second);
+  }
+}
+
+std::unique_ptr<Task> make_rootnet_task(const Config& config) {
+  return std::make_unique<RootNetTask>(config);
+}
+
+}  // namespace amptune::train

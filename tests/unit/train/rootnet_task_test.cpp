@@ -1,0 +1,209 @@
+// RootNet task: int32 cast points, the LR rule of the original, training loss and evaluation
+// metrics on tiny synthetic sets.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include <torch/torch.h>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "data/dataset.h"
+#include "data/loader.h"
+#include "data/rootnet_data.h"
+#include "train/casts.h"
+#include "train/schedule.h"
+#include "train/task.h"
+
+namespace amptune::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string fresh_dir(const std::string& tag) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  fs::path dir = fs::path(::testing::TempDir()) /
+                 ("amptune_rootnet_task_" + std::string(info->name()) + tag + "_" +
+                  std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+std::map<std::string, torch::Tensor> batch_fields() {
+  return {{"k_value", torch::tensor({9976.3063f, 14579.9162f})},
+          {"coord", torch::tensor({{31.7f, 12.2f, 4999.9f}, {-0.5f, 63.9f, 2000.5f}})},
+          {"vis", torch::tensor({{1.0f}, {0.0f}})},
+          {"have_depth", torch::tensor({{1.0f}, {0.0f}})},
+          {"bbox", torch::tensor({{99.7487f, 72.1788f, 300.7125f, 300.7125f},
+                                  {221.2287f, 40.9438f, 205.7625f, 205.7625f}})}};
+}
+
+TEST(RootNetCasts, RoundTripTruncatesTowardZero) {
+  auto t = int32_roundtrip(torch::tensor({9976.3063, -1.7, 2.999}, torch::kDouble));
+  EXPECT_EQ(t.scalar_type(), torch::kDouble);
+  EXPECT_EQ(t[0].item<double>(), 9976.0);
+  EXPECT_EQ(t[1].item<double>(), -1.0);
+  EXPECT_EQ(t[2].item<double>(), 2.0);
+}
+
+TEST(RootNetCasts, EachPointChangesExactlyItsTensor) {
+  const std::map<std::string, std::string> train_field = {{"k_value", "k_value"},
+                                                          {"target_coord", "coord"},
+                                                          {"target_vis", "vis"},
+                                                          {"have_depth", "have_depth"},
+                                                          {"bbox", "bbox"}};
+  for (const auto& [point, field] : train_field) {
+    auto fields = batch_fields();
+    const auto before = batch_fields();
+    Int32Casts({point}).apply(fields, true);
+    for (auto& [name, t] : fields) {
+      if (name == field) {
+        EXPECT_TRUE(torch::equal(t, before.at(name).to(torch::kInt32).to(t.scalar_type())))
+            << point;
+      } else {
+        EXPECT_TRUE(torch::equal(t, before.at(name))) << point << " changed " << name;
+      }
+    }
+    // Train points do nothing on the test side.
+    auto test_fields = batch_fields();
+    Int32Casts({point}).apply(test_fields, false);
+    for (auto& [name, t] : test_fields) EXPECT_TRUE(torch::equal(t, before.at(name)));
+  }
+  auto fields = batch_fields();
+  Int32Casts({"k_value"}).apply(fields, true);
+  EXPECT_EQ(fields["k_value"][0].item<float>(), 9976.0f);
+  EXPECT_EQ(fields["k_value"][1].item<float>(), 14579.0f);
+  // Test side: cam_param is the test-time k value, test_bbox the back-projection box.
+  auto test_fields = batch_fields();
+  Int32Casts({"cam_param"}).apply(test_fields, false);
+  EXPECT_EQ(test_fields["k_value"][0].item<float>(), 9976.0f);
+  EXPECT_TRUE(torch::equal(test_fields["bbox"], batch_fields()["bbox"]));
+  Int32Casts({"test_bbox"}).apply(test_fields, false);
+  EXPECT_EQ(test_fields["bbox"][0][0].item<float>(), 99.0f);
+  auto unchanged = batch_fields();
+  Int32Casts({"cam_param", "test_bbox"}).apply(unchanged, true);
+  EXPECT_TRUE(torch::equal(unchanged["k_value"], batch_fields()["k_value"]));
+}
+
+TEST(RootNetCasts, UnknownNamesAreConfigErrors) {
+  try {
+    Int32Casts({"k_value", "kvalue"});
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("casts.int32"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("kvalue"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("cam_param"), std::string::npos);
+  }
+  EXPECT_EQ(int32_cast_points().size(), 7u);
+  Config c(Schema::builtin());
+  EXPECT_THROW(c.set_yaml("casts.int32", "[k_value, bogus]", {}), ConfigError);
+}
+
+TEST(RootNetSchedule, LrDecaysAtEpoch17) {
+  Schedule s;
+  s.lr0 = 1e-3;
+  s.lr_dec_epoch = {17};
+  s.lr_dec_factor = 10;
+  s.epochs = 20;
+  EXPECT_DOUBLE_EQ(s.lr_at(0, 0, 100), 1e-3);
+  EXPECT_DOUBLE_EQ(s.lr_at(16, 99, 100), 1e-3);
+  EXPECT_DOUBLE_EQ(s.lr_at(17, 0, 100), 1e-4);
+  EXPECT_DOUBLE_EQ(s.lr_at(19, 50, 100), 1e-4);
+}
+
+Config tiny_config(const std::string& dir, const std::string& test_set) {
+  Config c(Schema::builtin());
+  c.set("model.name", "rootnet");
+  c.set("model.backbone_depth", 18);
+  c.set("model.width", 0.125);
+  c.set("data.format", "rootnet");
+  c.set("rootnet.input_size", 64);
+  c.set("rootnet.train_sets", nlohmann::json::array({"muco", "mpii"}));
+  c.set("rootnet.test_set", test_set);
+  c.set("rootnet.muco_root", dir + "/MuCo");
+  c.set("rootnet.mpii_root", dir + "/MPII");
+  c.set("rootnet.mupots_root", dir + "/MuPoTS");
+  c.set("rootnet.h36m_root", dir + "/Human36M");
+  c.set("rootnet.h36m_test_every", 64);
+  return c;
+}
+
+void synth(const std::string& format, const std::string& out, int images) {
+  data::SynthOptions o;
+  o.format = format;
+  o.out = out;
+  o.images = images;
+  o.width = 128;
+  o.height = 96;
+  data::synth_rootnet(o);
+}
+
+std::map<std::string, double> evaluate(Task& task, const Config& c) {
+  auto val = data::make_dataset(c, data::Split::kVal);
+  data::LoaderOptions lo;
+  lo.batch_size = 4;
+  lo.workers = 0;
+  lo.shuffle = false;
+  lo.train = false;
+  lo.drop_last = false;
+  data::Loader loader(val, lo);
+  task.module().eval();
+  return task.evaluate(loader, torch::kCPU);
+}
+
+TEST(RootNetTask, TrainsAndEvaluatesOnMupots) {
+  const std::string dir = fresh_dir("");
+  synth("muco", dir + "/MuCo", 6);
+  synth("mpii", dir + "/MPII", 4);
+  synth("mupots", dir + "/MuPoTS", 5);
+  Config c = tiny_config(dir, "mupots");
+  torch::manual_seed(0);
+  auto task = make_task(c);
+  auto train = data::make_dataset(c, data::Split::kTrain);
+  data::LoaderOptions lo;
+  lo.batch_size = 4;
+  lo.workers = 0;
+  data::Loader loader(train, lo);
+  auto batch = loader.next();
+  ASSERT_TRUE(batch);
+  task->module().train();
+  auto loss = task->train_loss(*batch, torch::kCPU);
+  EXPECT_TRUE(std::isfinite(loss.item<double>()));
+  loss.backward();
+  auto m = evaluate(*task, c);
+  for (const char* k : {"mrpe", "mrpe_x", "mrpe_y", "mrpe_z", "ap_root_25", "val_loss"}) {
+    EXPECT_TRUE(m.count(k)) << k;
+  }
+  EXPECT_GT(m["mrpe"], 0);
+  EXPECT_GE(m["ap_root_25"], 0);
+  EXPECT_LE(m["ap_root_25"], 1);
+  EXPECT_EQ(m["val_samples"], static_cast<double>(data::read_mupots(dir + "/MuPoTS", "").size()));
+}
+
+TEST(RootNetTask, H36mGivesPerActionMrpe) {
+  const std::string dir = fresh_dir("");
+  synth("h36m", dir + "/Human36M", 6);
+  synth("muco", dir + "/MuCo", 2);
+  synth("mpii", dir + "/MPII", 2);
+  Config c = tiny_config(dir, "h36m");
+  torch::manual_seed(0);
+  auto task = make_task(c);
+  auto m = evaluate(*task, c);
+  EXPECT_FALSE(m.count("ap_root_25"));
+  int per_action = 0;
+  for (auto& [k, v] : m) per_action += k.rfind("mrpe_", 0) == 0 && k.size() > 6 ? 1 : 0;
+  EXPECT_GT(per_action, 3);  // mrpe_x/y/z + at least one action
+  // Test-time casts change the figures only through the named tensors.
+  c.set("casts.int32", nlohmann::json::array({"cam_param", "test_bbox"}));
+  torch::manual_seed(0);
+  auto cast_task = make_task(c);
+  auto mc = evaluate(*cast_task, c);
+  EXPECT_NE(mc["mrpe"], m["mrpe"]);
+  EXPECT_NEAR(mc["mrpe"], m["mrpe"], 0.05 * m["mrpe"]);
+}
+
+}  // namespace
+}  // namespace amptune::train
