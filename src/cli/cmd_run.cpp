@@ -136,7 +136,8 @@ int cmd_run(const Invocation& inv) {
       store.ensure_sweep(sweep.name, sweep.description, sweep.yaml_text, sweep.source_path);
   train::RunOptions opts;
   opts.threads = threads;
-  opts.progress_tty = !vm.count("quiet") && ::isatty(STDERR_FILENO);
+  opts.progress = !vm.count("quiet");
+  opts.progress_tty = opts.progress && ::isatty(STDERR_FILENO);
   opts.command_line = inv.command_line;
   if (stop_after >= 0) opts.stop_after_epoch = stop_after;
 
@@ -245,7 +246,8 @@ int cmd_resume(const Invocation& inv) {
   }
   train::RunOptions opts;
   opts.threads = threads;
-  opts.progress_tty = !vm.count("quiet") && ::isatty(STDERR_FILENO);
+  opts.progress = !vm.count("quiet");
+  opts.progress_tty = opts.progress && ::isatty(STDERR_FILENO);
   opts.command_line = inv.command_line;
   if (from_epoch >= 0) opts.from_epoch = from_epoch;
   if (stop_after >= 0) opts.stop_after_epoch = stop_after;

@@ -18,6 +18,7 @@ int cmd_resume(const Invocation& inv);
 int cmd_list(const Invocation& inv);
 int cmd_show(const Invocation& inv);
 int cmd_data(const Invocation& inv);
+int cmd_bench(const Invocation& inv);
 
 // Default database path (results/amptune.sqlite) unless AMPTUNE_DB is set.
 std::string default_db();

@@ -22,6 +22,7 @@ commands:
   show RUN            one run's settings and epochs
   data export-imagefolder
                       write IDX images (Fashion-MNIST) as an ImageNet-style JPEG folder
+  bench SWEEP.yaml    loader and training images/s of sweep cells, side by side
   version             print version, git commit and LibTorch version
 
 `amptune <command> --help` describes each command's options.
@@ -51,6 +52,7 @@ int main(int argc, char** argv) {
     if (command == "list") return cli::cmd_list(inv);
     if (command == "show") return cli::cmd_show(inv);
     if (command == "data") return cli::cmd_data(inv);
+    if (command == "bench") return cli::cmd_bench(inv);
     if (command == "version" || command == "--version") {
       std::cout << "amptune " << kVersion << " (" << kGitCommit << (kGitDirty ? "-dirty" : "")
                 << ")\n";

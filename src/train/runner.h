@@ -18,6 +18,7 @@ struct RunOptions {
   std::optional<int> from_epoch;  // resume from this epoch's checkpoint (default: newest valid)
   bool fresh = false;             // ignore checkpoints, start at epoch 0
   int threads = 0;                // > 0 overrides the config's `threads`
+  bool progress = true;           // progress of the training steps on stderr
   bool progress_tty = false;      // redraw a progress line (a terminal); plain lines otherwise
   std::string command_line;
   double heartbeat_seconds = 5;   // how often the run row's heartbeat is refreshed

@@ -1,0 +1,69 @@
+#include "train/bench.h"
+
+#include <chrono>
+
+#include <torch/torch.h>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "data/dataset.h"
+#include "data/loader.h"
+#include "train/optimizer.h"
+#include "train/runner.h"
+#include "train/task.h"
+
+namespace amptune::train {
+
+BenchResult bench(const Config& config, int64_t steps, int64_t warmup, int threads_override) {
+  using Clock = std::chrono::steady_clock;
+  BenchResult r;
+  r.threads = resolve_threads(config, threads_override);
+  torch::set_num_threads(r.threads);
+  const torch::Device device(resolve_device(config));
+  auto dataset = data::make_dataset(config, data::Split::kTrain);
+  data::LoaderOptions opts;
+  opts.batch_size = config.get_int("data.batch_size");
+  opts.workers = static_cast<int>(config.get_int("data.workers"));
+  opts.prefetch = static_cast<int>(config.get_int("data.prefetch"));
+  opts.seed = static_cast<uint64_t>(config.get_int("seed"));
+  opts.max_batches = warmup + steps;
+
+  auto timed = [&](auto&& per_batch) {
+    data::Loader loader(dataset, opts);
+    int64_t i = 0, images = 0;
+    Clock::time_point start = Clock::now();
+    while (auto batch = loader.next()) {
+      if (i == warmup) start = Clock::now();
+      per_batch(*batch);
+      if (i >= warmup && batch->images.defined()) images += batch->images.size(0);
+      ++i;
+    }
+    if (i <= warmup) {
+      throw DataError("bench needs " + std::to_string(warmup + 1) + " batches; " +
+                      dataset->describe() + " has fewer");
+    }
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    return std::make_pair(static_cast<double>(images) / seconds, seconds / double(i - warmup));
+  };
+
+  r.loader_fps = timed([](const data::Batch&) {}).first;
+
+  torch::manual_seed(static_cast<uint64_t>(config.get_int("seed")));
+  auto task = make_task(config);
+  task->module().to(device);
+  task->module().train();
+  auto optimizer = make_optimizer(config, task->module().parameters());
+  auto [fps, step_s] = timed([&](const data::Batch& batch) {
+    optimizer->zero_grad();
+    auto loss = task->train_loss(batch, device);
+    loss.backward();
+    optimizer->step();
+    (void)loss.item<double>();
+  });
+  r.train_fps = fps;
+  r.step_ms = step_s * 1000.0;
+  r.steps = steps;
+  return r;
+}
+
+}  // namespace amptune::train
