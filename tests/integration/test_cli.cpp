@@ -283,3 +283,69 @@ TEST(Cli, RetentionKeepsNewestAndBest) {
 
 }  // namespace
 }  // namespace amptune::testing
+
+namespace amptune::testing {
+namespace {
+
+TEST(Cli, ImageFolderJpegPathTrainsAndSkipsACorruptImage) {
+  const std::string dir = scratch_dir();
+  write_tiny_idx(dir + "/idx", 96, 48);
+  auto exp = run_amptune({"data", "export-imagefolder", "--idx", dir + "/idx", "--out",
+                          dir + "/jpeg", "--names", "generic"},
+                         dir);
+  ASSERT_EQ(exp.exit_code, 0) << exp.err;
+  EXPECT_NE(exp.out.find("train: 96 images"), std::string::npos) << exp.out;
+  // Replace one training JPEG by garbage: it must be skipped and counted, not crash the run.
+  fs::path victim;
+  for (auto& e : fs::recursive_directory_iterator(dir + "/jpeg/train")) {
+    if (e.is_regular_file()) {
+      victim = e.path();
+      break;
+    }
+  }
+  ASSERT_FALSE(victim.empty());
+  write_file(victim.string(), "this is not a JPEG");
+  write_file(dir + "/sweep.yaml",
+             "name: jpeg\n"
+             "base:\n"
+             "  model: {name: resnet18, num_classes: 4, in_channels: 1, width: 0.0625, small_input: true}\n"
+             "  data: {format: imagefolder, root: " + dir + "/jpeg, image_size: 12, resize_size: 12,\n"
+             "         mean: [0.3], std: [0.3], batch_size: 16, workers: 2}\n"
+             "  optim: {lr: 0.05}\n"
+             "  schedule: {epochs: 1, skip_steps: 1}\n"
+             "  threads: 1\n");
+  const std::string db = dir + "/amptune.sqlite";
+  auto r = run_amptune({"run", dir + "/sweep.yaml", "--db", db}, dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find(victim.filename().string()), std::string::npos) << r.err;  // named once
+  store::Store s(db);
+  auto run = s.runs().at(0);
+  EXPECT_EQ(run.status, store::RunStatus::kDone) << run.message;
+  auto ep = s.epochs(run.id);
+  ASSERT_EQ(ep.size(), 1u);
+  EXPECT_EQ(ep[0].skipped_samples, 1);
+  EXPECT_GT(ep[0].metrics.at("acc1"), 0.0);
+}
+
+TEST(Cli, MissingDataFailsTheRunWithTheExpectedPath) {
+  const std::string dir = scratch_dir();
+  write_file(dir + "/sweep.yaml",
+             "name: nodata\n"
+             "base:\n"
+             "  model: {name: resnet18, num_classes: 4, in_channels: 1, width: 0.0625, small_input: true}\n"
+             "  data: {format: idx, root: " + dir + "/absent, val_split: t10k, mean: [0.3], std: [0.3]}\n");
+  const std::string db = dir + "/amptune.sqlite";
+  auto r = run_amptune({"run", dir + "/sweep.yaml", "--db", db}, dir);
+  EXPECT_EQ(r.exit_code, 8) << r.err;
+  EXPECT_NE(r.err.find(dir + "/absent"), std::string::npos) << r.err;
+  store::Store s(db);
+  EXPECT_EQ(s.runs().at(0).status, store::RunStatus::kFailed);
+  EXPECT_TRUE(s.epochs(s.runs().at(0).id).empty());
+  EXPECT_EQ(s.integrity_check(), "ok");
+  // Not retried unless asked.
+  auto again = run_amptune({"run", dir + "/sweep.yaml", "--db", db}, dir);
+  EXPECT_NE(again.err.find("--retry-failed"), std::string::npos) << again.err;
+}
+
+}  // namespace
+}  // namespace amptune::testing
