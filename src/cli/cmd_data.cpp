@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "data/export.h"
+#include "data/rootnet_data.h"
 
 namespace po = boost::program_options;
 
@@ -56,18 +57,55 @@ int export_imagefolder(const std::vector<std::string>& args) {
   return 0;
 }
 
+int synth_rootnet(const std::vector<std::string>& args) {
+  data::SynthOptions o;
+  int64_t seed = 0;
+  po::options_description desc("amptune data synth-rootnet options");
+  desc.add_options()("help,h", "show this help")(
+      "format", po::value(&o.format), "h36m | muco | mupots | mpii (the official layouts)")(
+      "out", po::value(&o.out), "root directory of the data set (e.g. data/synth/MuCo)")(
+      "seed", po::value(&seed)->default_value(0), "random seed (same seed, same files)")(
+      "images", po::value(&o.images)->default_value(200),
+      "images to write (h36m: per subject, subjects 1, 5, 6, 7, 8, 9, 11)")(
+      "width", po::value(&o.width)->default_value(320), "image width in pixels")(
+      "height", po::value(&o.height)->default_value(240), "image height in pixels");
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(desc).run(), vm);
+  po::notify(vm);
+  if (vm.count("help")) {
+    std::cout << "usage: amptune data synth-rootnet --format F --out DIR [options]\n\nWrites a "
+                 "small RootNet data set in the official JSON + JPEG layout of F: people as "
+                 "articulated 3D stick bodies (heights 1.5-1.9 m, random pose, root depth "
+                 "2-7.5 m) seen through pinhole cameras (docs/ROOTNET.md).\n\n"
+              << desc;
+    return 0;
+  }
+  if (o.format.empty() || o.out.empty()) {
+    throw UsageError("amptune data synth-rootnet needs --format h36m|muco|mupots|mpii and --out DIR");
+  }
+  if (seed < 0) throw UsageError("--seed must be >= 0");
+  o.seed = static_cast<uint64_t>(seed);
+  auto stats = data::synth_rootnet(o);
+  std::cout << o.format << ": " << stats.images << " images, " << stats.people << " people in "
+            << o.out << "\n";
+  for (auto& f : stats.files) std::cout << "  " << f << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int cmd_data(const Invocation& inv) {
   const char* usage =
       "usage: amptune data <action> [options]\n\nactions:\n"
-      "  export-imagefolder   write IDX images as an ImageNet-style JPEG folder\n";
+      "  export-imagefolder   write IDX images as an ImageNet-style JPEG folder\n"
+      "  synth-rootnet        write a synthetic RootNet set (h36m|muco|mupots|mpii layout)\n";
   if (inv.args.empty() || inv.args[0] == "--help" || inv.args[0] == "-h") {
     std::cout << usage;
     return inv.args.empty() ? static_cast<int>(ExitCode::kUsage) : 0;
   }
   std::vector<std::string> rest(inv.args.begin() + 1, inv.args.end());
   if (inv.args[0] == "export-imagefolder") return export_imagefolder(rest);
+  if (inv.args[0] == "synth-rootnet") return synth_rootnet(rest);
   throw UsageError("unknown data action '" + inv.args[0] + "'\n" + usage);
 }
 
