@@ -13,6 +13,7 @@
 #include <torch/serialize/archive.h>
 #include <torch/torch.h>
 
+#include "amp/engine.h"
 #include "core/error.h"
 #include "core/hash.h"
 
@@ -159,13 +160,18 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
 
 store::CheckpointFile save_checkpoint(const std::string& path, const torch::nn::Module& model,
                                       const torch::optim::Optimizer& optimizer,
-                                      const CheckpointMeta& meta) {
+                                      const CheckpointMeta& meta, const amp::Engine* amp) {
   torch::serialize::OutputArchive archive;
   torch::serialize::OutputArchive model_archive, optim_archive;
   model.save(model_archive);
   save_optimizer(optimizer, optim_archive);
   archive.write("model", model_archive);
   archive.write("optimizer", optim_archive);
+  if (amp) {
+    torch::serialize::OutputArchive amp_archive;
+    amp->save(amp_archive);
+    archive.write("amp", amp_archive);
+  }
   archive.write("meta.format", c10::IValue(meta.format));
   archive.write("meta.epoch", c10::IValue(meta.epoch));
   archive.write("meta.global_step", c10::IValue(meta.global_step));
@@ -184,7 +190,7 @@ store::CheckpointFile save_checkpoint(const std::string& path, const torch::nn::
 
 CheckpointMeta load_checkpoint(const store::CheckpointFile& expected, torch::nn::Module& model,
                                torch::optim::Optimizer& optimizer,
-                               const std::string& expected_config_hash) {
+                               const std::string& expected_config_hash, amp::Engine* amp) {
   const std::string& path = expected.path;
   std::ifstream in(path, std::ios::binary);
   if (!in) throw CheckpointError("checkpoint " + path + " is missing or unreadable");
@@ -220,6 +226,15 @@ CheckpointMeta load_checkpoint(const store::CheckpointFile& expected, torch::nn:
     archive.read("optimizer", optim_archive);
     model.load(model_archive);
     load_optimizer(optimizer, optim_archive, path);
+    if (amp) {
+      torch::serialize::InputArchive amp_archive;
+      if (archive.try_read("amp", amp_archive)) {
+        amp->load(amp_archive, path);
+      } else {
+        torch::serialize::InputArchive empty;
+        amp->load(empty, path);  // refuses unless this run has no amp state to restore
+      }
+    }
     torch::Tensor rng;
     archive.read("rng.cpu", rng);
     auto gen = at::detail::getDefaultCPUGenerator();

@@ -11,6 +11,10 @@
 
 #include "store/store.h"
 
+namespace amptune::amp {
+class Engine;
+}
+
 namespace amptune::train {
 
 struct CheckpointMeta {
@@ -21,17 +25,22 @@ struct CheckpointMeta {
 };
 
 // Serialises the training state and writes it atomically to `path`; returns path, size, sha256.
-// Throws CheckpointError naming the path (e.g. disk full); no partial file is left behind.
+// `amp`, when given, adds the mixed-precision state (fp32 masters, loss scale and clean-step
+// counter). Throws CheckpointError naming the path (e.g. disk full); no partial file is left
+// behind.
 store::CheckpointFile save_checkpoint(const std::string& path, const torch::nn::Module& model,
                                       const torch::optim::Optimizer& optimizer,
-                                      const CheckpointMeta& meta);
+                                      const CheckpointMeta& meta,
+                                      const amp::Engine* amp = nullptr);
 
 // Verifies size and sha256 against `expected` (skipped when expected.sha256 is empty), then loads
 // into `model` and `optimizer` and restores the CPU generator state. Throws CheckpointError naming
 // the path and the problem (missing, truncated, hash mismatch, other run's config).
+// `amp`, when given, gets its masters and scaler state back (after the model).
 CheckpointMeta load_checkpoint(const store::CheckpointFile& expected, torch::nn::Module& model,
                                torch::optim::Optimizer& optimizer,
-                               const std::string& expected_config_hash);
+                               const std::string& expected_config_hash,
+                               amp::Engine* amp = nullptr);
 
 // Writes bytes to path atomically (temp + fsync + rename + directory fsync).
 void write_file_atomic(const std::string& path, const std::string& bytes);

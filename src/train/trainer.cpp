@@ -22,8 +22,11 @@
 #include "data/loader.h"
 #include "models/registry.h"
 #include "train/checkpoint.h"
+#include "train/precision.h"
 #include "train/runner.h"
 #include "train/schedule.h"
+#include "train/optimizer.h"
+#include "train/task.h"
 
 namespace amptune::train {
 namespace fs = std::filesystem;
@@ -45,95 +48,6 @@ std::string hms(double seconds) {
   return buf;
 }
 
-// A trainable task: a model, its loss on a batch, and its evaluation metrics. Classification on
-// ResNet for now; RootNet plugs in here.
-class Task {
- public:
-  virtual ~Task() = default;
-  virtual torch::nn::Module& module() = 0;
-  virtual torch::Tensor train_loss(const data::Batch& batch, const torch::Device& device) = 0;
-  virtual std::map<std::string, double> evaluate(data::Loader& loader,
-                                                 const torch::Device& device) = 0;
-};
-
-class ClassificationTask : public Task {
- public:
-  explicit ClassificationTask(const Config& config) : model_(models::build_classifier(config)) {}
-  torch::nn::Module& module() override { return *model_; }
-
-  torch::Tensor train_loss(const data::Batch& batch, const torch::Device& device) override {
-    auto images = batch.images.to(device);
-    auto labels = batch.fields.at("label").to(device);
-    return torch::nn::functional::cross_entropy(model_->forward(images), labels);
-  }
-
-  std::map<std::string, double> evaluate(data::Loader& loader,
-                                         const torch::Device& device) override {
-    torch::NoGradGuard no_grad;
-    double loss_sum = 0, top1 = 0, top5 = 0;
-    int64_t n = 0, skipped = 0;
-    while (auto batch = loader.next()) {
-      skipped += batch->skipped;
-      if (!batch->images.defined() || batch->images.size(0) == 0) continue;
-      auto logits = model_->forward(batch->images.to(device)).to(torch::kFloat);
-      auto labels = batch->fields.at("label").to(device);
-      loss_sum += torch::nn::functional::cross_entropy(
-                      logits, labels,
-                      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                      .item<double>();
-      const int64_t k = std::min<int64_t>(5, logits.size(1));
-      auto topk = std::get<1>(logits.topk(k, 1));
-      auto hits = topk.eq(labels.unsqueeze(1));
-      top1 += hits.narrow(1, 0, 1).sum().item<double>();
-      top5 += hits.sum().item<double>();
-      n += labels.size(0);
-    }
-    std::map<std::string, double> m;
-    if (n > 0) {
-      m["acc1"] = 100.0 * top1 / static_cast<double>(n);
-      m["acc5"] = 100.0 * top5 / static_cast<double>(n);
-      m["val_loss"] = loss_sum / static_cast<double>(n);
-    }
-    m["val_samples"] = static_cast<double>(n);
-    if (skipped > 0) m["val_skipped_samples"] = static_cast<double>(skipped);
-    return m;
-  }
-
- private:
-  models::ResNet model_;
-};
-
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const Config& config,
-                                                        std::vector<torch::Tensor> params) {
-  const std::string name = config.get_string("optim.name");
-  const double lr = config.get_double("optim.lr");
-  const double wd = config.get_double("optim.weight_decay");
-  if (name == "adam") {
-    const auto betas = config.get_double_list("optim.betas");
-    if (betas.size() != 2) {
-      throw ConfigError("optim.betas must hold two values, got " + std::to_string(betas.size()));
-    }
-    return std::make_unique<torch::optim::Adam>(
-        std::move(params), torch::optim::AdamOptions(lr)
-                               .betas({betas[0], betas[1]})
-                               .eps(config.get_double("optim.eps"))
-                               .weight_decay(wd));
-  }
-  const double momentum = config.get_double("optim.momentum");
-  const bool nesterov = config.get_bool("optim.nesterov");
-  if (nesterov && momentum <= 0) {
-    throw ConfigError("optim.nesterov needs optim.momentum > 0 (got " + std::to_string(momentum) +
-                      ")");
-  }
-  return std::make_unique<torch::optim::SGD>(
-      std::move(params),
-      torch::optim::SGDOptions(lr).momentum(momentum).nesterov(nesterov).weight_decay(wd));
-}
-
-void set_lr(torch::optim::Optimizer& optimizer, double lr) {
-  for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
-}
-
 torch::Device pick_device(const Config& config) {
   const std::string d = config.get_string("device");
   if (d == "cuda" || (d == "auto" && torch::cuda::is_available())) {
@@ -149,23 +63,27 @@ torch::Device pick_device(const Config& config) {
 struct Session {
   std::unique_ptr<Task> task;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
+  Precision* precision = nullptr;  // the run's mixed precision (amp.*), owned by train_run
 };
 
-Session build_session(const Config& config, const torch::Device& device) {
+Session build_session(const Config& config, const torch::Device& device, Precision& precision) {
   torch::manual_seed(static_cast<uint64_t>(config.get_int("seed")));
   Session s;
-  s.task = std::make_unique<ClassificationTask>(config);
+  s.task = make_task(config);
   s.task->module().to(device);
-  s.optimizer = make_optimizer(config, s.task->module().parameters());
+  s.precision = &precision;
+  // amp: O2/O3 weights go on the low-precision grid; the optimizer steps the fp32 masters.
+  s.optimizer = make_optimizer(config, precision.attach(s.task->module()));
   return s;
 }
 
 // Progress of the training steps of one epoch, on stderr.
 class Progress {
  public:
-  Progress(bool tty, int64_t every, int64_t epoch, int64_t epochs, int64_t steps)
-      : tty_(tty), every_(every), epoch_(epoch), epochs_(epochs), steps_(steps) {}
+  Progress(bool enabled, bool tty, int64_t every, int64_t epoch, int64_t epochs, int64_t steps)
+      : enabled_(enabled), tty_(tty), every_(every), epoch_(epoch), epochs_(epochs), steps_(steps) {}
   void step(int64_t step, double loss, double fps, double elapsed) {
+    if (!enabled_) return;
     const bool last = step + 1 == steps_;
     if (!tty_ && (step + 1) % every_ != 0 && !last) return;
     if (tty_ && !last && seconds_since(last_draw_) < 0.2) return;
@@ -182,7 +100,7 @@ class Progress {
   }
 
  private:
-  bool tty_;
+  bool enabled_, tty_;
   int64_t every_, epoch_, epochs_, steps_;
   Clock::time_point last_draw_{};
 };
@@ -259,7 +177,7 @@ int64_t restore(store::Store& store, const store::RunRow& run, const Config& con
     if (options.from_epoch && it->epoch > *options.from_epoch) continue;
     try {
       auto meta = load_checkpoint(*it->checkpoint, session.task->module(), *session.optimizer,
-                                  run.config_hash);
+                                  run.config_hash, &session.precision->engine());
       session.task->module().to(device);
       delete_files(store.truncate_after(run.id, it->epoch));
       log::info("run " + run.name + ": continuing after epoch " + std::to_string(meta.epoch) +
@@ -268,7 +186,7 @@ int64_t restore(store::Store& store, const store::RunRow& run, const Config& con
     } catch (const CheckpointError& e) {
       if (options.from_epoch) throw;
       log::warn(std::string(e.what()) + "; falling back to the previous checkpoint");
-      session = build_session(config, device);  // undo a half-done load
+      session = build_session(config, device, *session.precision);  // undo a half-done load
     }
   }
   log::warn("run " + run.name + ": no valid checkpoint left, starting again from epoch 0");
@@ -321,6 +239,9 @@ bool stop_requested() { return g_stop; }
 
 std::map<std::string, std::string> run_columns(const Config& config) {
   auto info = models::model_info(config.get_string("model.name"));
+  const std::string device = config.get_string("device");
+  const amp::Policy policy = amp::resolve_policy(
+      config, device == "cuda" || (device == "auto" && torch::cuda::is_available()));
   return {
       {"model", config.at("model.name").dump()},
       {"dataset", nlohmann::json(config.get_string("data.format") + ":" +
@@ -333,6 +254,13 @@ std::map<std::string, std::string> run_columns(const Config& config) {
       {"lr_dec_epoch", config.at("schedule.lr_dec_epoch").dump()},
       {"seed", config.at("seed").dump()},
       {"primary_metric", nlohmann::json(info.primary_metric).dump()},
+      // amp: the resolved policy (loss_scale auto -> the level's default; the backend this
+      // machine uses). Throws ConfigError for a combination apex refuses, before anything runs.
+      {"opt_level", nlohmann::json(amp::to_string(policy.opt_level)).dump()},
+      {"dtype", nlohmann::json(amp::to_string(policy.dtype)).dump()},
+      {"loss_scale", policy.dynamic_scale ? nlohmann::json("dynamic").dump()
+                                          : nlohmann::json(policy.static_scale).dump()},
+      {"backend", nlohmann::json(amp::to_string(policy.backend)).dump()},
   };
 }
 
@@ -362,7 +290,8 @@ RunResult train_run(store::Store& store, const store::RunRow& run, const RunOpti
     const torch::Device device = pick_device(config);
     const auto info = models::model_info(config.get_string("model.name"));
 
-    Session session = build_session(config, device);
+    Precision precision(config, device);  // amp.*: policy, loss scaler, masters
+    Session session = build_session(config, device, precision);
     int64_t last_done = restore(store, run, config, device, options, session);
     const int64_t epochs = config.get_int("schedule.epochs");
 
@@ -406,10 +335,11 @@ RunResult train_run(store::Store& store, const store::RunRow& run, const RunOpti
       data::Loader loader(train_set, train_opts);
       const int64_t steps = loader.num_batches();
       session.task->module().train();
-      Progress progress(options.progress_tty, config.get_int("log.every_steps"), epoch, epochs,
+      Progress progress(options.progress, options.progress_tty, config.get_int("log.every_steps"), epoch, epochs,
                         steps);
       double loss_sum = 0, fps_sum = 0, fps_min = 0, fps_max = 0, lr = 0;
-      int64_t step = 0, fps_n = 0, skipped = 0, images = 0;
+      int64_t step = 0, fps_n = 0, skipped = 0, images = 0, finite_losses = 0;
+      precision.begin_epoch(/*fresh=*/global_step == 0, global_step);
       auto step_start = Clock::now();
       while (auto batch = loader.next()) {
         if (g_stop) {
@@ -423,21 +353,30 @@ RunResult train_run(store::Store& store, const store::RunRow& run, const RunOpti
         if (n == 0) continue;
         lr = schedule.lr_at(epoch, step, steps);
         set_lr(*session.optimizer, lr);
-        session.optimizer->zero_grad();
-        torch::Tensor loss = session.task->train_loss(*batch, device);
+        precision.zero_grad();  // model and master gradients
+        torch::Tensor loss;
+        {
+          auto autocast = precision.autocast();  // native O1 only
+          loss = session.task->train_loss(*batch, device);
+        }
         const double loss_value = loss.item<double>();
-        if (!std::isfinite(loss_value)) {
+        const std::string diverged =
+            std::isfinite(loss_value) ? "" : precision.non_finite_loss(loss_value);
+        if (!diverged.empty()) {
           result.outcome = Outcome::kDiverged;
-          result.message = "train_loss became " + std::to_string(loss_value) + " at epoch " +
-                           std::to_string(epoch) + " step " + std::to_string(step);
+          result.message = diverged + " at epoch " + std::to_string(epoch) + " step " +
+                           std::to_string(step);
           store.finish_run(run.id, store::RunStatus::kDiverged, result.message, "");
           log::warn("run " + run.name + " diverged: " + result.message);
           return result;
         }
-        loss.backward();
-        session.optimizer->step();
+        // amp: loss x scale -> backward -> unscale/check -> step or skip -> masters -> scale.
+        precision.backward_and_step(loss, *session.optimizer, global_step + 1);
         ++global_step;
-        loss_sum += loss_value;
+        if (std::isfinite(loss_value)) {
+          loss_sum += loss_value;
+          ++finite_losses;
+        }
         images += n;
         const double dt = seconds_since(step_start);
         step_start = Clock::now();
@@ -466,7 +405,8 @@ RunResult train_run(store::Store& store, const store::RunRow& run, const RunOpti
       record.epoch = static_cast<int>(epoch);
       record.global_step = global_step;
       record.lr = lr;
-      record.train_loss = loss_sum / static_cast<double>(step);
+      record.train_loss = finite_losses ? loss_sum / static_cast<double>(finite_losses)
+                                        : std::numeric_limits<double>::quiet_NaN();
       record.train_fps_mean = fps_n ? fps_sum / static_cast<double>(fps_n) : 0;
       record.train_fps_min = fps_min;
       record.train_fps_max = fps_max;
@@ -475,8 +415,10 @@ RunResult train_run(store::Store& store, const store::RunRow& run, const RunOpti
         val_opts.epoch = static_cast<uint64_t>(epoch);
         data::Loader val_loader(val_set, val_opts);
         session.task->module().eval();
+        auto autocast = precision.autocast();
         record.metrics = session.task->evaluate(val_loader, device);
       }
+      precision.end_epoch(record);  // loss_scale*, overflow/skipped steps, scale events
       record.metrics["train_images"] = static_cast<double>(images);
       record.epoch_seconds = seconds_since(epoch_start);
       if ((epoch + 1) % every == 0 || epoch + 1 == epochs) {
@@ -484,7 +426,8 @@ RunResult train_run(store::Store& store, const store::RunRow& run, const RunOpti
         std::snprintf(name, sizeof name, "epoch_%04lld.pt", static_cast<long long>(epoch));
         CheckpointMeta meta{epoch, global_step, run.config_hash};
         record.checkpoint = save_checkpoint((fs::path(ckpt_dir) / name).string(),
-                                            session.task->module(), *session.optimizer, meta);
+                                            session.task->module(), *session.optimizer, meta,
+                                            &precision.engine());
       }
       store.record_epoch(record);
       heartbeat_at = Clock::now();

@@ -1,0 +1,109 @@
+// Mixed precision inside the training loop (docs/AMP.md): the run's amp policy, its Engine
+// (masters, loss scaler), apex's step protocol and the per-epoch loss-scale record. Included by
+// trainer.cpp only (header-only, so it adds no translation unit).
+#pragma once
+
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "amp/emulate.h"
+#include "amp/engine.h"
+#include "amp/policy.h"
+#include "core/config.h"
+#include "store/store.h"
+
+namespace amptune::train {
+
+class Precision {
+ public:
+  Precision(const Config& config, const torch::Device& device)
+      : policy_(amp::resolve_policy(config, device.is_cuda())), scope_(policy_) {}
+
+  const amp::Policy& policy() const { return policy_; }
+  amp::Engine& engine() { return *engine_; }
+
+  // Prepares the model (on its device) and returns what the optimizer must step. Called again
+  // when a session is rebuilt.
+  std::vector<torch::Tensor> attach(torch::nn::Module& model) {
+    engine_ = std::make_unique<amp::Engine>(policy_, model);
+    return engine_->optimizer_params();
+  }
+
+  // Native autocast around a forward pass (a no-op unless O1 native); clears the cast cache.
+  amp::AutocastGuard autocast() const { return amp::AutocastGuard(policy_); }
+
+  void zero_grad() { engine_->zero_grad(); }
+
+  // The loss of a step was inf/NaN. With a dynamic scale it is one more overflow (the backward
+  // gives non-finite gradients and the step is skipped); with a static scale the run diverged.
+  // Returns the divergence message, or "" to carry on.
+  std::string non_finite_loss(double loss_value) {
+    if (!policy_.dynamic_scale) return "train_loss became " + std::to_string(loss_value);
+    if (++non_finite_in_a_row_ >= kMaxNonFiniteLosses) {
+      return "train_loss was inf/NaN for " + std::to_string(non_finite_in_a_row_) +
+             " steps in a row under dynamic loss scaling (the forward pass itself overflows; "
+             "the scale cannot help)";
+    }
+    return "";
+  }
+
+  // scale -> backward -> (masters) unscale/check -> step or skip -> copy back -> scaler update.
+  // `global_step` is the count of steps after this one. Returns whether the optimizer stepped.
+  bool backward_and_step(const torch::Tensor& loss, torch::optim::Optimizer& optimizer,
+                         int64_t global_step) {
+    const double used = engine_->scaler().scale();
+    scale_min_ = std::min(scale_min_, used);
+    scale_max_ = std::max(scale_max_, used);
+    engine_->scale_loss(loss).backward();
+    const bool overflow = engine_->unscale_and_check();
+    if (!overflow) {
+      optimizer.step();
+      non_finite_in_a_row_ = 0;
+    }
+    auto change = engine_->finish_step(overflow);
+    const bool skipped = overflow && policy_.dynamic_scale;
+    overflow_steps_ += overflow;
+    skipped_steps_ += skipped;
+    if (change) events_.push_back({global_step, change->scale, change->reason});
+    return !skipped;
+  }
+
+  // Call before an epoch's first step; `fresh` = training starts at step 0 (records the
+  // initial scale).
+  void begin_epoch(bool fresh, int64_t global_step) {
+    events_.clear();
+    overflow_steps_ = skipped_steps_ = 0;
+    scale_min_ = scale_max_ = engine_->scaler().scale();
+    if (fresh) events_.push_back({global_step, engine_->scaler().scale(), "init"});
+  }
+
+  // Adds loss_scale (end), loss_scale_min/max, skipped_steps, overflow_steps (dynamic only: a
+  // static scale never checks) and the scale events to the epoch's record.
+  void end_epoch(store::EpochRecord& record) const {
+    const double end = engine_->scaler().scale();
+    record.metrics["loss_scale"] = end;
+    record.metrics["loss_scale_min"] = std::min(scale_min_, end);
+    record.metrics["loss_scale_max"] = std::max(scale_max_, end);
+    record.metrics["skipped_steps"] = static_cast<double>(skipped_steps_);
+    if (policy_.dynamic_scale) record.metrics["overflow_steps"] = static_cast<double>(overflow_steps_);
+    record.scale_events = events_;
+  }
+
+  int64_t skipped_steps() const { return skipped_steps_; }
+
+ private:
+  static constexpr int kMaxNonFiniteLosses = 100;
+  amp::Policy policy_;
+  amp::ScopedPolicy scope_;  // this thread's policy while the run trains
+  std::unique_ptr<amp::Engine> engine_;
+  std::vector<store::ScaleEvent> events_;
+  int64_t overflow_steps_ = 0, skipped_steps_ = 0, non_finite_in_a_row_ = 0;
+  double scale_min_ = 0, scale_max_ = 0;
+};
+
+}  // namespace amptune::train
