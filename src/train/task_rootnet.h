@@ -1,7 +1,8 @@
 // The RootNet task (docs/ROOTNET.md): the official loss on training batches of the rootnet data
 // set; evaluation back-projects each prediction with its processed box and camera and reports
 // mrpe, mrpe_x, mrpe_y, mrpe_z (mm) and, on Human3.6M, mrpe_<Action> per action; on MuPoTS
-// also ap_root_25. casts.int32 applies its cast points (train/casts.h).
+// also ap_root_25 (percent). mrpe_constant is the MRPE of the constant predictor (patch centre at the mean
+// test depth), the baseline a trained model must beat. casts.int32 applies its cast points (train/casts.h).
 #pragma once
 
 #include <memory>
