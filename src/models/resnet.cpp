@@ -214,6 +214,7 @@ ResNet build_classifier(const Config& config) {
 }
 
 ModelInfo model_info(const std::string& model_name) {
+  if (model_name == "rootnet") return ModelInfo{"mrpe", false};
   resnet_depth_from_name(model_name);  // throws for an unknown name
   return ModelInfo{"acc1", true};
 }
