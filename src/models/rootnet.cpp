@@ -67,7 +67,9 @@ torch::Tensor RootNetImpl::forward(torch::Tensor image, torch::Tensor k_value) {
   auto xy = soft_argmax(xy_layer_->forward(deconv_->forward(c5)));
   auto feat = c5.mean({2, 3}, true);  // [B, C5, 1, 1]
   auto gamma = depth_layer_->forward(feat).reshape({-1, 1});
-  auto depth = gamma * k_value.reshape({-1, 1}).to(gamma.scalar_type());
+  // PyTorch's type promotion as in the original: an fp16 gamma times an fp32 k gives fp32; times
+  // an integer k (the ported code's int32 cast) stays fp16.
+  auto depth = gamma * k_value.reshape({-1, 1});
   return torch::cat({xy.to(depth.scalar_type()), depth}, 1);
 }
 
