@@ -94,10 +94,13 @@ void load_optimizer(torch::optim::Optimizer& optimizer, torch::serialize::InputA
       if (!in.try_read(k + "step", step)) continue;
       auto st = std::make_unique<torch::optim::AdamParamState>();
       st->step(step.toInt());
-      in.read(k + "exp_avg", t, true);
-      st->exp_avg(t.to(params[i].device()));
-      in.read(k + "exp_avg_sq", t, true);
-      st->exp_avg_sq(t.to(params[i].device()));
+      // A fresh tensor per read: InputArchive::read into a defined tensor calls set_() on it,
+      // which would alias exp_avg and exp_avg_sq.
+      torch::Tensor avg, avg_sq;
+      in.read(k + "exp_avg", avg, true);
+      st->exp_avg(avg.to(params[i].device()));
+      in.read(k + "exp_avg_sq", avg_sq, true);
+      st->exp_avg_sq(avg_sq.to(params[i].device()));
       torch::Tensor m;
       if (in.try_read(k + "max_exp_avg_sq", m, true)) st->max_exp_avg_sq(m.to(params[i].device()));
       state[state_key<Map>(params[i])] = std::move(st);
