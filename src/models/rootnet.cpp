@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include "amp/emulate.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "models/registry.h"
@@ -52,25 +53,35 @@ RootNetImpl::RootNetImpl(const RootNetOptions& options) : options_(options) {
   }
 }
 
+// Mixed-precision boundaries (amp/emulate.h): plain fp32 calls without an emulated policy.
+// softmax and the sums of the soft-argmax are on autocast's fp32 list (fp32_op), the products
+// with the pixel index are elementwise (their inputs' type).
 torch::Tensor RootNetImpl::soft_argmax(const torch::Tensor& logits) {
   const int64_t h = logits.size(-2), w = logits.size(-1);
   auto flat = logits.reshape({-1, h * w});
-  auto prob = torch::softmax(flat, 1).reshape({-1, h, w});
+  auto prob = amp::fp32_op(torch::softmax(flat, 1)).reshape({-1, h, w});
   auto opts = torch::TensorOptions().dtype(prob.scalar_type()).device(prob.device());
-  auto x = (prob.sum(1) * torch::arange(w, opts)).sum(1, true);  // marginal over rows
-  auto y = (prob.sum(2) * torch::arange(h, opts)).sum(1, true);
+  auto mx = amp::fp32_op(prob.sum(1)), my = amp::fp32_op(prob.sum(2));
+  auto x = amp::fp32_op((mx * torch::arange(w, opts)).sum(1, true));  // marginal over rows
+  auto y = amp::fp32_op((my * torch::arange(h, opts)).sum(1, true));
   return torch::cat({x, y}, 1);
 }
 
 torch::Tensor RootNetImpl::forward(torch::Tensor image, torch::Tensor k_value) {
-  auto c5 = backbone_->forward(image);
-  auto xy = soft_argmax(xy_layer_->forward(deconv_->forward(c5)));
-  auto feat = c5.mean({2, 3}, true);  // [B, C5, 1, 1]
-  auto gamma = depth_layer_->forward(feat).reshape({-1, 1});
+  auto c5 = backbone_->forward(image);  // the backbone applies amp::model_input
+  auto x = c5;
+  for (size_t i = 0; i + 2 < deconv_->size(); i += 3) {
+    x = amp::conv_transpose2d(*deconv_->ptr(i)->as<torch::nn::ConvTranspose2dImpl>(), x);
+    x = amp::input_dtype_op(deconv_->ptr(i + 1)->as<torch::nn::BatchNorm2dImpl>()->forward(x));
+    x = torch::relu(x);
+  }
+  auto xy = soft_argmax(amp::conv2d(*xy_layer_, x));
+  auto feat = amp::fp32_op(c5.mean({2, 3}, true));  // [B, C5, 1, 1]
+  auto gamma = amp::conv2d(*depth_layer_, feat).reshape({-1, 1});
   // PyTorch's type promotion as in the original: an fp16 gamma times an fp32 k gives fp32; times
   // an integer k (the ported code's int32 cast) stays fp16.
   auto depth = gamma * k_value.reshape({-1, 1});
-  return torch::cat({xy.to(depth.scalar_type()), depth}, 1);
+  return amp::model_output(torch::cat({xy.to(depth.scalar_type()), depth}, 1));
 }
 
 torch::Tensor rootnet_loss(const torch::Tensor& coord, const torch::Tensor& target,

@@ -3,6 +3,8 @@
 
 #include <torch/torch.h>
 
+#include "amp/emulate.h"
+#include "amp/policy.h"
 #include "core/config.h"
 #include "models/registry.h"
 #include "models/rootnet.h"
@@ -79,6 +81,30 @@ TEST(RootNetModel, InitAndStateDictNames) {
   EXPECT_EQ(sd["xy_layer.bias"].item<float>(), 0.0f);
   EXPECT_TRUE(torch::equal(sd["deconv.1.weight"], torch::ones({64})));
   EXPECT_TRUE(torch::equal(sd["deconv.1.bias"], torch::zeros({64})));
+}
+
+TEST(RootNetModel, EmulatedO1AndO2StayCloseToFp32) {
+  torch::manual_seed(4);
+  RootNetOptions o;
+  o.backbone_depth = 18;
+  o.width = 0.125;
+  o.head_channels = 8;
+  RootNet net(o);
+  net->eval();
+  torch::NoGradGuard ng;
+  auto x = torch::randn({2, 3, 64, 64});
+  auto k = torch::tensor({9976.3063f, 14579.9162f});
+  auto fp32 = net->forward(x, k);
+  for (const char* level : {"O1", "O2"}) {
+    Config c(Schema::builtin());
+    c.set("amp.opt_level", level);
+    c.set("amp.backend", "emulate");
+    amp::ScopedPolicy policy(amp::resolve_policy(c, false));
+    auto low = net->forward(x, k);
+    EXPECT_FALSE(torch::equal(low, fp32)) << level;
+    EXPECT_TRUE(torch::allclose(low, fp32, 1e-2, 1e-2)) << level;
+  }
+  EXPECT_TRUE(torch::equal(net->forward(x, k), fp32));  // policy gone: plain fp32 again
 }
 
 TEST(RootNetModel, LossVectors) {
