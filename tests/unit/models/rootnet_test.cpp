@@ -13,13 +13,17 @@
 namespace amptune::models {
 namespace {
 
-TEST(RootNetModel, ShapesAt256) {
-  torch::manual_seed(0);
+RootNet tiny_net(uint64_t seed, int depth, double width, int64_t head_channels) {
+  torch::manual_seed(seed);
   RootNetOptions o;
-  o.backbone_depth = 18;
-  o.width = 0.25;
-  o.head_channels = 16;
-  RootNet net(o);
+  o.backbone_depth = depth;
+  o.width = width;
+  o.head_channels = head_channels;
+  return RootNet(o);
+}
+
+TEST(RootNetModel, ShapesAt256) {
+  RootNet net = tiny_net(0, 18, 0.25, 16);
   net->eval();
   torch::NoGradGuard ng;
   auto x = torch::randn({2, 3, 256, 256});
@@ -44,12 +48,7 @@ TEST(RootNetModel, ConstantLogitsGiveTheMapCentre) {
 }
 
 TEST(RootNetModel, DepthIsGammaTimesK) {
-  torch::manual_seed(1);
-  RootNetOptions o;
-  o.backbone_depth = 18;
-  o.width = 0.125;
-  o.head_channels = 8;
-  RootNet net(o);
+  RootNet net = tiny_net(1, 18, 0.125, 8);
   net->eval();
   torch::NoGradGuard ng;
   auto x = torch::randn({1, 3, 64, 64});
@@ -60,12 +59,7 @@ TEST(RootNetModel, DepthIsGammaTimesK) {
 }
 
 TEST(RootNetModel, InitAndStateDictNames) {
-  torch::manual_seed(2);
-  RootNetOptions o;
-  o.backbone_depth = 50;
-  o.width = 0.25;
-  o.head_channels = 64;
-  RootNet net(o);
+  RootNet net = tiny_net(2, 50, 0.25, 64);
   auto sd = state_dict(*net);
   for (const char* k : {"backbone.conv1.weight", "backbone.layer4.2.bn3.running_var",
                         "deconv.0.weight", "deconv.1.weight", "deconv.3.weight", "deconv.7.bias",
@@ -84,12 +78,7 @@ TEST(RootNetModel, InitAndStateDictNames) {
 }
 
 TEST(RootNetModel, EmulatedO1AndO2StayCloseToFp32) {
-  torch::manual_seed(4);
-  RootNetOptions o;
-  o.backbone_depth = 18;
-  o.width = 0.125;
-  o.head_channels = 8;
-  RootNet net(o);
+  RootNet net = tiny_net(4, 18, 0.125, 8);
   net->eval();
   torch::NoGradGuard ng;
   auto x = torch::randn({2, 3, 64, 64});
