@@ -25,15 +25,7 @@ int cmd_bench(const Invocation& inv) {
       "steps", po::value(&steps)->default_value(50), "timed batches per measurement")(
       "warmup", po::value(&warmup)->default_value(5), "untimed batches before timing")(
       "threads", po::value(&threads)->default_value(0), "LibTorch threads; 0 = the config's");
-  po::options_description hidden;
-  hidden.add_options()("sweep", po::value(&sweep_path));
-  po::options_description all;
-  all.add(desc).add(hidden);
-  po::positional_options_description pos;
-  pos.add("sweep", 1);
-  po::variables_map vm;
-  po::store(po::command_line_parser(inv.args).options(all).positional(pos).run(), vm);
-  po::notify(vm);
+  po::variables_map vm = parse_args(inv.args, desc, &sweep_path);
   if (vm.count("help")) {
     std::cout << "usage: amptune bench SWEEP.yaml [options]\n\nFor each cell: images/s of the "
                  "data loader alone, then of full training steps, in one process. Nothing is "

@@ -69,15 +69,7 @@ int cmd_show(const Invocation& inv) {
   desc.add_options()("help,h", "show this help")(
       "db", po::value(&db)->default_value(default_db()), "results database (env AMPTUNE_DB)")(
       "config", "also print the run's full resolved config (JSON)");
-  po::options_description hidden;
-  hidden.add_options()("run", po::value(&run_ref));
-  po::options_description all;
-  all.add(desc).add(hidden);
-  po::positional_options_description pos;
-  pos.add("run", 1);
-  po::variables_map vm;
-  po::store(po::command_line_parser(inv.args).options(all).positional(pos).run(), vm);
-  po::notify(vm);
+  po::variables_map vm = parse_args(inv.args, desc, &run_ref);
   if (vm.count("help")) {
     std::cout << "usage: amptune show RUN [options]\n\nRUN is a run id or name.\n" << desc;
     return 0;

@@ -81,6 +81,20 @@ int exit_code(const Tally& t) {
 
 }  // namespace
 
+po::variables_map parse_args(const std::vector<std::string>& args,
+                             const po::options_description& desc, std::string* positional) {
+  po::options_description hidden;
+  hidden.add_options()("positional", po::value(positional));
+  po::options_description all;
+  all.add(desc).add(hidden);
+  po::positional_options_description pos;
+  pos.add("positional", 1);
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(all).positional(pos).run(), vm);
+  po::notify(vm);
+  return vm;
+}
+
 std::string default_db() {
   const char* env = std::getenv("AMPTUNE_DB");
   return env && *env ? env : "results/amptune.sqlite";
@@ -104,15 +118,7 @@ int cmd_run(const Invocation& inv) {
       "stop-after-epoch", po::value(&stop_after)->default_value(-1),
       "stop each run after this epoch (0-based), leaving it resumable; -1 = train to the end")(
       "quiet,q", "no progress lines");
-  po::options_description hidden;
-  hidden.add_options()("sweep", po::value(&sweep_path));
-  po::options_description all;
-  all.add(desc).add(hidden);
-  po::positional_options_description pos;
-  pos.add("sweep", 1);
-  po::variables_map vm;
-  po::store(po::command_line_parser(inv.args).options(all).positional(pos).run(), vm);
-  po::notify(vm);
+  po::variables_map vm = parse_args(inv.args, desc, &sweep_path);
   if (wants_help(vm, desc, "usage: amptune run SWEEP.yaml [options]\n\nTrains every cell of the "
                            "sweep; running it again skips finished cells and resumes the rest.\n"))
     return 0;
@@ -197,15 +203,7 @@ int cmd_resume(const Invocation& inv) {
       "stop-after-epoch", po::value(&stop_after)->default_value(-1),
       "stop after this epoch (0-based), leaving the run resumable")(
       "quiet,q", "no progress lines");
-  po::options_description hidden;
-  hidden.add_options()("run", po::value(&run_ref));
-  po::options_description all;
-  all.add(desc).add(hidden);
-  po::positional_options_description pos;
-  pos.add("run", 1);
-  po::variables_map vm;
-  po::store(po::command_line_parser(inv.args).options(all).positional(pos).run(), vm);
-  po::notify(vm);
+  po::variables_map vm = parse_args(inv.args, desc, &run_ref);
   if (wants_help(vm, desc, "usage: amptune resume RUN [options]\n\nRUN is a run id or name "
                            "(amptune list). Continues from the newest valid checkpoint.\n"))
     return 0;

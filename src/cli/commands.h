@@ -6,6 +6,9 @@
 #include <string>
 #include <vector>
 
+#include <boost/program_options/options_description.hpp>
+#include <boost/program_options/variables_map.hpp>
+
 namespace amptune::cli {
 
 struct Invocation {
@@ -19,6 +22,12 @@ int cmd_list(const Invocation& inv);
 int cmd_show(const Invocation& inv);
 int cmd_data(const Invocation& inv);
 int cmd_bench(const Invocation& inv);
+
+// Parses `args` with `desc` plus one positional argument (stored in `*positional`): the shared
+// shape of run / resume / show / bench. Throws boost::program_options errors.
+boost::program_options::variables_map parse_args(
+    const std::vector<std::string>& args, const boost::program_options::options_description& desc,
+    std::string* positional);
 
 // Default database path (results/amptune.sqlite) unless AMPTUNE_DB is set.
 std::string default_db();

@@ -22,6 +22,7 @@ commands:
   show RUN            one run's settings and epochs
   data export-imagefolder
                       write IDX images (Fashion-MNIST) as an ImageNet-style JPEG folder
+  data synth-rootnet  write a small synthetic Human3.6M / MuCo / MuPoTS / MPII data set
   bench SWEEP.yaml    loader and training images/s of sweep cells, side by side
   version             print version, git commit and LibTorch version
 

@@ -102,18 +102,6 @@ TEST(RootNetCasts, UnknownNamesAreConfigErrors) {
   EXPECT_THROW(c.set_yaml("casts.int32", "[k_value, bogus]", {}), ConfigError);
 }
 
-TEST(RootNetSchedule, LrDecaysAtEpoch17) {
-  Schedule s;
-  s.lr0 = 1e-3;
-  s.lr_dec_epoch = {17};
-  s.lr_dec_factor = 10;
-  s.epochs = 20;
-  EXPECT_DOUBLE_EQ(s.lr_at(0, 0, 100), 1e-3);
-  EXPECT_DOUBLE_EQ(s.lr_at(16, 99, 100), 1e-3);
-  EXPECT_DOUBLE_EQ(s.lr_at(17, 0, 100), 1e-4);
-  EXPECT_DOUBLE_EQ(s.lr_at(19, 50, 100), 1e-4);
-}
-
 Config tiny_config(const std::string& dir, const std::string& test_set) {
   Config c(Schema::builtin());
   c.set("model.name", "rootnet");
