@@ -65,6 +65,13 @@ void write_tiny_idx(const std::string& dir, int train_n, int test_n, int side, i
   write_split(dir, "t10k", test_n, side, classes, 2);
 }
 
+std::vector<store::EpochRow> epochs_of(const std::string& db, const std::string& run) {
+  store::Store s(db);
+  auto r = s.find_run(run);
+  EXPECT_TRUE(r.has_value()) << run;
+  return r ? s.epochs(r->id) : std::vector<store::EpochRow>{};
+}
+
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream ss;

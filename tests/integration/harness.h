@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "store/store.h"
+
 namespace amptune::testing {
 
 // A fresh, empty directory under the test temp dir, unique per test.
@@ -28,6 +30,9 @@ Result run_amptune(const std::vector<std::string>& args, const std::string& cwd)
 
 // Starts amptune in the background (stdout/stderr to files in cwd); returns its pid.
 pid_t spawn_amptune(const std::vector<std::string>& args, const std::string& cwd);
+
+// The epoch rows of run `run` (id or name) in database `db`; a missing run is a test failure.
+std::vector<store::EpochRow> epochs_of(const std::string& db, const std::string& run);
 
 std::string read_file(const std::string& path);
 void write_file(const std::string& path, const std::string& text);

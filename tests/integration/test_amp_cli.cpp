@@ -39,13 +39,6 @@ Fixture make(int epochs, const std::string& amp) {
   return f;
 }
 
-std::vector<store::EpochRow> epochs_of(const std::string& db, const std::string& run) {
-  store::Store s(db);
-  auto r = s.find_run(run);
-  EXPECT_TRUE(r.has_value()) << run;
-  return r ? s.epochs(r->id) : std::vector<store::EpochRow>{};
-}
-
 TEST(AmpCli, ResumeEqualsStraightForEveryOptLevel) {
   // growth_interval 2 so that the scale both backs off and grows within a few steps.
   const std::string amp =

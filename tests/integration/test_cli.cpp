@@ -45,13 +45,6 @@ Fixture make(int epochs, const std::string& grid, int train_n = 96, const std::s
   return f;
 }
 
-std::vector<store::EpochRow> epochs_of(const std::string& db, const std::string& run) {
-  store::Store s(db);
-  auto r = s.find_run(run);
-  EXPECT_TRUE(r.has_value()) << run;
-  return r ? s.epochs(r->id) : std::vector<store::EpochRow>{};
-}
-
 // Same training result: identical losses/metrics every epoch, identical final checkpoint bytes.
 void expect_same_training(const std::vector<store::EpochRow>& a,
                           const std::vector<store::EpochRow>& b) {
