@@ -21,11 +21,7 @@ BenchResult bench(const Config& config, int64_t steps, int64_t warmup, int threa
   torch::set_num_threads(r.threads);
   const torch::Device device(resolve_device(config));
   auto dataset = data::make_dataset(config, data::Split::kTrain);
-  data::LoaderOptions opts;
-  opts.batch_size = config.get_int("data.batch_size");
-  opts.workers = static_cast<int>(config.get_int("data.workers"));
-  opts.prefetch = static_cast<int>(config.get_int("data.prefetch"));
-  opts.seed = static_cast<uint64_t>(config.get_int("seed"));
+  data::LoaderOptions opts = data::loader_options(config, data::Split::kTrain, 0);
   opts.max_batches = warmup + steps;
 
   auto timed = [&](auto&& per_batch) {

@@ -301,24 +301,13 @@ RunResult train_run(store::Store& store, const store::RunRow& run, const RunOpti
     if (eval_steps != 0) val_set = data::make_dataset(config, data::Split::kVal);
     const Schedule schedule = Schedule::from_config(config);
     const int64_t batch_size = config.get_int("data.batch_size");
-    const int64_t eval_batch = config.get_int("data.eval_batch_size") > 0
-                                   ? config.get_int("data.eval_batch_size")
-                                   : batch_size;
     const int64_t skip_steps = config.get_int("schedule.skip_steps");
     const int64_t every = config.get_int("checkpoint.every");
     const std::string ckpt_dir = checkpoint_dir(config, store, run.id);
 
-    data::LoaderOptions train_opts;
-    train_opts.batch_size = batch_size;
-    train_opts.workers = static_cast<int>(config.get_int("data.workers"));
-    train_opts.prefetch = static_cast<int>(config.get_int("data.prefetch"));
-    train_opts.seed = static_cast<uint64_t>(config.get_int("seed"));
+    data::LoaderOptions train_opts = data::loader_options(config, data::Split::kTrain, 0);
     train_opts.max_batches = config.get_int("schedule.training_step_per_epoch");
-    data::LoaderOptions val_opts = train_opts;
-    val_opts.batch_size = eval_batch;
-    val_opts.shuffle = false;
-    val_opts.train = false;
-    val_opts.drop_last = false;
+    data::LoaderOptions val_opts = data::loader_options(config, data::Split::kVal, 0);
     val_opts.max_batches = eval_steps;
 
     int64_t global_step = 0;
