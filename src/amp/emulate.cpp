@@ -1,6 +1,15 @@
 #include "amp/emulate.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include <cstdint>
+#include <cstring>
+
+#include <ATen/Parallel.h>
 #include <ATen/autocast_mode.h>
+#include <c10/util/Half.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 
@@ -49,6 +58,36 @@ std::vector<int64_t> padding2d(const torch::nn::detail::conv_padding_t<2>& paddi
                    "padding as numbers");
 }
 
+// Fused rounding kernels over contiguous float arrays (src and dst may alias).
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx,f16c"))) void round_fp16(const float* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+  }
+  for (; i < n; ++i) dst[i] = static_cast<float>(c10::Half(src[i]));
+}
+bool fused_rounding_available(Dtype dtype) {
+  static const bool f16c = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  return dtype == Dtype::kBf16 || f16c;
+}
+#else
+void round_fp16(const float*, float*, int64_t) {}
+bool fused_rounding_available(Dtype dtype) { return dtype == Dtype::kBf16; }
+#endif
+
+// bf16 keeps the top 16 bits of a float: round to nearest even on bit 16; NaN stays NaN.
+void round_bf16(const float* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, src + i, sizeof bits);
+    const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) & 0xFFFF0000u;
+    const uint32_t out = src[i] != src[i] ? 0x7FC00000u : rounded;
+    std::memcpy(dst + i, &out, sizeof out);
+  }
+}
+
 }  // namespace
 
 torch::ScalarType scalar_type(Dtype dtype) {
@@ -57,7 +96,23 @@ torch::ScalarType scalar_type(Dtype dtype) {
 
 torch::Tensor round_to_grid(const torch::Tensor& x, Dtype dtype) {
   torch::NoGradGuard no_grad;
-  return x.to(scalar_type(dtype)).to(x.scalar_type());
+  if (x.scalar_type() != torch::kFloat || !x.device().is_cpu() || !x.is_contiguous() ||
+      !fused_rounding_available(dtype)) {
+    return x.to(scalar_type(dtype)).to(x.scalar_type());
+  }
+  // One pass and one allocation instead of two conversions that write and re-read a Half
+  // tensor; the same round-to-nearest-even (tested elementwise against Tensor::to).
+  torch::Tensor out = torch::empty_like(x);
+  const float* src = x.data_ptr<float>();
+  float* dst = out.data_ptr<float>();
+  at::parallel_for(0, x.numel(), int64_t{1} << 16, [&](int64_t begin, int64_t end) {
+    if (dtype == Dtype::kFp16) {
+      round_fp16(src + begin, dst + begin, end - begin);
+    } else {
+      round_bf16(src + begin, dst + begin, end - begin);
+    }
+  });
+  return out;
 }
 
 torch::Tensor round_through(const torch::Tensor& x, Dtype dtype) {

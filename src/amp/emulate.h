@@ -3,6 +3,8 @@
 // Rounding: round_to_grid(x) = x.to(kHalf|kBFloat16).to(x.dtype()) - the value the device would
 // store: fp16 overflow (> 65504 after rounding) gives inf, values below half the smallest
 // subnormal (2^-25) flush to 0, subnormals keep their reduced precision, ties go to even.
+// Contiguous CPU float tensors are rounded in one fused pass (F16C / bit arithmetic), bit-identical
+// to the two conversions.
 // round_through() is the same with autograd: the forward value and the gradient flowing back are
 // both rounded (a low-precision tensor's gradient is low precision too).
 //

@@ -28,6 +28,29 @@ Policy policy_for(const std::string& level, const std::string& scale = "auto",
   return resolve_policy(c, false);
 }
 
+// The fused rounding kernel equals the two tensor conversions bit for bit on every kind of
+// float (random bit patterns: normals, subnormals, huge values, infinities, NaNs, -0), across
+// vector width, tails and the parallel chunks.
+TEST(AmpEmulation, FusedRoundingEqualsTensorConversion) {
+  torch::manual_seed(7);
+  const int64_t n = 200003;
+  torch::Tensor bits = torch::randint(std::numeric_limits<int32_t>::min(),
+                                      std::numeric_limits<int32_t>::max(), {n}, torch::kInt);
+  torch::Tensor x = bits.view(torch::kFloat);
+  // plus values near the fp16 limits and ties
+  x.slice(0, 0, 6).copy_(torch::tensor({65519.0f, 65520.0f, 1.0f + std::ldexp(1.0f, -11),
+                                        std::ldexp(1.0f, -25), std::ldexp(1.5f, -25), -0.0f}));
+  for (Dtype dtype : {Dtype::kFp16, Dtype::kBf16}) {
+    torch::Tensor got = round_to_grid(x, dtype);
+    torch::Tensor want = x.to(scalar_type(dtype)).to(torch::kFloat);
+    torch::Tensor both_nan = got.isnan() & want.isnan();
+    ASSERT_GT(both_nan.sum().item<int64_t>(), 0);  // the sample holds NaNs
+    EXPECT_TRUE(torch::equal(got.isnan(), want.isnan()));
+    torch::Tensor same_bits = got.view(torch::kInt).eq(want.view(torch::kInt)) | both_nan;
+    EXPECT_EQ(same_bits.sum().item<int64_t>(), n) << "dtype " << static_cast<int>(dtype);
+  }
+}
+
 TEST(AmpEmulation, Fp16Facts) {
   EXPECT_EQ(fp16(1e-8f), 0.0f);  // below half the smallest subnormal: flushed
   EXPECT_TRUE(std::isinf(fp16(70000.0f)));
