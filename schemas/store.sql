@@ -271,3 +271,53 @@ CREATE VIEW loss_scale_trajectory AS
   JOIN runs r ON r.id = ev.run_id
   JOIN sweeps s ON s.id = r.sweep_id
   ORDER BY s.name, r.cell_index, ev.global_step;
+
+-- migration: 4
+
+-- Forks (docs/DATABASE.md "Forks"): a run that starts from another run's checkpoint of one epoch
+-- with changed settings (`amptune fork`, or `forks:` in a sweep). NULL for runs trained from
+-- scratch.
+ALTER TABLE runs ADD COLUMN parent_run_id INTEGER REFERENCES runs(id);
+ALTER TABLE runs ADD COLUMN parent_epoch INTEGER CHECK (parent_epoch IS NULL OR parent_epoch >= 0);
+-- The overrides as a JSON object {"amp.loss_scale": "dynamic"}, and readable:
+-- "amp.loss_scale: 128 -> dynamic; optim.lr: 0.1 -> 0.01".
+ALTER TABLE runs ADD COLUMN fork_overrides TEXT CHECK (fork_overrides IS NULL OR json_valid(fork_overrides));
+ALTER TABLE runs ADD COLUMN fork_changes TEXT;
+-- 1: the fork took only the weights (optimizer, loss scaler and schedule position started fresh).
+ALTER TABLE runs ADD COLUMN reset_optimizer INTEGER CHECK (reset_optimizer IS NULL OR reset_optimizer IN (0, 1));
+CREATE INDEX runs_by_parent ON runs(parent_run_id, parent_epoch);
+
+-- The lineage curve of every run: its ancestors' epochs up to the epoch each fork started from,
+-- then its own, so a fork and its parent plot as one line. source_run_id says whose epoch a row
+-- is; value is the run's primary metric.
+CREATE VIEW lineage AS
+  WITH RECURSIVE chain(run_id, ancestor_id, upto) AS (
+    SELECT id, id, NULL FROM runs
+    UNION ALL
+    SELECT c.run_id, r.parent_run_id,
+           CASE WHEN c.upto IS NULL THEN r.parent_epoch ELSE min(c.upto, r.parent_epoch) END
+    FROM chain c JOIN runs r ON r.id = c.ancestor_id
+    WHERE r.parent_run_id IS NOT NULL
+  )
+  SELECT r.id AS run_id, r.name AS run, e.epoch, e.run_id AS source_run_id,
+         src.name AS source_run, e.lr, e.train_loss, r.primary_metric AS metric, m.value
+  FROM chain c
+  JOIN runs r ON r.id = c.run_id
+  JOIN epochs e ON e.run_id = c.ancestor_id AND (c.upto IS NULL OR e.epoch <= c.upto)
+  JOIN runs src ON src.id = e.run_id
+  LEFT JOIN metrics m ON m.run_id = e.run_id AND m.epoch = e.epoch AND m.name = r.primary_metric
+  ORDER BY r.id, e.epoch;
+
+-- Every fork next to its parent: where it started, what it changed, and the primary metric of
+-- the parent at that epoch, at the parent's end, and at the fork's end.
+CREATE VIEW fork_vs_parent AS
+  SELECT f.id AS fork_id, f.name AS fork, p.id AS parent_id, p.name AS parent, f.parent_epoch,
+         f.fork_changes, f.reset_optimizer, f.status, f.primary_metric AS metric,
+         (SELECT value FROM metrics WHERE run_id = p.id AND epoch = f.parent_epoch
+            AND name = f.primary_metric) AS parent_at_fork,
+         (SELECT m.value FROM metrics m WHERE m.run_id = p.id AND m.name = f.primary_metric
+            ORDER BY m.epoch DESC LIMIT 1) AS parent_last,
+         (SELECT m.value FROM metrics m WHERE m.run_id = f.id AND m.name = f.primary_metric
+            ORDER BY m.epoch DESC LIMIT 1) AS fork_last
+  FROM runs f JOIN runs p ON p.id = f.parent_run_id
+  ORDER BY p.id, f.parent_epoch, f.id;

@@ -36,7 +36,8 @@ const std::set<std::string>& reserved_run_columns() {
       "status",     "config_json",   "config_hash",   "axes_json",    "message",
       "summary_json", "started_at",  "finished_at",   "heartbeat_at", "created_at",
       "amptune_version", "git_commit", "git_dirty",   "torch_version", "host",
-      "threads",    "device",        "command_line"};
+      "threads",    "device",        "command_line",
+      "parent_run_id", "parent_epoch", "fork_overrides", "fork_changes", "reset_optimizer"};
   return names;
 }
 
