@@ -2,9 +2,14 @@
 #pragma once
 
 #include <memory>
+#include <sstream>
+#include <string>
+#include <type_traits>
 #include <vector>
 
+#include <torch/optim/adam.h>
 #include <torch/optim/optimizer.h>
+#include <torch/optim/sgd.h>
 
 namespace amptune {
 class Config;
@@ -14,9 +19,55 @@ namespace amptune::train {
 
 // SGD (momentum, nesterov, weight decay) or Adam (betas, eps, weight decay) over `params`.
 // Throws ConfigError for inconsistent settings (nesterov without momentum, betas not a pair).
+// The two-argument form builds the unfused torch::optim classes; `fused` true builds FusedSGD /
+// FusedAdam with the same options.
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const Config& config,
                                                         std::vector<torch::Tensor> params);
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const Config& config,
+                                                        std::vector<torch::Tensor> params,
+                                                        bool fused);
 // Sets the learning rate of every parameter group.
 void set_lr(torch::optim::Optimizer& optimizer, double lr);
+// True for FusedSGD and FusedAdam.
+bool is_fused(const torch::optim::Optimizer& optimizer);
+
+// Multi-tensor SGD: the same optimizer as torch::optim::SGD (param groups, SGDOptions including
+// dampening, SGDParamState with the momentum buffer, keyed as the base class keys it), whose
+// step() updates all parameters of a group with one at::_foreach_* call per operation instead of
+// one loop iteration per parameter, in the order of torch's Python _multi_tensor_sgd. Parameters
+// without a gradient are skipped; a parameter's first step sets its momentum buffer to a detached
+// clone of its (weight-decayed) gradient. Gradients are never modified. Results equal the unfused
+// SGD's within float rounding; state, state_dict and amptune checkpoints are interchangeable with
+// it (the object is a torch::optim::SGD). Sparse gradients are refused with a ConfigError.
+class FusedSGD : public torch::optim::SGD {
+ public:
+  using torch::optim::SGD::SGD;
+  torch::Tensor step(LossClosure closure = nullptr) override;
+};
+
+// Multi-tensor Adam (coupled L2 weight decay, optional amsgrad), the same way: a
+// torch::optim::Adam whose step() follows torch's Python _multi_tensor_adam (non-capturable
+// branch). AdamParamState (step, exp_avg, exp_avg_sq, max_exp_avg_sq) is created as the base
+// class creates it; bias corrections are per parameter, so parameters that skipped steps
+// (no gradient) stay exact.
+class FusedAdam : public torch::optim::Adam {
+ public:
+  using torch::optim::Adam::Adam;
+  torch::Tensor step(LossClosure closure = nullptr) override;
+};
+
+// The optimizer state map's key for a parameter: LibTorch 1.13 keys by the TensorImpl address
+// printed as a string, 2.x by the address itself. `Map` is the type of Optimizer::state().
+template <typename Map>
+typename Map::key_type optimizer_state_key(const torch::Tensor& param) {
+  using Key = typename Map::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream s;
+    s << param.unsafeGetTensorImpl();
+    return s.str();
+  } else {
+    return static_cast<Key>(param.unsafeGetTensorImpl());
+  }
+}
 
 }  // namespace amptune::train
