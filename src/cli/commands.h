@@ -22,6 +22,10 @@ int cmd_list(const Invocation& inv);
 int cmd_show(const Invocation& inv);
 int cmd_data(const Invocation& inv);
 int cmd_bench(const Invocation& inv);
+// cmd_checkpoints.cpp: evaluate / export saved checkpoints, delete unreferenced files.
+int cmd_eval(const Invocation& inv);
+int cmd_export(const Invocation& inv);
+int cmd_gc(const Invocation& inv);
 
 // Parses `args` with `desc` plus one positional argument (stored in `*positional`): the shared
 // shape of run / resume / show / bench. Throws boost::program_options errors.

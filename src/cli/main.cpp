@@ -24,6 +24,9 @@ commands:
                       write IDX images (Fashion-MNIST) as an ImageNet-style JPEG folder
   data synth-rootnet  write a small synthetic Human3.6M / MuCo / MuPoTS / MPII data set
   bench SWEEP.yaml    loader and training images/s of sweep cells, side by side
+  eval RUN            evaluate saved checkpoints (--epoch N | --all) and store their metrics
+  export RUN          write a checkpoint's weights as a PyTorch state dict (--epoch N --out F.pt)
+  gc                  delete checkpoint files the database no longer references (--dry-run)
   version             print version, git commit and LibTorch version
 
 `amptune <command> --help` describes each command's options.
@@ -54,6 +57,9 @@ int main(int argc, char** argv) {
     if (command == "show") return cli::cmd_show(inv);
     if (command == "data") return cli::cmd_data(inv);
     if (command == "bench") return cli::cmd_bench(inv);
+    if (command == "eval") return cli::cmd_eval(inv);
+    if (command == "export") return cli::cmd_export(inv);
+    if (command == "gc") return cli::cmd_gc(inv);
     if (command == "version" || command == "--version") {
       std::cout << "amptune " << kVersion << " (" << kGitCommit << (kGitDirty ? "-dirty" : "")
                 << ")\n";

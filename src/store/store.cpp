@@ -793,4 +793,49 @@ void Store::forget_checkpoint(int64_t run_id, int epoch) {
   });
 }
 
+// --- checkpoint evaluation and retention ------------------------------------------------------
+
+void Store::record_metrics(int64_t run_id, int epoch, const std::map<std::string, double>& metrics) {
+  const std::string action = "recording evaluated metrics of epoch " + std::to_string(epoch) +
+                             " of run " + std::to_string(run_id);
+  guarded(path_, action, [&] {
+    write_transaction(db_, [&] {
+      require_run(db_, path_, run_id, action);
+      Statement exists(db_, "SELECT 1 FROM epochs WHERE run_id = ? AND epoch = ?");
+      exists.bind(1, run_id).bind(2, epoch);
+      if (!exists.step()) {
+        throw StoreError(path_ + ": " + action + ": run " + std::to_string(run_id) +
+                         " has no recorded epoch " + std::to_string(epoch));
+      }
+      Statement upsert(db_,
+                       "INSERT INTO metrics (run_id, epoch, name, value) VALUES (?, ?, ?, ?) "
+                       "ON CONFLICT (run_id, epoch, name) DO UPDATE SET value = excluded.value");
+      for (const auto& [name, value] : metrics) {
+        upsert.reset().bind(1, run_id).bind(2, epoch).bind(3, name).bind(4, value);
+        try {
+          upsert.run();
+        } catch (const SqliteError& error) {
+          if (error.code() != SQLITE_CONSTRAINT_CHECK) throw;
+          throw StoreError(path_ + ": " + action + ": metric name '" + name +
+                           "' is not allowed (" + error.what() +
+                           "); metric names are lowercase identifiers [a-z][a-z0-9_]* and not "
+                           "columns of the epochs table");
+        }
+      }
+    });
+  });
+}
+
+std::vector<int> Store::fork_epochs(int64_t run_id) const {
+  return guarded(path_, "reading the forks of run " + std::to_string(run_id), [&] {
+    std::vector<int> epochs;
+    Statement select(db_,
+                     "SELECT DISTINCT parent_epoch FROM runs WHERE parent_run_id = ? AND "
+                     "parent_epoch IS NOT NULL ORDER BY parent_epoch");
+    select.bind(1, run_id);
+    while (select.step()) epochs.push_back(static_cast<int>(select.column_int(0)));
+    return epochs;
+  });
+}
+
 }  // namespace amptune::store

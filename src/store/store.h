@@ -183,6 +183,15 @@ class Store {
   // Columns of runs that RunSpec::columns may fill (in table order).
   std::vector<std::string> setting_columns() const;
 
+  // Evaluation of a saved checkpoint (amptune eval): sets `metrics` of the existing epoch row
+  // (run_id, epoch), replacing those names' values and leaving every other metric and the epoch
+  // row untouched; one transaction. Throws StoreError when the epoch row does not exist or a
+  // name is not an allowed metric name (see record_epoch).
+  void record_metrics(int64_t run_id, int epoch, const std::map<std::string, double>& metrics);
+  // Epochs of `run_id` that some run forks from (runs.parent_run_id = run_id, parent_epoch):
+  // their checkpoints must stay. Ascending, no duplicates.
+  std::vector<int> fork_epochs(int64_t run_id) const;
+
  private:
   std::string path_;
   sqlite3* db_ = nullptr;

@@ -23,8 +23,10 @@
 #include "models/registry.h"
 #include "train/checkpoint.h"
 #include "train/precision.h"
+#include "train/retention.h"
 #include "train/runner.h"
 #include "train/schedule.h"
+#include "train/session.h"
 #include "train/optimizer.h"
 #include "train/task.h"
 
@@ -46,35 +48,6 @@ std::string hms(double seconds) {
   std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", static_cast<long long>(s / 3600),
                 static_cast<long long>(s / 60 % 60), static_cast<long long>(s % 60));
   return buf;
-}
-
-torch::Device pick_device(const Config& config) {
-  const std::string d = config.get_string("device");
-  if (d == "cuda" || (d == "auto" && torch::cuda::is_available())) {
-    if (!torch::cuda::is_available()) {
-      throw ConfigError("device is cuda but this LibTorch sees no CUDA device; use device: cpu");
-    }
-    return torch::Device(torch::kCUDA, 0);
-  }
-  return torch::Device(torch::kCPU);
-}
-
-// Everything a run trains with; rebuilt from scratch when a checkpoint fails to load half-way.
-struct Session {
-  std::unique_ptr<Task> task;
-  std::unique_ptr<torch::optim::Optimizer> optimizer;
-  Precision* precision = nullptr;  // the run's mixed precision (amp.*), owned by train_run
-};
-
-Session build_session(const Config& config, const torch::Device& device, Precision& precision) {
-  torch::manual_seed(static_cast<uint64_t>(config.get_int("seed")));
-  Session s;
-  s.task = make_task(config);
-  s.task->module().to(device);
-  s.precision = &precision;
-  // amp: O2/O3 weights go on the low-precision grid; the optimizer steps the fp32 masters.
-  s.optimizer = make_optimizer(config, precision.attach(s.task->module()));
-  return s;
 }
 
 // Progress of the training steps of one epoch, on stderr.
@@ -104,44 +77,6 @@ class Progress {
   int64_t every_, epoch_, epochs_, steps_;
   Clock::time_point last_draw_{};
 };
-
-// Keeps keep_last newest and keep_best best checkpoints (0 and 0 = all); the newest is kept.
-void apply_retention(store::Store& store, int64_t run_id, const Config& config,
-                     const std::string& primary, bool higher_is_better) {
-  const int64_t keep_last = config.get_int("checkpoint.keep_last");
-  const int64_t keep_best = config.get_int("checkpoint.keep_best");
-  if (keep_last == 0 && keep_best == 0) return;
-  std::vector<store::EpochRow> with_file;
-  for (auto& row : store.epochs(run_id)) {
-    if (row.checkpoint) with_file.push_back(row);
-  }
-  if (with_file.empty()) return;
-  std::set<int> keep;
-  keep.insert(with_file.back().epoch);  // newest
-  for (int64_t i = 0; i < keep_last && i < static_cast<int64_t>(with_file.size()); ++i) {
-    keep.insert(with_file[with_file.size() - 1 - static_cast<size_t>(i)].epoch);
-  }
-  if (keep_best > 0) {
-    auto ranked = with_file;
-    auto value = [&](const store::EpochRow& r) {
-      auto it = r.metrics.find(primary);
-      if (it == r.metrics.end()) return -std::numeric_limits<double>::infinity();
-      return higher_is_better ? it->second : -it->second;
-    };
-    std::stable_sort(ranked.begin(), ranked.end(), [&](const auto& a, const auto& b) {
-      return value(a) > value(b);
-    });
-    for (int64_t i = 0; i < keep_best && i < static_cast<int64_t>(ranked.size()); ++i) {
-      keep.insert(ranked[static_cast<size_t>(i)].epoch);
-    }
-  }
-  for (auto& row : with_file) {
-    if (keep.count(row.epoch)) continue;
-    std::error_code ec;
-    fs::remove(row.checkpoint->path, ec);
-    store.forget_checkpoint(run_id, row.epoch);
-  }
-}
 
 void delete_files(const std::vector<store::CheckpointFile>& files) {
   for (auto& f : files) {

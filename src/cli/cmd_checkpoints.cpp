@@ -1,0 +1,195 @@
+// `amptune eval`, `amptune export` and `amptune gc`: work on the saved checkpoints of runs.
+// No torch here (train/evaluate.h and train/retention.h are torch-free).
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <set>
+
+#include <boost/program_options.hpp>
+
+#include "cli/commands.h"
+#include "cli/table.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "store/store.h"
+#include "train/evaluate.h"
+#include "train/retention.h"
+
+namespace po = boost::program_options;
+
+namespace amptune::cli {
+namespace {
+
+store::Store open_existing(const std::string& db) {
+  if (!std::filesystem::exists(db)) {
+    throw StoreError("database " + db + " does not exist; run a sweep first or pass --db FILE");
+  }
+  return store::Store(db);
+}
+
+store::RunRow find_run(const store::Store& store, const std::string& ref, const char* command) {
+  if (ref.empty()) {
+    throw UsageError(std::string("amptune ") + command +
+                     " needs a run id or name (see amptune list)");
+  }
+  auto run = store.find_run(ref);
+  if (!run) throw UsageError("no run '" + ref + "' in " + store.path() + " (see amptune list)");
+  return *run;
+}
+
+// Full precision for metric values: the table shows what the database holds.
+std::string value_text(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+std::string human_bytes(int64_t bytes) {
+  char buf[32];
+  if (bytes >= (int64_t{1} << 20)) {
+    std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  } else if (bytes >= 1024) {
+    std::snprintf(buf, sizeof buf, "%.1f KiB", static_cast<double>(bytes) / 1024);
+  } else {
+    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
+  }
+  return buf;
+}
+
+}  // namespace
+
+int cmd_eval(const Invocation& inv) {
+  std::string db, run_ref;
+  int epoch = -1, threads = 0;
+  int64_t max_batches = -1;
+  po::options_description desc("amptune eval options");
+  desc.add_options()("help,h", "show this help")(
+      "epoch", po::value(&epoch), "evaluate this epoch's checkpoint (0-based)")(
+      "all", "evaluate every kept checkpoint of the run")(
+      "db", po::value(&db)->default_value(default_db()), "results database (env AMPTUNE_DB)")(
+      "threads", po::value(&threads)->default_value(0),
+      "LibTorch threads; 0 = the run config's `threads`")(
+      "max-batches", po::value(&max_batches)->default_value(-1),
+      "evaluation batches per checkpoint; -1 = the whole evaluation split")(
+      "quiet,q", "no progress lines");
+  po::variables_map vm = parse_args(inv.args, desc, &run_ref);
+  if (vm.count("help")) {
+    std::cout << "usage: amptune eval RUN [--epoch N | --all] [options]\n\n"
+                 "Evaluates saved checkpoints of RUN (id or name; default: the newest) on the\n"
+                 "run's evaluation split (RootNet: its test set) with the model built as in\n"
+                 "training, and stores the metrics for those epochs (replacing those names).\n"
+                 "Exits non-zero when a checkpoint could not be evaluated.\n\n"
+              << desc;
+    return 0;
+  }
+  if (vm.count("epoch") && vm.count("all")) {
+    throw UsageError("amptune eval takes --epoch N or --all, not both");
+  }
+  if (vm.count("epoch") && epoch < 0) throw UsageError("--epoch must be >= 0");
+  if (max_batches == 0 || max_batches < -1) {
+    throw UsageError("--max-batches must be -1 (whole split) or >= 1, got " +
+                     std::to_string(max_batches));
+  }
+  if (vm.count("quiet")) log::set_quiet(true);
+  store::Store store = open_existing(db);
+  const store::RunRow run = find_run(store, run_ref, "eval");
+  train::EvalOptions options;
+  if (vm.count("epoch")) options.epoch = epoch;
+  options.all = vm.count("all") > 0;
+  options.threads = threads;
+  options.max_batches = max_batches;
+  const auto results = train::evaluate_checkpoints(store, run, options);
+
+  std::set<std::string> names;
+  for (auto& r : results) {
+    for (auto& m : r.metrics) names.insert(m.first);
+  }
+  std::vector<std::string> header{"epoch"};
+  header.insert(header.end(), names.begin(), names.end());
+  header.push_back("seconds");
+  header.push_back("status");
+  Table table(header);
+  int failed = 0;
+  for (auto& r : results) {
+    std::vector<std::string> row{std::to_string(r.epoch)};
+    for (auto& n : names) {
+      auto it = r.metrics.find(n);
+      row.push_back(it == r.metrics.end() ? "-" : value_text(it->second));
+    }
+    row.push_back(fixed(r.seconds, 1));
+    row.push_back(r.error.empty() ? "recorded" : "FAILED");
+    if (!r.error.empty()) ++failed;
+    table.add(row);
+  }
+  std::cout << "run " << run.id << " " << run.name << "\n";
+  table.print(std::cout);
+  for (auto& r : results) {
+    if (!r.error.empty()) std::cerr << "amptune eval: epoch " << r.epoch << ": " << r.error << "\n";
+  }
+  if (failed > 0) {
+    std::cerr << "amptune eval: " << failed << " of " << results.size()
+              << " checkpoints could not be evaluated\n";
+    return static_cast<int>(ExitCode::kCheckpoint);
+  }
+  return 0;
+}
+
+int cmd_export(const Invocation& inv) {
+  std::string db, run_ref, out;
+  int epoch = -1;
+  po::options_description desc("amptune export options");
+  desc.add_options()("help,h", "show this help")(
+      "epoch", po::value(&epoch), "the checkpoint's epoch (0-based; required)")(
+      "out", po::value(&out), "file to write, e.g. weights.pt (required)")(
+      "db", po::value(&db)->default_value(default_db()), "results database (env AMPTUNE_DB)");
+  po::variables_map vm = parse_args(inv.args, desc, &run_ref);
+  if (vm.count("help")) {
+    std::cout << "usage: amptune export RUN --epoch N --out FILE.pt [options]\n\n"
+                 "Writes the weights of RUN's checkpoint of epoch N as a state dict that\n"
+                 "PyTorch's torch.load reads ({name: tensor}, torchvision's names; full precision:\n"
+                 "O2 runs export their fp32 master weights).\n\n"
+              << desc;
+    return 0;
+  }
+  if (!vm.count("epoch") || epoch < 0) throw UsageError("amptune export needs --epoch N (>= 0)");
+  if (out.empty()) throw UsageError("amptune export needs --out FILE.pt");
+  store::Store store = open_existing(db);
+  const store::RunRow run = find_run(store, run_ref, "export");
+  const auto result = train::export_checkpoint(store, run, epoch, out);
+  std::cout << "wrote " << result.path << ": " << result.tensors << " tensors, "
+            << human_bytes(result.bytes) << " (run " << run.name << ", epoch " << epoch << ")\n";
+  return 0;
+}
+
+int cmd_gc(const Invocation& inv) {
+  std::string db;
+  po::options_description desc("amptune gc options");
+  desc.add_options()("help,h", "show this help")(
+      "dry-run", "list what would be deleted and delete nothing")(
+      "db", po::value(&db)->default_value(default_db()), "results database (env AMPTUNE_DB)");
+  po::variables_map vm;
+  po::store(po::command_line_parser(inv.args).options(desc).run(), vm);
+  po::notify(vm);
+  if (vm.count("help")) {
+    std::cout << "usage: amptune gc [--dry-run] [options]\n\n"
+                 "Deletes checkpoint files the database no longer references: unreferenced files\n"
+                 "and temp files of interrupted saves in each run's checkpoint directory, and the\n"
+                 "directories of deleted runs under DB_DIR/checkpoints. Running runs are skipped.\n\n"
+              << desc;
+    return 0;
+  }
+  const bool dry_run = vm.count("dry-run") > 0;
+  store::Store store = open_existing(db);
+  const auto report = train::collect_garbage(store, dry_run);
+  for (auto& s : report.skipped) std::cerr << "amptune gc: skipped " << s << "\n";
+  for (auto& f : report.files) {
+    std::cout << (dry_run ? "would delete " : "deleted ") << f.path << " (" << f.bytes
+              << " bytes, " << f.reason << ")\n";
+  }
+  std::cout << (dry_run ? "would free " : "freed ") << report.bytes << " bytes ("
+            << human_bytes(report.bytes) << ") in " << report.files.size() << " files"
+            << (dry_run ? "; nothing deleted (dry run)" : "") << "\n";
+  return 0;
+}
+
+}  // namespace amptune::cli

@@ -1,0 +1,164 @@
+// `amptune eval` / `amptune export`: rebuild a run's model as the trainer does, load a saved
+// checkpoint (size, sha256 and config identity verified), then evaluate it or write its weights.
+#include "train/evaluate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+
+#include <torch/torch.h>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "data/dataset.h"
+#include "data/loader.h"
+#include "models/weights.h"
+#include "train/checkpoint.h"
+#include "train/runner.h"
+#include "train/session.h"
+
+namespace amptune::train {
+namespace {
+
+std::string saved_epochs(const std::vector<store::EpochRow>& rows) {
+  std::string have;
+  for (auto& r : rows) {
+    if (r.checkpoint) have += (have.empty() ? "" : ", ") + std::to_string(r.epoch);
+  }
+  return have.empty() ? "none" : have;
+}
+
+const store::EpochRow& row_of(const std::vector<store::EpochRow>& rows, int epoch) {
+  for (auto& r : rows) {
+    if (r.epoch == epoch) return r;
+  }
+  throw CheckpointError("internal: epoch " + std::to_string(epoch) + " vanished");
+}
+
+// Builds the run's session and loads the checkpoint of `row` into it.
+Session load(const Config& config, const store::RunRow& run, const store::EpochRow& row,
+             const torch::Device& device, Precision& precision) {
+  Session session = build_session(config, device, precision);
+  try {
+    load_checkpoint(*row.checkpoint, session.task->module(), *session.optimizer, run.config_hash,
+                    &precision.engine());
+  } catch (const CheckpointError& e) {
+    throw CheckpointError("epoch " + std::to_string(row.epoch) + " of run " + run.name + ": " +
+                          e.what());
+  }
+  session.task->module().to(device);
+  return session;
+}
+
+}  // namespace
+
+std::vector<int> checkpoint_epochs(const store::Store& store, const store::RunRow& run,
+                                   const EvalOptions& options) {
+  const auto rows = store.epochs(run.id);
+  std::vector<int> epochs;
+  for (auto& r : rows) {
+    if (r.checkpoint) epochs.push_back(r.epoch);
+  }
+  if (options.epoch) {
+    if (std::find(epochs.begin(), epochs.end(), *options.epoch) == epochs.end()) {
+      throw CheckpointError("run " + run.name + " has no checkpoint of epoch " +
+                            std::to_string(*options.epoch) + " (saved epochs: " +
+                            saved_epochs(rows) + ")");
+    }
+    return {*options.epoch};
+  }
+  if (epochs.empty()) {
+    throw CheckpointError("run " + run.name + " has no saved checkpoint (" +
+                          std::to_string(rows.size()) +
+                          " epochs recorded; retention or a failed run may have removed them)");
+  }
+  if (!options.all) return {epochs.back()};
+  return epochs;
+}
+
+std::vector<EpochEvaluation> evaluate_checkpoints(store::Store& store, const store::RunRow& run,
+                                                  const EvalOptions& options) {
+  const std::vector<int> epochs = checkpoint_epochs(store, run, options);
+  const Config config = Config::from_json(run.config_json, "run " + run.name);
+  torch::set_num_threads(resolve_threads(config, options.threads));
+  const torch::Device device = pick_device(config);
+  Precision precision(config, device);  // this thread's amp policy while evaluating
+  auto val_set = data::make_dataset(config, data::Split::kVal);
+  log::info("run " + run.name + ": evaluating " + std::to_string(epochs.size()) +
+            " checkpoint(s) on " + val_set->describe());
+
+  std::vector<EpochEvaluation> results;
+  for (const int epoch : epochs) {
+    EpochEvaluation result;
+    result.epoch = epoch;
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      const auto rows = store.epochs(run.id);  // re-read: retention may have run meanwhile
+      const store::EpochRow& row = row_of(rows, epoch);
+      if (!row.checkpoint) {
+        throw CheckpointError("the checkpoint of epoch " + std::to_string(epoch) + " of run " +
+                              run.name + " was deleted while evaluating");
+      }
+      Session session = load(config, run, row, device, precision);
+      // The same loader as training-time evaluation (trainer.cpp), over the whole split.
+      data::LoaderOptions opts =
+          data::loader_options(config, data::Split::kVal, static_cast<uint64_t>(epoch));
+      opts.epoch = static_cast<uint64_t>(epoch);
+      opts.max_batches = options.max_batches;
+      data::Loader loader(val_set, opts);
+      session.task->module().eval();
+      {
+        auto autocast = precision.autocast();
+        result.metrics = session.task->evaluate(loader, device);
+      }
+      store.record_metrics(run.id, epoch, result.metrics);
+    } catch (const CheckpointError& e) {
+      result.error = e.what();
+      result.metrics.clear();
+      log::warn(result.error);
+    }
+    result.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    results.push_back(std::move(result));
+  }
+  return results;
+}
+
+ExportResult export_checkpoint(store::Store& store, const store::RunRow& run, int epoch,
+                               const std::string& out) {
+  EvalOptions select;
+  select.epoch = epoch;
+  checkpoint_epochs(store, run, select);  // throws naming the saved epochs
+  const auto rows = store.epochs(run.id);
+  const Config config = Config::from_json(run.config_json, "run " + run.name);
+  const torch::Device device = pick_device(config);
+  Precision precision(config, device);
+  Session session = load(config, run, row_of(rows, epoch), device, precision);
+
+  // Full-precision values: the fp32 master of each parameter that has one (O2), the parameter
+  // otherwise; floating tensors as float32 (torchvision's dtype), integer buffers as they are.
+  auto as_exported = [](const torch::Tensor& t) {
+    torch::Tensor v = t.detach().to(torch::kCPU);
+    return v.is_floating_point() ? v.to(torch::kFloat) : v;
+  };
+  std::map<std::string, torch::Tensor> values;
+  const auto& masters = precision.engine().masters();
+  size_t i = 0;
+  for (auto& p : session.task->module().named_parameters(/*recurse=*/true)) {
+    const bool master = i < masters.size() && masters[i].defined();
+    values[p.key()] = as_exported(master ? masters[i] : p.value());
+    ++i;
+  }
+  for (auto& b : session.task->module().named_buffers(/*recurse=*/true)) {
+    values[b.key()] = as_exported(b.value());
+  }
+  models::save_state_dict(values, out);
+  ExportResult result;
+  result.path = out;
+  result.tensors = static_cast<int64_t>(values.size());
+  result.bytes = static_cast<int64_t>(std::filesystem::file_size(out));
+  return result;
+}
+
+}  // namespace amptune::train

@@ -1,0 +1,61 @@
+// Evaluation and export of saved checkpoints (`amptune eval`, `amptune export`). The model is
+// built exactly as the trainer builds it (train/session.h: seed, task, amp policy, masters), so
+// O2/O3 runs evaluate with their low-precision weights under the run's autocast / emulation
+// policy, as training-time evaluation did. No torch in this header: the CLI includes it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "store/store.h"
+
+namespace amptune::train {
+
+struct EvalOptions {
+  std::optional<int> epoch;   // evaluate this epoch's checkpoint
+  bool all = false;           // every kept checkpoint (ignored when `epoch` is set)
+                              // neither: the newest kept checkpoint
+  int threads = 0;            // > 0 overrides the config's `threads`
+  int64_t max_batches = -1;   // evaluation batches; -1 = the whole evaluation split (the
+                              // config's schedule.eval_step_per_epoch is not used)
+};
+
+struct EpochEvaluation {
+  int epoch = 0;
+  std::map<std::string, double> metrics;  // as Task::evaluate returned them (empty on error)
+  std::string error;                      // why this checkpoint could not be evaluated
+  double seconds = 0;
+};
+
+// The checkpoints `options` selects, ascending. Throws CheckpointError naming the run and its
+// saved epochs when the asked epoch has no kept checkpoint, or the run has none at all.
+std::vector<int> checkpoint_epochs(const store::Store& store, const store::RunRow& run,
+                                   const EvalOptions& options);
+
+// Evaluates the selected checkpoints of `run` on its configured evaluation split (data val split;
+// RootNet: the test set) and records each epoch's metrics with Store::record_metrics (replacing
+// those metric names, other metrics untouched). A checkpoint that is missing or corrupt
+// (CheckpointError naming file and epoch) is reported in its EpochEvaluation::error and the
+// others are still evaluated. Reads only the checkpoint files; writes only metrics rows.
+std::vector<EpochEvaluation> evaluate_checkpoints(store::Store& store, const store::RunRow& run,
+                                                  const EvalOptions& options);
+
+struct ExportResult {
+  std::string path;
+  int64_t tensors = 0;  // parameters + buffers written
+  int64_t bytes = 0;    // size of the written file
+};
+
+// Writes the weights of `run`'s checkpoint of `epoch` to `out` as a plain {name: tensor} dict
+// that Python's torch.load reads, with torchvision's state-dict names (models/weights.h):
+// parameters at full precision (the fp32 masters of O2 runs; floating tensors as float32),
+// BatchNorm buffers including num_batches_tracked (int64). Atomic (temp file + rename). Throws
+// CheckpointError as checkpoint_epochs / load_checkpoint do, ModelError when `out` cannot be
+// written.
+ExportResult export_checkpoint(store::Store& store, const store::RunRow& run, int epoch,
+                               const std::string& out);
+
+}  // namespace amptune::train

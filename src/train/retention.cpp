@@ -1,0 +1,183 @@
+// Checkpoint retention after each epoch (keep_last / keep_best / keep_epochs / fork parents) and
+// `amptune gc`: files under the checkpoint directories that the database does not reference.
+#include "train/retention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <map>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "train/runner.h"
+
+namespace amptune::train {
+namespace fs = std::filesystem;
+
+std::set<int> retained_epochs(const std::vector<store::EpochRow>& rows,
+                              const RetentionPolicy& policy, const std::vector<int>& fork_epochs) {
+  std::vector<const store::EpochRow*> with_file;
+  for (auto& row : rows) {
+    if (row.checkpoint) with_file.push_back(&row);
+  }
+  std::set<int> keep;
+  if (with_file.empty()) return keep;
+  if (policy.keep_last == 0 && policy.keep_best == 0) {
+    for (auto* row : with_file) keep.insert(row->epoch);
+    return keep;
+  }
+  keep.insert(with_file.back()->epoch);  // newest
+  for (int64_t i = 0; i < policy.keep_last && i < static_cast<int64_t>(with_file.size()); ++i) {
+    keep.insert(with_file[with_file.size() - 1 - static_cast<size_t>(i)]->epoch);
+  }
+  if (policy.keep_best > 0) {
+    auto ranked = with_file;
+    auto value = [&](const store::EpochRow* r) {
+      auto it = r->metrics.find(policy.primary_metric);
+      if (it == r->metrics.end() || std::isnan(it->second)) {
+        return -std::numeric_limits<double>::infinity();
+      }
+      return policy.higher_is_better ? it->second : -it->second;
+    };
+    std::stable_sort(ranked.begin(), ranked.end(),
+                     [&](const auto* a, const auto* b) { return value(a) > value(b); });
+    for (int64_t i = 0; i < policy.keep_best && i < static_cast<int64_t>(ranked.size()); ++i) {
+      keep.insert(ranked[static_cast<size_t>(i)]->epoch);
+    }
+  }
+  const std::set<int64_t> pinned(policy.keep_epochs.begin(), policy.keep_epochs.end());
+  for (auto* row : with_file) {
+    if (pinned.count(row->epoch) ||
+        std::find(fork_epochs.begin(), fork_epochs.end(), row->epoch) != fork_epochs.end()) {
+      keep.insert(row->epoch);
+    }
+  }
+  return keep;
+}
+
+void apply_retention(store::Store& store, int64_t run_id, const Config& config,
+                     const std::string& primary, bool higher_is_better) {
+  RetentionPolicy policy;
+  policy.keep_last = config.get_int("checkpoint.keep_last");
+  policy.keep_best = config.get_int("checkpoint.keep_best");
+  policy.keep_epochs = config.get_int_list("checkpoint.keep_epochs");
+  policy.primary_metric = primary;
+  policy.higher_is_better = higher_is_better;
+  if (policy.keep_last == 0 && policy.keep_best == 0) return;
+  const auto rows = store.epochs(run_id);
+  const std::set<int> keep = retained_epochs(rows, policy, store.fork_epochs(run_id));
+  for (auto& row : rows) {
+    if (!row.checkpoint || keep.count(row.epoch)) continue;
+    std::error_code ec;
+    fs::remove(row.checkpoint->path, ec);
+    store.forget_checkpoint(run_id, row.epoch);
+  }
+}
+
+namespace {
+
+// An absolute, normalised spelling of `p` (relative paths against the working directory), for
+// comparing recorded checkpoint paths with directory listings.
+std::string normal(const fs::path& p) {
+  std::error_code ec;
+  fs::path out = fs::weakly_canonical(fs::absolute(p), ec);
+  if (ec) out = fs::absolute(p).lexically_normal();
+  return out.string();
+}
+
+bool all_digits(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+int64_t size_of(const fs::path& p) {
+  std::error_code ec;
+  auto n = fs::file_size(p, ec);
+  return ec ? 0 : static_cast<int64_t>(n);
+}
+
+// Temp files of write_file_atomic: "<name>.tmp.<pid>".
+bool is_temp(const std::string& name) { return name.find(".tmp.") != std::string::npos; }
+
+}  // namespace
+
+GcReport collect_garbage(store::Store& store, bool dry_run) {
+  GcReport report;
+  std::map<std::string, std::string> found;  // path -> reason
+  const auto runs = store.runs();
+  std::set<std::string> run_dirs;
+  std::set<int64_t> run_ids;
+  for (const auto& run : runs) {
+    run_ids.insert(run.id);
+    const Config config = Config::from_json(run.config_json, "run " + run.name);
+    const fs::path dir = checkpoint_dir(config, store, run.id);
+    run_dirs.insert(normal(dir));
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec)) continue;
+    if (run.status == store::RunStatus::kRunning) {
+      report.skipped.push_back(dir.string() + ": run " + run.name +
+                               " is running (a save may be in flight; if its worker died, resume "
+                               "or reclaim it first)");
+      continue;
+    }
+    std::set<std::string> referenced;
+    std::string missing;
+    for (const auto& row : store.epochs(run.id)) {
+      if (!row.checkpoint) continue;
+      referenced.insert(normal(row.checkpoint->path));
+      if (!fs::exists(row.checkpoint->path, ec) && missing.empty()) missing = row.checkpoint->path;
+    }
+    if (!missing.empty()) {
+      report.skipped.push_back(dir.string() + ": run " + run.name + "'s recorded checkpoint " +
+                               missing +
+                               " is not there (moved, or a relative path recorded from another "
+                               "working directory); nothing in this directory is deleted");
+      continue;
+    }
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      if (!entry.is_regular_file() || entry.is_symlink()) continue;
+      const std::string path = normal(entry.path());
+      if (referenced.count(path)) continue;
+      found[entry.path().string()] = is_temp(entry.path().filename().string())
+                                         ? "temp file of an interrupted save"
+                                         : "not referenced by the database";
+    }
+  }
+  // Directories of deleted runs, only under the database's own checkpoints/ directory (a shared
+  // checkpoint.dir may hold other databases' runs).
+  std::vector<fs::path> stale_dirs;
+  const fs::path root = fs::path(store.path()).parent_path() / "checkpoints";
+  std::error_code ec;
+  if (fs::is_directory(root, ec)) {
+    for (const auto& entry : fs::directory_iterator(root)) {
+      const std::string name = entry.path().filename().string();
+      if (!entry.is_directory() || entry.is_symlink() || !all_digits(name)) continue;
+      if (run_ids.count(std::stoll(name)) || run_dirs.count(normal(entry.path()))) continue;
+      stale_dirs.push_back(entry.path());
+      for (const auto& file : fs::directory_iterator(entry.path())) {
+        if (!file.is_regular_file() || file.is_symlink()) continue;
+        found[file.path().string()] = "run " + name + " does not exist";
+      }
+    }
+  }
+  for (const auto& [path, reason] : found) {
+    const int64_t bytes = size_of(path);
+    report.files.push_back({path, bytes, reason});
+    report.bytes += bytes;
+  }
+  if (dry_run) return report;
+  for (const auto& file : report.files) {
+    std::error_code rm;
+    if (!fs::remove(file.path, rm) && rm) {
+      throw CheckpointError("cannot delete " + file.path + ": " + rm.message() +
+                            " (check the directory's permissions)");
+    }
+  }
+  for (const auto& dir : stale_dirs) {
+    std::error_code rm;
+    if (fs::is_empty(dir, rm)) fs::remove(dir, rm);
+  }
+  return report;
+}
+
+}  // namespace amptune::train

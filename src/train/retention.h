@@ -1,0 +1,62 @@
+// Checkpoint retention and garbage collection (docs/CONFIG.md checkpoint.*, README `amptune gc`).
+// No torch in this header: the CLI includes it.
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "store/store.h"
+
+namespace amptune {
+class Config;
+}
+
+namespace amptune::train {
+
+struct RetentionPolicy {
+  int64_t keep_last = 0;          // newest N checkpoints; 0 (with keep_best 0) = keep all
+  int64_t keep_best = 0;          // N best by the primary metric
+  std::vector<int64_t> keep_epochs;  // always kept (0-based epochs)
+  std::string primary_metric = "acc1";
+  bool higher_is_better = true;
+};
+
+// The epochs of `rows` (a run's epoch rows, ascending) whose checkpoint files stay: all when
+// keep_last and keep_best are 0; otherwise the newest, the keep_last newest, the keep_best best
+// by the primary metric (rows without it rank last), every keep_epochs entry and every epoch in
+// `fork_epochs` (a fork starts from it). Only rows that still have a checkpoint are returned.
+std::set<int> retained_epochs(const std::vector<store::EpochRow>& rows,
+                              const RetentionPolicy& policy, const std::vector<int>& fork_epochs);
+
+// Applies the config's checkpoint.keep_last / keep_best / keep_epochs to run `run_id` (forks'
+// parent epochs are kept): deletes the other checkpoint files and marks them deleted in the
+// store (their metrics stay).
+void apply_retention(store::Store& store, int64_t run_id, const Config& config,
+                     const std::string& primary, bool higher_is_better);
+
+struct GarbageFile {
+  std::string path;
+  int64_t bytes = 0;
+  std::string reason;  // "unreferenced", "temp file of an interrupted save", "run N does not exist"
+};
+
+struct GcReport {
+  std::vector<GarbageFile> files;      // deleted (or, dry run, to delete), in path order
+  std::vector<std::string> skipped;    // directories left alone, each with the reason
+  int64_t bytes = 0;                   // sum of files[].bytes
+};
+
+// Finds checkpoint files the database no longer references: regular files in each run's
+// checkpoint directory (checkpoint_dir) that no epoch row references as a kept checkpoint
+// (temp files of interrupted saves included), and the directories under
+// <db dir>/checkpoints/ named after run ids that no longer exist. Nothing outside those
+// directories is looked at. Directories of running runs are skipped (a save may be in flight),
+// and so is a run directory whose recorded checkpoints are not found at their recorded paths
+// (e.g. relative paths recorded from another working directory). Unless `dry_run`, deletes the
+// files, then the emptied directories of missing runs. Throws StoreError / CheckpointError naming
+// the file that could not be deleted.
+GcReport collect_garbage(store::Store& store, bool dry_run);
+
+}  // namespace amptune::train

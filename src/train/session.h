@@ -1,0 +1,75 @@
+// The model, optimizer and mixed precision a run trains and evaluates with, built the same way
+// by the trainer (trainer.cpp) and by checkpoint evaluation / export (evaluate.cpp), so a loaded
+// checkpoint sees exactly the model it was saved from (O2/O3 weights on their low-precision grid,
+// fp32 masters, the run's autocast policy). Internal to src/train (includes torch).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "train/optimizer.h"
+#include "train/precision.h"
+#include "train/task.h"
+
+namespace amptune::train {
+
+// The device config `device` (cpu | cuda | auto) selects. Throws ConfigError for cuda without one.
+inline torch::Device pick_device(const Config& config) {
+  const std::string d = config.get_string("device");
+  if (d == "cuda" || (d == "auto" && torch::cuda::is_available())) {
+    if (!torch::cuda::is_available()) {
+      throw ConfigError("device is cuda but this LibTorch sees no CUDA device; use device: cpu");
+    }
+    return torch::Device(torch::kCUDA, 0);
+  }
+  return torch::Device(torch::kCPU);
+}
+
+// Everything a run trains with; rebuilt from scratch when a checkpoint fails to load half-way.
+struct Session {
+  std::unique_ptr<Task> task;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  Precision* precision = nullptr;  // the run's mixed precision (amp.*), owned by the caller
+};
+
+// Copies fp32 values by name into `model`'s parameters and buffers (a fork's start). Throws
+// CheckpointError naming `origin` when a name is missing or a shape differs.
+inline void copy_values(torch::nn::Module& model, const std::map<std::string, torch::Tensor>& values,
+                        const std::string& origin) {
+  torch::NoGradGuard no_grad;
+  auto copy = [&](const std::string& name, torch::Tensor& target) {
+    auto it = values.find(name);
+    if (it == values.end() || !it->second.sizes().equals(target.sizes())) {
+      throw CheckpointError(origin + " has no value of shape " + std::to_string(target.numel()) +
+                            " elements for " + name + " (a different model?)");
+    }
+    target.copy_(it->second);
+  };
+  for (auto& p : model.named_parameters(true)) copy(p.key(), p.value());
+  for (auto& b : model.named_buffers(true)) copy(b.key(), b.value());
+}
+
+// Seeds torch with the run's seed, builds and initialises the task's model on `device` (with
+// `initial` values when given: a fork), attaches `precision` (which must outlive the session)
+// and builds the optimizer over what it steps.
+inline Session build_session(const Config& config, const torch::Device& device,
+                             Precision& precision,
+                             const std::map<std::string, torch::Tensor>* initial = nullptr,
+                             const std::string& initial_origin = "") {
+  torch::manual_seed(static_cast<uint64_t>(config.get_int("seed")));
+  Session s;
+  s.task = make_task(config);
+  if (initial) copy_values(s.task->module(), *initial, initial_origin);
+  s.task->module().to(device);
+  s.precision = &precision;
+  // amp: O2/O3 weights go on the low-precision grid; the optimizer steps the fp32 masters.
+  s.optimizer = make_optimizer(config, precision.attach(s.task->module()));
+  return s;
+}
+
+}  // namespace amptune::train

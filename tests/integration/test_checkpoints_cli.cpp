@@ -1,0 +1,284 @@
+// End-to-end tests of `amptune eval`, `amptune export`, `amptune gc` and checkpoint.keep_epochs
+// with the real binary on tiny IDX data. Each test works in its own scratch directory.
+#include <sqlite3.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "core/hash.h"
+#include "integration/harness.h"
+#include "store/store.h"
+
+namespace amptune::testing {
+namespace {
+namespace fs = std::filesystem;
+
+struct Fixture {
+  std::string dir, db, yaml;
+};
+
+// A tiny resnet on 12x12 grey images; `schedule` adds schedule keys (", key: value"), `extra`
+// adds top-level sweep keys of base (two-space indented).
+Fixture make(int epochs, const std::string& schedule = "", const std::string& extra = "",
+             const std::string& model =
+                 "{name: resnet18, num_classes: 4, in_channels: 1, width: 0.0625, "
+                 "small_input: true}") {
+  Fixture f;
+  f.dir = scratch_dir();
+  write_tiny_idx(f.dir + "/data", 96, 48);
+  f.db = f.dir + "/results/amptune.sqlite";
+  fs::create_directories(f.dir + "/results");
+  f.yaml = f.dir + "/sweep.yaml";
+  write_file(f.yaml, "name: ckpt\n"
+                     "base:\n"
+                     "  model: " + model + "\n"
+                     "  data: {format: idx, root: " + f.dir + "/data, val_split: t10k, "
+                     "mean: [0.3], std: [0.3], batch_size: 16, workers: 2}\n"
+                     "  optim: {name: sgd, lr: 0.05}\n"
+                     "  schedule: {epochs: " + std::to_string(epochs) + ", skip_steps: 1" + schedule + "}\n"
+                     "  threads: 1\n" + extra);
+  return f;
+}
+
+void train(const Fixture& f) {
+  auto r = run_amptune({"run", f.yaml, "--db", f.db, "-q"}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+}
+
+int64_t only_run(const Fixture& f) {
+  store::Store s(f.db);
+  auto runs = s.runs();
+  EXPECT_EQ(runs.size(), 1u);
+  return runs.empty() ? 0 : runs[0].id;
+}
+
+// Rows of a query on the database, each column as text ("NULL" for NULL).
+std::vector<std::vector<std::string>> query(const std::string& db, const std::string& sql) {
+  sqlite3* raw = nullptr;
+  EXPECT_EQ(sqlite3_open_v2(db.c_str(), &raw, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  EXPECT_EQ(sqlite3_prepare_v2(raw, sql.c_str(), -1, &st, nullptr), SQLITE_OK)
+      << sqlite3_errmsg(raw);
+  std::vector<std::vector<std::string>> out;
+  while (st && sqlite3_step(st) == SQLITE_ROW) {
+    std::vector<std::string> row;
+    for (int i = 0; i < sqlite3_column_count(st); ++i) {
+      const unsigned char* t = sqlite3_column_text(st, i);
+      row.push_back(t ? reinterpret_cast<const char*>(t) : "NULL");
+    }
+    out.push_back(row);
+  }
+  sqlite3_finalize(st);
+  sqlite3_close(raw);
+  return out;
+}
+
+std::string sha_of(const std::string& path) { return sha256_hex(read_file(path)); }
+
+TEST(CheckpointsCli, EvalAllReproducesTrainingTimeMetricsBitwise) {
+  auto f = make(2);
+  train(f);
+  const std::string run = std::to_string(only_run(f));
+  const auto trained = epochs_of(f.db, run);
+  ASSERT_EQ(trained.size(), 2u);
+
+  auto r = run_amptune({"eval", run, "--all", "--db", f.db, "-q"}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("acc1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("recorded"), std::string::npos) << r.out;
+  const auto evaluated = epochs_of(f.db, run);
+  ASSERT_EQ(evaluated.size(), 2u);
+  for (size_t e = 0; e < 2; ++e) {
+    for (const char* m : {"acc1", "acc5", "val_loss", "val_samples"}) {
+      ASSERT_TRUE(trained[e].metrics.count(m)) << m;
+      EXPECT_EQ(evaluated[e].metrics.at(m), trained[e].metrics.at(m)) << "epoch " << e << " " << m;
+    }
+    EXPECT_EQ(evaluated[e].metrics.at("val_samples"), 48.0);  // the whole split
+    // Everything else the trainer recorded is untouched.
+    EXPECT_EQ(evaluated[e].metrics, trained[e].metrics);
+    EXPECT_EQ(evaluated[e].recorded_at, trained[e].recorded_at);
+  }
+
+  // Default: the newest checkpoint only.
+  r = run_amptune({"eval", run, "--db", f.db, "-q"}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("\n1 "), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("\n0 "), std::string::npos) << r.out;
+
+  // An epoch without a checkpoint: named, with the saved ones, non-zero exit.
+  r = run_amptune({"eval", run, "--epoch", "7", "--db", f.db}, f.dir);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("epoch 7"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("saved epochs: 0, 1"), std::string::npos) << r.err;
+  store::Store s(f.db);
+  EXPECT_EQ(s.integrity_check(), "ok");
+}
+
+TEST(CheckpointsCli, EvalFillsMetricsOfRunsTrainedWithoutEvaluation) {
+  auto f = make(2, ", eval_step_per_epoch: 0");
+  train(f);
+  const int64_t id = only_run(f);
+  const std::string run = std::to_string(id);
+  for (auto& e : epochs_of(f.db, run)) EXPECT_FALSE(e.metrics.count("acc1"));
+  EXPECT_TRUE(query(f.db, "SELECT best_epoch FROM best_epoch WHERE run_id = " + run).empty());
+
+  auto r = run_amptune({"eval", run, "--all", "--db", f.db, "-q"}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto rows = epochs_of(f.db, run);
+  ASSERT_EQ(rows.size(), 2u);
+  for (auto& e : rows) {
+    ASSERT_TRUE(e.metrics.count("acc1")) << "epoch " << e.epoch;
+    EXPECT_EQ(e.metrics.at("val_samples"), 48.0);
+  }
+  const int best = rows[1].metrics.at("acc1") > rows[0].metrics.at("acc1") ? 1 : 0;
+  auto view = query(f.db, "SELECT best_epoch, metric FROM best_epoch WHERE run_id = " + run);
+  ASSERT_EQ(view.size(), 1u);
+  EXPECT_EQ(view[0][0], std::to_string(best));
+  EXPECT_EQ(view[0][1], "acc1");
+
+  // --max-batches limits the evaluation (1 batch of 16 samples).
+  r = run_amptune({"eval", run, "--epoch", "0", "--max-batches", "1", "--db", f.db, "-q"}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(epochs_of(f.db, run)[0].metrics.at("val_samples"), 16.0);
+
+  // A corrupt checkpoint: named with its epoch, the other still evaluated, non-zero exit.
+  const std::string first = rows[0].checkpoint->path;
+  fs::resize_file(first, fs::file_size(first) / 2);
+  r = run_amptune({"eval", run, "--all", "--db", f.db, "-q"}, f.dir);
+  EXPECT_EQ(r.exit_code, 6) << r.err;
+  EXPECT_NE(r.err.find("epoch_0000.pt"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("epoch 0"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("FAILED"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("recorded"), std::string::npos) << r.out;  // epoch 1
+  EXPECT_EQ(epochs_of(f.db, run)[0].metrics.at("val_samples"), 16.0);  // left as it was
+  store::Store s(f.db);
+  EXPECT_EQ(s.integrity_check(), "ok");
+}
+
+TEST(CheckpointsCli, KeepEpochsSurvivesKeepLast) {
+  auto f = make(4, "", "  checkpoint: {keep_last: 1, keep_epochs: [1]}\n");
+  train(f);
+  const std::string run = std::to_string(only_run(f));
+  auto rows = epochs_of(f.db, run);
+  ASSERT_EQ(rows.size(), 4u);
+  for (auto& e : rows) {
+    const bool kept = e.epoch == 1 || e.epoch == 3;
+    EXPECT_EQ(e.checkpoint.has_value(), kept) << "epoch " << e.epoch;
+    const std::string file = f.dir + "/results/checkpoints/" + run + "/epoch_000" +
+                             std::to_string(e.epoch) + ".pt";
+    EXPECT_EQ(fs::exists(file), kept) << file;
+  }
+  auto view = query(f.db, "SELECT epoch FROM checkpoints WHERE run_id = " + run +
+                              " AND deleted_at IS NULL ORDER BY epoch");
+  ASSERT_EQ(view.size(), 2u);
+  EXPECT_EQ(view[0][0], "1");
+  EXPECT_EQ(view[1][0], "3");
+  // A negative entry is a config error.
+  auto bad = make(1, "", "  checkpoint: {keep_epochs: [-1]}\n");
+  auto r = run_amptune({"run", bad.yaml, "--db", bad.db}, bad.dir);
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find("keep_epochs"), std::string::npos) << r.err;
+}
+
+TEST(CheckpointsCli, GcDeletesExactlyTheUnreferencedFiles) {
+  auto f = make(2);
+  train(f);
+  const std::string run = std::to_string(only_run(f));
+  const std::string ckpt = f.dir + "/results/checkpoints/" + run;
+  std::map<std::string, std::string> referenced;  // path -> sha256
+  for (auto& e : epochs_of(f.db, run)) {
+    ASSERT_TRUE(e.checkpoint);
+    referenced[e.checkpoint->path] = sha_of(e.checkpoint->path);
+  }
+  const std::vector<std::string> planted{
+      ckpt + "/epoch_0001.pt.tmp.31337",                       // interrupted save
+      ckpt + "/epoch_0005.pt",                                 // no epoch row
+      f.dir + "/results/checkpoints/4242/epoch_0000.pt",       // run 4242 does not exist
+  };
+  for (auto& p : planted) {
+    fs::create_directories(fs::path(p).parent_path());
+    write_file(p, std::string(1000, 'x'));
+  }
+  const std::string outside = f.dir + "/results/notes.pt";
+  write_file(outside, "not a checkpoint directory");
+
+  auto dry = run_amptune({"gc", "--dry-run", "--db", f.db}, f.dir);
+  ASSERT_EQ(dry.exit_code, 0) << dry.err;
+  for (auto& p : planted) {
+    EXPECT_NE(dry.out.find(p), std::string::npos) << dry.out;
+    EXPECT_TRUE(fs::exists(p)) << p;
+  }
+  EXPECT_NE(dry.out.find("would free 3000 bytes"), std::string::npos) << dry.out;
+  for (auto& [path, sha] : referenced) EXPECT_EQ(dry.out.find(path + " "), std::string::npos);
+
+  auto real = run_amptune({"gc", "--db", f.db}, f.dir);
+  ASSERT_EQ(real.exit_code, 0) << real.err;
+  EXPECT_NE(real.out.find("freed 3000 bytes"), std::string::npos) << real.out;
+  for (auto& p : planted) EXPECT_FALSE(fs::exists(p)) << p;
+  EXPECT_FALSE(fs::exists(f.dir + "/results/checkpoints/4242"));
+  EXPECT_TRUE(fs::exists(outside));
+  for (auto& [path, sha] : referenced) EXPECT_EQ(sha_of(path), sha) << path;
+  EXPECT_EQ(std::distance(fs::directory_iterator(ckpt), fs::directory_iterator{}), 2);
+
+  auto again = run_amptune({"gc", "--db", f.db}, f.dir);
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_NE(again.out.find("freed 0 bytes"), std::string::npos) << again.out;
+  // The run still resumes/evaluates from its kept checkpoints.
+  auto ev = run_amptune({"eval", run, "--db", f.db, "-q"}, f.dir);
+  EXPECT_EQ(ev.exit_code, 0) << ev.err;
+  store::Store s(f.db);
+  EXPECT_EQ(s.integrity_check(), "ok");
+}
+
+bool python_torchvision() {
+  static const bool ok =
+      std::system("/usr/bin/python3 -c 'import torch, torchvision' >/dev/null 2>&1") == 0;
+  return ok;
+}
+
+TEST(CheckpointsCli, ExportLoadsStrictlyIntoTorchvisionResnet18) {
+  if (!python_torchvision()) GTEST_SKIP() << "/usr/bin/python3 with torch and torchvision missing";
+  // Full-width resnet18 (torchvision's layout) with a 1-channel stem and 4 classes; 2 steps.
+  auto f = make(1, ", training_step_per_epoch: 2, eval_step_per_epoch: 0", "",
+                "{name: resnet18, num_classes: 4, in_channels: 1, width: 1.0, small_input: false}");
+  train(f);
+  const std::string run = std::to_string(only_run(f));
+  const std::string out = f.dir + "/export/resnet18.pt";
+  fs::create_directories(f.dir + "/export");
+  auto r = run_amptune({"export", run, "--epoch", "0", "--out", out, "--db", f.db}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("wrote " + out), std::string::npos) << r.out;
+  EXPECT_EQ(std::distance(fs::directory_iterator(f.dir + "/export"), fs::directory_iterator{}), 1);
+
+  const std::string script = f.dir + "/check.py", report = f.dir + "/report.txt";
+  write_file(script,
+             "import sys, torch, torchvision\n"
+             "sd = torch.load(sys.argv[1])\n"
+             "assert type(sd) is dict, type(sd)\n"
+             "m = torchvision.models.resnet18(num_classes=4)\n"
+             "m.conv1 = torch.nn.Conv2d(1, 64, kernel_size=7, stride=2, padding=3, bias=False)\n"
+             "m.load_state_dict(sd, strict=True)\n"
+             "ref = m.state_dict()\n"
+             "same = all(torch.equal(ref[k], sd[k]) for k in ref)\n"
+             "with open(sys.argv[2], 'w') as f:\n"
+             "    f.write('%d %s %s %d %s\\n' % (len(sd), sd['layer4.1.conv2.weight'].dtype,\n"
+             "            sd['bn1.num_batches_tracked'].dtype,\n"
+             "            sd['bn1.num_batches_tracked'].item(), same))\n");
+  const std::string cmd = "/usr/bin/python3 " + script + " " + out + " " + report;
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  // 62 parameters + 60 BatchNorm buffers (20 layers x mean/var/num_batches_tracked), as
+  // torchvision's resnet18 state dict.
+  EXPECT_EQ(read_file(report), "122 torch.float32 torch.int64 2 True\n");
+
+  // Epoch without a checkpoint: error with the saved epochs, nothing written.
+  r = run_amptune({"export", run, "--epoch", "3", "--out", f.dir + "/x.pt", "--db", f.db}, f.dir);
+  EXPECT_EQ(r.exit_code, 6) << r.err;
+  EXPECT_NE(r.err.find("saved epochs: 0"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(f.dir + "/x.pt"));
+}
+
+}  // namespace
+}  // namespace amptune::testing
