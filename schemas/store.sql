@@ -321,3 +321,104 @@ CREATE VIEW fork_vs_parent AS
             ORDER BY m.epoch DESC LIMIT 1) AS fork_last
   FROM runs f JOIN runs p ON p.id = f.parent_run_id
   ORDER BY p.id, f.parent_epoch, f.id;
+
+-- migration: 5
+
+-- Comparison views (docs/DATABASE.md "Views"; `amptune compare` computes the same). Each value
+-- is computed per run with correlated subqueries, so `WHERE sweep = '...'` keeps a query on one
+-- sweep fast however large the database (docs/PERFORMANCE.md "Results database at scale").
+
+-- A run's values of one metric in epoch order, covering (value included): the per-run lookups
+-- of the views below read only this index (docs/PERFORMANCE.md has the before/after figures).
+CREATE INDEX metrics_by_run_name ON metrics(run_id, name, epoch, value);
+
+-- One row per run: its swept values (run_params as one JSON object), the precision settings,
+-- and the best and last value of its primary metric (best in the direction metric_info gives,
+-- earliest epoch on ties; last = the value at the newest epoch that has one), with mean
+-- training throughput and the overflow / skipped steps summed over its epochs (NULL when never
+-- recorded). The primary metric may be a metrics name or an epochs column (train_loss, lr,
+-- train_fps_mean, epoch_seconds). Runs without epochs have NULL values. Ordered by sweep, cell.
+CREATE VIEW run_results AS
+  WITH base AS (
+    SELECT s.name AS sweep, r.id AS run_id, r.name AS run, r.cell_index, r.label, r.status,
+           r.opt_level, r.dtype, r.loss_scale, r.parent_run_id, r.parent_epoch,
+           r.primary_metric AS metric,
+           COALESCE((SELECT higher_is_better FROM metric_info WHERE name = r.primary_metric), 1)
+             AS higher_is_better,
+           r.primary_metric IN ('train_loss', 'lr', 'train_fps_mean', 'epoch_seconds') AS in_epochs
+    FROM runs r JOIN sweeps s ON s.id = r.sweep_id),
+  valued AS (
+    SELECT b.*,
+      CASE WHEN b.in_epochs THEN
+        (SELECT CASE WHEN b.higher_is_better THEN MAX(CASE b.metric WHEN 'train_loss' THEN e.train_loss WHEN 'lr' THEN e.lr
+                      WHEN 'train_fps_mean' THEN e.train_fps_mean WHEN 'epoch_seconds' THEN e.epoch_seconds END) ELSE MIN(CASE b.metric WHEN 'train_loss' THEN e.train_loss WHEN 'lr' THEN e.lr
+                      WHEN 'train_fps_mean' THEN e.train_fps_mean WHEN 'epoch_seconds' THEN e.epoch_seconds END) END
+         FROM epochs e WHERE e.run_id = b.run_id)
+      ELSE
+        (SELECT CASE WHEN b.higher_is_better THEN MAX(m.value) ELSE MIN(m.value) END
+         FROM metrics m WHERE m.run_id = b.run_id AND m.name = b.metric)
+      END AS best_value,
+      CASE WHEN b.in_epochs THEN
+        (SELECT MAX(e.epoch) FROM epochs e WHERE e.run_id = b.run_id AND CASE b.metric WHEN 'train_loss' THEN e.train_loss WHEN 'lr' THEN e.lr
+                      WHEN 'train_fps_mean' THEN e.train_fps_mean WHEN 'epoch_seconds' THEN e.epoch_seconds END IS NOT NULL)
+      ELSE
+        (SELECT MAX(m.epoch) FROM metrics m
+         WHERE m.run_id = b.run_id AND m.name = b.metric AND m.value IS NOT NULL)
+      END AS last_epoch
+    FROM base b)
+  SELECT v.sweep, v.run_id, v.run, v.cell_index, v.label, v.status,
+         (SELECT json_group_object(p.key, json(p.value_json)) FROM run_params p
+          WHERE p.run_id = v.run_id) AS params,
+         v.opt_level, v.dtype, v.loss_scale, v.parent_run_id, v.parent_epoch,
+         v.metric, v.higher_is_better, v.best_value,
+         CASE WHEN v.in_epochs THEN
+           (SELECT MIN(e.epoch) FROM epochs e WHERE e.run_id = v.run_id AND CASE v.metric WHEN 'train_loss' THEN e.train_loss WHEN 'lr' THEN e.lr
+                      WHEN 'train_fps_mean' THEN e.train_fps_mean WHEN 'epoch_seconds' THEN e.epoch_seconds END = v.best_value)
+         ELSE
+           (SELECT MIN(m.epoch) FROM metrics m
+            WHERE m.run_id = v.run_id AND m.name = v.metric AND m.value = v.best_value)
+         END AS best_epoch,
+         CASE WHEN v.in_epochs THEN
+           (SELECT CASE v.metric WHEN 'train_loss' THEN e.train_loss WHEN 'lr' THEN e.lr
+                      WHEN 'train_fps_mean' THEN e.train_fps_mean WHEN 'epoch_seconds' THEN e.epoch_seconds END FROM epochs e WHERE e.run_id = v.run_id AND e.epoch = v.last_epoch)
+         ELSE
+           (SELECT m.value FROM metrics m
+            WHERE m.run_id = v.run_id AND m.name = v.metric AND m.epoch = v.last_epoch)
+         END AS last_value,
+         v.last_epoch,
+         (SELECT COUNT(*) FROM epochs e WHERE e.run_id = v.run_id) AS epochs_recorded,
+         (SELECT AVG(e.train_fps_mean) FROM epochs e WHERE e.run_id = v.run_id) AS mean_fps,
+         (SELECT SUM(m.value) FROM metrics m
+          WHERE m.run_id = v.run_id AND m.name = 'overflow_steps') AS overflow_steps,
+         (SELECT SUM(m.value) FROM metrics m
+          WHERE m.run_id = v.run_id AND m.name = 'skipped_steps') AS skipped_steps
+  FROM valued v
+  ORDER BY v.sweep, v.cell_index;
+
+-- Run x epoch: one row per run, its primary metric per epoch as a JSON object keyed by the
+-- epoch number ({"0": 61.2, "1": 70.4}; an epoch whose value is NULL is left out), so the whole
+-- matrix of a sweep is one row per run. Read epoch 5 with json_extract(by_epoch, '$."5"') or
+-- expand with json_each(by_epoch). A fork holds its own epochs (the lineage view adds its
+-- parent's).
+CREATE VIEW epoch_matrix AS
+  WITH base AS (
+    SELECT s.name AS sweep, r.id AS run_id, r.name AS run, r.cell_index, r.label, r.status,
+           r.primary_metric AS metric,
+           r.primary_metric IN ('train_loss', 'lr', 'train_fps_mean', 'epoch_seconds') AS in_epochs
+    FROM runs r JOIN sweeps s ON s.id = r.sweep_id)
+  SELECT b.sweep, b.run_id, b.run, b.cell_index, b.label, b.status, b.metric,
+         (SELECT COUNT(*) FROM epochs e WHERE e.run_id = b.run_id) AS epochs_recorded,
+         COALESCE(CASE WHEN b.in_epochs THEN
+           (SELECT json_group_object(x.epoch, x.value)
+            FROM (SELECT e.epoch, CASE b.metric WHEN 'train_loss' THEN e.train_loss WHEN 'lr' THEN e.lr
+                      WHEN 'train_fps_mean' THEN e.train_fps_mean WHEN 'epoch_seconds' THEN e.epoch_seconds END AS value FROM epochs e
+                  WHERE e.run_id = b.run_id AND CASE b.metric WHEN 'train_loss' THEN e.train_loss WHEN 'lr' THEN e.lr
+                      WHEN 'train_fps_mean' THEN e.train_fps_mean WHEN 'epoch_seconds' THEN e.epoch_seconds END IS NOT NULL ORDER BY e.epoch) x)
+         ELSE
+           (SELECT json_group_object(x.epoch, x.value)
+            FROM (SELECT m.epoch, m.value FROM metrics m
+                  WHERE m.run_id = b.run_id AND m.name = b.metric AND m.value IS NOT NULL
+                  ORDER BY m.epoch) x)
+         END, '{}') AS by_epoch
+  FROM base b
+  ORDER BY b.sweep, b.cell_index;

@@ -7,6 +7,7 @@ packages=(
   libtorch-dev libyaml-cpp-dev libsqlite3-dev sqlite3 libssl-dev nlohmann-json3-dev
   libturbojpeg0-dev zlib1g-dev libboost-program-options-dev libgtest-dev googletest
   dataset-fashion-mnist
+  gnuplot-nox  # amptune report draws its plots with gnuplot
   python3-torch python3-torchvision  # tests: PyTorch reads exported weights; fixture scripts
 )
 missing=()

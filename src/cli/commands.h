@@ -22,6 +22,10 @@ int cmd_list(const Invocation& inv);
 int cmd_show(const Invocation& inv);
 int cmd_data(const Invocation& inv);
 int cmd_bench(const Invocation& inv);
+// cmd_status.cpp / cmd_compare.cpp / cmd_report.cpp: the query side of the results database.
+int cmd_status(const Invocation& inv);
+int cmd_compare(const Invocation& inv);
+int cmd_report(const Invocation& inv);
 // cmd_checkpoints.cpp: evaluate / export saved checkpoints, delete unreferenced files.
 int cmd_eval(const Invocation& inv);
 int cmd_export(const Invocation& inv);

@@ -20,6 +20,10 @@ commands:
   resume RUN          continue one run from its newest (or --from-epoch N) checkpoint
   list                runs as a table
   show RUN            one run's settings and epochs
+  status              per sweep: done / running / pending / failed / diverged, ETA of running runs
+  compare --sweep S   pivot table of a sweep (--by keys, --metric, --epoch, --baseline, --format)
+  report --sweep S --out DIR
+                      HTML page with the comparison table and gnuplot plots
   data export-imagefolder
                       write IDX images (Fashion-MNIST) as an ImageNet-style JPEG folder
   data synth-rootnet  write a small synthetic Human3.6M / MuCo / MuPoTS / MPII data set
@@ -57,6 +61,9 @@ int main(int argc, char** argv) {
     if (command == "show") return cli::cmd_show(inv);
     if (command == "data") return cli::cmd_data(inv);
     if (command == "bench") return cli::cmd_bench(inv);
+    if (command == "status") return cli::cmd_status(inv);
+    if (command == "compare") return cli::cmd_compare(inv);
+    if (command == "report") return cli::cmd_report(inv);
     if (command == "eval") return cli::cmd_eval(inv);
     if (command == "export") return cli::cmd_export(inv);
     if (command == "gc") return cli::cmd_gc(inv);

@@ -6,9 +6,12 @@
 #include <cctype>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -790,6 +793,112 @@ void Store::forget_checkpoint(int64_t run_id, int epoch) {
         throw StoreError(path_ + ": " + action + ": that epoch has no recorded checkpoint");
       }
     });
+  });
+}
+
+// --- checkpoint evaluation and retention ------------------------------------------------------
+
+void Store::record_metrics(int64_t run_id, int epoch, const std::map<std::string, double>& metrics) {
+  const std::string action = "recording evaluated metrics of epoch " + std::to_string(epoch) +
+                             " of run " + std::to_string(run_id);
+  guarded(path_, action, [&] {
+    write_transaction(db_, [&] {
+      require_run(db_, path_, run_id, action);
+      Statement exists(db_, "SELECT 1 FROM epochs WHERE run_id = ? AND epoch = ?");
+      exists.bind(1, run_id).bind(2, epoch);
+      if (!exists.step()) {
+        throw StoreError(path_ + ": " + action + ": run " + std::to_string(run_id) +
+                         " has no recorded epoch " + std::to_string(epoch));
+      }
+      Statement upsert(db_,
+                       "INSERT INTO metrics (run_id, epoch, name, value) VALUES (?, ?, ?, ?) "
+                       "ON CONFLICT (run_id, epoch, name) DO UPDATE SET value = excluded.value");
+      for (const auto& [name, value] : metrics) {
+        upsert.reset().bind(1, run_id).bind(2, epoch).bind(3, name).bind(4, value);
+        try {
+          upsert.run();
+        } catch (const SqliteError& error) {
+          if (error.code() != SQLITE_CONSTRAINT_CHECK) throw;
+          throw StoreError(path_ + ": " + action + ": metric name '" + name +
+                           "' is not allowed (" + error.what() +
+                           "); metric names are lowercase identifiers [a-z][a-z0-9_]* and not "
+                           "columns of the epochs table");
+        }
+      }
+    });
+  });
+}
+
+std::vector<int> Store::fork_epochs(int64_t run_id) const {
+  return guarded(path_, "reading the forks of run " + std::to_string(run_id), [&] {
+    std::vector<int> epochs;
+    Statement select(db_,
+                     "SELECT DISTINCT parent_epoch FROM runs WHERE parent_run_id = ? AND "
+                     "parent_epoch IS NOT NULL ORDER BY parent_epoch");
+    select.bind(1, run_id);
+    while (select.step()) epochs.push_back(static_cast<int>(select.column_int(0)));
+    return epochs;
+  });
+}
+
+// --- read-only queries ------------------------------------------------------------------------
+
+Store::QueryResult Store::query(const std::string& sql_text,
+                                const std::vector<std::string>& params) const {
+  const std::string first_line = sql_text.substr(0, sql_text.find('\n'));
+  return guarded(path_, "querying (" + first_line + ")", [&] {
+    sqlite3_stmt* raw = nullptr;
+    const char* tail = nullptr;
+    int rc = sqlite3_prepare_v2(db_, sql_text.c_str(), static_cast<int>(sql_text.size()), &raw,
+                                &tail);
+    if (rc != SQLITE_OK) sql::raise(db_, rc, sql_text);
+    std::unique_ptr<sqlite3_stmt, int (*)(sqlite3_stmt*)> statement(raw, sqlite3_finalize);
+    if (!raw) throw StoreError(path_ + ": query holds no statement: " + first_line);
+    for (const char* p = tail; p && *p; ++p) {
+      if (!std::isspace(static_cast<unsigned char>(*p)) && *p != ';') {
+        throw StoreError(path_ + ": Store::query runs one statement; the SQL continues with '" +
+                         std::string(p).substr(0, 40) + "'");
+      }
+    }
+    if (!sqlite3_stmt_readonly(raw)) {
+      throw StoreError(path_ + ": Store::query is read-only; refusing a statement that writes: " +
+                       first_line);
+    }
+    for (size_t i = 0; i < params.size(); ++i) {
+      rc = sqlite3_bind_text(raw, static_cast<int>(i + 1), params[i].c_str(),
+                             static_cast<int>(params[i].size()), SQLITE_TRANSIENT);
+      if (rc != SQLITE_OK) sql::raise(db_, rc, sql_text);
+    }
+    QueryResult result;
+    const int columns = sqlite3_column_count(raw);
+    for (int c = 0; c < columns; ++c) result.columns.emplace_back(sqlite3_column_name(raw, c));
+    while ((rc = sqlite3_step(raw)) == SQLITE_ROW) {
+      std::vector<std::optional<std::string>> row;
+      row.reserve(columns);
+      for (int c = 0; c < columns; ++c) {
+        const int type = sqlite3_column_type(raw, c);
+        if (type == SQLITE_NULL) {
+          row.emplace_back(std::nullopt);
+        } else if (type == SQLITE_FLOAT) {
+          // Shortest spelling that reads back as the same double (sqlite's own text has 15
+          // significant digits and may not).
+          const double value = sqlite3_column_double(raw, c);
+          char buffer[40];
+          for (int digits = 15; digits <= 17; ++digits) {
+            std::snprintf(buffer, sizeof buffer, "%.*g", digits, value);
+            if (std::strtod(buffer, nullptr) == value) break;
+          }
+          row.emplace_back(std::string(buffer));
+        } else {
+          const unsigned char* text = sqlite3_column_text(raw, c);
+          row.emplace_back(std::string(reinterpret_cast<const char*>(text),
+                                       static_cast<size_t>(sqlite3_column_bytes(raw, c))));
+        }
+      }
+      result.rows.push_back(std::move(row));
+    }
+    if (rc != SQLITE_DONE) sql::raise(db_, rc, sql_text);
+    return result;
   });
 }
 

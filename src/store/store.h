@@ -183,6 +183,17 @@ class Store {
   // Columns of runs that RunSpec::columns may fill (in table order).
   std::vector<std::string> setting_columns() const;
 
+  // Read-only query for reports (amptune status / compare / report): runs one SELECT (or a
+  // read-only PRAGMA) with `params` bound as text to ?1, ?2, ... and returns every row. Values
+  // come back as text: integers "3", reals in the shortest spelling that reads back (strtod)
+  // as the same double ("0.1", "62.5"), text and blobs as stored; SQL NULL is std::nullopt. A statement that would write (sqlite3_stmt_readonly false)
+  // or holds more than one statement is a StoreError naming the database and the SQL.
+  struct QueryResult {
+    std::vector<std::string> columns;
+    std::vector<std::vector<std::optional<std::string>>> rows;
+  };
+  QueryResult query(const std::string& sql, const std::vector<std::string>& params = {}) const;
+
   // Evaluation of a saved checkpoint (amptune eval): sets `metrics` of the existing epoch row
   // (run_id, epoch), replacing those names' values and leaving every other metric and the epoch
   // row untouched; one transaction. Throws StoreError when the epoch row does not exist or a

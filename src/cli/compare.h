@@ -1,0 +1,72 @@
+// The comparison (pivot) table of a sweep, shared by `amptune compare` and `amptune report`.
+// Implemented in cmd_compare.cpp; reads the database only through Store::runs / Store::query.
+#pragma once
+
+#include <optional>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "store/store.h"
+
+namespace amptune::cli {
+
+struct CompareOptions {
+  std::string sweep;
+  // Grouping keys: swept keys (run_params, e.g. "optim.lr") or setting columns of runs
+  // (Store::setting_columns(): opt_level, loss_scale, seed, ...). Empty: every swept key of the
+  // sweep (no key at all: one row per run, grouped by run name).
+  std::vector<std::string> by;
+  std::string metric;            // empty: the runs' primary metric (they must agree)
+  std::string epoch = "best";    // "best" | "last" | a 0-based epoch number
+  std::vector<std::pair<std::string, std::string>> baseline;  // key=value pairs, keys in `by`
+};
+
+struct CompareRow {
+  std::vector<nlohmann::json> by_values;  // one per CompareTable::by (JSON value of the key)
+  std::vector<int64_t> run_ids;           // runs of the group, in cell order
+  int runs = 0;
+  int runs_with_value = 0;
+  std::optional<double> value;     // mean over the group's runs that have a value
+  std::vector<int> best_epochs;    // distinct, sorted; the epochs the value was taken from
+  std::optional<double> mean_fps;  // mean of the runs' mean train img/s
+  std::optional<double> overflow_steps, skipped_steps;  // summed over epochs and runs
+  std::string status;              // "done", or "done:2 running:1" for a mixed group
+  std::optional<double> delta;     // value - baseline value (only with a baseline)
+  std::optional<int> rank;         // 1 = best in the metric's direction; ties share a rank
+  int first_cell = 0;
+};
+
+struct CompareTable {
+  std::string sweep;
+  std::vector<std::string> by;
+  std::string metric;
+  bool higher_is_better = true;
+  std::string epoch;  // as requested
+  bool has_baseline = false;
+  std::vector<CompareRow> rows;  // best first (rank order), rows without a value last
+};
+
+// Builds the table. Throws UsageError for an unknown sweep, --by key, metric (the message lists
+// the known ones), a malformed --epoch, a baseline key that is not a --by key, or a baseline
+// that matches no row (naming the key).
+CompareTable build_compare(const store::Store& store, const CompareOptions& options);
+
+// Display text of a by-value: strings unquoted, numbers as JSON spells them, null as "-".
+std::string by_text(const nlohmann::json& value);
+
+void write_compare_text(const CompareTable& table, std::ostream& out);
+void write_compare_csv(const CompareTable& table, std::ostream& out);  // RFC 4180, CRLF
+nlohmann::json compare_json(const CompareTable& table);               // array of objects
+// Opens an existing results database (StoreError when the file does not exist).
+store::Store open_results(const std::string& db);
+
+// Column names of the table, in output order (by keys, runs, metric, best_epoch, ...).
+std::vector<std::string> compare_columns(const CompareTable& table);
+// One row as display strings (text/HTML), in compare_columns order.
+std::vector<std::string> compare_cells(const CompareTable& table, const CompareRow& row);
+
+}  // namespace amptune::cli
