@@ -136,23 +136,7 @@ ExportResult export_checkpoint(store::Store& store, const store::RunRow& run, in
   Precision precision(config, device);
   Session session = load(config, run, row_of(rows, epoch), device, precision);
 
-  // Full-precision values: the fp32 master of each parameter that has one (O2), the parameter
-  // otherwise; floating tensors as float32 (torchvision's dtype), integer buffers as they are.
-  auto as_exported = [](const torch::Tensor& t) {
-    torch::Tensor v = t.detach().to(torch::kCPU);
-    return v.is_floating_point() ? v.to(torch::kFloat) : v;
-  };
-  std::map<std::string, torch::Tensor> values;
-  const auto& masters = precision.engine().masters();
-  size_t i = 0;
-  for (auto& p : session.task->module().named_parameters(/*recurse=*/true)) {
-    const bool master = i < masters.size() && masters[i].defined();
-    values[p.key()] = as_exported(master ? masters[i] : p.value());
-    ++i;
-  }
-  for (auto& b : session.task->module().named_buffers(/*recurse=*/true)) {
-    values[b.key()] = as_exported(b.value());
-  }
+  const auto values = full_precision_state(session.task->module(), precision.engine());
   models::save_state_dict(values, out);
   ExportResult result;
   result.path = out;

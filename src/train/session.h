@@ -5,7 +5,9 @@
 #pragma once
 
 #include <map>
+#include <map>
 #include <memory>
+#include <string>
 #include <string>
 
 #include <torch/torch.h>
@@ -70,6 +72,27 @@ inline Session build_session(const Config& config, const torch::Device& device,
   // amp: O2/O3 weights go on the low-precision grid; the optimizer steps the fp32 masters.
   s.optimizer = make_optimizer(config, precision.attach(s.task->module()));
   return s;
+}
+
+// The module's weights at full precision by state-dict name, as CPU tensors: the fp32 master of
+// each parameter that has one (O2), the parameter otherwise, and every buffer; floating tensors
+// as float32, integer buffers (num_batches_tracked) as they are. Copies, not views.
+inline std::map<std::string, torch::Tensor> full_precision_state(const torch::nn::Module& module,
+                                                                 const amp::Engine& engine) {
+  auto exported = [](const torch::Tensor& t) {
+    torch::Tensor v = t.detach().to(torch::kCPU);
+    return v.is_floating_point() ? v.to(torch::kFloat).clone() : v.clone();
+  };
+  std::map<std::string, torch::Tensor> values;
+  const auto& masters = engine.masters();
+  size_t i = 0;
+  for (const auto& p : module.named_parameters(/*recurse=*/true)) {
+    const bool master = i < masters.size() && masters[i].defined();
+    values[p.key()] = exported(master ? masters[i] : p.value());
+    ++i;
+  }
+  for (const auto& b : module.named_buffers(/*recurse=*/true)) values[b.key()] = exported(b.value());
+  return values;
 }
 
 }  // namespace amptune::train

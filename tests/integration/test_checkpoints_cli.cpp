@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
@@ -79,31 +80,38 @@ std::vector<std::vector<std::string>> query(const std::string& db, const std::st
 std::string sha_of(const std::string& path) { return sha256_hex(read_file(path)); }
 
 TEST(CheckpointsCli, EvalAllReproducesTrainingTimeMetricsBitwise) {
-  auto f = make(2);
+  // O2 evaluates with its fp16-grid weights under emulation, as training-time evaluation did.
+  auto f = make(2, "", "grid:\n  amp.opt_level: [O0, O2]\n");
   train(f);
-  const std::string run = std::to_string(only_run(f));
-  const auto trained = epochs_of(f.db, run);
-  ASSERT_EQ(trained.size(), 2u);
-
-  auto r = run_amptune({"eval", run, "--all", "--db", f.db, "-q"}, f.dir);
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("acc1"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("recorded"), std::string::npos) << r.out;
-  const auto evaluated = epochs_of(f.db, run);
-  ASSERT_EQ(evaluated.size(), 2u);
-  for (size_t e = 0; e < 2; ++e) {
-    for (const char* m : {"acc1", "acc5", "val_loss", "val_samples"}) {
-      ASSERT_TRUE(trained[e].metrics.count(m)) << m;
-      EXPECT_EQ(evaluated[e].metrics.at(m), trained[e].metrics.at(m)) << "epoch " << e << " " << m;
+  store::Store db(f.db);
+  const auto runs = db.runs();
+  ASSERT_EQ(runs.size(), 2u);
+  for (const auto& cell : runs) {
+    const std::string id = std::to_string(cell.id);
+    const auto trained = epochs_of(f.db, id);
+    ASSERT_EQ(trained.size(), 2u);
+    auto r = run_amptune({"eval", id, "--all", "--db", f.db, "-q"}, f.dir);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("acc1"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("recorded"), std::string::npos) << r.out;
+    const auto evaluated = epochs_of(f.db, id);
+    ASSERT_EQ(evaluated.size(), 2u);
+    for (size_t e = 0; e < 2; ++e) {
+      for (const char* m : {"acc1", "acc5", "val_loss", "val_samples"}) {
+        ASSERT_TRUE(trained[e].metrics.count(m)) << m;
+        EXPECT_EQ(evaluated[e].metrics.at(m), trained[e].metrics.at(m))
+            << cell.label << " epoch " << e << " " << m;
+      }
+      EXPECT_EQ(evaluated[e].metrics.at("val_samples"), 48.0);  // the whole split
+      // Everything else the trainer recorded is untouched.
+      EXPECT_EQ(evaluated[e].metrics, trained[e].metrics);
+      EXPECT_EQ(evaluated[e].recorded_at, trained[e].recorded_at);
     }
-    EXPECT_EQ(evaluated[e].metrics.at("val_samples"), 48.0);  // the whole split
-    // Everything else the trainer recorded is untouched.
-    EXPECT_EQ(evaluated[e].metrics, trained[e].metrics);
-    EXPECT_EQ(evaluated[e].recorded_at, trained[e].recorded_at);
   }
+  const std::string run = std::to_string(runs[0].id);
 
   // Default: the newest checkpoint only.
-  r = run_amptune({"eval", run, "--db", f.db, "-q"}, f.dir);
+  auto r = run_amptune({"eval", run, "--db", f.db, "-q"}, f.dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("\n1 "), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("\n0 "), std::string::npos) << r.out;
@@ -113,8 +121,7 @@ TEST(CheckpointsCli, EvalAllReproducesTrainingTimeMetricsBitwise) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("epoch 7"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("saved epochs: 0, 1"), std::string::npos) << r.err;
-  store::Store s(f.db);
-  EXPECT_EQ(s.integrity_check(), "ok");
+  EXPECT_EQ(db.integrity_check(), "ok");
 }
 
 TEST(CheckpointsCli, EvalFillsMetricsOfRunsTrainedWithoutEvaluation) {
@@ -231,6 +238,45 @@ TEST(CheckpointsCli, GcDeletesExactlyTheUnreferencedFiles) {
   EXPECT_EQ(ev.exit_code, 0) << ev.err;
   store::Store s(f.db);
   EXPECT_EQ(s.integrity_check(), "ok");
+}
+
+TEST(CheckpointsCli, EvalOfRootNetUsesItsTestSetAndCastPoints) {
+  const std::string dir = scratch_dir();
+  for (const auto& [format, sub, images] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"muco", "MuCo", "16"}, {"mupots", "MuPoTS", "8"}}) {
+    auto r = run_amptune({"data", "synth-rootnet", "--format", format, "--out", dir + "/" + sub,
+                          "--images", images, "--seed", "5", "--width", "128", "--height", "96"},
+                         dir);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  const std::string yaml = dir + "/rootnet.yaml", db = dir + "/results/amptune.sqlite";
+  write_file(yaml, "name: rn_eval\n"
+                   "base:\n"
+                   "  model: {name: rootnet, backbone_depth: 18, width: 0.0625}\n"
+                   "  data: {format: rootnet, batch_size: 8, workers: 1}\n"
+                   "  rootnet: {train_sets: [muco], test_set: mupots, input_size: 64,\n"
+                   "            muco_root: " + dir + "/MuCo, mupots_root: " + dir + "/MuPoTS}\n"
+                   "  casts: {int32: [k_value, cam_param]}\n"
+                   "  optim: {name: adam, lr: 0.001, weight_decay: 0}\n"
+                   "  schedule: {epochs: 2, skip_steps: 1, training_step_per_epoch: 2}\n"
+                   "  threads: 1\n");
+  fs::create_directories(dir + "/results");
+  auto r = run_amptune({"run", yaml, "--db", db, "-q"}, dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto trained = epochs_of(db, "1");
+  ASSERT_EQ(trained.size(), 2u);
+  r = run_amptune({"eval", "1", "--all", "--db", db, "-q"}, dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("ap_root_25"), std::string::npos) << r.out;
+  const auto evaluated = epochs_of(db, "1");
+  for (size_t e = 0; e < 2; ++e) {
+    for (const char* m : {"mrpe", "mrpe_z", "ap_root_25"}) {
+      ASSERT_TRUE(trained[e].metrics.count(m)) << m;
+      EXPECT_EQ(evaluated[e].metrics.at(m), trained[e].metrics.at(m)) << "epoch " << e << " " << m;
+    }
+    EXPECT_EQ(evaluated[e].metrics, trained[e].metrics);
+  }
 }
 
 bool python_torchvision() {
