@@ -439,15 +439,16 @@ void write_compare_csv(const CompareTable& table, std::ostream& out) {
   for (const auto& row : table.rows) line(cells(table, row, true));
 }
 
-json compare_json(const CompareTable& table) {
-  json rows = json::array();
-  auto opt = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
+nlohmann::ordered_json compare_json(const CompareTable& table) {
+  using ojson = nlohmann::ordered_json;
+  ojson rows = ojson::array();
+  auto opt = [](const std::optional<double>& v) { return v ? ojson(*v) : ojson(nullptr); };
   for (const auto& row : table.rows) {
-    json object = json::object();
+    ojson object = ojson::object();
     for (size_t i = 0; i < table.by.size(); ++i) object[table.by[i]] = row.by_values[i];
     object["runs"] = row.runs;
     object[table.metric] = opt(row.value);
-    json epochs = nullptr;
+    ojson epochs = nullptr;
     if (row.best_epochs.size() == 1) epochs = row.best_epochs[0];
     if (row.best_epochs.size() > 1) epochs = row.best_epochs;
     object[table.epoch == "best" ? "best_epoch" : "epoch"] = epochs;
@@ -455,7 +456,7 @@ json compare_json(const CompareTable& table) {
     object["overflow_steps"] = opt(row.overflow_steps);
     object["skipped_steps"] = opt(row.skipped_steps);
     object["status"] = row.status;
-    object["rank"] = row.rank ? json(*row.rank) : json(nullptr);
+    object["rank"] = row.rank ? ojson(*row.rank) : ojson(nullptr);
     if (table.has_baseline) object["delta"] = opt(row.delta);
     rows.push_back(object);
   }

@@ -60,7 +60,7 @@ std::string by_text(const nlohmann::json& value);
 
 void write_compare_text(const CompareTable& table, std::ostream& out);
 void write_compare_csv(const CompareTable& table, std::ostream& out);  // RFC 4180, CRLF
-nlohmann::json compare_json(const CompareTable& table);               // array of objects
+nlohmann::ordered_json compare_json(const CompareTable& table);  // array of objects, columns in order
 // Opens an existing results database (StoreError when the file does not exist).
 store::Store open_results(const std::string& db);
 
