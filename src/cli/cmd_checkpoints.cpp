@@ -27,11 +27,15 @@ store::Store open_existing(const std::string& db) {
   return store::Store(db);
 }
 
-store::RunRow find_run(const store::Store& store, const std::string& ref, const char* command) {
+void require_run_ref(const std::string& ref, const char* command) {
   if (ref.empty()) {
     throw UsageError(std::string("amptune ") + command +
                      " needs a run id or name (see amptune list)");
   }
+}
+
+store::RunRow find_run(const store::Store& store, const std::string& ref, const char* command) {
+  require_run_ref(ref, command);
   auto run = store.find_run(ref);
   if (!run) throw UsageError("no run '" + ref + "' in " + store.path() + " (see amptune list)");
   return *run;
@@ -82,6 +86,7 @@ int cmd_eval(const Invocation& inv) {
               << desc;
     return 0;
   }
+  require_run_ref(run_ref, "eval");
   if (vm.count("epoch") && vm.count("all")) {
     throw UsageError("amptune eval takes --epoch N or --all, not both");
   }
@@ -151,6 +156,7 @@ int cmd_export(const Invocation& inv) {
               << desc;
     return 0;
   }
+  require_run_ref(run_ref, "export");
   if (!vm.count("epoch") || epoch < 0) throw UsageError("amptune export needs --epoch N (>= 0)");
   if (out.empty()) throw UsageError("amptune export needs --out FILE.pt");
   store::Store store = open_existing(db);

@@ -190,6 +190,55 @@ TEST(CheckpointsCli, KeepEpochsSurvivesKeepLast) {
   EXPECT_NE(r.err.find("keep_epochs"), std::string::npos) << r.err;
 }
 
+TEST(CheckpointsCli, RetentionNeverDeletesACheckpointAForkStartsFrom) {
+  auto f = make(3, "", "  checkpoint: {keep_last: 1}\ngrid:\n  optim.lr: [0.05, 0.1]\n");
+  auto r = run_amptune({"run", f.yaml, "--db", f.db, "-q", "--stop-after-epoch", "0"}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  int64_t parent = 0, child = 0;
+  {
+    store::Store s(f.db);
+    auto runs = s.runs();
+    ASSERT_EQ(runs.size(), 2u);
+    parent = runs[0].id;
+    child = runs[1].id;
+  }
+  // Cell 1 forks from cell 0's epoch 0 (as `amptune fork` records it); only cell 0 trains on.
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(f.db.c_str(), &raw), SQLITE_OK);
+  const std::string sql = "UPDATE runs SET parent_run_id = " + std::to_string(parent) +
+                          ", parent_epoch = 0 WHERE id = " + std::to_string(child);
+  ASSERT_EQ(sqlite3_exec(raw, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(raw);
+  r = run_amptune({"run", f.yaml, "--db", f.db, "-q", "--only", "optim.lr=0.05"}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto rows = epochs_of(f.db, std::to_string(parent));
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_TRUE(rows[0].checkpoint.has_value()) << "the fork's start was deleted";
+  EXPECT_FALSE(rows[1].checkpoint.has_value()) << "keep_last 1 should delete epoch 1";
+  EXPECT_TRUE(rows[2].checkpoint.has_value());
+  EXPECT_TRUE(fs::exists(rows[0].checkpoint->path));
+  store::Store s(f.db);
+  EXPECT_EQ(s.integrity_check(), "ok");
+}
+
+TEST(CheckpointsCli, HelpAndUsageErrors) {
+  const std::string dir = scratch_dir();
+  for (const char* cmd : {"eval", "export", "gc"}) {
+    auto r = run_amptune({cmd, "--help"}, dir);
+    EXPECT_EQ(r.exit_code, 0) << cmd << r.err;
+    EXPECT_NE(r.out.find(std::string("usage: amptune ") + cmd), std::string::npos) << r.out;
+  }
+  const std::string db = dir + "/none.sqlite";
+  EXPECT_EQ(run_amptune({"eval", "1", "--epoch", "0", "--all", "--db", db}, dir).exit_code, 2);
+  EXPECT_EQ(run_amptune({"eval", "--db", db}, dir).exit_code, 2);  // no RUN
+  EXPECT_EQ(run_amptune({"eval", "1", "--db", db}, dir).exit_code, 5);  // no database yet
+  EXPECT_EQ(run_amptune({"export", "1", "--epoch", "0", "--db", db}, dir).exit_code, 2);
+  auto r = run_amptune({"gc", "--db", db}, dir);
+  EXPECT_EQ(r.exit_code, 5);
+  EXPECT_NE(r.err.find("none.sqlite"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(db));
+}
+
 TEST(CheckpointsCli, GcDeletesExactlyTheUnreferencedFiles) {
   auto f = make(2);
   train(f);
