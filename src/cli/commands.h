@@ -18,6 +18,7 @@ struct Invocation {
 
 int cmd_run(const Invocation& inv);
 int cmd_resume(const Invocation& inv);
+int cmd_fork(const Invocation& inv);
 int cmd_list(const Invocation& inv);
 int cmd_show(const Invocation& inv);
 int cmd_data(const Invocation& inv);

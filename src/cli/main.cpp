@@ -18,6 +18,7 @@ const char* const kUsage = R"(usage: amptune <command> [options]
 commands:
   run SWEEP.yaml      train every cell of a sweep (skips finished cells, resumes interrupted ones)
   resume RUN          continue one run from its newest (or --from-epoch N) checkpoint
+  fork RUN --epoch N  a new run from RUN's epoch-N checkpoint with changed settings (--set k=v)
   list                runs as a table
   show RUN            one run's settings and epochs
   status              per sweep: done / running / pending / failed / diverged, ETA of running runs
@@ -54,9 +55,13 @@ int main(int argc, char** argv) {
 
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
+  // A file-size limit (ulimit -f, or a quota) must fail the write with EFBIG and a clear error,
+  // not kill the process half-way.
+  std::signal(SIGXFSZ, SIG_IGN);
   try {
     if (command == "run") return cli::cmd_run(inv);
     if (command == "resume") return cli::cmd_resume(inv);
+    if (command == "fork") return cli::cmd_fork(inv);
     if (command == "list") return cli::cmd_list(inv);
     if (command == "show") return cli::cmd_show(inv);
     if (command == "data") return cli::cmd_data(inv);

@@ -15,8 +15,8 @@
 namespace amptune {
 namespace {
 
-const std::vector<std::string> kTopLevel = {"name", "description", "base",  "grid",
-                                            "zip",  "exclude",     "repeat"};
+const std::vector<std::string> kTopLevel = {"name", "description", "base",   "grid",
+                                            "zip",  "exclude",     "repeat", "forks"};
 constexpr size_t kMaxCells = 1000000;
 
 [[noreturn]] void fail(const SourceLoc& where, const std::string& message) {
@@ -207,6 +207,120 @@ std::string Cell::label() const {
     if (!out.empty()) out += ' ';
     out += item.key() + "=" +
            (item.value().is_string() ? item.value().get<std::string>() : item.value().dump());
+  }
+  return out;
+}
+
+// `forks:` entries (see sweep.h), checked against the expanded cells.
+std::vector<ForkDecl> parse_forks(const Ctx& ctx, const YAML::Node& node, const SourceLoc& loc,
+                                  const std::vector<Cell>& cells) {
+  const std::string example =
+      "e.g. forks: [{from: {where: {optim.lr: 0.1}, epoch: 1}, grid: {amp.loss_scale: [dynamic, 128]}}]";
+  if (!node.IsSequence() || node.size() == 0) {
+    fail(loc, "forks must be a list of fork entries, " + example + ", got " + yaml_brief(node));
+  }
+  std::vector<ForkDecl> out;
+  for (const auto& entry : node) {
+    ForkDecl fork;
+    fork.loc = ctx.loc(entry);
+    if (!entry.IsMap()) fail(fork.loc, "a forks entry is a mapping, " + example);
+    YAML::Node from, grid, set;
+    bool have_from = false, have_grid = false, have_set = false;
+    for (const auto& item : entry) {
+      const std::string key = key_text(ctx, item.first);
+      const SourceLoc key_loc = ctx.loc(item.first);
+      if (key == "from") {
+        from = item.second;
+        have_from = true;
+      } else if (key == "grid") {
+        grid = item.second;
+        have_grid = true;
+      } else if (key == "set") {
+        set = item.second;
+        have_set = true;
+      } else if (key == "reset_optimizer") {
+        if (!item.second.IsScalar() || (item.second.Scalar() != "true" && item.second.Scalar() != "false")) {
+          fail(ctx.loc(item.second), "reset_optimizer is true or false, got " + yaml_brief(item.second));
+        }
+        fork.reset_optimizer = item.second.Scalar() == "true";
+      } else if (key == "name") {
+        if (!item.second.IsScalar()) fail(ctx.loc(item.second), "name must be text");
+        fork.name = item.second.Scalar();
+      } else {
+        fail(key_loc, "unknown key " + key + " in a forks entry; the keys are from, grid, set, "
+                      "reset_optimizer, name");
+      }
+    }
+    if (!have_from || !from.IsMap()) {
+      fail(fork.loc, "a forks entry needs from: {where: {key: value}, epoch: N}");
+    }
+    bool have_epoch = false;
+    for (const auto& item : from) {
+      const std::string key = key_text(ctx, item.first);
+      if (key == "epoch") {
+        KeySpec spec{"epoch", "int", "", {}, {}, 0.0, std::nullopt};
+        fork.epoch = static_cast<int>(ctx.schema.coerce(spec, item.second, ctx.loc(item.second)).get<int64_t>());
+        have_epoch = true;
+      } else if (key == "where") {
+        for (const Leaf& leaf : leaves_of(ctx, item.second, "forks.from.where")) {
+          fork.where.emplace_back(leaf.key, ctx.schema.coerce(*ctx.schema.find(leaf.key), leaf.value, leaf.value_loc));
+        }
+      } else {
+        fail(ctx.loc(item.first), "unknown key " + key + " in from:; the keys are where and epoch");
+      }
+    }
+    if (!have_epoch) fail(ctx.loc(from), "from: needs epoch: N (the 0-based epoch whose checkpoint the fork starts from)");
+    // overrides: the fixed `set` values times the cartesian product of `grid`
+    std::vector<std::pair<std::string, nlohmann::json>> fixed;
+    std::map<std::string, SourceLoc> seen;
+    auto check_key = [&](const Leaf& leaf) {
+      if (leaf.key.rfind("model.", 0) == 0) {
+        fail(leaf.key_loc, leaf.key + " cannot change in a fork (the checkpoint holds the parent's "
+                           "model); sweep it in grid: instead");
+      }
+      if (!seen.emplace(leaf.key, leaf.key_loc).second) {
+        fail(leaf.key_loc, leaf.key + " is given twice in this forks entry; keep one");
+      }
+    };
+    if (have_set) {
+      for (const Leaf& leaf : leaves_of(ctx, set, "forks.set")) {
+        check_key(leaf);
+        fixed.emplace_back(leaf.key, ctx.schema.coerce(*ctx.schema.find(leaf.key), leaf.value, leaf.value_loc));
+      }
+    }
+    if (!have_set && !have_grid) {
+      fail(fork.loc, "a forks entry changes something: give set: {key: value} and/or grid: "
+                     "{key: [values]} (a fork without changes is `amptune fork RUN --epoch N`)");
+    }
+    fork.override_sets.push_back(fixed);
+    if (have_grid) {
+      for (const Leaf& leaf : leaves_of(ctx, grid, "forks.grid")) {
+        check_key(leaf);
+        std::vector<std::vector<std::pair<std::string, nlohmann::json>>> next;
+        for (const auto& base : fork.override_sets) {
+          for (const auto& value : axis_values(ctx, leaf, "forks.grid")) {
+            auto row = base;
+            row.emplace_back(leaf.key, value);
+            next.push_back(std::move(row));
+          }
+        }
+        fork.override_sets = std::move(next);
+      }
+    }
+    for (const Cell& cell : cells) {
+      bool match = true;
+      for (const auto& [key, value] : fork.where) match = match && cell.config.at(key) == value;
+      if (!match) continue;
+      if (fork.epoch + 1 >= cell.config.get_int("schedule.epochs")) {
+        fail(ctx.loc(from), "the fork starts after epoch " + std::to_string(fork.epoch) +
+                                " but cell " + std::to_string(cell.index) + " trains only " +
+                                std::to_string(cell.config.get_int("schedule.epochs")) +
+                                " epochs, so nothing is left to train; pick an earlier epoch");
+      }
+      fork.cells.push_back(cell.index);
+    }
+    if (fork.cells.empty()) fail(ctx.loc(from), "from.where matches no cell of the sweep");
+    out.push_back(std::move(fork));
   }
   return out;
 }
@@ -494,6 +608,8 @@ Sweep parse_sweep(const std::string& yaml_text, const std::string& origin,
                 " matches no cell");
     }
   }
+  const YAML::Node forks = section("forks");
+  if (forks.IsDefined()) sweep.forks = parse_forks(ctx, forks, section_loc["forks"], sweep.cells);
   return sweep;
 }
 

@@ -7,6 +7,11 @@
 //   zip:  [{optim.lr: [0.1, 0.2], data.batch_size: [128, 256]}] # lists advance together
 //   exclude: [{optim.lr: 0.2, data.batch_size: 64}]             # partial assignments to drop
 //   repeat: 2 | [0, 1]       # seeds: a count (seed+0, seed+1) or explicit seeds
+//   forks:                   # runs continued from a cell's checkpoint with changed settings
+//     - from: {where: {optim.lr: 0.1}, epoch: 1}   # where: cell selector (omitted: every cell)
+//       grid: {amp.loss_scale: [dynamic, 128]}      # and/or set: {key: value}
+//       reset_optimizer: false
+//       name: label                                 # optional
 //
 // Axes are the grid keys, each zip group and repeat, in the order the file declares them; cells
 // are their cartesian product with the first axis varying slowest. docs/CONFIG.md has the rules
@@ -14,6 +19,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/config.h"
@@ -29,6 +35,17 @@ struct Cell {
   std::string label() const;  // "optim.lr=0.1 seed=1" (empty axes -> "base")
 };
 
+// One `forks:` entry, expanded: each cell matching `where` forks at `epoch` once per override set.
+struct ForkDecl {
+  std::vector<std::pair<std::string, nlohmann::json>> where;  // key -> value the cell must have
+  int epoch = 0;
+  std::vector<std::vector<std::pair<std::string, nlohmann::json>>> override_sets;
+  bool reset_optimizer = false;
+  std::string name;   // label prefix ("" = parent label + changes)
+  SourceLoc loc;      // of the entry, for messages
+  std::vector<int> cells;  // indices of the matching cells
+};
+
 struct Sweep {
   std::string name;
   std::string description;
@@ -37,6 +54,7 @@ struct Sweep {
   Config base;              // base + --set overrides
   std::vector<std::string> axis_keys;  // grid, zip and repeat keys in declaration order
   std::vector<Cell> cells;
+  std::vector<ForkDecl> forks;
 };
 
 // Reads and expands a sweep file. `sets` are "key=value" overrides applied to base before

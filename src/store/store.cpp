@@ -413,9 +413,26 @@ RunRow read_run(const Statement& row,
       if (!row.is_null(column)) run.provenance.threads = static_cast<int>(row.column_int(column));
     } else if (name == "device") run.provenance.device = row.column_text(column);
     else if (name == "command_line") run.provenance.command_line = row.column_text(column);
-    else if (auto it = declared.find(name); it != declared.end()) {
+    else if (name == "parent_run_id") {
+      if (!row.is_null(column)) {
+        if (!run.fork) run.fork.emplace();
+        run.fork->parent_run_id = row.column_int(column);
+      }
+    } else if (name == "parent_epoch" || name == "fork_overrides" || name == "fork_changes" ||
+               name == "reset_optimizer") {
+      // read after the loop (parent_run_id decides whether the run is a fork)
+    } else if (auto it = declared.find(name); it != declared.end()) {
       if (name == "primary_metric") run.primary_metric = row.column_text(column);
       if (!row.is_null(column)) run.columns[name] = read_setting(row, column, it->second);
+    }
+  }
+  if (run.fork) {
+    for (int column = 0; column < row.column_count(); ++column) {
+      const std::string name = row.column_name(column);
+      if (name == "parent_epoch") run.fork->parent_epoch = static_cast<int>(row.column_int(column));
+      else if (name == "fork_overrides") run.fork->overrides_json = row.column_text(column);
+      else if (name == "fork_changes") run.fork->changes = row.column_text(column);
+      else if (name == "reset_optimizer") run.fork->reset_optimizer = row.column_int(column) != 0;
     }
   }
   return run;
@@ -430,6 +447,12 @@ RunRow Store::ensure_run(int64_t sweep_id, const RunSpec& spec) {
   if (spec.config_hash.size() < 8) fail("config_hash '" + spec.config_hash + "' is shorter than 8 characters");
   if (spec.cell_index < 0) fail("cell_index must be >= 0");
   if (!json::accept(spec.config_json)) fail("config_json is not valid JSON");
+  if (spec.fork) {
+    if (spec.fork->parent_epoch < 0) fail("fork parent_epoch must be >= 0");
+    if (!json::accept(spec.fork->overrides_json) || !json::parse(spec.fork->overrides_json).is_object()) {
+      fail("fork overrides must be a JSON object, got " + spec.fork->overrides_json);
+    }
+  }
   json axes = json::object();
   if (!spec.axes_json.empty()) {
     if (!json::accept(spec.axes_json)) fail("axes_json is not valid JSON: " + spec.axes_json);
@@ -466,9 +489,16 @@ RunRow Store::ensure_run(int64_t sweep_id, const RunSpec& spec) {
       existing.bind(1, sweep_id).bind(2, spec.config_hash);
       if (existing.step()) return read_run(existing, setting_columns_);
 
+      if (spec.fork) {
+        Statement parent(db_, "SELECT sweep_id FROM runs WHERE id = ?");
+        parent.bind(1, spec.fork->parent_run_id);
+        if (!parent.step()) fail("fork parent run " + std::to_string(spec.fork->parent_run_id) + " does not exist");
+        if (parent.column_int(0) != sweep_id) fail("a fork must belong to its parent's sweep");
+      }
       std::string columns = "sweep_id, name, cell_index, label, config_json, config_hash, "
-                            "axes_json, created_at";
-      std::string values = "?, ?, ?, ?, ?, ?, ?, ?";
+                            "axes_json, created_at, parent_run_id, parent_epoch, fork_overrides, "
+                            "fork_changes, reset_optimizer";
+      std::string values = "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?";
       for (const auto& setting : settings) {
         columns += ", " + quote_identifier(setting.first);
         values += ", ?";
@@ -479,7 +509,14 @@ RunRow Store::ensure_run(int64_t sweep_id, const RunSpec& spec) {
       insert.bind(1, sweep_id).bind(2, name).bind(3, spec.cell_index).bind(4, spec.label);
       insert.bind(5, spec.config_json).bind(6, spec.config_hash).bind(7, axes.dump());
       insert.bind(8, now_utc());
-      int index = 9;
+      if (spec.fork) {
+        insert.bind(9, spec.fork->parent_run_id).bind(10, spec.fork->parent_epoch);
+        insert.bind(11, spec.fork->overrides_json).bind(12, spec.fork->changes);
+        insert.bind(13, spec.fork->reset_optimizer ? 1 : 0);
+      } else {
+        for (int i = 9; i <= 13; ++i) insert.bind_null(i);
+      }
+      int index = 14;
       for (const auto& setting : settings) {
         bind_setting(insert, index++, setting.second, declared[setting.first]);
       }
@@ -793,51 +830,6 @@ void Store::forget_checkpoint(int64_t run_id, int epoch) {
         throw StoreError(path_ + ": " + action + ": that epoch has no recorded checkpoint");
       }
     });
-  });
-}
-
-// --- checkpoint evaluation and retention ------------------------------------------------------
-
-void Store::record_metrics(int64_t run_id, int epoch, const std::map<std::string, double>& metrics) {
-  const std::string action = "recording evaluated metrics of epoch " + std::to_string(epoch) +
-                             " of run " + std::to_string(run_id);
-  guarded(path_, action, [&] {
-    write_transaction(db_, [&] {
-      require_run(db_, path_, run_id, action);
-      Statement exists(db_, "SELECT 1 FROM epochs WHERE run_id = ? AND epoch = ?");
-      exists.bind(1, run_id).bind(2, epoch);
-      if (!exists.step()) {
-        throw StoreError(path_ + ": " + action + ": run " + std::to_string(run_id) +
-                         " has no recorded epoch " + std::to_string(epoch));
-      }
-      Statement upsert(db_,
-                       "INSERT INTO metrics (run_id, epoch, name, value) VALUES (?, ?, ?, ?) "
-                       "ON CONFLICT (run_id, epoch, name) DO UPDATE SET value = excluded.value");
-      for (const auto& [name, value] : metrics) {
-        upsert.reset().bind(1, run_id).bind(2, epoch).bind(3, name).bind(4, value);
-        try {
-          upsert.run();
-        } catch (const SqliteError& error) {
-          if (error.code() != SQLITE_CONSTRAINT_CHECK) throw;
-          throw StoreError(path_ + ": " + action + ": metric name '" + name +
-                           "' is not allowed (" + error.what() +
-                           "); metric names are lowercase identifiers [a-z][a-z0-9_]* and not "
-                           "columns of the epochs table");
-        }
-      }
-    });
-  });
-}
-
-std::vector<int> Store::fork_epochs(int64_t run_id) const {
-  return guarded(path_, "reading the forks of run " + std::to_string(run_id), [&] {
-    std::vector<int> epochs;
-    Statement select(db_,
-                     "SELECT DISTINCT parent_epoch FROM runs WHERE parent_run_id = ? AND "
-                     "parent_epoch IS NOT NULL ORDER BY parent_epoch");
-    select.bind(1, run_id);
-    while (select.step()) epochs.push_back(static_cast<int>(select.column_int(0)));
-    return epochs;
   });
 }
 

@@ -26,6 +26,15 @@ enum class RunStatus { kPending, kRunning, kDone, kFailed, kDiverged };
 std::string to_string(RunStatus status);
 RunStatus parse_status(const std::string& text);  // throws StoreError on an unknown word
 
+// Where a fork starts: another run's checkpoint of one epoch, with changed settings.
+struct ForkOrigin {
+  int64_t parent_run_id = 0;
+  int parent_epoch = 0;         // the parent's epoch whose checkpoint the fork starts from
+  std::string overrides_json;   // JSON object: key -> new value
+  std::string changes;          // readable: "amp.loss_scale: 128 -> \"dynamic\""
+  bool reset_optimizer = false; // only the weights were taken over
+};
+
 // What a cell is, as the sweep expansion produced it.
 struct RunSpec {
   std::string sweep_name;
@@ -41,6 +50,8 @@ struct RunSpec {
   // loss_scale, backend, and whatever later migrations add); an unknown key is a StoreError. "primary_metric" picks the metric the
   // views rank the run by (default acc1).
   std::map<std::string, std::string> columns;
+  // A fork (amptune fork / sweep `forks:`): its parent must be a run of the same sweep.
+  std::optional<ForkOrigin> fork;
 };
 
 struct Provenance {
@@ -75,6 +86,7 @@ struct RunRow {
   // The non-NULL setting columns as JSON text, as RunSpec::columns wrote them (numbers may be
   // re-spelled: "1e-1" reads back as "0.1"; columns declared BOOLEAN read back as true/false).
   std::map<std::string, std::string> columns;
+  std::optional<ForkOrigin> fork;  // set for forks
 };
 
 struct CheckpointFile {

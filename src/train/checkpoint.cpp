@@ -118,6 +118,22 @@ void load_optimizer(torch::optim::Optimizer& optimizer, torch::serialize::InputA
 
 }  // namespace
 
+void copy_optimizer_state(const torch::optim::Optimizer& from, torch::optim::Optimizer& to) {
+  torch::serialize::OutputArchive out;
+  save_optimizer(from, out);
+  std::ostringstream bytes;
+  out.save_to(bytes);
+  const std::string data = bytes.str();
+  torch::serialize::InputArchive in;
+  in.load_from(data.data(), data.size());
+  load_optimizer(to, in, "the parent's optimizer state");
+  const auto a = ordered_params(from), b = ordered_params(to);
+  if (a.size() != b.size()) {
+    throw CheckpointError("the parent's optimizer steps " + std::to_string(a.size()) +
+                          " parameters, the fork's " + std::to_string(b.size()));
+  }
+}
+
 void write_file_atomic(const std::string& path, const std::string& bytes) {
   const fs::path target(path);
   std::error_code ec;

@@ -42,6 +42,11 @@ CheckpointMeta load_checkpoint(const store::CheckpointFile& expected, torch::nn:
                                const std::string& expected_config_hash,
                                amp::Engine* amp = nullptr);
 
+// Copies the per-parameter state (momentum buffers; Adam moments and step counts) of `from` into
+// `to`, matched by parameter order; the options (lr, momentum, ...) of `to` stay. For a fork that
+// keeps its parent's optimizer state. Throws CheckpointError when the kinds or shapes differ.
+void copy_optimizer_state(const torch::optim::Optimizer& from, torch::optim::Optimizer& to);
+
 // Writes bytes to path atomically (temp + fsync + rename + directory fsync).
 void write_file_atomic(const std::string& path, const std::string& bytes);
 

@@ -5,6 +5,10 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "store/store.h"
 
@@ -49,6 +53,17 @@ std::string resolve_device(const Config& config);
 
 // Directory of a run's checkpoints: checkpoint.dir, or <db dir>/checkpoints/<run id>.
 std::string checkpoint_dir(const Config& config, const store::Store& store, int64_t run_id);
+
+// A fork of `parent` from its checkpoint of `epoch` (docs/DATABASE.md "Forks"): the parent's
+// config with `overrides` (key -> value, already coerced by the schema) applied. Returns the run
+// spec to pass to Store::ensure_run (same sweep and cell index as the parent; the config hash
+// mixes in parent, epoch and reset_optimizer, so the same fork asked for twice is one run).
+// `name`, when not empty, is the label; otherwise the parent's label plus the changes.
+// Throws ConfigError for overrides a continued run cannot take: model.* keys, optim.name without
+// reset_optimizer, a schedule that ends at or before epoch + 1, combinations apex refuses.
+store::RunSpec plan_fork(const store::RunRow& parent, int epoch,
+                         const std::vector<std::pair<std::string, nlohmann::json>>& overrides,
+                         bool reset_optimizer, const std::string& name);
 
 // Cooperative stop (SIGINT/SIGTERM): the trainer stops at the next step, the epoch in flight is
 // lost, the run goes back to pending.

@@ -85,14 +85,100 @@ void delete_files(const std::vector<store::CheckpointFile>& files) {
   }
 }
 
+// Where training starts: the epoch loaded (-1: from scratch), the optimizer steps done, and
+// whether the loss scaler starts fresh (its initial scale is recorded).
+struct Start {
+  int64_t epoch = -1;
+  int64_t global_step = 0;
+  bool fresh_scaler = true;
+};
+
+// A fork's start (docs/DATABASE.md "Forks"): the parent's checkpoint of parent_epoch is loaded
+// into a session built from the PARENT's config (so the file verifies and O2 masters load), then
+// its full-precision weights (fp32 masters where the parent had them) and buffers seed a session
+// of the fork's config. Unless reset_optimizer, the optimizer state carries over, and the loss
+// scaler's state when both runs scale dynamically; the RNG continues from the parent's.
+Start start_from_parent(store::Store& store, const store::RunRow& run, const Config& config,
+                        const torch::Device& device, Session& session) {
+  const store::ForkOrigin& fork = *run.fork;
+  auto parent = store.find_run(fork.parent_run_id);
+  if (!parent) throw CheckpointError("fork " + run.name + ": its parent run " +
+                                     std::to_string(fork.parent_run_id) + " is gone");
+  std::optional<store::EpochRow> row;
+  for (auto& r : store.epochs(parent->id)) {
+    if (r.epoch == fork.parent_epoch) row = r;
+  }
+  if (!row || !row->checkpoint) {
+    throw CheckpointError("fork " + run.name + " starts from the checkpoint of epoch " +
+                          std::to_string(fork.parent_epoch) + " of run " + parent->name +
+                          ", which " + (row ? "was deleted (retention)" : "is not recorded yet") +
+                          "; train the parent that far (amptune resume " + parent->name + ")");
+  }
+  const Config parent_config = Config::from_json(parent->config_json, "run " + parent->name);
+  std::map<std::string, torch::Tensor> values;
+  torch::Tensor rng;
+  std::optional<amp::ScalerState> scaler;
+  std::unique_ptr<torch::optim::Optimizer> parent_optimizer;
+  {
+    Precision parent_precision(parent_config, device);  // this thread's amp policy until the end
+    Session ps = build_session(parent_config, device, parent_precision);
+    load_checkpoint(*row->checkpoint, ps.task->module(), *ps.optimizer, parent->config_hash,
+                    &parent_precision.engine());
+    {
+      auto gen = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      rng = gen.get_state();
+    }
+    const auto& masters = parent_precision.engine().masters();
+    size_t i = 0;
+    for (auto& p : ps.task->module().named_parameters(true)) {
+      const torch::Tensor& v = i < masters.size() && masters[i].defined() ? masters[i] : p.value();
+      values[p.key()] = v.detach().to(torch::kFloat).cpu().clone();
+      ++i;
+    }
+    for (auto& b : ps.task->module().named_buffers(true)) {
+      values[b.key()] = b.value().is_floating_point() ? b.value().detach().to(torch::kFloat).cpu().clone()
+                                                      : b.value().detach().cpu().clone();
+    }
+    if (!fork.reset_optimizer && parent_precision.policy().dynamic_scale) {
+      scaler = parent_precision.engine().scaler().state();
+    }
+    if (!fork.reset_optimizer) parent_optimizer = std::move(ps.optimizer);
+  }
+  const std::string origin = "checkpoint " + row->checkpoint->path + " of run " + parent->name;
+  session = build_session(config, device, *session.precision, &values, origin);
+  Start start;
+  start.epoch = fork.parent_epoch;
+  start.global_step = row->global_step;
+  if (parent_optimizer) copy_optimizer_state(*parent_optimizer, *session.optimizer);
+  if (scaler && session.precision->policy().dynamic_scale) {
+    session.precision->engine().scaler().load_state(*scaler);
+    start.fresh_scaler = false;
+  }  // otherwise a fresh scaler: its initial scale is recorded at the fork's first step
+  {
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(rng);
+  }
+  log::info("fork " + run.name + ": starting after epoch " + std::to_string(start.epoch) +
+            " of " + parent->name + (fork.reset_optimizer ? " (weights only)" : "") +
+            (fork.changes.empty() ? "" : "; changed " + fork.changes));
+  return start;
+}
+
 // Loads the newest valid checkpoint (at most `from_epoch`) into `session`; returns the epoch
 // loaded, or -1 when training starts from scratch. Later epochs are dropped from the store.
-int64_t restore(store::Store& store, const store::RunRow& run, const Config& config,
-                const torch::Device& device, const RunOptions& options, Session& session) {
+// A fork without a checkpoint of its own starts from its parent's.
+Start restore(store::Store& store, const store::RunRow& run, const Config& config,
+              const torch::Device& device, const RunOptions& options, Session& session) {
   std::vector<store::EpochRow> rows = store.epochs(run.id);
+  auto from_scratch = [&]() {
+    if (run.fork) return start_from_parent(store, run, config, device, session);
+    return Start{};
+  };
   if (options.fresh || rows.empty()) {
     if (!rows.empty()) delete_files(store.truncate_after(run.id, -1));
-    return -1;
+    return from_scratch();
   }
   if (options.from_epoch) {
     auto it = std::find_if(rows.begin(), rows.end(),
@@ -117,16 +203,17 @@ int64_t restore(store::Store& store, const store::RunRow& run, const Config& con
       delete_files(store.truncate_after(run.id, it->epoch));
       log::info("run " + run.name + ": continuing after epoch " + std::to_string(meta.epoch) +
                 " (" + it->checkpoint->path + ")");
-      return meta.epoch;
+      return Start{meta.epoch, meta.global_step, false};
     } catch (const CheckpointError& e) {
       if (options.from_epoch) throw;
       log::warn(std::string(e.what()) + "; falling back to the previous checkpoint");
       session = build_session(config, device, *session.precision);  // undo a half-done load
     }
   }
-  log::warn("run " + run.name + ": no valid checkpoint left, starting again from epoch 0");
+  log::warn("run " + run.name + ": no valid checkpoint left, starting again from " +
+            (run.fork ? "its parent's checkpoint" : "epoch 0"));
   delete_files(store.truncate_after(run.id, -1));
-  return -1;
+  return from_scratch();
 }
 
 std::string summary_json(store::Store& store, const store::RunRow& run, const Config& config,
@@ -227,7 +314,8 @@ RunResult train_run(store::Store& store, const store::RunRow& run, const RunOpti
 
     Precision precision(config, device);  // amp.*: policy, loss scaler, masters
     Session session = build_session(config, device, precision);
-    int64_t last_done = restore(store, run, config, device, options, session);
+    const Start start = restore(store, run, config, device, options, session);
+    const int64_t last_done = start.epoch;
     const int64_t epochs = config.get_int("schedule.epochs");
 
     auto train_set = data::make_dataset(config, data::Split::kTrain);
@@ -245,10 +333,7 @@ RunResult train_run(store::Store& store, const store::RunRow& run, const RunOpti
     data::LoaderOptions val_opts = data::loader_options(config, data::Split::kVal, 0);
     val_opts.max_batches = eval_steps;
 
-    int64_t global_step = 0;
-    if (last_done >= 0) {
-      for (auto& r : store.epochs(run.id)) global_step = std::max(global_step, r.global_step);
-    }
+    int64_t global_step = start.global_step;
     auto heartbeat_at = Clock::now();
     log::info("run " + run.name + " [" + run.label + "]: " + train_set->describe() + ", " +
               std::to_string(threads) + " threads, " + device.str());
@@ -263,7 +348,7 @@ RunResult train_run(store::Store& store, const store::RunRow& run, const RunOpti
                         steps);
       double loss_sum = 0, fps_sum = 0, fps_min = 0, fps_max = 0, lr = 0;
       int64_t step = 0, fps_n = 0, skipped = 0, images = 0, finite_losses = 0;
-      precision.begin_epoch(/*fresh=*/global_step == 0, global_step);
+      precision.begin_epoch(/*fresh=*/epoch == last_done + 1 && start.fresh_scaler, global_step);
       auto step_start = Clock::now();
       while (auto batch = loader.next()) {
         if (g_stop) {

@@ -819,3 +819,51 @@ TEST_F(StoreTest, MigrationThreeAddsPrecisionColumnsAndScaleEvents) {
 
 }  // namespace
 }  // namespace amptune::store
+
+namespace amptune::store {
+namespace {
+
+// Forks of forks: the lineage view walks every ancestor, each cut at the epoch its child forked
+// from; the fork row round-trips its origin; a fork in another sweep is refused.
+TEST_F(StoreTest, ForkRowsAndRecursiveLineage) {
+  Store store(db_path());
+  const int64_t sweep = store.ensure_sweep("lin", "", "", "");
+  const int64_t root = store.ensure_run(sweep, spec("lin", 0, "root")).id;
+  for (int e = 0; e < 4; ++e) store.record_epoch(epoch_record(root, e, {{"acc1", 10.0 + e}}, true));
+  RunSpec child_spec = spec("lin", 0, "child");
+  child_spec.fork = ForkOrigin{root, 1, R"({"optim.lr":0.01})", "optim.lr: 0.1 -> 0.01", false};
+  const RunRow child = store.ensure_run(sweep, child_spec);
+  ASSERT_TRUE(child.fork);
+  EXPECT_EQ(child.fork->parent_run_id, root);
+  EXPECT_EQ(child.fork->parent_epoch, 1);
+  EXPECT_EQ(child.fork->overrides_json, R"({"optim.lr":0.01})");
+  EXPECT_EQ(child.fork->changes, "optim.lr: 0.1 -> 0.01");
+  EXPECT_FALSE(child.fork->reset_optimizer);
+  EXPECT_FALSE(store.find_run(root)->fork);
+  for (int e = 2; e < 4; ++e) store.record_epoch(epoch_record(child.id, e, {{"acc1", 20.0 + e}}, true));
+  RunSpec grand_spec = spec("lin", 0, "grandchild");
+  grand_spec.fork = ForkOrigin{child.id, 2, "{}", "", true};
+  const RunRow grand = store.ensure_run(sweep, grand_spec);
+  EXPECT_TRUE(grand.fork->reset_optimizer);
+  store.record_epoch(epoch_record(grand.id, 3, {{"acc1", 33.0}}));
+  RawDb raw(store.path());
+  const std::string r = std::to_string(root), c = std::to_string(child.id);
+  const std::string g = std::to_string(grand.id);
+  EXPECT_EQ(raw.rows("SELECT epoch, source_run_id, value FROM lineage WHERE run_id = " + g),
+            (std::vector<std::vector<std::string>>{
+                {"0", r, "10.0"}, {"1", r, "11.0"}, {"2", c, "22.0"}, {"3", g, "33.0"}}));
+  EXPECT_EQ(raw.rows("SELECT count(*) FROM lineage WHERE run_id = " + r)[0][0], "4");
+  EXPECT_EQ(raw.rows("SELECT fork_id, parent_id, parent_epoch, parent_at_fork, parent_last, fork_last "
+                     "FROM fork_vs_parent ORDER BY fork_id"),
+            (std::vector<std::vector<std::string>>{{c, r, "1", "11.0", "13.0", "23.0"},
+                                                   {g, c, "2", "22.0", "23.0", "33.0"}}));
+  const int64_t other = store.ensure_sweep("other", "", "", "");
+  RunSpec stray = spec("other", 0, "stray");
+  stray.fork = ForkOrigin{root, 1, "{}", "", false};
+  EXPECT_THROW(store.ensure_run(other, stray), StoreError);
+  stray.fork = ForkOrigin{root, 1, "[1]", "", false};
+  EXPECT_THROW(store.ensure_run(sweep, stray), StoreError);
+}
+
+}  // namespace
+}  // namespace amptune::store

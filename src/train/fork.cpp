@@ -1,0 +1,71 @@
+// plan_fork: what a fork is (runner.h). No training here; train_run starts a fork from its
+// parent's checkpoint (trainer.cpp start_from_parent).
+#include <string>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "core/hash.h"
+#include "train/runner.h"
+
+namespace amptune::train {
+
+store::RunSpec plan_fork(const store::RunRow& parent, int epoch,
+                         const std::vector<std::pair<std::string, nlohmann::json>>& overrides,
+                         bool reset_optimizer, const std::string& name) {
+  if (epoch < 0) throw UsageError("a fork needs an epoch >= 0, got " + std::to_string(epoch));
+  Config config = Config::from_json(parent.config_json, "run " + parent.name);
+  nlohmann::ordered_json applied = nlohmann::ordered_json::object();
+  std::string changes, short_changes;
+  for (const auto& [key, value] : overrides) {
+    if (key.rfind("model.", 0) == 0) {
+      throw ConfigError("fork of " + parent.name + ": " + key +
+                        " cannot change in a continued run (the checkpoint holds another "
+                        "model's weights); start a new sweep for another model");
+    }
+    const nlohmann::json before = config.at(key);  // throws ConfigError for an unknown key
+    config.set(key, value);
+    const nlohmann::json after = config.at(key);
+    applied[key] = after;
+    changes += (changes.empty() ? "" : "; ") + key + ": " + before.dump() + " -> " + after.dump();
+    short_changes += (short_changes.empty() ? "" : " ") + key + "=" +
+                     (after.is_string() ? after.get<std::string>() : after.dump());
+  }
+  const Config before = Config::from_json(parent.config_json, "run " + parent.name);
+  if (!reset_optimizer && config.get_string("optim.name") != before.get_string("optim.name")) {
+    throw ConfigError("fork of " + parent.name + ": optim.name changes from " +
+                      before.get_string("optim.name") + " to " + config.get_string("optim.name") +
+                      ", whose state the parent's optimizer cannot give; add --reset-optimizer "
+                      "(reset_optimizer: true in a sweep's forks:) to start it fresh");
+  }
+  const int64_t epochs = config.get_int("schedule.epochs");
+  if (epochs <= epoch + 1) {
+    throw ConfigError("fork of " + parent.name + " from epoch " + std::to_string(epoch) +
+                      ": schedule.epochs is " + std::to_string(epochs) +
+                      ", so nothing is left to train; set schedule.epochs above " +
+                      std::to_string(epoch + 1));
+  }
+
+  store::RunSpec spec;
+  spec.sweep_name = parent.sweep_name;
+  spec.cell_index = parent.cell_index;
+  spec.config_json = config.canonical_json();
+  spec.config_hash = sha256_hex(config.hash() + "|fork of " + parent.config_hash + " at epoch " +
+                                std::to_string(epoch) + (reset_optimizer ? " reset" : ""));
+  spec.label = !name.empty() ? name
+                             : (parent.label.empty() ? "base" : parent.label) + " | fork@" +
+                                   std::to_string(epoch) +
+                                   (short_changes.empty() ? "" : " " + short_changes) +
+                                   (reset_optimizer ? " reset-optimizer" : "");
+  // The swept values of the fork: the parent's, with the overridden keys, so compare --by
+  // groups forks with the cells they resemble.
+  nlohmann::ordered_json axes = parent.axes_json.empty()
+                                    ? nlohmann::ordered_json::object()
+                                    : nlohmann::ordered_json::parse(parent.axes_json);
+  for (const auto& [key, value] : applied.items()) axes[key] = value;
+  spec.axes_json = axes.dump();
+  spec.columns = run_columns(config);  // validates amp combinations
+  spec.fork = store::ForkOrigin{parent.id, epoch, applied.dump(), changes, reset_optimizer};
+  return spec;
+}
+
+}  // namespace amptune::train
