@@ -117,6 +117,11 @@ std::map<std::pair<double, int>, std::pair<double, int>> best_acc1(const std::st
 
 void StatusCountsRunsAndFlagsAStaleWorker() {
   const Sweep& s = trained();
+  for (const char* command : {"status", "compare", "report"}) {
+    auto help = run_amptune({command, "--help"}, s.dir);
+    EXPECT_EQ(help.exit_code, 0) << command << help.err;
+    EXPECT_NE(help.out.find(std::string("usage: amptune ") + command), std::string::npos) << command;
+  }
   auto r = run_amptune({"status", "--db", s.db}, s.dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("sweep tiny: 4 runs: done 4, running 0, pending 0, failed 0, diverged 0"),
