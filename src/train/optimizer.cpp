@@ -71,6 +71,26 @@ void with_grad(torch::optim::OptimizerParamGroup& group, std::vector<torch::Tens
   }
 }
 
+// The gradient the update uses, grads + weight_decay * params, with the gradients themselves
+// untouched: `grads` as they are when weight_decay is 0 and the caller does not write to the
+// result (`writable` false), otherwise written into scratch tensors (by the out= form of the
+// same kernel the unfused optimizers call, one pass, no allocation).
+std::vector<torch::Tensor> decayed_grads(FusedScratch& scratch,
+                                         const std::vector<torch::Tensor>& params,
+                                         const std::vector<torch::Tensor>& grads,
+                                         double weight_decay, bool writable) {
+  if (weight_decay == 0 && !writable) return grads;
+  std::vector<torch::Tensor> d = scratch.like(params, 0);
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (weight_decay != 0) {
+      at::add_out(d[i], grads[i], params[i], weight_decay);
+    } else {
+      d[i].copy_(grads[i]);
+    }
+  }
+  return d;
+}
+
 // The loss of `closure` evaluated with gradients enabled (undefined without a closure), as the
 // base classes do before their update.
 torch::Tensor evaluate(const torch::optim::Optimizer::LossClosure& closure) {
@@ -80,6 +100,21 @@ torch::Tensor evaluate(const torch::optim::Optimizer::LossClosure& closure) {
 }
 
 }  // namespace
+
+std::vector<torch::Tensor> FusedScratch::like(const std::vector<torch::Tensor>& params,
+                                              int slot) {
+  std::vector<torch::Tensor> out;
+  out.reserve(params.size());
+  for (const auto& p : params) {
+    auto& t = tensors_[{p.unsafeGetTensorImpl(), slot}];
+    if (!t.defined() || t.sizes() != p.sizes() || t.dtype() != p.dtype() ||
+        t.device() != p.device()) {
+      t = torch::empty_like(p, torch::MemoryFormat::Preserve);
+    }
+    out.push_back(t);
+  }
+  return out;
+}
 
 torch::Tensor FusedSGD::step(LossClosure closure) {
   torch::NoGradGuard no_grad;
@@ -94,9 +129,8 @@ torch::Tensor FusedSGD::step(LossClosure closure) {
     with_grad(group, params, grads);
     if (params.empty()) continue;
 
-    // d_p = grad + weight_decay * p, as new tensors: the gradients themselves stay untouched.
-    std::vector<torch::Tensor> d_p =
-        weight_decay != 0 ? at::_foreach_add(grads, params, weight_decay) : grads;
+    std::vector<torch::Tensor> d_p = decayed_grads(scratch_, params, grads, weight_decay,
+                                                    /*writable=*/momentum != 0 && options.nesterov());
     if (momentum != 0) {
       std::vector<torch::Tensor> bufs(params.size());
       std::vector<torch::Tensor> old_bufs, old_d_p;  // parameters that had a buffer already
@@ -119,7 +153,7 @@ torch::Tensor FusedSGD::step(LossClosure closure) {
         at::_foreach_add_(old_bufs, old_d_p, 1 - dampening);
       }
       if (options.nesterov()) {
-        d_p = at::_foreach_add(d_p, bufs, momentum);
+        at::_foreach_add_(d_p, bufs, momentum);
       } else {
         d_p = std::move(bufs);
       }
@@ -175,21 +209,17 @@ torch::Tensor FusedAdam::step(LossClosure closure) {
       }
     }
 
-    // grad + weight_decay * p, as new tensors: the gradients themselves stay untouched.
     const std::vector<torch::Tensor> g =
-        options.weight_decay() != 0 ? at::_foreach_add(grads, params, options.weight_decay())
-                                    : grads;
+        decayed_grads(scratch_, params, grads, options.weight_decay(), false);
     // Decay the first and second moment running averages.
     at::_foreach_mul_(exp_avgs, beta1);
     at::_foreach_add_(exp_avgs, g, 1 - beta1);
     at::_foreach_mul_(exp_avg_sqs, beta2);
     at::_foreach_addcmul_(exp_avg_sqs, g, g, 1 - beta2);
-    std::vector<torch::Tensor> denom;
-    if (amsgrad) {
-      at::_foreach_maximum_(max_exp_avg_sqs, exp_avg_sqs);
-      denom = at::_foreach_sqrt(max_exp_avg_sqs);
-    } else {
-      denom = at::_foreach_sqrt(exp_avg_sqs);
+    if (amsgrad) at::_foreach_maximum_(max_exp_avg_sqs, exp_avg_sqs);
+    std::vector<torch::Tensor> denom = scratch_.like(params, 1);
+    for (size_t i = 0; i < n; ++i) {  // out= into scratch: no allocation, one pass
+      at::sqrt_out(denom[i], amsgrad ? max_exp_avg_sqs[i] : exp_avg_sqs[i]);
     }
     at::_foreach_div_(denom, at::ArrayRef<at::Scalar>(bias_correction2_sqrt));
     at::_foreach_add_(denom, options.eps());
