@@ -20,13 +20,6 @@ namespace po = boost::program_options;
 namespace amptune::cli {
 namespace {
 
-store::Store open_existing(const std::string& db) {
-  if (!std::filesystem::exists(db)) {
-    throw StoreError("database " + db + " does not exist; run a sweep first or pass --db FILE");
-  }
-  return store::Store(db);
-}
-
 void require_run_ref(const std::string& ref, const char* command) {
   if (ref.empty()) {
     throw UsageError(std::string("amptune ") + command +

@@ -463,13 +463,6 @@ nlohmann::ordered_json compare_json(const CompareTable& table) {
   return rows;
 }
 
-store::Store open_results(const std::string& db) {
-  if (!std::filesystem::exists(db)) {
-    throw StoreError("database " + db + " does not exist; run a sweep first or pass --db FILE");
-  }
-  return store::Store(db);
-}
-
 int cmd_compare(const Invocation& inv) {
   std::string db, by, format;
   std::vector<std::string> baseline;
@@ -513,7 +506,7 @@ int cmd_compare(const Invocation& inv) {
       options.baseline.emplace_back(item.substr(0, eq), item.substr(eq + 1));
     }
   }
-  store::Store store = open_results(db);
+  store::Store store = open_existing(db);
   CompareTable table = build_compare(store, options);
   if (format == "csv") {
     write_compare_csv(table, std::cout);

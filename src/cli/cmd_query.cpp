@@ -15,13 +15,6 @@ namespace po = boost::program_options;
 namespace amptune::cli {
 namespace {
 
-store::Store open_existing(const std::string& db) {
-  if (!std::filesystem::exists(db)) {
-    throw StoreError("database " + db + " does not exist; run a sweep first or pass --db FILE");
-  }
-  return store::Store(db);
-}
-
 std::string metric_or_dash(const std::map<std::string, double>& m, const std::string& name,
                            int decimals) {
   auto it = m.find(name);

@@ -175,7 +175,7 @@ int cmd_report(const Invocation& inv) {
   }
   if (options.sweep.empty()) throw UsageError("amptune report needs --sweep NAME");
   if (out_dir.empty()) throw UsageError("amptune report needs --out DIR");
-  store::Store store = open_results(db);
+  store::Store store = open_existing(db);
   const CompareTable table = build_compare(store, options);
   const auto runs = store.runs(options.sweep);
 

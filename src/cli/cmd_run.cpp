@@ -203,6 +203,13 @@ std::string default_db() {
   return env && *env ? env : "results/amptune.sqlite";
 }
 
+store::Store open_existing(const std::string& db) {
+  if (!std::filesystem::exists(db)) {
+    throw StoreError("database " + db + " does not exist; run a sweep first or pass --db FILE");
+  }
+  return store::Store(db);
+}
+
 int cmd_run(const Invocation& inv) {
   std::string sweep_path, db;
   std::vector<std::string> sets, only;
@@ -389,8 +396,7 @@ int cmd_resume(const Invocation& inv) {
     return 0;
   if (run_ref.empty()) throw UsageError("amptune resume needs a run id or name (see amptune list)");
   if (vm.count("quiet")) log::set_quiet(true);
-  if (!std::filesystem::exists(db)) throw StoreError("database " + db + " does not exist; pass --db");
-  store::Store store(db);
+  store::Store store = open_existing(db);
   auto run = store.find_run(run_ref);
   if (!run) throw UsageError("no run '" + run_ref + "' in " + db + " (see amptune list --db " + db + ")");
   if (run->status == store::RunStatus::kDone && from_epoch < 0) {
@@ -453,8 +459,7 @@ int cmd_fork(const Invocation& inv) {
   if (run_ref.empty()) throw UsageError("amptune fork needs a run id or name (see amptune list)");
   if (epoch < 0) throw UsageError("amptune fork needs --epoch N: the parent's epoch to start from");
   if (vm.count("quiet")) log::set_quiet(true);
-  if (!std::filesystem::exists(db)) throw StoreError("database " + db + " does not exist; pass --db");
-  store::Store store(db);
+  store::Store store = open_existing(db);
   auto parent = store.find_run(run_ref);
   if (!parent) throw UsageError("no run '" + run_ref + "' in " + db + " (see amptune list --db " + db + ")");
   bool found = false;

@@ -87,7 +87,7 @@ int cmd_status(const Invocation& inv) {
               << desc;
     return 0;
   }
-  store::Store store = open_results(db);
+  store::Store store = open_existing(db);
   auto runs = store.runs(sweep.empty() ? std::nullopt : std::optional<std::string>(sweep));
   if (!sweep.empty() && runs.empty() &&
       store.query("SELECT 1 FROM sweeps WHERE name = ?1", {sweep}).rows.empty()) {

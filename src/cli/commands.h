@@ -9,6 +9,8 @@
 #include <boost/program_options/options_description.hpp>
 #include <boost/program_options/variables_map.hpp>
 
+#include "store/store.h"
+
 namespace amptune::cli {
 
 struct Invocation {
@@ -40,5 +42,8 @@ boost::program_options::variables_map parse_args(
 
 // Default database path (results/amptune.sqlite) unless AMPTUNE_DB is set.
 std::string default_db();
+// Opens an existing results database; a missing file is a StoreError that says to run a sweep
+// first or pass --db (commands that read results must not create an empty database).
+store::Store open_existing(const std::string& db);
 
 }  // namespace amptune::cli

@@ -61,8 +61,6 @@ std::string by_text(const nlohmann::json& value);
 void write_compare_text(const CompareTable& table, std::ostream& out);
 void write_compare_csv(const CompareTable& table, std::ostream& out);  // RFC 4180, CRLF
 nlohmann::ordered_json compare_json(const CompareTable& table);  // array of objects, columns in order
-// Opens an existing results database (StoreError when the file does not exist).
-store::Store open_results(const std::string& db);
 
 // Column names of the table, in output order (by keys, runs, metric, best_epoch, ...).
 std::vector<std::string> compare_columns(const CompareTable& table);

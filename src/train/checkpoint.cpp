@@ -1,4 +1,5 @@
 #include "train/checkpoint.h"
+#include "train/optimizer.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -25,20 +26,6 @@ namespace {
   throw CheckpointError(what + " " + path + ": " + std::strerror(errno) +
                         " (check free disk space and permissions)");
 }
-// The optimizer state map's key for a parameter: LibTorch 1.13 keys by the TensorImpl address
-// printed as a string, 2.x by the address itself.
-template <typename Map>
-typename Map::key_type state_key(const torch::Tensor& param) {
-  using Key = typename Map::key_type;
-  if constexpr (std::is_same_v<Key, std::string>) {
-    std::ostringstream s;
-    s << param.unsafeGetTensorImpl();
-    return s.str();
-  } else {
-    return static_cast<Key>(param.unsafeGetTensorImpl());
-  }
-}
-
 std::vector<torch::Tensor> ordered_params(const torch::optim::Optimizer& optimizer) {
   std::vector<torch::Tensor> params;
   for (const auto& group : optimizer.param_groups()) {
@@ -55,7 +42,7 @@ void save_optimizer(const torch::optim::Optimizer& optimizer, torch::serialize::
   const auto params = ordered_params(optimizer);
   int64_t saved = 0;
   for (size_t i = 0; i < params.size(); ++i) {
-    auto it = state.find(state_key<Map>(params[i]));
+    auto it = state.find(optimizer_state_key<Map>(params[i]));
     if (it == state.end()) continue;
     const std::string k = "p" + std::to_string(i) + ".";
     if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(it->second.get())) {
@@ -88,7 +75,7 @@ void load_optimizer(torch::optim::Optimizer& optimizer, torch::serialize::InputA
       if (!in.try_read(k + "momentum_buffer", t, true)) continue;
       auto st = std::make_unique<torch::optim::SGDParamState>();
       st->momentum_buffer(t.to(params[i].device()));
-      state[state_key<Map>(params[i])] = std::move(st);
+      state[optimizer_state_key<Map>(params[i])] = std::move(st);
     } else {
       c10::IValue step;
       if (!in.try_read(k + "step", step)) continue;
@@ -103,7 +90,7 @@ void load_optimizer(torch::optim::Optimizer& optimizer, torch::serialize::InputA
       st->exp_avg_sq(avg_sq.to(params[i].device()));
       torch::Tensor m;
       if (in.try_read(k + "max_exp_avg_sq", m, true)) st->max_exp_avg_sq(m.to(params[i].device()));
-      state[state_key<Map>(params[i])] = std::move(st);
+      state[optimizer_state_key<Map>(params[i])] = std::move(st);
     }
     ++loaded;
   }

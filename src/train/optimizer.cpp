@@ -12,7 +12,7 @@ namespace amptune::train {
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const Config& config,
                                                         std::vector<torch::Tensor> params) {
-  return make_optimizer(config, std::move(params), /*fused=*/false);
+  return make_optimizer(config, std::move(params), config.get_bool("optim.fused"));
 }
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const Config& config,

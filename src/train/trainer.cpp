@@ -129,17 +129,7 @@ Start start_from_parent(store::Store& store, const store::RunRow& run, const Con
       std::lock_guard<std::mutex> lock(gen.mutex());
       rng = gen.get_state();
     }
-    const auto& masters = parent_precision.engine().masters();
-    size_t i = 0;
-    for (auto& p : ps.task->module().named_parameters(true)) {
-      const torch::Tensor& v = i < masters.size() && masters[i].defined() ? masters[i] : p.value();
-      values[p.key()] = v.detach().to(torch::kFloat).cpu().clone();
-      ++i;
-    }
-    for (auto& b : ps.task->module().named_buffers(true)) {
-      values[b.key()] = b.value().is_floating_point() ? b.value().detach().to(torch::kFloat).cpu().clone()
-                                                      : b.value().detach().cpu().clone();
-    }
+    values = full_precision_state(ps.task->module(), parent_precision.engine());
     if (!fork.reset_optimizer && parent_precision.policy().dynamic_scale) {
       scaler = parent_precision.engine().scaler().state();
     }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -109,6 +110,22 @@ TEST(Fork, WithoutChangesContinuesExactlyLikeItsParent) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("already done"), std::string::npos) << r.out;
   EXPECT_EQ(query(f.db, "SELECT count(*) FROM runs")[0][0], "2");
+}
+
+// optim.fused in real training: a fork switching to the fused (multi-tensor) optimizer continues
+// from the unfused parent's momentum and gives the parent's losses within float rounding.
+TEST(Fork, FusedOptimizerContinuesTheUnfusedParent) {
+  auto f = make("");
+  ASSERT_EQ(run_amptune({"run", f.yaml, "--db", f.db, "-q"}, f.dir).exit_code, 0);
+  const std::string parent = only_run(f.db);
+  auto r = run_amptune({"fork", parent, "--epoch", "0", "--set", "optim.fused=true", "--db", f.db, "-q"}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto p = epochs_of(f.db, parent), k = epochs_of(f.db, only_run(f.db, "parent_run_id IS NOT NULL"));
+  ASSERT_EQ(k.size(), 2u);
+  for (size_t i = 0; i < k.size(); ++i) {
+    EXPECT_NEAR(k[i].train_loss, p[i + 1].train_loss, 1e-5 * (1 + std::abs(p[i + 1].train_loss)));
+    EXPECT_NEAR(k[i].metrics.at("val_loss"), p[i + 1].metrics.at("val_loss"), 1e-4);
+  }
 }
 
 TEST(Fork, ChangedLossScaleLeavesTheParentAloneAndDrawsOneLineage) {
