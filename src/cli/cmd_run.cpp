@@ -80,6 +80,22 @@ void train_claimed(store::Store& store, const store::RunRow& run, const train::R
   }
 }
 
+// Throws CheckpointError naming the saved epochs when `run` keeps no checkpoint of `epoch`.
+void require_checkpoint(const store::Store& store, const store::RunRow& run, int epoch) {
+  bool found = false;
+  std::string have;
+  for (auto& e : store.epochs(run.id)) {
+    if (!e.checkpoint) continue;
+    found = found || e.epoch == epoch;
+    have += (have.empty() ? "" : ", ") + std::to_string(e.epoch);
+  }
+  if (!found) {
+    throw CheckpointError("run " + run.name + " has no checkpoint of epoch " +
+                          std::to_string(epoch) + " (saved epochs: " +
+                          (have.empty() ? "none" : have) + ")");
+  }
+}
+
 // Training options shared by run / resume / fork (--quiet, --no-progress where offered).
 train::RunOptions run_options(const po::variables_map& vm, const Invocation& inv, int threads,
                               int stop_after) {
@@ -308,7 +324,7 @@ int cmd_run(const Invocation& inv) {
   }
 
   Tally tally;
-  std::set<int64_t> reported;
+  std::set<int64_t> reported, attempted;
   auto report_once = [&](int64_t id, const std::string& line, int& counter) {
     if (!reported.insert(id).second) return;
     log::info(line);
@@ -320,7 +336,14 @@ int cmd_run(const Invocation& inv) {
     bool waiting = false;
     for (const Item& item : work) {
       if (train::stop_requested()) break;
+      if (attempted.count(item.run_id)) continue;  // once per invocation (a failure stays failed)
       store::RunRow run = *store.find_run(item.run_id);
+      if (opts.stop_after_epoch && run.epochs_done > *opts.stop_after_epoch) {
+        // stopped at --stop-after-epoch by another worker: leave it there
+        report_once(run.id, "run " + run.name + " has reached epoch " +
+                                std::to_string(*opts.stop_after_epoch) + ", skipped", tally.skipped);
+        continue;
+      }
       if (run.status == store::RunStatus::kDone || run.status == store::RunStatus::kDiverged) {
         report_once(run.id, "run " + run.name + " [" + run.label + "] is " +
                                 store::to_string(run.status) + ", skipped", tally.skipped);
@@ -361,6 +384,7 @@ int cmd_run(const Invocation& inv) {
         continue;
       }
       reported.insert(run.id);
+      attempted.insert(run.id);
       train_claimed(store, *store.find_run(run.id), opts, tally);
     }
     if (!waiting || train::stop_requested()) break;
@@ -404,20 +428,8 @@ int cmd_resume(const Invocation& inv) {
               << "from epoch N\n";
     return 0;
   }
-  if (from_epoch >= 0) {  // check before the run is claimed: a typo must not touch the run
-    bool found = false;
-    std::string have;
-    for (auto& e : store.epochs(run->id)) {
-      if (!e.checkpoint) continue;
-      found = found || e.epoch == from_epoch;
-      have += (have.empty() ? "" : ", ") + std::to_string(e.epoch);
-    }
-    if (!found) {
-      throw CheckpointError("run " + run->name + " has no checkpoint of epoch " +
-                            std::to_string(from_epoch) + " (saved epochs: " +
-                            (have.empty() ? "none" : have) + ")");
-    }
-  }
+  // check before the run is claimed: a typo must not touch the run
+  if (from_epoch >= 0) require_checkpoint(store, *run, from_epoch);
   const Config config = Config::from_json(run->config_json, "run " + run->name);
   const auto prov = provenance(config, threads, inv.command_line);
   const bool finished =
@@ -462,27 +474,13 @@ int cmd_fork(const Invocation& inv) {
   store::Store store = open_existing(db);
   auto parent = store.find_run(run_ref);
   if (!parent) throw UsageError("no run '" + run_ref + "' in " + db + " (see amptune list --db " + db + ")");
-  bool found = false;
-  std::string have;
-  for (auto& e : store.epochs(parent->id)) {
-    if (!e.checkpoint) continue;
-    found = found || e.epoch == epoch;
-    have += (have.empty() ? "" : ", ") + std::to_string(e.epoch);
-  }
-  if (!found) {
-    throw CheckpointError("run " + parent->name + " has no checkpoint of epoch " +
-                          std::to_string(epoch) + " (saved epochs: " +
-                          (have.empty() ? "none" : have) + ")");
-  }
+  require_checkpoint(store, *parent, epoch);
   std::vector<std::pair<std::string, nlohmann::json>> overrides;
-  {
-    const Config parent_config = Config::from_json(parent->config_json, "run " + parent->name);
-    for (const std::string& text : sets) {
-      auto [key, value] = split_assignment(text);
-      Config probe(parent_config.schema());
-      probe.set_yaml(key, value, SourceLoc{"--set " + text});
-      overrides.emplace_back(key, probe.at(key));
-    }
+  for (const std::string& text : sets) {
+    auto [key, value] = split_assignment(text);
+    Config probe;  // set_yaml does the lookup, YAML parse and coercion for the key
+    probe.set_yaml(key, value, SourceLoc{"--set " + text});
+    overrides.emplace_back(key, probe.at(key));
   }
   const store::RunSpec spec =
       train::plan_fork(*parent, epoch, overrides, vm.count("reset-optimizer") > 0, name);
