@@ -143,10 +143,10 @@ GcReport collect_garbage(store::Store& store, bool dry_run) {
                                          : "not referenced by the database";
     }
   }
-  // Directories of deleted runs, only under the database's own checkpoints/ directory (a shared
+  // Directories of deleted runs, only under the database's own default root (a shared
   // checkpoint.dir may hold other databases' runs).
   std::vector<fs::path> stale_dirs;
-  const fs::path root = fs::path(store.path()).parent_path() / "checkpoints";
+  const fs::path root = default_checkpoint_root(store.path());
   std::error_code ec;
   if (fs::is_directory(root, ec)) {
     for (const auto& entry : fs::directory_iterator(root)) {

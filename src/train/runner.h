@@ -51,7 +51,11 @@ int resolve_threads(const Config& config, int override_threads);
 // "cpu" or "cuda:0": where a run of `config` trains on this machine.
 std::string resolve_device(const Config& config);
 
-// Directory of a run's checkpoints: checkpoint.dir, or <db dir>/checkpoints/<run id>.
+// Where a database keeps its runs' checkpoints by default: <db dir>/checkpoints/<db file stem>
+// (results/checkpoints/amptune for results/amptune.sqlite), so two databases in one directory never
+// share run directories.
+std::string default_checkpoint_root(const std::string& db_path);
+// Directory of a run's checkpoints: checkpoint.dir/<run id>, or default_checkpoint_root/<run id>.
 std::string checkpoint_dir(const Config& config, const store::Store& store, int64_t run_id);
 
 // A fork of `parent` from its checkpoint of `epoch` (docs/DATABASE.md "Forks"): the parent's

@@ -284,12 +284,14 @@ int resolve_threads(const Config& config, int override_threads) {
 
 std::string resolve_device(const Config& config) { return pick_device(config).str(); }
 
+std::string default_checkpoint_root(const std::string& db_path) {
+  const fs::path db(db_path);
+  return (db.parent_path() / "checkpoints" / db.stem()).string();
+}
+
 std::string checkpoint_dir(const Config& config, const store::Store& store, int64_t run_id) {
   std::string dir = config.get_string("checkpoint.dir");
-  if (dir.empty()) {
-    fs::path db(store.path());
-    dir = (db.parent_path() / "checkpoints").string();
-  }
+  if (dir.empty()) dir = default_checkpoint_root(store.path());
   return (fs::path(dir) / std::to_string(run_id)).string();
 }
 

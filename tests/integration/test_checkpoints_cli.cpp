@@ -174,7 +174,7 @@ TEST(CheckpointsCli, KeepEpochsSurvivesKeepLast) {
   for (auto& e : rows) {
     const bool kept = e.epoch == 1 || e.epoch == 3;
     EXPECT_EQ(e.checkpoint.has_value(), kept) << "epoch " << e.epoch;
-    const std::string file = f.dir + "/results/checkpoints/" + run + "/epoch_000" +
+    const std::string file = f.dir + "/results/checkpoints/amptune/" + run + "/epoch_000" +
                              std::to_string(e.epoch) + ".pt";
     EXPECT_EQ(fs::exists(file), kept) << file;
   }
@@ -243,7 +243,7 @@ TEST(CheckpointsCli, GcDeletesExactlyTheUnreferencedFiles) {
   auto f = make(2);
   train(f);
   const std::string run = std::to_string(only_run(f));
-  const std::string ckpt = f.dir + "/results/checkpoints/" + run;
+  const std::string ckpt = f.dir + "/results/checkpoints/amptune/" + run;
   std::map<std::string, std::string> referenced;  // path -> sha256
   for (auto& e : epochs_of(f.db, run)) {
     ASSERT_TRUE(e.checkpoint);
@@ -252,7 +252,7 @@ TEST(CheckpointsCli, GcDeletesExactlyTheUnreferencedFiles) {
   const std::vector<std::string> planted{
       ckpt + "/epoch_0001.pt.tmp.31337",                       // interrupted save
       ckpt + "/epoch_0005.pt",                                 // no epoch row
-      f.dir + "/results/checkpoints/4242/epoch_0000.pt",       // run 4242 does not exist
+      f.dir + "/results/checkpoints/amptune/4242/epoch_0000.pt",       // run 4242 does not exist
   };
   for (auto& p : planted) {
     fs::create_directories(fs::path(p).parent_path());
@@ -274,7 +274,7 @@ TEST(CheckpointsCli, GcDeletesExactlyTheUnreferencedFiles) {
   ASSERT_EQ(real.exit_code, 0) << real.err;
   EXPECT_NE(real.out.find("freed 3000 bytes"), std::string::npos) << real.out;
   for (auto& p : planted) EXPECT_FALSE(fs::exists(p)) << p;
-  EXPECT_FALSE(fs::exists(f.dir + "/results/checkpoints/4242"));
+  EXPECT_FALSE(fs::exists(f.dir + "/results/checkpoints/amptune/4242"));
   EXPECT_TRUE(fs::exists(outside));
   for (auto& [path, sha] : referenced) EXPECT_EQ(sha_of(path), sha) << path;
   EXPECT_EQ(std::distance(fs::directory_iterator(ckpt), fs::directory_iterator{}), 2);

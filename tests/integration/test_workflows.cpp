@@ -388,6 +388,25 @@ TEST(Failures, DeletedCheckpointFallsBackOrIsNamed) {
   EXPECT_EQ(s.integrity_check(), "ok");
 }
 
+TEST(Failures, TwoDatabasesInOneDirectoryKeepTheirOwnCheckpoints) {
+  auto f = make("", "", 2);
+  const std::string a = f.dir + "/results/a.sqlite", b = f.dir + "/results/b.sqlite";
+  ASSERT_EQ(run_amptune({"run", f.yaml, "--db", a, "-q"}, f.dir).exit_code, 0);
+  ASSERT_EQ(run_amptune({"run", f.yaml, "--db", b, "-q", "--set", "optim.lr=0.1"}, f.dir).exit_code, 0);
+  auto ea = epochs_of(a, "1"), eb = epochs_of(b, "1");  // both databases' run 1
+  ASSERT_EQ(ea.size(), 2u);
+  ASSERT_EQ(eb.size(), 2u);
+  EXPECT_EQ(ea[1].checkpoint->path, f.dir + "/results/checkpoints/a/1/epoch_0001.pt");
+  EXPECT_EQ(eb[1].checkpoint->path, f.dir + "/results/checkpoints/b/1/epoch_0001.pt");
+  // a's files are still a's: resuming from them verifies their recorded sha256
+  auto r = run_amptune({"resume", "1", "--from-epoch", "0", "--db", a, "-q"}, f.dir);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("falling back"), std::string::npos) << r.err;
+  auto gc = run_amptune({"gc", "--db", a}, f.dir);
+  EXPECT_EQ(gc.exit_code, 0) << gc.err;
+  EXPECT_TRUE(fs::exists(eb[1].checkpoint->path));
+}
+
 TEST(Failures, FileThatIsNotSqliteIsRefusedAndLeftAlone) {
   auto f = make("", "", 2);
   write_file(f.db, "these are my notes, not a database\n");

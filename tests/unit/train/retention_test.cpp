@@ -105,17 +105,17 @@ TEST_F(TrainGc, FindsOrphansTempFilesAndDeletedRunsAndNothingElse) {
   store::Store store(db());
   auto a = make_run(store, 0);
   auto b = make_run(store, 1, (dir_ / "elsewhere").string());
-  const fs::path a_dir = dir_ / "checkpoints" / std::to_string(a.id);
+  const fs::path a_dir = dir_ / "checkpoints" / "amptune" / std::to_string(a.id);
   const fs::path b_dir = dir_ / "elsewhere" / std::to_string(b.id);
   // Retention deleted epoch 0 of run a in the database but the file survived (crash between).
   store.forget_checkpoint(a.id, 0);
   const std::string orphan = (a_dir / "epoch_0000.pt").string();
   const std::string tmp = write(a_dir / "epoch_0002.pt.tmp.4242", "half a save");
   const std::string stray = write(b_dir / "epoch_0009.pt", "nobody's");
-  const std::string gone = write(dir_ / "checkpoints" / "999" / "epoch_0000.pt", "deleted run");
+  const std::string gone = write(dir_ / "checkpoints" / "amptune" / "999" / "epoch_0000.pt", "deleted run");
   // Never touched: files outside run directories, non-numeric directories.
-  const std::string outside = write(dir_ / "checkpoints" / "notes.txt", "keep");
-  const std::string named = write(dir_ / "checkpoints" / "backup" / "epoch_0000.pt", "keep");
+  const std::string outside = write(dir_ / "checkpoints" / "amptune" / "notes.txt", "keep");
+  const std::string named = write(dir_ / "checkpoints" / "amptune" / "backup" / "epoch_0000.pt", "keep");
   const std::string near = write(dir_ / "elsewhere" / "other.pt", "keep");
 
   auto dry = collect_garbage(store, /*dry_run=*/true);
@@ -132,7 +132,7 @@ TEST_F(TrainGc, FindsOrphansTempFilesAndDeletedRunsAndNothingElse) {
   EXPECT_EQ(real.bytes, dry.bytes);
   EXPECT_EQ(real.files.size(), 4u);
   for (auto& p : expected) EXPECT_FALSE(fs::exists(p)) << p;
-  EXPECT_FALSE(fs::exists(dir_ / "checkpoints" / "999"));
+  EXPECT_FALSE(fs::exists(dir_ / "checkpoints" / "amptune" / "999"));
   for (auto& p : {outside, named, near}) EXPECT_TRUE(fs::exists(p)) << p;
   for (auto id : {a.id, b.id}) {
     for (auto& row : store.epochs(id)) {
@@ -149,8 +149,8 @@ TEST_F(TrainGc, LeavesRunningRunsAndMovedCheckpointsAlone) {
   store::Store store(db());
   auto a = make_run(store, 0);
   auto b = make_run(store, 1);
-  const fs::path a_dir = dir_ / "checkpoints" / std::to_string(a.id);
-  const fs::path b_dir = dir_ / "checkpoints" / std::to_string(b.id);
+  const fs::path a_dir = dir_ / "checkpoints" / "amptune" / std::to_string(a.id);
+  const fs::path b_dir = dir_ / "checkpoints" / "amptune" / std::to_string(b.id);
   const std::string in_flight = write(a_dir / "epoch_0002.pt.tmp.77", "being written");
   store.mark_running(a.id, store::Provenance{});
   // Run b's recorded file is not where the database says: its directory is not trusted.
