@@ -207,6 +207,27 @@ int read_schema_version(sqlite3* db) {
   return static_cast<int>(statement.column_int(0));
 }
 
+// Sets metric rows of an epoch (inserted, or replacing a value of the same name). A name the
+// table's CHECK refuses is a StoreError prefixed with `where` that says which names are allowed.
+void write_metrics(sqlite3* db, const std::string& where, int64_t run_id, int epoch,
+                   const std::map<std::string, double>& metrics) {
+  Statement upsert(db,
+                   "INSERT INTO metrics (run_id, epoch, name, value) VALUES (?, ?, ?, ?) "
+                   "ON CONFLICT (run_id, epoch, name) DO UPDATE SET value = excluded.value");
+  for (const auto& [name, value] : metrics) {
+    upsert.reset().bind(1, run_id).bind(2, epoch).bind(3, name).bind(4, value);
+    try {
+      upsert.run();
+    } catch (const SqliteError& error) {
+      if (error.code() != SQLITE_CONSTRAINT_CHECK) throw;
+      throw StoreError(where + ": metric name '" + name + "' is not allowed (" + error.what() +
+                       "); metric names are lowercase identifiers [a-z][a-z0-9_]*, and lr, "
+                       "train_loss, train_fps_*, epoch_seconds, skipped_samples, global_step "
+                       "go in their EpochRecord fields");
+    }
+  }
+}
+
 constexpr const char* kRunSelect =
     "SELECT r.*, s.name AS sweep_name, "
     "(SELECT COALESCE(MAX(e.epoch) + 1, 0) FROM epochs e WHERE e.run_id = r.id) AS epochs_done "
@@ -713,20 +734,7 @@ void Store::record_epoch(const EpochRecord& record) {
       }
       insert.bind(14, now_utc()).run();
 
-      Statement metric(db_, "INSERT INTO metrics (run_id, epoch, name, value) VALUES (?, ?, ?, ?)");
-      for (const auto& [name, value] : record.metrics) {
-        metric.reset().bind(1, record.run_id).bind(2, record.epoch).bind(3, name).bind(4, value);
-        try {
-          metric.run();
-        } catch (const SqliteError& error) {
-          if (error.code() != SQLITE_CONSTRAINT_CHECK) throw;
-          throw StoreError(path_ + ": " + action + ": metric name '" + name +
-                           "' is not allowed (" + error.what() +
-                           "); metric names are lowercase identifiers [a-z][a-z0-9_]*, and lr, "
-                           "train_loss, train_fps_*, epoch_seconds, skipped_samples, global_step "
-                           "go in their EpochRecord fields");
-        }
-      }
+      write_metrics(db_, path_ + ": " + action, record.run_id, record.epoch, record.metrics);
       // The epoch row was deleted above, and its loss_scale_events with it (cascade).
       Statement event(db_,
                       "INSERT INTO loss_scale_events (run_id, epoch, global_step, scale, reason) "
@@ -908,21 +916,7 @@ void Store::record_metrics(int64_t run_id, int epoch, const std::map<std::string
         throw StoreError(path_ + ": " + action + ": run " + std::to_string(run_id) +
                          " has no recorded epoch " + std::to_string(epoch));
       }
-      Statement upsert(db_,
-                       "INSERT INTO metrics (run_id, epoch, name, value) VALUES (?, ?, ?, ?) "
-                       "ON CONFLICT (run_id, epoch, name) DO UPDATE SET value = excluded.value");
-      for (const auto& [name, value] : metrics) {
-        upsert.reset().bind(1, run_id).bind(2, epoch).bind(3, name).bind(4, value);
-        try {
-          upsert.run();
-        } catch (const SqliteError& error) {
-          if (error.code() != SQLITE_CONSTRAINT_CHECK) throw;
-          throw StoreError(path_ + ": " + action + ": metric name '" + name +
-                           "' is not allowed (" + error.what() +
-                           "); metric names are lowercase identifiers [a-z][a-z0-9_]* and not "
-                           "columns of the epochs table");
-        }
-      }
+      write_metrics(db_, path_ + ": " + action, run_id, epoch, metrics);
     });
   });
 }
