@@ -422,3 +422,14 @@ CREATE VIEW epoch_matrix AS
          END, '{}') AS by_epoch
   FROM base b
   ORDER BY b.sweep, b.cell_index;
+
+-- migration: 6
+
+-- The process that holds a run (Store::claim_run / mark_running; docs/DATABASE.md "Claims"): its
+-- pid space ("<boot id>/<pid namespace inode>", or $AMPTUNE_HOST_ID), pid and start time (clock
+-- ticks after boot, /proc/PID/stat). A holder in the claimer's own pid space is presumed dead as
+-- soon as that process is gone; any other holder when its heartbeat is older than --stale-after.
+-- Only the holder writes the run's epochs, heartbeat and status.
+ALTER TABLE runs ADD COLUMN claim_machine TEXT;
+ALTER TABLE runs ADD COLUMN claim_pid INTEGER;
+ALTER TABLE runs ADD COLUMN claim_pid_start INTEGER;

@@ -58,7 +58,7 @@ std::string human_bytes(int64_t bytes) {
 int cmd_eval(const Invocation& inv) {
   std::string db, run_ref;
   int epoch = -1, threads = 0;
-  int64_t max_batches = -1;
+  int64_t max_batches = 0;
   po::options_description desc("amptune eval options");
   desc.add_options()("help,h", "show this help")(
       "epoch", po::value(&epoch), "evaluate this epoch's checkpoint (0-based)")(
@@ -66,8 +66,11 @@ int cmd_eval(const Invocation& inv) {
       "db", po::value(&db)->default_value(default_db()), "results database (env AMPTUNE_DB)")(
       "threads", po::value(&threads)->default_value(0),
       "LibTorch threads; 0 = the run config's `threads`")(
-      "max-batches", po::value(&max_batches)->default_value(-1),
-      "evaluation batches per checkpoint; -1 = the whole evaluation split")(
+      "max-batches", po::value(&max_batches),
+      "evaluation batches per checkpoint; -1 = the whole evaluation split (default: the "
+      "batches training evaluated, schedule.eval_step_per_epoch)")(
+      "replace", "store the metrics even where training computed that epoch's metrics on "
+      "another set (val_samples differs); without it they are printed, not stored")(
       "quiet,q", "no progress lines");
   po::variables_map vm = parse_args(inv.args, desc, &run_ref);
   if (vm.count("help")) {
@@ -75,7 +78,11 @@ int cmd_eval(const Invocation& inv) {
                  "Evaluates saved checkpoints of RUN (id or name; default: the newest) on the\n"
                  "run's evaluation split (RootNet: its test set) with the model built as in\n"
                  "training, and stores the metrics for those epochs (replacing those names).\n"
-                 "Exits non-zero when a checkpoint could not be evaluated.\n\n"
+                 "By default it evaluates the set training evaluated, so it reproduces the\n"
+                 "training-time metrics; metrics of another set (--max-batches) never replace\n"
+                 "stored ones silently: they are printed and stored only with --replace\n"
+                 "(val_samples records the set's size). Exits 6 when a checkpoint could not be\n"
+                 "evaluated, 2 when metrics were left unstored for that reason.\n\n"
               << desc;
     return 0;
   }
@@ -84,7 +91,7 @@ int cmd_eval(const Invocation& inv) {
     throw UsageError("amptune eval takes --epoch N or --all, not both");
   }
   if (vm.count("epoch") && epoch < 0) throw UsageError("--epoch must be >= 0");
-  if (max_batches == 0 || max_batches < -1) {
+  if (vm.count("max-batches") && (max_batches == 0 || max_batches < -1)) {
     throw UsageError("--max-batches must be -1 (whole split) or >= 1, got " +
                      std::to_string(max_batches));
   }
@@ -95,7 +102,8 @@ int cmd_eval(const Invocation& inv) {
   if (vm.count("epoch")) options.epoch = epoch;
   options.all = vm.count("all") > 0;
   options.threads = threads;
-  options.max_batches = max_batches;
+  if (vm.count("max-batches")) options.max_batches = max_batches;
+  options.replace = vm.count("replace") > 0;
   const auto results = train::evaluate_checkpoints(store, run, options);
 
   std::set<std::string> names;
@@ -107,7 +115,7 @@ int cmd_eval(const Invocation& inv) {
   header.push_back("seconds");
   header.push_back("status");
   Table table(header);
-  int failed = 0;
+  int failed = 0, unstored = 0;
   for (auto& r : results) {
     std::vector<std::string> row{std::to_string(r.epoch)};
     for (auto& n : names) {
@@ -115,21 +123,27 @@ int cmd_eval(const Invocation& inv) {
       row.push_back(it == r.metrics.end() ? "-" : value_text(it->second));
     }
     row.push_back(fixed(r.seconds, 1));
-    row.push_back(r.error.empty() ? "recorded" : "FAILED");
+    row.push_back(!r.error.empty() ? "FAILED" : !r.not_recorded.empty() ? "not stored" : "recorded");
     if (!r.error.empty()) ++failed;
+    if (!r.not_recorded.empty()) ++unstored;
     table.add(row);
   }
   std::cout << "run " << run.id << " " << run.name << "\n";
   table.print(std::cout);
   for (auto& r : results) {
     if (!r.error.empty()) std::cerr << "amptune eval: epoch " << r.epoch << ": " << r.error << "\n";
+    if (!r.not_recorded.empty()) {
+      std::cerr << "amptune eval: epoch " << r.epoch << " not stored: " << r.not_recorded
+                << "; pass --replace to store them anyway, or leave out --max-batches to "
+                   "evaluate the training-time set\n";
+    }
   }
   if (failed > 0) {
     std::cerr << "amptune eval: " << failed << " of " << results.size()
               << " checkpoints could not be evaluated\n";
     return static_cast<int>(ExitCode::kCheckpoint);
   }
-  return 0;
+  return unstored > 0 ? static_cast<int>(ExitCode::kUsage) : 0;
 }
 
 int cmd_export(const Invocation& inv) {

@@ -86,8 +86,9 @@ int synth_rootnet(const std::vector<std::string>& args) {
   if (seed < 0) throw UsageError("--seed must be >= 0");
   o.seed = static_cast<uint64_t>(seed);
   auto stats = data::synth_rootnet(o);
-  std::cout << o.format << ": " << stats.images << " images, " << stats.people << " people in "
-            << o.out << "\n";
+  std::cout << o.format << ": " << stats.images << " images, " << stats.people << " people";
+  if (stats.invalid_people) std::cout << " (" << stats.invalid_people << " marked is_valid 0)";
+  std::cout << " in " << o.out << "\n";
   for (auto& f : stats.files) std::cout << "  " << f << "\n";
   return 0;
 }

@@ -53,7 +53,7 @@ store::Provenance provenance(const Config& config, int threads_override,
 }
 
 struct Tally {
-  int done = 0, diverged = 0, failed = 0, skipped = 0, interrupted = 0;
+  int done = 0, diverged = 0, failed = 0, skipped = 0, interrupted = 0, lost = 0;
 };
 
 // Trains one claimed run and reports its outcome.
@@ -77,7 +77,18 @@ void train_claimed(store::Store& store, const store::RunRow& run, const train::R
       ++tally.failed;
       log::warn("run " + run.name + " failed: " + result.message);
       break;
+    case train::Outcome::kLost:
+      ++tally.lost;
+      log::warn("run " + run.name + ": " + result.message);
+      break;
   }
+}
+
+// "process 123 on host-a": who holds a running run, for messages.
+std::string holder_text(const store::RunRow& run) {
+  if (!run.holder) return "another process";
+  return "process " + std::to_string(run.holder->pid) + " on " +
+         (run.provenance.host.empty() ? "another host" : run.provenance.host);
 }
 
 // Throws CheckpointError naming the saved epochs when `run` keeps no checkpoint of `epoch`.
@@ -121,6 +132,7 @@ int exit_code(const Tally& t) {
 int run_workers(const Invocation& inv, int workers, const std::string& db,
                 const std::string& sweep_name) {
   std::vector<std::string> args = {"run"};
+  bool no_progress = false;
   for (size_t i = 0; i < inv.args.size(); ++i) {
     const std::string& a = inv.args[i];
     if (a == "--workers") {
@@ -128,9 +140,10 @@ int run_workers(const Invocation& inv, int workers, const std::string& db,
       continue;
     }
     if (a.rfind("--workers=", 0) == 0) continue;
+    no_progress = no_progress || a == "--no-progress";
     args.push_back(a);
   }
-  args.push_back("--no-progress");
+  if (!no_progress) args.push_back("--no-progress");  // workers share one stderr
   std::vector<pid_t> children;
   for (int w = 0; w < workers; ++w) {
     pid_t pid = ::fork();
@@ -242,7 +255,8 @@ int cmd_run(const Invocation& inv) {
       "threads", po::value(&threads)->default_value(0), "LibTorch threads; 0 = the config's `threads`")(
       "retry-failed", "train failed runs again (they are skipped otherwise)")(
       "stale-after", po::value(&stale_after)->default_value(60.0),
-      "seconds without heartbeat after which a running run is taken over (its process died)")(
+      "seconds without heartbeat after which a run held by a process on another host is taken "
+      "over (presumed dead); a holder on this host is taken over as soon as its process is gone")(
       "stop-after-epoch", po::value(&stop_after)->default_value(-1),
       "stop each run after this epoch (0-based), leaving it resumable; -1 = train to the end")(
       "no-progress", "no per-step progress lines (epoch lines stay)")(
@@ -376,8 +390,9 @@ int cmd_run(const Invocation& inv) {
                                               threads, inv.command_line),
                            stale_after, vm.count("retry-failed") > 0)) {
         if (!reported.count(run.id)) {
-          log::info("run " + run.name + " is being trained by another process; waiting (taken "
-                    "over if its heartbeat is older than " + fixed(stale_after, 0) + " s)");
+          log::info("run " + run.name + " is being trained by " + holder_text(run) +
+                    "; waiting (taken over when that process is gone, or, on another host, when "
+                    "its heartbeat is older than " + fixed(stale_after, 0) + " s)");
         }
         reported.insert(run.id);
         waiting = true;  // until it finishes, or its process dies and the run can be claimed
@@ -393,7 +408,8 @@ int cmd_run(const Invocation& inv) {
   log::info("sweep " + sweep.name + ": " + std::to_string(tally.done) + " trained, " +
             std::to_string(tally.skipped) + " skipped, " + std::to_string(tally.diverged) +
             " diverged, " + std::to_string(tally.failed) + " failed, " +
-            std::to_string(tally.interrupted) + " interrupted");
+            std::to_string(tally.interrupted) + " interrupted" +
+            (tally.lost ? ", " + std::to_string(tally.lost) + " taken over by another process" : ""));
   log::info("results: sqlite3 -header -column " + db +
             " \"select * from run_summary where sweep = '" + sweep.name + "'\"");
   return exit_code(tally);
@@ -437,8 +453,8 @@ int cmd_resume(const Invocation& inv) {
   if (finished) {
     store.mark_running(run->id, prov);  // explicit request to train a finished run again
   } else if (!store.claim_run(run->id, prov, stale_after, true)) {
-    throw UsageError("run " + run->name + " is being trained by another process (heartbeat " +
-                     run->heartbeat_at + "); wait, or pass --stale-after 0 if it died");
+    throw UsageError("run " + run->name + " is being trained by " + holder_text(*run) +
+                     " (heartbeat " + run->heartbeat_at + "); wait for it, or stop that process");
   }
   train::RunOptions opts = run_options(vm, inv, threads, stop_after);
   if (from_epoch >= 0) opts.from_epoch = from_epoch;
@@ -494,8 +510,8 @@ int cmd_fork(const Invocation& inv) {
   }
   const Config config = Config::from_json(run.config_json, "run " + run.name);
   if (!store.claim_run(run.id, provenance(config, threads, inv.command_line), 60, true)) {
-    throw UsageError("fork " + run.name + " is being trained by another process (heartbeat " +
-                     run.heartbeat_at + ")");
+    throw UsageError("fork " + run.name + " is being trained by " + holder_text(run) +
+                     " (heartbeat " + run.heartbeat_at + "); wait for it, or stop that process");
   }
   const train::RunOptions opts = run_options(vm, inv, threads, stop_after);
   Tally tally;

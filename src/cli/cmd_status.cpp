@@ -13,6 +13,7 @@
 #include "cli/compare.h"
 #include "cli/table.h"
 #include "core/error.h"
+#include "core/process.h"
 
 namespace po = boost::program_options;
 
@@ -83,7 +84,8 @@ int cmd_status(const Invocation& inv) {
     std::cout << "usage: amptune status [options]\n\n"
                  "Per sweep: done / running / pending / failed / diverged counts; for each running\n"
                  "run its epoch, heartbeat age and ETA (mean epoch seconds x epochs left). A\n"
-                 "running run whose heartbeat is older than 60 s is shown as stale.\n\n"
+                 "running run whose process on this host is gone, or (another host) whose\n"
+                 "heartbeat is older than 60 s, is shown as stale.\n\n"
               << desc;
     return 0;
   }
@@ -118,8 +120,13 @@ int cmd_status(const Invocation& inv) {
         }
       }
       std::string eta;
-      if (std::isfinite(age) && age > kStaleSeconds) {
-        eta = "stale (worker died?)";
+      const bool here = run->holder && run->holder->machine == current_process().machine;
+      if (here && !process_alive(*run->holder)) {
+        eta = "stale (its process " + std::to_string(run->holder->pid) + " is gone)";
+      } else if (std::isfinite(age) && age > kStaleSeconds) {
+        eta = here ? "no heartbeat (process " + std::to_string(run->holder->pid) +
+                         " lives: hung?)"
+                   : "stale (worker died?)";
       } else if (timed == 0) {
         eta = "-";
       } else {

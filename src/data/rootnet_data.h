@@ -31,7 +31,7 @@ struct RootEntry {
   double root_vis = 1;
   bool have_depth = true;
   double fx = 1500, fy = 1500, cx = 0, cy = 0;
-  bool valid = true;  // MuPoTS is_valid (AP counts valid ground truth only)
+  bool valid = true;  // ground truth that AP_root counts (read_mupots skips is_valid 0 people)
   double score = 1;  // detector score (MuPoTS with a bbox file), else 1
   int action = -1;   // Human3.6M action index 0..14 (action_idx - 2), else -1
 };
@@ -50,8 +50,10 @@ std::vector<RootEntry> read_h36m(const std::string& root, int protocol, bool tra
 // all others, as the original.
 std::vector<RootEntry> read_muco(const std::string& root);
 // MuPoTS-3D: ROOT/data/MuPoTS-3D.json, images ROOT/data/MultiPersonTestSet/<file_name>; every
-// annotation with its ground-truth box (score 1), or, when bbox_file is not empty, the detector
-// boxes [{image_id, bbox, score}] of that file (root fields then zero, root_vis 0).
+// annotation with is_valid != 0 with its ground-truth box (score 1); people marked is_valid 0
+// are skipped as the original skips them (neither evaluated nor counted by AP_root). When
+// bbox_file is not empty: the detector boxes [{image_id, bbox, score}] of that file instead (root
+// fields then zero, root_vis 0), matched against the valid people of read_mupots(root, "").
 std::vector<RootEntry> read_mupots(const std::string& root, const std::string& bbox_file);
 // MPII: ROOT/annotations/train.json (COCO-style: images {id, file_name, width, height},
 // annotations {image_id, bbox, keypoints [x, y, v] x 16, num_keypoints}), images
@@ -68,6 +70,7 @@ struct SynthOptions {
 };
 struct SynthStats {
   int images = 0, people = 0;
+  int invalid_people = 0;  // MuPoTS: people written with is_valid 0 (counted in `people`)
   std::vector<std::string> files;  // annotation files written
 };
 // Writes people as articulated 3D stick bodies (17 joints h36m, 21 joints muco / mupots, 16 mpii;

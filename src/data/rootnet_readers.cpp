@@ -298,6 +298,9 @@ std::vector<RootEntry> read_mupots(const std::string& root, const std::string& b
     return out;
   }
   for (auto& a : array_field(doc, "annotations", file)) {
+    // People marked is_valid 0 are neither evaluated nor counted (the original's MuPoTS loader
+    // skips them; AP_root's gt_num counts valid people only).
+    if (num(field(a, "is_valid", file), file, "is_valid") == 0) continue;
     RootEntry e = base(static_cast<int64_t>(num(field(a, "image_id", file), file, "image_id")));
     auto cam = rows(field(a, "keypoints_cam", file), 3, file, "keypoints_cam");
     auto im = rows(field(a, "keypoints_img", file), 2, file, "keypoints_img");
@@ -313,7 +316,7 @@ std::vector<RootEntry> read_mupots(const std::string& root, const std::string& b
         a.at("keypoints_vis").size() > kRoot) {
       e.root_vis = num(a.at("keypoints_vis").at(kRoot), file, "keypoints_vis");
     }
-    e.valid = num(field(a, "is_valid", file), file, "is_valid") != 0;
+    e.valid = true;
     out.push_back(e);
   }
   return out;

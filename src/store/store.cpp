@@ -40,7 +40,8 @@ const std::set<std::string>& reserved_run_columns() {
       "summary_json", "started_at",  "finished_at",   "heartbeat_at", "created_at",
       "amptune_version", "git_commit", "git_dirty",   "torch_version", "host",
       "threads",    "device",        "command_line",
-      "parent_run_id", "parent_epoch", "fork_overrides", "fork_changes", "reset_optimizer"};
+      "parent_run_id", "parent_epoch", "fork_overrides", "fork_changes", "reset_optimizer",
+      "claim_machine", "claim_pid", "claim_pid_start"};
   return names;
 }
 
@@ -434,6 +435,14 @@ RunRow read_run(const Statement& row,
       if (!row.is_null(column)) run.provenance.threads = static_cast<int>(row.column_int(column));
     } else if (name == "device") run.provenance.device = row.column_text(column);
     else if (name == "command_line") run.provenance.command_line = row.column_text(column);
+    else if (name == "claim_pid") {
+      if (!row.is_null(column)) {
+        if (!run.holder) run.holder.emplace();
+        run.holder->pid = row.column_int(column);
+      }
+    } else if (name == "claim_machine" || name == "claim_pid_start") {
+      // read after the loop (claim_pid decides whether the run has a holder)
+    }
     else if (name == "parent_run_id") {
       if (!row.is_null(column)) {
         if (!run.fork) run.fork.emplace();
@@ -454,6 +463,13 @@ RunRow read_run(const Statement& row,
       else if (name == "fork_overrides") run.fork->overrides_json = row.column_text(column);
       else if (name == "fork_changes") run.fork->changes = row.column_text(column);
       else if (name == "reset_optimizer") run.fork->reset_optimizer = row.column_int(column) != 0;
+    }
+  }
+  if (run.holder) {
+    for (int column = 0; column < row.column_count(); ++column) {
+      const std::string name = row.column_name(column);
+      if (name == "claim_machine") run.holder->machine = row.column_text(column);
+      else if (name == "claim_pid_start") run.holder->start_ticks = row.column_int(column);
     }
   }
   return run;
@@ -595,9 +611,10 @@ namespace {
 
 constexpr const char* kProvenanceAssignments =
     "amptune_version = ?3, git_commit = ?4, git_dirty = ?5, torch_version = ?6, host = ?7, "
-    "threads = ?8, device = ?9, command_line = ?10";
+    "threads = ?8, device = ?9, command_line = ?10, claim_machine = ?11, claim_pid = ?12, "
+    "claim_pid_start = ?13";
 
-// Binds ?1 = now, ?2 = run id, ?3..?10 = provenance.
+// Binds ?1 = now, ?2 = run id, ?3..?10 = provenance, ?11..?13 = this process as the holder.
 void bind_provenance(Statement& statement, const std::string& now, int64_t run_id,
                      const Provenance& provenance) {
   statement.bind(1, now).bind(2, run_id);
@@ -605,6 +622,8 @@ void bind_provenance(Statement& statement, const std::string& now, int64_t run_i
   statement.bind(5, provenance.git_dirty).bind(6, provenance.torch_version);
   statement.bind(7, provenance.host).bind(8, provenance.threads).bind(9, provenance.device);
   statement.bind(10, provenance.command_line);
+  const ProcessIdentity self = current_process();
+  statement.bind(11, self.machine).bind(12, self.pid).bind(13, self.start_ticks);
 }
 
 void require_run(sqlite3* db, const std::string& path, int64_t run_id, const std::string& action) {
@@ -614,6 +633,50 @@ void require_run(sqlite3* db, const std::string& path, int64_t run_id, const std
     throw StoreError(path + ": " + action + ": no run has id " + std::to_string(run_id) +
                      "; list the runs with `amptune status`");
   }
+}
+
+// What claim_run and the writers need of a run row: status, heartbeat and holder.
+struct Holding {
+  std::string status;
+  std::string heartbeat_at;
+  std::optional<ProcessIdentity> holder;
+  std::string host;  // provenance host of the holder, for messages
+};
+
+Holding read_holding(sqlite3* db, const std::string& path, int64_t run_id,
+                     const std::string& action) {
+  Statement select(db,
+                   "SELECT status, COALESCE(heartbeat_at, ''), claim_machine, claim_pid, "
+                   "claim_pid_start, COALESCE(host, '') FROM runs WHERE id = ?");
+  select.bind(1, run_id);
+  if (!select.step()) {
+    throw StoreError(path + ": " + action + ": no run has id " + std::to_string(run_id) +
+                     "; list the runs with `amptune status`");
+  }
+  Holding h;
+  h.status = select.column_text(0);
+  h.heartbeat_at = select.column_text(1);
+  if (!select.is_null(3)) {
+    h.holder = ProcessIdentity{select.column_text(2), select.column_int(3), select.column_int(4)};
+  }
+  h.host = select.column_text(5);
+  return h;
+}
+
+bool same_process(const ProcessIdentity& a, const ProcessIdentity& b) {
+  return a.machine == b.machine && a.pid == b.pid && a.start_ticks == b.start_ticks;
+}
+
+// Throws ClaimLostError when a process other than this one holds the run (inside the write
+// transaction, before anything is written).
+void require_holder(sqlite3* db, const std::string& path, int64_t run_id,
+                    const std::string& action) {
+  const Holding h = read_holding(db, path, run_id, action);
+  if (!h.holder || same_process(*h.holder, current_process())) return;
+  throw ClaimLostError(path + ": " + action + ": run " + std::to_string(run_id) +
+                       " was taken over by process " + std::to_string(h.holder->pid) + " on " +
+                       (h.host.empty() ? "another host" : h.host) +
+                       " (this process was presumed dead); this process stops working on it");
 }
 
 }  // namespace
@@ -637,23 +700,30 @@ bool Store::claim_run(int64_t run_id, const Provenance& provenance, double stale
                       bool retry_failed) {
   const std::string action = "claiming run " + std::to_string(run_id);
   return guarded(path_, action, [&] {
+    // In an IMMEDIATE transaction no other writer can interleave between the read and the write.
     return write_transaction(db_, [&] {
-      require_run(db_, path_, run_id, action);
+      const Holding h = read_holding(db_, path_, run_id, action);
       const auto now = std::chrono::system_clock::now();
-      const auto stale = now - std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                                   std::chrono::duration<double>(std::max(0.0, stale_after_seconds)));
-      // One UPDATE decides: in an IMMEDIATE transaction no other writer can interleave.
+      bool claimable = h.status == "pending" || (retry_failed && h.status == "failed");
+      if (h.status == "running") {
+        const ProcessIdentity self = current_process();
+        if (h.holder && !h.holder->machine.empty() && h.holder->machine == self.machine) {
+          claimable = !process_alive(*h.holder);  // same pid space: we know whether it lives
+        } else {
+          const auto stale =
+              now - std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                        std::chrono::duration<double>(std::max(0.0, stale_after_seconds)));
+          claimable = h.heartbeat_at < iso_utc(stale);
+        }
+      }
+      if (!claimable) return false;
       Statement update(db_, std::string("UPDATE runs SET status = 'running', "
                                         "started_at = COALESCE(started_at, ?1), heartbeat_at = ?1, "
                                         "finished_at = NULL, message = '', ") +
-                                kProvenanceAssignments +
-                                " WHERE id = ?2 AND (status = 'pending' OR "
-                                "(status = 'running' AND COALESCE(heartbeat_at, '') < ?11) OR "
-                                "(?12 AND status = 'failed'))");
+                                kProvenanceAssignments + " WHERE id = ?2");
       bind_provenance(update, iso_utc(now), run_id, provenance);
-      update.bind(11, iso_utc(stale)).bind(12, retry_failed);
       update.run();
-      return sqlite3_changes(db_) == 1;
+      return true;
     });
   });
 }
@@ -662,9 +732,9 @@ void Store::heartbeat(int64_t run_id) {
   const std::string action = "heartbeat of run " + std::to_string(run_id);
   guarded(path_, action, [&] {
     write_transaction(db_, [&] {
+      require_holder(db_, path_, run_id, action);
       Statement update(db_, "UPDATE runs SET heartbeat_at = ? WHERE id = ?");
       update.bind(1, now_utc()).bind(2, run_id).run();
-      if (sqlite3_changes(db_) != 1) require_run(db_, path_, run_id, action);
     });
   });
 }
@@ -680,7 +750,7 @@ void Store::finish_run(int64_t run_id, RunStatus status, const std::string& mess
   }
   guarded(path_, action, [&] {
     write_transaction(db_, [&] {
-      require_run(db_, path_, run_id, action);
+      require_holder(db_, path_, run_id, action);
       const std::string now = now_utc();
       Statement update(db_,
                        "UPDATE runs SET status = ?1, message = ?2, summary_json = ?3, "
@@ -695,7 +765,7 @@ void Store::release_run(int64_t run_id, const std::string& message) {
   const std::string action = "releasing run " + std::to_string(run_id);
   guarded(path_, action, [&] {
     write_transaction(db_, [&] {
-      require_run(db_, path_, run_id, action);
+      require_holder(db_, path_, run_id, action);
       Statement update(db_,
                        "UPDATE runs SET status = 'pending', message = ?1, heartbeat_at = ?2 "
                        "WHERE id = ?3");
@@ -711,7 +781,7 @@ void Store::record_epoch(const EpochRecord& record) {
       "recording epoch " + std::to_string(record.epoch) + " of run " + std::to_string(record.run_id);
   guarded(path_, action, [&] {
     write_transaction(db_, [&] {
-      require_run(db_, path_, record.run_id, action);
+      require_holder(db_, path_, record.run_id, action);
       // Delete first (metrics cascade) rather than INSERT OR REPLACE, whose implicit delete
       // would leave the old epoch's metrics behind.
       Statement remove(db_, "DELETE FROM epochs WHERE run_id = ? AND epoch = ?");
@@ -732,7 +802,10 @@ void Store::record_epoch(const EpochRecord& record) {
       } else {
         insert.bind_null(11).bind_null(12).bind_null(13);
       }
-      insert.bind(14, now_utc()).run();
+      const std::string now = now_utc();
+      insert.bind(14, now).run();
+      Statement beat(db_, "UPDATE runs SET heartbeat_at = ? WHERE id = ?");
+      beat.bind(1, now).bind(2, record.run_id).run();
 
       write_metrics(db_, path_ + ": " + action, record.run_id, record.epoch, record.metrics);
       // The epoch row was deleted above, and its loss_scale_events with it (cascade).
@@ -808,7 +881,7 @@ std::vector<CheckpointFile> Store::truncate_after(int64_t run_id, int epoch) {
       "dropping epochs after " + std::to_string(epoch) + " of run " + std::to_string(run_id);
   return guarded(path_, action, [&] {
     return write_transaction(db_, [&] {
-      require_run(db_, path_, run_id, action);
+      require_holder(db_, path_, run_id, action);
       std::vector<CheckpointFile> files;
       Statement select(db_,
                        "SELECT checkpoint_path, checkpoint_bytes, checkpoint_sha256 FROM epochs "

@@ -18,9 +18,19 @@
 #include <utility>
 #include <vector>
 
+#include "core/error.h"
+#include "core/process.h"
+
 struct sqlite3;
 
 namespace amptune::store {
+
+// A write by a process that no longer holds the run: another process claimed it (this one was
+// presumed dead). Nothing was written; the caller stops working on the run.
+class ClaimLostError : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
 
 enum class RunStatus { kPending, kRunning, kDone, kFailed, kDiverged };
 std::string to_string(RunStatus status);
@@ -83,6 +93,8 @@ struct RunRow {
   std::string created_at;
   std::string primary_metric;  // "acc1" unless RunSpec::columns said otherwise
   Provenance provenance;       // of the last mark_running / claim_run (empty before)
+  // The process that claimed the run last (mark_running / claim_run); unset before.
+  std::optional<ProcessIdentity> holder;
   // The non-NULL setting columns as JSON text, as RunSpec::columns wrote them (numbers may be
   // re-spelled: "1e-1" reads back as "0.1"; columns declared BOOLEAN read back as true/false).
   std::map<std::string, std::string> columns;
@@ -156,28 +168,41 @@ class Store {
   std::optional<RunRow> find_run(const std::string& id_or_name) const;
   std::vector<RunRow> runs(const std::optional<std::string>& sweep_name = std::nullopt) const;
 
-  // status -> running, started_at set when unset, provenance stored, heartbeat now.
-  // Unconditional (one worker); parallel workers use claim_run.
+  // Holding a run: mark_running and claim_run make this process (current_process()) the run's
+  // holder. From then on heartbeat, record_epoch, finish_run and release_run of that run throw
+  // ClaimLostError, writing nothing, when called from any other process: a process whose run was
+  // taken over can never write into it again. Runs never claimed (holder unset) accept writes
+  // from anyone.
+
+  // status -> running, started_at set when unset, provenance stored, heartbeat now, this
+  // process the holder. Unconditional (an explicit request); workers use claim_run.
   void mark_running(int64_t run_id, const Provenance& provenance);
   // Atomically moves the run to running as mark_running does, but only when it is pending, or
-  // running with a heartbeat older than `stale_after_seconds` (its worker died), or failed and
-  // `retry_failed`. Returns whether this caller won the run (false: someone else holds it or it
-  // is finished). A reclaimed run keeps started_at; message and finished_at are cleared.
-  // Throws StoreError when no run has that id.
+  // failed and `retry_failed`, or running and its holder is gone:
+  //  - a holder in this machine's pid space (ProcessIdentity::machine equal) is gone when its
+  //    process no longer exists (process_alive), at once; while it lives it keeps the run
+  //    whatever its heartbeat;
+  //  - any other holder is presumed gone when its heartbeat is older than `stale_after_seconds`.
+  // Returns whether this caller won the run (false: someone else holds it or it is finished). A
+  // reclaimed run keeps started_at; message and finished_at are cleared. Throws StoreError when
+  // no run has that id.
   bool claim_run(int64_t run_id, const Provenance& provenance, double stale_after_seconds,
                  bool retry_failed = false);
+  // heartbeat_at = now. ClaimLostError when another process holds the run.
   void heartbeat(int64_t run_id);
   // status -> done / failed / diverged with a message and the final summary JSON.
+  // ClaimLostError when another process holds the run.
   void finish_run(int64_t run_id, RunStatus status, const std::string& message,
                   const std::string& summary_json);
 
   // status -> pending with a message ("interrupted in epoch 3"): the run stopped on purpose and
-  // continues from its last checkpoint next time.
+  // continues from its last checkpoint next time. ClaimLostError when another process holds it.
   void release_run(int64_t run_id, const std::string& message);
 
-  // Replaces the epoch row of (run_id, epoch) and its metrics, all or nothing. Metric names are
-  // lowercase identifiers and must not be columns of the epochs table (lr, train_loss, ...:
-  // use the EpochRecord fields).
+  // Replaces the epoch row of (run_id, epoch) and its metrics, all or nothing, and advances the
+  // run's heartbeat in the same transaction. Metric names are lowercase identifiers and must not
+  // be columns of the epochs table (lr, train_loss, ...: use the EpochRecord fields).
+  // ClaimLostError (nothing written) when another process holds the run.
   void record_epoch(const EpochRecord& record);
   std::vector<EpochRow> epochs(int64_t run_id) const;
   // The loss_scale_events of a run in step order (re-recording or truncating epochs drops
@@ -186,6 +211,7 @@ class Store {
 
   // Drops epochs > `epoch` of a run (and their metrics) before it is resumed from `epoch`;
   // returns the checkpoint files those rows referenced so the caller can delete them.
+  // ClaimLostError when another process holds the run.
   std::vector<CheckpointFile> truncate_after(int64_t run_id, int epoch);
   // The file of that epoch was deleted by retention: the epoch row keeps its metrics.
   void forget_checkpoint(int64_t run_id, int epoch);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 
 #include <torch/torch.h>
@@ -51,6 +52,29 @@ Session load(const Config& config, const store::RunRow& run, const store::EpochR
   return session;
 }
 
+// Why `now` (this evaluation's metrics) must not silently replace the metrics stored in `row`:
+// they were computed on a set of another size (val_samples), or, when the stored row does not
+// say, with another number of batches. Empty when storing is safe (nothing to replace, or the
+// same set).
+std::string other_set(const store::EpochRow& row, const std::map<std::string, double>& now,
+                      bool same_batches) {
+  bool replaces = false;
+  for (const auto& [name, value] : now) {
+    replaces = replaces || (name != "val_samples" && row.metrics.count(name) > 0);
+  }
+  if (!replaces) return "";
+  const auto before = row.metrics.find("val_samples");
+  const auto after = now.find("val_samples");
+  if (before != row.metrics.end() && after != now.end()) {
+    if (before->second == after->second) return "";
+    return "its stored metrics were computed on " + std::to_string(std::llround(before->second)) +
+           " samples, this evaluation on " + std::to_string(std::llround(after->second));
+  }
+  if (same_batches) return "";
+  return "its stored metrics were computed on the batches training evaluated "
+         "(schedule.eval_step_per_epoch), this evaluation on another number";
+}
+
 }  // namespace
 
 std::vector<int> checkpoint_epochs(const store::Store& store, const store::RunRow& run,
@@ -88,6 +112,11 @@ std::vector<EpochEvaluation> evaluate_checkpoints(store::Store& store, const sto
   log::info("run " + run.name + ": evaluating " + std::to_string(epochs.size()) +
             " checkpoint(s) on " + val_set->describe());
 
+  // The set training evaluated: its first eval_step_per_epoch batches (0: it did not evaluate).
+  const int64_t eval_steps = config.get_int("schedule.eval_step_per_epoch");
+  const int64_t training_batches = eval_steps == 0 ? -1 : eval_steps;
+  const int64_t batches = options.max_batches.value_or(training_batches);
+
   std::vector<EpochEvaluation> results;
   for (const int epoch : epochs) {
     EpochEvaluation result;
@@ -101,18 +130,22 @@ std::vector<EpochEvaluation> evaluate_checkpoints(store::Store& store, const sto
                               run.name + " was deleted while evaluating");
       }
       Session session = load(config, run, row, device, precision);
-      // The same loader as training-time evaluation (trainer.cpp), over the whole split.
+      // The same loader as training-time evaluation (trainer.cpp).
       data::LoaderOptions opts =
           data::loader_options(config, data::Split::kVal, static_cast<uint64_t>(epoch));
       opts.epoch = static_cast<uint64_t>(epoch);
-      opts.max_batches = options.max_batches;
+      opts.max_batches = batches;
       data::Loader loader(val_set, opts);
       session.task->module().eval();
       {
         auto autocast = precision.autocast();
         result.metrics = session.task->evaluate(loader, device);
       }
-      store.record_metrics(run.id, epoch, result.metrics);
+      result.not_recorded = other_set(row, result.metrics, batches == training_batches);
+      if (result.not_recorded.empty() || options.replace) {
+        result.not_recorded.clear();
+        store.record_metrics(run.id, epoch, result.metrics);
+      }
     } catch (const CheckpointError& e) {
       result.error = e.what();
       result.metrics.clear();

@@ -19,14 +19,22 @@ struct EvalOptions {
   bool all = false;           // every kept checkpoint (ignored when `epoch` is set)
                               // neither: the newest kept checkpoint
   int threads = 0;            // > 0 overrides the config's `threads`
-  int64_t max_batches = -1;   // evaluation batches; -1 = the whole evaluation split (the
-                              // config's schedule.eval_step_per_epoch is not used)
+  // Evaluation batches; -1 = the whole evaluation split. Unset: the set training evaluated
+  // (schedule.eval_step_per_epoch; the whole split when training did not evaluate), so the
+  // stored training-time metrics are reproduced.
+  std::optional<int64_t> max_batches;
+  // Store metrics although the epoch's metrics were computed on another set (another
+  // val_samples count) at training time; without it such an evaluation is printed, not stored.
+  bool replace = false;
 };
 
 struct EpochEvaluation {
   int epoch = 0;
   std::map<std::string, double> metrics;  // as Task::evaluate returned them (empty on error)
   std::string error;                      // why this checkpoint could not be evaluated
+  // Evaluated, but not stored: the stored metrics of this epoch were computed on another set
+  // (this says which sizes); EvalOptions::replace stores them anyway.
+  std::string not_recorded;
   double seconds = 0;
 };
 
@@ -37,7 +45,8 @@ std::vector<int> checkpoint_epochs(const store::Store& store, const store::RunRo
 
 // Evaluates the selected checkpoints of `run` on its configured evaluation split (data val split;
 // RootNet: the test set) and records each epoch's metrics with Store::record_metrics (replacing
-// those metric names, other metrics untouched). A checkpoint that is missing or corrupt
+// those metric names, other metrics untouched) unless they would replace metrics computed on
+// another set (see EvalOptions::replace; val_samples says how many samples a set held). A checkpoint that is missing or corrupt
 // (CheckpointError naming file and epoch) is reported in its EpochEvaluation::error and the
 // others are still evaluated. Reads only the checkpoint files; writes only metrics rows.
 std::vector<EpochEvaluation> evaluate_checkpoints(store::Store& store, const store::RunRow& run,

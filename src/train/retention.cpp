@@ -9,6 +9,7 @@
 #include <map>
 
 #include "core/config.h"
+#include "core/process.h"
 #include "core/error.h"
 #include "train/runner.h"
 
@@ -100,6 +101,26 @@ int64_t size_of(const fs::path& p) {
 bool is_temp(const std::string& name) { return name.find(".tmp.") != std::string::npos; }
 
 }  // namespace
+
+std::vector<std::string> remove_dead_temp_files(const std::string& dir) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return removed;
+  const ProcessIdentity self = current_process();
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const size_t mark = name.rfind(".tmp.");
+    if (mark == std::string::npos || !entry.is_regular_file() || entry.is_symlink()) continue;
+    const std::string pid_text = name.substr(mark + 5);
+    if (!all_digits(pid_text) || pid_text.size() > 9) continue;
+    ProcessIdentity writer{self.machine, std::stoll(pid_text), 0};
+    if (writer.pid != self.pid && process_alive(writer)) continue;
+    std::error_code rm;
+    if (fs::remove(entry.path(), rm)) removed.push_back(entry.path().string());
+  }
+  std::sort(removed.begin(), removed.end());
+  return removed;
+}
 
 GcReport collect_garbage(store::Store& store, bool dry_run) {
   GcReport report;

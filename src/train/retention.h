@@ -36,6 +36,12 @@ std::set<int> retained_epochs(const std::vector<store::EpochRow>& rows,
 void apply_retention(store::Store& store, int64_t run_id, const Config& config,
                      const std::string& primary, bool higher_is_better);
 
+// Removes the temp files of interrupted checkpoint saves ("<name>.tmp.<pid>", checkpoint.h) in a
+// run's checkpoint directory whose writer is dead: its pid is not a live process of this machine,
+// or it is this process (which is not saving now). Called by the process that holds the run
+// before it trains. Returns the removed paths; a missing directory is no error.
+std::vector<std::string> remove_dead_temp_files(const std::string& dir);
+
 struct GarbageFile {
   std::string path;
   int64_t bytes = 0;

@@ -25,12 +25,16 @@ struct RunOptions {
   bool progress = true;           // progress of the training steps on stderr
   bool progress_tty = false;      // redraw a progress line (a terminal); plain lines otherwise
   std::string command_line;
-  double heartbeat_seconds = 5;   // how often the run row's heartbeat is refreshed
+  // How often the run row's heartbeat is refreshed (by a thread of its own, whatever training
+  // does meanwhile; every recorded epoch refreshes it too). Keep --stale-after well above it.
+  double heartbeat_seconds = 2;
   // Stop (run back to pending) once this epoch (0-based) is recorded; for staged runs and tests.
   std::optional<int> stop_after_epoch;
 };
 
-enum class Outcome { kDone, kDiverged, kFailed, kInterrupted };
+// kLost: another process took the run over while this one trained it (this one was presumed
+// dead); nothing more was written.
+enum class Outcome { kDone, kDiverged, kFailed, kInterrupted, kLost };
 
 struct RunResult {
   Outcome outcome = Outcome::kFailed;

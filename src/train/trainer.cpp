@@ -7,9 +7,11 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <mutex>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -49,6 +51,62 @@ std::string hms(double seconds) {
                 static_cast<long long>(s / 60 % 60), static_cast<long long>(s % 60));
   return buf;
 }
+
+// Keeps a claimed run's heartbeat fresh from its own thread and database connection, whatever
+// the training thread is doing (a long evaluation, a checkpoint write, data loading), and
+// notices when another process has taken the run over.
+class HeartbeatThread {
+ public:
+  HeartbeatThread(const std::string& db, int64_t run_id, double period_seconds)
+      : store_(db), run_id_(run_id), period_(std::max(0.05, period_seconds)),
+        thread_([this] { loop(); }) {}
+  ~HeartbeatThread() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+  HeartbeatThread(const HeartbeatThread&) = delete;
+  HeartbeatThread& operator=(const HeartbeatThread&) = delete;
+
+  // Throws the ClaimLostError the thread met: another process holds the run now.
+  void check() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!lost_.empty()) throw store::ClaimLostError(lost_);
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!wake_.wait_for(lock, period_, [this] { return stop_; })) {
+      lock.unlock();
+      std::string lost;
+      try {
+        store_.heartbeat(run_id_);
+      } catch (const store::ClaimLostError& e) {
+        lost = e.what();
+      } catch (const std::exception& e) {  // a busy or full disk: the next beat tries again
+        log::warn(std::string("heartbeat: ") + e.what());
+      }
+      lock.lock();
+      if (!lost.empty()) {
+        lost_ = lost;
+        return;
+      }
+    }
+  }
+
+  store::Store store_;  // its own connection: a Store is used from one thread
+  const int64_t run_id_;
+  const std::chrono::duration<double> period_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::string lost_;
+  std::thread thread_;  // last: starts once the members above exist
+};
 
 // Progress of the training steps of one epoch, on stderr.
 class Progress {
@@ -298,6 +356,7 @@ std::string checkpoint_dir(const Config& config, const store::Store& store, int6
 RunResult train_run(store::Store& store, const store::RunRow& run, const RunOptions& options) {
   RunResult result;
   try {
+    HeartbeatThread heartbeat(store.path(), run.id, options.heartbeat_seconds);
     const Config config = Config::from_json(run.config_json, "run " + run.name);
     const int threads = resolve_threads(config, options.threads);
     torch::set_num_threads(threads);
@@ -319,6 +378,10 @@ RunResult train_run(store::Store& store, const store::RunRow& run, const RunOpti
     const int64_t skip_steps = config.get_int("schedule.skip_steps");
     const int64_t every = config.get_int("checkpoint.every");
     const std::string ckpt_dir = checkpoint_dir(config, store, run.id);
+    // Saves of this run that a killed process left half-written (it holds the run now).
+    for (const auto& file : remove_dead_temp_files(ckpt_dir)) {
+      log::info("run " + run.name + ": removed " + file + " (a save interrupted by a crash)");
+    }
 
     data::LoaderOptions train_opts = data::loader_options(config, data::Split::kTrain, 0);
     train_opts.max_batches = config.get_int("schedule.training_step_per_epoch");
@@ -326,7 +389,6 @@ RunResult train_run(store::Store& store, const store::RunRow& run, const RunOpti
     val_opts.max_batches = eval_steps;
 
     int64_t global_step = start.global_step;
-    auto heartbeat_at = Clock::now();
     log::info("run " + run.name + " [" + run.label + "]: " + train_set->describe() + ", " +
               std::to_string(threads) + " threads, " + device.str());
 
@@ -390,10 +452,7 @@ RunResult train_run(store::Store& store, const store::RunRow& run, const RunOpti
         }
         progress.step(step, loss_value, fps, seconds_since(epoch_start));
         ++step;
-        if (seconds_since(heartbeat_at) >= options.heartbeat_seconds) {
-          store.heartbeat(run.id);
-          heartbeat_at = Clock::now();
-        }
+        heartbeat.check();  // taken over by another process: stop at once
       }
       if (step == 0) {
         throw DataError("epoch " + std::to_string(epoch) + " of run " + run.name +
@@ -422,6 +481,8 @@ RunResult train_run(store::Store& store, const store::RunRow& run, const RunOpti
       precision.end_epoch(record);  // loss_scale*, overflow/skipped steps, scale events
       record.metrics["train_images"] = static_cast<double>(images);
       record.epoch_seconds = seconds_since(epoch_start);
+      // Still ours? (Another process writes the same file names once it holds the run.)
+      store.heartbeat(run.id);
       if ((epoch + 1) % every == 0 || epoch + 1 == epochs) {
         char name[32];
         std::snprintf(name, sizeof name, "epoch_%04lld.pt", static_cast<long long>(epoch));
@@ -430,8 +491,7 @@ RunResult train_run(store::Store& store, const store::RunRow& run, const RunOpti
                                             session.task->module(), *session.optimizer, meta,
                                             &precision.engine());
       }
-      store.record_epoch(record);
-      heartbeat_at = Clock::now();
+      store.record_epoch(record);  // advances the heartbeat in the same transaction
       apply_retention(store, run.id, config, info.primary_metric, info.higher_is_better);
 
       std::string line = "run " + run.name + " epoch " + std::to_string(epoch) + ": train_loss " +
@@ -454,6 +514,12 @@ RunResult train_run(store::Store& store, const store::RunRow& run, const RunOpti
     result.summary_json = summary_json(store, run, config, device);
     store.finish_run(run.id, store::RunStatus::kDone, "", result.summary_json);
     result.outcome = Outcome::kDone;
+    return result;
+  } catch (const store::ClaimLostError& e) {
+    // Another process took the run over (this one was presumed dead): it owns the run's rows
+    // and files now, so nothing more is written here.
+    result.outcome = Outcome::kLost;
+    result.message = e.what();
     return result;
   } catch (const std::exception& e) {
     result.outcome = Outcome::kFailed;

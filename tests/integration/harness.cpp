@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -84,13 +85,16 @@ void write_file(const std::string& path, const std::string& text) {
   out << text;
 }
 
-pid_t spawn_amptune(const std::vector<std::string>& args, const std::string& cwd) {
+pid_t spawn_amptune(const std::vector<std::string>& args, const std::string& cwd,
+                    const SpawnOptions& options) {
   pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {
     if (::chdir(cwd.c_str()) != 0) _exit(126);
-    std::string out = cwd + "/child.out", err = cwd + "/child.err";
+    std::string out = cwd + "/" + options.log_stem + ".out";
+    std::string err = cwd + "/" + options.log_stem + ".err";
     if (!std::freopen(out.c_str(), "w", stdout) || !std::freopen(err.c_str(), "w", stderr)) _exit(126);
+    for (const auto& [name, value] : options.env) ::setenv(name.c_str(), value.c_str(), 1);
     std::vector<char*> argv;
     std::string bin = AMPTUNE_BINARY;
     argv.push_back(bin.data());
@@ -103,12 +107,20 @@ pid_t spawn_amptune(const std::vector<std::string>& args, const std::string& cwd
   return pid;
 }
 
-Result run_amptune(const std::vector<std::string>& args, const std::string& cwd) {
-  pid_t pid = spawn_amptune(args, cwd);
+pid_t spawn_amptune(const std::vector<std::string>& args, const std::string& cwd) {
+  return spawn_amptune(args, cwd, SpawnOptions{});
+}
+
+int wait_exit_code(pid_t pid) {
   int status = 0;
   ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+Result run_amptune(const std::vector<std::string>& args, const std::string& cwd) {
+  pid_t pid = spawn_amptune(args, cwd);
   Result r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.exit_code = wait_exit_code(pid);
   r.out = read_file(cwd + "/child.out");
   r.err = read_file(cwd + "/child.err");
   return r;

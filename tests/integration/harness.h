@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "store/store.h"
@@ -28,8 +29,19 @@ struct Result {
 // Runs the amptune binary with `args` in `cwd`, waits, returns exit code and output.
 Result run_amptune(const std::vector<std::string>& args, const std::string& cwd);
 
-// Starts amptune in the background (stdout/stderr to files in cwd); returns its pid.
+// Starts amptune in the background (stdout/stderr to cwd/child.out and cwd/child.err);
+// returns its pid.
 pid_t spawn_amptune(const std::vector<std::string>& args, const std::string& cwd);
+
+struct SpawnOptions {
+  std::vector<std::pair<std::string, std::string>> env;  // set in the child
+  std::string log_stem = "child";  // stdout/stderr to cwd/<stem>.out and cwd/<stem>.err
+};
+pid_t spawn_amptune(const std::vector<std::string>& args, const std::string& cwd,
+                    const SpawnOptions& options);
+
+// Waits for `pid`; its exit code, or 128 + the signal that ended it.
+int wait_exit_code(pid_t pid);
 
 // The epoch rows of run `run` (id or name) in database `db`; a missing run is a test failure.
 std::vector<store::EpochRow> epochs_of(const std::string& db, const std::string& run);

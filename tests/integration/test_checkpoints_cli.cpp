@@ -124,6 +124,29 @@ TEST(CheckpointsCli, EvalAllReproducesTrainingTimeMetricsBitwise) {
   EXPECT_EQ(db.integrity_check(), "ok");
 }
 
+TEST(CheckpointsCli, EvalKeepsTheSetTrainingEvaluated) {
+  // Training evaluates 1 batch (16 of 48 samples) per epoch.
+  auto f = make(1, ", eval_step_per_epoch: 1");
+  train(f);
+  const std::string run = std::to_string(only_run(f));
+  const auto trained = epochs_of(f.db, run);
+  ASSERT_EQ(trained.size(), 1u);
+  ASSERT_EQ(trained[0].metrics.at("val_samples"), 16.0);
+  // By default eval evaluates the same set: the same figures, bitwise.
+  auto r = run_amptune({"eval", run, "--db", f.db, "-q"}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(epochs_of(f.db, run)[0].metrics, trained[0].metrics);
+  // The whole split is another set: never silently stored over the training-time figures.
+  r = run_amptune({"eval", run, "--max-batches", "-1", "--db", f.db, "-q"}, f.dir);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("computed on 16 samples, this evaluation on 48"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--replace"), std::string::npos) << r.err;
+  EXPECT_EQ(epochs_of(f.db, run)[0].metrics, trained[0].metrics);
+  r = run_amptune({"eval", run, "--max-batches", "-1", "--replace", "--db", f.db, "-q"}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(epochs_of(f.db, run)[0].metrics.at("val_samples"), 48.0);
+}
+
 TEST(CheckpointsCli, EvalFillsMetricsOfRunsTrainedWithoutEvaluation) {
   auto f = make(2, ", eval_step_per_epoch: 0");
   train(f);
@@ -146,8 +169,15 @@ TEST(CheckpointsCli, EvalFillsMetricsOfRunsTrainedWithoutEvaluation) {
   EXPECT_EQ(view[0][0], std::to_string(best));
   EXPECT_EQ(view[0][1], "acc1");
 
-  // --max-batches limits the evaluation (1 batch of 16 samples).
+  // --max-batches limits the evaluation (1 batch of 16 samples); it would replace metrics of
+  // 48 samples, so it is printed, not stored, unless --replace.
   r = run_amptune({"eval", run, "--epoch", "0", "--max-batches", "1", "--db", f.db, "-q"}, f.dir);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("computed on 48 samples, this evaluation on 16"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("not stored"), std::string::npos) << r.out;
+  EXPECT_EQ(epochs_of(f.db, run)[0].metrics.at("val_samples"), 48.0);
+  r = run_amptune({"eval", run, "--epoch", "0", "--max-batches", "1", "--replace", "--db", f.db,
+                   "-q"}, f.dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(epochs_of(f.db, run)[0].metrics.at("val_samples"), 16.0);
 

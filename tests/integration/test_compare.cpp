@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "integration/harness.h"
+#include "core/process.h"
 #include "store/store.h"
 
 namespace amptune::testing {
@@ -154,13 +155,28 @@ void StatusCountsRunsAndFlagsAStaleWorker() {
 
   sqlite3* raw = nullptr;
   ASSERT_EQ(sqlite3_open(db.c_str(), &raw), SQLITE_OK);
-  const std::string update = "UPDATE runs SET heartbeat_at = '2000-01-01T00:00:00.000Z' WHERE id = " +
-                             std::to_string(id);
+  // Held by this (live) test process: an old heartbeat alone means hung, not dead.
+  std::string update = "UPDATE runs SET heartbeat_at = '2000-01-01T00:00:00.000Z' WHERE id = " +
+                       std::to_string(id);
+  EXPECT_EQ(sqlite3_exec(raw, update.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+  r = run_amptune({"status", "--db", db}, dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("lives: hung?"), std::string::npos) << r.out;
+  // Held by a process of another host: the heartbeat decides.
+  update = "UPDATE runs SET claim_machine = 'another-host' WHERE id = " + std::to_string(id);
+  EXPECT_EQ(sqlite3_exec(raw, update.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+  r = run_amptune({"status", "--db", db}, dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("stale (worker died?)"), std::string::npos) << r.out;
+  // Held by a process of this host that is gone: stale whatever the heartbeat.
+  update = "UPDATE runs SET claim_machine = '" + current_process().machine +
+           "', claim_pid = 2147483600, heartbeat_at = '2999-01-01T00:00:00.000Z' WHERE id = " +
+           std::to_string(id);
   EXPECT_EQ(sqlite3_exec(raw, update.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
   sqlite3_close(raw);
   r = run_amptune({"status", "--db", db}, dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("stale (worker died?)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("stale (its process 2147483600 is gone)"), std::string::npos) << r.out;
 
   r = run_amptune({"status", "--db", db, "--sweep", "nope"}, dir);
   EXPECT_EQ(r.exit_code, 2) << r.out;

@@ -368,6 +368,149 @@ TEST(Workers, AKilledWorkersRunIsTakenOverAndEndsAsIfUninterrupted) {
   EXPECT_EQ(s.integrity_check(), "ok");
 }
 
+// --- claims: who trains a run -------------------------------------------------------------------
+
+// Adds a table counting every INSERT into epochs (a re-recorded epoch counts twice).
+void count_epoch_writes(const std::string& db) {
+  { store::Store create(db); }  // the schema
+  sqlite3* h = nullptr;
+  ASSERT_EQ(sqlite3_open(db.c_str(), &h), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(h,
+                         "CREATE TABLE epoch_writes (run_id INTEGER, epoch INTEGER);"
+                         "CREATE TRIGGER epoch_written AFTER INSERT ON epochs BEGIN "
+                         "INSERT INTO epoch_writes VALUES (NEW.run_id, NEW.epoch); END;",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK)
+      << sqlite3_errmsg(h);
+  sqlite3_close(h);
+}
+
+// Polls until `sql` (one value) reads at least `at_least`; false after ~60 s.
+bool wait_for_count(const std::string& db, const std::string& sql, int at_least) {
+  for (int i = 0; i < 1200; ++i) {
+    auto rows = query(db, sql, true);
+    if (!rows.empty() && !rows[0][0].empty() && std::stoi(rows[0][0]) >= at_least) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+TEST(Claims, ALiveRunOfAnotherHostIsNotTakenOverWhileItsHeartbeatIsFresh) {
+  // Epochs much shorter than --stale-after: only a heartbeat that advances while the run
+  // trains keeps the second process (another host as far as pids go) from taking it over.
+  // 30 epochs of 40 steps: about 0.4 s each, 12 s in all against --stale-after 3.
+  auto f = make("", "", 30, 640);
+  count_epoch_writes(f.db);
+  const std::vector<std::string> cmd = {"run", f.yaml, "--db", f.db, "--no-progress",
+                                        "--stale-after", "3"};
+  const pid_t a = spawn_amptune(cmd, f.dir, {{{"AMPTUNE_HOST_ID", "host-a"}}, "a"});
+  ASSERT_TRUE(wait_for_count(f.db, "SELECT count(*) FROM epoch_writes", 1)) << read_file(f.dir + "/a.err");
+  const pid_t b = spawn_amptune(cmd, f.dir, {{{"AMPTUNE_HOST_ID", "host-b"}}, "b"});
+  const int code_a = wait_exit_code(a), code_b = wait_exit_code(b);
+  const std::string err_a = read_file(f.dir + "/a.err"), err_b = read_file(f.dir + "/b.err");
+  EXPECT_EQ(code_a, 0) << err_a;
+  EXPECT_EQ(code_b, 0) << err_b;
+  EXPECT_NE(err_b.find("is being trained by process " + std::to_string(a)), std::string::npos) << err_b;
+  EXPECT_EQ(err_b.find("continuing after epoch"), std::string::npos) << err_b;
+  EXPECT_EQ(query(f.db, "SELECT count(*), count(DISTINCT epoch) FROM epoch_writes"),
+            (std::vector<std::vector<std::string>>{{"30", "30"}}))
+      << err_a << err_b;
+  EXPECT_EQ(query(f.db, "SELECT status FROM runs")[0][0], "done");
+}
+
+TEST(Claims, AProcessWhoseRunWasTakenOverStopsWithoutWriting) {
+  auto f = make("", "", 40);
+  count_epoch_writes(f.db);
+  const pid_t a = spawn_amptune({"run", f.yaml, "--db", f.db, "--no-progress"}, f.dir);
+  ASSERT_TRUE(wait_for_count(f.db, "SELECT count(*) FROM epoch_writes", 2)) << read_file(f.dir + "/child.err");
+  // Another host's process takes the run over (as claim_run does when a's heartbeat is stale),
+  // and counts the epochs written until then in the same transaction.
+  int written = 0;
+  {
+    sqlite3* h = nullptr;
+    ASSERT_EQ(sqlite3_open(f.db.c_str(), &h), SQLITE_OK);
+    sqlite3_busy_timeout(h, 10000);
+    ASSERT_EQ(sqlite3_exec(h, "BEGIN IMMEDIATE; UPDATE runs SET claim_machine = 'host-z', "
+                              "claim_pid = 4242, claim_pid_start = 1, host = 'z'",
+                           nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(h);
+    sqlite3_stmt* st = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(h, "SELECT count(*) FROM epoch_writes", -1, &st, nullptr), SQLITE_OK);
+    ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+    written = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    ASSERT_EQ(sqlite3_exec(h, "COMMIT", nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(h);
+  }
+  ASSERT_LT(written, 40) << "the run finished before it could be taken over";
+  EXPECT_EQ(wait_exit_code(a), 0);
+  const std::string err = read_file(f.dir + "/child.err");
+  EXPECT_NE(err.find("taken over by process 4242 on z"), std::string::npos) << err;
+  EXPECT_EQ(query(f.db, "SELECT count(*) FROM epoch_writes")[0][0], std::to_string(written));
+  // The run is the other process's: still running, its holder untouched.
+  EXPECT_EQ(query(f.db, "SELECT status, claim_pid FROM runs"),
+            (std::vector<std::vector<std::string>>{{"running", "4242"}}));
+}
+
+TEST(Claims, RerunAfterAKillOnTheSameHostTakesOverAtOnce) {
+  auto f = make("", "", 30);
+  const pid_t a = spawn_amptune({"run", f.yaml, "--db", f.db, "--no-progress"}, f.dir);
+  ASSERT_TRUE(wait_for_count(f.db, "SELECT count(*) FROM epochs", 1)) << read_file(f.dir + "/child.err");
+  ASSERT_EQ(::kill(a, SIGKILL), 0);
+  ASSERT_EQ(wait_exit_code(a), 128 + SIGKILL);
+  ASSERT_EQ(query(f.db, "SELECT status FROM runs")[0][0], "running");
+  // The default --stale-after (60 s) does not apply: the holder was a process of this host and
+  // it is gone.
+  const auto start = std::chrono::steady_clock::now();
+  auto r = run_amptune({"run", f.yaml, "--db", f.db, "--no-progress"}, f.dir);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("waiting"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("continuing after epoch"), std::string::npos) << r.err;
+  EXPECT_LT(seconds, 60) << "waited for the heartbeat rule";
+  EXPECT_EQ(query(f.db, "SELECT status FROM runs")[0][0], "done");
+}
+
+TEST(Claims, EveryRunOptionPassesOnToWorkers) {
+  auto f = make("grid:\n  optim.lr: [0.05, 0.1]\n  seed: [1, 2]\n", "", 3);
+  auto r = run_amptune({"run", f.yaml, "--db", f.db, "--workers", "2", "--no-progress",
+                        "--threads", "1", "--retry-failed", "--stale-after", "30",
+                        "--stop-after-epoch", "0", "--set", "optim.momentum=0.8", "--only",
+                        "seed=1"},
+                       f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(query(f.db, "SELECT count(*), sum(status = 'pending') FROM runs"),
+            (std::vector<std::vector<std::string>>{{"2", "2"}}));
+  EXPECT_EQ(query(f.db, "SELECT count(*) FROM epochs")[0][0], "2");
+  EXPECT_EQ(query(f.db, "SELECT DISTINCT json_extract(config_json, '$.optim.momentum') FROM runs")[0][0],
+            "0.8");
+  r = run_amptune({"run", f.yaml, "--db", f.db, "--workers=2", "-q", "--only", "seed=1"}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(query(f.db, "SELECT count(*) FROM runs WHERE status = 'done'")[0][0], "2");
+}
+
+TEST(Claims, TempFilesOfDeadWritersAreRemovedWhenTheRunStartsAgain) {
+  auto f = make("", "", 2);
+  ASSERT_EQ(run_amptune({"run", f.yaml, "--db", f.db, "-q", "--stop-after-epoch", "0"}, f.dir).exit_code, 0);
+  const std::string run = only_run(f.db);
+  const fs::path dir = fs::path(epochs_of(f.db, run).at(0).checkpoint->path).parent_path();
+  // A real process that died in the middle of a save leaves its temp file behind.
+  const pid_t writer = ::fork();
+  if (writer == 0) {
+    std::ofstream(dir / ("epoch_0001.pt.tmp." + std::to_string(::getpid()))) << "half a checkpoint";
+    ::_exit(0);
+  }
+  ASSERT_EQ(wait_exit_code(writer), 0);
+  const fs::path dead = dir / ("epoch_0001.pt.tmp." + std::to_string(writer));
+  const fs::path live = dir / ("epoch_0001.pt.tmp." + std::to_string(::getpid()));  // this test lives
+  ASSERT_TRUE(fs::exists(dead));
+  std::ofstream(live) << "another process's save in flight";
+  auto r = run_amptune({"run", f.yaml, "--db", f.db}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_NE(r.err.find("removed " + dead.string()), std::string::npos) << r.err;
+  EXPECT_TRUE(fs::exists(live));
+}
+
 TEST(Failures, DeletedCheckpointFallsBackOrIsNamed) {
   auto f = make("", "", 3);
   ASSERT_EQ(run_amptune({"run", f.yaml, "--db", f.db, "-q", "--stop-after-epoch", "1"}, f.dir).exit_code, 0);

@@ -2,6 +2,7 @@
 // ends with PRAGMA integrity_check / foreign_key_check on every database it made.
 #include <gtest/gtest.h>
 #include <sqlite3.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -167,7 +168,9 @@ TEST(StoreMigrations, EmbeddedFileCountsFromOne) {
   ASSERT_GE(migrations.size(), 2u);
   for (size_t i = 0; i < migrations.size(); ++i) {
     EXPECT_EQ(migrations[i].version, static_cast<int>(i) + 1);
-    EXPECT_NE(migrations[i].sql.find("CREATE"), std::string::npos) << "migration " << i + 1;
+    const std::string& sql = migrations[i].sql;
+    EXPECT_TRUE(sql.find("CREATE") != std::string::npos || sql.find("ALTER TABLE") != std::string::npos)
+        << "migration " << i + 1 << " changes nothing";
   }
 }
 
@@ -507,6 +510,76 @@ TEST_F(StoreTest, RunLifecycleRoundTrips) {
   EXPECT_THROW(store.finish_run(id + 1, RunStatus::kDone, "", ""), StoreError);
 }
 
+// A pid of this machine that no process has (a child that exited and was reaped).
+int64_t dead_pid() {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(0);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return pid;
+}
+
+TEST_F(StoreTest, ClaimOfAGoneProcessOnThisMachineIsStaleAtOnce) {
+  const std::string path = db_path();
+  Store store(path);
+  const int64_t id = store.ensure_run(store.ensure_sweep("s", "", "", ""), spec("s", 0, "a")).id;
+  ASSERT_TRUE(store.claim_run(id, provenance("a"), 3600));
+  const RunRow held = *store.find_run(id);
+  ASSERT_TRUE(held.holder);
+  EXPECT_EQ(held.holder->pid, ::getpid());
+  EXPECT_EQ(held.holder->machine, current_process().machine);
+  EXPECT_EQ(held.holder->start_ticks, current_process().start_ticks);
+  EXPECT_GT(held.holder->start_ticks, 0);
+
+  // The holder is a process of this machine that is gone; its heartbeat is fresh.
+  const int64_t gone = dead_pid();
+  EXPECT_FALSE(process_alive(ProcessIdentity{current_process().machine, gone, 0}));
+  { RawDb raw(path); raw.exec("UPDATE runs SET claim_pid = " + std::to_string(gone)); }
+  EXPECT_TRUE(store.claim_run(id, provenance("b"), 3600));
+  EXPECT_EQ(store.find_run(id)->holder->pid, ::getpid());
+
+  // The same pid with another start time is another process (the pid was reused).
+  { RawDb raw(path); raw.exec("UPDATE runs SET claim_pid_start = claim_pid_start + 1"); }
+  EXPECT_FALSE(process_alive(*store.find_run(id)->holder));
+  EXPECT_TRUE(store.claim_run(id, provenance("c"), 3600));
+}
+
+TEST_F(StoreTest, OnlyTheHolderWritesARun) {
+  const std::string path = db_path();
+  Store store(path);
+  const int64_t id = store.ensure_run(store.ensure_sweep("s", "", "", ""), spec("s", 0, "a")).id;
+  EpochRecord r;
+  r.run_id = id;
+  r.epoch = 0;
+  r.train_loss = 1;
+  store.record_epoch(r);  // never claimed: anyone may write (tools, tests)
+  ASSERT_TRUE(store.claim_run(id, provenance("a"), 3600));
+  { RawDb raw(path); raw.exec("UPDATE runs SET heartbeat_at = '2000-01-01T00:00:00.000Z'"); }
+  r.epoch = 1;
+  store.record_epoch(r);  // the holder's epoch advances the heartbeat in the same transaction
+  EXPECT_GT(store.find_run(id)->heartbeat_at, "2000-01-01T00:00:00.000Z");
+  store.heartbeat(id);
+
+  // Another process (this machine's pid 1, alive) took the run over.
+  { RawDb raw(path); raw.exec("UPDATE runs SET claim_pid = 1, claim_pid_start = 0, host = 'b'"); }
+  r.epoch = 2;
+  EXPECT_THROW(store.record_epoch(r), ClaimLostError);
+  EXPECT_THROW(store.heartbeat(id), ClaimLostError);
+  EXPECT_THROW(store.release_run(id, "interrupted"), ClaimLostError);
+  EXPECT_THROW(store.truncate_after(id, 0), ClaimLostError);
+  try {
+    store.finish_run(id, RunStatus::kFailed, "x", "");
+    ADD_FAILURE() << "finish_run of a run another process holds";
+  } catch (const ClaimLostError& e) {
+    EXPECT_NE(std::string(e.what()).find("taken over by process 1 on b"), std::string::npos)
+        << e.what();
+  }
+  const RunRow after = *store.find_run(id);
+  EXPECT_EQ(after.status, RunStatus::kRunning);
+  EXPECT_EQ(after.epochs_done, 2);  // epoch 2 was not written
+  EXPECT_EQ(store.epochs(id).size(), 2u);
+}
+
 TEST_F(StoreTest, StatusWordsRoundTrip) {
   for (RunStatus status : {RunStatus::kPending, RunStatus::kRunning, RunStatus::kDone,
                            RunStatus::kFailed, RunStatus::kDiverged}) {
@@ -526,7 +599,11 @@ TEST_F(StoreTest, ClaimRunHasOneWinner) {
   EXPECT_FALSE(b.claim_run(id, provenance("b"), 3600));  // fresh heartbeat: a holds it
   EXPECT_EQ(b.find_run(id)->provenance.host, "a");
 
+  // Held by a live process of this machine (this one): an old heartbeat does not make it stale.
   { RawDb raw(path); raw.exec("UPDATE runs SET heartbeat_at = '2000-01-01T00:00:00.000Z'"); }
+  EXPECT_FALSE(b.claim_run(id, provenance("b"), 3600));
+  // Held by a process of another host: only the heartbeat tells, and it is old.
+  { RawDb raw(path); raw.exec("UPDATE runs SET claim_machine = 'another-host'"); }
   EXPECT_TRUE(b.claim_run(id, provenance("b"), 3600));  // a's worker is presumed dead
   RunRow taken = *a.find_run(id);
   EXPECT_EQ(taken.provenance.host, "b");

@@ -5,7 +5,9 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 
+#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include "core/config.h"
@@ -170,6 +172,16 @@ TEST(RootNetTask, TrainsAndEvaluatesOnMupots) {
   EXPECT_LE(m["ap_root_25"], 100);
   EXPECT_GT(m["mrpe_constant"], 0);
   EXPECT_EQ(m["val_samples"], static_cast<double>(data::read_mupots(dir + "/MuPoTS", "").size()));
+  // Only people with is_valid 1 are evaluated (the generator marks some 0).
+  std::ifstream in(dir + "/MuPoTS/data/MuPoTS-3D.json");
+  const auto doc = nlohmann::json::parse(in);
+  int valid = 0, all = 0;
+  for (const auto& a : doc.at("annotations")) {
+    valid += a.at("is_valid").get<int>() != 0;
+    ++all;
+  }
+  EXPECT_LT(valid, all);
+  EXPECT_EQ(m["val_samples"], static_cast<double>(valid));
 }
 
 TEST(RootNetTask, H36mGivesPerActionMrpe) {

@@ -1,0 +1,77 @@
+#include "core/process.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+
+namespace amptune {
+namespace {
+
+std::string first_line(const char* path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+struct ProcStat {
+  char state = '?';  // field 3: R, S, D, Z (zombie: exited, not yet reaped), ...
+  int64_t start_ticks = 0;  // field 22
+};
+
+// /proc/PID/stat; start_ticks 0 when unreadable. The command name (field 2) may hold spaces
+// and parentheses, so fields are counted after the last ')'.
+ProcStat proc_stat(int64_t pid) {
+  ProcStat out;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  const std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return out;
+  std::istringstream rest(stat.substr(close + 1));
+  std::string field;
+  for (int i = 3; i <= 22; ++i) {
+    if (!(rest >> field)) return out;
+    if (i == 3) out.state = field.empty() ? '?' : field[0];
+  }
+  out.start_ticks = std::strtoll(field.c_str(), nullptr, 10);
+  return out;
+}
+
+std::string machine_id() {
+  if (const char* env = std::getenv("AMPTUNE_HOST_ID"); env && *env) return env;
+  std::string boot = first_line("/proc/sys/kernel/random/boot_id");
+  if (boot.empty()) {
+    char host[256] = {0};
+    ::gethostname(host, sizeof host - 1);
+    boot = host;
+  }
+  struct stat ns {};
+  if (::stat("/proc/self/ns/pid", &ns) == 0) boot += "/" + std::to_string(ns.st_ino);
+  return boot;
+}
+
+}  // namespace
+
+ProcessIdentity current_process() {
+  ProcessIdentity p;
+  p.machine = machine_id();
+  p.pid = ::getpid();
+  p.start_ticks = proc_stat(p.pid).start_ticks;
+  return p;
+}
+
+bool process_alive(const ProcessIdentity& p) {
+  if (p.pid <= 0) return false;
+  if (::kill(static_cast<pid_t>(p.pid), 0) != 0 && errno == ESRCH) return false;
+  const ProcStat stat = proc_stat(p.pid);
+  if (stat.state == 'Z' || stat.state == 'X') return false;  // exited (zombie) or dying
+  return p.start_ticks == 0 || stat.start_ticks == 0 || stat.start_ticks == p.start_ticks;
+}
+
+}  // namespace amptune

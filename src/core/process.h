@@ -1,0 +1,28 @@
+// Identity of a process, for deciding whether the holder of a run's claim is still alive.
+// Linux: /proc and kill(2). No torch.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace amptune {
+
+struct ProcessIdentity {
+  // The pid space this process lives in: "<boot id>/<pid namespace>" (so two containers on one
+  // kernel, or a rebooted machine, never compare pids), or $AMPTUNE_HOST_ID when set. Processes
+  // with equal `machine` can test each other's liveness; others cannot.
+  std::string machine;
+  int64_t pid = 0;
+  // Start time of the process (clock ticks after boot, /proc/PID/stat field 22): a reused pid
+  // has another start time. 0 when unknown.
+  int64_t start_ticks = 0;
+};
+
+// This process (computed per call: a forked child is another process).
+ProcessIdentity current_process();
+
+// Whether `p` (of this machine: p.machine == current_process().machine) still runs: the pid
+// exists and, when both are known, has the same start time.
+bool process_alive(const ProcessIdentity& p);
+
+}  // namespace amptune
