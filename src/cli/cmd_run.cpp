@@ -227,18 +227,6 @@ po::variables_map parse_args(const std::vector<std::string>& args,
   return vm;
 }
 
-std::string default_db() {
-  const char* env = std::getenv("AMPTUNE_DB");
-  return env && *env ? env : "results/amptune.sqlite";
-}
-
-store::Store open_existing(const std::string& db) {
-  if (!std::filesystem::exists(db)) {
-    throw StoreError("database " + db + " does not exist; run a sweep first or pass --db FILE");
-  }
-  return store::Store(db);
-}
-
 int cmd_run(const Invocation& inv) {
   std::string sweep_path, db;
   std::vector<std::string> sets, only;

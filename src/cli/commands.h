@@ -9,7 +9,7 @@
 #include <boost/program_options/options_description.hpp>
 #include <boost/program_options/variables_map.hpp>
 
-#include "store/store.h"
+#include "cli/options.h"
 
 namespace amptune::cli {
 
@@ -40,10 +40,5 @@ boost::program_options::variables_map parse_args(
     const std::vector<std::string>& args, const boost::program_options::options_description& desc,
     std::string* positional);
 
-// Default database path (results/amptune.sqlite) unless AMPTUNE_DB is set.
-std::string default_db();
-// Opens an existing results database; a missing file is a StoreError that says to run a sweep
-// first or pass --db (commands that read results must not create an empty database).
-store::Store open_existing(const std::string& db);
 
 }  // namespace amptune::cli

@@ -32,6 +32,10 @@ class ClaimLostError : public StoreError {
   using StoreError::StoreError;
 };
 
+// Seconds without heartbeat after which a run held by a process on another host is presumed
+// dead (the default of --stale-after, and what `amptune status` calls stale).
+constexpr double kDefaultStaleAfterSeconds = 60;
+
 enum class RunStatus { kPending, kRunning, kDone, kFailed, kDiverged };
 std::string to_string(RunStatus status);
 RunStatus parse_status(const std::string& text);  // throws StoreError on an unknown word

@@ -1,0 +1,59 @@
+// Option parsing every subcommand shares: --help (usage text plus the option table), --db,
+// --quiet, --format and one positional argument, set up in one call each.
+//
+//   std::string db, sweep;
+//   Options opts("compare", "usage: amptune compare --sweep NAME [options]\n\n...\n");
+//   opts.db(&db).format(&format, {"text", "csv", "json"});
+//   opts.add()("sweep", po::value(&sweep), "the sweep to compare (required)");
+//   if (!opts.parse(inv.args)) return 0;  // --help was printed
+//
+// parse() throws boost::program_options errors (main maps them to exit code 2) and UsageError
+// for a --format outside its choices; with quiet(), -q silences info lines (log::set_quiet).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <boost/program_options/options_description.hpp>
+#include <boost/program_options/positional_options.hpp>
+#include <boost/program_options/value_semantic.hpp>
+#include <boost/program_options/variables_map.hpp>
+
+#include "store/store.h"
+
+namespace amptune::cli {
+
+namespace po = boost::program_options;
+
+class Options {
+ public:
+  // `command` names the option table ("amptune run options"); `usage` is printed above it.
+  Options(const std::string& command, std::string usage);
+
+  po::options_description_easy_init add() { return desc_.add_options(); }
+  Options& db(std::string* path);  // --db FILE, default default_db()
+  Options& quiet();                // -q/--quiet: no info or progress lines
+  Options& format(std::string* format, std::vector<std::string> choices);  // first = default
+  Options& positional(std::string* value);  // one positional argument (RUN, SWEEP.yaml, ...)
+
+  // False when --help was asked for (printed to stdout): the command returns 0.
+  bool parse(const std::vector<std::string>& args);
+  bool has(const std::string& name) const { return vm_.count(name) > 0; }
+  const po::variables_map& vm() const { return vm_; }
+
+ private:
+  po::options_description desc_;
+  std::string usage_;
+  std::string* positional_ = nullptr;
+  std::string* format_ = nullptr;
+  std::vector<std::string> format_choices_;
+  po::variables_map vm_;
+};
+
+// Default database path (results/amptune.sqlite) unless AMPTUNE_DB is set.
+std::string default_db();
+// Opens an existing results database; a missing file is a StoreError that says to run a sweep
+// first or pass --db (commands that read results must not create an empty database).
+store::Store open_existing(const std::string& db);
+
+}  // namespace amptune::cli
