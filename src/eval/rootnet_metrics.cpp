@@ -1,5 +1,7 @@
 #include "eval/rootnet_metrics.h"
 
+#include "core/error.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -37,7 +39,9 @@ void finish(RootError& e) {
 MrpeResult mrpe(const std::vector<Point3>& pred, const std::vector<Point3>& gt,
                 const std::vector<std::string>& actions) {
   if (pred.size() != gt.size() || (!actions.empty() && actions.size() != pred.size())) {
-    throw std::invalid_argument("mrpe: predictions, ground truth and actions differ in length");
+    throw Error(ExitCode::kInternal, "mrpe: predictions (" + std::to_string(pred.size()) +
+                                         "), ground truth (" + std::to_string(gt.size()) +
+                                         ") and actions differ in length");
   }
   MrpeResult r;
   for (size_t i = 0; i < pred.size(); ++i) {

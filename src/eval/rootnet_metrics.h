@@ -24,7 +24,7 @@ struct MrpeResult {
 };
 
 // MRPE over pairs (pred[i], gt[i]); actions (optional, same length) groups per action.
-// Throws std::invalid_argument on mismatched lengths.
+// Throws Error (ExitCode::kInternal: a caller bug) on mismatched lengths.
 MrpeResult mrpe(const std::vector<Point3>& pred, const std::vector<Point3>& gt,
                 const std::vector<std::string>& actions = {});
 

@@ -1,4 +1,6 @@
-// Model construction from the run configuration (keys model.* in schemas/config.yaml).
+// Model construction from the run configuration (keys model.* in schemas/config.yaml). Which
+// model.name trains which model and task, and how its runs are judged: train/task.h
+// (registered_models).
 #pragma once
 
 #include <string>
@@ -9,11 +11,6 @@
 
 namespace amptune::models {
 
-struct ModelInfo {
-  std::string primary_metric;  // metric name the run is judged by ("acc1")
-  bool higher_is_better;
-};
-
 // ResNetOptions from model.name (resnet18|34|50|101|152), model.num_classes, model.in_channels,
 // model.width, model.small_input; include_top = true. Throws ConfigError for an unknown name.
 ResNetOptions resnet_options(const Config& config);
@@ -21,13 +18,6 @@ ResNetOptions resnet_options(const Config& config);
 // Builds the classifier named by model.name and, when model.weights is not empty, loads that
 // state dict (ModelError on a mismatch, naming the file and keys).
 ResNet build_classifier(const Config& config);
-
-// resnet*: {"acc1", true}; rootnet: {"mrpe", false} (recorded on every RootNet test set).
-// Throws ConfigError for an unknown model name.
-ModelInfo model_info(const std::string& model_name);
-// As above, refined by the config: rootnet tested on MuPoTS (rootnet.test_set mupots) is judged
-// by {"ap_root_25", true}.
-ModelInfo model_info(const Config& config);
 
 // RootNetOptions from model.backbone_depth, model.width (head_channels = max(1, lround(256 *
 // width))) and model.in_channels.

@@ -1,4 +1,4 @@
-// ResNet (torchvision v1.5 layout) and the model registry.
+// ResNet (torchvision v1.5 layout) and its construction from the config.
 #include "models/resnet.h"
 
 #include <torch/torch.h>
@@ -179,7 +179,7 @@ int64_t count_parameters(const torch::nn::Module& module) {
   return n;
 }
 
-// ---- registry ----------------------------------------------------------------------------
+// ---- from the config ----------------------------------------------------------------------------
 
 namespace {
 
@@ -211,12 +211,6 @@ ResNet build_classifier(const Config& config) {
   const std::string weights = config.get_string("model.weights");
   if (!weights.empty()) load_state_dict(*model, weights);
   return model;
-}
-
-ModelInfo model_info(const std::string& model_name) {
-  if (model_name == "rootnet") return ModelInfo{"mrpe", false};
-  resnet_depth_from_name(model_name);  // throws for an unknown name
-  return ModelInfo{"acc1", true};
 }
 
 }  // namespace amptune::models

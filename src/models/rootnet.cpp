@@ -1,4 +1,4 @@
-// RootNet model, its factory from the config, and model_info for the config-aware registry.
+// RootNet model and its construction from the config.
 #include "models/rootnet.h"
 
 #include <cmath>
@@ -116,14 +116,6 @@ RootNet build_rootnet(const Config& config) {
   const std::string weights = config.get_string("model.weights");
   if (!weights.empty()) load_state_dict(*model, weights);
   return model;
-}
-
-ModelInfo model_info(const Config& config) {
-  const std::string name = config.get_string("model.name");
-  if (name == "rootnet" && config.get_string("rootnet.test_set") == "mupots") {
-    return ModelInfo{"ap_root_25", true};
-  }
-  return model_info(name);
 }
 
 }  // namespace amptune::models

@@ -1,11 +1,14 @@
 // A trainable task: a model, its training loss on a batch, and its evaluation metrics. The
-// trainer is generic over tasks; each model family adds one (classification for ResNet;
-// RootNet adds its own) and registers it in make_task().
+// trainer is generic over tasks. The models a run can name (model.name) are registered in one
+// table, kModels in train/tasks.cpp: adding a model is one file (its module and Task) plus one
+// entry there; validation, the error for an unknown name and the run columns all read it.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <torch/nn/module.h>
 #include <torch/types.h>
@@ -29,8 +32,28 @@ class Task {
                                                  const torch::Device& device) = 0;
 };
 
-// The task for config's model.name; builds and initialises the model (torch's RNG must be
-// seeded by the caller). Throws ConfigError for an unknown model.
+// How runs of a model are judged: the metric the views and `compare` rank them by.
+struct ModelInfo {
+  std::string primary_metric;  // "acc1", "mrpe", ...
+  bool higher_is_better = true;
+};
+
+// One registered model.
+struct ModelEntry {
+  std::string name;  // the value of model.name
+  // Builds and initialises the model and its task (torch's RNG must be seeded by the caller).
+  std::function<std::unique_ptr<Task>(const Config&)> make_task;
+  std::function<ModelInfo(const Config&)> info;
+};
+
+// Every registered model, in table order.
+const std::vector<ModelEntry>& registered_models();
+// The entry of model.name; ConfigError naming the registered models for an unknown name.
+const ModelEntry& model_entry(const std::string& name);
+// model_entry(config's model.name).info(config): e.g. acc1 for ResNets, mrpe for RootNet, and
+// ap_root_25 for RootNet tested on MuPoTS.
+ModelInfo model_info(const Config& config);
+// model_entry(config's model.name).make_task(config).
 std::unique_ptr<Task> make_task(const Config& config);
 
 }  // namespace amptune::train

@@ -187,6 +187,11 @@ void Int32Casts::apply(std::map<std::string, torch::Tensor>& fields, bool train)
   }
 }
 
+ModelInfo rootnet_info(const Config& config) {
+  if (config.get_string("rootnet.test_set") == "mupots") return ModelInfo{"ap_root_25", true};
+  return ModelInfo{"mrpe", false};
+}
+
 std::unique_ptr<Task> make_rootnet_task(const Config& config) {
   return std::make_unique<RootNetTask>(config);
 }

@@ -12,5 +12,7 @@
 namespace amptune::train {
 
 std::unique_ptr<Task> make_rootnet_task(const Config& config);
+// mrpe (lower is better) on Human3.6M; ap_root_25 (higher is better) on MuPoTS.
+ModelInfo rootnet_info(const Config& config);
 
 }  // namespace amptune::train

@@ -1,7 +1,10 @@
-// Task registry and the classification task (ResNet family): cross-entropy, acc1/acc5/val_loss.
+// The model registry (task.h) and the classification task (ResNet family): cross-entropy
+// training, acc1/acc5/val_loss from eval::ClassificationCounts.
 #include <torch/torch.h>
 
 #include "core/config.h"
+#include "core/error.h"
+#include "eval/classification_metrics.h"
 #include "models/registry.h"
 #include "train/task.h"
 #include "train/task_rootnet.h"
@@ -23,31 +26,24 @@ class ClassificationTask : public Task {
   std::map<std::string, double> evaluate(data::Loader& loader,
                                          const torch::Device& device) override {
     torch::NoGradGuard no_grad;
-    double loss_sum = 0, top1 = 0, top5 = 0;
-    int64_t n = 0, skipped = 0;
+    eval::ClassificationCounts counts;
+    int64_t skipped = 0;
     while (auto batch = loader.next()) {
       skipped += batch->skipped;
       if (!batch->images.defined() || batch->images.size(0) == 0) continue;
       auto logits = model_->forward(batch->images.to(device)).to(torch::kFloat);
       auto labels = batch->fields.at("label").to(device);
-      loss_sum += torch::nn::functional::cross_entropy(
-                      logits, labels,
-                      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                      .item<double>();
+      counts.loss_sum += torch::nn::functional::cross_entropy(
+                             logits, labels,
+                             torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                             .item<double>();
       const int64_t k = std::min<int64_t>(5, logits.size(1));
-      auto topk = std::get<1>(logits.topk(k, 1));
-      auto hits = topk.eq(labels.unsqueeze(1));
-      top1 += hits.narrow(1, 0, 1).sum().item<double>();
-      top5 += hits.sum().item<double>();
-      n += labels.size(0);
+      auto hits = std::get<1>(logits.topk(k, 1)).eq(labels.unsqueeze(1));
+      counts.top1 += hits.narrow(1, 0, 1).sum().item<int64_t>();
+      counts.top5 += hits.sum().item<int64_t>();
+      counts.samples += labels.size(0);
     }
-    std::map<std::string, double> m;
-    if (n > 0) {
-      m["acc1"] = 100.0 * top1 / static_cast<double>(n);
-      m["acc5"] = 100.0 * top5 / static_cast<double>(n);
-      m["val_loss"] = loss_sum / static_cast<double>(n);
-    }
-    m["val_samples"] = static_cast<double>(n);
+    std::map<std::string, double> m = counts.metrics();
     if (skipped > 0) m["val_skipped_samples"] = static_cast<double>(skipped);
     return m;
   }
@@ -56,13 +52,42 @@ class ClassificationTask : public Task {
   models::ResNet model_;
 };
 
+ModelInfo classification_info(const Config&) { return ModelInfo{"acc1", true}; }
+
+std::unique_ptr<Task> make_classification_task(const Config& config) {
+  return std::make_unique<ClassificationTask>(config);
+}
+
 }  // namespace
 
+// The registered models: model.name -> task and how its runs are judged (task.h).
+const std::vector<ModelEntry>& registered_models() {
+  static const std::vector<ModelEntry> kModels = {
+      {"resnet18", make_classification_task, classification_info},
+      {"resnet34", make_classification_task, classification_info},
+      {"resnet50", make_classification_task, classification_info},
+      {"resnet101", make_classification_task, classification_info},
+      {"resnet152", make_classification_task, classification_info},
+      {"rootnet", make_rootnet_task, rootnet_info},
+  };
+  return kModels;
+}
+
+const ModelEntry& model_entry(const std::string& name) {
+  std::string names;
+  for (const ModelEntry& entry : registered_models()) {
+    if (entry.name == name) return entry;
+    names += (names.empty() ? "" : ", ") + entry.name;
+  }
+  throw ConfigError("model.name must be one of " + names + ", got '" + name + "'");
+}
+
+ModelInfo model_info(const Config& config) {
+  return model_entry(config.get_string("model.name")).info(config);
+}
+
 std::unique_ptr<Task> make_task(const Config& config) {
-  // models::model_info throws ConfigError for a model name no task knows.
-  (void)models::model_info(config.get_string("model.name"));
-  if (config.get_string("model.name") == "rootnet") return make_rootnet_task(config);
-  return std::make_unique<ClassificationTask>(config);
+  return model_entry(config.get_string("model.name")).make_task(config);
 }
 
 }  // namespace amptune::train

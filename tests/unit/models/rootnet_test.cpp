@@ -109,18 +109,11 @@ TEST(RootNetModel, LossVectors) {
   EXPECT_NEAR(rootnet_loss(c2, t2, v2, torch::ones({2})).item<double>(), 334.333 / 2, 1e-3);
 }
 
-TEST(RootNetModel, RegistryAndBackboneWeights) {
+TEST(RootNetModel, OptionsAndBackboneWeights) {
   Config config(Schema::builtin());
   config.set("model.name", "rootnet");
   config.set("model.backbone_depth", 18);
   config.set("model.width", 0.125);
-  EXPECT_EQ(model_info("rootnet").primary_metric, "mrpe");
-  EXPECT_FALSE(model_info("rootnet").higher_is_better);
-  config.set("rootnet.test_set", "mupots");
-  EXPECT_EQ(model_info(config).primary_metric, "ap_root_25");
-  EXPECT_TRUE(model_info(config).higher_is_better);
-  config.set("rootnet.test_set", "h36m");
-  EXPECT_EQ(model_info(config).primary_metric, "mrpe");
   EXPECT_EQ(rootnet_options(config).head_channels, 32);
 
   // A torchvision-style classifier's weights (with fc.*) load into the backbone.

@@ -144,6 +144,43 @@ std::map<std::string, double> evaluate(Task& task, const Config& c) {
   return task.evaluate(loader, torch::kCPU);
 }
 
+TEST(ModelRegistry, EveryRegisteredModelBuildsAndIsJudgedByItsMetric) {
+  std::vector<std::string> names;
+  for (const ModelEntry& entry : registered_models()) names.push_back(entry.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"resnet18", "resnet34", "resnet50", "resnet101",
+                                             "resnet152", "rootnet"}));
+  for (const std::string& name : names) {
+    Config c;
+    c.set("model.name", name);
+    c.set("model.width", 0.0625);
+    c.set("model.num_classes", 4);
+    c.set("model.backbone_depth", 18);
+    c.set("rootnet.test_set", "h36m");
+    torch::manual_seed(0);
+    auto task = make_task(c);
+    EXPECT_GT(task->module().parameters().size(), 10u) << name;
+    const ModelInfo info = model_info(c);
+    EXPECT_EQ(info.primary_metric, name == "rootnet" ? "mrpe" : "acc1") << name;
+    EXPECT_EQ(info.higher_is_better, name != "rootnet") << name;
+  }
+  Config mupots;
+  mupots.set("model.name", "rootnet");
+  mupots.set("rootnet.test_set", "mupots");
+  EXPECT_EQ(model_info(mupots).primary_metric, "ap_root_25");
+  EXPECT_TRUE(model_info(mupots).higher_is_better);
+  Config vgg;
+  vgg.set("model.name", "vgg16");
+  try {
+    model_info(vgg);
+    ADD_FAILURE() << "an unregistered model";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("one of resnet18, resnet34, resnet50, resnet101, "
+                                         "resnet152, rootnet, got 'vgg16'"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(RootNetTask, TrainsAndEvaluatesOnMupots) {
   const std::string dir = fresh_dir("");
   synth("muco", dir + "/MuCo", 6);
