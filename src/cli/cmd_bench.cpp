@@ -39,7 +39,7 @@ int cmd_bench(const Invocation& inv) {
   auto cells = filter_cells(sweep.cells, only);
   Table table({"cell", "settings", "threads", "loader img/s", "train img/s", "step ms"});
   for (auto& cell : cells) {
-    auto r = train::bench(cell.config, steps, warmup, threads);
+    auto r = train::bench(cell.config(), steps, warmup, threads);
     table.add({std::to_string(cell.index), cell.label(), std::to_string(r.threads),
                fixed(r.loader_fps, 1), fixed(r.train_fps, 1), fixed(r.step_ms, 2)});
   }

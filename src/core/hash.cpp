@@ -59,8 +59,7 @@ std::string sha256_hex(std::string_view bytes) {
 std::string sha256_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    throw Error(ExitCode::kInternal,
-                "cannot open " + path + " to hash it: " + std::strerror(errno));
+    throw EnvironmentError("cannot open " + path + " to hash it: " + std::strerror(errno));
   }
   MdCtx ctx = new_sha256();
   std::vector<char> buffer(1 << 16);
@@ -69,7 +68,7 @@ std::string sha256_file(const std::string& path) {
     if (in.gcount() > 0) update(ctx.get(), buffer.data(), static_cast<size_t>(in.gcount()));
   }
   if (in.bad()) {
-    throw Error(ExitCode::kInternal, "read error while hashing " + path);
+    throw EnvironmentError("read error while hashing " + path + " (check the disk)");
   }
   return finish_hex(ctx.get());
 }

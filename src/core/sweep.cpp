@@ -8,6 +8,7 @@
 #include <fstream>
 #include <regex>
 #include <sstream>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -128,18 +129,20 @@ std::vector<nlohmann::json> axis_values(const Ctx& ctx, const Leaf& leaf,
 }
 
 // Rejects two positions of one axis with equal values: they would be the same cell twice.
+// Linear: a grid key may list 100,000 values.
 void check_unique_rows(const Axis& axis, const std::vector<std::vector<SourceLoc>>& locs) {
+  std::unordered_map<std::string, size_t> first;  // canonical text of a row -> its position
+  first.reserve(axis.rows.size());
   for (size_t i = 0; i < axis.rows.size(); ++i) {
-    for (size_t j = 0; j < i; ++j) {
-      if (axis.rows[i] != axis.rows[j]) continue;
-      std::vector<std::string> parts;
-      for (size_t k = 0; k < axis.keys.size(); ++k) {
-        parts.push_back(axis.keys[k] + "=" + value_text(axis.rows[i][k]));
-      }
-      fail(locs[i][0], "duplicate cell: " + axis.section + " lists " + join(parts, " ") +
-                           " twice (also at " + locs[j][0].str() +
-                           "); each value makes one cell, remove the repeat");
+    const auto [it, inserted] = first.emplace(nlohmann::json(axis.rows[i]).dump(), i);
+    if (inserted) continue;
+    std::vector<std::string> parts;
+    for (size_t k = 0; k < axis.keys.size(); ++k) {
+      parts.push_back(axis.keys[k] + "=" + value_text(axis.rows[i][k]));
     }
+    fail(locs[i][0], "duplicate cell: " + axis.section + " lists " + join(parts, " ") +
+                         " twice (also at " + locs[it->second][0].str() +
+                         "); each value makes one cell, remove the repeat");
   }
 }
 
@@ -199,6 +202,17 @@ struct ExcludeEntry {
 };
 
 }  // namespace
+
+Config Cell::config() const {
+  Config config = *base;
+  for (const auto& item : axes.items()) config.set(item.key(), nlohmann::json(item.value()));
+  return config;
+}
+
+nlohmann::json Cell::value(const std::string& key) const {
+  auto it = axes.find(key);
+  return it != axes.end() ? nlohmann::json(*it) : base->at(key);
+}
 
 std::string Cell::label() const {
   if (axes.empty()) return "base";
@@ -309,12 +323,13 @@ std::vector<ForkDecl> parse_forks(const Ctx& ctx, const YAML::Node& node, const 
     }
     for (const Cell& cell : cells) {
       bool match = true;
-      for (const auto& [key, value] : fork.where) match = match && cell.config.at(key) == value;
+      for (const auto& [key, value] : fork.where) match = match && cell.value(key) == value;
       if (!match) continue;
-      if (fork.epoch + 1 >= cell.config.get_int("schedule.epochs")) {
+      const int64_t epochs = cell.value("schedule.epochs").get<int64_t>();
+      if (fork.epoch + 1 >= epochs) {
         fail(ctx.loc(from), "the fork starts after epoch " + std::to_string(fork.epoch) +
                                 " but cell " + std::to_string(cell.index) + " trains only " +
-                                std::to_string(cell.config.get_int("schedule.epochs")) +
+                                std::to_string(epochs) +
                                 " epochs, so nothing is left to train; pick an earlier epoch");
       }
       fork.cells.push_back(cell.index);
@@ -405,6 +420,7 @@ Sweep parse_sweep(const std::string& yaml_text, const std::string& origin,
   if (base.IsDefined() && !base.IsNull()) {
     for (const Leaf& leaf : leaves_of(ctx, base, "base")) {
       sweep.base.set(leaf.key, schema.coerce(*schema.find(leaf.key), leaf.value, leaf.value_loc));
+      sweep.key_locs[leaf.key] = leaf.key_loc;
     }
   }
 
@@ -421,6 +437,7 @@ Sweep parse_sweep(const std::string& yaml_text, const std::string& origin,
                                    "zip group)");
       }
       swept.emplace(axis.keys[k], std::make_pair(axis.section, axis.key_locs[k]));
+      sweep.key_locs[axis.keys[k]] = axis.key_locs[k];
     }
     axes.push_back(std::move(axis));
   };
@@ -464,6 +481,7 @@ Sweep parse_sweep(const std::string& yaml_text, const std::string& origin,
                       "=<value>");
     }
     sweep.base.set_yaml(key, value, where);
+    sweep.key_locs[key] = where;
   }
 
   if (repeat_axis != SIZE_MAX) {
@@ -557,10 +575,15 @@ Sweep parse_sweep(const std::string& yaml_text, const std::string& origin,
                                   " cells; split it or use zip instead of grid");
     }
   }
-  std::map<std::string, size_t> by_hash;
+  // One working config: every cell sets the same keys, so each cell's values overwrite the
+  // previous cell's and no per-cell copy of the base is made.
+  auto shared_base = std::make_shared<const Config>(sweep.base);
+  Config work = sweep.base;
+  std::unordered_map<std::string, size_t> by_hash;
+  by_hash.reserve(total);
   for (size_t n = 0; n < total; ++n) {
     Cell cell;
-    cell.config = sweep.base;
+    cell.base = shared_base;
     cell.axes = nlohmann::ordered_json::object();
     size_t rest = n;
     std::vector<size_t> position(axes.size());
@@ -572,7 +595,7 @@ Sweep parse_sweep(const std::string& yaml_text, const std::string& origin,
     for (size_t a = 0; a < axes.size(); ++a) {
       for (size_t k = 0; k < axes[a].keys.size(); ++k) {
         const nlohmann::json& value = axes[a].rows[position[a]][k];
-        cell.config.set(axes[a].keys[k], value);
+        work.set(axes[a].keys[k], value);
         cell.axes[axes[a].keys[k]] = nlohmann::ordered_json(value);
         flat[axes[a].keys[k]] = value;
       }
@@ -588,7 +611,7 @@ Sweep parse_sweep(const std::string& yaml_text, const std::string& origin,
     }
     if (excluded) continue;
     cell.index = static_cast<int>(sweep.cells.size());
-    cell.hash = cell.config.hash();
+    cell.hash = work.hash();
     auto [it, inserted] = by_hash.emplace(cell.hash, sweep.cells.size());
     if (!inserted) {
       fail(SourceLoc{origin}, "duplicate cell: cells " + std::to_string(it->second) + " (" +
@@ -626,7 +649,7 @@ Sweep load_sweep(const std::string& path, const std::vector<std::string>& sets) 
 
 std::vector<Cell> filter_cells(const std::vector<Cell>& cells,
                                const std::vector<std::string>& only) {
-  const Schema& schema = cells.empty() ? Schema::builtin() : cells.front().config.schema();
+  const Schema& schema = cells.empty() ? Schema::builtin() : cells.front().base->schema();
   std::vector<std::pair<std::string, nlohmann::json>> wanted;
   for (const std::string& text : only) {
     auto [key, value] = split_assignment(text);
@@ -637,7 +660,7 @@ std::vector<Cell> filter_cells(const std::vector<Cell>& cells,
   std::vector<Cell> out;
   for (const Cell& cell : cells) {
     bool keep = true;
-    for (const auto& [key, value] : wanted) keep = keep && cell.config.at(key) == value;
+    for (const auto& [key, value] : wanted) keep = keep && cell.value(key) == value;
     if (keep) out.push_back(cell);
   }
   return out;

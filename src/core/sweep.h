@@ -18,6 +18,8 @@
 // and the error messages.
 #pragma once
 
+#include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,12 +28,18 @@
 
 namespace amptune {
 
+// One grid cell. A cell keeps only its swept values and shares the sweep's base (a sweep may
+// expand to 100,000 cells; a full Config each would cost ~20 KB per cell): config() builds the
+// fully resolved config when it is needed.
 struct Cell {
   int index = 0;           // position in expansion order, 0-based
-  Config config;           // fully resolved
   // Object: swept key -> value (only the keys this cell varies), in Sweep::axis_keys order.
   nlohmann::ordered_json axes;
-  std::string hash;        // config.hash()
+  std::string hash;        // config().hash()
+  std::shared_ptr<const Config> base;  // the sweep's base (with --set), shared by its cells
+
+  Config config() const;   // base with the axes applied, fully resolved
+  nlohmann::json value(const std::string& key) const;  // config().at(key), without building it
   std::string label() const;  // "optim.lr=0.1 seed=1" (empty axes -> "base")
 };
 
@@ -55,6 +63,9 @@ struct Sweep {
   std::vector<std::string> axis_keys;  // grid, zip and repeat keys in declaration order
   std::vector<Cell> cells;
   std::vector<ForkDecl> forks;
+  // Where each key of base, of an axis or of a --set was given (the last place wins), so a
+  // check made after expansion can name the line.
+  std::map<std::string, SourceLoc> key_locs;
 };
 
 // Reads and expands a sweep file. `sets` are "key=value" overrides applied to base before

@@ -1,13 +1,41 @@
-// plan_fork: what a fork is (runner.h). No training here; train_run starts a fork from its
-// parent's checkpoint (trainer.cpp start_from_parent).
+// What a run is, checked before anything trains (runner.h): plan_fork (a fork's spec),
+// validate_config and check_data. No training here; train_run starts a fork from its parent's
+// checkpoint (trainer.cpp start_from_parent).
 #include <string>
 
 #include "core/config.h"
 #include "core/error.h"
 #include "core/hash.h"
+#include "data/dataset.h"
+#include "train/task.h"
+#include "train/casts.h"
 #include "train/runner.h"
 
 namespace amptune::train {
+
+void validate_config(const Config& config) {
+  (void)model_info(config);  // the model and its task exist
+  (void)run_columns(config);         // the amp policy: combinations apex refuses
+  const auto casts = config.get_string_list("casts.int32");
+  (void)Int32Casts(casts);  // known cast point names
+  if (!casts.empty() && config.get_string("model.name") != "rootnet") {
+    throw ConfigError("casts.int32: the cast points are fields of RootNet's data path; model " +
+                      config.get_string("model.name") +
+                      " has none, so they would change nothing; remove casts.int32");
+  }
+  if (config.get_int("schedule.training_step_per_epoch") == 0) {
+    throw ConfigError("schedule.training_step_per_epoch is 0: every epoch must train at least "
+                      "one step (-1 = the whole training split); evaluation-only cells are not "
+                      "supported");
+  }
+}
+
+void check_data(const Config& config) {
+  (void)data::make_dataset(config, data::Split::kTrain);
+  if (config.get_int("schedule.eval_step_per_epoch") != 0) {
+    (void)data::make_dataset(config, data::Split::kVal);
+  }
+}
 
 store::RunSpec plan_fork(const store::RunRow& parent, int epoch,
                          const std::vector<std::pair<std::string, nlohmann::json>>& overrides,

@@ -62,6 +62,14 @@ std::string default_checkpoint_root(const std::string& db_path);
 // Directory of a run's checkpoints: checkpoint.dir/<run id>, or default_checkpoint_root/<run id>.
 std::string checkpoint_dir(const Config& config, const store::Store& store, int64_t run_id);
 
+// Everything about `config` that can refuse a run before it trains, without touching data: the
+// model, the amp policy (combinations apex refuses), the cast point names (and that the model has
+// them), schedule values that cannot train. Throws ConfigError naming the key.
+void validate_config(const Config& config);
+// The data sets a run of `config` reads open: the training split, and the evaluation split when
+// the run evaluates. Throws DataError naming the expected path and format.
+void check_data(const Config& config);
+
 // A fork of `parent` from its checkpoint of `epoch` (docs/DATABASE.md "Forks"): the parent's
 // config with `overrides` (key -> value, already coerced by the schema) applied. Returns the run
 // spec to pass to Store::ensure_run (same sweep and cell index as the parent; the config hash

@@ -308,7 +308,7 @@ void request_stop() { g_stop = true; }
 bool stop_requested() { return g_stop; }
 
 std::map<std::string, std::string> run_columns(const Config& config) {
-  auto info = models::model_info(config);
+  auto info = model_info(config);
   const std::string device = config.get_string("device");
   const amp::Policy policy = amp::resolve_policy(
       config, device == "cuda" || (device == "auto" && torch::cuda::is_available()));
@@ -361,7 +361,7 @@ RunResult train_run(store::Store& store, const store::RunRow& run, const RunOpti
     const int threads = resolve_threads(config, options.threads);
     torch::set_num_threads(threads);
     const torch::Device device = pick_device(config);
-    const auto info = models::model_info(config);
+    const auto info = model_info(config);
 
     Precision precision(config, device);  // amp.*: policy, loss scaler, masters
     Session session = build_session(config, device, precision);

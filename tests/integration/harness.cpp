@@ -16,16 +16,6 @@
 namespace amptune::testing {
 namespace fs = std::filesystem;
 
-std::string scratch_dir() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  fs::path dir = fs::path(::testing::TempDir()) / "amptune-it" /
-                 (std::string(info->test_suite_name()) + "." + info->name() + "." +
-                  std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir.string();
-}
-
 namespace {
 void put_be32(std::ofstream& out, uint32_t v) {
   const unsigned char b[4] = {static_cast<unsigned char>(v >> 24), static_cast<unsigned char>(v >> 16),
@@ -71,18 +61,6 @@ std::vector<store::EpochRow> epochs_of(const std::string& db, const std::string&
   auto r = s.find_run(run);
   EXPECT_TRUE(r.has_value()) << run;
   return r ? s.epochs(r->id) : std::vector<store::EpochRow>{};
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void write_file(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
 }
 
 pid_t spawn_amptune(const std::vector<std::string>& args, const std::string& cwd,

@@ -1,5 +1,5 @@
-// Helpers for integration tests: a scratch directory per test, a tiny IDX data set, and the real
-// amptune binary run as a child process.
+// Helpers for integration tests: a tiny IDX data set and the real amptune binary run as a child
+// process (scratch directories and file helpers: support/scratch.h).
 #pragma once
 
 #include <sys/types.h>
@@ -9,11 +9,10 @@
 #include <vector>
 
 #include "store/store.h"
+#include "support/scratch.h"  // scratch_dir, read_file, write_file
 
 namespace amptune::testing {
 
-// A fresh, empty directory under the test temp dir, unique per test.
-std::string scratch_dir();
 
 // Writes DIR/{train,t10k}-{images-idx3,labels-idx1}-ubyte: `classes` classes of side x side grey
 // images whose class is visible (a bright bar at a class-dependent row) plus seeded noise.
@@ -46,7 +45,5 @@ int wait_exit_code(pid_t pid);
 // The epoch rows of run `run` (id or name) in database `db`; a missing run is a test failure.
 std::vector<store::EpochRow> epochs_of(const std::string& db, const std::string& run);
 
-std::string read_file(const std::string& path);
-void write_file(const std::string& path, const std::string& text);
 
 }  // namespace amptune::testing

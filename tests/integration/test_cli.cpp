@@ -93,6 +93,42 @@ TEST(Cli, InvalidSweepFailsWithLocationAndWritesNothing) {
   EXPECT_FALSE(fs::exists(f.db));
 }
 
+TEST(Cli, DryRunRefusesWhatRunWouldRefuseAndRunWritesNothing) {
+  // O1 with master_weights true: apex refuses it; so must the dry run, before any row exists.
+  auto f = make(1, "grid:\n  amp.opt_level: [O0, O2, O1]\n");
+  ASSERT_EQ(run_amptune({"run", f.yaml, "--db", f.db, "--dry-run"}, f.dir).exit_code, 0);
+  auto bad = make(1, "grid:\n  amp.opt_level: [O2, O1]\n", 96, "  amp.master_weights: \"true\"\n");
+  auto r = run_amptune({"run", bad.yaml, "--db", bad.db, "--dry-run"}, bad.dir);
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find("sweep.yaml:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("cell 1 (amp.opt_level=O1)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("amp.master_weights must be auto with amp.opt_level O1"), std::string::npos)
+      << r.err;
+  r = run_amptune({"run", bad.yaml, "--db", bad.db}, bad.dir);
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_FALSE(fs::exists(bad.db));  // no pending row of cell 0 either
+
+  // An epoch that trains nothing is refused by validation with the real reason.
+  auto zero = make(1, "", 96, "  schedule.training_step_per_epoch: 0\n");
+  r = run_amptune({"run", zero.yaml, "--db", zero.db}, zero.dir);
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find("schedule.training_step_per_epoch is 0"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("fewer samples"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(zero.db));
+
+  // Missing data: exit code 4 naming the path, before anything is written; --skip-data plans.
+  auto nodata = make(1, "");
+  fs::remove_all(nodata.dir + "/data");
+  r = run_amptune({"run", nodata.yaml, "--db", nodata.db}, nodata.dir);
+  EXPECT_EQ(r.exit_code, 4) << r.err;
+  EXPECT_NE(r.err.find(nodata.dir + "/data/train-images-idx3-ubyte"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("sweep.yaml:"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(nodata.db));
+  EXPECT_EQ(run_amptune({"run", nodata.yaml, "--db", nodata.db, "--dry-run"}, nodata.dir).exit_code, 4);
+  EXPECT_EQ(run_amptune({"run", nodata.yaml, "--dry-run", "--skip-data"}, nodata.dir).exit_code, 0);
+  EXPECT_EQ(run_amptune({"run", nodata.yaml, "--skip-data"}, nodata.dir).exit_code, 2);
+}
+
 TEST(Cli, SweepTrainsEveryCellAndReRunTrainsNothing) {
   auto f = make(2, "grid:\n  optim.lr: [0.05, 0.1]\n");
   auto r = run_amptune({"run", f.yaml, "--db", f.db}, f.dir);
@@ -318,26 +354,6 @@ TEST(Cli, ImageFolderJpegPathTrainsAndSkipsACorruptImage) {
   ASSERT_EQ(ep.size(), 1u);
   EXPECT_EQ(ep[0].skipped_samples, 1);
   EXPECT_GT(ep[0].metrics.at("acc1"), 0.0);
-}
-
-TEST(Cli, MissingDataFailsTheRunWithTheExpectedPath) {
-  const std::string dir = scratch_dir();
-  write_file(dir + "/sweep.yaml",
-             "name: nodata\n"
-             "base:\n"
-             "  model: {name: resnet18, num_classes: 4, in_channels: 1, width: 0.0625, small_input: true}\n"
-             "  data: {format: idx, root: " + dir + "/absent, val_split: t10k, mean: [0.3], std: [0.3]}\n");
-  const std::string db = dir + "/amptune.sqlite";
-  auto r = run_amptune({"run", dir + "/sweep.yaml", "--db", db}, dir);
-  EXPECT_EQ(r.exit_code, 8) << r.err;
-  EXPECT_NE(r.err.find(dir + "/absent"), std::string::npos) << r.err;
-  store::Store s(db);
-  EXPECT_EQ(s.runs().at(0).status, store::RunStatus::kFailed);
-  EXPECT_TRUE(s.epochs(s.runs().at(0).id).empty());
-  EXPECT_EQ(s.integrity_check(), "ok");
-  // Not retried unless asked.
-  auto again = run_amptune({"run", dir + "/sweep.yaml", "--db", db}, dir);
-  EXPECT_NE(again.err.find("--retry-failed"), std::string::npos) << again.err;
 }
 
 }  // namespace

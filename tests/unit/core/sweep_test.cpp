@@ -27,7 +27,7 @@ TEST(CoreSweep, NameOnlyIsOneBaseCellAtTheDefaults) {
   EXPECT_TRUE(sweep.cells[0].axes.empty());
   EXPECT_TRUE(sweep.axis_keys.empty());
   EXPECT_EQ(sweep.cells[0].hash, Config().hash());
-  EXPECT_EQ(sweep.cells[0].hash, sweep.cells[0].config.hash());
+  EXPECT_EQ(sweep.cells[0].hash, sweep.cells[0].config().hash());
 }
 
 TEST(CoreSweep, LoadsFromAFileAndKeepsItsText) {
@@ -55,7 +55,7 @@ base:
   seed: 3
 )",
                                   "<string>");
-  const Config& c = sweep.cells.at(0).config;
+  const Config c = sweep.cells.at(0).config();
   EXPECT_EQ(c.get_string("model.name"), "resnet18");
   EXPECT_TRUE(c.get_bool("model.small_input"));
   EXPECT_EQ(c.get_int("data.batch_size"), 64);
@@ -82,9 +82,9 @@ grid:
   for (size_t i = 0; i < sweep.cells.size(); ++i) {
     const Cell& cell = sweep.cells[i];
     EXPECT_EQ(cell.index, static_cast<int>(i));
-    EXPECT_EQ(cell.config.get_double("optim.lr"), cell.axes["optim.lr"].get<double>());
-    EXPECT_EQ(cell.config.get_int("data.batch_size"), cell.axes["data.batch_size"].get<int64_t>());
-    EXPECT_EQ(cell.hash, cell.config.hash());
+    EXPECT_EQ(cell.config().get_double("optim.lr"), cell.axes["optim.lr"].get<double>());
+    EXPECT_EQ(cell.config().get_int("data.batch_size"), cell.axes["data.batch_size"].get<int64_t>());
+    EXPECT_EQ(cell.hash, cell.config().hash());
   }
   // axes keep declaration order (not sorted)
   EXPECT_EQ(sweep.cells[0].axes.dump(), R"({"optim.lr":0.05,"data.batch_size":64})");
@@ -100,7 +100,7 @@ grid:
                                   "<string>");
   EXPECT_EQ(labels(sweep.cells), (std::vector<std::string>{"schedule.lr_dec_epoch=[17]",
                                                            "schedule.lr_dec_epoch=[10,15]"}));
-  EXPECT_EQ(sweep.cells[1].config.get_int_list("schedule.lr_dec_epoch"),
+  EXPECT_EQ(sweep.cells[1].config().get_int_list("schedule.lr_dec_epoch"),
             (std::vector<int64_t>{10, 15}));
 }
 
@@ -181,7 +181,7 @@ repeat: 3
   ASSERT_EQ(sweep.cells.size(), 6u);
   EXPECT_EQ(sweep.cells[0].label(), "optim.lr=0.1 seed=5");
   EXPECT_EQ(sweep.cells[2].label(), "optim.lr=0.1 seed=7");
-  EXPECT_EQ(sweep.cells[3].config.get_int("seed"), 5);
+  EXPECT_EQ(sweep.cells[3].config().get_int("seed"), 5);
   EXPECT_EQ(sweep.axis_keys.back(), "seed");
   // --set seed moves the first seed of a counted repeat
   const Sweep moved = parse_sweep("name: r\nrepeat: 2\n", "<string>", {"seed=10"});
@@ -204,10 +204,10 @@ grid: {data.batch_size: [64, 128]}
       {"optim.lr=0.05", "schedule.lr_dec_epoch=[17]", "optim.eps=1e-8", "model.weights="});
   EXPECT_DOUBLE_EQ(sweep.base.get_double("optim.lr"), 0.05);
   for (const Cell& cell : sweep.cells) {
-    EXPECT_DOUBLE_EQ(cell.config.get_double("optim.lr"), 0.05);
-    EXPECT_EQ(cell.config.get_int("schedule.epochs"), 2);
-    EXPECT_EQ(cell.config.get_int_list("schedule.lr_dec_epoch"), (std::vector<int64_t>{17}));
-    EXPECT_DOUBLE_EQ(cell.config.get_double("optim.eps"), 1e-8);
+    EXPECT_DOUBLE_EQ(cell.config().get_double("optim.lr"), 0.05);
+    EXPECT_EQ(cell.config().get_int("schedule.epochs"), 2);
+    EXPECT_EQ(cell.config().get_int_list("schedule.lr_dec_epoch"), (std::vector<int64_t>{17}));
+    EXPECT_DOUBLE_EQ(cell.config().get_double("optim.eps"), 1e-8);
   }
   const Sweep plain = parse_sweep(R"(
 name: s
@@ -269,7 +269,7 @@ base:
 )",
                               "<string>");
   EXPECT_EQ(a.cells[0].hash, b.cells[0].hash);
-  EXPECT_EQ(a.cells[0].config.canonical_json(), b.cells[0].config.canonical_json());
+  EXPECT_EQ(a.cells[0].config().canonical_json(), b.cells[0].config().canonical_json());
 }
 
 }  // namespace

@@ -1,0 +1,482 @@
+#include "app/runner.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <map>
+#include <set>
+#include <thread>
+#include <unordered_set>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace amptune::app {
+namespace {
+
+// "process 123 on host-a": who holds a running run, for messages.
+std::string holder_text(const store::RunRow& run) {
+  if (!run.holder) return "another process";
+  return "process " + std::to_string(run.holder->pid) + " on " +
+         (run.provenance.host.empty() ? "another host" : run.provenance.host);
+}
+
+store::Provenance provenance(const SweepOptions& options, const Config& config) {
+  store::Provenance p = options.provenance;
+  char host[256] = {0};
+  ::gethostname(host, sizeof host - 1);
+  p.host = host;
+  p.threads = train::resolve_threads(config, options.training.threads);
+  p.device = train::resolve_device(config);
+  p.command_line = options.training.command_line;
+  return p;
+}
+
+// The place to name for an error about a cell: where the first key the message names was set.
+SourceLoc loc_of(const Sweep& sweep, const std::string& message) {
+  const std::string* best = nullptr;
+  size_t at = std::string::npos;
+  for (const auto& [key, loc] : sweep.key_locs) {
+    const size_t pos = message.find(key);
+    if (pos == std::string::npos) continue;
+    // the earliest mention; of keys found at one place the longest ("amp.loss_scale" over "amp")
+    if (pos < at || (pos == at && best && key.size() > best->size())) {
+      at = pos;
+      best = &key;
+    }
+  }
+  return best ? sweep.key_locs.at(*best) : SourceLoc{sweep.source_path};
+}
+
+// A run row as plan_fork needs its parent: the cell's spec, not yet in any database.
+store::RunRow unsaved_row(const store::RunSpec& spec) {
+  store::RunRow row;
+  row.sweep_name = spec.sweep_name;
+  row.name = spec.sweep_name + "/" + std::to_string(spec.cell_index) + "-" +
+             spec.config_hash.substr(0, 8);
+  row.cell_index = spec.cell_index;
+  row.label = spec.label;
+  row.config_json = spec.config_json;
+  row.config_hash = spec.config_hash;
+  row.axes_json = spec.axes_json;
+  return row;
+}
+
+// The label of a sweep fork: its declared name (plus the overrides when the entry has several
+// sets, plus the parent when it forks several cells), or "" for the default label.
+std::string fork_label(const PlannedFork& fork, const Plan& plan, const std::string& parent_label) {
+  if (fork.label.empty()) return "";
+  const ForkDecl& decl = plan.sweep.forks.at(fork.decl);
+  std::string label = fork.label;
+  if (decl.override_sets.size() > 1) {
+    for (const auto& [k, v] : fork.overrides) {
+      label += " " + k + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
+    }
+  }
+  if (decl.cells.size() > 1) label += " (from " + parent_label + ")";
+  return label;
+}
+
+// Calls f(cell, config) for each cell with its full config, reusing one Config: every cell of a
+// sweep sets the same keys over the same base, so no per-cell copy is made.
+template <class F>
+void for_each_config(const std::vector<Cell>& cells, F&& f) {
+  if (cells.empty()) return;
+  Config work = *cells.front().base;
+  for (const Cell& cell : cells) {
+    for (const auto& item : cell.axes.items()) work.set(item.key(), nlohmann::json(item.value()));
+    f(cell, work);
+  }
+}
+
+}  // namespace
+
+store::RunSpec cell_spec(const Sweep& sweep, const Cell& cell, const Config& config) {
+  store::RunSpec spec;
+  spec.sweep_name = sweep.name;
+  spec.cell_index = cell.index;
+  spec.label = cell.label();
+  spec.config_json = config.canonical_json();
+  spec.config_hash = cell.hash;
+  spec.axes_json = cell.axes.dump();
+  spec.columns = train::run_columns(config);
+  return spec;
+}
+
+Plan plan_sweep(const std::string& path, const std::vector<std::string>& sets,
+                const std::vector<std::string>& only, bool data) {
+  Plan plan;
+  plan.sweep = load_sweep(path, sets);
+  plan.cells = filter_cells(plan.sweep.cells, only);
+  if (plan.cells.empty()) {
+    throw UsageError("--only matched no cell of sweep " + plan.sweep.name + " (" +
+                     std::to_string(plan.sweep.cells.size()) + " cells; see --dry-run)");
+  }
+  const Sweep& sweep = plan.sweep;
+  auto cell_error = [&](const Cell& cell, const std::string& what) {
+    return loc_of(sweep, what).prefix() + "cell " + std::to_string(cell.index) + " (" +
+           cell.label() + "): " + what;
+  };
+
+  // Keys of the data set a run reads: cells that differ in none of them share one check.
+  std::vector<std::string> data_axes;
+  for (const auto& key : sweep.axis_keys) {
+    if (key.rfind("data.", 0) == 0 || key.rfind("rootnet.", 0) == 0 ||
+        key == "schedule.eval_step_per_epoch") {
+      data_axes.push_back(key);
+    }
+  }
+  std::unordered_set<std::string> data_checked;
+  std::map<int, size_t> selected;  // cell index -> position in plan.cells
+  for (size_t i = 0; i < plan.cells.size(); ++i) selected.emplace(plan.cells[i].index, i);
+
+  for_each_config(plan.cells, [&](const Cell& cell, const Config& config) {
+    try {
+      train::validate_config(config);
+    } catch (const ConfigError& e) {
+      throw ConfigError(cell_error(cell, e.what()));
+    }
+    if (data) {
+      nlohmann::json key = nlohmann::json::array();
+      for (const auto& k : data_axes) key.push_back(cell.value(k));
+      if (data_checked.insert(key.dump()).second) {
+        try {
+          train::check_data(config);
+        } catch (const DataError& e) {
+          throw DataError(cell_error(cell, e.what()));
+        } catch (const ConfigError& e) {
+          throw ConfigError(cell_error(cell, e.what()));
+        }
+      }
+    }
+    // The forks of this cell: plan_fork checks their overrides (model keys, optimizer, a
+    // schedule that ends too early, amp combinations).
+    for (size_t d = 0; d < sweep.forks.size(); ++d) {
+      const ForkDecl& decl = sweep.forks[d];
+      bool forks_cell = false;
+      for (int index : decl.cells) forks_cell = forks_cell || index == cell.index;
+      if (!forks_cell) continue;
+      const store::RunRow parent = unsaved_row(cell_spec(sweep, cell, config));
+      for (const auto& overrides : decl.override_sets) {
+        PlannedFork fork{d, selected.at(cell.index), decl.epoch, overrides,
+                         decl.reset_optimizer, decl.name};
+        try {
+          const store::RunSpec spec = train::plan_fork(parent, decl.epoch, overrides,
+                                                       decl.reset_optimizer, "");
+          train::validate_config(Config::from_json(spec.config_json, "fork"));
+        } catch (const ConfigError& e) {
+          throw ConfigError(decl.loc.prefix() + "fork of cell " + std::to_string(cell.index) +
+                            ": " + e.what());
+        }
+        plan.forks.push_back(std::move(fork));
+      }
+    }
+  });
+  // Forks in declaration order, then cell order (for_each_config visits cell by cell).
+  std::stable_sort(plan.forks.begin(), plan.forks.end(),
+                   [](const PlannedFork& a, const PlannedFork& b) { return a.decl < b.decl; });
+  return plan;
+}
+
+void Tally::add(const train::RunResult& result) {
+  switch (result.outcome) {
+    case train::Outcome::kDone: ++done; break;
+    case train::Outcome::kDiverged: ++diverged; break;
+    case train::Outcome::kInterrupted: ++interrupted; break;
+    case train::Outcome::kFailed: ++failed; break;
+    case train::Outcome::kLost: ++lost; break;
+  }
+}
+
+int Tally::exit_code() const {
+  if (interrupted > 0 && train::stop_requested()) return static_cast<int>(ExitCode::kInterrupted);
+  if (failed > 0) return static_cast<int>(ExitCode::kFailedRuns);
+  return 0;
+}
+
+std::string Tally::summary() const {
+  return std::to_string(done) + " trained, " + std::to_string(skipped) + " skipped, " +
+         std::to_string(diverged) + " diverged, " + std::to_string(failed) + " failed, " +
+         std::to_string(interrupted) + " interrupted" +
+         (lost ? ", " + std::to_string(lost) + " taken over by another process" : "");
+}
+
+namespace {
+
+// Trains one claimed run, logs its outcome and counts it.
+void train_claimed(store::Store& store, const store::RunRow& run, const SweepOptions& options,
+                   Tally& tally) {
+  const train::RunResult result = train::train_run(store, run, options.training);
+  tally.add(result);
+  switch (result.outcome) {
+    case train::Outcome::kDone:
+    case train::Outcome::kDiverged:
+      break;
+    case train::Outcome::kInterrupted:
+      log::info("run " + run.name + ": " + result.message + "; it continues from its last "
+                "checkpoint when the command is run again");
+      break;
+    case train::Outcome::kFailed:
+      log::warn("run " + run.name + " failed: " + result.message);
+      break;
+    case train::Outcome::kLost:
+      log::warn("run " + run.name + ": " + result.message);
+      break;
+  }
+  if (options.on_result) options.on_result(run, result);
+}
+
+}  // namespace
+
+Tally run_sweep(store::Store& store, const Plan& plan, const SweepOptions& options) {
+  const Sweep& sweep = plan.sweep;
+  const int64_t sweep_id =
+      store.ensure_sweep(sweep.name, sweep.description, sweep.yaml_text, sweep.source_path);
+
+  // The work: every selected cell, then every fork of a selected cell.
+  struct Item {
+    int64_t run_id;
+    int64_t parent_id = 0;  // forks
+    int parent_epoch = -1;
+  };
+  std::vector<Item> work;
+  std::vector<store::RunRow> cell_runs;
+  cell_runs.reserve(plan.cells.size());
+  for_each_config(plan.cells, [&](const Cell& cell, const Config& config) {
+    store::RunRow run = store.ensure_run(sweep_id, cell_spec(sweep, cell, config));
+    work.push_back({run.id});
+    // Forks need the parent's row; keep the rows only when there are forks.
+    cell_runs.push_back(plan.forks.empty() ? store::RunRow{} : std::move(run));
+  });
+  for (const PlannedFork& fork : plan.forks) {
+    const store::RunRow& parent = cell_runs.at(fork.parent);
+    const store::RunSpec spec =
+        train::plan_fork(parent, fork.epoch, fork.overrides, fork.reset_optimizer,
+                         fork_label(fork, plan, parent.label));
+    store::RunRow run = store.ensure_run(sweep_id, spec);
+    work.push_back({run.id, parent.id, fork.epoch});
+  }
+  cell_runs.clear();
+
+  Tally tally;
+  std::set<int64_t> reported, attempted;
+  auto report_once = [&](int64_t id, const std::string& line, int& counter) {
+    if (!reported.insert(id).second) return;
+    log::info(line);
+    ++counter;
+  };
+  const auto& stop_after = options.training.stop_after_epoch;
+  for (;;) {
+    // Another process trains a run of the work, or a fork's parent: poll until it is finished
+    // or its holder is gone (then this process takes it over).
+    bool waiting = false;
+    for (const Item& item : work) {
+      if (train::stop_requested()) break;
+      if (attempted.count(item.run_id)) continue;  // once per invocation (a failure stays failed)
+      store::RunRow run = *store.find_run(item.run_id);
+      if (stop_after && run.epochs_done > *stop_after) {
+        // stopped at --stop-after-epoch by another worker: leave it there
+        report_once(run.id, "run " + run.name + " has reached epoch " +
+                                std::to_string(*stop_after) + ", skipped",
+                    tally.skipped);
+        continue;
+      }
+      if (run.status == store::RunStatus::kDone || run.status == store::RunStatus::kDiverged) {
+        report_once(run.id, "run " + run.name + " [" + run.label + "] is " +
+                                store::to_string(run.status) + ", skipped",
+                    tally.skipped);
+        continue;
+      }
+      if (run.status == store::RunStatus::kFailed && !options.retry_failed) {
+        report_once(run.id, "run " + run.name + " failed before (" + run.message +
+                                "), skipped; use --retry-failed to train it again",
+                    tally.failed);
+        continue;
+      }
+      if (item.parent_id && run.epochs_done == 0) {
+        bool ready = false;
+        for (auto& e : store.epochs(item.parent_id)) {
+          ready = ready || (e.epoch == item.parent_epoch && e.checkpoint);
+        }
+        if (!ready) {
+          store::RunRow parent = *store.find_run(item.parent_id);
+          if (parent.status == store::RunStatus::kRunning) {
+            waiting = true;
+          } else {
+            report_once(run.id, "fork " + run.name + " waits for epoch " +
+                                    std::to_string(item.parent_epoch) + " of " + parent.name +
+                                    " (" + store::to_string(parent.status) + "), skipped",
+                        tally.skipped);
+          }
+          continue;
+        }
+      }
+      const Config config = Config::from_json(run.config_json, run.name);
+      if (!store.claim_run(run.id, provenance(options, config), options.stale_after,
+                           options.retry_failed)) {
+        if (!reported.count(run.id)) {
+          log::info("run " + run.name + " is being trained by " + holder_text(run) +
+                    "; waiting (taken over when that process is gone, or, on another host, "
+                    "when its heartbeat is older than " +
+                    std::to_string(static_cast<int64_t>(options.stale_after)) + " s)");
+        }
+        reported.insert(run.id);
+        waiting = true;  // until it finishes, or its holder is gone and the run can be claimed
+        continue;
+      }
+      reported.insert(run.id);
+      attempted.insert(run.id);
+      train_claimed(store, *store.find_run(run.id), options, tally);
+    }
+    if (!waiting || train::stop_requested()) break;
+    std::this_thread::sleep_for(std::chrono::duration<double>(options.poll_seconds));
+  }
+  return tally;
+}
+
+void require_checkpoint(const store::Store& store, const store::RunRow& run, int epoch) {
+  bool found = false;
+  std::string have;
+  for (auto& e : store.epochs(run.id)) {
+    if (!e.checkpoint) continue;
+    found = found || e.epoch == epoch;
+    have += (have.empty() ? "" : ", ") + std::to_string(e.epoch);
+  }
+  if (!found) {
+    throw CheckpointError("run " + run.name + " has no checkpoint of epoch " +
+                          std::to_string(epoch) + " (saved epochs: " +
+                          (have.empty() ? "none" : have) + ")");
+  }
+}
+
+Tally resume_run(store::Store& store, const store::RunRow& run, std::optional<int> from_epoch,
+                 const SweepOptions& options) {
+  Tally tally;
+  if (run.status == store::RunStatus::kDone && !from_epoch) {
+    tally.note = "run " + run.name + " is already done; use --from-epoch N to train again from "
+                 "epoch N";
+    ++tally.skipped;
+    return tally;
+  }
+  // checked before the run is claimed: a typo must not touch the run
+  if (from_epoch) require_checkpoint(store, run, *from_epoch);
+  const Config config = Config::from_json(run.config_json, "run " + run.name);
+  const auto prov = provenance(options, config);
+  const bool finished =
+      run.status == store::RunStatus::kDone || run.status == store::RunStatus::kDiverged;
+  if (finished) {
+    store.mark_running(run.id, prov);  // explicit request to train a finished run again
+  } else if (!store.claim_run(run.id, prov, options.stale_after, true)) {
+    throw UsageError("run " + run.name + " is being trained by " + holder_text(run) +
+                     " (heartbeat " + run.heartbeat_at + "); wait for it, or stop that process");
+  }
+  SweepOptions resumed = options;
+  if (from_epoch) resumed.training.from_epoch = *from_epoch;
+  train_claimed(store, *store.find_run(run.id), resumed, tally);
+  return tally;
+}
+
+Tally fork_run(store::Store& store, const store::RunRow& parent, int epoch,
+               const std::vector<std::pair<std::string, nlohmann::json>>& overrides,
+               bool reset_optimizer, const std::string& name, const SweepOptions& options) {
+  require_checkpoint(store, parent, epoch);
+  const store::RunSpec spec = train::plan_fork(parent, epoch, overrides, reset_optimizer, name);
+  store::RunRow run = store.ensure_run(parent.sweep_id, spec);
+  log::info("fork " + run.name + " [" + run.label + "] of " + parent.name + " at epoch " +
+            std::to_string(epoch));
+  Tally tally;
+  if (run.status == store::RunStatus::kDone || run.status == store::RunStatus::kDiverged) {
+    tally.note = "fork " + run.name + " is already " + store::to_string(run.status) +
+                 " (amptune show " + run.name + ")";
+    ++tally.skipped;
+    return tally;
+  }
+  const Config config = Config::from_json(run.config_json, "run " + run.name);
+  if (!store.claim_run(run.id, provenance(options, config), options.stale_after, true)) {
+    throw UsageError("fork " + run.name + " is being trained by " + holder_text(run) +
+                     " (heartbeat " + run.heartbeat_at + "); wait for it, or stop that process");
+  }
+  train_claimed(store, *store.find_run(run.id), options, tally);
+  return tally;
+}
+
+int run_workers(const std::vector<std::string>& args, int workers, const std::string& db,
+                const std::string& sweep_name) {
+  std::vector<pid_t> children;
+  for (int w = 0; w < workers; ++w) {
+    pid_t pid = ::fork();
+    if (pid < 0) {
+      const std::string why = std::strerror(errno);
+      for (pid_t child : children) ::kill(child, SIGTERM);
+      throw EnvironmentError("cannot start worker process " + std::to_string(w + 1) + " of " +
+                             std::to_string(workers) + ": " + why +
+                             " (process limit or memory); run with fewer --workers");
+    }
+    if (pid == 0) {
+      std::vector<std::string> copy = args;
+      std::vector<char*> argv;
+      static std::string self = "amptune";
+      argv.push_back(self.data());
+      for (auto& a : copy) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv("/proc/self/exe", argv.data());
+      std::fprintf(stderr, "amptune: cannot start worker: %s\n", std::strerror(errno));
+      ::_exit(static_cast<int>(ExitCode::kEnvironment));
+    }
+    children.push_back(pid);
+  }
+  log::info("started " + std::to_string(workers) + " worker processes");
+  int code = 0, killed = 0;
+  bool forwarded = false;
+  size_t running = children.size();
+  while (running > 0) {
+    if (train::stop_requested() && !forwarded) {
+      for (pid_t pid : children) {
+        if (pid > 0) ::kill(pid, SIGTERM);
+      }
+      forwarded = true;
+    }
+    for (pid_t& pid : children) {
+      if (pid <= 0) continue;
+      int status = 0;
+      const pid_t r = ::waitpid(pid, &status, WNOHANG);
+      if (r == 0) continue;
+      int child_code = static_cast<int>(ExitCode::kInternal);
+      if (r == pid && WIFEXITED(status)) child_code = WEXITSTATUS(status);
+      if (r == pid && WIFSIGNALED(status)) {
+        log::warn("worker " + std::to_string(pid) + " was killed by signal " +
+                  std::to_string(WTERMSIG(status)) + "; its run is taken over by the other "
+                  "workers, or when the command is run again");
+        ++killed;
+      } else if (code == 0) {
+        code = child_code;
+      }
+      pid = 0;
+      --running;
+    }
+    if (running > 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  if (killed > 0 && code == 0 && !train::stop_requested()) {
+    // The survivors took the dead workers' runs over if they were still polling; otherwise the
+    // sweep is not finished.
+    store::Store store(db);
+    int unfinished = 0;
+    for (const auto& run : store.runs(sweep_name)) {
+      unfinished += run.status == store::RunStatus::kPending ||
+                    run.status == store::RunStatus::kRunning;
+    }
+    if (unfinished > 0) {
+      log::warn(std::to_string(unfinished) + " runs of sweep " + sweep_name +
+                " are unfinished after a worker died; run the command again");
+      code = static_cast<int>(ExitCode::kFailedRuns);
+    }
+  }
+  return code;
+}
+
+}  // namespace amptune::app

@@ -1,0 +1,114 @@
+// The sweep runner: plans a sweep's runs (its cells and their declared forks), checks every one
+// before anything is written, and trains them, sharing the sweep with any other amptune processes
+// through the store's claims (store.h "Holding a run"); `resume` and `fork` of single runs.
+//
+//   app::Plan plan = app::plan_sweep("experiments/x.yaml", sets, only);  // throws, writes nothing
+//   store::Store store(db);
+//   app::Tally tally = app::run_sweep(store, plan, options);
+//   return tally.exit_code();
+//
+// No torch in this header: the CLI and the unit tests include it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/sweep.h"
+#include "store/store.h"
+#include "train/runner.h"
+
+namespace amptune::app {
+
+// One `forks:` entry applied to one selected cell.
+struct PlannedFork {
+  size_t decl = 0;    // index into Plan::sweep.forks
+  size_t parent = 0;  // index into Plan::cells
+  int epoch = 0;      // the parent's epoch whose checkpoint the fork starts from
+  std::vector<std::pair<std::string, nlohmann::json>> overrides;
+  bool reset_optimizer = false;
+  std::string label;  // "" = the parent's label and the changes
+};
+
+struct Plan {
+  Sweep sweep;
+  std::vector<Cell> cells;         // the cells --only selected, in cell order
+  std::vector<PlannedFork> forks;  // forks of the selected cells, in declaration order
+};
+
+// Reads and expands the sweep file at `path` (with --set `sets`, --only `only`) and checks every
+// planned run as `run` would before training it: config keys and values, the amp policy, cast
+// points, schedule values (train::validate_config), every fork's overrides (train::plan_fork),
+// and, when `data` is true, that each distinct data set opens (train::check_data, once per
+// distinct data.* / rootnet.* setting). Touches no database. Throws ConfigError naming the
+// file:line of the key where it can and the cell ("cell 3 (amp.opt_level=O1): ..."),
+// DataError naming the expected path, UsageError when --only matches no cell.
+// Linear in the number of cells: 100,000 cells plan in seconds (docs/PERFORMANCE.md).
+Plan plan_sweep(const std::string& path, const std::vector<std::string>& sets,
+                const std::vector<std::string>& only, bool data = true);
+
+// The run spec (Store::ensure_run) of a cell: label, canonical config, hash, axes, run columns.
+store::RunSpec cell_spec(const Sweep& sweep, const Cell& cell, const Config& config);
+
+struct SweepOptions {
+  train::RunOptions training;  // threads, progress, command line, stop after epoch
+  // Version fields of the provenance recorded with each claim (the CLI fills them from the
+  // binary; host, threads, device and command line are filled here).
+  store::Provenance provenance;
+  bool retry_failed = false;   // train failed runs again (they are skipped otherwise)
+  double stale_after = store::kDefaultStaleAfterSeconds;  // Store::claim_run
+  double poll_seconds = 2;     // while waiting for runs other processes hold
+  // Called when this process has trained a run to an outcome (the CLI prints the end-of-run
+  // JSON line of a done run).
+  std::function<void(const store::RunRow&, const train::RunResult&)> on_result;
+};
+
+// What one invocation did with its runs.
+struct Tally {
+  int done = 0, diverged = 0, failed = 0, skipped = 0, interrupted = 0, lost = 0;
+  // resume_run / fork_run of a run that is already finished: what to tell the user.
+  std::string note;
+  void add(const train::RunResult& result);
+  // 130 when interrupted by a signal, 8 when a run failed, else 0 (README "Exit codes").
+  int exit_code() const;
+  // "3 trained, 1 skipped, 0 diverged, 0 failed, 0 interrupted[, 1 taken over ...]"
+  std::string summary() const;
+};
+
+// Creates the plan's runs in `store` (pending; an existing run is found again by its config
+// hash, whatever its index) and trains each one this process can claim: cells, then forks once
+// their parent's checkpoint exists. Finished runs are skipped, failed ones too unless
+// retry_failed; runs other processes hold are waited for (polling) until they finish or their
+// holder is gone (then this process takes them over). Each run is tried at most once per call.
+// Stops early on train::stop_requested().
+Tally run_sweep(store::Store& store, const Plan& plan, const SweepOptions& options);
+
+// `amptune resume`: continues `run` from its newest valid checkpoint (or `from_epoch`'s). A
+// finished run is trained again only with from_epoch. Throws CheckpointError naming the saved
+// epochs when from_epoch has no checkpoint, UsageError when a live process holds the run.
+Tally resume_run(store::Store& store, const store::RunRow& run, std::optional<int> from_epoch,
+                 const SweepOptions& options);
+
+// `amptune fork`: the fork of `parent` at `epoch` with `overrides` (see train::plan_fork),
+// created or found again, then trained unless it is finished. Throws as plan_fork does,
+// CheckpointError when the parent has no checkpoint of `epoch`.
+Tally fork_run(store::Store& store, const store::RunRow& parent, int epoch,
+               const std::vector<std::pair<std::string, nlohmann::json>>& overrides,
+               bool reset_optimizer, const std::string& name, const SweepOptions& options);
+
+// Throws CheckpointError naming the saved epochs when `run` keeps no checkpoint of `epoch`.
+void require_checkpoint(const store::Store& store, const store::RunRow& run, int epoch);
+
+// `run --workers N`: starts N processes of this binary with `args` (a `run` command line without
+// --workers) on the same database, passes SIGINT/SIGTERM on, and waits. Returns the first
+// non-zero exit code of a worker; a worker killed by a signal makes it 8 when runs of the sweep
+// are left unfinished. Throws EnvironmentError when a process cannot be started.
+int run_workers(const std::vector<std::string>& args, int workers, const std::string& db,
+                const std::string& sweep_name);
+
+}  // namespace amptune::app
