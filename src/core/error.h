@@ -17,6 +17,7 @@ enum class ExitCode : int {
   kCheckpoint = 6,  // checkpoint missing / corrupt with no fallback
   kModel = 7,       // weight import/export mismatch
   kFailedRuns = 8,  // the command worked but one or more runs failed or diverged
+  kEnvironment = 9,  // the environment failed: a missing tool (gnuplot), an unwritable output path, a read error, fork() failing
   kInterrupted = 130,
 };
 
@@ -41,6 +42,7 @@ AMPTUNE_DEFINE_ERROR(DataError, kData)
 AMPTUNE_DEFINE_ERROR(StoreError, kStore)
 AMPTUNE_DEFINE_ERROR(CheckpointError, kCheckpoint)
 AMPTUNE_DEFINE_ERROR(ModelError, kModel)
+AMPTUNE_DEFINE_ERROR(EnvironmentError, kEnvironment)
 
 #undef AMPTUNE_DEFINE_ERROR
 
