@@ -21,7 +21,7 @@
 #include <boost/program_options.hpp>
 
 #include "cli/commands.h"
-#include "cli/compare.h"
+#include "app/compare.h"
 #include "core/error.h"
 #include "core/version.h"
 
@@ -155,7 +155,7 @@ std::string line_plot(const fs::path& dir, const std::string& stem, const std::v
 
 int cmd_report(const Invocation& inv) {
   std::string db, out_dir;
-  CompareOptions options;
+  app::CompareOptions options;
   po::options_description desc("amptune report options");
   desc.add_options()("help,h", "show this help")(
       "db", po::value(&db)->default_value(default_db()), "results database (env AMPTUNE_DB)")(
@@ -176,7 +176,7 @@ int cmd_report(const Invocation& inv) {
   if (options.sweep.empty()) throw UsageError("amptune report needs --sweep NAME");
   if (out_dir.empty()) throw UsageError("amptune report needs --out DIR");
   store::Store store = open_existing(db);
-  const CompareTable table = build_compare(store, options);
+  const app::CompareTable table = app::build_compare(store, options);
   const auto runs = store.runs(options.sweep);
 
   const fs::path dir(out_dir);
@@ -353,13 +353,13 @@ int cmd_report(const Invocation& inv) {
        << " runs; metric <b>" << html_escape(table.metric) << "</b> (" << direction
        << "), best epoch of each run, mean over runs with the same settings. Database "
        << html_escape(db) << ".</p>\n<h2>Comparison</h2>\n<table>\n<tr>";
-  for (const auto& name : compare_columns(table)) html << "<th>" << html_escape(name) << "</th>";
+  for (const auto& name : app::compare_columns(table)) html << "<th>" << html_escape(name) << "</th>";
   html << "</tr>\n";
   for (const auto& row : table.rows) {
     html << "<tr>";
     size_t i = 0;
-    for (const auto& cell : compare_cells(table, row)) {
-      const bool text_cell = i < table.by.size() || i == compare_columns(table).size() - (table.has_baseline ? 3 : 2);
+    for (const auto& cell : app::compare_cells(table, row)) {
+      const bool text_cell = i < table.by.size() || i == app::compare_columns(table).size() - (table.has_baseline ? 3 : 2);
       html << (text_cell ? "<td class=\"t\">" : "<td>") << html_escape(cell) << "</td>";
       ++i;
     }

@@ -10,7 +10,6 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "cli/compare.h"
 #include "cli/table.h"
 #include "core/error.h"
 #include "core/process.h"

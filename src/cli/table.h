@@ -1,23 +1,12 @@
-// Column-aligned plain-text tables for list/show.
+// The text table lives in app/table.h (amptune compare writes one); the commands use it as
+// cli::Table.
 #pragma once
 
-#include <ostream>
-#include <string>
-#include <vector>
+#include "app/table.h"
 
 namespace amptune::cli {
 
-class Table {
- public:
-  explicit Table(std::vector<std::string> header) : header_(std::move(header)) {}
-  void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
-  void print(std::ostream& out) const;
-
- private:
-  std::vector<std::string> header_;
-  std::vector<std::vector<std::string>> rows_;
-};
-
-std::string fixed(double value, int decimals);
+using app::fixed;
+using app::Table;
 
 }  // namespace amptune::cli

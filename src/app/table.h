@@ -1,0 +1,23 @@
+// Column-aligned plain-text tables (amptune compare / status / list / show / run / bench).
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace amptune::app {
+
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header) : header_(std::move(header)) {}
+  void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  void print(std::ostream& out) const;
+
+ private:
+  std::vector<std::string> header_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+std::string fixed(double value, int decimals);
+
+}  // namespace amptune::app
