@@ -47,8 +47,9 @@ function(amptune_embed out_var)
   set(${out_var} ${_out} PARENT_SCOPE)
 endfunction()
 
-# amptune_test(<name> SOURCES ... DEPS ... LABELS ...): one GoogleTest executable, its tests
-# registered with ctest and labelled (unit, integration, slow, gpu).
+# amptune_test(<name> SOURCES ... DEPS ... LABELS ...): one GoogleTest executable registered with
+# ctest and labelled (unit, integration, slow, gpu): a unit executable as one ctest test, the
+# others test by test (gtest_discover_tests), so long tests run in parallel.
 function(amptune_test name)
   cmake_parse_arguments(ARG "TORCH" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
@@ -68,6 +69,14 @@ function(amptune_test name)
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 300)
   endif()
-  gtest_discover_tests(${name} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
-                       DISCOVERY_TIMEOUT 60)
+  if("unit" IN_LIST ARG_LABELS)
+    # One ctest test per executable: a unit test takes milliseconds, starting a process that
+    # loads LibTorch about a second, so one process per test would make most of the tier's time.
+    # Run one test with: build/tests/unit/<layer>/<name> --gtest_filter=Suite.Test
+    add_test(NAME ${name} COMMAND ${name} --gtest_brief=1)
+    set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT})
+  else()
+    gtest_discover_tests(${name} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
+                         DISCOVERY_TIMEOUT 60)
+  endif()
 endfunction()

@@ -5,17 +5,13 @@
 #include <iostream>
 #include <set>
 
-#include <boost/program_options.hpp>
-
 #include "cli/commands.h"
-#include "cli/table.h"
+#include "app/table.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "store/store.h"
 #include "train/evaluate.h"
 #include "train/retention.h"
-
-namespace po = boost::program_options;
 
 namespace amptune::cli {
 namespace {
@@ -59,33 +55,28 @@ int cmd_eval(const Invocation& inv) {
   std::string db, run_ref;
   int epoch = -1, threads = 0;
   int64_t max_batches = 0;
-  po::options_description desc("amptune eval options");
-  desc.add_options()("help,h", "show this help")(
-      "epoch", po::value(&epoch), "evaluate this epoch's checkpoint (0-based)")(
+  Options opts("eval",
+               "usage: amptune eval RUN [--epoch N | --all] [options]\n\n"
+               "Evaluates saved checkpoints of RUN (id or name; default: the newest) on the\n"
+               "run's evaluation split (RootNet: its test set) with the model built as in\n"
+               "training, and stores the metrics for those epochs (replacing those names).\n"
+               "By default it evaluates the set training evaluated, so it reproduces the\n"
+               "training-time metrics; metrics of another set (--max-batches) never replace\n"
+               "stored ones silently: they are printed and stored only with --replace\n"
+               "(val_samples records the set's size). Exits 6 when a checkpoint could not be\n"
+               "evaluated, 2 when metrics were left unstored for that reason.");
+  opts.positional(&run_ref).db(&db).quiet();
+  opts.add()("epoch", po::value(&epoch), "evaluate this epoch's checkpoint (0-based)")(
       "all", "evaluate every kept checkpoint of the run")(
-      "db", po::value(&db)->default_value(default_db()), "results database (env AMPTUNE_DB)")(
       "threads", po::value(&threads)->default_value(0),
       "LibTorch threads; 0 = the run config's `threads`")(
       "max-batches", po::value(&max_batches),
       "evaluation batches per checkpoint; -1 = the whole evaluation split (default: the "
       "batches training evaluated, schedule.eval_step_per_epoch)")(
       "replace", "store the metrics even where training computed that epoch's metrics on "
-      "another set (val_samples differs); without it they are printed, not stored")(
-      "quiet,q", "no progress lines");
-  po::variables_map vm = parse_args(inv.args, desc, &run_ref);
-  if (vm.count("help")) {
-    std::cout << "usage: amptune eval RUN [--epoch N | --all] [options]\n\n"
-                 "Evaluates saved checkpoints of RUN (id or name; default: the newest) on the\n"
-                 "run's evaluation split (RootNet: its test set) with the model built as in\n"
-                 "training, and stores the metrics for those epochs (replacing those names).\n"
-                 "By default it evaluates the set training evaluated, so it reproduces the\n"
-                 "training-time metrics; metrics of another set (--max-batches) never replace\n"
-                 "stored ones silently: they are printed and stored only with --replace\n"
-                 "(val_samples records the set's size). Exits 6 when a checkpoint could not be\n"
-                 "evaluated, 2 when metrics were left unstored for that reason.\n\n"
-              << desc;
-    return 0;
-  }
+      "another set (val_samples differs); without it they are printed, not stored");
+  if (!opts.parse(inv.args)) return 0;
+  const po::variables_map& vm = opts.vm();
   require_run_ref(run_ref, "eval");
   if (vm.count("epoch") && vm.count("all")) {
     throw UsageError("amptune eval takes --epoch N or --all, not both");
@@ -95,7 +86,6 @@ int cmd_eval(const Invocation& inv) {
     throw UsageError("--max-batches must be -1 (whole split) or >= 1, got " +
                      std::to_string(max_batches));
   }
-  if (vm.count("quiet")) log::set_quiet(true);
   store::Store store = open_existing(db);
   const store::RunRow run = find_run(store, run_ref, "eval");
   train::EvalOptions options;
@@ -114,7 +104,7 @@ int cmd_eval(const Invocation& inv) {
   header.insert(header.end(), names.begin(), names.end());
   header.push_back("seconds");
   header.push_back("status");
-  Table table(header);
+  app::Table table(header);
   int failed = 0, unstored = 0;
   for (auto& r : results) {
     std::vector<std::string> row{std::to_string(r.epoch)};
@@ -122,7 +112,7 @@ int cmd_eval(const Invocation& inv) {
       auto it = r.metrics.find(n);
       row.push_back(it == r.metrics.end() ? "-" : value_text(it->second));
     }
-    row.push_back(fixed(r.seconds, 1));
+    row.push_back(app::fixed(r.seconds, 1));
     row.push_back(!r.error.empty() ? "FAILED" : !r.not_recorded.empty() ? "not stored" : "recorded");
     if (!r.error.empty()) ++failed;
     if (!r.not_recorded.empty()) ++unstored;
@@ -149,22 +139,17 @@ int cmd_eval(const Invocation& inv) {
 int cmd_export(const Invocation& inv) {
   std::string db, run_ref, out;
   int epoch = -1;
-  po::options_description desc("amptune export options");
-  desc.add_options()("help,h", "show this help")(
-      "epoch", po::value(&epoch), "the checkpoint's epoch (0-based; required)")(
-      "out", po::value(&out), "file to write, e.g. weights.pt (required)")(
-      "db", po::value(&db)->default_value(default_db()), "results database (env AMPTUNE_DB)");
-  po::variables_map vm = parse_args(inv.args, desc, &run_ref);
-  if (vm.count("help")) {
-    std::cout << "usage: amptune export RUN --epoch N --out FILE.pt [options]\n\n"
-                 "Writes the weights of RUN's checkpoint of epoch N as a state dict that\n"
-                 "PyTorch's torch.load reads ({name: tensor}, torchvision's names; full precision:\n"
-                 "O2 runs export their fp32 master weights).\n\n"
-              << desc;
-    return 0;
-  }
+  Options opts("export",
+               "usage: amptune export RUN --epoch N --out FILE.pt [options]\n\n"
+               "Writes the weights of RUN's checkpoint of epoch N as a state dict that\n"
+               "PyTorch's torch.load reads ({name: tensor}, torchvision's names; full precision:\n"
+               "O2 runs export their fp32 master weights).");
+  opts.positional(&run_ref).db(&db);
+  opts.add()("epoch", po::value(&epoch), "the checkpoint's epoch (0-based; required)")(
+      "out", po::value(&out), "file to write, e.g. weights.pt (required)");
+  if (!opts.parse(inv.args)) return 0;
   require_run_ref(run_ref, "export");
-  if (!vm.count("epoch") || epoch < 0) throw UsageError("amptune export needs --epoch N (>= 0)");
+  if (!opts.has("epoch") || epoch < 0) throw UsageError("amptune export needs --epoch N (>= 0)");
   if (out.empty()) throw UsageError("amptune export needs --out FILE.pt");
   store::Store store = open_existing(db);
   const store::RunRow run = find_run(store, run_ref, "export");
@@ -176,22 +161,15 @@ int cmd_export(const Invocation& inv) {
 
 int cmd_gc(const Invocation& inv) {
   std::string db;
-  po::options_description desc("amptune gc options");
-  desc.add_options()("help,h", "show this help")(
-      "dry-run", "list what would be deleted and delete nothing")(
-      "db", po::value(&db)->default_value(default_db()), "results database (env AMPTUNE_DB)");
-  po::variables_map vm;
-  po::store(po::command_line_parser(inv.args).options(desc).run(), vm);
-  po::notify(vm);
-  if (vm.count("help")) {
-    std::cout << "usage: amptune gc [--dry-run] [options]\n\n"
-                 "Deletes checkpoint files the database no longer references: unreferenced files\n"
-                 "and temp files of interrupted saves in each run's checkpoint directory, and the\n"
-                 "directories of deleted runs under DB_DIR/checkpoints. Running runs are skipped.\n\n"
-              << desc;
-    return 0;
-  }
-  const bool dry_run = vm.count("dry-run") > 0;
+  Options opts("gc",
+               "usage: amptune gc [--dry-run] [options]\n\n"
+               "Deletes checkpoint files the database no longer references: unreferenced files\n"
+               "and temp files of interrupted saves in each run's checkpoint directory, and the\n"
+               "directories of deleted runs under DB_DIR/checkpoints. Running runs are skipped.");
+  opts.db(&db);
+  opts.add()("dry-run", "list what would be deleted and delete nothing");
+  if (!opts.parse(inv.args)) return 0;
+  const bool dry_run = opts.has("dry-run");
   store::Store store = open_existing(db);
   const auto report = train::collect_garbage(store, dry_run);
   for (auto& s : report.skipped) std::cerr << "amptune gc: skipped " << s << "\n";

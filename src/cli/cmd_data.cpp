@@ -1,14 +1,10 @@
 // `amptune data <action>`: data-set utilities.
 #include <iostream>
 
-#include <boost/program_options.hpp>
-
 #include "cli/commands.h"
 #include "core/error.h"
 #include "data/export.h"
 #include "data/rootnet_data.h"
-
-namespace po = boost::program_options;
 
 namespace amptune::cli {
 namespace {
@@ -17,26 +13,19 @@ int export_imagefolder(const std::vector<std::string>& args) {
   std::string idx, out, naming;
   int64_t limit = -1;
   int quality = 95;
-  po::options_description desc("amptune data export-imagefolder options");
-  desc.add_options()("help,h", "show this help")(
-      "idx", po::value(&idx)->default_value("/usr/share/datasets/fashion-mnist"),
-      "directory of the IDX files ({train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz])")(
+  Options opts("data export-imagefolder",
+               "usage: amptune data export-imagefolder --out DIR [options]\n\nWrites IDX images "
+               "(the real Fashion-MNIST by default) as an ImageNet-style folder of JPEG files: "
+               "train -> OUT/train, t10k -> OUT/val.");
+  opts.add()("idx", po::value(&idx)->default_value("/usr/share/datasets/fashion-mnist"),
+             "directory of the IDX files ({train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz])")(
       "out", po::value(&out), "output directory (OUT/train/<class>/*.JPEG, OUT/val/...)")(
       "limit", po::value(&limit)->default_value(-1),
       "at most this many images per split, balanced over classes; -1 = all")(
       "quality", po::value(&quality)->default_value(95), "JPEG quality 1..100")(
       "names", po::value(&naming)->default_value("auto"),
       "class folder names: auto | fashion | generic (class_0, ...)");
-  po::variables_map vm;
-  po::store(po::command_line_parser(args).options(desc).run(), vm);
-  po::notify(vm);
-  if (vm.count("help")) {
-    std::cout << "usage: amptune data export-imagefolder --out DIR [options]\n\nWrites IDX "
-                 "images (the real Fashion-MNIST by default) as an ImageNet-style folder of "
-                 "JPEG files: train -> OUT/train, t10k -> OUT/val.\n\n"
-              << desc;
-    return 0;
-  }
+  if (!opts.parse(args)) return 0;
   if (out.empty()) throw UsageError("amptune data export-imagefolder needs --out DIR");
   if (quality < 1 || quality > 100) throw UsageError("--quality must be in 1..100");
   data::ClassNaming mode = data::ClassNaming::kAuto;
@@ -60,26 +49,19 @@ int export_imagefolder(const std::vector<std::string>& args) {
 int synth_rootnet(const std::vector<std::string>& args) {
   data::SynthOptions o;
   int64_t seed = 0;
-  po::options_description desc("amptune data synth-rootnet options");
-  desc.add_options()("help,h", "show this help")(
-      "format", po::value(&o.format), "h36m | muco | mupots | mpii (the official layouts)")(
+  Options opts("data synth-rootnet",
+               "usage: amptune data synth-rootnet --format F --out DIR [options]\n\nWrites a "
+               "small RootNet data set in the official JSON + JPEG layout of F: people as "
+               "articulated 3D stick bodies (heights 1.5-1.9 m, random pose, root depth 2-7.5 m) "
+               "seen through pinhole cameras (docs/ROOTNET.md).");
+  opts.add()("format", po::value(&o.format), "h36m | muco | mupots | mpii (the official layouts)")(
       "out", po::value(&o.out), "root directory of the data set (e.g. data/synth/MuCo)")(
       "seed", po::value(&seed)->default_value(0), "random seed (same seed, same files)")(
       "images", po::value(&o.images)->default_value(200),
       "images to write (h36m: per subject, subjects 1, 5, 6, 7, 8, 9, 11)")(
       "width", po::value(&o.width)->default_value(320), "image width in pixels")(
       "height", po::value(&o.height)->default_value(240), "image height in pixels");
-  po::variables_map vm;
-  po::store(po::command_line_parser(args).options(desc).run(), vm);
-  po::notify(vm);
-  if (vm.count("help")) {
-    std::cout << "usage: amptune data synth-rootnet --format F --out DIR [options]\n\nWrites a "
-                 "small RootNet data set in the official JSON + JPEG layout of F: people as "
-                 "articulated 3D stick bodies (heights 1.5-1.9 m, random pose, root depth "
-                 "2-7.5 m) seen through pinhole cameras (docs/ROOTNET.md).\n\n"
-              << desc;
-    return 0;
-  }
+  if (!opts.parse(args)) return 0;
   if (o.format.empty() || o.out.empty()) {
     throw UsageError("amptune data synth-rootnet needs --format h36m|muco|mupots|mpii and --out DIR");
   }

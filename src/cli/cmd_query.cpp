@@ -2,15 +2,12 @@
 #include <filesystem>
 #include <iostream>
 
-#include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
 
+#include "app/table.h"
 #include "cli/commands.h"
-#include "cli/table.h"
 #include "core/error.h"
 #include "store/store.h"
-
-namespace po = boost::program_options;
 
 namespace amptune::cli {
 namespace {
@@ -18,27 +15,20 @@ namespace {
 std::string metric_or_dash(const std::map<std::string, double>& m, const std::string& name,
                            int decimals) {
   auto it = m.find(name);
-  return it == m.end() ? "-" : fixed(it->second, decimals);
+  return it == m.end() ? "-" : app::fixed(it->second, decimals);
 }
 
 }  // namespace
 
 int cmd_list(const Invocation& inv) {
   std::string db, sweep;
-  po::options_description desc("amptune list options");
-  desc.add_options()("help,h", "show this help")(
-      "db", po::value(&db)->default_value(default_db()), "results database (env AMPTUNE_DB)")(
-      "sweep", po::value(&sweep), "only the runs of this sweep");
-  po::variables_map vm;
-  po::store(po::command_line_parser(inv.args).options(desc).run(), vm);
-  po::notify(vm);
-  if (vm.count("help")) {
-    std::cout << "usage: amptune list [options]\n\n" << desc;
-    return 0;
-  }
+  Options opts("list", "usage: amptune list [options]\n");
+  opts.db(&db);
+  opts.add()("sweep", po::value(&sweep), "only the runs of this sweep");
+  if (!opts.parse(inv.args)) return 0;
   store::Store store = open_existing(db);
   auto runs = store.runs(sweep.empty() ? std::nullopt : std::optional<std::string>(sweep));
-  Table table({"id", "run", "status", "epochs", "acc1", "settings"});
+  app::Table table({"id", "run", "status", "epochs", "acc1", "settings"});
   for (auto& r : runs) {
     auto epochs = store.epochs(r.id);
     std::string best = "-";
@@ -47,7 +37,7 @@ int cmd_list(const Invocation& inv) {
       auto it = e.metrics.find("acc1");
       if (it != e.metrics.end() && it->second > best_v) best_v = it->second;
     }
-    if (best_v >= 0) best = fixed(best_v, 2);
+    if (best_v >= 0) best = app::fixed(best_v, 2);
     table.add({std::to_string(r.id), r.name, store::to_string(r.status),
                std::to_string(r.epochs_done), best, r.label});
   }
@@ -58,15 +48,10 @@ int cmd_list(const Invocation& inv) {
 
 int cmd_show(const Invocation& inv) {
   std::string db, run_ref;
-  po::options_description desc("amptune show options");
-  desc.add_options()("help,h", "show this help")(
-      "db", po::value(&db)->default_value(default_db()), "results database (env AMPTUNE_DB)")(
-      "config", "also print the run's full resolved config (JSON)");
-  po::variables_map vm = parse_args(inv.args, desc, &run_ref);
-  if (vm.count("help")) {
-    std::cout << "usage: amptune show RUN [options]\n\nRUN is a run id or name.\n" << desc;
-    return 0;
-  }
+  Options opts("show", "usage: amptune show RUN [options]\n\nRUN is a run id or name.\n");
+  opts.db(&db).positional(&run_ref);
+  opts.add()("config", "also print the run's full resolved config (JSON)");
+  if (!opts.parse(inv.args)) return 0;
   if (run_ref.empty()) throw UsageError("amptune show needs a run id or name (see amptune list)");
   store::Store store = open_existing(db);
   auto run = store.find_run(run_ref);
@@ -76,16 +61,16 @@ int cmd_show(const Invocation& inv) {
             << (run->message.empty() ? "" : " (" + run->message + ")") << "\n"
             << "config " << run->config_hash.substr(0, 12) << "  started " << run->started_at
             << "  finished " << (run->finished_at.empty() ? "-" : run->finished_at) << "\n";
-  if (vm.count("config")) {
+  if (opts.has("config")) {
     std::cout << nlohmann::json::parse(run->config_json).dump(2) << "\n";
   }
-  Table table({"epoch", "lr", "train_loss", "acc1", "acc5", "val_loss", "img/s", "seconds",
-               "skipped", "checkpoint"});
+  app::Table table({"epoch", "lr", "train_loss", "acc1", "acc5", "val_loss", "img/s", "seconds",
+                    "skipped", "checkpoint"});
   for (auto& e : store.epochs(run->id)) {
-    table.add({std::to_string(e.epoch), fixed(e.lr, 6), fixed(e.train_loss, 4),
+    table.add({std::to_string(e.epoch), app::fixed(e.lr, 6), app::fixed(e.train_loss, 4),
                metric_or_dash(e.metrics, "acc1", 2), metric_or_dash(e.metrics, "acc5", 2),
-               metric_or_dash(e.metrics, "val_loss", 4), fixed(e.train_fps_mean, 1),
-               fixed(e.epoch_seconds, 1), std::to_string(e.skipped_samples),
+               metric_or_dash(e.metrics, "val_loss", 4), app::fixed(e.train_fps_mean, 1),
+               app::fixed(e.epoch_seconds, 1), std::to_string(e.skipped_samples),
                e.checkpoint ? e.checkpoint->path : "-"});
   }
   table.print(std::cout);

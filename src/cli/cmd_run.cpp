@@ -5,7 +5,7 @@
 
 #include "app/runner.h"
 #include "cli/commands.h"
-#include "cli/table.h"
+#include "app/table.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/version.h"
@@ -59,7 +59,7 @@ std::vector<std::string> worker_args(const std::vector<std::string>& args) {
 }
 
 void print_dry_run(const app::Plan& plan) {
-  Table table({"cell", "hash", "settings"});
+  app::Table table({"cell", "hash", "settings"});
   for (const Cell& c : plan.cells) {
     table.add({std::to_string(c.index), c.hash.substr(0, 8), c.label()});
   }

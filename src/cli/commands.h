@@ -1,13 +1,10 @@
-// One function per subcommand. Each parses its own options (Boost.Program_options), prints its
-// own --help, and returns the process exit code; errors are thrown as amptune::Error and mapped
-// to exit codes in main.cpp.
+// One function per subcommand. Each parses its options with cli::Options (options.h), calls the
+// application layer (src/app, src/train) and prints; it returns the process exit code. Errors are
+// thrown as amptune::Error and mapped to exit codes in main.cpp.
 #pragma once
 
 #include <string>
 #include <vector>
-
-#include <boost/program_options/options_description.hpp>
-#include <boost/program_options/variables_map.hpp>
 
 #include "cli/options.h"
 
@@ -34,11 +31,6 @@ int cmd_eval(const Invocation& inv);
 int cmd_export(const Invocation& inv);
 int cmd_gc(const Invocation& inv);
 
-// Parses `args` with `desc` plus one positional argument (stored in `*positional`): the shared
-// shape of run / resume / show / bench. Throws boost::program_options errors.
-boost::program_options::variables_map parse_args(
-    const std::vector<std::string>& args, const boost::program_options::options_description& desc,
-    std::string* positional);
 
 
 }  // namespace amptune::cli

@@ -70,20 +70,6 @@ bool Options::parse(const std::vector<std::string>& args) {
   return true;
 }
 
-po::variables_map parse_args(const std::vector<std::string>& args,
-                             const po::options_description& desc, std::string* positional) {
-  po::options_description hidden;
-  hidden.add_options()("positional", po::value(positional));
-  po::options_description all;
-  all.add(desc).add(hidden);
-  po::positional_options_description pos;
-  pos.add("positional", 1);
-  po::variables_map vm;
-  po::store(po::command_line_parser(args).options(all).positional(pos).run(), vm);
-  po::notify(vm);
-  return vm;
-}
-
 std::string default_db() {
   const char* env = std::getenv("AMPTUNE_DB");
   return env && *env ? env : "results/amptune.sqlite";

@@ -1006,4 +1006,124 @@ std::vector<int> Store::fork_epochs(int64_t run_id) const {
   });
 }
 
+// --- typed reads of the query side --------------------------------------------------------------
+
+namespace {
+
+// The epochs columns that the epoch_values view (schemas/store.sql) exposes as values.
+const std::set<std::string>& epoch_value_columns() {
+  static const std::set<std::string> names = {"train_loss", "lr", "train_fps_mean",
+                                              "epoch_seconds"};
+  return names;
+}
+
+// The ids of the runs of the sweep named ?1.
+constexpr const char* kRunsOfSweep =
+    "(SELECT r.id FROM runs r JOIN sweeps s ON s.id = r.sweep_id WHERE s.name = ?1)";
+
+std::optional<double> optional_double(const Statement& statement, int column) {
+  if (statement.is_null(column)) return std::nullopt;
+  return statement.column_double(column);
+}
+
+}  // namespace
+
+std::vector<std::string> Store::sweep_names() const {
+  return guarded(path_, "listing sweeps", [&] {
+    std::vector<std::string> names;
+    Statement select(db_, "SELECT name FROM sweeps ORDER BY name");
+    while (select.step()) names.push_back(select.column_text(0));
+    return names;
+  });
+}
+
+std::optional<bool> Store::higher_is_better(const std::string& metric) const {
+  return guarded(path_, "reading metric_info of '" + metric + "'", [&]() -> std::optional<bool> {
+    Statement select(db_, "SELECT higher_is_better FROM metric_info WHERE name = ?");
+    select.bind(1, metric);
+    if (!select.step()) return std::nullopt;
+    return select.column_int(0) != 0;
+  });
+}
+
+std::vector<std::string> Store::metric_names(const std::string& sweep) const {
+  return guarded(path_, "listing the metrics of sweep '" + sweep + "'", [&] {
+    std::set<std::string> names = epoch_value_columns();
+    Statement select(db_, std::string("SELECT DISTINCT m.name FROM metrics m WHERE m.run_id IN ") +
+                              kRunsOfSweep);
+    select.bind(1, sweep);
+    while (select.step()) names.insert(select.column_text(0));
+    return std::vector<std::string>(names.begin(), names.end());
+  });
+}
+
+std::vector<Store::MetricValue> Store::metric_values(const std::string& sweep,
+                                                     const std::string& metric) const {
+  return guarded(path_, "reading " + metric + " of sweep '" + sweep + "'", [&] {
+    // The column name spliced in is one of epoch_value_columns(), never the caller's text.
+    const auto column = epoch_value_columns().find(metric);
+    const std::string sql =
+        column != epoch_value_columns().end()
+            ? "SELECT e.run_id, e.epoch, e." + *column + " FROM epochs e WHERE e." + *column +
+                  " IS NOT NULL AND e.run_id IN " + kRunsOfSweep + " ORDER BY e.run_id, e.epoch"
+            : std::string(
+                  "SELECT m.run_id, m.epoch, m.value FROM metrics m WHERE m.name = ?2 "
+                  "AND m.value IS NOT NULL AND m.run_id IN ") +
+                  kRunsOfSweep + " ORDER BY m.run_id, m.epoch";
+    Statement select(db_, sql);
+    select.bind(1, sweep);
+    if (column == epoch_value_columns().end()) select.bind(2, metric);
+    std::vector<MetricValue> values;
+    while (select.step()) {
+      values.push_back(
+          {select.column_int(0), static_cast<int>(select.column_int(1)), select.column_double(2)});
+    }
+    return values;
+  });
+}
+
+std::vector<Store::RunTotals> Store::run_totals(const std::string& sweep) const {
+  return guarded(path_, "summing the epochs of sweep '" + sweep + "'", [&] {
+    // The epochs join and the per-run metric sums use the (run_id, ...) primary key and the
+    // metrics_by_run_name index, so one sweep reads only its own rows.
+    Statement select(db_,
+                     "SELECT r.id, COUNT(e.epoch), MAX(e.global_step), AVG(e.train_fps_mean), "
+                     "(SELECT SUM(m.value) FROM metrics m WHERE m.run_id = r.id AND "
+                     "m.name = 'overflow_steps'), "
+                     "(SELECT SUM(m.value) FROM metrics m WHERE m.run_id = r.id AND "
+                     "m.name = 'skipped_steps') "
+                     "FROM runs r JOIN sweeps s ON s.id = r.sweep_id "
+                     "LEFT JOIN epochs e ON e.run_id = r.id "
+                     "WHERE s.name = ? GROUP BY r.id ORDER BY r.cell_index, r.id");
+    select.bind(1, sweep);
+    std::vector<RunTotals> totals;
+    while (select.step()) {
+      RunTotals t;
+      t.run_id = select.column_int(0);
+      t.epochs = static_cast<int>(select.column_int(1));
+      if (!select.is_null(2)) t.last_global_step = select.column_int(2);
+      t.mean_fps = optional_double(select, 3);
+      t.overflow_steps = optional_double(select, 4);
+      t.skipped_steps = optional_double(select, 5);
+      totals.push_back(t);
+    }
+    return totals;
+  });
+}
+
+std::vector<Store::LineagePoint> Store::lineage(const std::string& sweep) const {
+  return guarded(path_, "reading the lineage of sweep '" + sweep + "'", [&] {
+    Statement select(db_, std::string("SELECT l.run_id, l.epoch, l.source_run_id, l.train_loss, "
+                                      "l.value FROM lineage l WHERE l.run_id IN ") +
+                              kRunsOfSweep + " ORDER BY l.run_id, l.epoch");
+    select.bind(1, sweep);
+    std::vector<LineagePoint> points;
+    while (select.step()) {
+      points.push_back({select.column_int(0), static_cast<int>(select.column_int(1)),
+                        select.column_int(2), select.column_double(3), select.column_double(4)});
+    }
+    return points;
+  });
+}
+
 }  // namespace amptune::store

@@ -225,11 +225,12 @@ class Store {
   // Columns of runs that RunSpec::columns may fill (in table order).
   std::vector<std::string> setting_columns() const;
 
-  // Read-only query for reports (amptune status / compare / report): runs one SELECT (or a
-  // read-only PRAGMA) with `params` bound as text to ?1, ?2, ... and returns every row. Values
-  // come back as text: integers "3", reals in the shortest spelling that reads back (strtod)
-  // as the same double ("0.1", "62.5"), text and blobs as stored; SQL NULL is std::nullopt. A statement that would write (sqlite3_stmt_readonly false)
-  // or holds more than one statement is a StoreError naming the database and the SQL.
+  // Read-only ad-hoc query for tests and tools (the commands use the typed reads below): runs
+  // one SELECT (or a read-only PRAGMA) with `params` bound as text to ?1, ?2, ... and returns
+  // every row. Values come back as text: integers "3", reals in the shortest spelling that reads
+  // back (strtod) as the same double ("0.1", "62.5"), text and blobs as stored; SQL NULL is
+  // std::nullopt. A statement that would write (sqlite3_stmt_readonly false) or holds more than
+  // one statement is a StoreError naming the database and the SQL.
   struct QueryResult {
     std::vector<std::string> columns;
     std::vector<std::vector<std::optional<std::string>>> rows;
@@ -244,6 +245,60 @@ class Store {
   // Epochs of `run_id` that some run forks from (runs.parent_run_id = run_id, parent_epoch):
   // their checkpoints must stay. Ascending, no duplicates.
   std::vector<int> fork_epochs(int64_t run_id) const;
+
+  // --- Typed reads of the query side (src/app: amptune compare / report / status) ---------------
+  // Each reads one sweep, by name (an unknown name reads as a sweep without runs). Doubles that
+  // are NULL in the database come back as NaN (per-epoch values) or unset (aggregates over
+  // epochs that may not exist).
+
+  // Every sweep's name, sorted.
+  std::vector<std::string> sweep_names() const;
+
+  // The direction of `metric` from the metric_info table; unset for a name it does not list (the
+  // views, and amptune compare, then treat it as higher-is-better).
+  std::optional<bool> higher_is_better(const std::string& metric) const;
+
+  // The names metric_values can read for the runs of `sweep`, sorted: the epochs columns the
+  // epoch_values view exposes as values (train_loss, lr, train_fps_mean, epoch_seconds) and
+  // every metric name recorded for an epoch of one of its runs.
+  std::vector<std::string> metric_names(const std::string& sweep) const;
+
+  // One recorded, non-NULL value of a metric (or of an epochs column, as in epoch_values).
+  struct MetricValue {
+    int64_t run_id = 0;
+    int epoch = 0;
+    double value = 0;
+  };
+  // Every non-NULL value of `metric` of the runs of `sweep`, ordered by run id, then epoch.
+  // `metric` is a metric name or one of the epochs columns metric_names lists; a name nothing
+  // recorded gives no rows. Reads the tables (not the epoch_values view, whose UNION ALL does not
+  // use the metrics_by_run_name index).
+  std::vector<MetricValue> metric_values(const std::string& sweep, const std::string& metric) const;
+
+  // What a run's epochs add up to. Aggregates over no (non-NULL) value are unset.
+  struct RunTotals {
+    int64_t run_id = 0;
+    int epochs = 0;                            // recorded epoch rows
+    std::optional<int64_t> last_global_step;   // the largest global_step of its epochs
+    std::optional<double> mean_fps;            // mean of the epochs' train_fps_mean, img/s
+    std::optional<double> overflow_steps;      // sum of the metric overflow_steps over epochs
+    std::optional<double> skipped_steps;       // sum of the metric skipped_steps over epochs
+  };
+  // One entry per run of `sweep` (runs without epochs included), in the order of runs(sweep).
+  std::vector<RunTotals> run_totals(const std::string& sweep) const;
+
+  // One epoch of a run's lineage curve (the lineage view): a fork's rows are its ancestors'
+  // epochs up to the epoch it forked from, then its own.
+  struct LineagePoint {
+    int64_t run_id = 0;  // the run whose curve this is
+    int epoch = 0;
+    int64_t source_run_id = 0;  // whose epoch row it is (run_id or an ancestor)
+    double train_loss = 0;      // of the source epoch; NaN when NULL
+    double value = 0;           // run_id's primary metric at the source epoch (metrics table
+                                // only, not epochs columns); NaN when not recorded
+  };
+  // The lineage curves of the runs of `sweep`, ordered by run id, then epoch.
+  std::vector<LineagePoint> lineage(const std::string& sweep) const;
 
  private:
   std::string path_;

@@ -63,6 +63,25 @@ std::vector<store::EpochRow> epochs_of(const std::string& db, const std::string&
   return r ? s.epochs(r->id) : std::vector<store::EpochRow>{};
 }
 
+TinySweep make_tiny_sweep(const TinyOptions& o) {
+  TinySweep f;
+  f.dir = scratch_dir();
+  write_tiny_idx(f.dir + "/data", o.train_n, o.test_n);
+  f.db = f.dir + "/results/amptune.sqlite";
+  fs::create_directories(f.dir + "/results");
+  f.yaml = f.dir + "/sweep.yaml";
+  write_file(f.yaml, "name: " + o.name + "\n"
+                     "base:\n"
+                     "  model: " + o.model + "\n"
+                     "  data: {format: idx, root: " + f.dir + "/data, val_split: t10k, "
+                     "mean: [0.3], std: [0.3],\n"
+                     "         batch_size: 16, workers: " + std::to_string(o.loader_workers) + "}\n"
+                     "  optim: {name: sgd, lr: 0.05}\n"
+                     "  schedule: {epochs: " + std::to_string(o.epochs) + o.schedule + "}\n"
+                     "  threads: 1\n" + o.base + o.tail);
+  return f;
+}
+
 pid_t spawn_amptune(const std::vector<std::string>& args, const std::string& cwd,
                     const SpawnOptions& options) {
   pid_t pid = ::fork();

@@ -19,6 +19,27 @@ namespace amptune::testing {
 void write_tiny_idx(const std::string& dir, int train_n, int test_n, int side = 12,
                     int classes = 4);
 
+// A tiny sweep over the IDX set of write_tiny_idx, the fixture of most integration tests:
+// `model` (a narrow ResNet-18 on 12x12 grey images by default), batch 16, SGD lr 0.05, one thread.
+struct TinyOptions {
+  std::string name = "tiny";  // the sweep's name
+  int epochs = 1;
+  int train_n = 96, test_n = 48;  // images written per split
+  int loader_workers = 2;         // data.workers
+  std::string schedule = ", skip_steps: 1";  // more schedule keys: ", key: value"
+  std::string base;  // more base lines, two-space indented ("  amp: {opt_level: O1}\n")
+  std::string tail;  // sections after base: "grid:\n  optim.lr: [0.05, 0.1]\n"
+  std::string model =
+      "{name: resnet18, num_classes: 4, in_channels: 1, width: 0.0625, small_input: true}";
+};
+struct TinySweep {
+  std::string dir;   // a fresh scratch_dir()
+  std::string db;    // dir/results/amptune.sqlite (results/ exists)
+  std::string yaml;  // dir/sweep.yaml
+};
+// Writes the data (dir/data) and the sweep file.
+TinySweep make_tiny_sweep(const TinyOptions& options);
+
 struct Result {
   int exit_code = -1;
   std::string out;  // stdout

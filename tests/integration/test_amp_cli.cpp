@@ -14,29 +14,14 @@ namespace amptune::testing {
 namespace {
 namespace fs = std::filesystem;
 
-struct Fixture {
-  std::string dir, db, yaml;
-};
+using Fixture = TinySweep;
 
 Fixture make(int epochs, const std::string& amp) {
-  Fixture f;
-  f.dir = scratch_dir();
-  write_tiny_idx(f.dir + "/data", 96, 48);
-  f.db = f.dir + "/results/amptune.sqlite";
-  fs::create_directories(f.dir + "/results");
-  f.yaml = f.dir + "/sweep.yaml";
-  write_file(f.yaml,
-             "name: amp\n"
-             "base:\n"
-             "  model: {name: resnet18, num_classes: 4, in_channels: 1, width: 0.0625, "
-             "small_input: true}\n"
-             "  data: {format: idx, root: " + f.dir + "/data, val_split: t10k, mean: [0.3], "
-             "std: [0.3],\n"
-             "         batch_size: 16, workers: 2}\n"
-             "  optim: {name: sgd, lr: 0.05}\n"
-             "  schedule: {epochs: " + std::to_string(epochs) + ", skip_steps: 1}\n"
-             "  threads: 1\n" + amp);
-  return f;
+  TinyOptions o;
+  o.name = "amp";
+  o.epochs = epochs;
+  o.base = amp;
+  return make_tiny_sweep(o);
 }
 
 TEST(AmpCli, ResumeEqualsStraightForEveryOptLevel) {

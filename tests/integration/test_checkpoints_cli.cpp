@@ -17,31 +17,18 @@ namespace amptune::testing {
 namespace {
 namespace fs = std::filesystem;
 
-struct Fixture {
-  std::string dir, db, yaml;
-};
+using Fixture = TinySweep;
 
-// A tiny resnet on 12x12 grey images; `schedule` adds schedule keys (", key: value"), `extra`
-// adds top-level sweep keys of base (two-space indented).
+// `schedule` adds schedule keys (", key: value"), `extra` base lines (two-space indented).
 Fixture make(int epochs, const std::string& schedule = "", const std::string& extra = "",
-             const std::string& model =
-                 "{name: resnet18, num_classes: 4, in_channels: 1, width: 0.0625, "
-                 "small_input: true}") {
-  Fixture f;
-  f.dir = scratch_dir();
-  write_tiny_idx(f.dir + "/data", 96, 48);
-  f.db = f.dir + "/results/amptune.sqlite";
-  fs::create_directories(f.dir + "/results");
-  f.yaml = f.dir + "/sweep.yaml";
-  write_file(f.yaml, "name: ckpt\n"
-                     "base:\n"
-                     "  model: " + model + "\n"
-                     "  data: {format: idx, root: " + f.dir + "/data, val_split: t10k, "
-                     "mean: [0.3], std: [0.3], batch_size: 16, workers: 2}\n"
-                     "  optim: {name: sgd, lr: 0.05}\n"
-                     "  schedule: {epochs: " + std::to_string(epochs) + ", skip_steps: 1" + schedule + "}\n"
-                     "  threads: 1\n" + extra);
-  return f;
+             const std::string& model = TinyOptions().model) {
+  TinyOptions o;
+  o.name = "ckpt";
+  o.epochs = epochs;
+  o.schedule += schedule;
+  o.base = extra;
+  o.model = model;
+  return make_tiny_sweep(o);
 }
 
 void train(const Fixture& f) {

@@ -17,32 +17,15 @@ namespace amptune::testing {
 namespace {
 namespace fs = std::filesystem;
 
-std::string tiny_sweep(const std::string& data, int epochs, const std::string& grid,
-                       const std::string& extra = "") {
-  return "name: tiny\n"
-         "description: integration test sweep\n"
-         "base:\n"
-         "  model: {name: resnet18, num_classes: 4, in_channels: 1, width: 0.0625, small_input: true}\n"
-         "  data: {format: idx, root: " + data + ", val_split: t10k, mean: [0.3], std: [0.3],\n"
-         "         batch_size: 16, workers: 2}\n"
-         "  optim: {name: sgd, lr: 0.05}\n"
-         "  schedule: {epochs: " + std::to_string(epochs) + ", skip_steps: 1}\n"
-         "  threads: 1\n" + extra + grid;
-}
-
-struct Fixture {
-  std::string dir, db, yaml;
-};
+using Fixture = TinySweep;
 
 Fixture make(int epochs, const std::string& grid, int train_n = 96, const std::string& extra = "") {
-  Fixture f;
-  f.dir = scratch_dir();
-  write_tiny_idx(f.dir + "/data", train_n, 48);
-  f.db = f.dir + "/results/amptune.sqlite";
-  fs::create_directories(f.dir + "/results");
-  f.yaml = f.dir + "/sweep.yaml";
-  write_file(f.yaml, tiny_sweep(f.dir + "/data", epochs, grid, extra));
-  return f;
+  TinyOptions o;
+  o.epochs = epochs;
+  o.train_n = train_n;
+  o.base = extra;
+  o.tail = grid;
+  return make_tiny_sweep(o);
 }
 
 // Same training result: identical losses/metrics every epoch, identical final checkpoint bytes.

@@ -31,20 +31,17 @@ struct Sweep {
 // Trains the sweep once for every test of this file.
 const Sweep& trained() {
   static const Sweep sweep = [] {
+    TinyOptions o;
+    o.epochs = 2;
+    o.train_n = 64;
+    o.test_n = 32;
+    o.loader_workers = 1;
+    o.schedule = "";
+    o.tail = "grid:\n  optim.lr: [0.05, 0.2]\n  seed: [1, 2]\n";
+    const TinySweep tiny = make_tiny_sweep(o);
     Sweep s;
-    s.dir = scratch_dir();
-    write_tiny_idx(s.dir + "/data", 64, 32);
+    s.dir = tiny.dir;
     s.db = s.dir + "/results.sqlite";
-    write_file(s.dir + "/sweep.yaml",
-               "name: tiny\n"
-               "base:\n"
-               "  model: {name: resnet18, num_classes: 4, in_channels: 1, width: 0.0625, small_input: true}\n"
-               "  data: {format: idx, root: " + s.dir + "/data, val_split: t10k, mean: [0.3], std: [0.3],\n"
-               "         batch_size: 16, workers: 1}\n"
-               "  optim: {name: sgd, lr: 0.05}\n"
-               "  schedule: {epochs: 2}\n"
-               "  threads: 1\n"
-               "grid:\n  optim.lr: [0.05, 0.2]\n  seed: [1, 2]\n");
     auto r = run_amptune({"run", s.dir + "/sweep.yaml", "--db", s.db}, s.dir);
     EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
     return s;

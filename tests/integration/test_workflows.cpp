@@ -27,29 +27,20 @@ namespace amptune::testing {
 namespace {
 namespace fs = std::filesystem;
 
-struct Fixture {
-  std::string dir, db, yaml;
-};
+using Fixture = TinySweep;
 
 // A tiny 3-epoch sweep (seconds per run); `grid` and `extra` are appended to the YAML.
 Fixture make(const std::string& grid, const std::string& extra = "", int epochs = 3,
              int train_n = 64) {
-  Fixture f;
-  f.dir = scratch_dir();
-  write_tiny_idx(f.dir + "/data", train_n, 32);
-  f.db = f.dir + "/results/amptune.sqlite";
-  fs::create_directories(f.dir + "/results");
-  f.yaml = f.dir + "/sweep.yaml";
-  write_file(f.yaml,
-             "name: flow\n"
-             "base:\n"
-             "  model: {name: resnet18, num_classes: 4, in_channels: 1, width: 0.0625, small_input: true}\n"
-             "  data: {format: idx, root: " + f.dir + "/data, val_split: t10k, mean: [0.3], std: [0.3],\n"
-             "         batch_size: 16, workers: 1}\n"
-             "  optim: {name: sgd, lr: 0.05}\n"
-             "  schedule: {epochs: " + std::to_string(epochs) + ", skip_steps: 1}\n"
-             "  threads: 1\n" + extra + grid);
-  return f;
+  TinyOptions o;
+  o.name = "flow";
+  o.epochs = epochs;
+  o.train_n = train_n;
+  o.test_n = 32;
+  o.loader_workers = 1;
+  o.base = extra;
+  o.tail = grid;
+  return make_tiny_sweep(o);
 }
 
 // Rows of a query, each column as text ("" for NULL). `polling`: the database may be half
@@ -398,11 +389,12 @@ bool wait_for_count(const std::string& db, const std::string& sql, int at_least)
 TEST(Claims, ALiveRunOfAnotherHostIsNotTakenOverWhileItsHeartbeatIsFresh) {
   // Epochs much shorter than --stale-after: only a heartbeat that advances while the run
   // trains keeps the second process (another host as far as pids go) from taking it over.
-  // 30 epochs of 40 steps: about 0.4 s each, 12 s in all against --stale-after 3.
+  // 30 epochs of 40 steps: about 0.4 s each, 12 s in all against --stale-after 5 (the holder
+  // beats every 2 s and with every epoch).
   auto f = make("", "", 30, 640);
   count_epoch_writes(f.db);
   const std::vector<std::string> cmd = {"run", f.yaml, "--db", f.db, "--no-progress",
-                                        "--stale-after", "3"};
+                                        "--stale-after", "5"};
   const pid_t a = spawn_amptune(cmd, f.dir, {{{"AMPTUNE_HOST_ID", "host-a"}}, "a"});
   ASSERT_TRUE(wait_for_count(f.db, "SELECT count(*) FROM epoch_writes", 1)) << read_file(f.dir + "/a.err");
   const pid_t b = spawn_amptune(cmd, f.dir, {{{"AMPTUNE_HOST_ID", "host-b"}}, "b"});

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "unit/core/temp_dir.h"
+#include "support/scratch.h"
 
 namespace amptune {
 namespace {
@@ -18,7 +18,7 @@ TEST(CoreHash, KnownVectors) {
 }
 
 TEST(CoreHash, FileEqualsHashOfItsBytesAcrossChunks) {
-  testing_util::ScratchDir dir;
+  testing::ScratchDir dir;
   std::string bytes;
   for (int i = 0; i < 200000; ++i) bytes += static_cast<char>((i * 131) % 256);  // > 3 chunks
   const std::string path = dir.write("blob.bin", bytes);
@@ -29,7 +29,7 @@ TEST(CoreHash, FileEqualsHashOfItsBytesAcrossChunks) {
 }
 
 TEST(CoreHash, MissingFileThrowsNamingThePath) {
-  testing_util::ScratchDir dir;
+  testing::ScratchDir dir;
   const std::string path = (dir.path() / "missing.bin").string();
   try {
     sha256_file(path);

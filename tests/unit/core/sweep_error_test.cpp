@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 #include "core/sweep.h"
-#include "unit/core/temp_dir.h"
+#include "support/scratch.h"
 
 namespace amptune {
 namespace {
@@ -32,7 +32,7 @@ class CoreSweepError : public ::testing::Test {
     return "";
   }
 
-  testing_util::ScratchDir dir_;
+  testing::ScratchDir dir_;
   std::string path_;
 };
 
@@ -156,7 +156,7 @@ TEST_F(CoreSweepError, RepeatOfWrongShape) {
 }
 
 TEST(CoreSweepFile, MissingFileIsAConfigErrorNamingThePath) {
-  testing_util::ScratchDir dir;
+  testing::ScratchDir dir;
   const std::string path = (dir.path() / "absent.yaml").string();
   try {
     load_sweep(path);

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "unit/core/temp_dir.h"
+#include "support/scratch.h"
 
 namespace amptune {
 namespace {
@@ -31,7 +31,7 @@ TEST(CoreSweep, NameOnlyIsOneBaseCellAtTheDefaults) {
 }
 
 TEST(CoreSweep, LoadsFromAFileAndKeepsItsText) {
-  testing_util::ScratchDir dir;
+  testing::ScratchDir dir;
   const std::string text = "name: from-file.v1\ndescription: a test\nbase: {optim.lr: 0.5}\n";
   const std::string path = dir.write("s.yaml", text);
   const Sweep sweep = load_sweep(path);

@@ -20,7 +20,7 @@ namespace amptune::data {
 namespace {
 
 namespace fs = std::filesystem;
-using testing_util::fresh_dir;
+using amptune::testing::scratch_dir;
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -46,7 +46,7 @@ SynthStats synth(const std::string& format, const std::string& out, int images, 
 }
 
 TEST(RootNetData, SynthIsDeterministicPerSeed) {
-  const std::string a = fresh_dir("a"), b = fresh_dir("b"), c = fresh_dir("c");
+  const std::string a = scratch_dir("a"), b = scratch_dir("b"), c = scratch_dir("c");
   synth("muco", a, 4, 11);
   synth("muco", b, 4, 11);
   synth("muco", c, 4, 12);
@@ -58,7 +58,7 @@ TEST(RootNetData, SynthIsDeterministicPerSeed) {
 }
 
 TEST(RootNetData, H36mReaderProtocolsAndSampling) {
-  const std::string dir = fresh_dir();
+  const std::string dir = scratch_dir();
   auto stats = synth("h36m", dir, 20);
   EXPECT_EQ(stats.images, 7 * 20);
   EXPECT_EQ(stats.files.size(), 21u);
@@ -87,7 +87,7 @@ TEST(RootNetData, H36mReaderProtocolsAndSampling) {
 TEST(RootNetData, H36mSubjectNineUnderProtocolOne) {
   // Protocol 1 trains on S9 with every 5th frame; the generator writes S9 frames at multiples
   // of 64, so a frame is kept iff its index is a multiple of 320.
-  const std::string dir = fresh_dir();
+  const std::string dir = scratch_dir();
   synth("h36m", dir, 20);
   auto train1 = read_h36m(dir, 1, true, 5);
   size_t s9 = 0;
@@ -97,8 +97,8 @@ TEST(RootNetData, H36mSubjectNineUnderProtocolOne) {
 }
 
 TEST(RootNetData, MucoMupotsMpiiReaders) {
-  const std::string muco = fresh_dir("muco"), mupots = fresh_dir("mupots"),
-                    mpii = fresh_dir("mpii");
+  const std::string muco = scratch_dir("muco"), mupots = scratch_dir("mupots"),
+                    mpii = scratch_dir("mpii");
   auto sm = synth("muco", muco, 10);
   auto sp = synth("mupots", mupots, 10);
   auto si = synth("mpii", mpii, 10);
@@ -140,7 +140,7 @@ TEST(RootNetData, MucoMupotsMpiiReaders) {
 }
 
 TEST(RootNetData, MucoPersonSelectionRule) {
-  const std::string dir = fresh_dir();
+  const std::string dir = scratch_dir();
   auto person = [](double x, double z) {
     nlohmann::json cam = nlohmann::json::array(), img = nlohmann::json::array();
     for (int j = 0; j < 21; ++j) {
@@ -169,7 +169,7 @@ TEST(RootNetData, MucoPersonSelectionRule) {
 }
 
 TEST(RootNetData, MissingAndMalformedFilesNameThePathAndFormat) {
-  const std::string dir = fresh_dir();
+  const std::string dir = scratch_dir();
   try {
     read_muco(dir);
     FAIL();
@@ -211,8 +211,8 @@ Config rootnet_config(const std::string& muco, const std::string& mpii,
 }
 
 TEST(RootNetData, PipelineTargetsAndMixing) {
-  const std::string muco = fresh_dir("muco"), mupots = fresh_dir("mupots"),
-                    mpii = fresh_dir("mpii");
+  const std::string muco = scratch_dir("muco"), mupots = scratch_dir("mupots"),
+                    mpii = scratch_dir("mpii");
   synth("muco", muco, 6);
   synth("mupots", mupots, 4);
   synth("mpii", mpii, 3);
@@ -252,7 +252,7 @@ TEST(RootNetData, PipelineTargetsAndMixing) {
 }
 
 TEST(RootNetData, VisIsClearedWhenTheRootLeavesThePatch) {
-  const std::string dir = fresh_dir();
+  const std::string dir = scratch_dir();
   synth("mupots", dir, 1);
   // Move the first annotation's root far outside its box.
   auto doc = nlohmann::json::parse(slurp(dir + "/data/MuPoTS-3D.json"));

@@ -24,7 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 using testing_util::data_error_of;
 using testing_util::fixture;
-using testing_util::fresh_dir;
+using amptune::testing::scratch_dir;
 using testing_util::gradient;
 using testing_util::write_bytes;
 
@@ -101,7 +101,7 @@ class SleepyDataset : public Dataset {
 };
 
 TEST(ImageFolder, ClassesSortedByNameFilesSortedAndFiltered) {
-  const std::string root = fresh_dir();
+  const std::string root = scratch_dir();
   const std::vector<uint8_t> jpg = encode_jpeg(gradient(30, 20, 3), 90);
   const std::vector<uint8_t> png = encode_png(gradient(25, 25, 1));
   write_bytes(root + "/train/zebra/z1.jpg", jpg);
@@ -128,7 +128,7 @@ TEST(ImageFolder, ClassesSortedByNameFilesSortedAndFiltered) {
 }
 
 TEST(ImageFolder, GreyModelsGetOneChannel) {
-  const std::string root = make_jpeg_folder(fresh_dir(), {"a", "b"}, 2);
+  const std::string root = make_jpeg_folder(scratch_dir(), {"a", "b"}, 2);
   TransformOptions o = small_rgb(12);
   o.channels = 1;
   o.mean = {0.5};
@@ -143,7 +143,7 @@ TEST(ImageFolder, GreyModelsGetOneChannel) {
 }
 
 TEST(ImageFolder, MissingLayoutIsAClearDataError) {
-  const std::string root = fresh_dir();
+  const std::string root = scratch_dir();
   std::string msg = data_error_of([&] { make_imagefolder_dataset(root + "/nope", "train", small_rgb()); });
   EXPECT_NE(msg.find(root + "/nope"), std::string::npos) << msg;
   EXPECT_NE(msg.find("<class>"), std::string::npos) << msg;
@@ -159,7 +159,7 @@ TEST(ImageFolder, MissingLayoutIsAClearDataError) {
 }
 
 TEST(Loader, CorruptImagesAreSkippedAndCounted) {
-  const std::string root = make_jpeg_folder(fresh_dir(), {"a"}, 6);
+  const std::string root = make_jpeg_folder(scratch_dir(), {"a"}, 6);
   const std::vector<uint8_t> good = encode_jpeg(gradient(40, 40, 3), 90);
   write_bytes(root + "/train/a/s_halved.jpg",
               std::vector<uint8_t>(good.begin(), good.begin() + good.size() / 2));
@@ -189,7 +189,7 @@ TEST(Loader, CorruptImagesAreSkippedAndCounted) {
 }
 
 TEST(Loader, BatchesAreBitwiseEqualForAnyWorkerCount) {
-  const std::string root = make_jpeg_folder(fresh_dir(), {"c0", "c1", "c2"}, 8);
+  const std::string root = make_jpeg_folder(scratch_dir(), {"c0", "c1", "c2"}, 8);
   auto ds = make_imagefolder_dataset(root, "train", small_rgb());
   LoaderOptions o;
   o.batch_size = 5;
@@ -327,7 +327,7 @@ TEST(Loader, OptionsFromConfig) {
 }
 
 TEST(Export, IdxToImageFolderRoundTrip) {
-  const std::string out = fresh_dir() + "/folder";
+  const std::string out = scratch_dir() + "/folder";
   const ExportStats stats = export_idx_as_imagefolder(fixture("idx"), out,
                                                       {{"train", "train"}, {"t10k", "val"}}, 20, 95);
   EXPECT_EQ(stats.images.at("train"), 20);
@@ -396,7 +396,7 @@ TEST(Export, IdxToImageFolderRoundTrip) {
 }
 
 TEST(Export, NamingAndLimits) {
-  const std::string out = fresh_dir();
+  const std::string out = scratch_dir();
   EXPECT_THROW(export_idx_as_imagefolder(fixture("idx"), out + "/a", {{"t10k", "val"}}, 20, 95,
                                          ClassNaming::kFashion),
                DataError);  // 3 classes, not 10

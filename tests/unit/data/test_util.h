@@ -1,4 +1,4 @@
-// Helpers of the data-layer tests: a fresh temp folder per test, small files.
+// Helpers of the data-layer tests: small files and images (scratch directories: support/scratch.h).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -12,19 +12,9 @@
 
 #include "core/error.h"
 #include "data/image.h"
+#include "support/scratch.h"
 
 namespace amptune::data::testing_util {
-
-// A new empty folder under testing::TempDir(), unique per test and process.
-inline std::string fresh_dir(const std::string& tag = "") {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  std::string name = std::string("amptune_data_") + info->test_suite_name() + "_" + info->name() +
-                     tag + "_" + std::to_string(::getpid());
-  std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / name;
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir.string();
-}
 
 inline void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());

@@ -17,22 +17,13 @@
 #include "data/rootnet_data.h"
 #include "train/casts.h"
 #include "train/schedule.h"
+#include "support/scratch.h"
 #include "train/task.h"
 
 namespace amptune::train {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string fresh_dir(const std::string& tag) {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  fs::path dir = fs::path(::testing::TempDir()) /
-                 ("amptune_rootnet_task_" + std::string(info->name()) + tag + "_" +
-                  std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir.string();
-}
 
 std::map<std::string, torch::Tensor> batch_fields() {
   return {{"k_value", torch::tensor({9976.3063f, 14579.9162f})},
@@ -182,7 +173,7 @@ TEST(ModelRegistry, EveryRegisteredModelBuildsAndIsJudgedByItsMetric) {
 }
 
 TEST(RootNetTask, TrainsAndEvaluatesOnMupots) {
-  const std::string dir = fresh_dir("");
+  const std::string dir = amptune::testing::scratch_dir();
   synth("muco", dir + "/MuCo", 6);
   synth("mpii", dir + "/MPII", 4);
   synth("mupots", dir + "/MuPoTS", 5);
@@ -222,7 +213,7 @@ TEST(RootNetTask, TrainsAndEvaluatesOnMupots) {
 }
 
 TEST(RootNetTask, H36mGivesPerActionMrpe) {
-  const std::string dir = fresh_dir("");
+  const std::string dir = amptune::testing::scratch_dir();
   synth("h36m", dir + "/Human36M", 6);
   synth("muco", dir + "/MuCo", 2);
   synth("mpii", dir + "/MPII", 2);

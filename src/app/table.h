@@ -1,11 +1,11 @@
-// Column-aligned plain-text tables for list/show.
+// Column-aligned plain-text tables (amptune compare / status / list / show / run / bench).
 #pragma once
 
 #include <ostream>
 #include <string>
 #include <vector>
 
-namespace amptune::cli {
+namespace amptune::app {
 
 class Table {
  public:
@@ -20,4 +20,4 @@ class Table {
 
 std::string fixed(double value, int decimals);
 
-}  // namespace amptune::cli
+}  // namespace amptune::app

@@ -1,9 +1,9 @@
-#include "cli/table.h"
+#include "app/table.h"
 
 #include <algorithm>
 #include <cstdio>
 
-namespace amptune::cli {
+namespace amptune::app {
 
 void Table::print(std::ostream& out) const {
   std::vector<size_t> width(header_.size(), 0);
@@ -30,4 +30,4 @@ std::string fixed(double value, int decimals) {
   return buf;
 }
 
-}  // namespace amptune::cli
+}  // namespace amptune::app

@@ -1,18 +1,20 @@
-// The comparison (pivot) table of a sweep, shared by `amptune compare` and `amptune report`.
-// Implemented in cmd_compare.cpp; reads the database only through Store::runs / Store::query.
+// The comparison (pivot) table of a sweep, shared by `amptune compare` and `amptune report`:
+// one row per combination of --by values, the metric taken per run at the chosen epoch and
+// averaged over the group's runs, ranked in the metric's direction. Reads the database through
+// Store::runs, Store::setting_columns and the typed reads of the query side (metric_values,
+// run_totals, ...); holds no SQL.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <ostream>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "store/store.h"
 
-namespace amptune::cli {
+namespace amptune::app {
 
 struct CompareOptions {
   std::string sweep;
@@ -20,8 +22,8 @@ struct CompareOptions {
   // (Store::setting_columns(): opt_level, loss_scale, seed, ...). Empty: every swept key of the
   // sweep (no key at all: one row per run, grouped by run name).
   std::vector<std::string> by;
-  std::string metric;            // empty: the runs' primary metric (they must agree)
-  std::string epoch = "best";    // "best" | "last" | a 0-based epoch number
+  std::string metric;          // empty: the runs' primary metric (they must agree)
+  std::string epoch = "best";  // "best" | "last" | a 0-based epoch number
   std::vector<std::pair<std::string, std::string>> baseline;  // key=value pairs, keys in `by`
 };
 
@@ -34,9 +36,9 @@ struct CompareRow {
   std::vector<int> best_epochs;    // distinct, sorted; the epochs the value was taken from
   std::optional<double> mean_fps;  // mean of the runs' mean train img/s
   std::optional<double> overflow_steps, skipped_steps;  // summed over epochs and runs
-  std::string status;              // "done", or "done:2 running:1" for a mixed group
-  std::optional<double> delta;     // value - baseline value (only with a baseline)
-  std::optional<int> rank;         // 1 = best in the metric's direction; ties share a rank
+  std::string status;           // "done", or "done:2 running:1" for a mixed group
+  std::optional<double> delta;  // value - baseline value (only with a baseline)
+  std::optional<int> rank;      // 1 = best in the metric's direction; ties share a rank
   int first_cell = 0;
 };
 
@@ -58,13 +60,16 @@ CompareTable build_compare(const store::Store& store, const CompareOptions& opti
 // Display text of a by-value: strings unquoted, numbers as JSON spells them, null as "-".
 std::string by_text(const nlohmann::json& value);
 
+// The writers of amptune compare --format text | csv | json. Text: a heading line and an aligned
+// table of display values; CSV: RFC 4180 with CRLF, full precision, empty fields for missing
+// values; JSON: an array of objects, keys in column order, null for missing values.
 void write_compare_text(const CompareTable& table, std::ostream& out);
-void write_compare_csv(const CompareTable& table, std::ostream& out);  // RFC 4180, CRLF
-nlohmann::ordered_json compare_json(const CompareTable& table);  // array of objects, columns in order
+void write_compare_csv(const CompareTable& table, std::ostream& out);
+nlohmann::ordered_json compare_json(const CompareTable& table);
 
 // Column names of the table, in output order (by keys, runs, metric, best_epoch, ...).
 std::vector<std::string> compare_columns(const CompareTable& table);
 // One row as display strings (text/HTML), in compare_columns order.
 std::vector<std::string> compare_cells(const CompareTable& table, const CompareRow& row);
 
-}  // namespace amptune::cli
+}  // namespace amptune::app

@@ -1,0 +1,74 @@
+// The report of a sweep (`amptune report`): a self-contained HTML page, DIR/index.html, with the
+// comparison table (as `amptune compare` with its defaults) and PNG plots drawn by gnuplot (run
+// as a child process): primary metric and train loss per epoch (a fork continues its parent's
+// line, from the lineage view), loss scale per global step, mean training img/s per run.
+//
+// build_report reads the data of the page into plain structs (no files, no gnuplot);
+// write_report turns them into files.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "app/compare.h"
+#include "store/store.h"
+
+namespace amptune::app {
+
+// Runs in each line plot; more would make the legend unreadable (the table lists them all).
+constexpr size_t kMaxPlottedRuns = 60;
+
+// One run's line: (x, y) points in x order, titled by the run's label (its name when unlabelled).
+struct Series {
+  int64_t run_id = 0;
+  std::string title;
+  std::vector<std::pair<double, double>> points;
+};
+
+struct ThroughputBar {
+  int64_t run_id = 0;
+  std::string label;  // "<cell index>: <label or name>"
+  double img_s = 0;   // mean over the run's epochs of train_fps_mean
+};
+
+struct ReportModel {
+  std::string sweep;
+  std::string database;  // the database path, as the page names it
+  int runs = 0;          // runs of the sweep
+  CompareTable table;
+  // Along each run's lineage, epoch -> the run's primary metric / train loss (an epoch whose
+  // value is NULL has no point). One series per run that has an epoch, by run id, at most
+  // kMaxPlottedRuns (series are kept even without points).
+  std::vector<Series> metric, train_loss;
+  bool truncated = false;  // more runs than kMaxPlottedRuns had an epoch
+  // Per run with loss-scale events, in cell order, at most kMaxPlottedRuns: global step ->
+  // scale, each change as recorded, then the last scale held until the run's last recorded step.
+  std::vector<Series> loss_scale;
+  std::vector<ThroughputBar> throughput;  // runs with a recorded img/s, in cell order
+};
+
+// Reads the report of `sweep`. Throws what build_compare throws (UsageError for an unknown
+// sweep) and StoreError.
+ReportModel build_report(const store::Store& store, const std::string& sweep);
+
+struct ReportOutput {
+  std::string dir;                  // created (with its parents) when missing
+  std::string gnuplot = "gnuplot";  // the program that draws the plots (a name on PATH or a path)
+  std::string written_by;           // the page's footer names it: "amptune 0.4.0 (1a2b3c)"
+};
+
+struct ReportFiles {
+  std::string index;  // DIR/index.html
+  int plots = 0;      // PNG files drawn
+};
+
+// Writes DIR/report.gp and the *.dat files it plots, runs gnuplot on them (its output goes to
+// DIR/gnuplot.log), then DIR/index.html (through a temp file and a rename, so a failure leaves no
+// page). A plot without data is a note on the page instead; without any, gnuplot is not run.
+// EnvironmentError when DIR cannot be created or written, gnuplot cannot be started or fails
+// (the message has the tail of its log), or a PNG is missing afterwards.
+ReportFiles write_report(const ReportModel& model, const ReportOutput& output);
+
+}  // namespace amptune::app

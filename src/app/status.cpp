@@ -1,0 +1,119 @@
+#include "app/status.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/process.h"
+
+namespace amptune::app {
+namespace {
+
+// The run's planned number of epochs: the epochs column, else schedule.epochs of its config.
+int planned_epochs(const store::RunRow& run) {
+  if (auto it = run.columns.find("epochs"); it != run.columns.end()) {
+    try {
+      return nlohmann::json::parse(it->second).get<int>();
+    } catch (const nlohmann::json::exception&) {
+    }
+  }
+  try {
+    return nlohmann::json::parse(run.config_json).at("schedule").at("epochs").get<int>();
+  } catch (const nlohmann::json::exception&) {
+    return 0;
+  }
+}
+
+// Mean seconds of the run's epochs that have a time; unset when none has.
+std::optional<double> mean_epoch_seconds(const store::Store& store, int64_t run_id) {
+  double seconds = 0;
+  int timed = 0;
+  for (const auto& epoch : store.epochs(run_id)) {
+    if (std::isfinite(epoch.epoch_seconds)) {
+      seconds += epoch.epoch_seconds;
+      ++timed;
+    }
+  }
+  if (timed == 0) return std::nullopt;
+  return seconds / timed;
+}
+
+RunningRun running_run(const store::Store& store, const store::RunRow& run,
+                       std::chrono::system_clock::time_point now) {
+  RunningRun r;
+  r.run_id = run.id;
+  r.name = run.name;
+  r.label = run.label;
+  r.epochs_done = run.epochs_done;
+  r.planned_epochs = planned_epochs(run);
+  r.heartbeat_age_seconds = seconds_since(run.heartbeat_at, now);
+  if (run.holder) r.holder_pid = run.holder->pid;
+  const bool here = run.holder && run.holder->machine == current_process().machine;
+  const bool old_heartbeat =
+      r.heartbeat_age_seconds && *r.heartbeat_age_seconds > store::kDefaultStaleAfterSeconds;
+  if (here && !process_alive(*run.holder)) {
+    r.health = RunningRun::Health::kProcessGone;
+  } else if (old_heartbeat) {
+    r.health = here ? RunningRun::Health::kHung : RunningRun::Health::kStale;
+  } else if (const auto seconds = mean_epoch_seconds(store, run.id)) {
+    r.eta_seconds = *seconds * std::max(0, r.planned_epochs - r.epochs_done);
+  }
+  return r;
+}
+
+}  // namespace
+
+std::optional<double> seconds_since(const std::string& stamp,
+                                    std::chrono::system_clock::time_point now) {
+  int year = 0, month = 0, day = 0, hour = 0, minute = 0;
+  double second = 0;
+  if (std::sscanf(stamp.c_str(), "%d-%d-%dT%d:%d:%lfZ", &year, &month, &day, &hour, &minute,
+                  &second) != 6) {
+    return std::nullopt;
+  }
+  std::tm tm{};
+  tm.tm_year = year - 1900;
+  tm.tm_mon = month - 1;
+  tm.tm_mday = day;
+  tm.tm_hour = hour;
+  tm.tm_min = minute;
+  const double then = static_cast<double>(timegm(&tm)) + second;
+  return std::chrono::duration<double>(now.time_since_epoch()).count() - then;
+}
+
+std::vector<SweepStatus> build_status(const store::Store& store,
+                                      const std::optional<std::string>& sweep,
+                                      std::chrono::system_clock::time_point now) {
+  const std::vector<store::RunRow> runs = store.runs(sweep);
+  if (sweep && runs.empty()) {
+    const std::vector<std::string> names = store.sweep_names();
+    if (std::find(names.begin(), names.end(), *sweep) == names.end()) {
+      throw UsageError("no sweep '" + *sweep + "' in " + store.path() + " (see amptune status)");
+    }
+  }
+  std::vector<SweepStatus> sweeps;
+  for (const store::RunRow& run : runs) {
+    if (sweeps.empty() || sweeps.back().sweep != run.sweep_name) {
+      SweepStatus s;
+      s.sweep = run.sweep_name;
+      for (auto status :
+           {store::RunStatus::kPending, store::RunStatus::kRunning, store::RunStatus::kDone,
+            store::RunStatus::kFailed, store::RunStatus::kDiverged}) {
+        s.counts[status] = 0;
+      }
+      sweeps.push_back(s);
+    }
+    SweepStatus& s = sweeps.back();
+    ++s.runs;
+    ++s.counts[run.status];
+    if (run.status == store::RunStatus::kRunning) {
+      s.running.push_back(running_run(store, run, now));
+    }
+  }
+  return sweeps;
+}
+
+}  // namespace amptune::app
