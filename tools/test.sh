@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs dependencies (idempotent), builds everything with warnings as
-# errors, runs the whole ctest suite. Extra arguments go to ctest (e.g. -L unit, -R Store).
+# errors, runs the whole ctest suite. Extra arguments go to ctest: -L unit (the fast tier: one
+# ctest test per unit executable), -L integration, -L slow, -R Claims (integration tests by name).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/install-deps.sh
