@@ -116,4 +116,28 @@ std::vector<SweepStatus> build_status(const store::Store& store,
   return sweeps;
 }
 
+std::vector<RunLine> list_runs(const store::Store& store,
+                               const std::optional<std::string>& sweep) {
+  std::vector<RunLine> lines;
+  std::map<std::string, bool> higher;  // metric -> higher is better
+  for (store::RunRow& run : store.runs(sweep)) {
+    RunLine line;
+    const std::string& metric = run.primary_metric;
+    if (!higher.count(metric)) higher[metric] = store.higher_is_better(metric).value_or(true);
+    for (const auto& epoch : store.epochs(run.id)) {
+      const auto it = epoch.metrics.find(metric);
+      if (it == epoch.metrics.end() || std::isnan(it->second)) continue;
+      const bool better = !line.best || (higher[metric] ? it->second > *line.best
+                                                        : it->second < *line.best);
+      if (better) {
+        line.best = it->second;
+        line.best_epoch = epoch.epoch;
+      }
+    }
+    line.run = std::move(run);
+    lines.push_back(std::move(line));
+  }
+  return lines;
+}
+
 }  // namespace amptune::app

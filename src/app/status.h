@@ -51,6 +51,16 @@ std::vector<SweepStatus> build_status(
     const store::Store& store, const std::optional<std::string>& sweep,
     std::chrono::system_clock::time_point now = std::chrono::system_clock::now());
 
+// One line of `amptune list`: a run and the best value of its primary metric over its epochs
+// (max or min as metric_info says; higher is better for metrics it does not list).
+struct RunLine {
+  store::RunRow run;
+  std::optional<double> best;  // unset when no epoch recorded the metric
+  int best_epoch = -1;
+};
+// The runs of the database (or of `sweep`), in sweep and cell order.
+std::vector<RunLine> list_runs(const store::Store& store, const std::optional<std::string>& sweep);
+
 // Seconds from an ISO-8601 UTC timestamp ("2024-05-01T12:00:00.123Z") to `now`; unset when the
 // text is not one.
 std::optional<double> seconds_since(const std::string& stamp,

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/status.h"
 #include "app/table.h"
 #include "cli/commands.h"
 #include "core/error.h"
@@ -27,22 +28,17 @@ int cmd_list(const Invocation& inv) {
   opts.add()("sweep", po::value(&sweep), "only the runs of this sweep");
   if (!opts.parse(inv.args)) return 0;
   store::Store store = open_existing(db);
-  auto runs = store.runs(sweep.empty() ? std::nullopt : std::optional<std::string>(sweep));
-  app::Table table({"id", "run", "status", "epochs", "acc1", "settings"});
-  for (auto& r : runs) {
-    auto epochs = store.epochs(r.id);
-    std::string best = "-";
-    double best_v = -1;
-    for (auto& e : epochs) {
-      auto it = e.metrics.find("acc1");
-      if (it != e.metrics.end() && it->second > best_v) best_v = it->second;
-    }
-    if (best_v >= 0) best = app::fixed(best_v, 2);
+  const auto lines =
+      app::list_runs(store, sweep.empty() ? std::nullopt : std::optional<std::string>(sweep));
+  app::Table table({"id", "run", "status", "epochs", "best", "settings"});
+  for (const auto& line : lines) {
+    const store::RunRow& r = line.run;
     table.add({std::to_string(r.id), r.name, store::to_string(r.status),
-               std::to_string(r.epochs_done), best, r.label});
+               std::to_string(r.epochs_done),
+               line.best ? r.primary_metric + " " + app::fixed(*line.best, 2) : "-", r.label});
   }
   table.print(std::cout);
-  std::cout << runs.size() << " runs\n";
+  std::cout << lines.size() << " runs\n";
   return 0;
 }
 

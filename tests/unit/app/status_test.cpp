@@ -164,6 +164,32 @@ TEST_F(StatusTest, AGoneHolderOnThisMachineIsStaleWhateverItsHeartbeat) {
   EXPECT_EQ(r.eta_seconds, std::nullopt);
 }
 
+TEST_F(StatusTest, ListGivesEachRunsBestPrimaryMetricInItsDirection) {
+  Run acc;
+  const int64_t a = add_run(acc);
+  add_epochs(a, "acc1", {61.0, 75.5, 70.0});
+  Run mrpe;
+  mrpe.cell = 1;
+  mrpe.columns = {{"primary_metric", "\"mrpe\""}};
+  const int64_t m = add_run(mrpe);
+  add_epochs(m, "mrpe", {400.0, 350.25, 380.0});
+  Run none;
+  none.sweep = "other";
+  add_run(none);
+
+  const auto lines = list_runs(store_, std::string("grid"));
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0].run.id, a);
+  EXPECT_EQ(lines[0].best, 75.5);
+  EXPECT_EQ(lines[0].best_epoch, 1);
+  EXPECT_EQ(lines[1].run.primary_metric, "mrpe");
+  EXPECT_EQ(lines[1].best, 350.25);  // lower is better (metric_info)
+  EXPECT_EQ(lines[1].best_epoch, 1);
+  const auto all = list_runs(store_, std::nullopt);
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_FALSE(all[2].best);
+}
+
 TEST_F(StatusTest, SecondsSinceReadsIsoUtcTimestamps) {
   const Clock::time_point now = Clock::from_time_t(1714564800 + 10);  // 2024-05-01T12:00:10Z
   EXPECT_DOUBLE_EQ(*seconds_since("2024-05-01T12:00:00.500Z", now), 9.5);
