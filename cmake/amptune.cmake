@@ -80,3 +80,13 @@ function(amptune_test name)
                          DISCOVERY_TIMEOUT 60)
   endif()
 endfunction()
+
+# amptune_bench(<name> SOURCES ... DEPS ...): a benchmark executable (not a test) whose figures go
+# to docs/PERFORMANCE.md with the command that made them; built with the tests.
+function(amptune_bench name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS})
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
+  amptune_target_options(${name})
+endfunction()

@@ -8,18 +8,13 @@
 #include <set>
 
 #include "app/table.h"
+#include "core/config.h"
 #include "core/error.h"
 
 namespace amptune::app {
 namespace {
 
 using json = nlohmann::json;
-
-std::string join(const std::vector<std::string>& items, const std::string& separator) {
-  std::string out;
-  for (const auto& item : items) out += (out.empty() ? "" : separator) + item;
-  return out;
-}
 
 bool contains(const std::vector<std::string>& items, const std::string& item) {
   return std::find(items.begin(), items.end(), item) != items.end();

@@ -8,7 +8,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstring>
-#include <map>
+#include <optional>
 #include <set>
 #include <thread>
 #include <unordered_set>
@@ -70,11 +70,11 @@ store::RunRow unsaved_row(const store::RunSpec& spec) {
 // The label of a sweep fork: its declared name (plus the overrides when the entry has several
 // sets, plus the parent when it forks several cells), or "" for the default label.
 std::string fork_label(const PlannedFork& fork, const Plan& plan, const std::string& parent_label) {
-  if (fork.label.empty()) return "";
   const ForkDecl& decl = plan.sweep.forks.at(fork.decl);
-  std::string label = fork.label;
+  if (decl.name.empty()) return "";
+  std::string label = decl.name;
   if (decl.override_sets.size() > 1) {
-    for (const auto& [k, v] : fork.overrides) {
+    for (const auto& [k, v] : decl.override_sets.at(fork.set)) {
       label += " " + k + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
     }
   }
@@ -132,8 +132,7 @@ Plan plan_sweep(const std::string& path, const std::vector<std::string>& sets,
     }
   }
   std::unordered_set<std::string> data_checked;
-  std::map<int, size_t> selected;  // cell index -> position in plan.cells
-  for (size_t i = 0; i < plan.cells.size(); ++i) selected.emplace(plan.cells[i].index, i);
+  size_t position = 0;  // of the visited cell in plan.cells
 
   for_each_config(plan.cells, [&](const Cell& cell, const Config& config) {
     try {
@@ -155,27 +154,23 @@ Plan plan_sweep(const std::string& path, const std::vector<std::string>& sets,
       }
     }
     // The forks of this cell: plan_fork checks their overrides (model keys, optimizer, a
-    // schedule that ends too early, amp combinations).
+    // schedule that ends too early, and validate_config of the fork's config).
+    std::optional<store::RunRow> parent;  // built once, for the first entry that forks the cell
     for (size_t d = 0; d < sweep.forks.size(); ++d) {
       const ForkDecl& decl = sweep.forks[d];
-      bool forks_cell = false;
-      for (int index : decl.cells) forks_cell = forks_cell || index == cell.index;
-      if (!forks_cell) continue;
-      const store::RunRow parent = unsaved_row(cell_spec(sweep, cell, config));
-      for (const auto& overrides : decl.override_sets) {
-        PlannedFork fork{d, selected.at(cell.index), decl.epoch, overrides,
-                         decl.reset_optimizer, decl.name};
+      if (std::find(decl.cells.begin(), decl.cells.end(), cell.index) == decl.cells.end()) continue;
+      if (!parent) parent = unsaved_row(cell_spec(sweep, cell, config));
+      for (size_t set = 0; set < decl.override_sets.size(); ++set) {
         try {
-          const store::RunSpec spec = train::plan_fork(parent, decl.epoch, overrides,
-                                                       decl.reset_optimizer, "");
-          train::validate_config(Config::from_json(spec.config_json, "fork"));
+          train::plan_fork(*parent, decl.epoch, decl.override_sets[set], decl.reset_optimizer, "");
         } catch (const ConfigError& e) {
           throw ConfigError(decl.loc.prefix() + "fork of cell " + std::to_string(cell.index) +
                             ": " + e.what());
         }
-        plan.forks.push_back(std::move(fork));
+        plan.forks.push_back(PlannedFork{d, position, set});
       }
     }
+    ++position;
   });
   // Forks in declaration order, then cell order (for_each_config visits cell by cell).
   std::stable_sort(plan.forks.begin(), plan.forks.end(),
@@ -255,11 +250,12 @@ Tally run_sweep(store::Store& store, const Plan& plan, const SweepOptions& optio
   });
   for (const PlannedFork& fork : plan.forks) {
     const store::RunRow& parent = cell_runs.at(fork.parent);
+    const ForkDecl& decl = sweep.forks.at(fork.decl);
     const store::RunSpec spec =
-        train::plan_fork(parent, fork.epoch, fork.overrides, fork.reset_optimizer,
-                         fork_label(fork, plan, parent.label));
+        train::plan_fork(parent, decl.epoch, decl.override_sets.at(fork.set),
+                         decl.reset_optimizer, fork_label(fork, plan, parent.label));
     store::RunRow run = store.ensure_run(sweep_id, spec);
-    work.push_back({run.id, parent.id, fork.epoch});
+    work.push_back({run.id, parent.id, decl.epoch});
   }
   cell_runs.clear();
 

@@ -25,14 +25,12 @@
 
 namespace amptune::app {
 
-// One `forks:` entry applied to one selected cell.
+// One override set of a `forks:` entry applied to one selected cell; the entry (Plan::sweep.forks
+// [decl]) holds the epoch, reset_optimizer and name.
 struct PlannedFork {
   size_t decl = 0;    // index into Plan::sweep.forks
   size_t parent = 0;  // index into Plan::cells
-  int epoch = 0;      // the parent's epoch whose checkpoint the fork starts from
-  std::vector<std::pair<std::string, nlohmann::json>> overrides;
-  bool reset_optimizer = false;
-  std::string label;  // "" = the parent's label and the changes
+  size_t set = 0;     // index into the entry's override_sets
 };
 
 struct Plan {

@@ -51,13 +51,13 @@ RunningRun running_run(const store::Store& store, const store::RunRow& run,
   r.planned_epochs = planned_epochs(run);
   r.heartbeat_age_seconds = seconds_since(run.heartbeat_at, now);
   if (run.holder) r.holder_pid = run.holder->pid;
-  const bool here = run.holder && run.holder->machine == current_process().machine;
+  const std::optional<bool> alive = run.holder ? alive_if_local(*run.holder) : std::nullopt;
   const bool old_heartbeat =
       r.heartbeat_age_seconds && *r.heartbeat_age_seconds > store::kDefaultStaleAfterSeconds;
-  if (here && !process_alive(*run.holder)) {
+  if (alive == false) {
     r.health = RunningRun::Health::kProcessGone;
   } else if (old_heartbeat) {
-    r.health = here ? RunningRun::Health::kHung : RunningRun::Health::kStale;
+    r.health = alive ? RunningRun::Health::kHung : RunningRun::Health::kStale;
   } else if (const auto seconds = mean_epoch_seconds(store, run.id)) {
     r.eta_seconds = *seconds * std::max(0, r.planned_epochs - r.epochs_done);
   }

@@ -132,12 +132,6 @@ std::string format_bound(double v) {
   return nlohmann::json(v).dump();
 }
 
-std::string join(const std::vector<std::string>& items, const char* sep) {
-  std::string out;
-  for (size_t i = 0; i < items.size(); ++i) out += (i ? sep : "") + items[i];
-  return out;
-}
-
 // Converts one scalar for an element type (int, float, bool, string, loss_scale) and checks
 // choices and bounds. `name` is the key, with "[i]" for list elements.
 nlohmann::json coerce_scalar(const KeySpec& spec, const std::string& type, const Scalar& s,
@@ -602,6 +596,12 @@ Config Config::from_json(const std::string& json_text, const std::string& origin
     config.values_[key] = schema.coerce(*schema.find(key), value, SourceLoc{origin});
   }
   return config;
+}
+
+std::string join(const std::vector<std::string>& items, const std::string& separator) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? separator : "") + items[i];
+  return out;
 }
 
 std::pair<std::string, std::string> split_assignment(const std::string& text) {

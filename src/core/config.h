@@ -124,6 +124,9 @@ class Config {
   std::map<std::string, nlohmann::json> values_;
 };
 
+// The items with `separator` between them ("a, b, c").
+std::string join(const std::vector<std::string>& items, const std::string& separator);
+
 // "a.b=value" -> {"a.b", "value"} (split at the first '=', key trimmed); throws UsageError when
 // there is no '=' or the key is empty.
 std::pair<std::string, std::string> split_assignment(const std::string& text);

@@ -58,12 +58,19 @@ std::string machine_id() {
 
 }  // namespace
 
+bool operator==(const ProcessIdentity& a, const ProcessIdentity& b) {
+  return a.machine == b.machine && a.pid == b.pid && a.start_ticks == b.start_ticks;
+}
+
 ProcessIdentity current_process() {
-  ProcessIdentity p;
-  p.machine = machine_id();
-  p.pid = ::getpid();
-  p.start_ticks = proc_stat(p.pid).start_ticks;
-  return p;
+  // Every store write of a claimed run asks; the answer changes only in a forked child.
+  static thread_local ProcessIdentity cached;
+  if (cached.pid != ::getpid()) {
+    cached.machine = machine_id();
+    cached.pid = ::getpid();
+    cached.start_ticks = proc_stat(cached.pid).start_ticks;
+  }
+  return cached;
 }
 
 bool process_alive(const ProcessIdentity& p) {
@@ -72,6 +79,11 @@ bool process_alive(const ProcessIdentity& p) {
   const ProcStat stat = proc_stat(p.pid);
   if (stat.state == 'Z' || stat.state == 'X') return false;  // exited (zombie) or dying
   return p.start_ticks == 0 || stat.start_ticks == 0 || stat.start_ticks == p.start_ticks;
+}
+
+std::optional<bool> alive_if_local(const ProcessIdentity& p) {
+  if (p.machine.empty() || p.machine != current_process().machine) return std::nullopt;
+  return process_alive(p);
 }
 
 }  // namespace amptune

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace amptune {
@@ -18,11 +19,18 @@ struct ProcessIdentity {
   int64_t start_ticks = 0;
 };
 
-// This process (computed per call: a forked child is another process).
+bool operator==(const ProcessIdentity& a, const ProcessIdentity& b);
+
+// This process. Read from /proc once per process (a forked child reads its own again).
 ProcessIdentity current_process();
 
 // Whether `p` (of this machine: p.machine == current_process().machine) still runs: the pid
 // exists and, when both are known, has the same start time.
 bool process_alive(const ProcessIdentity& p);
+
+// Whether `p` lives, when it is a process of this machine's pid space (then its liveness is
+// known); unset for a process elsewhere (or of unknown machine), whose liveness only a heartbeat
+// can tell.
+std::optional<bool> alive_if_local(const ProcessIdentity& p);
 
 }  // namespace amptune

@@ -626,13 +626,32 @@ void bind_provenance(Statement& statement, const std::string& now, int64_t run_i
   statement.bind(11, self.machine).bind(12, self.pid).bind(13, self.start_ticks);
 }
 
+[[noreturn]] void no_such_run(const std::string& path, int64_t run_id, const std::string& action) {
+  throw StoreError(path + ": " + action + ": no run has id " + std::to_string(run_id) +
+                   "; list the runs with `amptune status`");
+}
+
+// status -> running with this process as the holder: started_at kept (set when unset),
+// heartbeat now, message and finished_at cleared, provenance stored.
+void mark_running_by_this_process(sqlite3* db, const std::string& now, int64_t run_id,
+                                  const Provenance& provenance) {
+  Statement update(db, std::string("UPDATE runs SET status = 'running', "
+                                   "started_at = COALESCE(started_at, ?1), heartbeat_at = ?1, "
+                                   "finished_at = NULL, message = '', ") +
+                           kProvenanceAssignments + " WHERE id = ?2");
+  bind_provenance(update, now, run_id, provenance);
+  update.run();
+}
+
 void require_run(sqlite3* db, const std::string& path, int64_t run_id, const std::string& action) {
   Statement statement(db, "SELECT 1 FROM runs WHERE id = ?");
   statement.bind(1, run_id);
-  if (!statement.step()) {
-    throw StoreError(path + ": " + action + ": no run has id " + std::to_string(run_id) +
-                     "; list the runs with `amptune status`");
-  }
+  if (!statement.step()) no_such_run(path, run_id, action);
+}
+
+void touch_heartbeat(sqlite3* db, int64_t run_id, const std::string& now) {
+  Statement update(db, "UPDATE runs SET heartbeat_at = ? WHERE id = ?");
+  update.bind(1, now).bind(2, run_id).run();
 }
 
 // What claim_run and the writers need of a run row: status, heartbeat and holder.
@@ -649,10 +668,7 @@ Holding read_holding(sqlite3* db, const std::string& path, int64_t run_id,
                    "SELECT status, COALESCE(heartbeat_at, ''), claim_machine, claim_pid, "
                    "claim_pid_start, COALESCE(host, '') FROM runs WHERE id = ?");
   select.bind(1, run_id);
-  if (!select.step()) {
-    throw StoreError(path + ": " + action + ": no run has id " + std::to_string(run_id) +
-                     "; list the runs with `amptune status`");
-  }
+  if (!select.step()) no_such_run(path, run_id, action);
   Holding h;
   h.status = select.column_text(0);
   h.heartbeat_at = select.column_text(1);
@@ -663,16 +679,12 @@ Holding read_holding(sqlite3* db, const std::string& path, int64_t run_id,
   return h;
 }
 
-bool same_process(const ProcessIdentity& a, const ProcessIdentity& b) {
-  return a.machine == b.machine && a.pid == b.pid && a.start_ticks == b.start_ticks;
-}
-
 // Throws ClaimLostError when a process other than this one holds the run (inside the write
 // transaction, before anything is written).
 void require_holder(sqlite3* db, const std::string& path, int64_t run_id,
                     const std::string& action) {
   const Holding h = read_holding(db, path, run_id, action);
-  if (!h.holder || same_process(*h.holder, current_process())) return;
+  if (!h.holder || *h.holder == current_process()) return;
   throw ClaimLostError(path + ": " + action + ": run " + std::to_string(run_id) +
                        " was taken over by process " + std::to_string(h.holder->pid) + " on " +
                        (h.host.empty() ? "another host" : h.host) +
@@ -686,12 +698,7 @@ void Store::mark_running(int64_t run_id, const Provenance& provenance) {
   guarded(path_, action, [&] {
     write_transaction(db_, [&] {
       require_run(db_, path_, run_id, action);
-      Statement update(db_, std::string("UPDATE runs SET status = 'running', "
-                                        "started_at = COALESCE(started_at, ?1), heartbeat_at = ?1, "
-                                        "finished_at = NULL, message = '', ") +
-                                kProvenanceAssignments + " WHERE id = ?2");
-      bind_provenance(update, now_utc(), run_id, provenance);
-      update.run();
+      mark_running_by_this_process(db_, now_utc(), run_id, provenance);
     });
   });
 }
@@ -706,9 +713,9 @@ bool Store::claim_run(int64_t run_id, const Provenance& provenance, double stale
       const auto now = std::chrono::system_clock::now();
       bool claimable = h.status == "pending" || (retry_failed && h.status == "failed");
       if (h.status == "running") {
-        const ProcessIdentity self = current_process();
-        if (h.holder && !h.holder->machine.empty() && h.holder->machine == self.machine) {
-          claimable = !process_alive(*h.holder);  // same pid space: we know whether it lives
+        const std::optional<bool> alive = h.holder ? alive_if_local(*h.holder) : std::nullopt;
+        if (alive) {
+          claimable = !*alive;  // same pid space: we know whether it lives
         } else {
           const auto stale =
               now - std::chrono::duration_cast<std::chrono::system_clock::duration>(
@@ -717,12 +724,7 @@ bool Store::claim_run(int64_t run_id, const Provenance& provenance, double stale
         }
       }
       if (!claimable) return false;
-      Statement update(db_, std::string("UPDATE runs SET status = 'running', "
-                                        "started_at = COALESCE(started_at, ?1), heartbeat_at = ?1, "
-                                        "finished_at = NULL, message = '', ") +
-                                kProvenanceAssignments + " WHERE id = ?2");
-      bind_provenance(update, iso_utc(now), run_id, provenance);
-      update.run();
+      mark_running_by_this_process(db_, iso_utc(now), run_id, provenance);
       return true;
     });
   });
@@ -733,8 +735,7 @@ void Store::heartbeat(int64_t run_id) {
   guarded(path_, action, [&] {
     write_transaction(db_, [&] {
       require_holder(db_, path_, run_id, action);
-      Statement update(db_, "UPDATE runs SET heartbeat_at = ? WHERE id = ?");
-      update.bind(1, now_utc()).bind(2, run_id).run();
+      touch_heartbeat(db_, run_id, now_utc());
     });
   });
 }
@@ -804,8 +805,7 @@ void Store::record_epoch(const EpochRecord& record) {
       }
       const std::string now = now_utc();
       insert.bind(14, now).run();
-      Statement beat(db_, "UPDATE runs SET heartbeat_at = ? WHERE id = ?");
-      beat.bind(1, now).bind(2, record.run_id).run();
+      touch_heartbeat(db_, record.run_id, now);
 
       write_metrics(db_, path_ + ": " + action, record.run_id, record.epoch, record.metrics);
       // The epoch row was deleted above, and its loss_scale_events with it (cascade).

@@ -14,8 +14,8 @@
 namespace amptune::train {
 
 void validate_config(const Config& config) {
-  (void)model_info(config);  // the model and its task exist
-  (void)run_columns(config);         // the amp policy: combinations apex refuses
+  (void)model_info(config);   // the model and its task exist
+  (void)run_columns(config);  // the amp policy: combinations apex refuses
   const auto casts = config.get_string_list("casts.int32");
   (void)Int32Casts(casts);  // known cast point names
   if (!casts.empty() && config.get_string("model.name") != "rootnet") {
@@ -91,7 +91,8 @@ store::RunSpec plan_fork(const store::RunRow& parent, int epoch,
                                     : nlohmann::ordered_json::parse(parent.axes_json);
   for (const auto& [key, value] : applied.items()) axes[key] = value;
   spec.axes_json = axes.dump();
-  spec.columns = run_columns(config);  // validates amp combinations
+  validate_config(config);  // what no run can take (amp combinations, cast points, ...)
+  spec.columns = run_columns(config);
   spec.fork = store::ForkOrigin{parent.id, epoch, applied.dump(), changes, reset_optimizer};
   return spec;
 }

@@ -76,7 +76,8 @@ void check_data(const Config& config);
 // mixes in parent, epoch and reset_optimizer, so the same fork asked for twice is one run).
 // `name`, when not empty, is the label; otherwise the parent's label plus the changes.
 // Throws ConfigError for overrides a continued run cannot take: model.* keys, optim.name without
-// reset_optimizer, a schedule that ends at or before epoch + 1, combinations apex refuses.
+// reset_optimizer, a schedule that ends at or before epoch + 1, and whatever validate_config
+// refuses (combinations apex refuses, ...).
 store::RunSpec plan_fork(const store::RunRow& parent, int epoch,
                          const std::vector<std::pair<std::string, nlohmann::json>>& overrides,
                          bool reset_optimizer, const std::string& name);

@@ -45,13 +45,16 @@ TEST(Plan, CellsAndForksInDeclarationOrder) {
   const Plan plan = plan_sweep(path, {}, {}, /*data=*/false);
   ASSERT_EQ(plan.cells.size(), 3u);
   ASSERT_EQ(plan.forks.size(), 1u + 3u * 2u);
+  auto decl = [&](const PlannedFork& f) -> const ForkDecl& { return plan.sweep.forks.at(f.decl); };
   EXPECT_EQ(plan.forks[0].decl, 0u);
   EXPECT_EQ(plan.forks[0].parent, 1u);  // optim.lr 0.2
-  EXPECT_EQ(plan.forks[0].epoch, 0);
+  EXPECT_EQ(decl(plan.forks[0]).epoch, 0);
   for (size_t i = 1; i < plan.forks.size(); ++i) {
     EXPECT_EQ(plan.forks[i].decl, 1u);
     EXPECT_EQ(plan.forks[i].parent, (i - 1) / 2);  // cell order, then the override sets
-    EXPECT_EQ(plan.forks[i].overrides.at(0).second, (i % 2 ? 0.5 : 0.8)) << i;
+    EXPECT_EQ(decl(plan.forks[i]).override_sets.at(plan.forks[i].set).at(0).second,
+              (i % 2 ? 0.5 : 0.8))
+        << i;
   }
   // --only keeps the selected cells and their forks
   const Plan only = plan_sweep(path, {}, {"optim.lr=0.3"}, false);
