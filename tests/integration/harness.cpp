@@ -1,15 +1,19 @@
 #include "integration/harness.h"
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <optional>
 #include <stdexcept>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -108,10 +112,42 @@ pid_t spawn_amptune(const std::vector<std::string>& args, const std::string& cwd
   return spawn_amptune(args, cwd, SpawnOptions{});
 }
 
-int wait_exit_code(pid_t pid) {
+namespace {
+
+// Polls `pid` until it exits or `seconds` pass; the wait status, or nullopt on timeout.
+std::optional<int> reap_within(pid_t pid, double seconds) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (;;) {
+    int status = 0;
+    const pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) return status;
+    if (r < 0) return std::nullopt;  // not our child (already reaped)
+    if (std::chrono::steady_clock::now() > deadline) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+}  // namespace
+
+int wait_exit_code(pid_t pid, double timeout_seconds) {
+  const std::optional<int> status = reap_within(pid, timeout_seconds);
+  if (!status) {
+    ADD_FAILURE() << "process " << pid << " still ran after " << timeout_seconds << " s; killed";
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    return -1;
+  }
+  return WIFEXITED(*status) ? WEXITSTATUS(*status) : 128 + WTERMSIG(*status);
+}
+
+StopOnExit::~StopOnExit() {
   int status = 0;
-  ::waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (::waitpid(pid_, &status, WNOHANG) != 0) return;  // reaped already, or exited just now
+  ::kill(pid_, SIGTERM);
+  if (reap_within(pid_, 10)) return;
+  ::kill(pid_, SIGKILL);
+  ::waitpid(pid_, nullptr, 0);
 }
 
 Result run_amptune(const std::vector<std::string>& args, const std::string& cwd) {

@@ -60,8 +60,22 @@ struct SpawnOptions {
 pid_t spawn_amptune(const std::vector<std::string>& args, const std::string& cwd,
                     const SpawnOptions& options);
 
-// Waits for `pid`; its exit code, or 128 + the signal that ended it.
-int wait_exit_code(pid_t pid);
+// Waits for `pid` at most `timeout_seconds`; its exit code, or 128 + the signal that ended it.
+// Past the timeout the process is killed, the test fails, and -1 is returned.
+int wait_exit_code(pid_t pid, double timeout_seconds = 600);
+
+// Stops `pid` when the scope ends while it still runs (SIGTERM, which amptune passes on to its
+// workers, then SIGKILL after 10 s) and reaps it: a test that fails half-way leaves no process.
+class StopOnExit {
+ public:
+  explicit StopOnExit(pid_t pid) : pid_(pid) {}
+  ~StopOnExit();
+  StopOnExit(const StopOnExit&) = delete;
+  StopOnExit& operator=(const StopOnExit&) = delete;
+
+ private:
+  pid_t pid_;
+};
 
 // The epoch rows of run `run` (id or name) in database `db`; a missing run is a test failure.
 std::vector<store::EpochRow> epochs_of(const std::string& db, const std::string& run);

@@ -1,7 +1,6 @@
 // End-to-end tests of the amptune binary: sweeps, re-runs, exact resume, SIGKILL recovery,
 // checkpoint fallback, validation errors. Each test works in its own scratch directory.
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -217,6 +216,7 @@ TEST(Cli, KilledMidEpochResumesToTheSameResult) {
 
   auto f = make(3, "", 3200);
   pid_t pid = spawn_amptune({"run", f.yaml, "--db", f.db}, f.dir);
+  StopOnExit stop(pid);
   // Wait until epoch 0 is recorded, then a little into epoch 1, and kill -9.
   bool recorded = false;
   for (int i = 0; i < 3000 && !recorded; ++i) {
@@ -233,9 +233,7 @@ TEST(Cli, KilledMidEpochResumesToTheSameResult) {
   ASSERT_TRUE(recorded) << read_file(f.dir + "/child.err");
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   ASSERT_EQ(::kill(pid, SIGKILL), 0);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  ASSERT_TRUE(WIFSIGNALED(status)) << "the child finished before it could be killed";
+  ASSERT_EQ(wait_exit_code(pid), 128 + SIGKILL) << "the child finished before it could be killed";
   {
     store::Store s(f.db);
     auto run = s.runs().at(0);

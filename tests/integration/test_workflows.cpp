@@ -325,6 +325,7 @@ TEST(Workers, AKilledWorkersRunIsTakenOverAndEndsAsIfUninterrupted) {
   auto f = make("grid:\n  optim.lr: [0.05, 0.1]\n", "", 3, 1200);
   const pid_t pid = spawn_amptune({"run", f.yaml, "--db", f.db, "--workers", "2", "--stale-after", "3"},
                                   f.dir);
+  StopOnExit stop(pid);
   // Kill one worker while both runs are past epoch 0 and neither has finished.
   bool killed = false;
   for (int i = 0; i < 1200 && !killed; ++i) {
@@ -338,11 +339,9 @@ TEST(Workers, AKilledWorkersRunIsTakenOverAndEndsAsIfUninterrupted) {
     killed = true;
   }
   ASSERT_TRUE(killed) << read_file(f.dir + "/child.err");
-  int status = 0;
-  ::waitpid(pid, &status, 0);
+  const int code = wait_exit_code(pid);
   const std::string err = read_file(f.dir + "/child.err");
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << err;
+  EXPECT_EQ(code, 0) << err;
   EXPECT_NE(err.find("killed by signal 9"), std::string::npos) << err;
   EXPECT_NE(err.find("continuing after epoch"), std::string::npos) << err;  // taken over
   EXPECT_EQ(query(f.db, "SELECT count(*) FROM runs WHERE status = 'done'")[0][0], "2");
@@ -396,8 +395,10 @@ TEST(Claims, ALiveRunOfAnotherHostIsNotTakenOverWhileItsHeartbeatIsFresh) {
   const std::vector<std::string> cmd = {"run", f.yaml, "--db", f.db, "--no-progress",
                                         "--stale-after", "5"};
   const pid_t a = spawn_amptune(cmd, f.dir, {{{"AMPTUNE_HOST_ID", "host-a"}}, "a"});
+  StopOnExit stop_a(a);
   ASSERT_TRUE(wait_for_count(f.db, "SELECT count(*) FROM epoch_writes", 1)) << read_file(f.dir + "/a.err");
   const pid_t b = spawn_amptune(cmd, f.dir, {{{"AMPTUNE_HOST_ID", "host-b"}}, "b"});
+  StopOnExit stop_b(b);
   const int code_a = wait_exit_code(a), code_b = wait_exit_code(b);
   const std::string err_a = read_file(f.dir + "/a.err"), err_b = read_file(f.dir + "/b.err");
   EXPECT_EQ(code_a, 0) << err_a;
@@ -414,6 +415,7 @@ TEST(Claims, AProcessWhoseRunWasTakenOverStopsWithoutWriting) {
   auto f = make("", "", 40);
   count_epoch_writes(f.db);
   const pid_t a = spawn_amptune({"run", f.yaml, "--db", f.db, "--no-progress"}, f.dir);
+  StopOnExit stop(a);
   ASSERT_TRUE(wait_for_count(f.db, "SELECT count(*) FROM epoch_writes", 2)) << read_file(f.dir + "/child.err");
   // Another host's process takes the run over (as claim_run does when a's heartbeat is stale),
   // and counts the epochs written until then in the same transaction.
@@ -446,19 +448,17 @@ TEST(Claims, AProcessWhoseRunWasTakenOverStopsWithoutWriting) {
 TEST(Claims, RerunAfterAKillOnTheSameHostTakesOverAtOnce) {
   auto f = make("", "", 30);
   const pid_t a = spawn_amptune({"run", f.yaml, "--db", f.db, "--no-progress"}, f.dir);
+  StopOnExit stop(a);
   ASSERT_TRUE(wait_for_count(f.db, "SELECT count(*) FROM epochs", 1)) << read_file(f.dir + "/child.err");
   ASSERT_EQ(::kill(a, SIGKILL), 0);
   ASSERT_EQ(wait_exit_code(a), 128 + SIGKILL);
   ASSERT_EQ(query(f.db, "SELECT status FROM runs")[0][0], "running");
   // The default --stale-after (60 s) does not apply: the holder was a process of this host and
   // it is gone.
-  const auto start = std::chrono::steady_clock::now();
   auto r = run_amptune({"run", f.yaml, "--db", f.db, "--no-progress"}, f.dir);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.err.find("waiting"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("waiting"), std::string::npos) << r.err;  // no heartbeat rule
   EXPECT_NE(r.err.find("continuing after epoch"), std::string::npos) << r.err;
-  EXPECT_LT(seconds, 60) << "waited for the heartbeat rule";
   EXPECT_EQ(query(f.db, "SELECT status FROM runs")[0][0], "done");
 }
 
