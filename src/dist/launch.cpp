@@ -1,0 +1,674 @@
+#include "dist/launch.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+#include <string_view>
+
+#include "core/error.h"
+#include "core/log.h"
+
+extern char** environ;
+
+namespace amptune::dist {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Environment variables
+
+// An environment variable holding "" is treated as not set (`export RANK=` clears it).
+std::optional<std::string> lookup(const GetEnv& env, const std::string& name) {
+  std::optional<std::string> value = env(name);
+  if (value && value->empty()) return std::nullopt;
+  return value;
+}
+
+[[noreturn]] void fail(const std::string& name, const std::string& value,
+                       const std::string& problem, const std::string& todo) {
+  throw ConfigError("environment variable " + name + "=" + value + " " + problem + ": " + todo);
+}
+
+// A whole decimal number in [lo, hi]; anything else (sign '+', spaces, "2.0", overflow) fails.
+int64_t parse_integer(const std::string& name, const std::string& value, int64_t lo, int64_t hi,
+                      const std::string& todo) {
+  int64_t out = 0;
+  const char* end = value.data() + value.size();
+  const auto [ptr, ec] = std::from_chars(value.data(), end, out);
+  if (ec != std::errc() || ptr != end) fail(name, value, "is not an integer", todo);
+  if (out < lo) fail(name, value, "is below " + std::to_string(lo), todo);
+  if (out > hi) fail(name, value, "is above " + std::to_string(hi), todo);
+  return out;
+}
+
+// The first host of a Slurm host list, or "" with `error` set. See first_slurm_host.
+std::string first_host(const std::string& list, std::string& error) {
+  const auto bad = [&](const std::string& why) {
+    error = "Slurm host list '" + list + "' is malformed: " + why +
+            " (expected names like node[01-04,07],gpu5)";
+    return std::string();
+  };
+  if (list.empty()) return bad("it is empty");
+  std::string first;
+  size_t i = 0;
+  for (bool first_item = true;; first_item = false) {
+    std::string host;  // this item's first host
+    const size_t start = i;
+    while (i < list.size() && list[i] != ',') {
+      if (list[i] == ']') return bad("']' without '['");
+      if (list[i] != '[') {
+        host += list[i++];
+        continue;
+      }
+      const size_t close = list.find(']', i);
+      if (close == std::string::npos) return bad("'[' without ']'");
+      const std::string ranges = list.substr(i + 1, close - i - 1);
+      if (ranges.find('[') != std::string::npos) return bad("nested '['");
+      // "01-04,07": each range is "a" or "a-b" (digits, a <= b); the first host takes the first
+      // range's start as written, so zero padding stays.
+      std::string range_first;
+      size_t r = 0;
+      do {
+        const size_t comma = std::min(ranges.find(',', r), ranges.size());
+        const std::string range = ranges.substr(r, comma - r);
+        const size_t dash = range.find('-');
+        const std::string lo = range.substr(0, dash);
+        const std::string hi = dash == std::string::npos ? lo : range.substr(dash + 1);
+        const auto digits = [](const std::string& s) {
+          return !s.empty() && s.size() <= 18 &&
+                 s.find_first_not_of("0123456789") == std::string::npos;
+        };
+        if (!digits(lo) || !digits(hi)) return bad("range '" + range + "' in [" + ranges + "]");
+        if (std::stoll(lo) > std::stoll(hi)) {
+          return bad("range '" + range + "' counts down in [" + ranges + "]");
+        }
+        if (range_first.empty()) range_first = lo;
+        r = comma + 1;
+      } while (r <= ranges.size());
+      host += range_first;
+      i = close + 1;
+    }
+    if (i == start) return bad("an empty host name");
+    if (first_item) first = host;
+    if (i == list.size()) break;
+    ++i;  // ','
+    if (i == list.size()) return bad("an empty host name after the last ','");
+  }
+  return first;
+}
+
+// Tasks on node `node` of a Slurm tasks-per-node list such as "2(x3),1" (2, 2, 2, 1), or -1 when
+// the list is malformed, or 0 when it has no entry `node`.
+int64_t tasks_on_node(const std::string& list, int64_t node) {
+  int64_t index = 0;
+  size_t i = 0;
+  while (i <= list.size()) {
+    const size_t comma = std::min(list.find(',', i), list.size());
+    const std::string entry = list.substr(i, comma - i);
+    const size_t paren = entry.find('(');
+    const std::string count_text = entry.substr(0, paren);
+    int64_t count = 0, repeat = 1;
+    const auto whole = [](const std::string& s, int64_t& out) {
+      const char* end = s.data() + s.size();
+      const auto [ptr, ec] = std::from_chars(s.data(), end, out);
+      return !s.empty() && ec == std::errc() && ptr == end && out >= 1;
+    };
+    if (!whole(count_text, count)) return -1;
+    if (paren != std::string::npos) {
+      // "(xN)"
+      if (entry.size() < paren + 4 || entry.compare(paren, 2, "(x") != 0 || entry.back() != ')') {
+        return -1;
+      }
+      if (!whole(entry.substr(paren + 2, entry.size() - paren - 3), repeat)) return -1;
+    }
+    if (node >= index && node < index + repeat) return count;
+    index += repeat;
+    i = comma + 1;
+  }
+  return 0;
+}
+
+LaunchEnv detect_torchrun(const GetEnv& env) {
+  const auto rank_text = lookup(env, "RANK");
+  const auto world_text = lookup(env, "WORLD_SIZE");
+  const std::string trigger = world_text ? "WORLD_SIZE=" + *world_text : "RANK=" + *rank_text;
+  const auto require = [&](const std::string& name, const std::string& todo) {
+    const auto value = lookup(env, name);
+    if (!value) {
+      throw ConfigError("environment variable " + name + " is not set, but " + trigger +
+                        " asks for a distributed run: launch with torchrun (which sets it), or " +
+                        todo);
+    }
+    return *value;
+  };
+  const std::string single = " (unset RANK and WORLD_SIZE for a single process)";
+  const std::string rank_s = require("RANK", "set RANK as well" + single);
+  const std::string world_s = require("WORLD_SIZE", "set WORLD_SIZE as well" + single);
+  const std::string addr = require("MASTER_ADDR", "set MASTER_ADDR and MASTER_PORT");
+  const std::string port_s = require("MASTER_PORT", "set MASTER_ADDR and MASTER_PORT");
+
+  LaunchEnv out;
+  out.launcher = lookup(env, "AMPTUNE_LAUNCHER").value_or("") == "nproc" ? "nproc" : "torchrun";
+  out.world_size = static_cast<int>(parse_integer("WORLD_SIZE", world_s, 1, INT_MAX,
+                                                  "set it to the number of processes" + single));
+  const std::string ranks = "0.." + std::to_string(out.world_size - 1);
+  out.rank = static_cast<int>(parse_integer(
+      "RANK", rank_s, 0, out.world_size - 1,
+      "with WORLD_SIZE=" + world_s + " each process needs its own RANK in " + ranks + single));
+  out.master_addr = addr;
+  out.master_port = static_cast<int>(parse_integer(
+      "MASTER_PORT", port_s, 1, 65535, "set it to a free TCP port of MASTER_ADDR (1..65535)"));
+
+  const auto local_world_s = lookup(env, "LOCAL_WORLD_SIZE");
+  out.local_world_size = local_world_s
+                             ? static_cast<int>(parse_integer(
+                                   "LOCAL_WORLD_SIZE", *local_world_s, 1, out.world_size,
+                                   "set it to the number of processes on this machine (at most "
+                                   "WORLD_SIZE=" +
+                                       world_s + "), or unset it"))
+                             : out.world_size;
+  const auto local_rank_s = lookup(env, "LOCAL_RANK");
+  if (local_rank_s) {
+    out.local_rank = static_cast<int>(parse_integer(
+        "LOCAL_RANK", *local_rank_s, 0, out.local_world_size - 1,
+        "set it to this process's rank on this machine, 0..LOCAL_WORLD_SIZE-1 (LOCAL_WORLD_SIZE " +
+            (local_world_s ? "is " + *local_world_s : "defaults to WORLD_SIZE=" + world_s) + ")"));
+  } else {
+    out.local_rank = out.rank;
+    if (out.local_rank >= out.local_world_size) {
+      throw ConfigError("environment variable LOCAL_RANK is not set, and RANK=" + rank_s +
+                        " (its default) is not below LOCAL_WORLD_SIZE=" + *local_world_s +
+                        ": set LOCAL_RANK to this process's rank on this machine");
+    }
+  }
+  return out;
+}
+
+// std::nullopt when Slurm's variables describe no multi-task step.
+std::optional<LaunchEnv> detect_slurm(const GetEnv& env) {
+  const auto procid_s = lookup(env, "SLURM_PROCID");
+  if (!procid_s) return std::nullopt;
+  // Only srun's step variable counts: the batch script of `sbatch --ntasks=4` (and an salloc
+  // shell) has SLURM_PROCID=0 and SLURM_NTASKS=4 but is one process; taking SLURM_NTASKS there
+  // would make it wait for 3 ranks that never come.
+  const std::string tasks_var = "SLURM_STEP_NUM_TASKS";
+  const auto tasks_s = lookup(env, tasks_var);
+  if (!tasks_s) return std::nullopt;
+  const std::string unset = "; or unset SLURM_PROCID for a single process";
+  const int64_t tasks =
+      parse_integer(tasks_var, *tasks_s, 1, INT_MAX, "srun sets the number of tasks" + unset);
+  if (tasks == 1) return std::nullopt;
+
+  // A variable srun sets is missing: `alternative` is what else the user can do.
+  const auto missing = [&](const std::string& names, bool plural, const std::string& alternative) {
+    throw ConfigError("environment variable" + std::string(plural ? "s " : " ") + names +
+                      (plural ? " are" : " is") + " not set, but " + tasks_var + "=" + *tasks_s +
+                      " asks for a distributed run: start amptune with srun, which sets " +
+                      (plural ? "them" : "it") + alternative);
+  };
+  LaunchEnv out;
+  out.launcher = "slurm";
+  out.world_size = static_cast<int>(tasks);
+  out.rank = static_cast<int>(parse_integer("SLURM_PROCID", *procid_s, 0, tasks - 1,
+                                            "with " + tasks_var + "=" + *tasks_s +
+                                                " each task's SLURM_PROCID is in 0.." +
+                                                std::to_string(tasks - 1) + unset));
+
+  std::string per_node_var = "SLURM_STEP_TASKS_PER_NODE";
+  auto per_node = lookup(env, per_node_var);
+  if (!per_node) per_node_var = "SLURM_TASKS_PER_NODE", per_node = lookup(env, per_node_var);
+  if (!per_node) missing("SLURM_STEP_TASKS_PER_NODE and SLURM_TASKS_PER_NODE", true, "");
+  int64_t node = 0;
+  const auto node_s = lookup(env, "SLURM_NODEID");
+  if (node_s) {
+    node = parse_integer("SLURM_NODEID", *node_s, 0, INT_MAX, "srun sets this task's node index");
+  }
+  const int64_t local_world = tasks_on_node(*per_node, node);
+  if (local_world < 0) {
+    fail(per_node_var, *per_node, "is not a Slurm tasks-per-node list",
+         "expected counts like 2(x3),1 (2 tasks on each of 3 nodes, then 1), as srun sets it");
+  }
+  if (local_world == 0) {
+    fail(per_node_var, *per_node, "has no entry for SLURM_NODEID=" + *node_s,
+         "srun sets both for the same step; do not set them by hand");
+  }
+  if (local_world > tasks) {
+    fail(per_node_var, *per_node, "gives this node more tasks than " + tasks_var + "=" + *tasks_s,
+         "srun sets both for the same step; do not set them by hand");
+  }
+  out.local_world_size = static_cast<int>(local_world);
+  const auto local_id = lookup(env, "SLURM_LOCALID");
+  if (!local_id) missing("SLURM_LOCALID", false, "");
+  out.local_rank =
+      static_cast<int>(parse_integer("SLURM_LOCALID", *local_id, 0, out.local_world_size - 1,
+                                     per_node_var + "=" + *per_node + " gives this node " +
+                                         std::to_string(out.local_world_size) + " tasks" + unset));
+
+  if (const auto addr = lookup(env, "MASTER_ADDR")) {
+    out.master_addr = *addr;
+  } else {
+    std::string list_var = "SLURM_STEP_NODELIST";
+    auto list = lookup(env, list_var);
+    if (!list) list_var = "SLURM_JOB_NODELIST", list = lookup(env, list_var);
+    if (!list) {
+      missing("SLURM_STEP_NODELIST and SLURM_JOB_NODELIST", true,
+              ", or set MASTER_ADDR to the host of rank 0");
+    }
+    std::string error;
+    out.master_addr = first_host(*list, error);
+    if (!error.empty()) {
+      fail(list_var, *list, "is not a host list",
+           error + "; set MASTER_ADDR to the host of rank 0");
+    }
+  }
+  if (const auto port = lookup(env, "MASTER_PORT")) {
+    out.master_port = static_cast<int>(parse_integer(
+        "MASTER_PORT", *port, 1, 65535, "set it to a free TCP port of MASTER_ADDR (1..65535)"));
+  } else {
+    // The same port on every task without talking to each other; below Linux's ephemeral range
+    // (32768..60999), where outgoing connections take their ports.
+    const auto job_s = lookup(env, "SLURM_JOB_ID");
+    if (!job_s) missing("SLURM_JOB_ID", false, ", or set MASTER_PORT");
+    const int64_t job =
+        parse_integer("SLURM_JOB_ID", *job_s, 0, INT64_MAX,
+                      "the rendezvous port is derived from it; set MASTER_PORT instead");
+    out.master_port = static_cast<int>(15000 + job % 17000);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Spawning
+
+const char* signal_name(int sig) {
+  switch (sig) {
+    case SIGHUP:
+      return "SIGHUP";
+    case SIGINT:
+      return "SIGINT";
+    case SIGQUIT:
+      return "SIGQUIT";
+    case SIGILL:
+      return "SIGILL";
+    case SIGTRAP:
+      return "SIGTRAP";
+    case SIGABRT:
+      return "SIGABRT";
+    case SIGBUS:
+      return "SIGBUS";
+    case SIGFPE:
+      return "SIGFPE";
+    case SIGKILL:
+      return "SIGKILL";
+    case SIGUSR1:
+      return "SIGUSR1";
+    case SIGSEGV:
+      return "SIGSEGV";
+    case SIGUSR2:
+      return "SIGUSR2";
+    case SIGPIPE:
+      return "SIGPIPE";
+    case SIGALRM:
+      return "SIGALRM";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGXCPU:
+      return "SIGXCPU";
+    case SIGXFSZ:
+      return "SIGXFSZ";
+    default:
+      return "unnamed";
+  }
+}
+
+// Set by the handler while spawn_local_ranks waits; the waiting loop passes the signal on.
+volatile sig_atomic_t g_signal_count = 0;
+volatile sig_atomic_t g_last_signal = 0;
+
+void on_launcher_signal(int sig) {
+  g_last_signal = sig;
+  g_signal_count = g_signal_count + 1;
+}
+
+// Installs on_launcher_signal for SIGINT and SIGTERM; the destructor puts the previous actions
+// back. No SA_RESTART: a signal cuts the waiting loop's sleep short.
+class SignalForwarding {
+ public:
+  SignalForwarding() {
+    g_signal_count = 0;
+    g_last_signal = 0;
+    struct sigaction action {};
+    action.sa_handler = on_launcher_signal;
+    sigemptyset(&action.sa_mask);
+    ::sigaction(SIGINT, &action, &old_int_);
+    ::sigaction(SIGTERM, &action, &old_term_);
+  }
+  ~SignalForwarding() {
+    ::sigaction(SIGINT, &old_int_, nullptr);
+    ::sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  SignalForwarding(const SignalForwarding&) = delete;
+  SignalForwarding& operator=(const SignalForwarding&) = delete;
+
+  // The actions to give a child before execve: as if this object did not exist.
+  const struct sigaction& old_int() const { return old_int_; }
+  const struct sigaction& old_term() const { return old_term_; }
+
+ private:
+  struct sigaction old_int_ {};
+  struct sigaction old_term_ {};
+};
+
+struct Rank {
+  pid_t pid = 0;
+  bool running = false;
+  int status = 0;              // exit status, or 128 + signal
+  bool stopped_by_us = false;  // got SIGTERM / SIGKILL from the launcher after another failed
+};
+
+// Owns the started ranks: whatever ends the call (an exception included), none outlives it.
+class Ranks {
+ public:
+  std::vector<Rank> all;
+  ~Ranks() {
+    for (Rank& rank : all) {
+      if (!rank.running) continue;
+      ::kill(rank.pid, SIGKILL);
+      int status = 0;
+      while (::waitpid(rank.pid, &status, 0) < 0 && errno == EINTR) {
+      }
+    }
+  }
+};
+
+// "NAME=value" strings and the char* array execve wants, built before fork: after fork in a
+// multi-threaded process the child may only make async-signal-safe calls (no allocation).
+struct CStrings {
+  std::vector<std::string> strings;
+  std::vector<char*> pointers;
+  char* const* data() {
+    pointers.clear();
+    for (std::string& s : strings) pointers.push_back(s.data());
+    pointers.push_back(nullptr);
+    return pointers.data();
+  }
+};
+
+std::string count_ranks(size_t n) { return std::to_string(n) + (n == 1 ? " rank" : " ranks"); }
+
+std::string describe_end(int rank, pid_t pid, int raw_status) {
+  const std::string who = "rank " + std::to_string(rank) + " (pid " + std::to_string(pid) + ")";
+  if (WIFSIGNALED(raw_status)) {
+    const int sig = WTERMSIG(raw_status);
+    return who + " was killed by signal " + std::to_string(sig) + " (" + signal_name(sig) + ")";
+  }
+  return who + " exited with status " + std::to_string(WEXITSTATUS(raw_status));
+}
+
+void sleep_briefly() {
+  // Interrupted early by a signal, which is what the loop wants.
+  const timespec ts{0, 20 * 1000 * 1000};
+  ::nanosleep(&ts, nullptr);
+}
+
+}  // namespace
+
+std::string LaunchEnv::describe() const {
+  if (launcher == "single" && world_size == 1) return "single process";
+  const std::string host =
+      master_addr.find(':') != std::string::npos ? "[" + master_addr + "]" : master_addr;
+  return "rank " + std::to_string(rank) + " of " + std::to_string(world_size) + " (local " +
+         std::to_string(local_rank) + " of " + std::to_string(local_world_size) + ") via " +
+         launcher + ", rendezvous " + host + ":" + std::to_string(master_port);
+}
+
+GetEnv process_env() {
+  return [](const std::string& name) -> std::optional<std::string> {
+    const char* value = std::getenv(name.c_str());
+    if (!value) return std::nullopt;
+    return std::string(value);
+  };
+}
+
+LaunchEnv detect_launch(const GetEnv& env) {
+  if (lookup(env, "RANK") || lookup(env, "WORLD_SIZE")) return detect_torchrun(env);
+  if (auto slurm = detect_slurm(env)) return *slurm;
+  return LaunchEnv{};
+}
+
+std::string first_slurm_host(const std::string& nodelist) {
+  std::string error;
+  std::string host = first_host(nodelist, error);
+  if (!error.empty()) throw ConfigError(error);
+  return host;
+}
+
+int free_local_port() {
+  const auto fail_with = [](const std::string& what) {
+    throw EnvironmentError("cannot find a free TCP port on 127.0.0.1 (" + what + ": " +
+                           std::strerror(errno) + "); set MASTER_PORT by hand and use torchrun");
+  };
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) fail_with("socket");
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) fail_with("bind");
+  socklen_t len = sizeof addr;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) fail_with("getsockname");
+  return ntohs(addr.sin_port);
+}
+
+SpawnResult spawn_local_ranks(const SpawnOptions& options) {
+  if (options.nproc < 1) {
+    throw UsageError("--nproc must be at least 1, got " + std::to_string(options.nproc));
+  }
+  if (options.argv.empty() || options.argv[0].empty()) {
+    throw UsageError("spawn_local_ranks needs the command line of the ranks (argv[0] empty)");
+  }
+  if (!(options.grace_seconds >= 0) || !(options.kill_after_seconds >= 0)) {
+    throw UsageError("the waits before stopping the other ranks must be >= 0 seconds, got " +
+                     std::to_string(options.grace_seconds) + " and " +
+                     std::to_string(options.kill_after_seconds));
+  }
+  const int n = options.nproc;
+  const int port = free_local_port();
+
+  // Each rank's environment: ours without the variables the launcher sets, then extra_env, then
+  // the launcher's own (which win).
+  std::map<std::string, std::string> launcher_vars = {{"WORLD_SIZE", std::to_string(n)},
+                                                      {"LOCAL_WORLD_SIZE", std::to_string(n)},
+                                                      {"MASTER_ADDR", "127.0.0.1"},
+                                                      {"MASTER_PORT", std::to_string(port)},
+                                                      {"AMPTUNE_LAUNCHER", "nproc"},
+                                                      {"RANK", ""},
+                                                      {"LOCAL_RANK", ""}};
+  std::set<std::string> replaced;
+  for (const auto& [name, value] : launcher_vars) replaced.insert(name);
+  for (const auto& [name, value] : options.extra_env) replaced.insert(name);
+  std::vector<std::string> inherited;
+  for (char** e = environ; e && *e; ++e) {
+    const std::string_view entry(*e);
+    if (!replaced.count(std::string(entry.substr(0, entry.find('=')))))
+      inherited.emplace_back(entry);
+  }
+  std::vector<CStrings> envs(n);
+  for (int r = 0; r < n; ++r) {
+    launcher_vars["RANK"] = launcher_vars["LOCAL_RANK"] = std::to_string(r);
+    std::map<std::string, std::string> vars = launcher_vars;
+    vars.insert(options.extra_env.begin(), options.extra_env.end());  // launcher's win
+    envs[r].strings = inherited;
+    for (const auto& [name, value] : vars) envs[r].strings.push_back(name + "=" + value);
+  }
+  CStrings argv;
+  argv.strings = options.argv;
+  char* const* child_argv = argv.data();
+  const char* path = options.argv[0].c_str();
+
+  log::info("starting " + count_ranks(n) + " of " + options.argv[0] +
+            ", rendezvous 127.0.0.1:" + std::to_string(port));
+  SignalForwarding forwarding;
+  Ranks ranks;  // declared after `forwarding`: children are stopped before handlers go back
+  ranks.all.resize(n);
+  const pid_t launcher_pid = ::getpid();
+  for (int r = 0; r < n; ++r) {
+    if (g_signal_count > 0) break;  // interrupted while starting: start no more
+    char* const* child_env = envs[r].data();
+    // execve's failure travels back through a close-on-exec pipe; success closes it unwritten.
+    int pipe_fds[2];
+    if (::pipe2(pipe_fds, O_CLOEXEC) != 0) {
+      throw EnvironmentError("cannot start rank " + std::to_string(r) +
+                             ": pipe: " + std::strerror(errno));
+    }
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+      const std::string why = std::strerror(errno);
+      ::close(pipe_fds[0]);
+      ::close(pipe_fds[1]);
+      throw EnvironmentError("cannot start rank " + std::to_string(r) + " of " + std::to_string(n) +
+                             ": fork: " + why +
+                             " (process limit or memory); use a smaller --nproc");
+    }
+    if (pid == 0) {
+      // The child: async-signal-safe calls only.
+      ::close(pipe_fds[0]);
+      ::sigaction(SIGINT, &forwarding.old_int(), nullptr);
+      ::sigaction(SIGTERM, &forwarding.old_term(), nullptr);
+      sigset_t none;
+      sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      // A rank whose launcher dies (even by SIGKILL) dies too.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != launcher_pid) ::_exit(128 + SIGKILL);
+      ::execve(path, child_argv, child_env);
+      const int err = errno;
+      [[maybe_unused]] const ssize_t ignored = ::write(pipe_fds[1], &err, sizeof err);
+      ::_exit(127);
+    }
+    ::close(pipe_fds[1]);
+    ranks.all[r].pid = pid;
+    ranks.all[r].running = true;
+    int exec_errno = 0;
+    ssize_t got;
+    while ((got = ::read(pipe_fds[0], &exec_errno, sizeof exec_errno)) < 0 && errno == EINTR) {
+    }
+    ::close(pipe_fds[0]);
+    if (got > 0) {
+      throw EnvironmentError("cannot start rank " + std::to_string(r) + ": cannot execute " +
+                             options.argv[0] + ": " + std::strerror(exec_errno));
+    }
+  }
+
+  using Clock = std::chrono::steady_clock;
+  const auto seconds = [](double s) {  // capped at ~30 years: no overflow
+    return std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(std::min(s, 1e9)));
+  };
+  SpawnResult result;
+  result.statuses.assign(n, 0);
+  int first_failed = -1;
+  std::optional<Clock::time_point> term_at, kill_at;
+  sig_atomic_t forwarded = 0;
+  size_t running = 0;
+  for (const Rank& rank : ranks.all) running += rank.running;
+  if (running < ranks.all.size()) {
+    // Interrupted while starting: the ranks not started count as ended by that signal.
+    for (Rank& rank : ranks.all) {
+      if (!rank.running && rank.pid == 0) rank.status = 128 + g_last_signal;
+    }
+  }
+  while (running > 0) {
+    if (g_signal_count != forwarded) {
+      forwarded = g_signal_count;
+      const int sig = g_last_signal;
+      result.forwarded_signal = sig;
+      log::warn(std::string("received ") + signal_name(sig) + ", passing it on to " +
+                count_ranks(running));
+      for (const Rank& rank : ranks.all) {
+        if (rank.running) ::kill(rank.pid, sig);
+      }
+    }
+    for (size_t r = 0; r < ranks.all.size(); ++r) {
+      Rank& rank = ranks.all[r];
+      if (!rank.running) continue;
+      int raw = 0;
+      const pid_t got = ::waitpid(rank.pid, &raw, WNOHANG);
+      if (got == 0 || (got < 0 && errno == EINTR)) continue;
+      rank.running = false;
+      --running;
+      if (got < 0) {
+        // Reaped elsewhere (SIGCHLD ignored by the caller?): the status is lost.
+        rank.status = static_cast<int>(ExitCode::kInternal);
+        log::warn("rank " + std::to_string(r) + " (pid " + std::to_string(rank.pid) +
+                  ") ended, but its exit status is lost: " + std::strerror(errno));
+      } else {
+        rank.status = WIFSIGNALED(raw) ? 128 + WTERMSIG(raw) : WEXITSTATUS(raw);
+        if (rank.status != 0) {
+          log::warn(describe_end(static_cast<int>(r), rank.pid, raw) +
+                    (rank.stopped_by_us ? ", stopped by the launcher after rank " +
+                                              std::to_string(first_failed) + " failed"
+                                        : ""));
+        }
+      }
+      if (rank.status != 0 && first_failed < 0) {
+        first_failed = static_cast<int>(r);
+        result.exit_code = rank.status;
+        if (running > 0 && std::isfinite(options.grace_seconds)) {
+          term_at = Clock::now() + seconds(options.grace_seconds);
+        }
+      }
+    }
+    if (running == 0) break;
+    const Clock::time_point now = Clock::now();
+    if (term_at && !kill_at && now >= *term_at) {
+      log::warn("stopping the other " + count_ranks(running) + " (SIGTERM) after rank " +
+                std::to_string(first_failed) + " failed");
+      for (Rank& rank : ranks.all) {
+        if (!rank.running) continue;
+        ::kill(rank.pid, SIGTERM);
+        rank.stopped_by_us = true;
+      }
+      kill_at = now + seconds(options.kill_after_seconds);
+    } else if (kill_at && now >= *kill_at) {
+      log::warn("killing " + count_ranks(running) + " still running after SIGTERM (SIGKILL)");
+      for (const Rank& rank : ranks.all) {
+        if (rank.running) ::kill(rank.pid, SIGKILL);
+      }
+      kill_at = Clock::time_point::max();
+    }
+    sleep_briefly();
+  }
+  for (size_t r = 0; r < ranks.all.size(); ++r) result.statuses[r] = ranks.all[r].status;
+  if (g_signal_count > 0) result.forwarded_signal = g_last_signal;
+  if (result.exit_code == 0) {
+    for (int status : result.statuses) {
+      if (status != 0) {
+        result.exit_code = status;
+        break;
+      }
+    }
+  }
+  return result;
+}
+
+}  // namespace amptune::dist
