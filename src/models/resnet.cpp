@@ -8,6 +8,7 @@
 
 #include "amp/emulate.h"
 #include "core/error.h"
+#include "models/batchnorm.h"
 #include "models/registry.h"
 #include "models/weights.h"
 
@@ -29,14 +30,15 @@ nn::Sequential downsample_if_needed(int64_t inplanes, int64_t out, int64_t strid
 // Mixed-precision boundaries (amp/emulate.h): plain fp32 module calls unless an emulated O1-O3
 // policy is installed, then conv/linear run on fp16/bf16-rounded inputs, weights and outputs and
 // BatchNorm/add/pool outputs (ops in their input's dtype) are rounded too. relu and max-pool keep
-// values on the grid, so they need no call.
+// values on the grid, so they need no call. BatchNorm goes through models::batch_norm (plain
+// bn->forward unless a ScopedBatchNormSync is alive: models/batchnorm.h).
 torch::Tensor conv_bn(nn::Conv2d& conv, nn::BatchNorm2d& bn, const torch::Tensor& x) {
-  return amp::input_dtype_op(bn->forward(amp::conv2d(*conv, x)));
+  return amp::input_dtype_op(batch_norm(*bn, amp::conv2d(*conv, x)));
 }
 torch::Tensor conv_bn(nn::Sequential& downsample, const torch::Tensor& x) {
   auto* conv = downsample->ptr(0)->as<nn::Conv2dImpl>();
   auto* bn = downsample->ptr(1)->as<nn::BatchNorm2dImpl>();
-  return amp::input_dtype_op(bn->forward(amp::conv2d(*conv, x)));
+  return amp::input_dtype_op(batch_norm(*bn, amp::conv2d(*conv, x)));
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "amp/emulate.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "models/batchnorm.h"
 #include "models/registry.h"
 #include "models/weights.h"
 
@@ -72,7 +73,8 @@ torch::Tensor RootNetImpl::forward(torch::Tensor image, torch::Tensor k_value) {
   auto x = c5;
   for (size_t i = 0; i + 2 < deconv_->size(); i += 3) {
     x = amp::conv_transpose2d(*deconv_->ptr(i)->as<torch::nn::ConvTranspose2dImpl>(), x);
-    x = amp::input_dtype_op(deconv_->ptr(i + 1)->as<torch::nn::BatchNorm2dImpl>()->forward(x));
+    auto& bn = *deconv_->ptr(i + 1)->as<torch::nn::BatchNorm2dImpl>();
+    x = amp::input_dtype_op(batch_norm(bn, x));
     x = torch::relu(x);
   }
   auto xy = soft_argmax(amp::conv2d(*xy_layer_, x));
