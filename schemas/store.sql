@@ -433,3 +433,12 @@ CREATE VIEW epoch_matrix AS
 ALTER TABLE runs ADD COLUMN claim_machine TEXT;
 ALTER TABLE runs ADD COLUMN claim_pid INTEGER;
 ALTER TABLE runs ADD COLUMN claim_pid_start INTEGER;
+
+-- migration: 7
+
+-- Data-parallel training (docs/DISTRIBUTED.md), recorded with each claim like threads and
+-- device: the processes that train the run (1 for a single process) and the batch of one
+-- optimizer step over all of them (data.batch_size, which is per process, x world_size). NULL
+-- for runs claimed before this migration.
+ALTER TABLE runs ADD COLUMN world_size INTEGER;
+ALTER TABLE runs ADD COLUMN global_batch INTEGER;

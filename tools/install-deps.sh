@@ -6,6 +6,7 @@ packages=(
   build-essential cmake pkg-config ccache git
   libtorch-dev libyaml-cpp-dev libsqlite3-dev sqlite3 libssl-dev nlohmann-json3-dev
   libturbojpeg0-dev zlib1g-dev libboost-program-options-dev libgtest-dev googletest
+  libgloo-dev  # c10d Gloo process groups: data-parallel training on CPU (docs/DISTRIBUTED.md)
   dataset-fashion-mnist
   gnuplot-nox  # amptune report draws its plots with gnuplot
   python3-torch python3-torchvision  # tests: PyTorch reads exported weights; fixture scripts

@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "dist/cluster.h"
 
 namespace amptune::app {
 namespace {
@@ -34,6 +35,8 @@ store::Provenance provenance(const SweepOptions& options, const Config& config) 
   p.threads = train::resolve_threads(config, options.training.threads);
   p.device = train::resolve_device(config);
   p.command_line = options.training.command_line;
+  p.world_size = options.training.cluster ? options.training.cluster->size() : 1;
+  p.global_batch = config.get_int("data.batch_size") * p.world_size;
   return p;
 }
 
@@ -109,7 +112,7 @@ store::RunSpec cell_spec(const Sweep& sweep, const Cell& cell, const Config& con
 }
 
 Plan plan_sweep(const std::string& path, const std::vector<std::string>& sets,
-                const std::vector<std::string>& only, bool data) {
+                const std::vector<std::string>& only, bool data, int world_size) {
   Plan plan;
   plan.sweep = load_sweep(path, sets);
   plan.cells = filter_cells(plan.sweep.cells, only);
@@ -137,6 +140,7 @@ Plan plan_sweep(const std::string& path, const std::vector<std::string>& sets,
   for_each_config(plan.cells, [&](const Cell& cell, const Config& config) {
     try {
       train::validate_config(config);
+      train::check_parallel(config, world_size);
     } catch (const ConfigError& e) {
       throw ConfigError(cell_error(cell, e.what()));
     }
@@ -145,7 +149,7 @@ Plan plan_sweep(const std::string& path, const std::vector<std::string>& sets,
       for (const auto& k : data_axes) key.push_back(cell.value(k));
       if (data_checked.insert(key.dump()).second) {
         try {
-          train::check_data(config);
+          train::check_data(config, world_size);
         } catch (const DataError& e) {
           throw DataError(cell_error(cell, e.what()));
         } catch (const ConfigError& e) {
@@ -185,11 +189,13 @@ void Tally::add(const train::RunResult& result) {
     case train::Outcome::kInterrupted: ++interrupted; break;
     case train::Outcome::kFailed: ++failed; break;
     case train::Outcome::kLost: ++lost; break;
+    case train::Outcome::kRankLost: ++rank_lost; break;
   }
 }
 
 int Tally::exit_code() const {
   if (interrupted > 0 && train::stop_requested()) return static_cast<int>(ExitCode::kInterrupted);
+  if (rank_lost > 0) return static_cast<int>(ExitCode::kEnvironment);
   if (failed > 0) return static_cast<int>(ExitCode::kFailedRuns);
   return 0;
 }
@@ -198,7 +204,9 @@ std::string Tally::summary() const {
   return std::to_string(done) + " trained, " + std::to_string(skipped) + " skipped, " +
          std::to_string(diverged) + " diverged, " + std::to_string(failed) + " failed, " +
          std::to_string(interrupted) + " interrupted" +
-         (lost ? ", " + std::to_string(lost) + " taken over by another process" : "");
+         (lost ? ", " + std::to_string(lost) + " taken over by another process" : "") +
+         (rank_lost ? ", " + std::to_string(rank_lost) + " stopped by a lost process (resumable)"
+                    : "");
 }
 
 namespace {
@@ -221,6 +229,10 @@ void train_claimed(store::Store& store, const store::RunRow& run, const SweepOpt
       break;
     case train::Outcome::kLost:
       log::warn("run " + run.name + ": " + result.message);
+      break;
+    case train::Outcome::kRankLost:
+      log::warn("run " + run.name + " stopped: " + result.message + "; it continues from its "
+                "last checkpoint when the command is run again");
       break;
   }
   if (options.on_result) options.on_result(run, result);
@@ -328,6 +340,7 @@ Tally run_sweep(store::Store& store, const Plan& plan, const SweepOptions& optio
       reported.insert(run.id);
       attempted.insert(run.id);
       train_claimed(store, *store.find_run(run.id), options, tally);
+      if (tally.rank_lost) return tally;  // the job lost a process: no run can train now
     }
     if (!waiting || train::stop_requested()) break;
     std::this_thread::sleep_for(std::chrono::duration<double>(options.poll_seconds));
@@ -473,6 +486,42 @@ int run_workers(const std::vector<std::string>& args, int workers, const std::st
     }
   }
   return code;
+}
+
+int lead_job(const SweepOptions& options, const std::function<int()>& command) {
+  dist::Cluster* cluster = options.training.cluster;
+  if (!cluster) return command();
+  auto end = [cluster](int code) {
+    try {
+      train::end_runs(*cluster, code);
+    } catch (const std::exception& e) {
+      log::warn(std::string("could not tell the other ranks to stop: ") + e.what());
+    }
+  };
+  try {
+    const int code = command();
+    end(code);
+    return code;
+  } catch (const Error& e) {
+    end(static_cast<int>(e.code()));
+    throw;
+  } catch (...) {
+    end(static_cast<int>(ExitCode::kInternal));
+    throw;
+  }
+}
+
+int follow_job(const SweepOptions& options) {
+  dist::Cluster& cluster = *options.training.cluster;
+  int leader_exit = 0;
+  while (auto run = train::next_run(cluster, &leader_exit)) {
+    const train::RunResult result = train::follow_run(*run, options.training);
+    if (result.outcome == train::Outcome::kRankLost) {
+      log::warn("rank " + std::to_string(cluster.rank()) + ", run " + run->name + ": " +
+                result.message);
+    }
+  }
+  return leader_exit;
 }
 
 }  // namespace amptune::app

@@ -43,12 +43,14 @@ struct Plan {
 // planned run as `run` would before training it: config keys and values, the amp policy, cast
 // points, schedule values (train::validate_config), every fork's overrides (train::plan_fork),
 // and, when `data` is true, that each distinct data set opens (train::check_data, once per
-// distinct data.* / rootnet.* setting). Touches no database. Throws ConfigError naming the
+// distinct data.* / rootnet.* setting), and for a data-parallel job of `world_size` processes
+// its process group (train::check_parallel) and that every process gets a batch. Touches no
+// database. Throws ConfigError naming the
 // file:line of the key where it can and the cell ("cell 3 (amp.opt_level=O1): ..."),
 // DataError naming the expected path, UsageError when --only matches no cell.
 // Linear in the number of cells: 100,000 cells plan in seconds (docs/PERFORMANCE.md).
 Plan plan_sweep(const std::string& path, const std::vector<std::string>& sets,
-                const std::vector<std::string>& only, bool data = true);
+                const std::vector<std::string>& only, bool data = true, int world_size = 1);
 
 // The run spec (Store::ensure_run) of a cell: label, canonical config, hash, axes, run columns.
 store::RunSpec cell_spec(const Sweep& sweep, const Cell& cell, const Config& config);
@@ -69,10 +71,12 @@ struct SweepOptions {
 // What one invocation did with its runs.
 struct Tally {
   int done = 0, diverged = 0, failed = 0, skipped = 0, interrupted = 0, lost = 0;
+  int rank_lost = 0;  // stopped because a process of the data-parallel job was lost
   // resume_run / fork_run of a run that is already finished: what to tell the user.
   std::string note;
   void add(const train::RunResult& result);
-  // 130 when interrupted by a signal, 8 when a run failed, else 0 (README "Exit codes").
+  // 130 when interrupted by a signal, 9 when a process of the job was lost, 8 when a run
+  // failed, else 0 (README "Exit codes").
   int exit_code() const;
   // "3 trained, 1 skipped, 0 diverged, 0 failed, 0 interrupted[, 1 taken over ...]"
   std::string summary() const;
@@ -108,5 +112,14 @@ void require_checkpoint(const store::Store& store, const store::RunRow& run, int
 // are left unfinished. Throws EnvironmentError when a process cannot be started.
 int run_workers(const std::vector<std::string>& args, int workers, const std::string& db,
                 const std::string& sweep_name);
+
+// Data-parallel jobs (docs/DISTRIBUTED.md; options.training.cluster set). The leader (rank 0)
+// runs `command` (run_sweep, resume_run, fork_run: it alone plans, claims and writes), then
+// tells the other ranks to stop, with its exit code, also when `command` throws. Without a
+// cluster: command().
+int lead_job(const SweepOptions& options, const std::function<int()>& command);
+// The other ranks: train each run the leader announces (train::follow_run) until it stops;
+// returns the leader's exit code. Throws RankLostError when the leader is gone.
+int follow_job(const SweepOptions& options);
 
 }  // namespace amptune::app

@@ -9,6 +9,8 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/version.h"
+#include "dist/cluster.h"
+#include "dist/launch.h"
 
 #include <torch/version.h>
 
@@ -34,10 +36,56 @@ app::SweepOptions sweep_options(const Options& opts, const Invocation& inv, int 
   return o;
 }
 
-void add_training_options(Options& opts, int* threads, int* stop_after, const char* stop_help) {
+void add_training_options(Options& opts, int* threads, int* stop_after, int* nproc,
+                          const char* stop_help) {
   opts.add()("threads", po::value(threads)->default_value(0),
              "LibTorch threads; 0 = the config's `threads`")(
-      "stop-after-epoch", po::value(stop_after)->default_value(-1), stop_help);
+      "stop-after-epoch", po::value(stop_after)->default_value(-1), stop_help)(
+      "nproc", po::value(nproc)->default_value(1),
+      "data-parallel training with N processes on this machine (as torchrun --standalone "
+      "--nproc_per_node N); torchrun and srun launches need no option (docs/DISTRIBUTED.md)");
+}
+
+// `subcommand` args without --nproc: what each local rank runs.
+std::vector<std::string> rank_args(const std::string& subcommand,
+                                   const std::vector<std::string>& args) {
+  std::vector<std::string> out = {"/proc/self/exe", subcommand};
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--nproc") {
+      ++i;  // and its value
+      continue;
+    }
+    if (args[i].rfind("--nproc=", 0) == 0) continue;
+    out.push_back(args[i]);
+  }
+  return out;
+}
+
+// How this process takes part in training: alone (null), or as a rank of a data-parallel job
+// launched by torchrun, srun or --nproc. Throws ConfigError for an incomplete launch
+// environment.
+std::unique_ptr<dist::Cluster> join_job(int workers) {
+  const dist::LaunchEnv env = dist::detect_launch();
+  if (!env.distributed()) return nullptr;
+  if (workers > 1) {
+    throw UsageError("--workers starts independent processes; this one is rank " +
+                     std::to_string(env.rank) + " of a data-parallel job (" + env.describe() +
+                     "): drop --workers");
+  }
+  return dist::Cluster::join(env);
+}
+
+// `--nproc N`: N local ranks of this command; returns their exit code.
+int spawn_ranks(const std::string& subcommand, const Invocation& inv, int nproc) {
+  if (nproc < 1) throw UsageError("--nproc must be at least 1, got " + std::to_string(nproc));
+  if (dist::detect_launch().distributed()) {
+    throw UsageError("--nproc " + std::to_string(nproc) + " inside a launched job (" +
+                     dist::detect_launch().describe() + "): let the launcher start the ranks");
+  }
+  dist::SpawnOptions so;
+  so.nproc = nproc;
+  so.argv = rank_args(subcommand, inv.args);
+  return dist::spawn_local_ranks(so).exit_code;
 }
 
 // The arguments of a worker process: this command line without --workers, with --no-progress
@@ -74,7 +122,7 @@ void print_dry_run(const app::Plan& plan) {
 int cmd_run(const Invocation& inv) {
   std::string sweep_path, db;
   std::vector<std::string> sets, only;
-  int threads = 0, stop_after = -1, workers = 1;
+  int threads = 0, stop_after = -1, workers = 1, nproc = 1;
   double stale_after = store::kDefaultStaleAfterSeconds;
   Options opts("run",
                "usage: amptune run SWEEP.yaml [options]\n\nTrains every cell of the sweep, then "
@@ -95,18 +143,31 @@ int cmd_run(const Invocation& inv) {
       "seconds without heartbeat after which a run held by a process on another host is taken "
       "over (presumed dead); a holder on this host is taken over as soon as its process is gone")(
       "no-progress", "no per-step progress lines (epoch lines stay)");
-  add_training_options(opts, &threads, &stop_after,
+  add_training_options(opts, &threads, &stop_after, &nproc,
                        "stop each run after this epoch (0-based), leaving it resumable; -1 = "
                        "train to the end");
   if (!opts.parse(inv.args)) return 0;
   if (sweep_path.empty()) throw UsageError("amptune run needs a sweep file: amptune run SWEEP.yaml");
   if (workers < 1) throw UsageError("--workers must be at least 1, got " + std::to_string(workers));
+  if (nproc != 1) {
+    if (workers > 1) throw UsageError("--nproc and --workers do not go together: one sweep is "
+                                      "either shared by workers or trained by one parallel job");
+    if (!opts.has("dry-run")) return spawn_ranks("run", inv, nproc);
+  }
+  const auto cluster = opts.has("dry-run") ? nullptr : join_job(workers);
+  app::SweepOptions options = sweep_options(opts, inv, threads, stop_after);
+  options.training.cluster = cluster.get();
+  options.retry_failed = opts.has("retry-failed");
+  options.stale_after = stale_after;
+  if (cluster && !cluster->leader()) return app::follow_job(options);
+  return app::lead_job(options, [&] {
 
   // Everything is checked before the database is touched: an invalid sweep writes nothing.
   if (opts.has("skip-data") && !opts.has("dry-run")) {
     throw UsageError("--skip-data goes with --dry-run: a run needs its data");
   }
-  const app::Plan plan = app::plan_sweep(sweep_path, sets, only, !opts.has("skip-data"));
+  const app::Plan plan = app::plan_sweep(sweep_path, sets, only, !opts.has("skip-data"),
+                                         cluster ? cluster->size() : 1);
   if (opts.has("dry-run")) {
     print_dry_run(plan);
     return 0;
@@ -117,19 +178,17 @@ int cmd_run(const Invocation& inv) {
                        plan.sweep.source_path);
     return app::run_workers(worker_args(inv.args), workers, db, plan.sweep.name);
   }
-  app::SweepOptions options = sweep_options(opts, inv, threads, stop_after);
-  options.retry_failed = opts.has("retry-failed");
-  options.stale_after = stale_after;
   const app::Tally tally = app::run_sweep(store, plan, options);
   log::info("sweep " + plan.sweep.name + ": " + tally.summary());
   log::info("results: sqlite3 -header -column " + db + " \"select * from run_summary where sweep = '" +
             plan.sweep.name + "'\"");
   return tally.exit_code();
+  });
 }
 
 int cmd_resume(const Invocation& inv) {
   std::string run_ref, db;
-  int from_epoch = -1, threads = 0, stop_after = -1;
+  int from_epoch = -1, threads = 0, stop_after = -1, nproc = 1;
   double stale_after = store::kDefaultStaleAfterSeconds;
   Options opts("resume",
                "usage: amptune resume RUN [options]\n\nRUN is a run id or name (amptune list). "
@@ -140,25 +199,31 @@ int cmd_resume(const Invocation& inv) {
              "valid")(
       "stale-after", po::value(&stale_after)->default_value(store::kDefaultStaleAfterSeconds),
       "seconds without heartbeat after which a run held on another host is taken over");
-  add_training_options(opts, &threads, &stop_after,
+  add_training_options(opts, &threads, &stop_after, &nproc,
                        "stop after this epoch (0-based), leaving the run resumable");
   if (!opts.parse(inv.args)) return 0;
   if (run_ref.empty()) throw UsageError("amptune resume needs a run id or name (see amptune list)");
-  store::Store store = open_existing(db);
-  auto run = store.find_run(run_ref);
-  if (!run) throw UsageError("no run '" + run_ref + "' in " + db + " (see amptune list --db " + db + ")");
+  if (nproc != 1) return spawn_ranks("resume", inv, nproc);
+  const auto cluster = join_job(1);
   app::SweepOptions options = sweep_options(opts, inv, threads, stop_after);
+  options.training.cluster = cluster.get();
   options.stale_after = stale_after;
-  const app::Tally tally = app::resume_run(
-      store, *run, from_epoch >= 0 ? std::optional<int>(from_epoch) : std::nullopt, options);
-  if (!tally.note.empty()) std::cout << tally.note << "\n";
-  return tally.exit_code();
+  if (cluster && !cluster->leader()) return app::follow_job(options);
+  return app::lead_job(options, [&] {
+    store::Store store = open_existing(db);
+    auto run = store.find_run(run_ref);
+    if (!run) throw UsageError("no run '" + run_ref + "' in " + db + " (see amptune list --db " + db + ")");
+    const app::Tally tally = app::resume_run(
+        store, *run, from_epoch >= 0 ? std::optional<int>(from_epoch) : std::nullopt, options);
+    if (!tally.note.empty()) std::cout << tally.note << "\n";
+    return tally.exit_code();
+  });
 }
 
 int cmd_fork(const Invocation& inv) {
   std::string run_ref, db, name;
   std::vector<std::string> sets;
-  int epoch = -1, threads = 0, stop_after = -1;
+  int epoch = -1, threads = 0, stop_after = -1, nproc = 1;
   Options opts("fork",
                "usage: amptune fork RUN --epoch N [--set key=value]... [options]\n\nA new run "
                "that starts from RUN's checkpoint of epoch N with the changed settings and trains "
@@ -169,11 +234,17 @@ int cmd_fork(const Invocation& inv) {
       "set", po::value(&sets)->composing(), "a changed setting: key=value (YAML value); repeatable")(
       "name", po::value(&name), "label of the fork (default: the parent's label and the changes)")(
       "reset-optimizer", "take only the weights: optimizer state and loss scaler start fresh");
-  add_training_options(opts, &threads, &stop_after,
+  add_training_options(opts, &threads, &stop_after, &nproc,
                        "stop after this epoch (0-based), leaving the fork resumable");
   if (!opts.parse(inv.args)) return 0;
   if (run_ref.empty()) throw UsageError("amptune fork needs a run id or name (see amptune list)");
   if (epoch < 0) throw UsageError("amptune fork needs --epoch N: the parent's epoch to start from");
+  if (nproc != 1) return spawn_ranks("fork", inv, nproc);
+  const auto cluster = join_job(1);
+  app::SweepOptions options = sweep_options(opts, inv, threads, stop_after);
+  options.training.cluster = cluster.get();
+  if (cluster && !cluster->leader()) return app::follow_job(options);
+  return app::lead_job(options, [&] {
   store::Store store = open_existing(db);
   auto parent = store.find_run(run_ref);
   if (!parent) throw UsageError("no run '" + run_ref + "' in " + db + " (see amptune list --db " + db + ")");
@@ -184,11 +255,11 @@ int cmd_fork(const Invocation& inv) {
     probe.set_yaml(key, value, SourceLoc{"--set " + text});
     overrides.emplace_back(key, probe.at(key));
   }
-  const app::SweepOptions options = sweep_options(opts, inv, threads, stop_after);
   const app::Tally tally =
       app::fork_run(store, *parent, epoch, overrides, opts.has("reset-optimizer"), name, options);
   if (!tally.note.empty()) std::cout << tally.note << "\n";
   return tally.exit_code();
+  });
 }
 
 }  // namespace amptune::cli

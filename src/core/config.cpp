@@ -325,7 +325,8 @@ const Schema& Schema::builtin() {
 
 Schema Schema::parse(std::string_view yaml_text, const std::string& origin) {
   static const std::regex kKeyName("[a-z][a-z0-9_]*(\\.[a-z][a-z0-9_]*)*");
-  static const std::set<std::string> kFields = {"type", "default", "doc", "choices", "min", "max"};
+  static const std::set<std::string> kFields = {"type", "default", "doc", "choices",
+                                                "min",  "max",     "identity"};
   YAML::Node root;
   try {
     root = YAML::Load(std::string(yaml_text));
@@ -383,6 +384,19 @@ Schema Schema::parse(std::string_view yaml_text, const std::string& origin) {
         fail(key_loc, "schema entry " + spec.key + ": " + bound + " must be a number");
       }
       (std::string(bound) == "min" ? spec.min : spec.max) = s.d;
+    }
+    if (body["identity"]) {
+      const std::string id = body["identity"].Scalar();
+      if (id == "always") {
+        spec.identity = KeySpec::Identity::kAlways;
+      } else if (id == "non_default") {
+        spec.identity = KeySpec::Identity::kNonDefault;
+      } else if (id == "never") {
+        spec.identity = KeySpec::Identity::kNever;
+      } else {
+        fail(key_loc, "schema entry " + spec.key + ": identity must be always, non_default or "
+                      "never, got \"" + id + "\"");
+      }
     }
     const YAML::Node& def = body["default"];
     spec.default_value =
@@ -575,7 +589,17 @@ std::string Config::canonical_json() const {
   return nested().dump();
 }
 
-std::string Config::hash() const { return sha256_hex(canonical_json()); }
+std::string Config::hash() const {
+  Config identity(*schema_);
+  identity.values_.clear();
+  for (const auto& [key, value] : values_) {
+    const KeySpec& s = spec(key);
+    if (s.identity == KeySpec::Identity::kNever) continue;
+    if (s.identity == KeySpec::Identity::kNonDefault && value == s.default_value) continue;
+    identity.values_.emplace(key, value);
+  }
+  return sha256_hex(identity.canonical_json());
+}
 
 Config Config::from_json(const std::string& json_text, const std::string& origin) {
   return from_json(json_text, origin, Schema::builtin());

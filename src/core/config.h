@@ -39,6 +39,11 @@ struct KeySpec {
   // besides "dynamic" and numbers (amp.loss_scale: auto).
   std::vector<std::string> choices;
   std::optional<double> min, max;    // inclusive bounds for numbers (each element of lists)
+  // Whether the key is part of a run's identity (Config::hash): kAlways; kNonDefault = only
+  // when set to something other than its default (keys added later that change results, so
+  // existing runs keep their hash); kNever = how a run executes, not what it computes
+  // (dist.timeout_s). Schema field `identity: always | non_default | never`.
+  enum class Identity { kAlways, kNonDefault, kNever } identity = Identity::kAlways;
 };
 
 class Schema {
@@ -108,8 +113,10 @@ class Config {
 
   const std::map<std::string, nlohmann::json>& values() const { return values_; }
   nlohmann::json nested() const;       // {"optim": {"lr": 0.1}, ...}
-  std::string canonical_json() const;  // nested(), sorted keys, compact: the identity of a run
-  std::string hash() const;            // sha256 hex of canonical_json()
+  std::string canonical_json() const;  // nested(), sorted keys, compact: every key (stored)
+  // The identity of a run: sha256 hex of canonical_json() without the keys whose schema
+  // `identity` leaves them out (never; non_default while at the default).
+  std::string hash() const;
   // Reads a config stored as JSON (nested or flat); keys missing take their defaults.
   static Config from_json(const std::string& json_text, const std::string& origin);
   static Config from_json(const std::string& json_text, const std::string& origin,

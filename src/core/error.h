@@ -43,6 +43,9 @@ AMPTUNE_DEFINE_ERROR(StoreError, kStore)
 AMPTUNE_DEFINE_ERROR(CheckpointError, kCheckpoint)
 AMPTUNE_DEFINE_ERROR(ModelError, kModel)
 AMPTUNE_DEFINE_ERROR(EnvironmentError, kEnvironment)
+// A process of a data-parallel job stopped answering (killed, hung past dist.timeout_s, its
+// machine gone); the message names it. The run it trained is left resumable.
+AMPTUNE_DEFINE_ERROR(RankLostError, kEnvironment)
 
 #undef AMPTUNE_DEFINE_ERROR
 

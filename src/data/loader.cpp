@@ -105,6 +105,18 @@ std::vector<int64_t> epoch_order(size_t n, uint64_t seed, uint64_t epoch, bool s
   return order;
 }
 
+std::vector<int64_t> shard_order(const std::vector<int64_t>& order, int rank, int world) {
+  if (world <= 1 || order.empty()) return order;
+  const size_t w = static_cast<size_t>(world);
+  const size_t total = (order.size() + w - 1) / w * w;
+  std::vector<int64_t> mine;
+  mine.reserve(total / w);
+  for (size_t pos = static_cast<size_t>(rank); pos < total; pos += w) {
+    mine.push_back(order[pos % order.size()]);  // padding repeats the start, as DistributedSampler
+  }
+  return mine;
+}
+
 struct Loader::State {
   struct Slot {
     std::vector<std::optional<Sample>> samples;
@@ -119,6 +131,7 @@ struct Loader::State {
   LoaderOptions options;
   std::vector<int64_t> order;
   int64_t num_batches = 0;
+  int64_t index_stride = 1, index_offset = 0;  // Batch::index = b * stride + offset
 
   std::mutex mutex;
   std::condition_variable work_cv;   // workers: a task may be available, or stop
@@ -178,7 +191,7 @@ struct Loader::State {
       if (!slot.error) {
         lock.unlock();
         try {
-          slot.batch = collate(b, slot.samples);
+          slot.batch = collate(b * index_stride + index_offset, slot.samples);
         } catch (...) {
           error = std::current_exception();
         }
@@ -206,11 +219,35 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options)
   State& s = *state_;
   s.dataset = std::move(dataset);
   s.options = options;
+  if (options.world < 1 || options.rank < 0 || options.rank >= options.world) {
+    throw DataError("Loader: rank " + std::to_string(options.rank) + " of world size " +
+                    std::to_string(options.world) + " is not a shard");
+  }
   s.order = epoch_order(s.dataset->size(), options.seed, options.epoch, options.shuffle);
-  const int64_t n = static_cast<int64_t>(s.order.size());
-  num_batches_ = options.drop_last ? n / options.batch_size
-                                   : (n + options.batch_size - 1) / options.batch_size;
-  if (options.max_batches >= 0) num_batches_ = std::min(num_batches_, options.max_batches);
+  const int64_t bs = options.batch_size;
+  auto batches_of = [&](int64_t n) {
+    int64_t b = options.drop_last ? n / bs : (n + bs - 1) / bs;
+    return options.max_batches >= 0 ? std::min(b, options.max_batches) : b;
+  };
+  if (options.shard == LoaderOptions::Shard::kSamples) {
+    s.order = shard_order(s.order, options.rank, options.world);
+    num_batches_ = batches_of(static_cast<int64_t>(s.order.size()));
+  } else {
+    // The single-process batches rank, rank + world, ...: their samples back to back (only the
+    // last batch of the set can be short, and it is then this rank's last).
+    const int64_t global = batches_of(static_cast<int64_t>(s.order.size()));
+    std::vector<int64_t> mine;
+    num_batches_ = 0;
+    for (int64_t b = options.rank; b < global; b += options.world) {
+      const int64_t begin = b * bs;
+      const int64_t end = std::min<int64_t>(begin + bs, static_cast<int64_t>(s.order.size()));
+      mine.insert(mine.end(), s.order.begin() + begin, s.order.begin() + end);
+      ++num_batches_;
+    }
+    s.order = std::move(mine);
+    s.index_stride = options.world;
+    s.index_offset = options.rank;
+  }
   s.num_batches = num_batches_;
   if (options.workers > 0 && num_batches_ > 0) {
     for (int i = 0; i < options.workers; ++i) s.threads.emplace_back([&s] { s.worker(); });
@@ -238,7 +275,7 @@ std::optional<Batch> Loader::next() {
       samples[static_cast<size_t>(pos)] = s.load(b, pos, &error);
       if (error) std::rethrow_exception(error);
     }
-    return collate(b, samples);
+    return collate(b * s.index_stride + s.index_offset, samples);
   }
   std::unique_lock<std::mutex> lock(s.mutex);
   s.ready_cv.wait(lock, [&] {

@@ -25,11 +25,21 @@ struct LoaderOptions {
   bool drop_last = true;
   uint64_t seed = 0;
   uint64_t epoch = 0;
-  int64_t max_batches = -1;  // -1 = all
+  int64_t max_batches = -1;  // -1 = all (with shards: per rank for kSamples, of the whole set
+                             // for kBatches)
+  // The shard of a data-parallel process (docs/DISTRIBUTED.md): rank `rank` of `world`.
+  int rank = 0;
+  int world = 1;
+  // kSamples (training, as PyTorch's DistributedSampler): the epoch order padded by repeating
+  // its start to a multiple of `world`, then every world-th sample from position `rank`; each
+  // rank batches its own samples. kBatches (evaluation): the batches a single process would
+  // form, every world-th from batch `rank`, with their single-process batch numbers, so the
+  // per-batch results of all ranks combine into exactly the single-process result.
+  enum class Shard { kSamples, kBatches } shard = Shard::kSamples;
 };
 
 struct Batch {
-  int64_t index = 0;                            // batch number within the epoch
+  int64_t index = 0;  // batch number within the epoch (kBatches shards: the single-process one)
   torch::Tensor images;                         // [B, C, H, W]
   std::map<std::string, torch::Tensor> fields;  // stacked sample fields
   int64_t skipped = 0;                          // corrupt samples left out of this batch
@@ -42,6 +52,11 @@ LoaderOptions loader_options(const Config& config, Split split, uint64_t epoch);
 // The sample order of an epoch: 0..n-1, or when `shuffle` a Fisher-Yates permutation drawn from
 // sample_rng(seed, epoch, 2^64 - 1) (that index is reserved for the order).
 std::vector<int64_t> epoch_order(size_t n, uint64_t seed, uint64_t epoch, bool shuffle);
+
+// The sample order of rank `rank` of `world` under LoaderOptions::Shard::kSamples: `order`
+// padded by repeating its start to a multiple of `world`, then positions rank, rank + world, ...
+// `order` itself when world == 1.
+std::vector<int64_t> shard_order(const std::vector<int64_t>& order, int rank, int world);
 
 // Batch b holds the samples at positions [b * batch_size, (b + 1) * batch_size) of epoch_order
 // (the last one shorter unless drop_last), each loaded with sample_rng(seed, epoch, sample index).

@@ -41,7 +41,7 @@ const std::set<std::string>& reserved_run_columns() {
       "amptune_version", "git_commit", "git_dirty",   "torch_version", "host",
       "threads",    "device",        "command_line",
       "parent_run_id", "parent_epoch", "fork_overrides", "fork_changes", "reset_optimizer",
-      "claim_machine", "claim_pid", "claim_pid_start"};
+      "claim_machine", "claim_pid", "claim_pid_start", "world_size", "global_batch"};
   return names;
 }
 
@@ -433,6 +433,10 @@ RunRow read_run(const Statement& row,
     else if (name == "host") run.provenance.host = row.column_text(column);
     else if (name == "threads") {
       if (!row.is_null(column)) run.provenance.threads = static_cast<int>(row.column_int(column));
+    } else if (name == "world_size") {
+      if (!row.is_null(column)) run.provenance.world_size = static_cast<int>(row.column_int(column));
+    } else if (name == "global_batch") {
+      if (!row.is_null(column)) run.provenance.global_batch = row.column_int(column);
     } else if (name == "device") run.provenance.device = row.column_text(column);
     else if (name == "command_line") run.provenance.command_line = row.column_text(column);
     else if (name == "claim_pid") {
@@ -612,9 +616,10 @@ namespace {
 constexpr const char* kProvenanceAssignments =
     "amptune_version = ?3, git_commit = ?4, git_dirty = ?5, torch_version = ?6, host = ?7, "
     "threads = ?8, device = ?9, command_line = ?10, claim_machine = ?11, claim_pid = ?12, "
-    "claim_pid_start = ?13";
+    "claim_pid_start = ?13, world_size = ?14, global_batch = ?15";
 
-// Binds ?1 = now, ?2 = run id, ?3..?10 = provenance, ?11..?13 = this process as the holder.
+// Binds ?1 = now, ?2 = run id, ?3..?10 and ?14..?15 = provenance, ?11..?13 = this process as
+// the holder.
 void bind_provenance(Statement& statement, const std::string& now, int64_t run_id,
                      const Provenance& provenance) {
   statement.bind(1, now).bind(2, run_id);
@@ -624,6 +629,7 @@ void bind_provenance(Statement& statement, const std::string& now, int64_t run_i
   statement.bind(10, provenance.command_line);
   const ProcessIdentity self = current_process();
   statement.bind(11, self.machine).bind(12, self.pid).bind(13, self.start_ticks);
+  statement.bind(14, provenance.world_size).bind(15, provenance.global_batch);
 }
 
 [[noreturn]] void no_such_run(const std::string& path, int64_t run_id, const std::string& action) {

@@ -77,6 +77,10 @@ struct Provenance {
   int threads = 1;
   std::string device;
   std::string command_line;
+  // Data-parallel training (docs/DISTRIBUTED.md): processes that train the run, and the batch
+  // of one optimizer step over all of them (data.batch_size x world_size).
+  int world_size = 1;
+  int64_t global_batch = 0;
 };
 
 struct RunRow {

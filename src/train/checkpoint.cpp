@@ -164,9 +164,8 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   }
 }
 
-store::CheckpointFile save_checkpoint(const std::string& path, const torch::nn::Module& model,
-                                      const torch::optim::Optimizer& optimizer,
-                                      const CheckpointMeta& meta, const amp::Engine* amp) {
+std::string checkpoint_bytes(const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
+                             const CheckpointMeta& meta, const amp::Engine* amp) {
   torch::serialize::OutputArchive archive;
   torch::serialize::OutputArchive model_archive, optim_archive;
   model.save(model_archive);
@@ -189,26 +188,20 @@ store::CheckpointFile save_checkpoint(const std::string& path, const torch::nn::
   }
   std::ostringstream out;
   archive.save_to(out);
-  const std::string bytes = out.str();
+  return out.str();
+}
+
+store::CheckpointFile save_checkpoint(const std::string& path, const torch::nn::Module& model,
+                                      const torch::optim::Optimizer& optimizer,
+                                      const CheckpointMeta& meta, const amp::Engine* amp) {
+  const std::string bytes = checkpoint_bytes(model, optimizer, meta, amp);
   write_file_atomic(path, bytes);
   return store::CheckpointFile{path, static_cast<int64_t>(bytes.size()), sha256_hex(bytes)};
 }
 
-CheckpointMeta load_checkpoint(const store::CheckpointFile& expected, torch::nn::Module& model,
-                               torch::optim::Optimizer& optimizer,
-                               const std::string& expected_config_hash, amp::Engine* amp) {
-  const std::string& path = expected.path;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw CheckpointError("checkpoint " + path + " is missing or unreadable");
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (expected.bytes > 0 && static_cast<int64_t>(bytes.size()) != expected.bytes) {
-    throw CheckpointError("checkpoint " + path + " has " + std::to_string(bytes.size()) +
-                          " bytes, the database recorded " + std::to_string(expected.bytes) +
-                          " (truncated or replaced)");
-  }
-  if (!expected.sha256.empty() && sha256_hex(bytes) != expected.sha256) {
-    throw CheckpointError("checkpoint " + path + " does not match its recorded sha256 (corrupt)");
-  }
+CheckpointMeta load_checkpoint_bytes(const std::string& bytes, const std::string& path,
+                                     torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                                     const std::string& expected_config_hash, amp::Engine* amp) {
   CheckpointMeta meta;
   try {
     torch::serialize::InputArchive archive;
@@ -252,6 +245,24 @@ CheckpointMeta load_checkpoint(const store::CheckpointFile& expected, torch::nn:
     throw CheckpointError("checkpoint " + path + " cannot be read: " + e.what_without_backtrace());
   }
   return meta;
+}
+
+CheckpointMeta load_checkpoint(const store::CheckpointFile& expected, torch::nn::Module& model,
+                               torch::optim::Optimizer& optimizer,
+                               const std::string& expected_config_hash, amp::Engine* amp) {
+  const std::string& path = expected.path;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw CheckpointError("checkpoint " + path + " is missing or unreadable");
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (expected.bytes > 0 && static_cast<int64_t>(bytes.size()) != expected.bytes) {
+    throw CheckpointError("checkpoint " + path + " has " + std::to_string(bytes.size()) +
+                          " bytes, the database recorded " + std::to_string(expected.bytes) +
+                          " (truncated or replaced)");
+  }
+  if (!expected.sha256.empty() && sha256_hex(bytes) != expected.sha256) {
+    throw CheckpointError("checkpoint " + path + " does not match its recorded sha256 (corrupt)");
+  }
+  return load_checkpoint_bytes(bytes, path, model, optimizer, expected_config_hash, amp);
 }
 
 }  // namespace amptune::train

@@ -42,6 +42,16 @@ CheckpointMeta load_checkpoint(const store::CheckpointFile& expected, torch::nn:
                                const std::string& expected_config_hash,
                                amp::Engine* amp = nullptr);
 
+// The bytes save_checkpoint writes, and load_checkpoint's reading of them (no size / sha256
+// check; `origin` names them in errors): how the leader of a data-parallel run hands its
+// restored state to the other ranks.
+std::string checkpoint_bytes(const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
+                             const CheckpointMeta& meta, const amp::Engine* amp = nullptr);
+CheckpointMeta load_checkpoint_bytes(const std::string& bytes, const std::string& origin,
+                                     torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                                     const std::string& expected_config_hash,
+                                     amp::Engine* amp = nullptr);
+
 // Copies the per-parameter state (momentum buffers; Adam moments and step counts) of `from` into
 // `to`, matched by parameter order; the options (lr, momentum, ...) of `to` stay. For a fork that
 // keeps its parent's optimizer state. Throws CheckpointError when the kinds or shapes differ.

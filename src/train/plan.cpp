@@ -7,9 +7,11 @@
 #include "core/error.h"
 #include "core/hash.h"
 #include "data/dataset.h"
+#include "dist/group.h"
 #include "train/task.h"
 #include "train/casts.h"
 #include "train/runner.h"
+#include "train/session.h"
 
 namespace amptune::train {
 
@@ -30,8 +32,26 @@ void validate_config(const Config& config) {
   }
 }
 
-void check_data(const Config& config) {
-  (void)data::make_dataset(config, data::Split::kTrain);
+void check_parallel(const Config& config, int world_size) {
+  if (world_size <= 1) return;
+  (void)dist::resolve_backend(config.get_string("dist.backend"), pick_device(config));
+}
+
+void check_world_size(const data::Dataset& train_set, int64_t batch_size, int world_size) {
+  if (world_size <= 1) return;
+  const auto n = static_cast<int64_t>(train_set.size());
+  if (n < batch_size * world_size) {
+    throw DataError(train_set.describe() + " holds " + std::to_string(n) +
+                    " training samples, fewer than " + std::to_string(world_size) +
+                    " processes x data.batch_size " + std::to_string(batch_size) +
+                    " (data.batch_size is per process): run fewer processes, a smaller batch, "
+                    "or more data");
+  }
+}
+
+void check_data(const Config& config, int world_size) {
+  auto train_set = data::make_dataset(config, data::Split::kTrain);
+  check_world_size(*train_set, config.get_int("data.batch_size"), world_size);
   if (config.get_int("schedule.eval_step_per_epoch") != 0) {
     (void)data::make_dataset(config, data::Split::kVal);
   }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -52,15 +53,20 @@ class Precision {
     return "";
   }
 
-  // scale -> backward -> (masters) unscale/check -> step or skip -> copy back -> scaler update.
-  // `global_step` is the count of steps after this one. Returns whether the optimizer stepped.
-  bool backward_and_step(const torch::Tensor& loss, torch::optim::Optimizer& optimizer,
-                         int64_t global_step) {
+  // scale -> backward -> `after_backward` (data-parallel training averages the gradients over
+  // the ranks there) -> (masters) unscale/check. Returns whether this process found inf/NaN.
+  bool backward(const torch::Tensor& loss, const std::function<void()>& after_backward = {}) {
     const double used = engine_->scaler().scale();
     scale_min_ = std::min(scale_min_, used);
     scale_max_ = std::max(scale_max_, used);
     engine_->scale_loss(loss).backward();
-    const bool overflow = engine_->unscale_and_check();
+    if (after_backward) after_backward();
+    return engine_->unscale_and_check();
+  }
+
+  // Step or skip (`overflow`: what every rank agreed) -> copy back -> scaler update.
+  // `global_step` is the count of steps after this one. Returns whether the optimizer stepped.
+  bool step(bool overflow, torch::optim::Optimizer& optimizer, int64_t global_step) {
     if (!overflow) {
       optimizer.step();
       non_finite_in_a_row_ = 0;
@@ -71,6 +77,12 @@ class Precision {
     skipped_steps_ += skipped;
     if (change) events_.push_back({global_step, change->scale, change->reason});
     return !skipped;
+  }
+
+  // One process: backward, then step or skip.
+  bool backward_and_step(const torch::Tensor& loss, torch::optim::Optimizer& optimizer,
+                         int64_t global_step) {
+    return step(backward(loss), optimizer, global_step);
   }
 
   // Call before an epoch's first step; `fresh` = training starts at step 0 (records the

@@ -15,6 +15,9 @@
 namespace amptune {
 class Config;
 }
+namespace amptune::dist {
+class Cluster;
+}
 
 namespace amptune::train {
 
@@ -30,11 +33,16 @@ struct RunOptions {
   double heartbeat_seconds = 2;
   // Stop (run back to pending) once this epoch (0-based) is recorded; for staged runs and tests.
   std::optional<int> stop_after_epoch;
+  // Data-parallel training (docs/DISTRIBUTED.md): the processes of the job, or null for one.
+  // Every rank must be given the same options (torchrun, srun and --nproc start the same
+  // command line everywhere).
+  dist::Cluster* cluster = nullptr;
 };
 
 // kLost: another process took the run over while this one trained it (this one was presumed
-// dead); nothing more was written.
-enum class Outcome { kDone, kDiverged, kFailed, kInterrupted, kLost };
+// dead); nothing more was written. kRankLost: a process of a data-parallel job stopped
+// answering; the run is left resumable (pending) and the job stops.
+enum class Outcome { kDone, kDiverged, kFailed, kInterrupted, kLost, kRankLost };
 
 struct RunResult {
   Outcome outcome = Outcome::kFailed;
@@ -45,7 +53,18 @@ struct RunResult {
 // Trains `run` (already claimed: status running) to the end of its schedule, recording every
 // epoch in `store`. Errors inside training are caught and reported as kFailed with a message;
 // the run row is updated before returning.
+// With options.cluster, the calling process is the leader (rank 0): it tells the other ranks
+// which run to train (they call follow_run), hands them its restored state, and alone writes
+// the store and the checkpoints.
 RunResult train_run(store::Store& store, const store::RunRow& run, const RunOptions& options);
+
+// The other ranks of a data-parallel job: the next run the leader trains (nullopt when the
+// leader has finished; its exit code is then in *leader_exit), and its training without a
+// store. Throws RankLostError when the leader is gone.
+std::optional<store::RunRow> next_run(dist::Cluster& cluster, int* leader_exit);
+RunResult follow_run(const store::RunRow& run, const RunOptions& options);
+// The leader's last word to the others: no more runs; `exit_code` is its own.
+void end_runs(dist::Cluster& cluster, int exit_code);
 
 // The readable run columns (model, optimizer, lr, ...) and primary metric of a config.
 std::map<std::string, std::string> run_columns(const Config& config);
@@ -66,9 +85,15 @@ std::string checkpoint_dir(const Config& config, const store::Store& store, int6
 // model, the amp policy (combinations apex refuses), the cast point names (and that the model has
 // them), schedule values that cannot train. Throws ConfigError naming the key.
 void validate_config(const Config& config);
+// What a data-parallel run of `config` with `world_size` processes needs besides its data: a
+// process group for its device (dist.backend: nccl needs CUDA, gloo a build with Gloo). Throws
+// ConfigError naming dist.backend, EnvironmentError for a build without it. Nothing for one
+// process.
+void check_parallel(const Config& config, int world_size);
 // The data sets a run of `config` reads open: the training split, and the evaluation split when
-// the run evaluates. Throws DataError naming the expected path and format.
-void check_data(const Config& config);
+// the run evaluates; with `world_size` processes every one gets a batch. Throws DataError naming
+// the expected path and format.
+void check_data(const Config& config, int world_size = 1);
 
 // A fork of `parent` from its checkpoint of `epoch` (docs/DATABASE.md "Forks"): the parent's
 // config with `overrides` (key -> value, already coerced by the schema) applied. Returns the run

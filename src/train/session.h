@@ -18,6 +18,10 @@
 #include "train/precision.h"
 #include "train/task.h"
 
+namespace amptune::data {
+class Dataset;
+}
+
 namespace amptune::train {
 
 // The device config `device` (cpu | cuda | auto) selects. Throws ConfigError for cuda without one.
@@ -31,6 +35,10 @@ inline torch::Device pick_device(const Config& config) {
   }
   return torch::Device(torch::kCPU);
 }
+
+// DataError unless every one of `world_size` processes gets a batch of `batch_size` samples of
+// `train_set` (plan.cpp).
+void check_world_size(const data::Dataset& train_set, int64_t batch_size, int world_size);
 
 // Everything a run trains with; rebuilt from scratch when a checkpoint fails to load half-way.
 struct Session {

@@ -21,15 +21,36 @@ class Config;
 
 namespace amptune::train {
 
+// What a task keeps of one evaluated batch: its batch number in the single-process order, the
+// corrupt samples left out, and task-defined numbers (per-batch sums, per-sample results).
+struct EvalBatch {
+  int64_t index = 0;
+  int64_t skipped = 0;
+  std::vector<double> values;
+};
+
+// Records as bytes, and back (to gather them from several processes).
+std::string encode_eval_batches(const std::vector<EvalBatch>& batches);
+std::vector<EvalBatch> decode_eval_batches(const std::string& bytes);
+
 class Task {
  public:
   virtual ~Task() = default;
   virtual torch::nn::Module& module() = 0;
   // Forward + loss of one training batch (mean over the batch).
   virtual torch::Tensor train_loss(const data::Batch& batch, const torch::Device& device) = 0;
-  // Metrics over the whole evaluation loader (model already in eval mode, no grad needed).
-  virtual std::map<std::string, double> evaluate(data::Loader& loader,
-                                                 const torch::Device& device) = 0;
+  // Evaluation in two halves, so that the shards of a set evaluated by several processes
+  // (data::LoaderOptions::Shard::kBatches) combine into exactly the single-process result:
+  // evaluate_batches runs the model over the loader's batches (model already in eval mode) and
+  // returns one record per batch; metrics() turns the records of every batch of the set, in
+  // batch order, into the metrics.
+  virtual std::vector<EvalBatch> evaluate_batches(data::Loader& loader,
+                                                  const torch::Device& device) = 0;
+  virtual std::map<std::string, double> metrics(const std::vector<EvalBatch>& batches) const = 0;
+  // Metrics over the whole evaluation loader.
+  std::map<std::string, double> evaluate(data::Loader& loader, const torch::Device& device) {
+    return metrics(evaluate_batches(loader, device));
+  }
 };
 
 // How runs of a model are judged: the metric the views and `compare` rank them by.

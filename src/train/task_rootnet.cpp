@@ -51,20 +51,19 @@ class RootNetTask : public Task {
                                 fields.at("have_depth").to(device));
   }
 
-  std::map<std::string, double> evaluate(data::Loader& loader,
-                                         const torch::Device& device) override {
+  // values: the batch's loss x its samples, then per sample kSampleValues numbers: the
+  // back-projected root (3), the ground-truth root (3), the patch centre's ray (x, y, fx, fy, cx,
+  // cy), the action, image id, detection score and valid flag.
+  static constexpr size_t kSampleValues = 16;
+
+  std::vector<EvalBatch> evaluate_batches(data::Loader& loader,
+                                          const torch::Device& device) override {
     torch::NoGradGuard no_grad;
-    std::vector<eval::Point3> pred, gt;
-    // The constant predictor (patch centre, mean test depth) for comparison: its boxes/cameras.
-    std::vector<std::array<double, 6>> centre_rays;  // x_img, y_img of the centre, fx, fy, cx, cy
-    std::vector<std::string> actions;
-    std::vector<eval::RootPrediction> ap_pred;
-    std::vector<eval::RootGroundTruth> ap_gt;
-    double loss_sum = 0;
-    int64_t skipped = 0, n = 0;
-    const auto& action_names = data::h36m_action_names();
+    std::vector<EvalBatch> out;
     while (auto batch = loader.next()) {
-      skipped += batch->skipped;
+      EvalBatch& rec = out.emplace_back();
+      rec.index = batch->index;
+      rec.skipped = batch->skipped;
       if (!batch->images.defined() || batch->images.size(0) == 0) continue;
       auto fields = batch->fields;
       casts_.apply(fields, false);
@@ -72,10 +71,11 @@ class RootNetTask : public Task {
       auto coord = model_->forward(batch->images.to(device), fields.at("k_value").to(device))
                        .to(torch::kCPU, torch::kDouble);
       const int64_t b = coord.size(0);
-      loss_sum += models::rootnet_loss(coord, fields.at("coord"), fields.at("vis"),
-                                       fields.at("have_depth"))
-                      .item<double>() *
-                  static_cast<double>(b);
+      rec.values.reserve(1 + static_cast<size_t>(b) * kSampleValues);
+      rec.values.push_back(models::rootnet_loss(coord, fields.at("coord"), fields.at("vis"),
+                                                fields.at("have_depth"))
+                               .item<double>() *
+                           static_cast<double>(b));
       auto box = fields.at("bbox").to(torch::kDouble).contiguous();
       auto f = fields.at("f").to(torch::kDouble).contiguous();
       auto c = fields.at("c").to(torch::kDouble).contiguous();
@@ -92,23 +92,49 @@ class RootNetTask : public Task {
                                     static_cast<int>(out_h), f[i][0].item<double>(),
                                     f[i][1].item<double>(), c[i][0].item<double>(),
                                     c[i][1].item<double>());
-        const eval::Point3 g{root[i][0].item<double>(), root[i][1].item<double>(),
-                             root[i][2].item<double>()};
-        const int64_t id = image_id[i].item<int64_t>();
-        const int64_t a = action[i].item<int64_t>();
-        ap_pred.push_back({id, score[i][0].item<double>(), p});
+        rec.values.insert(rec.values.end(),
+                          {p[0], p[1], p[2], root[i][0].item<double>(), root[i][1].item<double>(),
+                           root[i][2].item<double>(), bb.x + bb.w / 2, bb.y + bb.h / 2,
+                           f[i][0].item<double>(), f[i][1].item<double>(), c[i][0].item<double>(),
+                           c[i][1].item<double>(), static_cast<double>(action[i].item<int64_t>()),
+                           static_cast<double>(image_id[i].item<int64_t>()),
+                           score[i][0].item<double>(), valid[i][0].item<double>()});
+      }
+    }
+    return out;
+  }
+
+  std::map<std::string, double> metrics(const std::vector<EvalBatch>& batches) const override {
+    std::vector<eval::Point3> pred, gt;
+    // The constant predictor (patch centre, mean test depth) for comparison: its boxes/cameras.
+    std::vector<std::array<double, 6>> centre_rays;  // x_img, y_img of the centre, fx, fy, cx, cy
+    std::vector<std::string> actions;
+    std::vector<eval::RootPrediction> ap_pred;
+    std::vector<eval::RootGroundTruth> ap_gt;
+    double loss_sum = 0;
+    int64_t skipped = 0, n = 0;
+    const auto& action_names = data::h36m_action_names();
+    for (const auto& rec : batches) {
+      skipped += rec.skipped;
+      if (rec.values.empty()) continue;
+      loss_sum += rec.values[0];
+      const size_t b = (rec.values.size() - 1) / kSampleValues;
+      for (size_t i = 0; i < b; ++i) {
+        const double* v = rec.values.data() + 1 + i * kSampleValues;
+        const eval::Point3 p{v[0], v[1], v[2]}, g{v[3], v[4], v[5]};
+        const auto a = static_cast<int64_t>(v[12]);
+        const auto id = static_cast<int64_t>(v[13]);
+        ap_pred.push_back({id, v[14], p});
         if (detector_boxes_) continue;
         pred.push_back(p);
         gt.push_back(g);
-        centre_rays.push_back({bb.x + bb.w / 2, bb.y + bb.h / 2, f[i][0].item<double>(),
-                               f[i][1].item<double>(), c[i][0].item<double>(),
-                               c[i][1].item<double>()});
+        centre_rays.push_back({v[6], v[7], v[8], v[9], v[10], v[11]});
         actions.push_back(a >= 0 && a < static_cast<int64_t>(action_names.size())
                               ? action_names[static_cast<size_t>(a)]
                               : "");
-        ap_gt.push_back({id, valid[i][0].item<double>() > 0, g});
+        ap_gt.push_back({id, v[15] > 0, g});
       }
-      n += b;
+      n += static_cast<int64_t>(b);
     }
     std::map<std::string, double> m;
     m["val_samples"] = static_cast<double>(n);

@@ -1,5 +1,8 @@
 // The model registry (task.h) and the classification task (ResNet family): cross-entropy
 // training, acc1/acc5/val_loss from eval::ClassificationCounts.
+#include <cstring>
+#include <stdexcept>
+
 #include <torch/torch.h>
 
 #include "core/config.h"
@@ -23,25 +26,41 @@ class ClassificationTask : public Task {
     return torch::nn::functional::cross_entropy(model_->forward(images), labels);
   }
 
-  std::map<std::string, double> evaluate(data::Loader& loader,
-                                         const torch::Device& device) override {
+  // values: cross-entropy sum, top-1 hits, top-5 hits, samples.
+  std::vector<EvalBatch> evaluate_batches(data::Loader& loader,
+                                          const torch::Device& device) override {
     torch::NoGradGuard no_grad;
-    eval::ClassificationCounts counts;
-    int64_t skipped = 0;
+    std::vector<EvalBatch> out;
     while (auto batch = loader.next()) {
-      skipped += batch->skipped;
+      EvalBatch& rec = out.emplace_back();
+      rec.index = batch->index;
+      rec.skipped = batch->skipped;
       if (!batch->images.defined() || batch->images.size(0) == 0) continue;
       auto logits = model_->forward(batch->images.to(device)).to(torch::kFloat);
       auto labels = batch->fields.at("label").to(device);
-      counts.loss_sum += torch::nn::functional::cross_entropy(
-                             logits, labels,
-                             torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                             .item<double>();
+      const double loss_sum =
+          torch::nn::functional::cross_entropy(
+              logits, labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+              .item<double>();
       const int64_t k = std::min<int64_t>(5, logits.size(1));
       auto hits = std::get<1>(logits.topk(k, 1)).eq(labels.unsqueeze(1));
-      counts.top1 += hits.narrow(1, 0, 1).sum().item<int64_t>();
-      counts.top5 += hits.sum().item<int64_t>();
-      counts.samples += labels.size(0);
+      rec.values = {loss_sum, static_cast<double>(hits.narrow(1, 0, 1).sum().item<int64_t>()),
+                    static_cast<double>(hits.sum().item<int64_t>()),
+                    static_cast<double>(labels.size(0))};
+    }
+    return out;
+  }
+
+  std::map<std::string, double> metrics(const std::vector<EvalBatch>& batches) const override {
+    eval::ClassificationCounts counts;
+    int64_t skipped = 0;
+    for (const auto& b : batches) {
+      skipped += b.skipped;
+      if (b.values.size() != 4) continue;
+      counts.loss_sum += b.values[0];
+      counts.top1 += static_cast<int64_t>(b.values[1]);
+      counts.top5 += static_cast<int64_t>(b.values[2]);
+      counts.samples += static_cast<int64_t>(b.values[3]);
     }
     std::map<std::string, double> m = counts.metrics();
     if (skipped > 0) m["val_skipped_samples"] = static_cast<double>(skipped);
@@ -59,6 +78,37 @@ std::unique_ptr<Task> make_classification_task(const Config& config) {
 }
 
 }  // namespace
+
+std::string encode_eval_batches(const std::vector<EvalBatch>& batches) {
+  std::string out;
+  auto put = [&out](const void* p, size_t n) { out.append(static_cast<const char*>(p), n); };
+  for (const auto& b : batches) {
+    const int64_t head[3] = {b.index, b.skipped, static_cast<int64_t>(b.values.size())};
+    put(head, sizeof head);
+    put(b.values.data(), b.values.size() * sizeof(double));
+  }
+  return out;
+}
+
+std::vector<EvalBatch> decode_eval_batches(const std::string& bytes) {
+  std::vector<EvalBatch> out;
+  size_t pos = 0;
+  auto get = [&](void* p, size_t n) {
+    if (pos + n > bytes.size()) throw std::runtime_error("truncated evaluation records");
+    std::memcpy(p, bytes.data() + pos, n);
+    pos += n;
+  };
+  while (pos < bytes.size()) {
+    int64_t head[3];
+    get(head, sizeof head);
+    EvalBatch& b = out.emplace_back();
+    b.index = head[0];
+    b.skipped = head[1];
+    b.values.resize(static_cast<size_t>(head[2]));
+    get(b.values.data(), b.values.size() * sizeof(double));
+  }
+  return out;
+}
 
 // The registered models: model.name -> task and how its runs are judged (task.h).
 const std::vector<ModelEntry>& registered_models() {

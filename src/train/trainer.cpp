@@ -9,6 +9,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <limits>
 #include <mutex>
@@ -22,6 +23,10 @@
 #include "core/log.h"
 #include "data/dataset.h"
 #include "data/loader.h"
+#include "dist/cluster.h"
+#include "dist/group.h"
+#include "dist/reducer.h"
+#include "models/batchnorm.h"
 #include "models/registry.h"
 #include "train/checkpoint.h"
 #include "train/precision.h"
@@ -265,7 +270,7 @@ Start restore(store::Store& store, const store::RunRow& run, const Config& confi
 }
 
 std::string summary_json(store::Store& store, const store::RunRow& run, const Config& config,
-                         const torch::Device& device) {
+                         const torch::Device& device, const dist::Cluster* cluster) {
   auto rows = store.epochs(run.id);
   nlohmann::ordered_json j;
   double fps_sum = 0, fps_min = 0, fps_max = 0, seconds = 0;
@@ -286,8 +291,11 @@ std::string summary_json(store::Store& store, const store::RunRow& run, const Co
   };
   j["run"] = run.name;
   j["model"] = config.get_string("model.name");
-  j["local_rank"] = 0;
-  j["batch_size"] = config.get_int("data.batch_size");
+  const int world = cluster ? cluster->size() : 1;
+  j["local_rank"] = cluster ? cluster->env().local_rank : 0;
+  j["world_size"] = world;
+  j["batch_size"] = config.get_int("data.batch_size");  // per process, as the seed's JSON
+  j["global_batch"] = config.get_int("data.batch_size") * world;
   j["epochs"] = config.get_int("schedule.epochs");
   j["training_step_per_epoch"] = config.get_int("schedule.training_step_per_epoch");
   j["eval_step_per_epoch"] = config.get_int("schedule.eval_step_per_epoch");
@@ -353,44 +361,178 @@ std::string checkpoint_dir(const Config& config, const store::Store& store, int6
   return (fs::path(dir) / std::to_string(run_id)).string();
 }
 
-RunResult train_run(store::Store& store, const store::RunRow& run, const RunOptions& options) {
+namespace {
+
+// AMPTUNE_FAULT_OVERFLOW=RANK:STEP (tests, docs/DISTRIBUTED.md): rank RANK finds an inf
+// gradient at optimizer step STEP (1-based global step) after the gradients were averaged, so
+// only that rank sees the overflow unless the ranks agree on it.
+std::optional<std::pair<int, int64_t>> injected_overflow() {
+  const char* v = std::getenv("AMPTUNE_FAULT_OVERFLOW");
+  if (!v || !*v) return std::nullopt;
+  int rank = 0;
+  long long step = 0;
+  if (std::sscanf(v, "%d:%lld", &rank, &step) != 2) {
+    throw ConfigError(std::string("AMPTUNE_FAULT_OVERFLOW must be RANK:STEP, got '") + v + "'");
+  }
+  return std::make_pair(rank, static_cast<int64_t>(step));
+}
+
+std::string run_message(const store::RunRow& run) {
+  nlohmann::json j;
+  j["type"] = "run";
+  j["id"] = run.id;
+  j["name"] = run.name;
+  j["sweep"] = run.sweep_name;
+  j["label"] = run.label;
+  j["config_json"] = run.config_json;
+  j["config_hash"] = run.config_hash;
+  return j.dump();
+}
+
+// What every rank of a data-parallel step agrees on, summed over the ranks.
+struct StepVote {
+  double loss_sum = 0;  // loss x samples of ranks whose loss was finite
+  double samples = 0;
+  double non_finite = 0, overflow = 0, stop = 0, lost = 0;
+};
+
+// The training of one run by this process: the whole run when alone (`store` set), the
+// leader's part (`store` set, options.cluster set) or a follower's (`store` null).
+RunResult train_impl(store::Store* store, const store::RunRow& run, const RunOptions& options) {
   RunResult result;
+  dist::Cluster* cluster = options.cluster;
+  const bool leader = store != nullptr;
+  std::unique_ptr<dist::ProcessGroup> group;
   try {
-    HeartbeatThread heartbeat(store.path(), run.id, options.heartbeat_seconds);
+    std::unique_ptr<HeartbeatThread> heartbeat;
+    if (store) heartbeat = std::make_unique<HeartbeatThread>(store->path(), run.id, options.heartbeat_seconds);
+    if (cluster && leader) cluster->publish(run_message(run));
     const Config config = Config::from_json(run.config_json, "run " + run.name);
     const int threads = resolve_threads(config, options.threads);
     torch::set_num_threads(threads);
     const torch::Device device = pick_device(config);
     const auto info = model_info(config);
+    if (cluster) {
+      group = std::make_unique<dist::ProcessGroup>(
+          *cluster, cluster->next_group_name(), config.get_string("dist.backend"),
+          config.get_double("dist.timeout_s"), device);
+    }
+    const int world = group ? group->size() : 1;
+    const int rank = group ? group->rank() : 0;
 
     Precision precision(config, device);  // amp.*: policy, loss scaler, masters
-    Session session = build_session(config, device, precision);
-    const Start start = restore(store, run, config, device, options, session);
+    Session session;
+    Start start;
+    std::shared_ptr<data::Dataset> train_set, val_set;
+    const int64_t eval_steps = config.get_int("schedule.eval_step_per_epoch");
+    const int64_t batch_size = config.get_int("data.batch_size");
+    std::string ckpt_dir;
+    std::string setup_error;
+    try {
+      session = build_session(config, device, precision);
+      if (store) start = restore(*store, run, config, device, options, session);
+      train_set = data::make_dataset(config, data::Split::kTrain);
+      if (eval_steps != 0) val_set = data::make_dataset(config, data::Split::kVal);
+      check_world_size(*train_set, batch_size, world);
+      if (store) {
+        ckpt_dir = checkpoint_dir(config, *store, run.id);
+        // Saves of this run that a killed process left half-written (it holds the run now).
+        for (const auto& file : remove_dead_temp_files(ckpt_dir)) {
+          log::info("run " + run.name + ": removed " + file + " (a save interrupted by a crash)");
+        }
+      }
+    } catch (const std::exception& e) {
+      if (!group) throw;
+      setup_error = e.what();
+    }
+    if (group) {
+      // Every rank reaches this point, failed or not, so one rank's error stops all of them.
+      const auto errors = group->allgather_bytes(setup_error);
+      for (int r = 0; r < world; ++r) {
+        if (errors[static_cast<size_t>(r)].empty()) continue;
+        throw std::runtime_error(r == rank ? errors[static_cast<size_t>(r)]
+                                           : "rank " + std::to_string(r) + " could not start: " +
+                                                 errors[static_cast<size_t>(r)]);
+      }
+      // The leader's state (fresh weights, or the checkpoint it continues from) on every rank.
+      std::string header, state;
+      if (leader) {
+        header = nlohmann::json({{"epoch", start.epoch},
+                                 {"global_step", start.global_step},
+                                 {"fresh_scaler", start.fresh_scaler}})
+                     .dump();
+        state = checkpoint_bytes(session.task->module(), *session.optimizer,
+                                 CheckpointMeta{start.epoch, start.global_step, run.config_hash},
+                                 &precision.engine());
+      }
+      group->broadcast_bytes(header);
+      group->broadcast_bytes(state);
+      if (!leader) {
+        const auto h = nlohmann::json::parse(header);
+        start = Start{h.at("epoch").get<int64_t>(), h.at("global_step").get<int64_t>(),
+                      h.at("fresh_scaler").get<bool>()};
+        load_checkpoint_bytes(state, "the state rank 0 sent", session.task->module(),
+                              *session.optimizer, run.config_hash, &precision.engine());
+        session.task->module().to(device);
+      }
+    }
     const int64_t last_done = start.epoch;
     const int64_t epochs = config.get_int("schedule.epochs");
-
-    auto train_set = data::make_dataset(config, data::Split::kTrain);
-    const int64_t eval_steps = config.get_int("schedule.eval_step_per_epoch");
-    std::shared_ptr<data::Dataset> val_set;
-    if (eval_steps != 0) val_set = data::make_dataset(config, data::Split::kVal);
     const Schedule schedule = Schedule::from_config(config);
-    const int64_t batch_size = config.get_int("data.batch_size");
     const int64_t skip_steps = config.get_int("schedule.skip_steps");
     const int64_t every = config.get_int("checkpoint.every");
-    const std::string ckpt_dir = checkpoint_dir(config, store, run.id);
-    // Saves of this run that a killed process left half-written (it holds the run now).
-    for (const auto& file : remove_dead_temp_files(ckpt_dir)) {
-      log::info("run " + run.name + ": removed " + file + " (a save interrupted by a crash)");
+
+    std::unique_ptr<dist::GradReducer> reducer;
+    std::unique_ptr<models::ScopedBatchNormSync> sync_bn;
+    if (group) {
+      dist::ReducerOptions ro;
+      ro.bucket_mb = config.get_double("dist.bucket_mb");
+      ro.overlap = config.get_bool("dist.overlap");
+      ro.one_buffer = config.get_bool("amp.combine_grad");
+      reducer = std::make_unique<dist::GradReducer>(*group, session.task->module().parameters(),
+                                                    ro);
+      if (config.get_bool("dist.sync_bn")) {
+        dist::ProcessGroup* g = group.get();
+        sync_bn = std::make_unique<models::ScopedBatchNormSync>([g](const torch::Tensor& t) {
+          torch::Tensor sum = t.detach().clone();
+          g->allreduce(sum);
+          return sum;
+        });
+      }
     }
+    const auto fault = injected_overflow();
+    const std::vector<torch::Tensor> buffers = session.task->module().buffers();
 
     data::LoaderOptions train_opts = data::loader_options(config, data::Split::kTrain, 0);
     train_opts.max_batches = config.get_int("schedule.training_step_per_epoch");
+    train_opts.rank = rank;
+    train_opts.world = world;
     data::LoaderOptions val_opts = data::loader_options(config, data::Split::kVal, 0);
     val_opts.max_batches = eval_steps;
+    val_opts.rank = rank;
+    val_opts.world = world;
+    val_opts.shard = data::LoaderOptions::Shard::kBatches;
 
     int64_t global_step = start.global_step;
-    log::info("run " + run.name + " [" + run.label + "]: " + train_set->describe() + ", " +
-              std::to_string(threads) + " threads, " + device.str());
+    if (leader) {
+      log::info("run " + run.name + " [" + run.label + "]: " + train_set->describe() + ", " +
+                std::to_string(threads) + " threads, " + device.str() +
+                (group ? ", " + std::to_string(world) + " processes (" + group->backend() +
+                             "), global batch " + std::to_string(batch_size * world)
+                       : ""));
+    }
+
+    // A data-parallel run's way out: every rank returns the same outcome.
+    auto stop_all = [&](Outcome outcome, const std::string& message) {
+      result.outcome = outcome;
+      result.message = message;
+      if (store && outcome == Outcome::kInterrupted) store->release_run(run.id, message);
+      if (store && outcome == Outcome::kDiverged) {
+        store->finish_run(run.id, store::RunStatus::kDiverged, message, "");
+        log::warn("run " + run.name + " diverged: " + message);
+      }
+      return result;
+    };
 
     for (int64_t epoch = last_done + 1; epoch < epochs; ++epoch) {
       const auto epoch_start = Clock::now();
@@ -398,43 +540,114 @@ RunResult train_run(store::Store& store, const store::RunRow& run, const RunOpti
       data::Loader loader(train_set, train_opts);
       const int64_t steps = loader.num_batches();
       session.task->module().train();
-      Progress progress(options.progress, options.progress_tty, config.get_int("log.every_steps"), epoch, epochs,
-                        steps);
+      Progress progress(options.progress && leader, options.progress_tty,
+                        config.get_int("log.every_steps"), epoch, epochs, steps);
       double loss_sum = 0, fps_sum = 0, fps_min = 0, fps_max = 0, lr = 0;
+      double comm_seconds = 0, step_seconds = 0;
       int64_t step = 0, fps_n = 0, skipped = 0, images = 0, finite_losses = 0;
       precision.begin_epoch(/*fresh=*/epoch == last_done + 1 && start.fresh_scaler, global_step);
       auto step_start = Clock::now();
       while (auto batch = loader.next()) {
-        if (g_stop) {
-          store.release_run(run.id, "interrupted in epoch " + std::to_string(epoch));
-          result.outcome = Outcome::kInterrupted;
-          result.message = "interrupted in epoch " + std::to_string(epoch);
-          return result;
+        if (g_stop && !group) {
+          return stop_all(Outcome::kInterrupted, "interrupted in epoch " + std::to_string(epoch));
         }
         skipped += batch->skipped;
         const int64_t n = batch->images.defined() ? batch->images.size(0) : 0;
-        if (n == 0) continue;
+        if (n == 0 && !group) continue;
         lr = schedule.lr_at(epoch, step, steps);
         set_lr(*session.optimizer, lr);
         precision.zero_grad();  // model and master gradients
-        torch::Tensor loss;
-        {
-          auto autocast = precision.autocast();  // native O1 only
-          loss = session.task->train_loss(*batch, device);
+        double loss_value = 0;
+        if (!group) {
+          torch::Tensor loss;
+          {
+            auto autocast = precision.autocast();  // native O1 only
+            loss = session.task->train_loss(*batch, device);
+          }
+          loss_value = loss.item<double>();
+          const std::string diverged =
+              std::isfinite(loss_value) ? "" : precision.non_finite_loss(loss_value);
+          if (!diverged.empty()) {
+            return stop_all(Outcome::kDiverged, diverged + " at epoch " + std::to_string(epoch) +
+                                                    " step " + std::to_string(step));
+          }
+          // amp: loss x scale -> backward -> unscale/check -> step or skip -> masters -> scale.
+          precision.backward_and_step(loss, *session.optimizer, global_step + 1);
+        } else {
+          // Data-parallel: gradients averaged over the ranks between backward and the amp
+          // check; then the ranks agree on overflow (any rank's skips the step everywhere),
+          // a non-finite loss, a stop request and a lost claim.
+          reducer->prepare();
+          dist::broadcast_buffers(*group, buffers);  // rank 0's BatchNorm statistics, as DDP
+          auto average = [&] {
+            comm_seconds += reducer->finish();
+            if (fault && fault->first == rank && fault->second == global_step + 1) {
+              auto params = session.task->module().parameters();
+              torch::NoGradGuard no_grad;
+              if (!params.empty() && params[0].grad().defined()) {
+                params[0].mutable_grad().fill_(std::numeric_limits<float>::infinity());
+              }
+            }
+          };
+          bool overflow = false;
+          if (n > 0) {
+            torch::Tensor loss;
+            {
+              auto autocast = precision.autocast();
+              loss = session.task->train_loss(*batch, device);
+            }
+            loss_value = loss.item<double>();
+            overflow = precision.backward(loss, average);
+          } else {  // every sample of this rank's batch was corrupt: it still takes part
+            average();
+            overflow = precision.engine().unscale_and_check();
+          }
+          StepVote vote;
+          if (n > 0 && std::isfinite(loss_value)) {
+            vote.loss_sum = loss_value * static_cast<double>(n);
+            vote.samples = static_cast<double>(n);
+          }
+          vote.non_finite = n > 0 && !std::isfinite(loss_value);
+          vote.overflow = overflow;
+          vote.stop = g_stop;
+          std::string lost_message;
+          if (heartbeat) {
+            try {
+              heartbeat->check();
+            } catch (const store::ClaimLostError& e) {
+              vote.lost = 1;
+              lost_message = e.what();
+            }
+          }
+          const auto vote_start = Clock::now();
+          torch::Tensor votes = torch::tensor({vote.loss_sum, vote.samples, vote.non_finite,
+                                               vote.overflow, vote.stop, vote.lost},
+                                              torch::kDouble);
+          group->allreduce(votes);
+          comm_seconds += seconds_since(vote_start);
+          auto v = votes.accessor<double, 1>();
+          if (v[5] > 0) {
+            return stop_all(Outcome::kLost, lost_message.empty()
+                                                ? "rank 0 lost its claim on run " + run.name
+                                                : lost_message);
+          }
+          if (v[4] > 0) {
+            return stop_all(Outcome::kInterrupted, "interrupted in epoch " + std::to_string(epoch));
+          }
+          if (v[2] > 0) {
+            const double nan = std::numeric_limits<double>::quiet_NaN();
+            const std::string diverged = precision.non_finite_loss(nan);
+            if (!diverged.empty()) {
+              return stop_all(Outcome::kDiverged, diverged + " at epoch " +
+                                                      std::to_string(epoch) + " step " +
+                                                      std::to_string(step));
+            }
+            loss_value = nan;
+          } else {
+            loss_value = v[1] > 0 ? v[0] / v[1] : 0.0;  // the mean over every rank's samples
+          }
+          precision.step(v[3] > 0, *session.optimizer, global_step + 1);
         }
-        const double loss_value = loss.item<double>();
-        const std::string diverged =
-            std::isfinite(loss_value) ? "" : precision.non_finite_loss(loss_value);
-        if (!diverged.empty()) {
-          result.outcome = Outcome::kDiverged;
-          result.message = diverged + " at epoch " + std::to_string(epoch) + " step " +
-                           std::to_string(step);
-          store.finish_run(run.id, store::RunStatus::kDiverged, result.message, "");
-          log::warn("run " + run.name + " diverged: " + result.message);
-          return result;
-        }
-        // amp: loss x scale -> backward -> unscale/check -> step or skip -> masters -> scale.
-        precision.backward_and_step(loss, *session.optimizer, global_step + 1);
         ++global_step;
         if (std::isfinite(loss_value)) {
           loss_sum += loss_value;
@@ -443,6 +656,7 @@ RunResult train_run(store::Store& store, const store::RunRow& run, const RunOpti
         images += n;
         const double dt = seconds_since(step_start);
         step_start = Clock::now();
+        step_seconds += dt;
         const double fps = dt > 0 ? static_cast<double>(n) / dt : 0;
         if (step >= skip_steps) {
           fps_sum += fps;
@@ -450,14 +664,15 @@ RunResult train_run(store::Store& store, const store::RunRow& run, const RunOpti
           fps_max = std::max(fps_max, fps);
           ++fps_n;
         }
-        progress.step(step, loss_value, fps, seconds_since(epoch_start));
+        progress.step(step, loss_value, fps * world, seconds_since(epoch_start));
         ++step;
-        heartbeat.check();  // taken over by another process: stop at once
+        if (heartbeat && !group) heartbeat->check();  // taken over by another process: stop
       }
       if (step == 0) {
         throw DataError("epoch " + std::to_string(epoch) + " of run " + run.name +
                         " produced no training batch: " + train_set->describe() +
-                        " holds fewer samples than data.batch_size=" + std::to_string(batch_size));
+                        " holds fewer samples than data.batch_size=" + std::to_string(batch_size) +
+                        (world > 1 ? " x " + std::to_string(world) + " processes" : ""));
       }
 
       store::EpochRecord record;
@@ -471,48 +686,89 @@ RunResult train_run(store::Store& store, const store::RunRow& run, const RunOpti
       record.train_fps_min = fps_min;
       record.train_fps_max = fps_max;
       record.skipped_samples = skipped;
+      if (group) {
+        // Global figures: img/s summed over the ranks; each rank's mean, slowest and fastest.
+        torch::Tensor sums = torch::tensor({record.train_fps_mean, fps_min, fps_max, comm_seconds,
+                                            step_seconds, static_cast<double>(images),
+                                            static_cast<double>(skipped)},
+                                           torch::kDouble);
+        torch::Tensor low = torch::tensor({record.train_fps_mean}, torch::kDouble);
+        torch::Tensor high = low.clone();
+        group->allreduce(sums);
+        group->allreduce(low, dist::ProcessGroup::Op::kMin);
+        group->allreduce(high, dist::ProcessGroup::Op::kMax);
+        auto a = sums.accessor<double, 1>();
+        record.train_fps_mean = a[0];
+        record.train_fps_min = a[1];
+        record.train_fps_max = a[2];
+        record.skipped_samples = static_cast<int64_t>(a[6]);
+        images = static_cast<int64_t>(a[5]);
+        record.metrics["rank_fps_min"] = low.item<double>();
+        record.metrics["rank_fps_max"] = high.item<double>();
+        record.metrics["allreduce_ms"] = 1000.0 * a[3] / static_cast<double>(world * step);
+        record.metrics["allreduce_share"] = a[4] > 0 ? a[3] / a[4] : 0.0;
+        record.metrics["world_size"] = static_cast<double>(world);
+      }
+      // Every rank evaluates and rank 0 saves the model with rank 0's statistics.
+      if (group) dist::broadcast_buffers(*group, buffers);
       if (val_set) {
         val_opts.epoch = static_cast<uint64_t>(epoch);
         data::Loader val_loader(val_set, val_opts);
         session.task->module().eval();
         auto autocast = precision.autocast();
-        record.metrics = session.task->evaluate(val_loader, device);
+        std::vector<EvalBatch> batches = session.task->evaluate_batches(val_loader, device);
+        if (group) {  // every rank's batches, in the single-process order
+          const auto parts = group->allgather_bytes(encode_eval_batches(batches));
+          batches.clear();
+          for (const auto& part : parts) {
+            for (auto& b : decode_eval_batches(part)) batches.push_back(std::move(b));
+          }
+          std::sort(batches.begin(), batches.end(),
+                    [](const EvalBatch& x, const EvalBatch& y) { return x.index < y.index; });
+        }
+        for (auto& [name, value] : session.task->metrics(batches)) record.metrics[name] = value;
       }
       precision.end_epoch(record);  // loss_scale*, overflow/skipped steps, scale events
       record.metrics["train_images"] = static_cast<double>(images);
       record.epoch_seconds = seconds_since(epoch_start);
-      // Still ours? (Another process writes the same file names once it holds the run.)
-      store.heartbeat(run.id);
-      if ((epoch + 1) % every == 0 || epoch + 1 == epochs) {
-        char name[32];
-        std::snprintf(name, sizeof name, "epoch_%04lld.pt", static_cast<long long>(epoch));
-        CheckpointMeta meta{epoch, global_step, run.config_hash};
-        record.checkpoint = save_checkpoint((fs::path(ckpt_dir) / name).string(),
-                                            session.task->module(), *session.optimizer, meta,
-                                            &precision.engine());
-      }
-      store.record_epoch(record);  // advances the heartbeat in the same transaction
-      apply_retention(store, run.id, config, info.primary_metric, info.higher_is_better);
+      if (store) {
+        // Still ours? (Another process writes the same file names once it holds the run.)
+        store->heartbeat(run.id);
+        if ((epoch + 1) % every == 0 || epoch + 1 == epochs) {
+          char name[32];
+          std::snprintf(name, sizeof name, "epoch_%04lld.pt", static_cast<long long>(epoch));
+          CheckpointMeta meta{epoch, global_step, run.config_hash};
+          record.checkpoint = save_checkpoint((fs::path(ckpt_dir) / name).string(),
+                                              session.task->module(), *session.optimizer, meta,
+                                              &precision.engine());
+        }
+        store->record_epoch(record);  // advances the heartbeat in the same transaction
+        apply_retention(*store, run.id, config, info.primary_metric, info.higher_is_better);
 
-      std::string line = "run " + run.name + " epoch " + std::to_string(epoch) + ": train_loss " +
-                         std::to_string(record.train_loss);
-      for (const char* m : {"acc1", "acc5", "val_loss"}) {
-        auto it = record.metrics.find(m);
-        if (it != record.metrics.end()) line += std::string(" ") + m + " " + std::to_string(it->second);
+        std::string line = "run " + run.name + " epoch " + std::to_string(epoch) +
+                           ": train_loss " + std::to_string(record.train_loss);
+        for (const char* m : {"acc1", "acc5", "val_loss"}) {
+          auto it = record.metrics.find(m);
+          if (it != record.metrics.end()) {
+            line += std::string(" ") + m + " " + std::to_string(it->second);
+          }
+        }
+        line += " " + std::to_string(static_cast<int64_t>(record.train_fps_mean)) + " img/s, " +
+                hms(record.epoch_seconds);
+        if (record.skipped_samples) {
+          line += ", " + std::to_string(record.skipped_samples) + " corrupt samples skipped";
+        }
+        log::info(line);
       }
-      line += " " + std::to_string(static_cast<int64_t>(record.train_fps_mean)) + " img/s, " +
-              hms(record.epoch_seconds);
-      if (skipped) line += ", " + std::to_string(skipped) + " corrupt samples skipped";
-      log::info(line);
       if (options.stop_after_epoch && epoch >= *options.stop_after_epoch && epoch + 1 < epochs) {
-        result.outcome = Outcome::kInterrupted;
-        result.message = "stopped after epoch " + std::to_string(epoch) + " as asked";
-        store.release_run(run.id, result.message);
-        return result;
+        return stop_all(Outcome::kInterrupted,
+                        "stopped after epoch " + std::to_string(epoch) + " as asked");
       }
     }
-    result.summary_json = summary_json(store, run, config, device);
-    store.finish_run(run.id, store::RunStatus::kDone, "", result.summary_json);
+    if (store) {
+      result.summary_json = summary_json(*store, run, config, device, cluster);
+      store->finish_run(run.id, store::RunStatus::kDone, "", result.summary_json);
+    }
     result.outcome = Outcome::kDone;
     return result;
   } catch (const store::ClaimLostError& e) {
@@ -521,15 +777,72 @@ RunResult train_run(store::Store& store, const store::RunRow& run, const RunOpti
     result.outcome = Outcome::kLost;
     result.message = e.what();
     return result;
+  } catch (const RankLostError& e) {
+    // A rank is gone: the run goes back to pending, resumable from its last checkpoint.
+    result.outcome = Outcome::kRankLost;
+    result.message = e.what();
+    log::warn("run " + run.name + ": " + result.message);
+    if (store) {
+      try {
+        store->release_run(run.id, result.message);
+      } catch (const std::exception& e2) {
+        log::warn(std::string("could not release run: ") + e2.what());
+      }
+    }
+    return result;
   } catch (const std::exception& e) {
     result.outcome = Outcome::kFailed;
     result.message = e.what();
+    if (!store) {
+      log::warn("run " + run.name + " failed on rank " +
+                std::to_string(cluster ? cluster->rank() : 0) + ": " + result.message);
+      return result;
+    }
     try {
-      store.finish_run(run.id, store::RunStatus::kFailed, result.message, "");
+      store->finish_run(run.id, store::RunStatus::kFailed, result.message, "");
     } catch (const std::exception& e2) {
       log::warn(std::string("could not mark run failed: ") + e2.what());
     }
     return result;
+  }
+}
+
+}  // namespace
+
+RunResult train_run(store::Store& store, const store::RunRow& run, const RunOptions& options) {
+  return train_impl(&store, run, options);
+}
+
+RunResult follow_run(const store::RunRow& run, const RunOptions& options) {
+  RunOptions o = options;
+  o.progress = false;
+  return train_impl(nullptr, run, o);
+}
+
+std::optional<store::RunRow> next_run(dist::Cluster& cluster, int* leader_exit) {
+  const auto j = nlohmann::json::parse(cluster.receive());
+  if (j.at("type") == "end") {
+    if (leader_exit) *leader_exit = j.value("exit", 0);
+    return std::nullopt;
+  }
+  store::RunRow run;
+  run.id = j.at("id").get<int64_t>();
+  run.name = j.at("name").get<std::string>();
+  run.sweep_name = j.at("sweep").get<std::string>();
+  run.label = j.at("label").get<std::string>();
+  run.config_json = j.at("config_json").get<std::string>();
+  run.config_hash = j.at("config_hash").get<std::string>();
+  return run;
+}
+
+void end_runs(dist::Cluster& cluster, int exit_code) {
+  cluster.publish(nlohmann::json({{"type", "end"}, {"exit", exit_code}}).dump());
+  // This process serves the store the others read the message from: stay until they have it
+  // (briefly when a rank is known lost: it will never read it).
+  const double wait = exit_code == static_cast<int>(ExitCode::kEnvironment) ? 5 : 60;
+  if (!cluster.await_receipt(wait)) {
+    log::warn("not every rank acknowledged the end of the job within " +
+              std::to_string(static_cast<int>(wait)) + " s");
   }
 }
 

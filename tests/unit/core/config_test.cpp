@@ -96,7 +96,17 @@ TEST(CoreConfig, NestedCanonicalJsonAndRoundTrip) {
   EXPECT_NE(canonical.find("\"lr\":0.1,"), std::string::npos) << canonical;  // compact, stable
   EXPECT_NE(canonical.find("\"lr_dec_epoch\":[17]"), std::string::npos) << canonical;
   EXPECT_EQ(canonical.find(' '), std::string::npos) << "compact: " << canonical;
-  EXPECT_EQ(config.hash(), sha256_hex(canonical));
+  // The identity: the canonical JSON without the keys that say how a run executes (schema
+  // `identity: never`) and without later keys still at their defaults (`non_default`).
+  nlohmann::json identity = nlohmann::json::parse(canonical);
+  for (const auto& spec : Schema::builtin().keys()) {
+    if (spec.identity == KeySpec::Identity::kAlways) continue;
+    const auto dot = spec.key.find('.');
+    ASSERT_NE(dot, std::string::npos) << spec.key;
+    identity[spec.key.substr(0, dot)].erase(spec.key.substr(dot + 1));
+    if (identity[spec.key.substr(0, dot)].empty()) identity.erase(spec.key.substr(0, dot));
+  }
+  EXPECT_EQ(config.hash(), sha256_hex(identity.dump()));
   EXPECT_EQ(config.hash().size(), 64u);
 
   const Config back = Config::from_json(canonical, "db");
@@ -147,6 +157,29 @@ data.augment: {type: bool, default: true, doc: a}
             R"("optim":{"lr":1e-08,"name":"sgd"},"schedule":{"lr_dec_epoch":[17]},"seed":0})");
 }
 
+// Schema `identity`: keys that say how a run executes stay out of its hash; keys added later
+// enter it only when set, so the runs of existing databases keep their hashes.
+TEST(CoreConfig, IdentityLeavesExecutionKeysOutOfTheHash) {
+  static const Schema before = Schema::parse("seed: {type: int, default: 0, doc: s}\n", "before");
+  static const Schema after = Schema::parse(R"(
+seed: {type: int, default: 0, doc: s}
+dist.timeout_s: {type: float, default: 300, identity: never, doc: t}
+dist.sync_bn: {type: bool, default: false, identity: non_default, doc: b}
+)",
+                                            "after");
+  Config old_run(before), run(after);
+  EXPECT_EQ(run.hash(), old_run.hash());  // the new keys at their defaults: same identity
+  EXPECT_NE(run.canonical_json(), old_run.canonical_json());  // but stored with the run
+  run.set("dist.timeout_s", 5.0);
+  EXPECT_EQ(run.hash(), old_run.hash());
+  run.set("dist.sync_bn", true);
+  EXPECT_NE(run.hash(), old_run.hash());
+  run.set("dist.sync_bn", false);
+  EXPECT_EQ(run.hash(), old_run.hash());
+  EXPECT_THROW(Schema::parse("a: {type: int, default: 0, identity: sometimes, doc: a}", "x"),
+               ConfigError);
+}
+
 // A different valid value for `spec`, or null when none of the candidates is accepted.
 nlohmann::json other_value(const Config& config, const KeySpec& spec) {
   const nlohmann::json& d = spec.default_value;
@@ -195,6 +228,10 @@ TEST(CoreConfig, HashChangesWhenAnyValueChanges) {
     ASSERT_FALSE(other.is_null()) << "no alternative value for " << spec.key;
     Config changed = base;
     changed.set(spec.key, other);
+    if (spec.identity == KeySpec::Identity::kNever) {  // how a run executes: the same run
+      EXPECT_EQ(changed.hash(), base_hash) << spec.key << " = " << other.dump();
+      continue;
+    }
     EXPECT_TRUE(seen.insert(changed.hash()).second) << spec.key << " = " << other.dump();
   }
 }

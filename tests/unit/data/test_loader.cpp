@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -268,6 +269,88 @@ TEST(Loader, BatchCountsFollowDropLastAndMaxBatches) {
   EXPECT_FALSE(capped.next());
   o.batch_size = 0;
   EXPECT_THROW(Loader(ds, o), DataError);
+}
+
+// DistributedSampler's sharding: padded by repeating the start, rank-strided; the ranks'
+// step-s batches together hold the samples of the single-process step s of batch x world.
+TEST(Loader, SampleShardsFollowDistributedSampler) {
+  const std::vector<int64_t> order = {9, 3, 7, 1, 5};
+  EXPECT_EQ(shard_order(order, 0, 2), (std::vector<int64_t>{9, 7, 5}));
+  EXPECT_EQ(shard_order(order, 1, 2), (std::vector<int64_t>{3, 1, 9}));  // padded with order[0]
+  EXPECT_EQ(shard_order(order, 2, 3), (std::vector<int64_t>{7, 9}));  // [9 3 7 1 5 9]
+  EXPECT_EQ(shard_order(order, 0, 1), order);
+
+  auto ds = std::make_shared<SleepyDataset>(40);
+  LoaderOptions whole;
+  whole.batch_size = 8;
+  whole.workers = 0;
+  whole.seed = 3;
+  whole.epoch = 2;
+  Loader single(ds, whole);
+  std::vector<std::set<int64_t>> expected;
+  while (auto b = single.next()) {
+    std::set<int64_t> labels;
+    for (int64_t i = 0; i < b->fields.at("label").size(0); ++i) {
+      labels.insert(b->fields.at("label")[i].item<int64_t>());
+    }
+    expected.push_back(labels);
+  }
+  std::vector<std::set<int64_t>> got(expected.size());
+  for (int rank = 0; rank < 2; ++rank) {
+    LoaderOptions o = whole;
+    o.batch_size = 4;
+    o.rank = rank;
+    o.world = 2;
+    Loader shard(ds, o);
+    EXPECT_EQ(shard.num_batches(), static_cast<int64_t>(expected.size()));
+    size_t step = 0;
+    while (auto b = shard.next()) {
+      for (int64_t i = 0; i < b->fields.at("label").size(0); ++i) {
+        got[step].insert(b->fields.at("label")[i].item<int64_t>());
+      }
+      ++step;
+    }
+  }
+  EXPECT_EQ(got, expected);
+  LoaderOptions bad = whole;
+  bad.rank = 2;
+  bad.world = 2;
+  EXPECT_THROW(Loader(ds, bad), DataError);
+}
+
+// Evaluation shards: the single-process batches, every world-th, with their batch numbers and
+// the same samples, the short last batch included.
+TEST(Loader, BatchShardsAreTheSingleProcessBatches) {
+  auto ds = std::make_shared<SleepyDataset>(22);
+  LoaderOptions whole;
+  whole.batch_size = 4;
+  whole.workers = 1;
+  whole.shuffle = false;
+  whole.train = false;
+  whole.drop_last = false;
+  std::map<int64_t, torch::Tensor> single;
+  Loader one(ds, whole);
+  while (auto b = one.next()) single[b->index] = b->images;
+  ASSERT_EQ(single.size(), 6u);
+  for (int64_t max_batches : {-1, 5}) {
+    std::map<int64_t, torch::Tensor> sharded;
+    for (int rank = 0; rank < 2; ++rank) {
+      LoaderOptions o = whole;
+      o.rank = rank;
+      o.world = 2;
+      o.max_batches = max_batches;
+      o.shard = LoaderOptions::Shard::kBatches;
+      Loader shard(ds, o);
+      while (auto b = shard.next()) {
+        EXPECT_EQ(b->index % 2, rank);
+        EXPECT_TRUE(sharded.emplace(b->index, b->images).second);
+      }
+    }
+    ASSERT_EQ(sharded.size(), max_batches < 0 ? 6u : 5u);
+    for (auto& [index, images] : sharded) {
+      EXPECT_TRUE(torch::equal(images, single.at(index))) << "batch " << index;
+    }
+  }
 }
 
 TEST(Loader, EarlyDestructionStopsWorkers) {

@@ -1,0 +1,239 @@
+#include "dist/group.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/torch.h>
+#include <torch/version.h>
+#ifdef AMPTUNE_HAVE_GLOO
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
+#ifdef AMPTUNE_HAVE_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include "core/error.h"
+#include "dist/cluster_impl.h"
+
+namespace amptune::dist {
+namespace {
+
+// LibTorch 2.x splits a process group into a front and per-device backends; the backends
+// (ProcessGroupGloo, ProcessGroupNCCL) keep the collective API of 1.13's ProcessGroup.
+#if TORCH_VERSION_MAJOR >= 2
+using Backend = c10d::Backend;
+#else
+using Backend = c10d::ProcessGroup;
+#endif
+
+std::string first_line(const std::string& text) {
+  const auto nl = text.find('\n');
+  return nl == std::string::npos ? text : text.substr(0, nl);
+}
+
+c10d::ReduceOp reduce_op(ProcessGroup::Op op) {
+  switch (op) {
+    case ProcessGroup::Op::kMin: return c10d::ReduceOp(c10d::ReduceOp::MIN);
+    case ProcessGroup::Op::kMax: return c10d::ReduceOp(c10d::ReduceOp::MAX);
+    case ProcessGroup::Op::kSum: break;
+  }
+  return c10d::ReduceOp(c10d::ReduceOp::SUM);
+}
+
+#ifdef AMPTUNE_HAVE_GLOO
+// The network device Gloo connects ranks through: GLOO_SOCKET_IFNAME when set (as PyTorch),
+// the loopback for a job on one machine (--nproc, torchrun --standalone), else this host's name.
+std::shared_ptr<::gloo::transport::Device> gloo_device(const LaunchEnv& env) {
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname) {
+    return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
+  }
+  if (env.master_addr == "localhost" || env.master_addr.rfind("127.", 0) == 0) {
+    return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  }
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+#endif
+
+}  // namespace
+
+std::string resolve_backend(const std::string& backend, const torch::Device& device) {
+  const std::string b = backend == "auto" ? (device.is_cuda() ? "nccl" : "gloo") : backend;
+  if (b == "nccl") {
+    if (!device.is_cuda()) {
+      throw ConfigError("dist.backend: nccl needs CUDA tensors, but this run trains on " +
+                        device.str() + "; use dist.backend: gloo (or auto)");
+    }
+    if (!have_nccl()) {
+      throw ConfigError("dist.backend: nccl - this amptune was built without c10d NCCL (a "
+                        "LibTorch with CUDA and NCCL is needed); use dist.backend: gloo");
+    }
+  } else if (b == "gloo") {
+    if (device.is_cuda()) {
+      throw ConfigError("dist.backend: gloo trains on CPU tensors here, but this run trains on " +
+                        device.str() + "; use dist.backend: nccl (or auto)");
+    }
+    if (!have_gloo()) {
+      throw EnvironmentError("dist.backend: gloo - this amptune was built without c10d Gloo "
+                             "(libgloo-dev headers missing when it was configured): install "
+                             "libgloo-dev (tools/install-deps.sh) and rebuild");
+    }
+  } else {
+    throw ConfigError("dist.backend: unknown backend '" + backend + "' (auto, gloo, nccl)");
+  }
+  return b;
+}
+
+class ProcessGroup::Impl {
+ public:
+  c10::intrusive_ptr<Backend> pg;
+};
+
+struct ProcessGroup::Pending::Work {
+  c10::intrusive_ptr<c10d::Work> work;
+};
+
+ProcessGroup::Pending::Pending() = default;
+ProcessGroup::Pending::~Pending() = default;
+ProcessGroup::Pending::Pending(Pending&&) noexcept = default;
+ProcessGroup::Pending& ProcessGroup::Pending::operator=(Pending&&) noexcept = default;
+bool ProcessGroup::Pending::started() const { return work_ != nullptr; }
+
+void ProcessGroup::Pending::wait() {
+  if (!work_) return;
+  try {
+    work_->work->wait();
+  } catch (const std::exception& e) {
+    work_.reset();
+    group_->lost(e);
+  }
+  work_.reset();
+}
+
+ProcessGroup::ProcessGroup(Cluster& cluster, const std::string& name, const std::string& backend,
+                           double timeout_seconds, const torch::Device& device)
+    : cluster_(cluster), backend_(resolve_backend(backend, device)), device_(device),
+      impl_(std::make_unique<Impl>()) {
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000));
+  auto store = c10::make_intrusive<c10d::PrefixStore>(name + "/", cluster.impl().store);
+  try {
+    if (backend_ == "gloo") {
+#ifdef AMPTUNE_HAVE_GLOO
+      auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+      options->devices.push_back(gloo_device(cluster.env()));
+      impl_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, cluster.rank(),
+                                                              cluster.size(), options);
+#endif
+    } else {
+#ifdef AMPTUNE_HAVE_NCCL
+      auto options = c10d::ProcessGroupNCCL::Options::create();
+      options->timeout = timeout;
+      impl_->pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, cluster.rank(),
+                                                              cluster.size(), options);
+#endif
+    }
+  } catch (const std::exception& e) {
+    lost(e);
+  }
+  if (!impl_->pg) throw EnvironmentError("no c10d backend " + backend_ + " in this build");
+}
+
+ProcessGroup::~ProcessGroup() = default;
+
+int ProcessGroup::rank() const { return cluster_.rank(); }
+int ProcessGroup::size() const { return cluster_.size(); }
+
+void ProcessGroup::lost(const std::exception& e) const {
+  throw RankLostError(cluster_.describe_rank(rank()) + " lost contact with " +
+                      cluster_.peers_of(rank()) + " (" + backend_ + "): " + first_line(e.what()));
+}
+
+ProcessGroup::Pending ProcessGroup::allreduce_async(torch::Tensor& tensor) {
+  Pending p;
+  p.group_ = this;
+  try {
+    std::vector<torch::Tensor> tensors{tensor};
+    p.work_ = std::make_unique<Pending::Work>();
+    p.work_->work = impl_->pg->allreduce(tensors);
+  } catch (const std::exception& e) {
+    lost(e);
+  }
+  return p;
+}
+
+void ProcessGroup::allreduce(torch::Tensor& tensor, Op op) {
+  try {
+    std::vector<torch::Tensor> tensors{tensor};
+    c10d::AllreduceOptions options;
+    options.reduceOp = reduce_op(op);
+    impl_->pg->allreduce(tensors, options)->wait();
+  } catch (const std::exception& e) {
+    lost(e);
+  }
+}
+
+void ProcessGroup::broadcast(torch::Tensor& tensor, int root) {
+  try {
+    std::vector<torch::Tensor> tensors{tensor};
+    c10d::BroadcastOptions options;
+    options.rootRank = root;
+    impl_->pg->broadcast(tensors, options)->wait();
+  } catch (const std::exception& e) {
+    lost(e);
+  }
+}
+
+void ProcessGroup::broadcast_bytes(std::string& bytes, int root) {
+  auto length = torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kLong).to(device_);
+  broadcast(length, root);
+  const int64_t n = length.to(torch::kCPU).item<int64_t>();
+  torch::Tensor buffer;
+  if (rank() == root) {
+    buffer = torch::from_blob(bytes.data(), {n}, torch::kUInt8).clone().to(device_);
+  } else {
+    buffer = torch::empty({n}, torch::TensorOptions().dtype(torch::kUInt8).device(device_));
+  }
+  if (n > 0) broadcast(buffer, root);
+  if (rank() != root) {
+    const torch::Tensor cpu = buffer.to(torch::kCPU).contiguous();
+    bytes.assign(reinterpret_cast<const char*>(cpu.data_ptr<uint8_t>()), static_cast<size_t>(n));
+  }
+}
+
+std::vector<std::string> ProcessGroup::allgather_bytes(const std::string& mine) {
+  const int world = size();
+  auto gather = [&](const torch::Tensor& input) {
+    std::vector<std::vector<torch::Tensor>> outputs(1);
+    for (int r = 0; r < world; ++r) outputs[0].push_back(torch::empty_like(input));
+    std::vector<torch::Tensor> inputs{input};
+    try {
+      impl_->pg->allgather(outputs, inputs)->wait();
+    } catch (const std::exception& e) {
+      lost(e);
+    }
+    return outputs[0];
+  };
+  const auto lengths =
+      gather(torch::tensor({static_cast<int64_t>(mine.size())}, torch::kLong).to(device_));
+  int64_t longest = 0;
+  std::vector<int64_t> n(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) {
+    n[static_cast<size_t>(r)] = lengths[static_cast<size_t>(r)].to(torch::kCPU).item<int64_t>();
+    longest = std::max(longest, n[static_cast<size_t>(r)]);
+  }
+  std::vector<std::string> out(static_cast<size_t>(world));
+  if (longest == 0) return out;
+  auto padded = torch::zeros({longest}, torch::kUInt8);
+  std::memcpy(padded.data_ptr<uint8_t>(), mine.data(), mine.size());
+  const auto all = gather(padded.to(device_));
+  for (int r = 0; r < world; ++r) {
+    const torch::Tensor cpu = all[static_cast<size_t>(r)].to(torch::kCPU).contiguous();
+    out[static_cast<size_t>(r)].assign(reinterpret_cast<const char*>(cpu.data_ptr<uint8_t>()),
+                                       static_cast<size_t>(n[static_cast<size_t>(r)]));
+  }
+  return out;
+}
+
+}  // namespace amptune::dist

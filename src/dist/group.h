@@ -1,0 +1,76 @@
+// A c10d process group for one run (docs/DISTRIBUTED.md): Gloo over CPU tensors, NCCL over CUDA
+// tensors, built over the cluster's store with the run's dist.* settings. Every operation is
+// collective - all ranks call it, in the same order - and throws RankLostError naming the
+// lost rank when a peer is gone or dist.timeout_s passes. Internal to src/dist and src/train.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "dist/cluster.h"
+
+namespace amptune::dist {
+
+// "gloo" or "nccl" for dist.backend (auto | gloo | nccl) on `device`. Throws ConfigError for
+// nccl without a CUDA device or without NCCL in this build, EnvironmentError for gloo without it.
+std::string resolve_backend(const std::string& backend, const torch::Device& device);
+
+class ProcessGroup {
+ public:
+  enum class Op { kSum, kMin, kMax };
+
+  // `name` keeps the keys of this group apart from others on the same store (one per run).
+  ProcessGroup(Cluster& cluster, const std::string& name, const std::string& backend,
+               double timeout_seconds, const torch::Device& device);
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const;
+  int size() const;
+  const std::string& backend() const { return backend_; }
+  const torch::Device& device() const { return device_; }
+
+  // An all-reduce in flight; wait() blocks until it is done (or throws RankLostError).
+  class Pending {
+   public:
+    Pending();
+    ~Pending();
+    Pending(Pending&&) noexcept;
+    Pending& operator=(Pending&&) noexcept;
+    void wait();
+    bool started() const;
+
+   private:
+    friend class ProcessGroup;
+    struct Work;
+    std::unique_ptr<Work> work_;
+    const ProcessGroup* group_ = nullptr;
+  };
+
+  // Sums `tensor` in place over the ranks, asynchronously.
+  Pending allreduce_async(torch::Tensor& tensor);
+  void allreduce(torch::Tensor& tensor, Op op = Op::kSum);
+  // Every rank gets rank `root`'s tensor (same shape and dtype everywhere).
+  void broadcast(torch::Tensor& tensor, int root = 0);
+  // Every rank gets rank `root`'s bytes (any length).
+  void broadcast_bytes(std::string& bytes, int root = 0);
+  // Every rank's bytes, by rank.
+  std::vector<std::string> allgather_bytes(const std::string& mine);
+
+  // Rethrows a collective's failure as RankLostError naming who this rank lost.
+  [[noreturn]] void lost(const std::exception& e) const;
+
+ private:
+  class Impl;
+  Cluster& cluster_;
+  std::string backend_;
+  torch::Device device_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace amptune::dist

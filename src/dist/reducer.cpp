@@ -1,0 +1,129 @@
+#include "dist/reducer.h"
+
+#include <chrono>
+#include <map>
+#include <stdexcept>
+#include <tuple>
+
+#include <torch/torch.h>
+
+namespace amptune::dist {
+
+void broadcast_buffers(ProcessGroup& group, const std::vector<torch::Tensor>& buffers) {
+  torch::NoGradGuard no_grad;
+  std::map<int, std::vector<torch::Tensor>> by_dtype;
+  for (const auto& b : buffers) by_dtype[static_cast<int>(b.scalar_type())].push_back(b);
+  for (auto& [dtype, list] : by_dtype) {
+    std::vector<torch::Tensor> flat;
+    for (const auto& b : list) flat.push_back(b.reshape({-1}));
+    torch::Tensor all = torch::cat(flat);
+    group.broadcast(all);
+    int64_t offset = 0;
+    for (auto& b : list) {
+      b.copy_(all.narrow(0, offset, b.numel()).view_as(b));
+      offset += b.numel();
+    }
+  }
+}
+
+GradReducer::GradReducer(ProcessGroup& group, std::vector<torch::Tensor> params,
+                         ReducerOptions options)
+    : group_(group), params_(std::move(params)), options_(options) {
+  slots_.resize(params_.size());
+  const double cap_bytes = options_.one_buffer ? 1e300 : options_.bucket_mb * 1024.0 * 1024.0;
+  // Open bucket per (dtype, device); parameters in reverse order, as backward reaches them.
+  std::map<std::tuple<int, int, int>, size_t> open;
+  for (size_t k = params_.size(); k-- > 0;) {
+    const torch::Tensor& p = params_[k];
+    if (!p.requires_grad()) continue;
+    const auto key = std::make_tuple(static_cast<int>(p.scalar_type()),
+                                     static_cast<int>(p.device().type()),
+                                     static_cast<int>(p.device().index()));
+    auto it = open.find(key);
+    const double bytes = static_cast<double>(p.numel() * p.element_size());
+    if (it == open.end() || (!buckets_[it->second].params.empty() &&
+                             static_cast<double>(buckets_[it->second].flat.numel() *
+                                                 p.element_size()) + bytes > cap_bytes)) {
+      buckets_.emplace_back();
+      buckets_.back().flat = torch::empty({0}, p.options().requires_grad(false));
+      open[key] = buckets_.size() - 1;
+      it = open.find(key);
+    }
+    Bucket& b = buckets_[it->second];
+    slots_[k].bucket = it->second;
+    slots_[k].offset = b.flat.numel();
+    b.params.push_back(k);
+    b.flat = torch::empty({b.flat.numel() + p.numel()}, b.flat.options());
+  }
+  if (options_.overlap && !options_.one_buffer) {
+    hooks_.assign(params_.size(), 0);
+    for (size_t k = 0; k < params_.size(); ++k) {
+      if (!params_[k].requires_grad()) continue;
+      hooks_[k] = params_[k].register_hook([this, k](torch::Tensor grad) { on_grad(k, grad); });
+    }
+  }
+}
+
+GradReducer::~GradReducer() {
+  for (size_t k = 0; k < hooks_.size(); ++k) {
+    if (params_[k].requires_grad()) params_[k].remove_hook(hooks_[k]);
+  }
+}
+
+void GradReducer::prepare() {
+  torch::NoGradGuard no_grad;
+  for (auto& b : buckets_) {
+    b.flat.zero_();
+    b.pending = b.params.size();
+    b.work = ProcessGroup::Pending();
+  }
+  for (auto& s : slots_) s.ready = false;
+  in_backward_ = true;
+}
+
+void GradReducer::on_grad(size_t index, const torch::Tensor& grad) {
+  if (!in_backward_) return;  // a backward outside training (none in amptune; be safe)
+  Slot& slot = slots_[index];
+  Bucket& bucket = buckets_[slot.bucket];
+  if (slot.ready) {
+    throw std::logic_error("a parameter received two gradients in one backward (used twice in "
+                           "the forward pass); set dist.overlap: false for such a model");
+  }
+  torch::NoGradGuard no_grad;
+  bucket.flat.narrow(0, slot.offset, grad.numel()).copy_(grad.reshape({-1}));
+  slot.ready = true;
+  if (--bucket.pending == 0) launch(bucket);
+}
+
+void GradReducer::launch(Bucket& bucket) { bucket.work = group_.allreduce_async(bucket.flat); }
+
+double GradReducer::finish() {
+  const auto start = std::chrono::steady_clock::now();
+  torch::NoGradGuard no_grad;
+  in_backward_ = false;
+  for (auto& bucket : buckets_) {
+    if (bucket.work.started()) continue;
+    // Not launched from hooks (no overlap, one buffer, or a parameter without a gradient):
+    // gradients from .grad now.
+    for (size_t k : bucket.params) {
+      Slot& slot = slots_[k];
+      if (slot.ready) continue;
+      const torch::Tensor& g = params_[k].grad();
+      if (g.defined()) bucket.flat.narrow(0, slot.offset, g.numel()).copy_(g.reshape({-1}));
+    }
+    launch(bucket);
+  }
+  const double world = static_cast<double>(group_.size());
+  for (auto& bucket : buckets_) {
+    bucket.work.wait();
+    bucket.flat.div_(world);
+    for (size_t k : bucket.params) {
+      torch::Tensor& p = params_[k];
+      if (!p.grad().defined()) continue;
+      p.mutable_grad().copy_(bucket.flat.narrow(0, slots_[k].offset, p.numel()).view_as(p));
+    }
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace amptune::dist

@@ -1,0 +1,182 @@
+// c10d process groups and the gradient reducer over real Gloo, two ranks as two threads of this
+// process on the loopback (a rendezvous of their own per test).
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "core/error.h"
+#include "dist/cluster.h"
+#include "dist/group.h"
+#include "dist/launch.h"
+#include "dist/reducer.h"
+
+namespace amptune::dist {
+namespace {
+
+// Runs body(rank, group) on two threads that form a job; rethrows the first failure.
+void two_ranks(const std::function<void(int, Cluster&, ProcessGroup&)>& body,
+               double timeout_seconds = 30) {
+  const int port = free_local_port();
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        LaunchEnv env;
+        env.rank = env.local_rank = rank;
+        env.world_size = env.local_world_size = 2;
+        env.master_addr = "127.0.0.1";
+        env.master_port = port;
+        env.launcher = "torchrun";
+        auto cluster = Cluster::join(env, timeout_seconds);
+        ProcessGroup group(*cluster, cluster->next_group_name(), "auto", timeout_seconds,
+                           torch::Device(torch::kCPU));
+        body(rank, *cluster, group);
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(rank)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(errors[static_cast<size_t>(rank)], "") << "rank " << rank;
+  }
+}
+
+TEST(DistGroup, BuildHasGloo) { EXPECT_TRUE(have_gloo()); }
+
+TEST(DistGroup, CollectivesAndTheControlChannel) {
+  two_ranks([](int rank, Cluster& cluster, ProcessGroup& group) {
+    EXPECT_EQ(group.backend(), "gloo");
+    EXPECT_EQ(group.size(), 2);
+    std::string bytes = rank == 0 ? std::string("state\0with a zero", 17) : "";
+    group.broadcast_bytes(bytes);
+    EXPECT_EQ(bytes, std::string("state\0with a zero", 17));
+    std::string empty = rank == 0 ? "" : "ignored";
+    group.broadcast_bytes(empty);
+    EXPECT_EQ(empty, "");
+    const auto all = group.allgather_bytes(rank == 0 ? "a" : "longer");
+    EXPECT_EQ(all, (std::vector<std::string>{"a", "longer"}));
+    auto t = torch::tensor({1.0 + rank, 10.0 * rank}, torch::kDouble);
+    auto low = t.clone(), high = t.clone();
+    group.allreduce(t);
+    group.allreduce(low, ProcessGroup::Op::kMin);
+    group.allreduce(high, ProcessGroup::Op::kMax);
+    EXPECT_TRUE(torch::equal(t, torch::tensor({3.0, 10.0}, torch::kDouble)));
+    EXPECT_TRUE(torch::equal(low, torch::tensor({1.0, 0.0}, torch::kDouble)));
+    EXPECT_TRUE(torch::equal(high, torch::tensor({2.0, 10.0}, torch::kDouble)));
+    if (cluster.leader()) {
+      cluster.publish("first");
+      cluster.publish("second");
+      EXPECT_TRUE(cluster.await_receipt(20));  // its store must outlive the follower's reads
+    } else {
+      EXPECT_EQ(cluster.receive(), "first");
+      EXPECT_EQ(cluster.receive(), "second");
+    }
+    EXPECT_NE(cluster.describe_rank(1 - rank).find("rank " + std::to_string(1 - rank) + " (pid "),
+              std::string::npos);
+  });
+}
+
+// Gradients after finish() are the mean of what each rank's backward produced, for every way of
+// reducing them (buckets from hooks, several small buckets, after backward, one flat buffer).
+TEST(DistReducer, AveragesGradientsOverTheRanks) {
+  struct Case {
+    ReducerOptions options;
+    size_t min_buckets;
+  };
+  std::vector<Case> cases;
+  cases.push_back({ReducerOptions{25, true, false}, 1});
+  cases.push_back({ReducerOptions{0.00001, true, false}, 4});  // ~10 bytes: one tensor each
+  cases.push_back({ReducerOptions{25, false, false}, 1});
+  cases.push_back({ReducerOptions{0.00005, true, true}, 1});  // one_buffer ignores the cap
+  for (const Case& c : cases) {
+    two_ranks([&c](int rank, Cluster&, ProcessGroup& group) {
+      // No torch RNG here: the two threads share its generator.
+      torch::nn::Sequential model(torch::nn::Linear(4, 3), torch::nn::ReLU(),
+                                  torch::nn::Linear(3, 2));
+      {
+        torch::NoGradGuard no_grad;
+        double v = 0.1;
+        for (auto& p : model->parameters()) {
+          p.copy_(torch::sin(torch::arange(p.numel(), torch::kFloat) * 1.7 + v).view_as(p));
+          v += 0.5;
+        }
+      }
+      auto input = [](int r) {
+        return torch::cos(torch::arange(20, torch::kFloat) * (0.3 + r)).view({5, 4});
+      };
+      // What each rank's backward gives alone, and their mean.
+      std::vector<torch::Tensor> expected;
+      for (int r = 0; r < 2; ++r) {
+        model->zero_grad();
+        model->forward(input(r)).pow(2).mean().backward();
+        for (size_t k = 0; k < model->parameters().size(); ++k) {
+          auto g = model->parameters()[k].grad().clone();
+          if (r == 0) {
+            expected.push_back(g);
+          } else {
+            expected[k] = (expected[k] + g) / 2;
+          }
+        }
+      }
+      GradReducer reducer(group, model->parameters(), c.options);
+      EXPECT_GE(reducer.buckets(), c.min_buckets);
+      if (c.options.one_buffer) {
+        EXPECT_EQ(reducer.buckets(), 1u);
+      }
+      for (int step = 0; step < 2; ++step) {  // twice: buckets reset between steps
+        model->zero_grad();
+        reducer.prepare();
+        model->forward(input(rank)).pow(2).mean().backward();
+        reducer.finish();
+        for (size_t k = 0; k < expected.size(); ++k) {
+          EXPECT_TRUE(torch::allclose(model->parameters()[k].grad(), expected[k], 1e-6, 1e-7))
+              << "parameter " << k << " step " << step << " bucket_mb " << c.options.bucket_mb;
+        }
+      }
+    });
+  }
+}
+
+// A rank that leaves (its process group gone, as when its process is killed) makes the other's
+// next collective fail at once with RankLostError naming it, not hang.
+TEST(DistGroup, ALostRankIsNamed) {
+  std::string message;
+  two_ranks(
+      [&message](int rank, Cluster&, ProcessGroup& group) {
+        auto t = torch::ones({4});
+        group.allreduce(t);  // both alive
+        if (rank == 1) return;  // leaves: its group is destroyed when the body returns
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        try {
+          auto u = torch::ones({4});
+          group.allreduce(u);
+          ADD_FAILURE() << "the all-reduce with a departed rank succeeded";
+        } catch (const RankLostError& e) {
+          message = e.what();
+        }
+      },
+      /*timeout_seconds=*/20);
+  EXPECT_NE(message.find("lost contact with rank 1 (pid"), std::string::npos) << message;
+}
+
+TEST(DistGroup, BackendChoices) {
+  const torch::Device cpu(torch::kCPU);
+  EXPECT_EQ(resolve_backend("auto", cpu), "gloo");
+  EXPECT_EQ(resolve_backend("gloo", cpu), "gloo");
+  try {
+    resolve_backend("nccl", cpu);
+    ADD_FAILURE() << "nccl on CPU accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("dist.backend: nccl needs CUDA"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace amptune::dist
