@@ -69,7 +69,7 @@ std::vector<store::EpochRow> epochs_of(const std::string& db, const std::string&
 
 TinySweep make_tiny_sweep(const TinyOptions& o) {
   TinySweep f;
-  f.dir = scratch_dir();
+  f.dir = scratch_dir(o.dir_tag);
   write_tiny_idx(f.dir + "/data", o.train_n, o.test_n);
   f.db = f.dir + "/results/amptune.sqlite";
   fs::create_directories(f.dir + "/results");
@@ -97,12 +97,12 @@ pid_t spawn_amptune(const std::vector<std::string>& args, const std::string& cwd
     if (!std::freopen(out.c_str(), "w", stdout) || !std::freopen(err.c_str(), "w", stderr)) _exit(126);
     for (const auto& [name, value] : options.env) ::setenv(name.c_str(), value.c_str(), 1);
     std::vector<char*> argv;
-    std::string bin = AMPTUNE_BINARY;
+    std::string bin = options.program.empty() ? AMPTUNE_BINARY : options.program;
     argv.push_back(bin.data());
     std::vector<std::string> copy = args;
     for (auto& a : copy) argv.push_back(a.data());
     argv.push_back(nullptr);
-    ::execv(bin.c_str(), argv.data());
+    ::execvp(bin.c_str(), argv.data());
     _exit(127);
   }
   return pid;

@@ -31,6 +31,7 @@ struct TinyOptions {
   std::string tail;  // sections after base: "grid:\n  optim.lr: [0.05, 0.1]\n"
   std::string model =
       "{name: resnet18, num_classes: 4, in_channels: 1, width: 0.0625, small_input: true}";
+  std::string dir_tag;  // scratch_dir(dir_tag): tell apart several sweeps of one test
 };
 struct TinySweep {
   std::string dir;   // a fresh scratch_dir()
@@ -54,8 +55,15 @@ Result run_amptune(const std::vector<std::string>& args, const std::string& cwd)
 pid_t spawn_amptune(const std::vector<std::string>& args, const std::string& cwd);
 
 struct SpawnOptions {
+  SpawnOptions() = default;
+  SpawnOptions(std::vector<std::pair<std::string, std::string>> env_, std::string log_stem_,
+               std::string program_ = "")
+      : env(std::move(env_)), log_stem(std::move(log_stem_)), program(std::move(program_)) {}
   std::vector<std::pair<std::string, std::string>> env;  // set in the child
   std::string log_stem = "child";  // stdout/stderr to cwd/<stem>.out and cwd/<stem>.err
+  // Another program (looked up in PATH) run with `args` instead of the amptune binary, e.g.
+  // python3 for torchrun.
+  std::string program;
 };
 pid_t spawn_amptune(const std::vector<std::string>& args, const std::string& cwd,
                     const SpawnOptions& options);
