@@ -414,6 +414,19 @@ Tally fork_run(store::Store& store, const store::RunRow& parent, int epoch,
   return tally;
 }
 
+void exec_self(const std::vector<std::string>& args) {
+  std::vector<std::string> copy = args;
+  std::vector<char*> argv;
+  static std::string self = "amptune";
+  argv.push_back(self.data());
+  for (auto& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  ::execv("/proc/self/exe", argv.data());
+  std::fprintf(stderr, "amptune: cannot start %s: %s\n", args.empty() ? "" : args[0].c_str(),
+               std::strerror(errno));
+  ::_exit(static_cast<int>(ExitCode::kEnvironment));
+}
+
 int run_workers(const std::vector<std::string>& args, int workers, const std::string& db,
                 const std::string& sweep_name) {
   std::vector<pid_t> children;
@@ -426,17 +439,7 @@ int run_workers(const std::vector<std::string>& args, int workers, const std::st
                              std::to_string(workers) + ": " + why +
                              " (process limit or memory); run with fewer --workers");
     }
-    if (pid == 0) {
-      std::vector<std::string> copy = args;
-      std::vector<char*> argv;
-      static std::string self = "amptune";
-      argv.push_back(self.data());
-      for (auto& a : copy) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv("/proc/self/exe", argv.data());
-      std::fprintf(stderr, "amptune: cannot start worker: %s\n", std::strerror(errno));
-      ::_exit(static_cast<int>(ExitCode::kEnvironment));
-    }
+    if (pid == 0) exec_self(args);
     children.push_back(pid);
   }
   log::info("started " + std::to_string(workers) + " worker processes");

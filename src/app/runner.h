@@ -113,6 +113,10 @@ void require_checkpoint(const store::Store& store, const store::RunRow& run, int
 int run_workers(const std::vector<std::string>& args, int workers, const std::string& db,
                 const std::string& sweep_name);
 
+// In a child process after fork(): replaces it with this binary running `args` (a command line
+// after the program name); exits 9 when that cannot start.
+[[noreturn]] void exec_self(const std::vector<std::string>& args);
+
 // Data-parallel jobs (docs/DISTRIBUTED.md; options.training.cluster set). The leader (rank 0)
 // runs `command` (run_sweep, resume_run, fork_run: it alone plans, claims and writes), then
 // tells the other ranks to stop, with its exit code, also when `command` throws. Without a

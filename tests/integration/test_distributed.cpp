@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -290,6 +291,31 @@ TEST(Distributed, AKilledRankLeavesTheRunResumableAndTheRerunEqualsAnUninterrupt
   ASSERT_EQ(again, (std::vector<int>{0, 0})) << read_file(f.dir + "/rank0.err");
   EXPECT_NE(read_file(f.dir + "/rank0.err").find("continuing after epoch"), std::string::npos);
   expect_same_epochs(reference.db, f.db);
+}
+
+// `bench --nproc 1,2` times real jobs of 1 and 2 processes (the trainer on a scratch database)
+// and prints the linearity of the second against the first.
+TEST(Distributed, BenchPrintsTheLinearityOfJobsOfOneAndTwoProcesses) {
+  const TinySweep f = distributed_sweep("bench", 1, 192);
+  const auto r = run_amptune({"bench", f.yaml, "--nproc", "1,2", "--steps", "3", "--warmup", "1",
+                              "--threads", "1"},
+                             f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // header + one row per process count
+  std::vector<std::string> lines;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 3u) << r.out;
+  EXPECT_NE(lines[0].find("linearity"), std::string::npos);
+  EXPECT_NE(lines[1].find("100.0 %"), std::string::npos) << lines[1];  // 1 process: itself
+  std::istringstream row(lines[2]);
+  std::string cell, settings, processes;
+  row >> cell >> settings >> processes;  // settings: "base" (one cell)
+  EXPECT_EQ(processes, "2") << lines[2];
+  EXPECT_FALSE(fs::exists(f.db));  // nothing recorded where the sweep's database would be
+
+  const auto bad = run_amptune({"bench", f.yaml, "--nproc", "1,x"}, f.dir);
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
 }
 
 // What cannot run is refused before anything is written.

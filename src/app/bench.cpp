@@ -1,0 +1,90 @@
+#include "app/bench.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "app/runner.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "store/store.h"
+
+namespace amptune::app {
+namespace fs = std::filesystem;
+
+ParallelBench bench_data_parallel(const Config& config, int nproc, int64_t steps, int64_t warmup,
+                                  int threads) {
+  std::string pattern = (fs::temp_directory_path() / "amptune-bench-XXXXXX").string();
+  if (!::mkdtemp(pattern.data())) {
+    throw EnvironmentError("bench: cannot create a scratch directory under " +
+                           fs::temp_directory_path().string() + ": " + std::strerror(errno));
+  }
+  const fs::path dir = pattern;
+  struct Cleanup {
+    fs::path dir;
+    ~Cleanup() {
+      std::error_code ignored;
+      fs::remove_all(dir, ignored);
+    }
+  } cleanup{dir};
+
+  Config cell = config;
+  cell.set("schedule.epochs", 1);
+  cell.set("schedule.training_step_per_epoch", warmup + steps);
+  cell.set("schedule.skip_steps", warmup);
+  cell.set("schedule.eval_step_per_epoch", 0);
+  if (threads > 0) cell.set("threads", threads);
+  // JSON is YAML: the cell's whole config as the base of a one-cell sweep.
+  const fs::path sweep = dir / "bench.yaml";
+  std::ofstream(sweep) << "name: bench\nbase: " << cell.nested().dump() << "\n";
+  const std::string db = (dir / "bench.sqlite").string();
+  const std::string log = (dir / "bench.log").string();
+
+  std::vector<std::string> args = {"run", sweep.string(), "--db", db, "--no-progress"};
+  if (nproc > 1) {
+    args.push_back("--nproc");
+    args.push_back(std::to_string(nproc));
+  }
+  const pid_t pid = ::fork();
+  if (pid < 0) throw EnvironmentError(std::string("bench: fork failed: ") + std::strerror(errno));
+  if (pid == 0) {
+    if (!std::freopen(log.c_str(), "w", stderr) || !std::freopen("/dev/null", "w", stdout)) {
+      ::_exit(static_cast<int>(ExitCode::kEnvironment));
+    }
+    exec_self(args);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::ifstream in(log);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    throw EnvironmentError("bench: the " + std::to_string(nproc) + "-process job failed (" +
+                           (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
+                                              : "signal " + std::to_string(WTERMSIG(status))) +
+                           "):\n" + text);
+  }
+  store::Store store(db);
+  const auto epochs = store.epochs(1);
+  if (epochs.empty()) throw EnvironmentError("bench: the job recorded no epoch; its log:\n" + log);
+  const auto& e = epochs.front();
+  auto metric = [&](const char* name, double fallback) {
+    auto it = e.metrics.find(name);
+    return it == e.metrics.end() ? fallback : it->second;
+  };
+  ParallelBench r;
+  r.nproc = nproc;
+  r.fps = e.train_fps_mean;
+  r.rank_fps_min = metric("rank_fps_min", e.train_fps_mean);
+  r.rank_fps_max = metric("rank_fps_max", e.train_fps_mean);
+  r.allreduce_ms = metric("allreduce_ms", 0);
+  r.allreduce_share = metric("allreduce_share", 0);
+  return r;
+}
+
+}  // namespace amptune::app
