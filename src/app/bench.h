@@ -15,11 +15,11 @@ namespace amptune::app {
 
 struct ParallelBench {
   int nproc = 1;
-  double fps = 0;             // images/s of the whole job (the ranks' img/s summed)
-  double rank_fps_min = 0;    // the slowest rank's img/s (= fps for one process)
+  double fps = 0;           // images/s of the whole job (the ranks' img/s summed)
+  double rank_fps_min = 0;  // the slowest rank's img/s (= fps for one process)
   double rank_fps_max = 0;
-  double allreduce_ms = 0;    // per step: communication backward did not hide + the step vote
-  double allreduce_share = 0; // of the step time
+  double allreduce_ms = 0;     // per step: communication backward did not hide + the step vote
+  double allreduce_share = 0;  // of the step time
 };
 
 // Trains `config` for `warmup` + `steps` steps per process (one epoch, no evaluation, the

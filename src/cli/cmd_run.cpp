@@ -1,18 +1,17 @@
 // `amptune run`, `amptune resume`, `amptune fork`: options and output; app/runner.h does the work.
+#include <torch/version.h>
 #include <unistd.h>
 
 #include <iostream>
 
 #include "app/runner.h"
-#include "cli/commands.h"
 #include "app/table.h"
+#include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/version.h"
 #include "dist/cluster.h"
 #include "dist/launch.h"
-
-#include <torch/version.h>
 
 namespace amptune::cli {
 namespace {
@@ -114,7 +113,8 @@ void print_dry_run(const app::Plan& plan) {
   table.print(std::cout);
   std::cout << plan.cells.size() << " of " << plan.sweep.cells.size() << " cells of sweep "
             << plan.sweep.name << " checked (dry run: nothing trained or written)\n";
-  if (!plan.forks.empty()) std::cout << "plus " << plan.forks.size() << " forks declared under forks:\n";
+  if (!plan.forks.empty())
+    std::cout << "plus " << plan.forks.size() << " forks declared under forks:\n";
 }
 
 }  // namespace
@@ -134,7 +134,8 @@ int cmd_run(const Invocation& inv) {
       "only", po::value(&only)->composing(),
       "train only the cells whose key equals value: key=value; repeatable")(
       "dry-run", "check and print the cells (index, config hash, axis values); train nothing")(
-      "skip-data", "with --dry-run: do not check that the data sets open (planning on a machine "
+      "skip-data",
+      "with --dry-run: do not check that the data sets open (planning on a machine "
       "without the data)")(
       "workers", po::value(&workers)->default_value(1),
       "worker processes training cells of the sweep at the same time (each claims cells)")(
@@ -147,11 +148,14 @@ int cmd_run(const Invocation& inv) {
                        "stop each run after this epoch (0-based), leaving it resumable; -1 = "
                        "train to the end");
   if (!opts.parse(inv.args)) return 0;
-  if (sweep_path.empty()) throw UsageError("amptune run needs a sweep file: amptune run SWEEP.yaml");
+  if (sweep_path.empty())
+    throw UsageError("amptune run needs a sweep file: amptune run SWEEP.yaml");
   if (workers < 1) throw UsageError("--workers must be at least 1, got " + std::to_string(workers));
   if (nproc != 1) {
-    if (workers > 1) throw UsageError("--nproc and --workers do not go together: one sweep is "
-                                      "either shared by workers or trained by one parallel job");
+    if (workers > 1)
+      throw UsageError(
+          "--nproc and --workers do not go together: one sweep is "
+          "either shared by workers or trained by one parallel job");
     if (!opts.has("dry-run")) return spawn_ranks("run", inv, nproc);
   }
   const auto cluster = opts.has("dry-run") ? nullptr : join_job(workers);
@@ -161,28 +165,28 @@ int cmd_run(const Invocation& inv) {
   options.stale_after = stale_after;
   if (cluster && !cluster->leader()) return app::follow_job(options);
   return app::lead_job(options, [&] {
-
-  // Everything is checked before the database is touched: an invalid sweep writes nothing.
-  if (opts.has("skip-data") && !opts.has("dry-run")) {
-    throw UsageError("--skip-data goes with --dry-run: a run needs its data");
-  }
-  const app::Plan plan = app::plan_sweep(sweep_path, sets, only, !opts.has("skip-data"),
-                                         cluster ? cluster->size() : 1);
-  if (opts.has("dry-run")) {
-    print_dry_run(plan);
-    return 0;
-  }
-  store::Store store(db);
-  if (workers > 1) {
-    store.ensure_sweep(plan.sweep.name, plan.sweep.description, plan.sweep.yaml_text,
-                       plan.sweep.source_path);
-    return app::run_workers(worker_args(inv.args), workers, db, plan.sweep.name);
-  }
-  const app::Tally tally = app::run_sweep(store, plan, options);
-  log::info("sweep " + plan.sweep.name + ": " + tally.summary());
-  log::info("results: sqlite3 -header -column " + db + " \"select * from run_summary where sweep = '" +
-            plan.sweep.name + "'\"");
-  return tally.exit_code();
+    // Everything is checked before the database is touched: an invalid sweep writes nothing.
+    if (opts.has("skip-data") && !opts.has("dry-run")) {
+      throw UsageError("--skip-data goes with --dry-run: a run needs its data");
+    }
+    // (a dry run with --nproc N checks what the N processes will need)
+    const app::Plan plan = app::plan_sweep(sweep_path, sets, only, !opts.has("skip-data"),
+                                           cluster ? cluster->size() : nproc);
+    if (opts.has("dry-run")) {
+      print_dry_run(plan);
+      return 0;
+    }
+    store::Store store(db);
+    if (workers > 1) {
+      store.ensure_sweep(plan.sweep.name, plan.sweep.description, plan.sweep.yaml_text,
+                         plan.sweep.source_path);
+      return app::run_workers(worker_args(inv.args), workers, db, plan.sweep.name);
+    }
+    const app::Tally tally = app::run_sweep(store, plan, options);
+    log::info("sweep " + plan.sweep.name + ": " + tally.summary());
+    log::info("results: sqlite3 -header -column " + db +
+              " \"select * from run_summary where sweep = '" + plan.sweep.name + "'\"");
+    return tally.exit_code();
   });
 }
 
@@ -212,7 +216,8 @@ int cmd_resume(const Invocation& inv) {
   return app::lead_job(options, [&] {
     store::Store store = open_existing(db);
     auto run = store.find_run(run_ref);
-    if (!run) throw UsageError("no run '" + run_ref + "' in " + db + " (see amptune list --db " + db + ")");
+    if (!run)
+      throw UsageError("no run '" + run_ref + "' in " + db + " (see amptune list --db " + db + ")");
     const app::Tally tally = app::resume_run(
         store, *run, from_epoch >= 0 ? std::optional<int>(from_epoch) : std::nullopt, options);
     if (!tally.note.empty()) std::cout << tally.note << "\n";
@@ -231,7 +236,8 @@ int cmd_fork(const Invocation& inv) {
   opts.positional(&run_ref).db(&db).quiet();
   opts.add()("epoch", po::value(&epoch)->default_value(-1),
              "the parent's epoch whose checkpoint the fork starts from (required)")(
-      "set", po::value(&sets)->composing(), "a changed setting: key=value (YAML value); repeatable")(
+      "set", po::value(&sets)->composing(),
+      "a changed setting: key=value (YAML value); repeatable")(
       "name", po::value(&name), "label of the fork (default: the parent's label and the changes)")(
       "reset-optimizer", "take only the weights: optimizer state and loss scaler start fresh");
   add_training_options(opts, &threads, &stop_after, &nproc,
@@ -245,20 +251,21 @@ int cmd_fork(const Invocation& inv) {
   options.training.cluster = cluster.get();
   if (cluster && !cluster->leader()) return app::follow_job(options);
   return app::lead_job(options, [&] {
-  store::Store store = open_existing(db);
-  auto parent = store.find_run(run_ref);
-  if (!parent) throw UsageError("no run '" + run_ref + "' in " + db + " (see amptune list --db " + db + ")");
-  std::vector<std::pair<std::string, nlohmann::json>> overrides;
-  for (const std::string& text : sets) {
-    auto [key, value] = split_assignment(text);
-    Config probe;  // set_yaml does the lookup, YAML parse and coercion for the key
-    probe.set_yaml(key, value, SourceLoc{"--set " + text});
-    overrides.emplace_back(key, probe.at(key));
-  }
-  const app::Tally tally =
-      app::fork_run(store, *parent, epoch, overrides, opts.has("reset-optimizer"), name, options);
-  if (!tally.note.empty()) std::cout << tally.note << "\n";
-  return tally.exit_code();
+    store::Store store = open_existing(db);
+    auto parent = store.find_run(run_ref);
+    if (!parent)
+      throw UsageError("no run '" + run_ref + "' in " + db + " (see amptune list --db " + db + ")");
+    std::vector<std::pair<std::string, nlohmann::json>> overrides;
+    for (const std::string& text : sets) {
+      auto [key, value] = split_assignment(text);
+      Config probe;  // set_yaml does the lookup, YAML parse and coercion for the key
+      probe.set_yaml(key, value, SourceLoc{"--set " + text});
+      overrides.emplace_back(key, probe.at(key));
+    }
+    const app::Tally tally =
+        app::fork_run(store, *parent, epoch, overrides, opts.has("reset-optimizer"), name, options);
+    if (!tally.note.empty()) std::cout << tally.note << "\n";
+    return tally.exit_code();
   });
 }
 

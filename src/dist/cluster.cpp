@@ -5,7 +5,6 @@
 
 #include <chrono>
 #include <thread>
-
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "core/error.h"
@@ -79,8 +78,8 @@ std::unique_ptr<Cluster> Cluster::join(const LaunchEnv& env, double timeout_seco
       throw EnvironmentError("rank 0 cannot serve the rendezvous on " + where +
                              ": the port is in use; set MASTER_PORT to a free port (" + what + ")");
     }
-    throw RankLostError("rendezvous at " + where + " failed for " + env.describe() +
-                        " within " + std::to_string(static_cast<int>(timeout_seconds)) +
+    throw RankLostError("rendezvous at " + where + " failed for " + env.describe() + " within " +
+                        std::to_string(static_cast<int>(timeout_seconds)) +
                         " s (did every rank start? is MASTER_ADDR reachable?): " + what);
   }
   std::unique_ptr<Cluster> cluster(new Cluster(env, std::move(impl)));
@@ -90,11 +89,12 @@ std::unique_ptr<Cluster> Cluster::join(const LaunchEnv& env, double timeout_seco
   cluster->processes_.resize(static_cast<size_t>(env.world_size));
   try {
     for (int r = 0; r < env.world_size; ++r) {
-      cluster->processes_[static_cast<size_t>(r)] = from_bytes(store.get("proc/" + std::to_string(r)));
+      cluster->processes_[static_cast<size_t>(r)] =
+          from_bytes(store.get("proc/" + std::to_string(r)));
     }
   } catch (const std::exception& e) {
-    throw RankLostError("rendezvous at " + where + ": not every rank announced itself: " +
-                        first_line(e.what()));
+    throw RankLostError("rendezvous at " + where +
+                        ": not every rank announced itself: " + first_line(e.what()));
   }
   log::info("joined " + env.describe());
   return cluster;

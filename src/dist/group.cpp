@@ -1,13 +1,13 @@
 #include "dist/group.h"
 
+#include <torch/torch.h>
+#include <torch/version.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/torch.h>
-#include <torch/version.h>
 #ifdef AMPTUNE_HAVE_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif
@@ -36,9 +36,12 @@ std::string first_line(const std::string& text) {
 
 c10d::ReduceOp reduce_op(ProcessGroup::Op op) {
   switch (op) {
-    case ProcessGroup::Op::kMin: return c10d::ReduceOp(c10d::ReduceOp::MIN);
-    case ProcessGroup::Op::kMax: return c10d::ReduceOp(c10d::ReduceOp::MAX);
-    case ProcessGroup::Op::kSum: break;
+    case ProcessGroup::Op::kMin:
+      return c10d::ReduceOp(c10d::ReduceOp::MIN);
+    case ProcessGroup::Op::kMax:
+      return c10d::ReduceOp(c10d::ReduceOp::MAX);
+    case ProcessGroup::Op::kSum:
+      break;
   }
   return c10d::ReduceOp(c10d::ReduceOp::SUM);
 }
@@ -67,8 +70,9 @@ std::string resolve_backend(const std::string& backend, const torch::Device& dev
                         device.str() + "; use dist.backend: gloo (or auto)");
     }
     if (!have_nccl()) {
-      throw ConfigError("dist.backend: nccl - this amptune was built without c10d NCCL (a "
-                        "LibTorch with CUDA and NCCL is needed); use dist.backend: gloo");
+      throw ConfigError(
+          "dist.backend: nccl - this amptune was built without c10d NCCL (a "
+          "LibTorch with CUDA and NCCL is needed); use dist.backend: gloo");
     }
   } else if (b == "gloo") {
     if (device.is_cuda()) {
@@ -76,9 +80,10 @@ std::string resolve_backend(const std::string& backend, const torch::Device& dev
                         device.str() + "; use dist.backend: nccl (or auto)");
     }
     if (!have_gloo()) {
-      throw EnvironmentError("dist.backend: gloo - this amptune was built without c10d Gloo "
-                             "(libgloo-dev headers missing when it was configured): install "
-                             "libgloo-dev (tools/install-deps.sh) and rebuild");
+      throw EnvironmentError(
+          "dist.backend: gloo - this amptune was built without c10d Gloo "
+          "(libgloo-dev headers missing when it was configured): install "
+          "libgloo-dev (tools/install-deps.sh) and rebuild");
     }
   } else {
     throw ConfigError("dist.backend: unknown backend '" + backend + "' (auto, gloo, nccl)");
@@ -114,7 +119,9 @@ void ProcessGroup::Pending::wait() {
 
 ProcessGroup::ProcessGroup(Cluster& cluster, const std::string& name, const std::string& backend,
                            double timeout_seconds, const torch::Device& device)
-    : cluster_(cluster), backend_(resolve_backend(backend, device)), device_(device),
+    : cluster_(cluster),
+      backend_(resolve_backend(backend, device)),
+      device_(device),
       impl_(std::make_unique<Impl>()) {
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000));
   auto store = c10::make_intrusive<c10d::PrefixStore>(name + "/", cluster.impl().store);
@@ -123,15 +130,15 @@ ProcessGroup::ProcessGroup(Cluster& cluster, const std::string& name, const std:
 #ifdef AMPTUNE_HAVE_GLOO
       auto options = c10d::ProcessGroupGloo::Options::create(timeout);
       options->devices.push_back(gloo_device(cluster.env()));
-      impl_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, cluster.rank(),
-                                                              cluster.size(), options);
+      impl_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, cluster.rank(), cluster.size(),
+                                                              options);
 #endif
     } else {
 #ifdef AMPTUNE_HAVE_NCCL
       auto options = c10d::ProcessGroupNCCL::Options::create();
       options->timeout = timeout;
-      impl_->pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, cluster.rank(),
-                                                              cluster.size(), options);
+      impl_->pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, cluster.rank(), cluster.size(),
+                                                              options);
 #endif
     }
   } catch (const std::exception& e) {

@@ -4,12 +4,12 @@
 // lost rank when a peer is gone or dist.timeout_s passes. Internal to src/dist and src/train.
 #pragma once
 
+#include <torch/types.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <torch/types.h>
 
 #include "dist/cluster.h"
 

@@ -1,11 +1,11 @@
 #include "dist/reducer.h"
 
+#include <torch/torch.h>
+
 #include <chrono>
 #include <map>
 #include <stdexcept>
 #include <tuple>
-
-#include <torch/torch.h>
 
 namespace amptune::dist {
 
@@ -36,14 +36,15 @@ GradReducer::GradReducer(ProcessGroup& group, std::vector<torch::Tensor> params,
   for (size_t k = params_.size(); k-- > 0;) {
     const torch::Tensor& p = params_[k];
     if (!p.requires_grad()) continue;
-    const auto key = std::make_tuple(static_cast<int>(p.scalar_type()),
-                                     static_cast<int>(p.device().type()),
-                                     static_cast<int>(p.device().index()));
+    const auto key =
+        std::make_tuple(static_cast<int>(p.scalar_type()), static_cast<int>(p.device().type()),
+                        static_cast<int>(p.device().index()));
     auto it = open.find(key);
     const double bytes = static_cast<double>(p.numel() * p.element_size());
-    if (it == open.end() || (!buckets_[it->second].params.empty() &&
-                             static_cast<double>(buckets_[it->second].flat.numel() *
-                                                 p.element_size()) + bytes > cap_bytes)) {
+    if (it == open.end() ||
+        (!buckets_[it->second].params.empty() &&
+         static_cast<double>(buckets_[it->second].flat.numel() * p.element_size()) + bytes >
+             cap_bytes)) {
       buckets_.emplace_back();
       buckets_.back().flat = torch::empty({0}, p.options().requires_grad(false));
       open[key] = buckets_.size() - 1;
@@ -86,8 +87,9 @@ void GradReducer::on_grad(size_t index, const torch::Tensor& grad) {
   Slot& slot = slots_[index];
   Bucket& bucket = buckets_[slot.bucket];
   if (slot.ready) {
-    throw std::logic_error("a parameter received two gradients in one backward (used twice in "
-                           "the forward pass); set dist.overlap: false for such a model");
+    throw std::logic_error(
+        "a parameter received two gradients in one backward (used twice in "
+        "the forward pass); set dist.overlap: false for such a model");
   }
   torch::NoGradGuard no_grad;
   bucket.flat.narrow(0, slot.offset, grad.numel()).copy_(grad.reshape({-1}));

@@ -7,10 +7,10 @@
 // backward; without `overlap` every bucket is reduced after backward. Internal to src/train.
 #pragma once
 
+#include <torch/types.h>
+
 #include <cstdint>
 #include <vector>
-
-#include <torch/types.h>
 
 #include "dist/group.h"
 

@@ -3,7 +3,6 @@
 // simulated srun environment; the equality of 2 ranks x B/2 with 1 rank x B (sync BN), an
 // overflow on one rank, a killed rank, exact sharded evaluation and the refusals.
 #include <gtest/gtest.h>
-
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -14,12 +13,11 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "dist/launch.h"
 #include "harness.h"
@@ -70,10 +68,11 @@ int free_port_in(int lo, int hi) {
 }
 
 // Starts the two ranks of a job with `env_of(rank)`; returns their exit codes.
-std::vector<int> two_processes(const std::vector<std::string>& args, const std::string& cwd,
-                               const std::function<std::vector<std::pair<std::string, std::string>>(int)>& env_of,
-                               std::vector<pid_t>* pids = nullptr,
-                               const std::function<void(const std::vector<pid_t>&)>& meanwhile = {}) {
+std::vector<int> two_processes(
+    const std::vector<std::string>& args, const std::string& cwd,
+    const std::function<std::vector<std::pair<std::string, std::string>>(int)>& env_of,
+    std::vector<pid_t>* pids = nullptr,
+    const std::function<void(const std::vector<pid_t>&)>& meanwhile = {}) {
   std::vector<pid_t> started;
   std::vector<std::unique_ptr<StopOnExit>> guards;
   for (int rank = 0; rank < 2; ++rank) {
@@ -117,15 +116,15 @@ double relative(double a, double b) { return std::fabs(a - b) / std::max(std::fa
 // batch-16 gradient and synchronised BatchNorm sees the batch-16 statistics. Only fp32 reduction
 // order differs (sums of 8 + 8 instead of 16 values, and the two-pass variance of the
 // synchronised layers): after 20 SGD steps train_loss and val_loss agree to a relative 1e-4
-// (measured: train_loss 1e-9, val_loss 1e-5 of a loss of 0.0011). Without sync_bn each rank normalises with its own 8 samples, as DDP
-// does, and the runs part by far more than that.
+// (measured: train_loss 1e-9, val_loss 1e-5 of a loss of 0.0011). Without sync_bn each rank
+// normalises with its own 8 samples, as DDP does, and the runs part by far more than that.
 TEST(Distributed, TwoRanksWithSyncBnEqualOneRankWithTheWholeBatch) {
   const TinySweep one = distributed_sweep("one", 1, 320);
   ASSERT_EQ(run_amptune(run_args(one, {}), one.dir).exit_code, 0);
   const TinySweep synced = distributed_sweep("synced", 1, 320);
-  auto r = run_amptune(
-      run_args(synced, {"--nproc", "2", "--set", "data.batch_size=8", "--set", "dist.sync_bn=true"}),
-      synced.dir);
+  auto r = run_amptune(run_args(synced, {"--nproc", "2", "--set", "data.batch_size=8", "--set",
+                                         "dist.sync_bn=true"}),
+                       synced.dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const TinySweep ddp = distributed_sweep("ddp", 1, 320);
   r = run_amptune(run_args(ddp, {"--nproc", "2", "--set", "data.batch_size=8"}), ddp.dir);
@@ -187,13 +186,16 @@ TEST(Distributed, TorchrunNprocAndSrunGiveTheSameRunsAndEvaluationIsExact) {
   const int port = free_port_in(15000, 32000);
   const auto codes = two_processes(run_args(srun, {}), srun.dir, [&](int rank) {
     return std::vector<std::pair<std::string, std::string>>{
-        {"SLURM_PROCID", std::to_string(rank)}, {"SLURM_LOCALID", std::to_string(rank)},
-        {"SLURM_STEP_NUM_TASKS", "2"},          {"SLURM_STEP_TASKS_PER_NODE", "2"},
-        {"SLURM_NODEID", "0"},                  {"SLURM_STEP_NODELIST", "localhost"},
+        {"SLURM_PROCID", std::to_string(rank)},
+        {"SLURM_LOCALID", std::to_string(rank)},
+        {"SLURM_STEP_NUM_TASKS", "2"},
+        {"SLURM_STEP_TASKS_PER_NODE", "2"},
+        {"SLURM_NODEID", "0"},
+        {"SLURM_STEP_NODELIST", "localhost"},
         {"SLURM_JOB_ID", std::to_string(port - 15000 + 17000 * 3)}};
   });
-  EXPECT_EQ(codes, (std::vector<int>{0, 0})) << read_file(srun.dir + "/rank0.err")
-                                             << read_file(srun.dir + "/rank1.err");
+  EXPECT_EQ(codes, (std::vector<int>{0, 0}))
+      << read_file(srun.dir + "/rank0.err") << read_file(srun.dir + "/rank1.err");
   EXPECT_NE(read_file(srun.dir + "/rank0.err").find("via slurm"), std::string::npos);
   EXPECT_NE(read_file(torchrun.dir + "/torchrun.err").find("via torchrun"), std::string::npos);
 
@@ -297,9 +299,9 @@ TEST(Distributed, AKilledRankLeavesTheRunResumableAndTheRerunEqualsAnUninterrupt
 // and prints the linearity of the second against the first.
 TEST(Distributed, BenchPrintsTheLinearityOfJobsOfOneAndTwoProcesses) {
   const TinySweep f = distributed_sweep("bench", 1, 192);
-  const auto r = run_amptune({"bench", f.yaml, "--nproc", "1,2", "--steps", "3", "--warmup", "1",
-                              "--threads", "1"},
-                             f.dir);
+  const auto r = run_amptune(
+      {"bench", f.yaml, "--nproc", "1,2", "--steps", "3", "--warmup", "1", "--threads", "1"},
+      f.dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   // header + one row per process count
   std::vector<std::string> lines;
@@ -335,8 +337,8 @@ TEST(Distributed, Refusals) {
   EXPECT_FALSE(fs::exists(f.db));
 
   // A launch environment without its rendezvous.
-  const pid_t pid = spawn_amptune(run_args(f, {}), f.dir,
-                                  {{{"RANK", "0"}, {"WORLD_SIZE", "2"}}, "partial"});
+  const pid_t pid =
+      spawn_amptune(run_args(f, {}), f.dir, {{{"RANK", "0"}, {"WORLD_SIZE", "2"}}, "partial"});
   StopOnExit stop(pid);
   EXPECT_EQ(wait_exit_code(pid, 60), 3);
   EXPECT_NE(read_file(f.dir + "/partial.err").find("MASTER_ADDR is not set"), std::string::npos)

@@ -1,17 +1,17 @@
 // c10d process groups and the gradient reducer over real Gloo, two ranks as two threads of this
 // process on the loopback (a rendezvous of their own per test).
+#include "dist/group.h"
+
 #include <gtest/gtest.h>
+#include <torch/torch.h>
 
 #include <functional>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <torch/torch.h>
-
 #include "core/error.h"
 #include "dist/cluster.h"
-#include "dist/group.h"
 #include "dist/launch.h"
 #include "dist/reducer.h"
 
@@ -151,7 +151,7 @@ TEST(DistGroup, ALostRankIsNamed) {
   two_ranks(
       [&message](int rank, Cluster&, ProcessGroup& group) {
         auto t = torch::ones({4});
-        group.allreduce(t);  // both alive
+        group.allreduce(t);     // both alive
         if (rank == 1) return;  // leaves: its group is destroyed when the body returns
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
         try {
