@@ -1,23 +1,23 @@
 // RootNet task: int32 cast points, the LR rule of the original, training loss and evaluation
 // metrics on tiny synthetic sets.
 #include <gtest/gtest.h>
+#include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
-#include <torch/torch.h>
 
 #include "core/config.h"
 #include "core/error.h"
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "data/rootnet_data.h"
+#include "support/scratch.h"
 #include "train/casts.h"
 #include "train/schedule.h"
-#include "support/scratch.h"
 #include "train/task.h"
 
 namespace amptune::train {
@@ -210,6 +210,45 @@ TEST(RootNetTask, TrainsAndEvaluatesOnMupots) {
   }
   EXPECT_LT(valid, all);
   EXPECT_EQ(m["val_samples"], static_cast<double>(valid));
+}
+
+// A data-parallel evaluation: the batches of two shards (LoaderOptions::Shard::kBatches),
+// their records through bytes (as the ranks gather them) and in batch order give every metric
+// of one process bitwise: MRPE over all images, AP_root over all people, the loss.
+TEST(RootNetTask, ShardedEvaluationEqualsOneProcessBitwise) {
+  const std::string dir = amptune::testing::scratch_dir();
+  synth("muco", dir + "/MuCo", 2);
+  synth("mpii", dir + "/MPII", 2);
+  synth("mupots", dir + "/MuPoTS", 7);
+  Config c = tiny_config(dir, "mupots");
+  torch::manual_seed(0);
+  auto task = make_task(c);
+  const auto single = evaluate(*task, c);
+  auto val = data::make_dataset(c, data::Split::kVal);
+  std::vector<EvalBatch> all;
+  for (int rank = 0; rank < 2; ++rank) {
+    data::LoaderOptions lo;
+    lo.batch_size = 4;
+    lo.workers = 0;
+    lo.shuffle = false;
+    lo.train = false;
+    lo.drop_last = false;
+    lo.rank = rank;
+    lo.world = 2;
+    lo.shard = data::LoaderOptions::Shard::kBatches;
+    data::Loader loader(val, lo);
+    for (auto& b :
+         decode_eval_batches(encode_eval_batches(task->evaluate_batches(loader, torch::kCPU)))) {
+      all.push_back(std::move(b));
+    }
+  }
+  ASSERT_GE(all.size(), 3u);  // both ranks had batches
+  std::sort(all.begin(), all.end(),
+            [](const EvalBatch& a, const EvalBatch& b) { return a.index < b.index; });
+  const auto sharded = task->metrics(all);
+  EXPECT_EQ(sharded, single);
+  EXPECT_TRUE(single.count("ap_root_25") && single.count("mrpe"));
+  EXPECT_THROW(decode_eval_batches(std::string(5, 'x')), std::runtime_error);
 }
 
 TEST(RootNetTask, H36mGivesPerActionMrpe) {
