@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <stdexcept>
@@ -31,8 +32,14 @@ GradReducer::GradReducer(ProcessGroup& group, std::vector<torch::Tensor> params,
     : group_(group), params_(std::move(params)), options_(options) {
   slots_.resize(params_.size());
   const double cap_bytes = options_.one_buffer ? 1e300 : options_.bucket_mb * 1024.0 * 1024.0;
+  // As DDP: the first bucket (the last layers, whose gradients come first) holds at most 1 MiB,
+  // so its all-reduce starts early in backward.
+  const double first_cap_bytes =
+      options_.one_buffer ? cap_bytes : std::min(cap_bytes, 1024.0 * 1024.0);
   // Open bucket per (dtype, device); parameters in reverse order, as backward reaches them.
-  std::map<std::tuple<int, int, int>, size_t> open;
+  std::map<std::tuple<int, int, int>, size_t> open, first;
+  std::vector<int64_t> numel;              // of each bucket
+  std::vector<torch::TensorOptions> kind;  // dtype and device of each bucket
   for (size_t k = params_.size(); k-- > 0;) {
     const torch::Tensor& p = params_[k];
     if (!p.requires_grad()) continue;
@@ -40,22 +47,25 @@ GradReducer::GradReducer(ProcessGroup& group, std::vector<torch::Tensor> params,
         std::make_tuple(static_cast<int>(p.scalar_type()), static_cast<int>(p.device().type()),
                         static_cast<int>(p.device().index()));
     auto it = open.find(key);
-    const double bytes = static_cast<double>(p.numel() * p.element_size());
-    if (it == open.end() ||
-        (!buckets_[it->second].params.empty() &&
-         static_cast<double>(buckets_[it->second].flat.numel() * p.element_size()) + bytes >
-             cap_bytes)) {
+    bool start = it == open.end();
+    if (!start) {
+      const double cap = it->second == first.at(key) ? first_cap_bytes : cap_bytes;
+      start = static_cast<double>((numel[it->second] + p.numel()) * p.element_size()) > cap;
+    }
+    if (start) {  // a new bucket (a tensor larger than the cap gets one of its own)
       buckets_.emplace_back();
-      buckets_.back().flat = torch::empty({0}, p.options().requires_grad(false));
+      numel.push_back(0);
+      kind.push_back(p.options().requires_grad(false));
+      first.emplace(key, buckets_.size() - 1);  // no-op after the first
       open[key] = buckets_.size() - 1;
       it = open.find(key);
     }
-    Bucket& b = buckets_[it->second];
     slots_[k].bucket = it->second;
-    slots_[k].offset = b.flat.numel();
-    b.params.push_back(k);
-    b.flat = torch::empty({b.flat.numel() + p.numel()}, b.flat.options());
+    slots_[k].offset = numel[it->second];
+    buckets_[it->second].params.push_back(k);
+    numel[it->second] += p.numel();
   }
+  for (size_t i = 0; i < buckets_.size(); ++i) buckets_[i].flat = torch::empty({numel[i]}, kind[i]);
   if (options_.overlap && !options_.one_buffer) {
     hooks_.assign(params_.size(), 0);
     for (size_t k = 0; k < params_.size(); ++k) {

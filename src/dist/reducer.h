@@ -1,6 +1,6 @@
 // Gradient averaging of data-parallel training, as PyTorch DDP's Reducer: parameters go into
-// buckets of about dist.bucket_mb MiB (in reverse order, the order backward produces gradients,
-// one dtype and device per bucket); a gradient hook copies each gradient into its bucket and,
+// buckets of about dist.bucket_mb MiB, the first one at most 1 MiB (in reverse order, the order
+// backward produces gradients, one dtype and device per bucket); a gradient hook copies each gradient into its bucket and,
 // when the bucket is complete, starts its all-reduce while backward goes on (overlap). finish()
 // waits for every bucket and writes the averages back into the parameters' .grad. With
 // `one_buffer` (amp.combine_grad) there is one flat buffer per dtype and one all-reduce after

@@ -144,6 +144,18 @@ TEST(DistReducer, AveragesGradientsOverTheRanks) {
   }
 }
 
+// As DDP: the first bucket (the last layers) holds at most 1 MiB, so it starts during backward;
+// the rest share dist.bucket_mb.
+TEST(DistReducer, TheFirstBucketHoldsAtMostOneMiB) {
+  two_ranks([](int, Cluster&, ProcessGroup& group) {
+    torch::nn::Sequential model(torch::nn::Linear(600, 600), torch::nn::Linear(600, 4));
+    EXPECT_EQ(GradReducer(group, model->parameters(), ReducerOptions{25, true, false}).buckets(),
+              2u);  // [last layer + first bias: 12 KB], [600 x 600 weight: 1.4 MB]
+    EXPECT_EQ(GradReducer(group, model->parameters(), ReducerOptions{25, true, true}).buckets(),
+              1u);
+  });
+}
+
 // A rank that leaves (its process group gone, as when its process is killed) makes the other's
 // next collective fail at once with RankLostError naming it, not hang.
 TEST(DistGroup, ALostRankIsNamed) {
