@@ -780,8 +780,7 @@ RunResult train_impl(store::Store* store, const store::RunRow& run, const RunOpt
   } catch (const RankLostError& e) {
     // A rank is gone: the run goes back to pending, resumable from its last checkpoint.
     result.outcome = Outcome::kRankLost;
-    result.message = e.what();
-    log::warn("run " + run.name + ": " + result.message);
+    result.message = e.what();  // (logged by the caller)
     if (store) {
       try {
         store->release_run(run.id, result.message);

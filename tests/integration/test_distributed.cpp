@@ -295,6 +295,32 @@ TEST(Distributed, AKilledRankLeavesTheRunResumableAndTheRerunEqualsAnUninterrupt
   expect_same_epochs(reference.db, f.db);
 }
 
+// A hung rank (SIGSTOP: its sockets stay open) is noticed through dist.timeout_s: rank 0 stops
+// with exit 9 soon after the timeout instead of waiting for ever, and the run stays resumable.
+TEST(Distributed, AHungRankStopsTheOthersAfterTheTimeout) {
+  const TinySweep f = distributed_sweep("hung", 3, 1600);
+  const int port = dist::free_local_port();
+  const auto args = run_args(f, {"--set", "dist.timeout_s=5"});
+  const pid_t leader = spawn_amptune(args, f.dir, {torchrun_env(0, port), "rank0"});
+  StopOnExit stop_leader(leader);
+  const pid_t hung = spawn_amptune(args, f.dir, {torchrun_env(1, port), "rank1"});
+  StopOnExit stop_hung(hung);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
+  while (!fs::exists(f.db) || epochs_of(f.db, "1").empty()) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "epoch 0 never recorded";
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ::kill(hung, SIGSTOP);
+  EXPECT_EQ(wait_exit_code(leader, 120), 9);  // (timeout 5 s; generous for a busy CI)
+  ::kill(hung, SIGKILL);
+  ::kill(hung, SIGCONT);
+  EXPECT_EQ(wait_exit_code(hung, 60), 128 + SIGKILL);
+  const std::string err = read_file(f.dir + "/rank0.err");
+  EXPECT_NE(err.find("lost contact with rank 1 (pid"), std::string::npos) << err;
+  store::Store store(f.db);
+  EXPECT_EQ(store.find_run("1")->status, store::RunStatus::kPending);
+}
+
 // `bench --nproc 1,2` times real jobs of 1 and 2 processes (the trainer on a scratch database)
 // and prints the linearity of the second against the first.
 TEST(Distributed, BenchPrintsTheLinearityOfJobsOfOneAndTwoProcesses) {
