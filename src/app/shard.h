@@ -1,5 +1,5 @@
 // Shards of a sweep (`amptune run SWEEP.yaml --shard K/N`): N machines each train a disjoint part
-// of the sweep's cells into a database of their own (docs/SLURM.md).
+// of the sweep's cells into a database of their own, and `amptune merge` joins the databases.
 //
 // The partition: cell -> shard (first 64 bits of sha256(config hash)) mod N. It depends on
 // nothing but the cell's own config hash, so

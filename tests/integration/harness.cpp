@@ -67,6 +67,17 @@ std::vector<store::EpochRow> epochs_of(const std::string& db, const std::string&
   return r ? s.epochs(r->id) : std::vector<store::EpochRow>{};
 }
 
+TinyOptions quick_tiny(const std::string& tail, int epochs) {
+  TinyOptions o;
+  o.epochs = epochs;
+  o.train_n = 64;
+  o.test_n = 32;
+  o.loader_workers = 1;
+  o.schedule = "";
+  o.tail = tail;
+  return o;
+}
+
 TinySweep make_tiny_sweep(const TinyOptions& o) {
   TinySweep f;
   f.dir = scratch_dir();

@@ -32,6 +32,10 @@ struct TinyOptions {
   std::string model =
       "{name: resnet18, num_classes: 4, in_channels: 1, width: 0.0625, small_input: true}";
 };
+// The quicker variant several tests share: 64 training and 32 test images, one loader worker,
+// no extra schedule keys, `epochs` epochs, `tail` after base (the grid).
+TinyOptions quick_tiny(const std::string& tail, int epochs = 1);
+
 struct TinySweep {
   std::string dir;   // a fresh scratch_dir()
   std::string db;    // dir/results/amptune.sqlite (results/ exists)
