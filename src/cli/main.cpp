@@ -35,6 +35,8 @@ commands:
   gc                  delete checkpoint files the database no longer references (--dry-run)
   merge A.sqlite B.sqlite ... --into FILE
                       merge results databases (shards of a sweep) into one, in one transaction
+  slurm SWEEP.yaml    write (--submit: and submit) a Slurm array job of the sweep's shards and
+                      the job that merges them
   version             print version, git commit and LibTorch version
 
 `amptune <command> --help` describes each command's options.
@@ -76,6 +78,7 @@ int main(int argc, char** argv) {
     if (command == "export") return cli::cmd_export(inv);
     if (command == "gc") return cli::cmd_gc(inv);
     if (command == "merge") return cli::cmd_merge(inv);
+    if (command == "slurm") return cli::cmd_slurm(inv);
     if (command == "version" || command == "--version") {
       std::cout << "amptune " << kVersion << " (" << kGitCommit << (kGitDirty ? "-dirty" : "")
                 << ")\n";

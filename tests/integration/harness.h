@@ -60,8 +60,12 @@ pid_t spawn_amptune(const std::vector<std::string>& args, const std::string& cwd
 struct SpawnOptions {
   std::vector<std::pair<std::string, std::string>> env;  // set in the child
   std::string log_stem = "child";  // stdout/stderr to cwd/<stem>.out and cwd/<stem>.err
+  bool die_with_parent = false;    // SIGTERM when the test process dies (daemons)
 };
 pid_t spawn_amptune(const std::vector<std::string>& args, const std::string& cwd,
+                    const SpawnOptions& options);
+// Another program (argv[0] searched in PATH), stdin from /dev/null, output as above.
+pid_t spawn_program(const std::vector<std::string>& argv, const std::string& cwd,
                     const SpawnOptions& options);
 
 // Waits for `pid` at most `timeout_seconds`; its exit code, or 128 + the signal that ended it.
