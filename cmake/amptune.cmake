@@ -48,8 +48,8 @@ function(amptune_embed out_var)
 endfunction()
 
 # amptune_test(<name> SOURCES ... DEPS ... LABELS ...): one GoogleTest executable registered with
-# ctest and labelled (unit, integration, slow, gpu): a unit executable as one ctest test, the
-# others test by test (gtest_discover_tests), so long tests run in parallel.
+# ctest and labelled (unit, integration, slow, gpu, slurm): a unit executable as one ctest test,
+# the others test by test (gtest_discover_tests), so long tests run in parallel.
 function(amptune_test name)
   cmake_parse_arguments(ARG "TORCH" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
@@ -58,7 +58,7 @@ function(amptune_test name)
   target_compile_definitions(${name} PRIVATE
     AMPTUNE_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
     AMPTUNE_FIXTURE_DIR="${PROJECT_SOURCE_DIR}/tests/fixtures")
-  if("integration" IN_LIST ARG_LABELS)  # runs the real binary as a child process
+  if("integration" IN_LIST ARG_LABELS OR "slurm" IN_LIST ARG_LABELS)  # runs the real binary
     target_compile_definitions(${name} PRIVATE AMPTUNE_BINARY="$<TARGET_FILE:amptune>")
     add_dependencies(${name} amptune)
   endif()

@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
 # Installs amptune's build and run dependencies from Debian 12's archive. Idempotent: apt is only
 # called for packages that are missing.
+#   tools/install-deps.sh         the build, the tests and the quickstart
+#   tools/install-deps.sh slurm   Slurm and MUNGE alone, for the local Slurm test (label slurm,
+#                                 tests/integration/test_slurm.cpp installs them when missing)
 set -euo pipefail
+if [ "${1:-}" = slurm ]; then
+  packages=(slurm-wlm munge)
+else
 packages=(
   build-essential cmake pkg-config ccache git
   libtorch-dev libyaml-cpp-dev libsqlite3-dev sqlite3 libssl-dev nlohmann-json3-dev
@@ -11,6 +17,7 @@ packages=(
   gnuplot-nox  # amptune report draws its plots with gnuplot
   python3-torch python3-torchvision  # tests: PyTorch reads exported weights; fixture scripts
 )
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The test command: installs dependencies (idempotent), builds everything with warnings as
 # errors, runs the whole ctest suite. Extra arguments go to ctest: -L unit (the fast tier: one
-# ctest test per unit executable), -L integration, -L slow, -R Claims (integration tests by name).
+# ctest test per unit executable), -L integration, -L slow, -L slurm (a real one-node Slurm:
+# installs slurm-wlm and munge when missing, needs root, skipped saying why where its daemons
+# cannot start; docs/SLURM.md), -R Claims (integration tests by name).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/install-deps.sh

@@ -1,11 +1,8 @@
 #include "app/report.h"
 
-#include <fcntl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -13,6 +10,7 @@
 #include <map>
 #include <sstream>
 
+#include "app/program.h"
 #include "core/error.h"
 
 namespace amptune::app {
@@ -150,48 +148,17 @@ std::string read_tail(const fs::path& path, size_t max_chars) {
 // log's tail when it fails or cannot start.
 void run_gnuplot(const std::string& program, const fs::path& dir, const std::string& script) {
   const fs::path log = dir / "gnuplot.log";
-  int pipe_fds[2];
-  if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
-    throw EnvironmentError(std::string("cannot start gnuplot: pipe: ") + std::strerror(errno));
-  }
-  const pid_t pid = fork();
-  if (pid < 0) {
-    const int error = errno;
-    close(pipe_fds[0]);
-    close(pipe_fds[1]);
-    throw EnvironmentError(std::string("cannot start gnuplot: fork: ") + std::strerror(error));
-  }
-  if (pid == 0) {
-    close(pipe_fds[0]);
-    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (chdir(dir.c_str()) == 0 && fd >= 0) {
-      dup2(fd, STDOUT_FILENO);
-      dup2(fd, STDERR_FILENO);
-      execlp(program.c_str(), program.c_str(), script.c_str(), static_cast<char*>(nullptr));
-    }
-    const int error = errno;
-    (void)!write(pipe_fds[1], &error, sizeof error);
-    _exit(127);
-  }
-  close(pipe_fds[1]);
-  int exec_errno = 0;
-  const ssize_t got = read(pipe_fds[0], &exec_errno, sizeof exec_errno);
-  close(pipe_fds[0]);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (got == static_cast<ssize_t>(sizeof exec_errno)) {
-    throw EnvironmentError("cannot run '" + program + "' (" + std::strerror(exec_errno) +
+  const ProgramRun run = run_program({program, script}, dir.string(), log.string());
+  if (run.exec_error) {
+    throw EnvironmentError("cannot run '" + program + "' (" + std::strerror(run.exec_error) +
                            "): amptune report draws its plots with gnuplot; install the Debian "
                            "package gnuplot-nox (tools/install-deps.sh) or set AMPTUNE_GNUPLOT "
                            "to its path");
   }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+  if (!run.ok()) {
     throw EnvironmentError("gnuplot failed on " + (dir / script).string() + " (" +
-                           (WIFEXITED(status)
-                                ? "exit status " + std::to_string(WEXITSTATUS(status))
-                                : "killed by signal " + std::to_string(WTERMSIG(status))) +
-                           "); its output (" + log.string() + "):\n" + read_tail(log, 1500));
+                           run.outcome() + "); its output (" + log.string() + "):\n" +
+                           read_tail(log, 1500));
   }
 }
 

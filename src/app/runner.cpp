@@ -112,13 +112,24 @@ store::RunSpec cell_spec(const Sweep& sweep, const Cell& cell, const Config& con
 }
 
 Plan plan_sweep(const std::string& path, const std::vector<std::string>& sets,
-                const std::vector<std::string>& only, bool data, int world_size) {
+                const std::vector<std::string>& only, bool data, int world_size,
+                const std::optional<Shard>& shard) {
   Plan plan;
   plan.sweep = load_sweep(path, sets);
   plan.cells = filter_cells(plan.sweep.cells, only);
   if (plan.cells.empty()) {
     throw UsageError("--only matched no cell of sweep " + plan.sweep.name + " (" +
                      std::to_string(plan.sweep.cells.size()) + " cells; see --dry-run)");
+  }
+  plan.only_cells = plan.cells.size();
+  plan.shard = shard;
+  if (shard) {
+    // Forks are planned below from the kept cells only: a fork goes with its parent's shard.
+    plan.cells.erase(std::remove_if(plan.cells.begin(), plan.cells.end(),
+                                    [&](const Cell& cell) {
+                                      return shard_of(cell.hash, shard->n) != shard->k;
+                                    }),
+                     plan.cells.end());
   }
   const Sweep& sweep = plan.sweep;
   auto cell_error = [&](const Cell& cell, const std::string& what) {

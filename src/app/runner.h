@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/shard.h"
 #include "core/sweep.h"
 #include "store/store.h"
 #include "train/runner.h"
@@ -35,8 +36,10 @@ struct PlannedFork {
 
 struct Plan {
   Sweep sweep;
-  std::vector<Cell> cells;         // the cells --only selected, in cell order
+  std::vector<Cell> cells;         // the cells --only and --shard selected, in cell order
   std::vector<PlannedFork> forks;  // forks of the selected cells, in declaration order
+  std::optional<Shard> shard;      // --shard K/N (app/shard.h)
+  size_t only_cells = 0;           // cells --only selected, before --shard
 };
 
 // Reads and expands the sweep file at `path` (with --set `sets`, --only `only`) and checks every
@@ -45,12 +48,14 @@ struct Plan {
 // and, when `data` is true, that each distinct data set opens (train::check_data, once per
 // distinct data.* / rootnet.* setting), and for a data-parallel job of `world_size` processes
 // its process group (train::check_parallel) and that every process gets a batch. Touches no
-// database. Throws ConfigError naming the
-// file:line of the key where it can and the cell ("cell 3 (amp.opt_level=O1): ..."),
+// database. With `shard`, only the cells of that shard (shard_of their config hash) are planned,
+// each with its forks; a shard may have no cell (an empty plan, not an error). Throws ConfigError
+// naming the file:line of the key where it can and the cell ("cell 3 (amp.opt_level=O1): ..."),
 // DataError naming the expected path, UsageError when --only matches no cell.
 // Linear in the number of cells: 100,000 cells plan in seconds (docs/PERFORMANCE.md).
 Plan plan_sweep(const std::string& path, const std::vector<std::string>& sets,
-                const std::vector<std::string>& only, bool data = true, int world_size = 1);
+                const std::vector<std::string>& only, bool data = true, int world_size = 1,
+                const std::optional<Shard>& shard = std::nullopt);
 
 // The run spec (Store::ensure_run) of a cell: label, canonical config, hash, axes, run columns.
 store::RunSpec cell_spec(const Sweep& sweep, const Cell& cell, const Config& config);

@@ -39,7 +39,8 @@ std::vector<std::pair<std::string, std::string>> baseline_pairs(
 }  // namespace
 
 int cmd_compare(const Invocation& inv) {
-  std::string db, by, format;
+  std::vector<std::string> dbs;
+  std::string by, format;
   std::vector<std::string> baseline;
   app::CompareOptions options;
   Options opts("compare",
@@ -48,7 +49,7 @@ int cmd_compare(const Invocation& inv) {
                "runs), its epoch, mean train img/s, overflow and skipped steps summed over\n"
                "epochs, status, rank (1 = best) and, with --baseline, the difference to the\n"
                "baseline row. Rows are ordered best first.\n");
-  opts.db(&db);
+  opts.dbs(&dbs);
   opts.add()("sweep", po::value(&options.sweep), "the sweep to compare (required)")(
       "by", po::value(&by),
       "comma-separated grouping keys: swept keys (optim.lr) or run columns (opt_level, "
@@ -65,8 +66,8 @@ int cmd_compare(const Invocation& inv) {
   }
   options.by = split(by, ',');
   options.baseline = baseline_pairs(baseline);
-  store::Store store = open_existing(db);
-  const app::CompareTable table = app::build_compare(store, options);
+  const auto store = open_results(dbs);
+  const app::CompareTable table = app::build_compare(*store, options);
   if (format == "csv") {
     app::write_compare_csv(table, std::cout);
   } else if (format == "json") {

@@ -111,6 +111,7 @@ void print_dry_run(const app::Plan& plan) {
     table.add({std::to_string(c.index), c.hash.substr(0, 8), c.label()});
   }
   table.print(std::cout);
+  if (plan.shard) std::cout << "shard " << plan.shard->text() << ": ";
   std::cout << plan.cells.size() << " of " << plan.sweep.cells.size() << " cells of sweep "
             << plan.sweep.name << " checked (dry run: nothing trained or written)\n";
   if (!plan.forks.empty())
@@ -120,7 +121,7 @@ void print_dry_run(const app::Plan& plan) {
 }  // namespace
 
 int cmd_run(const Invocation& inv) {
-  std::string sweep_path, db;
+  std::string sweep_path, db, shard;
   std::vector<std::string> sets, only;
   int threads = 0, stop_after = -1, workers = 1, nproc = 1;
   double stale_after = store::kDefaultStaleAfterSeconds;
@@ -143,7 +144,11 @@ int cmd_run(const Invocation& inv) {
       "stale-after", po::value(&stale_after)->default_value(store::kDefaultStaleAfterSeconds),
       "seconds without heartbeat after which a run held by a process on another host is taken "
       "over (presumed dead); a holder on this host is taken over as soon as its process is gone")(
-      "no-progress", "no per-step progress lines (epoch lines stay)");
+      "no-progress", "no per-step progress lines (epoch lines stay)")(
+      "shard", po::value(&shard),
+      "K/N: train only shard K (0-based) of N of the cells, into "
+      "results/<sweep>.shard-K-of-N.sqlite unless --db; auto: K/N of a Slurm array job; "
+      "auto/N: K from Slurm or Kubernetes' JOB_COMPLETION_INDEX (docs/SLURM.md)");
   add_training_options(opts, &threads, &stop_after, &nproc,
                        "stop each run after this epoch (0-based), leaving it resumable; -1 = "
                        "train to the end");
@@ -170,8 +175,12 @@ int cmd_run(const Invocation& inv) {
       throw UsageError("--skip-data goes with --dry-run: a run needs its data");
     }
     // (a dry run with --nproc N checks what the N processes will need)
-    const app::Plan plan = app::plan_sweep(sweep_path, sets, only, !opts.has("skip-data"),
-                                           cluster ? cluster->size() : nproc);
+    const app::Plan plan = app::plan_sweep(
+        sweep_path, sets, only, !opts.has("skip-data"), cluster ? cluster->size() : nproc,
+        opts.has("shard") ? std::optional(app::parse_shard(shard)) : std::nullopt);
+    if (plan.shard && opts.vm()["db"].defaulted()) {
+      db = app::shard_db_path(plan.sweep.name, *plan.shard);  // one database per shard
+    }
     if (opts.has("dry-run")) {
       print_dry_run(plan);
       return 0;

@@ -56,7 +56,8 @@ void print_sweep(const app::SweepStatus& sweep, std::ostream& out) {
 }  // namespace
 
 int cmd_status(const Invocation& inv) {
-  std::string db, sweep;
+  std::vector<std::string> dbs;
+  std::string sweep;
   Options opts("status",
                "usage: amptune status [options]\n\n"
                "Per sweep: done / running / pending / failed / diverged counts; for each running\n"
@@ -64,13 +65,13 @@ int cmd_status(const Invocation& inv) {
                "running run whose process on this host is gone, or (another host) whose\n"
                "heartbeat is older than " +
                    app::fixed(store::kDefaultStaleAfterSeconds, 0) + " s, is shown as stale.\n");
-  opts.db(&db);
+  opts.dbs(&dbs);
   opts.add()("sweep", po::value(&sweep), "only this sweep");
   if (!opts.parse(inv.args)) return 0;
-  store::Store store = open_existing(db);
+  const auto store = open_results(dbs);
   const auto sweeps =
-      app::build_status(store, sweep.empty() ? std::nullopt : std::optional<std::string>(sweep));
-  if (sweeps.empty()) std::cout << "no runs in " << db << "\n";
+      app::build_status(*store, sweep.empty() ? std::nullopt : std::optional<std::string>(sweep));
+  if (sweeps.empty()) std::cout << "no runs in " << store->path() << "\n";
   for (const auto& s : sweeps) print_sweep(s, std::cout);
   return 0;
 }

@@ -3,6 +3,7 @@
 // thrown as amptune::Error and mapped to exit codes in main.cpp.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -30,7 +31,11 @@ int cmd_report(const Invocation& inv);
 int cmd_eval(const Invocation& inv);
 int cmd_export(const Invocation& inv);
 int cmd_gc(const Invocation& inv);
-
-
+// cmd_merge.cpp: several databases into one (shards of a sweep); cmd_slurm.cpp: Slurm scripts.
+int cmd_merge(const Invocation& inv);
+int cmd_slurm(const Invocation& inv);
+// The databases of Options::dbs (globs expanded) as one store (app::open_databases): several
+// are merged in memory, which an info line says.
+std::unique_ptr<store::Store> open_results(const std::vector<std::string>& dbs);
 
 }  // namespace amptune::cli

@@ -22,6 +22,7 @@ commands:
   list                runs as a table
   show RUN            one run's settings and epochs
   status              per sweep: done / running / pending / failed / diverged, ETA of running runs
+                      (--db takes several databases or a glob: shards before they are merged)
   compare --sweep S   pivot table of a sweep (--by keys, --metric, --epoch, --baseline, --format)
   report --sweep S --out DIR
                       HTML page with the comparison table and gnuplot plots
@@ -32,6 +33,10 @@ commands:
   eval RUN            evaluate saved checkpoints (--epoch N | --all) and store their metrics
   export RUN          write a checkpoint's weights as a PyTorch state dict (--epoch N --out F.pt)
   gc                  delete checkpoint files the database no longer references (--dry-run)
+  merge A.sqlite B.sqlite ... --into FILE
+                      merge results databases (shards of a sweep) into one, in one transaction
+  slurm SWEEP.yaml    write (--submit: and submit) a Slurm array job of the sweep's shards and
+                      the job that merges them
   version             print version, git commit and LibTorch version
 
 `amptune <command> --help` describes each command's options.
@@ -72,6 +77,8 @@ int main(int argc, char** argv) {
     if (command == "eval") return cli::cmd_eval(inv);
     if (command == "export") return cli::cmd_export(inv);
     if (command == "gc") return cli::cmd_gc(inv);
+    if (command == "merge") return cli::cmd_merge(inv);
+    if (command == "slurm") return cli::cmd_slurm(inv);
     if (command == "version" || command == "--version") {
       std::cout << "amptune " << kVersion << " (" << kGitCommit << (kGitDirty ? "-dirty" : "")
                 << ")\n";

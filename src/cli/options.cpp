@@ -1,5 +1,7 @@
 #include "cli/options.h"
 
+#include <glob.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -22,6 +24,17 @@ Options& Options::db(std::string* path) {
   return *this;
 }
 
+Options& Options::dbs(std::vector<std::string>* paths) {
+  desc_.add_options()("db",
+                      po::value(paths)
+                          ->multitoken()
+                          ->composing()
+                          ->default_value({default_db()}, default_db()),
+                      "results database (env AMPTUNE_DB); several files or a quoted glob "
+                      "('results/x.shard-*.sqlite') are read as one, merged in memory");
+  return *this;
+}
+
 Options& Options::quiet() {
   desc_.add_options()("quiet,q", "no progress or info lines (warnings stay)");
   return *this;
@@ -41,15 +54,24 @@ Options& Options::positional(std::string* value) {
   return *this;
 }
 
+Options& Options::positionals(std::vector<std::string>* values) {
+  positionals_ = values;
+  return *this;
+}
+
 bool Options::parse(const std::vector<std::string>& args) {
   po::options_description all;
   all.add(desc_);
   po::positional_options_description pos;
-  if (positional_) {
+  if (positional_ || positionals_) {
     po::options_description hidden;
-    hidden.add_options()("positional", po::value(positional_));
+    if (positional_) {
+      hidden.add_options()("positional", po::value(positional_));
+    } else {
+      hidden.add_options()("positional", po::value(positionals_)->composing());
+    }
     all.add(hidden);
-    pos.add("positional", 1);
+    pos.add("positional", positional_ ? 1 : -1);
   }
   po::store(po::command_line_parser(args).options(all).positional(pos).run(), vm_);
   po::notify(vm_);
@@ -80,6 +102,25 @@ store::Store open_existing(const std::string& db) {
     throw StoreError("database " + db + " does not exist; run a sweep first or pass --db FILE");
   }
   return store::Store(db);
+}
+
+std::vector<std::string> expand_globs(const std::vector<std::string>& patterns) {
+  std::vector<std::string> paths;
+  for (const std::string& pattern : patterns) {
+    if (pattern.find_first_of("*?[") == std::string::npos) {
+      paths.push_back(pattern);
+      continue;
+    }
+    glob_t found{};
+    const int rc = ::glob(pattern.c_str(), 0, nullptr, &found);
+    for (size_t i = 0; rc == 0 && i < found.gl_pathc; ++i) paths.emplace_back(found.gl_pathv[i]);
+    globfree(&found);
+    if (rc != 0) {
+      throw UsageError("no file matches '" + pattern + "'" +
+                       (rc == GLOB_NOMATCH ? "" : " (the directory cannot be read)"));
+    }
+  }
+  return paths;
 }
 
 }  // namespace amptune::cli

@@ -32,9 +32,13 @@ class Options {
 
   po::options_description_easy_init add() { return desc_.add_options(); }
   Options& db(std::string* path);  // --db FILE, default default_db()
+  // --db FILE|GLOB..., repeatable, default {default_db()}: several databases read as one
+  // (app::open_databases); expand with expand_globs.
+  Options& dbs(std::vector<std::string>* paths);
   Options& quiet();                // -q/--quiet: no info or progress lines
   Options& format(std::string* format, std::vector<std::string> choices);  // first = default
   Options& positional(std::string* value);  // one positional argument (RUN, SWEEP.yaml, ...)
+  Options& positionals(std::vector<std::string>* values);  // any number of them (FILE...)
 
   // False when --help was asked for (printed to stdout): the command returns 0.
   bool parse(const std::vector<std::string>& args);
@@ -45,6 +49,7 @@ class Options {
   po::options_description desc_;
   std::string usage_;
   std::string* positional_ = nullptr;
+  std::vector<std::string>* positionals_ = nullptr;
   std::string* format_ = nullptr;
   std::vector<std::string> format_choices_;
   po::variables_map vm_;
@@ -55,5 +60,9 @@ std::string default_db();
 // Opens an existing results database; a missing file is a StoreError that says to run a sweep
 // first or pass --db (commands that read results must not create an empty database).
 store::Store open_existing(const std::string& db);
+// `patterns` with each glob pattern (holding *, ? or [) replaced by the files it matches, in
+// sorted order; other paths are kept as they are. A pattern that matches nothing is a UsageError
+// naming it.
+std::vector<std::string> expand_globs(const std::vector<std::string>& patterns);
 
 }  // namespace amptune::cli

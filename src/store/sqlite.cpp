@@ -70,6 +70,12 @@ Statement& Statement::bind_text_or_null(int index, const std::string& value) {
   return value.empty() ? bind_null(index) : bind(index, value);
 }
 
+Statement& Statement::bind_column(int index, const Statement& from, int column) {
+  int rc = sqlite3_bind_value(stmt_, index, sqlite3_column_value(from.stmt_, column));
+  if (rc != SQLITE_OK) raise(db_, rc, sql_);
+  return *this;
+}
+
 Statement& Statement::reset() {
   sqlite3_reset(stmt_);  // returns the last step's error, which step() already reported
   sqlite3_clear_bindings(stmt_);

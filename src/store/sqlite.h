@@ -52,6 +52,9 @@ class Statement {
   Statement& bind_null(int index);
   // "" binds NULL (for optional text columns such as timestamps).
   Statement& bind_text_or_null(int index, const std::string& value);
+  // The value of `from`'s column as it is (type and bytes), e.g. from a statement of another
+  // connection: copying a row without interpreting it.
+  Statement& bind_column(int index, const Statement& from, int column);
 
   Statement& reset();  // ready to run again, bindings cleared
   bool step();  // true while a row is available

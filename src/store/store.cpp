@@ -17,6 +17,7 @@
 
 #include "core/embedded.h"
 #include "core/error.h"
+#include "store/internal.h"
 #include "store/migrations.h"
 #include "store/sqlite.h"
 
@@ -26,10 +27,71 @@ using sql::exec;
 using sql::SqliteError;
 using sql::Statement;
 using sql::write_transaction;
+using detail::guarded;
+using detail::parent_directory;
+using detail::read_schema_version;
+
+namespace fs = std::filesystem;
+
+namespace detail {
+
+std::string parent_directory(const std::string& path) {
+  fs::path dir = fs::path(path).parent_path();
+  return dir.empty() ? std::string(".") : dir.string();
+}
+
+[[noreturn]] void rethrow_with_context(const std::string& path, const std::string& action,
+                                       const SqliteError& error) {
+  std::string hint;
+  switch (error.primary_code()) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+      hint = "; another process held the database for more than 10 s, retry when it is done";
+      break;
+    case SQLITE_READONLY:
+    case SQLITE_CANTOPEN:
+    case SQLITE_PERM:
+      hint = "; check that " + path + " and its directory " + parent_directory(path) +
+             " are writable";
+      break;
+    case SQLITE_FULL:
+      hint = "; the disk is full, free space and retry";
+      break;
+    case SQLITE_NOTADB:
+    case SQLITE_CORRUPT:
+      throw StoreError(path + " is not an amptune SQLite database (" + error.what() +
+                       "); move it away or choose another database path");
+    default:
+      break;
+  }
+  throw StoreError(path + ": " + action + ": " + error.what() + hint);
+}
+
+bool table_exists(sqlite3* db, const std::string& name) {
+  Statement statement(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?");
+  statement.bind(1, name);
+  return statement.step();
+}
+
+int read_schema_version(sqlite3* db) {
+  if (!table_exists(db, "schema_version")) return 0;
+  Statement statement(db, "SELECT COALESCE(MAX(version), 0) FROM schema_version");
+  statement.step();
+  return static_cast<int>(statement.column_int(0));
+}
+
+int latest_schema_version() {
+  static const int latest = [] {
+    const std::vector<Migration> migrations = parse_migrations(embedded::store_sql);
+    return migrations.empty() ? 0 : migrations.back().version;
+  }();
+  return latest;
+}
+
+}  // namespace detail
 
 namespace {
 
-namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 // Columns of runs that are not settings: written by the store itself.
@@ -123,11 +185,6 @@ bool all_digits(const std::string& text) {
          std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c); });
 }
 
-std::string parent_directory(const std::string& path) {
-  fs::path dir = fs::path(path).parent_path();
-  return dir.empty() ? std::string(".") : dir.string();
-}
-
 // Checks, before sqlite creates anything, that the database can live at `path`.
 void check_location(const std::string& path) {
   if (path.empty()) throw StoreError("the database path is empty; pass a file such as results/amptune.sqlite");
@@ -154,58 +211,6 @@ void check_location(const std::string& path) {
     throw StoreError("cannot create database " + path + ": directory " + dir +
                      " is not writable; fix its permissions or choose another database path");
   }
-}
-
-// A sqlite failure while doing `action` on the database at `path`, with a hint for the usual
-// causes.
-[[noreturn]] void rethrow_with_context(const std::string& path, const std::string& action,
-                                       const SqliteError& error) {
-  std::string hint;
-  switch (error.primary_code()) {
-    case SQLITE_BUSY:
-    case SQLITE_LOCKED:
-      hint = "; another process held the database for more than 10 s, retry when it is done";
-      break;
-    case SQLITE_READONLY:
-    case SQLITE_CANTOPEN:
-    case SQLITE_PERM:
-      hint = "; check that " + path + " and its directory " + parent_directory(path) +
-             " are writable";
-      break;
-    case SQLITE_FULL:
-      hint = "; the disk is full, free space and retry";
-      break;
-    case SQLITE_NOTADB:
-    case SQLITE_CORRUPT:
-      throw StoreError(path + " is not an amptune SQLite database (" + error.what() +
-                       "); move it away or choose another database path");
-    default:
-      break;
-  }
-  throw StoreError(path + ": " + action + ": " + error.what() + hint);
-}
-
-// Runs f(), turning a raw sqlite failure into a StoreError naming the file and the action.
-template <class F>
-auto guarded(const std::string& path, const std::string& action, F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const SqliteError& error) {
-    rethrow_with_context(path, action, error);
-  }
-}
-
-bool table_exists(sqlite3* db, const std::string& name) {
-  Statement statement(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?");
-  statement.bind(1, name);
-  return statement.step();
-}
-
-int read_schema_version(sqlite3* db) {
-  if (!table_exists(db, "schema_version")) return 0;
-  Statement statement(db, "SELECT COALESCE(MAX(version), 0) FROM schema_version");
-  statement.step();
-  return static_cast<int>(statement.column_int(0));
 }
 
 // Sets metric rows of an epoch (inserted, or replacing a value of the same name). A name the
@@ -259,9 +264,15 @@ RunStatus parse_status(const std::string& text) {
 
 // --- opening and migrating -------------------------------------------------------------------
 
-Store::Store(const std::string& path) : path_(path) {
-  check_location(path_);
-  int rc = sqlite3_open_v2(path_.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
+Store::Store(const std::string& path) : Store(path, path) {}
+
+std::unique_ptr<Store> Store::in_memory(const std::string& name) {
+  return std::unique_ptr<Store>(new Store(":memory:", name));
+}
+
+Store::Store(const std::string& open_path, const std::string& name) : path_(name) {
+  check_location(open_path);
+  int rc = sqlite3_open_v2(open_path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
                            nullptr);
   if (rc != SQLITE_OK) {
     std::string message = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);

@@ -149,16 +149,56 @@ struct EpochRow {
   std::string recorded_at;
 };
 
+// --- Merging databases (amptune merge; docs/DATABASE.md "Merging databases") ------------------
+
+// The same cell (sweep name + config hash) in two databases with different contents: which copy
+// was kept.
+struct MergeConflict {
+  std::string run;                          // the kept copy's name
+  std::string kept_from, dropped_from;      // database paths
+  int kept_epochs = 0, dropped_epochs = 0;  // recorded epochs of each copy
+  std::string kept_status, dropped_status;
+};
+
+// What merging one input did to the target.
+struct MergeCount {
+  std::string path;
+  int schema_version = 0;  // of the input
+  int sweeps_added = 0;
+  int runs_added = 0;      // cells the target did not have
+  int runs_replaced = 0;   // the input's copy replaced the target's (a MergeConflict)
+  int runs_kept = 0;       // the target's copy stayed (a MergeConflict)
+  int runs_unchanged = 0;  // the target had this very copy (merged before)
+  int64_t epochs = 0;      // epoch rows copied
+};
+
+struct MergeReport {
+  std::vector<MergeCount> inputs;  // in input order
+  std::vector<MergeConflict> conflicts;
+  int64_t checkpoints = 0;          // kept checkpoint references copied
+  int64_t missing_checkpoints = 0;  // of those, files not found from the working directory
+  std::string first_missing;        // one of them, for the message
+};
+
+// Checks that `path` can be merged: an existing file, an SQLite database that passes PRAGMA
+// quick_check, of amptune's schema at a version this build knows (older ones merge by the
+// columns they have). Opens it read-only and writes nothing. Returns its schema version. Throws
+// StoreError naming the file and what is wrong with it.
+int check_merge_input(const std::string& path);
+
 class Store {
  public:
   // Opens (creating if needed) and migrates the database. Throws StoreError naming the file
   // when it is not an SQLite database, cannot be created, or has a newer schema version.
   explicit Store(const std::string& path);
+  // An empty database in memory (nothing on disk, gone with the object) that calls itself
+  // `name` in path() and in its messages, e.g. "a.sqlite + b.sqlite (merged in memory)".
+  static std::unique_ptr<Store> in_memory(const std::string& name);
   ~Store();
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return path_; }  // the file, or in_memory's name
   int schema_version() const;
 
   // Creates the sweep or updates its description/yaml; returns its id.
@@ -223,6 +263,26 @@ class Store {
   std::vector<CheckpointFile> truncate_after(int64_t run_id, int epoch);
   // The file of that epoch was deleted by retention: the epoch row keeps its metrics.
   void forget_checkpoint(int64_t run_id, int epoch);
+
+  // Merges the databases `inputs` into this one, in one transaction: all or nothing. Every input
+  // is checked first (check_merge_input; never this database itself), so a bad one is named
+  // before anything is written; inputs are opened read-only.
+  //  - Sweeps are matched by name (an input sweep updated later brings its description / YAML);
+  //    metric_info rows this database lacks are added.
+  //  - Runs are matched by (sweep, config hash). A cell new here is inserted with a new id; its
+  //    fork parent, run_params, epochs, metrics and loss-scale events follow the new id, and its
+  //    status, claim (holder, heartbeat) and provenance come with the row.
+  //  - A cell in both: the copy with more recorded epochs is kept; on a tie a finished copy (done
+  //    or diverged) over an unfinished one, else this database's. A kept input copy replaces the
+  //    run's row, run_params and epochs under the existing id (forks of it stay attached). Two
+  //    copies that differ are reported as a MergeConflict; a copy merged before is unchanged, so
+  //    merging an input again changes nothing.
+  //  - Checkpoint paths are copied as recorded (the files stay where their shard wrote them;
+  //    relative paths are relative to the directory training ran in) and counted, with those
+  //    not found from the working directory.
+  // Throws StoreError naming the input (not SQLite, corrupt, newer schema, missing, two runs of
+  // one name with different configs) or this database (cannot write).
+  MergeReport merge(const std::vector<std::string>& inputs);
 
   // "ok", or what PRAGMA integrity_check / foreign_key_check found.
   std::string integrity_check() const;
@@ -305,6 +365,8 @@ class Store {
   std::vector<LineagePoint> lineage(const std::string& sweep) const;
 
  private:
+  Store(const std::string& open_path, const std::string& name);
+
   std::string path_;
   sqlite3* db_ = nullptr;
   std::vector<std::pair<std::string, std::string>> setting_columns_;  // name, declared type

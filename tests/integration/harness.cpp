@@ -1,6 +1,7 @@
 #include "integration/harness.h"
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -67,6 +68,17 @@ std::vector<store::EpochRow> epochs_of(const std::string& db, const std::string&
   return r ? s.epochs(r->id) : std::vector<store::EpochRow>{};
 }
 
+TinyOptions quick_tiny(const std::string& tail, int epochs) {
+  TinyOptions o;
+  o.epochs = epochs;
+  o.train_n = 64;
+  o.test_n = 32;
+  o.loader_workers = 1;
+  o.schedule = "";
+  o.tail = tail;
+  return o;
+}
+
 TinySweep make_tiny_sweep(const TinyOptions& o) {
   TinySweep f;
   f.dir = scratch_dir(o.dir_tag);
@@ -86,26 +98,36 @@ TinySweep make_tiny_sweep(const TinyOptions& o) {
   return f;
 }
 
-pid_t spawn_amptune(const std::vector<std::string>& args, const std::string& cwd,
+pid_t spawn_program(const std::vector<std::string>& argv, const std::string& cwd,
                     const SpawnOptions& options) {
+  if (argv.empty()) throw std::runtime_error("spawn_program: empty argv");
   pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {
+    if (options.die_with_parent) ::prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (::chdir(cwd.c_str()) != 0) _exit(126);
     std::string out = cwd + "/" + options.log_stem + ".out";
     std::string err = cwd + "/" + options.log_stem + ".err";
-    if (!std::freopen(out.c_str(), "w", stdout) || !std::freopen(err.c_str(), "w", stderr)) _exit(126);
+    if (!std::freopen("/dev/null", "r", stdin) || !std::freopen(out.c_str(), "w", stdout) ||
+        !std::freopen(err.c_str(), "w", stderr)) {
+      _exit(126);
+    }
     for (const auto& [name, value] : options.env) ::setenv(name.c_str(), value.c_str(), 1);
-    std::vector<char*> argv;
-    std::string bin = options.program.empty() ? AMPTUNE_BINARY : options.program;
-    argv.push_back(bin.data());
-    std::vector<std::string> copy = args;
-    for (auto& a : copy) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execvp(bin.c_str(), argv.data());
+    std::vector<std::string> copy = argv;
+    std::vector<char*> args;
+    for (auto& a : copy) args.push_back(a.data());
+    args.push_back(nullptr);
+    ::execvp(args[0], args.data());
     _exit(127);
   }
   return pid;
+}
+
+pid_t spawn_amptune(const std::vector<std::string>& args, const std::string& cwd,
+                    const SpawnOptions& options) {
+  std::vector<std::string> argv = {AMPTUNE_BINARY};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return spawn_program(argv, cwd, options);
 }
 
 pid_t spawn_amptune(const std::vector<std::string>& args, const std::string& cwd) {

@@ -33,6 +33,10 @@ struct TinyOptions {
       "{name: resnet18, num_classes: 4, in_channels: 1, width: 0.0625, small_input: true}";
   std::string dir_tag;  // scratch_dir(dir_tag): tell apart several sweeps of one test
 };
+// The quicker variant several tests share: 64 training and 32 test images, one loader worker,
+// no extra schedule keys, `epochs` epochs, `tail` after base (the grid).
+TinyOptions quick_tiny(const std::string& tail, int epochs = 1);
+
 struct TinySweep {
   std::string dir;   // a fresh scratch_dir()
   std::string db;    // dir/results/amptune.sqlite (results/ exists)
@@ -56,16 +60,16 @@ pid_t spawn_amptune(const std::vector<std::string>& args, const std::string& cwd
 
 struct SpawnOptions {
   SpawnOptions() = default;
-  SpawnOptions(std::vector<std::pair<std::string, std::string>> env_, std::string log_stem_,
-               std::string program_ = "")
-      : env(std::move(env_)), log_stem(std::move(log_stem_)), program(std::move(program_)) {}
+  SpawnOptions(std::vector<std::pair<std::string, std::string>> env_, std::string log_stem_)
+      : env(std::move(env_)), log_stem(std::move(log_stem_)) {}
   std::vector<std::pair<std::string, std::string>> env;  // set in the child
   std::string log_stem = "child";  // stdout/stderr to cwd/<stem>.out and cwd/<stem>.err
-  // Another program (looked up in PATH) run with `args` instead of the amptune binary, e.g.
-  // python3 for torchrun.
-  std::string program;
+  bool die_with_parent = false;    // SIGTERM when the test process dies (daemons)
 };
 pid_t spawn_amptune(const std::vector<std::string>& args, const std::string& cwd,
+                    const SpawnOptions& options);
+// Another program (argv[0] searched in PATH), stdin from /dev/null, output as above.
+pid_t spawn_program(const std::vector<std::string>& argv, const std::string& cwd,
                     const SpawnOptions& options);
 
 // Waits for `pid` at most `timeout_seconds`; its exit code, or 128 + the signal that ended it.

@@ -31,14 +31,8 @@ struct Sweep {
 // Trains the sweep once for every test of this file.
 const Sweep& trained() {
   static const Sweep sweep = [] {
-    TinyOptions o;
-    o.epochs = 2;
-    o.train_n = 64;
-    o.test_n = 32;
-    o.loader_workers = 1;
-    o.schedule = "";
-    o.tail = "grid:\n  optim.lr: [0.05, 0.2]\n  seed: [1, 2]\n";
-    const TinySweep tiny = make_tiny_sweep(o);
+    const TinySweep tiny =
+        make_tiny_sweep(quick_tiny("grid:\n  optim.lr: [0.05, 0.2]\n  seed: [1, 2]\n", 2));
     Sweep s;
     s.dir = tiny.dir;
     s.db = s.dir + "/results.sqlite";

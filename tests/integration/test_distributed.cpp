@@ -169,14 +169,14 @@ TEST(Distributed, TorchrunNprocAndSrunGiveTheSameRunsAndEvaluationIsExact) {
   const TinySweep torchrun = distributed_sweep("torchrun", 2, 192);
   {
     const int port = dist::free_local_port();
-    const pid_t pid = spawn_amptune(
-        {"-m", "torch.distributed.run", "--no_python", "--nnodes", "1", "--nproc_per_node", "2",
+    const pid_t pid = spawn_program(
+        {"/usr/bin/python3", "-m", "torch.distributed.run", "--no_python", "--nnodes", "1", "--nproc_per_node", "2",
          "--rdzv_backend", "c10d", "--rdzv_endpoint", "127.0.0.1:" + std::to_string(port),
          // torchrun 1.13 under Python 3.11 cannot parse its default --redirects 0 (its Std
          // flag enum lost the zero member); redirect stderr and tee it back instead.
          "--redirects", "2", "--tee", "2", "--log_dir", torchrun.dir + "/torchrun-logs",
          AMPTUNE_BINARY, "run", torchrun.yaml, "--db", torchrun.db, "--no-progress"},
-        torchrun.dir, {{}, "torchrun", "/usr/bin/python3"});
+        torchrun.dir, {{}, "torchrun"});
     StopOnExit stop(pid);
     ASSERT_EQ(wait_exit_code(pid, 300), 0) << read_file(torchrun.dir + "/torchrun.err");
   }

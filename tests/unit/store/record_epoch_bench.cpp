@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "store/store.h"
+#include "unit/store/typical_epoch.h"
 
 int main(int argc, char** argv) {
   using namespace amptune::store;
@@ -45,21 +46,8 @@ int main(int argc, char** argv) {
 
     std::vector<double> ms;
     for (int e = 0; e < epochs; ++e) {
-      EpochRecord record;
-      record.run_id = run;
-      record.epoch = e;
-      record.global_step = 100 * (e + 1);
-      record.lr = 0.1;
-      record.train_loss = 1.0 / (e + 1);
-      record.train_fps_mean = 900;
-      record.train_fps_min = 850;
-      record.train_fps_max = 950;
-      record.epoch_seconds = 30;
-      record.metrics = {{"acc1", 50.0 + e * 0.1}, {"acc5", 80.0},     {"val_loss", 0.5},
-                        {"loss_scale", 65536.0},  {"overflow_steps", 1}, {"skipped_steps", 1}};
-      record.checkpoint = CheckpointFile{"checkpoints/bench/epoch_" + std::to_string(e) + ".pt",
-                                         46000000, std::string(64, 'a')};
-      record.scale_events = {ScaleEvent{record.global_step - 50, 32768.0, "overflow"}};
+      const EpochRecord record =
+          typical_epoch(run, e, "checkpoints/bench/epoch_" + std::to_string(e) + ".pt");
       const auto start = std::chrono::steady_clock::now();
       store.record_epoch(record);
       ms.push_back(

@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "store/migrations.h"
 #include "store/store.h"
+#include "support/errors.h"
 
 namespace amptune::store {
 namespace {
@@ -74,12 +75,7 @@ class RawDb {
 int latest_version() { return parse_migrations(embedded::store_sql).back().version; }
 
 std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const StoreError& error) {
-    return error.what();
-  }
-  return "<no StoreError>";
+  return testing::message_of<StoreError>(f);
 }
 
 bool is_iso_utc(const std::string& text) {

@@ -1,0 +1,26 @@
+// Running another program and waiting for it: gnuplot for `amptune report`, sbatch for
+// `amptune slurm --submit`.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace amptune::app {
+
+struct ProgramRun {
+  int exec_error = 0;  // errno when the program could not be started (ENOENT: not found); else 0
+  int status = 0;      // its waitpid status when it ran
+  std::string out;     // its standard output, when captured
+  bool ok() const;     // it ran and exited with status 0
+  std::string outcome() const;  // "exit status 2", "killed by signal 9", "not started: <why>"
+};
+
+// Runs argv[0] (a path, or a name searched in PATH) with `argv`, in directory `dir` when it is
+// not empty, and waits. With `log`, stdout and stderr go to that file (created or truncated);
+// without, stdout is captured into ProgramRun::out and stderr is this process's. Throws
+// EnvironmentError only when no process can be made (pipe / fork failing); a program that is
+// missing or fails is told by the result.
+ProgramRun run_program(const std::vector<std::string>& argv, const std::string& dir = "",
+                       const std::string& log = "");
+
+}  // namespace amptune::app

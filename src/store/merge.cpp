@@ -1,0 +1,496 @@
+// Store::merge and check_merge_input (store.h "Merging databases").
+//
+// The inputs are read through read-only connections of their own rather than ATTACHed: ATTACH is
+// not allowed inside a transaction and SQLite attaches at most 10 databases, while a merge of
+// 100 shards must be one transaction on the target. Rows are copied column by column as SQLite
+// holds them (Statement::bind_column), over the columns the input and the target share, so an
+// input of an older schema merges too.
+#include <sqlite3.h>
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "store/internal.h"
+#include "store/sqlite.h"
+#include "store/store.h"
+
+namespace amptune::store {
+namespace {
+
+namespace fs = std::filesystem;
+using sql::exec;
+using sql::SqliteError;
+using sql::Statement;
+
+// A read-only connection to an input database.
+class Input {
+ public:
+  explicit Input(const std::string& path) {
+    const int rc = sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READONLY, nullptr);
+    if (rc != SQLITE_OK) {
+      const std::string message = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
+      sqlite3_close_v2(db_);
+      db_ = nullptr;
+      throw StoreError("cannot open " + path + " to merge it: " + message +
+                       "; check that it and its directory are readable");
+    }
+    sqlite3_busy_timeout(db_, 10000);
+    sqlite3_extended_result_codes(db_, 1);
+  }
+  ~Input() { sqlite3_close_v2(db_); }
+  Input(const Input&) = delete;
+  Input& operator=(const Input&) = delete;
+  sqlite3* db() const { return db_; }
+
+ private:
+  sqlite3* db_ = nullptr;
+};
+
+// A failure reading the input at `path` as a StoreError that names it.
+template <class F>
+auto reading_input(const std::string& path, const std::string& action, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const SqliteError& error) {
+    if (error.primary_code() == SQLITE_NOTADB) {
+      throw StoreError(path + " is not an SQLite database (" + error.what() +
+                       "); it cannot be merged: leave it out");
+    }
+    if (error.primary_code() == SQLITE_CORRUPT) {
+      throw StoreError(path + " is corrupt (" + error.what() +
+                       "); it cannot be merged: restore it or leave it out");
+    }
+    throw StoreError(path + ": " + action + ": " + error.what());
+  }
+}
+
+struct Column {
+  std::string name;
+  bool not_null = false;
+  std::string default_sql;  // the declared DEFAULT expression, "" when none
+};
+
+std::vector<Column> columns_of(sqlite3* db, const std::string& table) {
+  Statement info(db, "SELECT name, \"notnull\", dflt_value FROM pragma_table_info(?) ORDER BY cid");
+  info.bind(1, table);
+  std::vector<Column> columns;
+  while (info.step()) {
+    columns.push_back({info.column_text(0), info.column_int(1) != 0, info.column_text(2)});
+  }
+  return columns;
+}
+
+// The columns of `table` both databases have, in the target's order, without those in `skip`.
+std::vector<std::string> shared_columns(const std::vector<Column>& target,
+                                        const std::vector<Column>& input,
+                                        const std::vector<std::string>& skip = {}) {
+  std::vector<std::string> names;
+  for (const Column& c : target) {
+    bool in_input = false;
+    for (const Column& i : input) in_input = in_input || i.name == c.name;
+    bool skipped = false;
+    for (const std::string& s : skip) skipped = skipped || s == c.name;
+    if (in_input && !skipped) names.push_back(c.name);
+  }
+  return names;
+}
+
+std::string quoted(const std::string& name) { return "\"" + name + "\""; }
+
+std::string column_list(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + quoted(n);
+  return out;
+}
+
+std::string placeholders(size_t n) {
+  std::string out;
+  for (size_t i = 0; i < n; ++i) out += i ? ", ?" : "?";
+  return out;
+}
+
+int index_of(const std::vector<std::string>& names, const std::string& name) {
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// One copy of a run: what decides which of two copies of a cell is kept.
+struct Copy {
+  int64_t id = 0;
+  std::string name, status, started_at, last_recorded;
+  int epochs = 0;
+  bool finished() const { return status == "done" || status == "diverged"; }
+  bool same_as(const Copy& o) const {
+    return epochs == o.epochs && status == o.status && started_at == o.started_at &&
+           last_recorded == o.last_recorded;
+  }
+};
+
+// Copies the rows of one run's dependent table (run_params, epochs, ...) from an input.
+class ChildCopier {
+ public:
+  ChildCopier(sqlite3* in, sqlite3* out, const std::string& table,
+              const std::vector<std::string>& columns)
+      : select_(in, "SELECT " + column_list(columns) + " FROM " + table + " WHERE run_id = ?"),
+        insert_(out, "INSERT INTO " + table + " (" + column_list(columns) + ") VALUES (" +
+                         placeholders(columns.size()) + ")"),
+        columns_(columns),
+        run_column_(index_of(columns, "run_id")) {}
+
+  // Copies the rows of input run `from` as rows of target run `to`; calls row(select) for each.
+  template <class F>
+  int64_t copy(int64_t from, int64_t to, F&& row) {
+    int64_t rows = 0;
+    select_.reset().bind(1, from);
+    while (select_.step()) {
+      insert_.reset();
+      for (size_t c = 0; c < columns_.size(); ++c) {
+        const int at = static_cast<int>(c);
+        if (at == run_column_) {
+          insert_.bind(at + 1, to);
+        } else {
+          insert_.bind_column(at + 1, select_, at);
+        }
+      }
+      insert_.run();
+      row(select_);
+      ++rows;
+    }
+    return rows;
+  }
+
+ private:
+  Statement select_, insert_;
+  std::vector<std::string> columns_;
+  int run_column_;
+};
+
+// The merge into one target connection, input after input, inside the caller's transaction.
+class Merger {
+ public:
+  Merger(sqlite3* db, std::string path, MergeReport& report)
+      : db_(db), path_(std::move(path)), report_(report) {}
+
+  MergeCount merge(const std::string& input, int version) {
+    Input in(input);
+    MergeCount count;
+    count.path = input;
+    count.schema_version = version;
+    reading_input(input, "reading it", [&] {
+      exec(in.db(), "BEGIN");  // one snapshot of the input
+      merge_metric_info(in.db());
+      const std::unordered_map<int64_t, int64_t> sweeps = merge_sweeps(in.db(), count);
+      merge_runs(in.db(), input, sweeps, count);
+      exec(in.db(), "COMMIT");
+    });
+    return count;
+  }
+
+ private:
+  const std::vector<Column>& target_columns(const std::string& table) {
+    auto it = target_columns_.find(table);
+    if (it == target_columns_.end()) {
+      it = target_columns_.emplace(table, columns_of(db_, table)).first;
+    }
+    return it->second;
+  }
+
+  void merge_metric_info(sqlite3* in) {
+    const std::vector<Column> input = columns_of(in, "metric_info");
+    if (input.empty()) return;  // schema 1
+    const auto names = shared_columns(target_columns("metric_info"), input);
+    Statement select(in, "SELECT " + column_list(names) + " FROM metric_info");
+    Statement insert(db_, "INSERT OR IGNORE INTO metric_info (" + column_list(names) +
+                              ") VALUES (" + placeholders(names.size()) + ")");
+    while (select.step()) {
+      insert.reset();
+      for (size_t c = 0; c < names.size(); ++c) {
+        insert.bind_column(static_cast<int>(c) + 1, select, static_cast<int>(c));
+      }
+      insert.run();
+    }
+  }
+
+  // Input sweep id -> target sweep id. A sweep is found by name; its description and YAML are
+  // taken from the input when the input's copy was updated later.
+  std::unordered_map<int64_t, int64_t> merge_sweeps(sqlite3* in, MergeCount& count) {
+    const auto names = shared_columns(target_columns("sweeps"), columns_of(in, "sweeps"), {"id"});
+    std::unordered_map<int64_t, int64_t> ids;
+    Statement select(in, "SELECT id, " + column_list(names) + " FROM sweeps ORDER BY id");
+    Statement find(db_, "SELECT id, updated_at FROM sweeps WHERE name = ?");
+    Statement insert(db_, "INSERT INTO sweeps (" + column_list(names) + ") VALUES (" +
+                              placeholders(names.size()) + ")");
+    std::string updates;
+    for (const std::string& n : names) {
+      if (n != "name" && n != "created_at") {
+        updates += (updates.empty() ? "" : ", ") + quoted(n) + " = ?";
+      }
+    }
+    Statement update(db_, "UPDATE sweeps SET " + updates + " WHERE id = ?");
+    const int name_at = index_of(names, "name") + 1;
+    const int updated_at = index_of(names, "updated_at") + 1;
+    while (select.step()) {
+      find.reset().bind(1, select.column_text(name_at));
+      if (!find.step()) {
+        insert.reset();
+        for (size_t c = 0; c < names.size(); ++c) {
+          insert.bind_column(static_cast<int>(c) + 1, select, static_cast<int>(c) + 1);
+        }
+        insert.run();
+        ids[select.column_int(0)] = sqlite3_last_insert_rowid(db_);
+        ++count.sweeps_added;
+        continue;
+      }
+      const int64_t id = find.column_int(0);
+      ids[select.column_int(0)] = id;
+      if (updated_at > 0 && select.column_text(updated_at) > find.column_text(1)) {
+        update.reset();
+        int at = 1;
+        for (size_t c = 0; c < names.size(); ++c) {
+          if (names[c] == "name" || names[c] == "created_at") continue;
+          update.bind_column(at++, select, static_cast<int>(c) + 1);
+        }
+        update.bind(at, id).run();
+      }
+    }
+    return ids;
+  }
+
+  void merge_runs(sqlite3* in, const std::string& input,
+                  const std::unordered_map<int64_t, int64_t>& sweeps, MergeCount& count) {
+    const std::vector<Column>& target = target_columns("runs");
+    const std::vector<Column> input_columns = columns_of(in, "runs");
+    const auto names = shared_columns(target, input_columns, {"id"});
+    bool forks = false;  // migration 4
+    for (const Column& c : input_columns) forks = forks || c.name == "parent_run_id";
+    // Columns an older input lacks: a replaced copy gets their defaults.
+    std::string defaults;
+    for (const Column& c : target) {
+      if (c.name == "id" || index_of(names, c.name) >= 0) continue;
+      if (c.not_null && c.default_sql.empty()) continue;  // cannot happen for ADD COLUMN
+      defaults += ", " + quoted(c.name) + " = " + (c.default_sql.empty() ? "NULL" : c.default_sql);
+    }
+    std::string assignments;
+    for (size_t c = 0; c < names.size(); ++c) {
+      assignments += (c ? ", " : "") + quoted(names[c]) + " = ?";
+    }
+    Statement insert(db_, "INSERT INTO runs (" + column_list(names) + ") VALUES (" +
+                              placeholders(names.size()) + ")");
+    Statement update(db_, "UPDATE runs SET " + assignments + defaults + " WHERE id = ?");
+    Statement find(db_,
+                   "SELECT r.id, r.name, r.status, COALESCE(r.started_at, ''), "
+                   "(SELECT COUNT(*) FROM epochs e WHERE e.run_id = r.id), "
+                   "(SELECT COALESCE(MAX(e.recorded_at), '') FROM epochs e WHERE e.run_id = r.id) "
+                   "FROM runs r WHERE r.sweep_id = ? AND r.config_hash = ?");
+    Statement same_name(db_, "SELECT config_hash FROM runs WHERE name = ? AND id IS NOT ?");
+    Statement drop_epochs(db_, "DELETE FROM epochs WHERE run_id = ?");
+    Statement drop_params(db_, "DELETE FROM run_params WHERE run_id = ?");
+    Statement select(in, std::string("SELECT r.id, ") + (forks ? "r.parent_run_id" : "NULL") +
+                             ", COALESCE(r.started_at, ''), "
+                             "(SELECT COUNT(*) FROM epochs e WHERE e.run_id = r.id), "
+                             "(SELECT COALESCE(MAX(e.recorded_at), '') FROM epochs e "
+                             "WHERE e.run_id = r.id), " +
+                             column_list(names) + " FROM runs r ORDER BY r.id");
+    constexpr int kFirst = 5;  // of the shared columns in `select`
+    auto at = [&](const std::string& name) { return kFirst + index_of(names, name); };
+
+    std::unordered_map<int64_t, int64_t> ids;          // every input run -> its target run
+    std::vector<std::pair<int64_t, int64_t>> copied;   // input run, target run: rows to copy
+    std::vector<std::pair<int64_t, int64_t>> parents;  // target run, input parent run
+    while (select.step()) {
+      Copy mine;
+      mine.id = select.column_int(0);
+      mine.started_at = select.column_text(2);
+      mine.epochs = static_cast<int>(select.column_int(3));
+      mine.last_recorded = select.column_text(4);
+      mine.name = select.column_text(at("name"));
+      mine.status = select.column_text(at("status"));
+      const auto sweep = sweeps.find(select.column_int(at("sweep_id")));
+      if (sweep == sweeps.end()) {
+        throw StoreError(input + ": run " + mine.name + " belongs to no sweep of the file");
+      }
+      find.reset().bind(1, sweep->second).bind(2, select.column_text(at("config_hash")));
+      std::optional<Copy> theirs;
+      if (find.step()) {
+        theirs =
+            Copy{find.column_int(0),  find.column_text(1), find.column_text(2),
+                 find.column_text(3), find.column_text(5), static_cast<int>(find.column_int(4))};
+      }
+      bool take = !theirs;
+      if (theirs) {
+        ids[mine.id] = theirs->id;
+        if (mine.same_as(*theirs)) {
+          ++count.runs_unchanged;
+          continue;
+        }
+        take = mine.epochs > theirs->epochs ||
+               (mine.epochs == theirs->epochs && mine.finished() && !theirs->finished());
+        const auto origin = origins_.find(theirs->id);
+        const std::string their_file = origin == origins_.end() ? path_ : origin->second;
+        MergeConflict conflict;
+        conflict.run = take ? mine.name : theirs->name;
+        conflict.kept_from = take ? input : their_file;
+        conflict.dropped_from = take ? their_file : input;
+        conflict.kept_epochs = take ? mine.epochs : theirs->epochs;
+        conflict.dropped_epochs = take ? theirs->epochs : mine.epochs;
+        conflict.kept_status = take ? mine.status : theirs->status;
+        conflict.dropped_status = take ? theirs->status : mine.status;
+        report_.conflicts.push_back(conflict);
+        if (!take) {
+          ++count.runs_kept;
+          continue;
+        }
+      }
+      same_name.reset().bind(1, mine.name).bind(2, theirs ? theirs->id : int64_t{-1});
+      if (same_name.step()) {
+        throw StoreError("run " + mine.name + " of " + input + " and a run of the same name in " +
+                         path_ + " have different configurations (config hash " +
+                         select.column_text(at("config_hash")) + " vs " + same_name.column_text(0) +
+                         "); they cannot be merged into one file");
+      }
+      Statement& write = theirs ? update : insert;
+      write.reset();
+      for (size_t c = 0; c < names.size(); ++c) {
+        const int param = static_cast<int>(c) + 1;
+        if (names[c] == "sweep_id") {
+          write.bind(param, sweep->second);
+        } else if (names[c] == "parent_run_id") {
+          write.bind_null(param);  // set below, once every run of the input has its target id
+        } else {
+          write.bind_column(param, select, kFirst + static_cast<int>(c));
+        }
+      }
+      int64_t target_id = 0;
+      if (theirs) {
+        target_id = theirs->id;
+        write.bind(static_cast<int>(names.size()) + 1, target_id).run();
+        drop_epochs.reset().bind(1, target_id).run();  // metrics, loss-scale events cascade
+        drop_params.reset().bind(1, target_id).run();
+        ++count.runs_replaced;
+      } else {
+        write.run();
+        target_id = sqlite3_last_insert_rowid(db_);
+        ++count.runs_added;
+      }
+      ids[mine.id] = target_id;
+      origins_[target_id] = input;
+      copied.emplace_back(mine.id, target_id);
+      if (!select.is_null(1)) parents.emplace_back(target_id, select.column_int(1));
+    }
+
+    Statement set_parent(db_, "UPDATE runs SET parent_run_id = ? WHERE id = ?");
+    for (const auto& [target_id, parent] : parents) {
+      const auto found = ids.find(parent);
+      if (found == ids.end()) {
+        throw StoreError(input + ": a fork's parent run " + std::to_string(parent) +
+                         " is not in the file (is it corrupt?)");
+      }
+      set_parent.reset().bind(1, found->second).bind(2, target_id).run();
+    }
+    copy_children(in, copied, count);
+  }
+
+  // run_params, epochs (with their checkpoint references), metrics and loss-scale events of the
+  // copied runs; epochs before the tables that reference them.
+  void copy_children(sqlite3* in, const std::vector<std::pair<int64_t, int64_t>>& copied,
+                     MergeCount& count) {
+    for (const std::string table : {"run_params", "epochs", "metrics", "loss_scale_events"}) {
+      const std::vector<Column> input = columns_of(in, table);
+      if (input.empty()) continue;  // an older schema
+      const auto names = shared_columns(target_columns(table), input);
+      ChildCopier copier(in, db_, table, names);
+      const int path_at = index_of(names, "checkpoint_path");
+      const int deleted_at = index_of(names, "checkpoint_deleted_at");
+      for (const auto& [from, to] : copied) {
+        const int64_t rows = copier.copy(from, to, [&](const Statement& row) {
+          if (path_at < 0 || row.is_null(path_at)) return;
+          if (deleted_at >= 0 && !row.is_null(deleted_at)) return;
+          ++report_.checkpoints;
+          std::error_code ec;
+          if (fs::exists(row.column_text(path_at), ec)) return;
+          if (report_.missing_checkpoints++ == 0) report_.first_missing = row.column_text(path_at);
+        });
+        if (table == "epochs") count.epochs += rows;
+      }
+    }
+  }
+
+  sqlite3* db_;
+  std::string path_;
+  MergeReport& report_;
+  std::map<std::string, std::vector<Column>> target_columns_;
+  // Target runs written by this merge -> the input their copy came from (for conflicts).
+  std::unordered_map<int64_t, std::string> origins_;
+};
+
+}  // namespace
+
+int check_merge_input(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) {
+    throw StoreError("merge input " + path +
+                     " does not exist; check the path (a shard's "
+                     "database is results/<sweep>.shard-K-of-N.sqlite)");
+  }
+  if (!fs::is_regular_file(path, ec)) {
+    throw StoreError("merge input " + path + " is not a file; pass database files");
+  }
+  Input in(path);
+  return reading_input(path, "checking it", [&] {
+    {
+      Statement header(in.db(), "SELECT count(*) FROM sqlite_master");  // NOTADB here
+      header.step();
+    }
+    std::string problems;
+    Statement check(in.db(), "PRAGMA quick_check");
+    while (check.step()) {
+      const std::string line = check.column_text(0);
+      if (line != "ok") problems += (problems.empty() ? "" : "; ") + line;
+    }
+    if (!problems.empty()) {
+      throw StoreError(path + " is corrupt (quick_check: " + problems +
+                       "); it cannot be merged: restore it or leave it out");
+    }
+    const int version = detail::read_schema_version(in.db());
+    if (version < 1 || !detail::table_exists(in.db(), "runs")) {
+      throw StoreError(path +
+                       " is not an amptune database (no schema_version or runs table); "
+                       "leave it out");
+    }
+    if (version > detail::latest_schema_version()) {
+      throw StoreError(path + " was written by a newer amptune (schema " + std::to_string(version) +
+                       " > " + std::to_string(detail::latest_schema_version()) +
+                       "); merge it with that amptune, or upgrade this one");
+    }
+    return version;
+  });
+}
+
+MergeReport Store::merge(const std::vector<std::string>& inputs) {
+  std::vector<int> versions;
+  for (const std::string& input : inputs) {
+    std::error_code ec;
+    if (fs::equivalent(input, path_, ec)) {  // false (an error) for an in-memory database
+      throw StoreError(input + " is the database merged into; leave it out of the inputs");
+    }
+    versions.push_back(check_merge_input(input));
+  }
+  MergeReport report;
+  detail::guarded(path_, "merging into it", [&] {
+    sql::write_transaction(db_, [&] {
+      Merger merger(db_, path_, report);
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        report.inputs.push_back(merger.merge(inputs[i], versions[i]));
+      }
+    });
+  });
+  return report;
+}
+
+}  // namespace amptune::store

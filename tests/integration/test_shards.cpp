@@ -1,0 +1,172 @@
+// A sweep trained as shards (`amptune run --shard K/N`, one database each) and merged
+// (`amptune merge`) by the real binary: the merged database compares exactly as the same sweep
+// trained by one process; status and compare read the shards before they are merged; an
+// interrupted shard continues from its database and merging again brings its new epochs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "integration/harness.h"
+#include "store/store.h"
+
+namespace amptune::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::string shard_db(int k) { return "results/tiny.shard-" + std::to_string(k) + "-of-3.sqlite"; }
+
+// `amptune compare --format json` rows without the measured img/s (timing differs run to run,
+// the rest is deterministic: same seeds, same data order, one thread).
+json compare_rows(const std::vector<std::string>& db_args, const std::string& dir) {
+  std::vector<std::string> args = {"compare", "--sweep", "tiny", "--format", "json"};
+  args.insert(args.end(), db_args.begin(), db_args.end());
+  const Result r = run_amptune(args, dir);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  json rows = json::parse(r.out.empty() ? "[]" : r.out);
+  for (auto& row : rows) row.erase("img_s");
+  return rows;
+}
+
+// Every run's name, status and per-epoch values (ids and timestamps left out).
+std::map<std::string, std::string> results_of(const std::string& db) {
+  store::Store store(db);
+  std::map<std::string, std::string> out;
+  for (const auto& run : store.runs("tiny")) {
+    std::string text = store::to_string(run.status) + " " + run.config_hash;
+    for (const auto& e : store.epochs(run.id)) {
+      text += " | " + std::to_string(e.epoch) + " loss " + std::to_string(e.train_loss) +
+              " steps " + std::to_string(e.global_step);
+      for (const auto& [name, value] : e.metrics) {
+        if (name.rfind("train_fps", 0) != 0) text += " " + name + "=" + std::to_string(value);
+      }
+    }
+    out[run.name] = text;
+  }
+  return out;
+}
+
+TEST(Shards, ThreeShardsMergedCompareAsOneProcess) {
+  const TinySweep f =  // 6 cells, 2 epochs
+      make_tiny_sweep(quick_tiny("grid:\n  optim.lr: [0.05, 0.2]\n  seed: [1, 2, 3]\n", 2));
+
+  Result r = run_amptune({"run", f.yaml, "--db", "results/single.sqlite", "-q"}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+
+  // The shards' dry runs list disjoint cells that make up the sweep. (Which cells go where
+  // depends on the config hashes, which hold the data path of this scratch directory.)
+  std::set<std::string> listed;
+  std::vector<size_t> sizes(3);
+  for (int k = 0; k < 3; ++k) {
+    r = run_amptune(
+        {"run", f.yaml, "--shard", std::to_string(k) + "/3", "--dry-run", "--skip-data"}, f.dir);
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find("shard " + std::to_string(k) + "/3: "), std::string::npos) << r.out;
+    for (const auto& run : store::Store(f.dir + "/results/single.sqlite").runs("tiny")) {
+      if (r.out.find(run.config_hash.substr(0, 8)) == std::string::npos) continue;
+      EXPECT_TRUE(listed.insert(run.name).second) << run.name << " in two shards";
+      ++sizes[k];
+    }
+  }
+  EXPECT_EQ(listed.size(), 6u);
+  const int busy = static_cast<int>(std::max_element(sizes.begin(), sizes.end()) - sizes.begin());
+  const std::string busy_shard = std::to_string(busy) + "/3";
+
+  // The busiest shard is interrupted after its first epoch (as a Slurm time limit would), the
+  // others end.
+  r = run_amptune({"run", f.yaml, "--shard", busy_shard, "--stop-after-epoch", "0", "-q"}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (int k = 0; k < 3; ++k) {
+    if (k == busy) continue;
+    r = run_amptune({"run", f.yaml, "--shard", std::to_string(k) + "/3", "-q"}, f.dir);
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  }
+  size_t cells = 0;
+  for (int k = 0; k < 3; ++k) {
+    ASSERT_TRUE(fs::exists(f.dir + "/" + shard_db(k))) << shard_db(k);
+    cells += store::Store(f.dir + "/" + shard_db(k)).runs("tiny").size();
+    EXPECT_TRUE(fs::is_directory(f.dir + "/results/checkpoints/tiny.shard-" + std::to_string(k) +
+                                 "-of-3") ||
+                store::Store(f.dir + "/" + shard_db(k)).runs("tiny").empty());
+  }
+  EXPECT_EQ(cells, 6u);
+  EXPECT_FALSE(fs::exists(f.db)) << "no shard wrote the default database";
+
+  // Status of the shards before merging: a glob, read as one.
+  r = run_amptune({"status", "--db", "results/tiny.shard-*-of-3.sqlite"}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const size_t interrupted = sizes[busy];
+  EXPECT_NE(r.out.find("sweep tiny: 6 runs: done " + std::to_string(6 - interrupted)),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.err.find("3 databases read as one"), std::string::npos) << r.err;
+
+  // Merge what there is, then finish the interrupted shard from its database and merge again:
+  // its runs replace their one-epoch copies.
+  r = run_amptune(
+      {"merge", shard_db(0), shard_db(1), shard_db(2), "--into", "results/merged.sqlite"}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("6 runs added"), std::string::npos) << r.out;
+  r = run_amptune({"run", f.yaml, "--shard", busy_shard, "-q"}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (const auto& run : store::Store(f.dir + "/" + shard_db(busy)).runs("tiny")) {
+    EXPECT_EQ(run.epochs_done, 2) << run.name;
+    EXPECT_EQ(run.status, store::RunStatus::kDone) << run.name;
+  }
+  r = run_amptune({"merge", "results/tiny.shard-*-of-3.sqlite", "--into", "results/merged.sqlite"},
+                  f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("0 runs added, " + std::to_string(interrupted) + " replaced, 0 kept, " +
+                       std::to_string(6 - interrupted) + " already there"),
+            std::string::npos)
+      << r.out;
+
+  // The same results as one process: every run's epochs and metrics, and the compare table
+  // (merged, and the shards read as one before merging).
+  const std::string merged = f.dir + "/results/merged.sqlite";
+  EXPECT_EQ(results_of(merged), results_of(f.dir + "/results/single.sqlite"));
+  const json single = compare_rows({"--db", "results/single.sqlite"}, f.dir);
+  ASSERT_EQ(single.size(), 6u) << single.dump(1);
+  EXPECT_EQ(compare_rows({"--db", "results/merged.sqlite"}, f.dir), single);
+  EXPECT_EQ(compare_rows({"--db", shard_db(0), shard_db(1), shard_db(2)}, f.dir), single);
+  EXPECT_EQ(store::Store(merged).integrity_check(), "ok");
+
+  // Merging again changes nothing.
+  r = run_amptune({"merge", "results/tiny.shard-*-of-3.sqlite", "--into", "results/merged.sqlite"},
+                  f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("0 runs added, 0 replaced, 0 kept, 6 already there"), std::string::npos)
+      << r.out;
+
+  // The merged database's checkpoint paths lead to the shards' files: eval of a merged run
+  // reads its checkpoint and reproduces the recorded accuracy.
+  const store::RunRow run = store::Store(merged).runs("tiny").at(0);
+  const double recorded = epochs_of(merged, run.name).at(1).metrics.at("acc1");
+  r = run_amptune({"eval", run.name, "--epoch", "1", "--db", "results/merged.sqlite", "-q"}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(epochs_of(merged, run.name).at(1).metrics.at("acc1"), recorded);
+
+  // A bad input is named, exit code 5, and the target is as it was.
+  write_file(f.dir + "/results/notes.sqlite", "not a database");
+  const auto before = results_of(merged);
+  r = run_amptune({"merge", shard_db(0), "results/notes.sqlite", "--into", "results/merged.sqlite"},
+                  f.dir);
+  EXPECT_EQ(r.exit_code, 5) << r.out << r.err;
+  EXPECT_NE(r.err.find("results/notes.sqlite is not an SQLite database"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(results_of(merged), before);
+  r = run_amptune({"merge", "results/none-*.sqlite", "--into", "results/x.sqlite"}, f.dir);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("no file matches 'results/none-*.sqlite'"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(f.dir + "/results/x.sqlite"));
+}
+
+}  // namespace
+}  // namespace amptune::testing
