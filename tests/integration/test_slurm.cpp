@@ -147,55 +147,30 @@ class LocalSlurm {
       for (int i = 0; i < 1024; ++i) key.put(static_cast<char>(random()));
     }
     fs::permissions(dir_ + "/munge.key", fs::perms::owner_read);
-    write_file(dir_ + "/slurm.conf",
-               "ClusterName=amptunetest\n"
-               "SlurmctldHost=" +
-                   host +
-                   "\n"
-                   "AuthType=auth/munge\n"
-                   "CredType=cred/munge\n"
-                   "AuthInfo=socket=" +
-                   dir_ +
-                   "/munge.socket\n"
-                   "SlurmUser=root\nSlurmdUser=root\n"
-                   "SlurmctldPort=" +
-                   std::to_string(free_port()) +
-                   "\n"
-                   "SlurmdPort=" +
-                   std::to_string(free_port()) +
-                   "\n"
-                   "StateSaveLocation=" +
-                   dir_ +
-                   "/state\n"
-                   "SlurmdSpoolDir=" +
-                   dir_ +
-                   "/spool\n"
-                   "SlurmctldPidFile=" +
-                   dir_ +
-                   "/slurmctld.pid\n"
-                   "SlurmdPidFile=" +
-                   dir_ +
-                   "/slurmd.pid\n"
-                   "SlurmctldLogFile=" +
-                   dir_ +
-                   "/slurmctld.log\n"
-                   "SlurmdLogFile=" +
-                   dir_ +
-                   "/slurmd.log\n"
-                   "ProctrackType=proctrack/linuxproc\n"
-                   "TaskPlugin=task/none\n"
-                   "MpiDefault=none\n"
-                   "SchedulerType=sched/builtin\n"
-                   "SelectType=select/cons_tres\n"
-                   "SelectTypeParameters=CR_Core\n"
-                   "ReturnToService=2\n"
-                   "JobCompType=jobcomp/none\n"
-                   "AccountingStorageType=accounting_storage/none\n"
-                   "JobAcctGatherType=jobacct_gather/none\n" +
-                   node +
-                   " State=UNKNOWN\n"
-                   "PartitionName=debug Nodes=" +
-                   host + " Default=YES MaxTime=INFINITE State=UP\n");
+    const int ctld_port = free_port();
+    int slurmd_port = free_port();
+    while (slurmd_port == ctld_port) slurmd_port = free_port();
+    std::ostringstream conf;
+    conf << "ClusterName=amptunetest\n"
+         << "SlurmctldHost=" << host << "\n"
+         << "AuthType=auth/munge\nCredType=cred/munge\n"
+         << "AuthInfo=socket=" << dir_ << "/munge.socket\n"
+         << "SlurmUser=root\nSlurmdUser=root\n"
+         << "SlurmctldPort=" << ctld_port << "\nSlurmdPort=" << slurmd_port << "\n"
+         << "StateSaveLocation=" << dir_ << "/state\nSlurmdSpoolDir=" << dir_ << "/spool\n"
+         << "SlurmctldPidFile=" << dir_ << "/slurmctld.pid\n"
+         << "SlurmdPidFile=" << dir_ << "/slurmd.pid\n"
+         << "SlurmctldLogFile=" << dir_ << "/slurmctld.log\n"
+         << "SlurmdLogFile=" << dir_ << "/slurmd.log\n"
+         << "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\nMpiDefault=none\n"
+         << "SchedulerType=sched/builtin\n"
+         << "SelectType=select/cons_tres\nSelectTypeParameters=CR_Core\n"
+         << "ReturnToService=2\nJobCompType=jobcomp/none\n"
+         << "AccountingStorageType=accounting_storage/none\n"
+         << "JobAcctGatherType=jobacct_gather/none\n"
+         << node << " State=UNKNOWN\n"
+         << "PartitionName=debug Nodes=" << host << " Default=YES MaxTime=INFINITE State=UP\n";
+    write_file(dir_ + "/slurm.conf", conf.str());
     daemon({"munged", "--foreground", "--force", "--key-file=" + dir_ + "/munge.key",
             "--socket=" + dir_ + "/munge.socket", "--pid-file=" + dir_ + "/munged.pid",
             "--log-file=" + dir_ + "/munged.log", "--seed-file=" + dir_ + "/munged.seed"},
@@ -225,7 +200,14 @@ class LocalSlurm {
   void stop() {
     bool running = false;
     for (const auto& d : daemons_) running = running || d.pid > 0;
-    if (running && why_not_.empty()) client({"scancel", "--full", "--user=root"});
+    if (running && why_not_.empty()) {
+      // Jobs first, while slurmd can still end their steps: a slurmstepd whose slurmd is gone
+      // stays behind.
+      client({"scancel", "--full", "--user=root"});
+      for (int i = 0; i < 60 && !client({"squeue", "-h", "-o", "%i"}).empty(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      }
+    }
     // slurmd, then slurmctld, then munged: the reverse of starting (StopOnExit: SIGTERM, 10 s,
     // then SIGKILL, and reaped).
     while (!daemons_.empty()) daemons_.pop_back();
