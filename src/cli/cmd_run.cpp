@@ -2,6 +2,7 @@
 #include <torch/version.h>
 #include <unistd.h>
 
+#include <functional>
 #include <iostream>
 
 #include "app/runner.h"
@@ -60,31 +61,32 @@ std::vector<std::string> rank_args(const std::string& subcommand,
   return out;
 }
 
-// How this process takes part in training: alone (null), or as a rank of a data-parallel job
-// launched by torchrun, srun or --nproc. Throws ConfigError for an incomplete launch
-// environment.
-std::unique_ptr<dist::Cluster> join_job(int workers) {
-  const dist::LaunchEnv env = dist::detect_launch();
-  if (!env.distributed()) return nullptr;
-  if (workers > 1) {
-    throw UsageError("--workers starts independent processes; this one is rank " +
-                     std::to_string(env.rank) + " of a data-parallel job (" + env.describe() +
-                     "): drop --workers");
-  }
-  return dist::Cluster::join(env);
-}
-
-// `--nproc N`: N local ranks of this command; returns their exit code.
-int spawn_ranks(const std::string& subcommand, const Invocation& inv, int nproc) {
+// How `run`, `resume` and `fork` take part in data-parallel training (docs/DISTRIBUTED.md).
+// `--nproc N` (N != 1): starts N local ranks of this command and returns their exit code. A rank
+// of a launched job (torchrun, srun, --nproc) other than rank 0 trains the runs rank 0
+// announces. Rank 0, or a lone process, runs `command` with options.training.cluster set (null
+// alone). With `launch` false (a dry run), `command` runs alone. Throws ConfigError for an
+// incomplete launch environment, UsageError for --nproc or --workers inside a launched job.
+int as_job(const std::string& subcommand, const Invocation& inv, int nproc, int workers,
+           bool launch, app::SweepOptions& options, const std::function<int()>& command) {
+  if (!launch) return command();
   if (nproc < 1) throw UsageError("--nproc must be at least 1, got " + std::to_string(nproc));
-  if (dist::detect_launch().distributed()) {
-    throw UsageError("--nproc " + std::to_string(nproc) + " inside a launched job (" +
-                     dist::detect_launch().describe() + "): let the launcher start the ranks");
+  const dist::LaunchEnv env = dist::detect_launch();
+  if (env.distributed() && (nproc != 1 || workers > 1)) {
+    throw UsageError(std::string(nproc != 1 ? "--nproc" : "--workers") +
+                     " inside a launched job (" + env.describe() +
+                     "): let the launcher start the ranks");
   }
-  dist::SpawnOptions so;
-  so.nproc = nproc;
-  so.argv = rank_args(subcommand, inv.args);
-  return dist::spawn_local_ranks(so).exit_code;
+  if (nproc != 1) {
+    dist::SpawnOptions so;
+    so.nproc = nproc;
+    so.argv = rank_args(subcommand, inv.args);
+    return dist::spawn_local_ranks(so).exit_code;
+  }
+  const auto cluster = env.distributed() ? dist::Cluster::join(env) : nullptr;
+  options.training.cluster = cluster.get();
+  if (cluster && !cluster->leader()) return app::follow_job(options);
+  return app::lead_job(options, command);
 }
 
 // The arguments of a worker process: this command line without --workers, with --no-progress
@@ -156,20 +158,15 @@ int cmd_run(const Invocation& inv) {
   if (sweep_path.empty())
     throw UsageError("amptune run needs a sweep file: amptune run SWEEP.yaml");
   if (workers < 1) throw UsageError("--workers must be at least 1, got " + std::to_string(workers));
-  if (nproc != 1) {
-    if (workers > 1)
-      throw UsageError(
-          "--nproc and --workers do not go together: one sweep is "
-          "either shared by workers or trained by one parallel job");
-    if (!opts.has("dry-run")) return spawn_ranks("run", inv, nproc);
+  if (nproc != 1 && workers > 1) {
+    throw UsageError("--nproc and --workers do not go together: one sweep is either shared by "
+                     "workers or trained by one parallel job");
   }
-  const auto cluster = opts.has("dry-run") ? nullptr : join_job(workers);
   app::SweepOptions options = sweep_options(opts, inv, threads, stop_after);
-  options.training.cluster = cluster.get();
   options.retry_failed = opts.has("retry-failed");
   options.stale_after = stale_after;
-  if (cluster && !cluster->leader()) return app::follow_job(options);
-  return app::lead_job(options, [&] {
+  return as_job("run", inv, nproc, workers, !opts.has("dry-run"), options, [&] {
+    const dist::Cluster* cluster = options.training.cluster;
     // Everything is checked before the database is touched: an invalid sweep writes nothing.
     if (opts.has("skip-data") && !opts.has("dry-run")) {
       throw UsageError("--skip-data goes with --dry-run: a run needs its data");
@@ -216,13 +213,9 @@ int cmd_resume(const Invocation& inv) {
                        "stop after this epoch (0-based), leaving the run resumable");
   if (!opts.parse(inv.args)) return 0;
   if (run_ref.empty()) throw UsageError("amptune resume needs a run id or name (see amptune list)");
-  if (nproc != 1) return spawn_ranks("resume", inv, nproc);
-  const auto cluster = join_job(1);
   app::SweepOptions options = sweep_options(opts, inv, threads, stop_after);
-  options.training.cluster = cluster.get();
   options.stale_after = stale_after;
-  if (cluster && !cluster->leader()) return app::follow_job(options);
-  return app::lead_job(options, [&] {
+  return as_job("resume", inv, nproc, 1, true, options, [&] {
     store::Store store = open_existing(db);
     auto run = store.find_run(run_ref);
     if (!run)
@@ -254,12 +247,8 @@ int cmd_fork(const Invocation& inv) {
   if (!opts.parse(inv.args)) return 0;
   if (run_ref.empty()) throw UsageError("amptune fork needs a run id or name (see amptune list)");
   if (epoch < 0) throw UsageError("amptune fork needs --epoch N: the parent's epoch to start from");
-  if (nproc != 1) return spawn_ranks("fork", inv, nproc);
-  const auto cluster = join_job(1);
   app::SweepOptions options = sweep_options(opts, inv, threads, stop_after);
-  options.training.cluster = cluster.get();
-  if (cluster && !cluster->leader()) return app::follow_job(options);
-  return app::lead_job(options, [&] {
+  return as_job("fork", inv, nproc, 1, true, options, [&] {
     store::Store store = open_existing(db);
     auto parent = store.find_run(run_ref);
     if (!parent)

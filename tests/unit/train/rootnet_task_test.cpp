@@ -122,15 +122,23 @@ void synth(const std::string& format, const std::string& out, int images) {
   data::synth_rootnet(o);
 }
 
-std::map<std::string, double> evaluate(Task& task, const Config& c) {
-  auto val = data::make_dataset(c, data::Split::kVal);
+// The evaluation loader of these tests: batches of 4 in order; shard `rank` of `world`.
+data::LoaderOptions eval_options(int rank = 0, int world = 1) {
   data::LoaderOptions lo;
   lo.batch_size = 4;
   lo.workers = 0;
   lo.shuffle = false;
   lo.train = false;
   lo.drop_last = false;
-  data::Loader loader(val, lo);
+  lo.rank = rank;
+  lo.world = world;
+  lo.shard = data::LoaderOptions::Shard::kBatches;
+  return lo;
+}
+
+std::map<std::string, double> evaluate(Task& task, const Config& c) {
+  auto val = data::make_dataset(c, data::Split::kVal);
+  data::Loader loader(val, eval_options());
   task.module().eval();
   return task.evaluate(loader, torch::kCPU);
 }
@@ -227,16 +235,7 @@ TEST(RootNetTask, ShardedEvaluationEqualsOneProcessBitwise) {
   auto val = data::make_dataset(c, data::Split::kVal);
   std::vector<EvalBatch> all;
   for (int rank = 0; rank < 2; ++rank) {
-    data::LoaderOptions lo;
-    lo.batch_size = 4;
-    lo.workers = 0;
-    lo.shuffle = false;
-    lo.train = false;
-    lo.drop_last = false;
-    lo.rank = rank;
-    lo.world = 2;
-    lo.shard = data::LoaderOptions::Shard::kBatches;
-    data::Loader loader(val, lo);
+    data::Loader loader(val, eval_options(rank, 2));
     for (auto& b :
          decode_eval_batches(encode_eval_batches(task->evaluate_batches(loader, torch::kCPU)))) {
       all.push_back(std::move(b));
