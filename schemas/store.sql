@@ -442,3 +442,83 @@ ALTER TABLE runs ADD COLUMN claim_pid_start INTEGER;
 -- for runs claimed before this migration.
 ALTER TABLE runs ADD COLUMN world_size INTEGER;
 ALTER TABLE runs ADD COLUMN global_batch INTEGER;
+
+-- migration: 8
+
+-- `amptune diagnose` (docs/AMP.md "Diagnosing a precision setting"): where a run's precision
+-- policy departs from a reference (fp32, O0) on the same weights and batches. One diagnoses row
+-- per diagnosed checkpoint (epoch -1: the initial weights of a run without checkpoints); a new
+-- diagnosis of the same checkpoint replaces the old one with its rows and advice.
+CREATE TABLE diagnoses (
+  run_id      INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  epoch       INTEGER NOT NULL CHECK (epoch >= -1),
+  against     TEXT NOT NULL,           -- the reference opt level ('O0')
+  batches     INTEGER NOT NULL CHECK (batches >= 1),
+  cosine_min  REAL NOT NULL,           -- below this a module counts as departed
+  loss_scale  REAL,                    -- the scale the gradients were computed with
+  seconds     REAL,
+  recorded_at TEXT NOT NULL,
+  PRIMARY KEY (run_id, epoch)
+);
+
+-- One row per compared tensor and batch. kind 'forward': a module's output (execution order,
+-- children before their parent; module = torchvision-style name, "" = the whole model);
+-- 'gradient': a parameter's unscaled gradient (module = the parameter's name, in parameter
+-- order); 'cast': a RootNet int32 cast point (casts.int32) against the value it truncates.
+-- Errors compare the policy's value with the reference's: cosine similarity; max absolute and
+-- max relative error (|x - r| / |r| over elements with r != 0) over finite elements; the share of
+-- elements with relative error above 1e-3 and 5e-3. overflow_frac / underflow_frac: the share of
+-- the low-precision tensor (activations; the SCALED gradients) that is inf/NaN where the
+-- reference is finite, and that is zero where the reference is not, or subnormal (flushed) -
+-- NULL under fp32.
+CREATE TABLE diagnostics (
+  run_id  INTEGER NOT NULL,
+  epoch   INTEGER NOT NULL,
+  kind    TEXT NOT NULL CHECK (kind IN ('forward', 'gradient', 'cast')),
+  batch   INTEGER NOT NULL CHECK (batch >= 0),
+  seq     INTEGER NOT NULL CHECK (seq >= 0),
+  module  TEXT NOT NULL,
+  dtype   TEXT NOT NULL,                 -- fp16 | bf16 | fp32 | int32
+  numel   INTEGER NOT NULL CHECK (numel >= 0),
+  cosine           REAL,
+  max_abs_err      REAL,
+  max_rel_err      REAL,
+  frac_rel_err_1e3 REAL,
+  frac_rel_err_5e3 REAL,
+  overflow_frac    REAL,
+  underflow_frac   REAL,
+  PRIMARY KEY (run_id, epoch, kind, batch, seq),
+  FOREIGN KEY (run_id, epoch) REFERENCES diagnoses(run_id, epoch) ON DELETE CASCADE
+);
+
+-- What to try, from the documented rules (docs/AMP.md "Advice rules"), in the order printed.
+CREATE TABLE diagnosis_advice (
+  run_id INTEGER NOT NULL,
+  epoch  INTEGER NOT NULL,
+  seq    INTEGER NOT NULL,
+  rule   TEXT NOT NULL,     -- activation_overflow | gradient_underflow | gradient_overflow |
+                            -- batchnorm_low_precision | first_departure | cast_point
+  module TEXT NOT NULL,
+  advice TEXT NOT NULL,
+  PRIMARY KEY (run_id, epoch, seq),
+  FOREIGN KEY (run_id, epoch) REFERENCES diagnoses(run_id, epoch) ON DELETE CASCADE
+);
+
+-- Per diagnosed run and epoch: the first module in execution order whose output departs (its
+-- worst cosine over the batches is below the diagnosis's cosine_min) or overflows.
+CREATE VIEW first_divergence AS
+  WITH worst AS (
+    SELECT run_id, epoch, seq, module, MIN(cosine) AS cosine, MAX(max_rel_err) AS max_rel_err,
+           MAX(overflow_frac) AS overflow_frac
+    FROM diagnostics WHERE kind = 'forward'
+    GROUP BY run_id, epoch, seq, module),
+  flagged AS (
+    SELECT w.*, g.cosine_min, g.against,
+           ROW_NUMBER() OVER (PARTITION BY w.run_id, w.epoch ORDER BY w.seq) AS n
+    FROM worst w JOIN diagnoses g ON g.run_id = w.run_id AND g.epoch = w.epoch
+    WHERE w.cosine < g.cosine_min OR w.cosine IS NULL OR w.overflow_frac > 0)
+  SELECT s.name AS sweep, r.name AS run, f.run_id, f.epoch, f.against, f.module, f.seq,
+         f.cosine, f.max_rel_err, f.overflow_frac,
+         CASE WHEN f.overflow_frac > 0 THEN 'overflow' ELSE 'cosine' END AS reason
+  FROM flagged f JOIN runs r ON r.id = f.run_id JOIN sweeps s ON s.id = r.sweep_id
+  WHERE f.n = 1;

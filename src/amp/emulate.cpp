@@ -4,6 +4,8 @@
 #include <immintrin.h>
 #endif
 
+#include <fnmatch.h>
+
 #include <cstdint>
 #include <cstring>
 
@@ -19,6 +21,9 @@ namespace amptune::amp {
 namespace {
 
 thread_local std::shared_ptr<const Policy> t_policy;
+thread_local std::shared_ptr<const ModuleMap> t_modules;
+thread_local std::shared_ptr<const Observer> t_observer;
+thread_local int t_fp32_depth = 0;  // open fp32 regions (ModuleCall of a marked module)
 
 class RoundThrough : public torch::autograd::Function<RoundThrough> {
  public:
@@ -127,22 +132,27 @@ ScopedPolicy::~ScopedPolicy() { t_policy = previous_; }
 const Policy* current_policy() { return t_policy.get(); }
 
 bool emulating() {
-  return t_policy && t_policy->backend == Backend::kEmulate && t_policy->low_precision();
+  return t_policy && t_policy->backend == Backend::kEmulate && t_policy->low_precision() &&
+         t_fp32_depth == 0;
 }
 
-torch::Tensor conv2d(torch::nn::Conv2dImpl& conv, const torch::Tensor& x) {
-  if (!emulating()) return conv.forward(x);
+torch::Tensor conv2d(torch::nn::Conv2dImpl& conv, const torch::Tensor& in) {
+  ModuleCall call(conv);
+  const torch::Tensor x = call.input(in);
+  if (!emulating()) return call.output(conv.forward(x));
   const auto& o = conv.options;
   if (!alternative<torch::enumtype::kZeros>(o.padding_mode())) {
     throw ModelError("Conv2d with a padding_mode other than zeros has no emulated path");
   }
   auto y = torch::conv2d(low(x), low(conv.weight), low(conv.bias), o.stride(),
                          padding2d(o.padding(), "Conv2d"), o.dilation(), o.groups());
-  return low(y);
+  return call.output(low(y));
 }
 
-torch::Tensor conv_transpose2d(torch::nn::ConvTranspose2dImpl& conv, const torch::Tensor& x) {
-  if (!emulating()) return conv.forward(x);
+torch::Tensor conv_transpose2d(torch::nn::ConvTranspose2dImpl& conv, const torch::Tensor& in) {
+  ModuleCall call(conv);
+  const torch::Tensor x = call.input(in);
+  if (!emulating()) return call.output(conv.forward(x));
   const auto& o = conv.options;
   if (!alternative<torch::enumtype::kZeros>(o.padding_mode())) {
     throw ModelError("ConvTranspose2d with a padding_mode other than zeros has no emulated path");
@@ -150,22 +160,27 @@ torch::Tensor conv_transpose2d(torch::nn::ConvTranspose2dImpl& conv, const torch
   auto y = torch::conv_transpose2d(low(x), low(conv.weight), low(conv.bias), o.stride(),
                                    padding2d(o.padding(), "ConvTranspose2d"),
                                    o.output_padding(), o.groups(), o.dilation());
+  return call.output(low(y));
+}
+
+torch::Tensor linear(torch::nn::LinearImpl& linear, const torch::Tensor& in) {
+  ModuleCall call(linear);
+  const torch::Tensor x = call.input(in);
+  if (!emulating()) return call.output(linear.forward(x));
+  return call.output(low(torch::linear(low(x), low(linear.weight), low(linear.bias))));
+}
+
+torch::Tensor input_dtype_op(const torch::Tensor& y, bool fp32_input) {
+  if (!emulating() || (fp32_input && !t_policy->cast_model)) return y;
   return low(y);
 }
-
-torch::Tensor linear(torch::nn::LinearImpl& linear, const torch::Tensor& x) {
-  if (!emulating()) return linear.forward(x);
-  return low(torch::linear(low(x), low(linear.weight), low(linear.bias)));
-}
-
-torch::Tensor input_dtype_op(const torch::Tensor& y) { return emulating() ? low(y) : y; }
 
 torch::Tensor fp32_op(const torch::Tensor& y) {
   return emulating() && t_policy->cast_model ? low(y) : y;
 }
 
 torch::Tensor model_input(const torch::Tensor& x) {
-  if (!t_policy || !t_policy->cast_model) return x;
+  if (!t_policy || !t_policy->cast_model || t_fp32_depth > 0) return x;
   if (t_policy->backend == Backend::kEmulate) return low(x);
   if (t_policy->backend == Backend::kNative && x.is_floating_point()) {
     return x.to(scalar_type(t_policy->dtype));
@@ -222,6 +237,117 @@ void set_autocast_dtype(bool cuda, at::ScalarType t) {
 }
 #endif
 }  // namespace
+
+// ---- modules in fp32, observation ----------------------------------------------------------
+
+ModuleMap::ModuleMap(const torch::nn::Module& model, const std::vector<std::string>& fp32_globs) {
+  std::vector<bool> used(fp32_globs.size(), false);
+  std::unordered_set<std::string> marked;  // names of marked modules
+  auto matches = [&](const std::string& name) {
+    bool any = false;
+    for (size_t g = 0; g < fp32_globs.size(); ++g) {
+      if (fnmatch(fp32_globs[g].c_str(), name.c_str(), 0) == 0) used[g] = any = true;
+    }
+    return any;
+  };
+  auto add = [&](const torch::nn::Module* m, const std::string& name, bool parent_fp32) {
+    const bool own = matches(name);  // always evaluated: marks the globs used
+    Entry e{name, parent_fp32 || own};
+    if (e.fp32) {
+      any_fp32_ = true;
+      for (const auto& p : m->parameters(/*recurse=*/false)) fp32_tensors_.insert(p.unsafeGetTensorImpl());
+      for (const auto& b : m->buffers(/*recurse=*/false)) fp32_tensors_.insert(b.unsafeGetTensorImpl());
+    }
+    if (e.fp32) marked.insert(name);
+    entries_[m] = e;
+    order_.push_back(m);
+  };
+  add(&model, "", false);
+  // named_modules lists parents before their children, so a parent's mark is known first.
+  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+    const std::string& name = item.key();
+    const auto dot = name.rfind('.');
+    const std::string parent = dot == std::string::npos ? "" : name.substr(0, dot);
+    add(item.value().get(), name, marked.count(parent) > 0);
+  }
+  for (size_t g = 0; g < fp32_globs.size(); ++g) {
+    if (used[g]) continue;
+    std::string examples;
+    const auto all = names();
+    for (size_t i = 1; i < all.size() && i < 8; ++i) examples += (i > 1 ? ", " : "") + all[i];
+    throw ConfigError("amp.fp32_modules: '" + fp32_globs[g] +
+                      "' matches no module of this model (names look like " + examples +
+                      "; `amptune diagnose` lists them all)");
+  }
+}
+
+const ModuleMap::Entry* ModuleMap::find(const torch::nn::Module& module) const {
+  auto it = entries_.find(&module);
+  return it == entries_.end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> ModuleMap::names() const {
+  std::vector<std::string> out;
+  out.reserve(order_.size());
+  for (const auto* m : order_) out.push_back(entries_.at(m).name);
+  return out;
+}
+
+ScopedModules::ScopedModules(std::shared_ptr<const ModuleMap> modules) : previous_(t_modules) {
+  t_modules = std::move(modules);
+}
+ScopedModules::~ScopedModules() { t_modules = previous_; }
+
+ScopedObserver::ScopedObserver(Observer observer) : previous_(t_observer) {
+  t_observer = std::make_shared<const Observer>(std::move(observer));
+}
+ScopedObserver::~ScopedObserver() { t_observer = previous_; }
+
+ModuleCall::ModuleCall(const torch::nn::Module& module) {
+  if (!t_modules) return;
+  entry_ = t_modules->find(module);
+  if (!entry_ || !entry_->fp32 || t_fp32_depth > 0 || !t_policy || !t_policy->low_precision()) {
+    return;
+  }
+  region_ = true;
+  ++t_fp32_depth;
+  if (t_policy->backend == Backend::kNative && t_policy->patch_ops &&
+      autocast_enabled(t_policy->on_cuda)) {
+    autocast_paused_ = true;
+    set_autocast_enabled(t_policy->on_cuda, false);
+  }
+}
+
+ModuleCall::~ModuleCall() {
+  if (!region_) return;
+  --t_fp32_depth;
+  if (autocast_paused_) set_autocast_enabled(t_policy->on_cuda, true);
+}
+
+torch::Tensor ModuleCall::input(const torch::Tensor& x) const {
+  if (region_ && t_policy->backend == Backend::kNative && x.is_floating_point()) {
+    return x.to(torch::kFloat);
+  }
+  return x;
+}
+
+torch::Tensor ModuleCall::output(const torch::Tensor& y) const {
+  torch::Tensor out = y;
+  if (region_ && t_policy->cast_model && y.is_floating_point() && !entry_->name.empty()) {
+    // Back to the model's type for the low-precision layers that follow (the whole model's
+    // output is the model's fp32 output).
+    out = t_policy->backend == Backend::kNative ? y.to(scalar_type(t_policy->dtype))
+                                                : round_through(y, t_policy->dtype);
+  }
+  if (t_observer && entry_) (*t_observer)(entry_->name, out);
+  return out;
+}
+
+bool fp32_module(const torch::nn::Module& module) {
+  if (t_fp32_depth > 0) return true;
+  const ModuleMap::Entry* e = t_modules ? t_modules->find(module) : nullptr;
+  return e && e->fp32;
+}
 
 AutocastGuard::AutocastGuard(const Policy& policy) {
   if (policy.backend != Backend::kNative || !policy.patch_ops) return;

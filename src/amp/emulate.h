@@ -24,9 +24,26 @@
 //     norms, exp/log/pow, sum/mean): left fp32 under O1; rounded under O2/O3 (no per-op casts).
 //   model_input(x) / model_output(y): O2/O3 cast the input to the model type on entry and the
 //     output back to fp32 (emulate: the input is rounded, the output left as it is).
+//
+// Modules in fp32 (amp.fp32_modules, docs/AMP.md "Keeping modules in fp32"): a ModuleMap names
+// every module of a model (state-dict prefixes, torchvision style: "layer1.0.conv1", "" for the
+// root) and marks the ones whose name, or an ancestor's, matches a glob. Model code opens a
+// ModuleCall around each module it runs (the boundary functions above do it for conv / linear /
+// deconv; BatchNorm, ResNet blocks and whole networks open their own). A call of a marked module
+// is an fp32 region: inside it no value is rounded or cast (emulate), autocast is off and the
+// input is cast up (native); its output is cast back to the model's type under O2/O3 and left
+// fp32 under O1 (as autocast leaves fp32 results), where the input-dtype op that follows keeps
+// it fp32 too (input_dtype_op's `fp32_input`). The Engine keeps the parameters and buffers of
+// marked modules fp32 under O2/O3. ModuleCall also reports each module's output to this
+// thread's Observer, in execution order (children before their parent): `amptune diagnose`.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
 
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
@@ -64,10 +81,89 @@ bool emulating();
 torch::Tensor conv2d(torch::nn::Conv2dImpl& conv, const torch::Tensor& x);
 torch::Tensor conv_transpose2d(torch::nn::ConvTranspose2dImpl& conv, const torch::Tensor& x);
 torch::Tensor linear(torch::nn::LinearImpl& linear, const torch::Tensor& x);
-torch::Tensor input_dtype_op(const torch::Tensor& y);
+// `fp32_input`: the op's input came out of a module running in fp32 (fp32_module()); under O1
+// the result then stays fp32, as autocast's type promotion gives.
+torch::Tensor input_dtype_op(const torch::Tensor& y, bool fp32_input = false);
 torch::Tensor fp32_op(const torch::Tensor& y);
 torch::Tensor model_input(const torch::Tensor& x);
 torch::Tensor model_output(const torch::Tensor& y);
+
+// ---- modules in fp32, observation ----------------------------------------------------------
+
+// The modules of one model by address, with their names and fp32 marks.
+class ModuleMap {
+ public:
+  struct Entry {
+    std::string name;   // "" for the root, "layer1.0.conv1", ...
+    bool fp32 = false;  // the name or an ancestor's matches one of the globs
+  };
+  // Throws ConfigError naming amp.fp32_modules for a glob that matches no module (with examples
+  // of the names there are). Globs are shell patterns (fnmatch, '*' also crosses dots).
+  ModuleMap(const torch::nn::Module& model, const std::vector<std::string>& fp32_globs);
+
+  const Entry* find(const torch::nn::Module& module) const;
+  bool any_fp32() const { return !fp32_tensors_.empty() || any_fp32_; }
+  // A parameter or buffer of a marked module (held fp32 under O2/O3).
+  bool fp32_tensor(const torch::Tensor& t) const {
+    return fp32_tensors_.count(t.unsafeGetTensorImpl()) > 0;
+  }
+  // Every name in registration order (root first).
+  std::vector<std::string> names() const;
+
+ private:
+  std::unordered_map<const torch::nn::Module*, Entry> entries_;
+  std::vector<const torch::nn::Module*> order_;
+  std::unordered_set<const void*> fp32_tensors_;
+  bool any_fp32_ = false;
+};
+
+// Installs `modules` for this thread until destruction (restores the previous map).
+class ScopedModules {
+ public:
+  explicit ScopedModules(std::shared_ptr<const ModuleMap> modules);
+  ~ScopedModules();
+  ScopedModules(const ScopedModules&) = delete;
+  ScopedModules& operator=(const ScopedModules&) = delete;
+
+ private:
+  std::shared_ptr<const ModuleMap> previous_;
+};
+
+// Sees each module's output (after any cast back) in execution order.
+using Observer = std::function<void(const std::string& module, const torch::Tensor& output)>;
+
+// Installs `observer` for this thread until destruction.
+class ScopedObserver {
+ public:
+  explicit ScopedObserver(Observer observer);
+  ~ScopedObserver();
+  ScopedObserver(const ScopedObserver&) = delete;
+  ScopedObserver& operator=(const ScopedObserver&) = delete;
+
+ private:
+  std::shared_ptr<const Observer> previous_;
+};
+
+// One call of a module (see the top of this file). Open it before the module computes, pass
+// the input through input() and the result through output().
+class ModuleCall {
+ public:
+  explicit ModuleCall(const torch::nn::Module& module);
+  ~ModuleCall();
+  ModuleCall(const ModuleCall&) = delete;
+  ModuleCall& operator=(const ModuleCall&) = delete;
+
+  torch::Tensor input(const torch::Tensor& x) const;
+  torch::Tensor output(const torch::Tensor& y) const;
+
+ private:
+  const ModuleMap::Entry* entry_ = nullptr;
+  bool region_ = false;         // this call opened an fp32 region
+  bool autocast_paused_ = false;
+};
+
+// True when `module` computes in fp32 now: it is marked, or an fp32 region is open.
+bool fp32_module(const torch::nn::Module& module);
 
 // Native autocast for the current thread while alive (CPU bf16 O1; CUDA O1 fp16/bf16); clears
 // the autocast weight-cast cache on destruction (as Python's context manager does), so cached

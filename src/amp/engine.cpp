@@ -28,7 +28,10 @@ ScalerOptions scaler_options(const Policy& policy) {
 }
 
 Engine::Engine(const Policy& policy, torch::nn::Module& model)
-    : policy_(policy), model_(model), scaler_(scaler_options(policy)) {
+    : policy_(policy),
+      model_(model),
+      modules_(std::make_shared<const ModuleMap>(model, policy.fp32_modules)),
+      scaler_(scaler_options(policy)) {
   torch::NoGradGuard no_grad;
   // BatchNorm tensors that stay fp32 under keep_batchnorm_fp32.
   std::set<const void*> bn_params, bn_buffers;
@@ -47,10 +50,11 @@ Engine::Engine(const Policy& policy, torch::nn::Module& model)
   const bool native = policy.backend == Backend::kNative;
   for (size_t i = 0; i < params_.size(); ++i) {
     const bool bn = bn_params.count(params_[i].unsafeGetTensorImpl()) > 0;
-    low_[i] = !(bn && policy.keep_batchnorm_fp32) && params_[i].is_floating_point();
+    low_[i] = !(bn && policy.keep_batchnorm_fp32) && !modules_->fp32_tensor(params_[i]) &&
+              params_[i].is_floating_point();
   }
   for (auto& b : model.buffers(true)) {
-    if (!b.is_floating_point()) continue;
+    if (!b.is_floating_point() || modules_->fp32_tensor(b)) continue;
     if (bn_buffers.count(b.unsafeGetTensorImpl()) && policy.keep_batchnorm_fp32) continue;
     low_buffers_.push_back(b);
   }

@@ -10,6 +10,7 @@
 // state so a resumed run continues bitwise.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 #include <torch/serialize/archive.h>
 #include <torch/types.h>
 
+#include "amp/emulate.h"
 #include "amp/policy.h"
 #include "amp/scaler.h"
 
@@ -28,7 +30,12 @@ ScalerOptions scaler_options(const Policy& policy);
 class Engine {
  public:
   // Prepares `model` (already on its device) for `policy`; `model` must outlive the engine.
+  // Throws ConfigError for an amp.fp32_modules glob that matches no module.
   Engine(const Policy& policy, torch::nn::Module& model);
+
+  // The model's modules by name, with the amp.fp32_modules marks (install with ScopedModules
+  // around forward passes).
+  const std::shared_ptr<const ModuleMap>& modules() const { return modules_; }
 
   const Policy& policy() const { return policy_; }
   LossScaler& scaler() { return scaler_; }
@@ -61,6 +68,7 @@ class Engine {
 
   Policy policy_;
   torch::nn::Module& model_;
+  std::shared_ptr<const ModuleMap> modules_;
   LossScaler scaler_;
   std::vector<torch::Tensor> params_;   // model parameters in order
   std::vector<bool> low_;               // params_[i] is low precision

@@ -90,6 +90,7 @@ Policy resolve_policy(const Config& config, bool device_is_cuda) {
       break;
   }
   p.combine_grad = config.get_bool("amp.combine_grad");
+  p.fp32_modules = config.get_string_list("amp.fp32_modules");
   if (p.combine_grad && p.opt_level == OptLevel::kO2 && !p.master_weights) {
     throw ConfigError(
         "amp.combine_grad true with amp.opt_level O2 needs master weights (Ascend apex refuses "

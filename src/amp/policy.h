@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace amptune {
 class Config;
@@ -35,6 +36,8 @@ struct Policy {
   double max_scale = 16777216.0;
   int64_t growth_interval = 2000;
   bool on_cuda = false;
+  // amp.fp32_modules: globs of module names that run in fp32 under O1-O3 (amp/emulate.h).
+  std::vector<std::string> fp32_modules;
 
   // Any rounding / casting at all (false for O0).
   bool low_precision() const { return opt_level != OptLevel::kO0; }

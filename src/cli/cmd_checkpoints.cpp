@@ -1,8 +1,11 @@
-// `amptune eval`, `amptune export` and `amptune gc`: work on the saved checkpoints of runs.
-// No torch here (train/evaluate.h and train/retention.h are torch-free).
+// `amptune eval`, `amptune export`, `amptune diagnose` and `amptune gc`: work on the saved
+// checkpoints of runs. No torch here (train/evaluate.h, diagnose.h, retention.h are torch-free).
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <set>
 
 #include "cli/commands.h"
@@ -10,6 +13,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "store/store.h"
+#include "train/diagnose.h"
 #include "train/evaluate.h"
 #include "train/retention.h"
 
@@ -156,6 +160,96 @@ int cmd_export(const Invocation& inv) {
   const auto result = train::export_checkpoint(store, run, epoch, out);
   std::cout << "wrote " << result.path << ": " << result.tensors << " tensors, "
             << human_bytes(result.bytes) << " (run " << run.name << ", epoch " << epoch << ")\n";
+  return 0;
+}
+
+int cmd_diagnose(const Invocation& inv) {
+  std::string db, run_ref, against = "O0";
+  int epoch = -1, batches = 2, threads = 0, top = 12;
+  double cosine_min = 0.99;
+  Options opts("diagnose",
+               "usage: amptune diagnose RUN [--epoch N] [--batches K] [--against O0]\n"
+               "                        [--cosine-min 0.99] [options]\n\n"
+               "Where RUN's precision setting departs from fp32: loads the checkpoint (default:\n"
+               "the newest; the initial weights when the run has none), runs forward and\n"
+               "backward on K training batches of the run's own data order twice from the same\n"
+               "weights - under the run's policy (backend, loss scale, fp32 modules, cast\n"
+               "points) and under --against - and compares every module's output, every\n"
+               "parameter's unscaled gradient and every int32 cast point: cosine, max abs / rel\n"
+               "error, shares off by more than 1e-3 / 5e-3, overflow and underflow shares of\n"
+               "the low-precision tensors. Stores the rows (tables diagnoses, diagnostics,\n"
+               "diagnosis_advice; view first_divergence) and prints the worst rows, the first\n"
+               "module that departs and advice (docs/AMP.md \"Diagnosing a precision setting\").");
+  opts.positional(&run_ref).db(&db).quiet();
+  opts.add()("epoch", po::value(&epoch), "the checkpoint's epoch (0-based)")(
+      "batches", po::value(&batches)->default_value(2), "training batches to compare")(
+      "against", po::value(&against)->default_value("O0"), "the reference opt level")(
+      "cosine-min", po::value(&cosine_min)->default_value(0.99),
+      "a module whose output's cosine similarity is below this departs")(
+      "top", po::value(&top)->default_value(12), "worst rows to print")(
+      "threads", po::value(&threads)->default_value(0),
+      "LibTorch threads; 0 = the run config's `threads`");
+  if (!opts.parse(inv.args)) return 0;
+  require_run_ref(run_ref, "diagnose");
+  if (opts.has("epoch") && epoch < 0) throw UsageError("--epoch must be >= 0");
+  store::Store store = open_existing(db);
+  const store::RunRow run = find_run(store, run_ref, "diagnose");
+  train::DiagnoseOptions options;
+  if (opts.has("epoch")) options.epoch = epoch;
+  options.batches = batches;
+  options.against = against;
+  options.cosine_min = cosine_min;
+  options.threads = threads;
+  const store::Diagnosis d = train::diagnose(store, run, options);
+
+  // Worst over the batches per (kind, seq), then the lowest cosines first.
+  std::map<std::pair<std::string, int>, store::DiagnosticRow> worst;
+  for (const auto& r : d.rows) {
+    auto [it, added] = worst.try_emplace({r.kind, r.seq}, r);
+    if (added) continue;
+    auto& w = it->second;
+    w.cosine = std::min(w.cosine, r.cosine);
+    for (auto [mine, theirs] : {std::pair{&w.max_abs_err, r.max_abs_err},
+                                {&w.max_rel_err, r.max_rel_err},
+                                {&w.frac_rel_err_1e3, r.frac_rel_err_1e3},
+                                {&w.frac_rel_err_5e3, r.frac_rel_err_5e3},
+                                {&w.overflow_frac, r.overflow_frac},
+                                {&w.underflow_frac, r.underflow_frac}}) {
+      if (theirs > *mine) *mine = theirs;
+    }
+  }
+  std::vector<store::DiagnosticRow> sorted;
+  for (auto& [key, r] : worst) sorted.push_back(r);
+  std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+    const double oa = std::isnan(a.overflow_frac) ? 0 : a.overflow_frac;
+    const double ob = std::isnan(b.overflow_frac) ? 0 : b.overflow_frac;
+    if (oa != ob) return oa > ob;
+    return a.cosine < b.cosine;
+  });
+  auto share = [](double v) { return std::isnan(v) ? std::string("-") : app::fixed(v * 100, 2); };
+  app::Table table({"kind", "module", "dtype", "cosine", "max_abs", "max_rel", ">1e-3 %",
+                    ">5e-3 %", "overflow %", "underflow %"});
+  for (size_t i = 0; i < sorted.size() && static_cast<int>(i) < top; ++i) {
+    const auto& r = sorted[i];
+    table.add({r.kind, r.module.empty() ? "(model)" : r.module, r.dtype, value_text(r.cosine),
+               value_text(r.max_abs_err), value_text(r.max_rel_err), share(r.frac_rel_err_1e3),
+               share(r.frac_rel_err_5e3), share(r.overflow_frac), share(r.underflow_frac)});
+  }
+  std::cout << "run " << run.name << ", "
+            << (d.epoch >= 0 ? "epoch " + std::to_string(d.epoch) : std::string("initial weights"))
+            << ": " << d.rows.size() << " comparisons on " << d.batches << " batch(es) against "
+            << d.against << ", loss scale " << value_text(d.loss_scale) << ", "
+            << app::fixed(d.seconds, 1) << " s\n\n";
+  table.print(std::cout);
+  if (const auto first = train::first_divergence(d)) {
+    const auto& r = d.rows[*first];
+    std::cout << "\nfirst divergence: " << (r.module.empty() ? "(model)" : r.module)
+              << " (forward #" << r.seq << ")\n";
+  } else {
+    std::cout << "\nno module departs (every cosine >= " << value_text(d.cosine_min)
+              << ", no overflow)\n";
+  }
+  for (const auto& a : d.advice) std::cout << "advice: " << a.advice << "\n";
   return 0;
 }
 

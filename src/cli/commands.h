@@ -27,10 +27,11 @@ int cmd_bench(const Invocation& inv);
 int cmd_status(const Invocation& inv);
 int cmd_compare(const Invocation& inv);
 int cmd_report(const Invocation& inv);
-// cmd_checkpoints.cpp: evaluate / export saved checkpoints, delete unreferenced files.
+// cmd_checkpoints.cpp: evaluate / export / diagnose saved checkpoints, delete unreferenced files.
 int cmd_eval(const Invocation& inv);
 int cmd_export(const Invocation& inv);
 int cmd_gc(const Invocation& inv);
+int cmd_diagnose(const Invocation& inv);
 // cmd_merge.cpp: several databases into one (shards of a sweep); cmd_slurm.cpp: Slurm scripts.
 int cmd_merge(const Invocation& inv);
 int cmd_slurm(const Invocation& inv);

@@ -31,6 +31,8 @@ commands:
   data synth-rootnet  write a small synthetic Human3.6M / MuCo / MuPoTS / MPII data set
   bench SWEEP.yaml    loader and training images/s of sweep cells, side by side
   eval RUN            evaluate saved checkpoints (--epoch N | --all) and store their metrics
+  diagnose RUN        where the run's precision setting first departs from fp32, module by
+                      module, with advice (--epoch N --batches K)
   export RUN          write a checkpoint's weights as a PyTorch state dict (--epoch N --out F.pt)
   gc                  delete checkpoint files the database no longer references (--dry-run)
   merge A.sqlite B.sqlite ... --into FILE
@@ -76,6 +78,7 @@ int main(int argc, char** argv) {
     if (command == "report") return cli::cmd_report(inv);
     if (command == "eval") return cli::cmd_eval(inv);
     if (command == "export") return cli::cmd_export(inv);
+    if (command == "diagnose") return cli::cmd_diagnose(inv);
     if (command == "gc") return cli::cmd_gc(inv);
     if (command == "merge") return cli::cmd_merge(inv);
     if (command == "slurm") return cli::cmd_slurm(inv);

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "amp/emulate.h"
 #include "core/error.h"
 
 namespace amptune::models {
@@ -137,9 +138,13 @@ ScopedBatchNormSync::~ScopedBatchNormSync() { t_sum.reset(); }
 
 bool batch_norm_sync_active() { return t_sum != nullptr; }
 
-torch::Tensor batch_norm(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x) {
-  if (!t_sum || !bn.is_training()) return bn.forward(x);
-  return synchronised(bn, x, t_sum);
+torch::Tensor batch_norm(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& in,
+                         bool fp32_input) {
+  amp::ModuleCall call(bn);  // amp.fp32_modules, observation (amp/emulate.h)
+  const torch::Tensor x = call.input(in);
+  torch::Tensor y = !t_sum || !bn.is_training() ? bn.forward(x) : synchronised(bn, x, t_sum);
+  // An op in its input's dtype (emulation rounds, unless the input was fp32 under O1).
+  return call.output(amp::input_dtype_op(y, fp32_input || amp::fp32_module(bn)));
 }
 
 }  // namespace amptune::models

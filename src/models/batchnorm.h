@@ -63,7 +63,11 @@ class ScopedBatchNormSync {
 bool batch_norm_sync_active();
 
 // bn.forward(x), or the synchronised version when a ScopedBatchNormSync is alive on this thread
-// and bn is training. x: [N, C, H, W] with C = bn.options.num_features().
-torch::Tensor batch_norm(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x);
+// and bn is training. x: [N, C, H, W] with C = bn.options.num_features(). Also the module's
+// mixed-precision boundary (amp/emulate.h): a ModuleCall (amp.fp32_modules, observation), and
+// the output as an op in its input's dtype (amp::input_dtype_op); `fp32_input`: x came out of a
+// module running in fp32.
+torch::Tensor batch_norm(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x,
+                         bool fp32_input = false);
 
 }  // namespace amptune::models

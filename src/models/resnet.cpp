@@ -31,14 +31,27 @@ nn::Sequential downsample_if_needed(int64_t inplanes, int64_t out, int64_t strid
 // policy is installed, then conv/linear run on fp16/bf16-rounded inputs, weights and outputs and
 // BatchNorm/add/pool outputs (ops in their input's dtype) are rounded too. relu and max-pool keep
 // values on the grid, so they need no call. BatchNorm goes through models::batch_norm (plain
-// bn->forward unless a ScopedBatchNormSync is alive: models/batchnorm.h).
+// bn->forward unless a ScopedBatchNormSync is alive, its output in its input's dtype:
+// models/batchnorm.h).
+// A conv in fp32 (amp.fp32_modules) gives its BatchNorm an fp32 input, so under O1 the
+// BatchNorm's output stays fp32 as well.
+torch::Tensor conv_bn(nn::Conv2dImpl& conv, nn::BatchNorm2dImpl& bn, const torch::Tensor& x) {
+  return batch_norm(bn, amp::conv2d(conv, x), amp::fp32_module(conv));
+}
 torch::Tensor conv_bn(nn::Conv2d& conv, nn::BatchNorm2d& bn, const torch::Tensor& x) {
-  return amp::input_dtype_op(batch_norm(*bn, amp::conv2d(*conv, x)));
+  return conv_bn(*conv, *bn, x);
 }
 torch::Tensor conv_bn(nn::Sequential& downsample, const torch::Tensor& x) {
-  auto* conv = downsample->ptr(0)->as<nn::Conv2dImpl>();
-  auto* bn = downsample->ptr(1)->as<nn::BatchNorm2dImpl>();
-  return amp::input_dtype_op(batch_norm(*bn, amp::conv2d(*conv, x)));
+  amp::ModuleCall call(*downsample);
+  return call.output(conv_bn(*downsample->ptr(0)->as<nn::Conv2dImpl>(),
+                             *downsample->ptr(1)->as<nn::BatchNorm2dImpl>(), call.input(x)));
+}
+
+// A stage (nn::Sequential of blocks) as one module call: its name ("layer2") can be kept in fp32
+// as a whole, and its output is observed.
+torch::Tensor stage(nn::Sequential& layer, const torch::Tensor& x) {
+  amp::ModuleCall call(*layer);
+  return call.output(layer->forward(call.input(x)));
 }
 
 }  // namespace
@@ -75,11 +88,13 @@ BasicBlockImpl::BasicBlockImpl(int64_t inplanes, int64_t planes, int64_t stride)
   if (downsample_) register_module("downsample", downsample_);
 }
 
-torch::Tensor BasicBlockImpl::forward(torch::Tensor x) {
+torch::Tensor BasicBlockImpl::forward(torch::Tensor in) {
+  amp::ModuleCall call(*this);
+  const torch::Tensor x = call.input(in);
   torch::Tensor identity = downsample_ ? conv_bn(downsample_, x) : x;
   torch::Tensor out = torch::relu(conv_bn(conv1_, bn1_, x));
   out = conv_bn(conv2_, bn2_, out);
-  return torch::relu(amp::input_dtype_op(out + identity));
+  return call.output(torch::relu(amp::input_dtype_op(out + identity)));
 }
 
 BottleneckImpl::BottleneckImpl(int64_t inplanes, int64_t planes, int64_t stride) {
@@ -94,12 +109,14 @@ BottleneckImpl::BottleneckImpl(int64_t inplanes, int64_t planes, int64_t stride)
   if (downsample_) register_module("downsample", downsample_);
 }
 
-torch::Tensor BottleneckImpl::forward(torch::Tensor x) {
+torch::Tensor BottleneckImpl::forward(torch::Tensor in) {
+  amp::ModuleCall call(*this);
+  const torch::Tensor x = call.input(in);
   torch::Tensor identity = downsample_ ? conv_bn(downsample_, x) : x;
   torch::Tensor out = torch::relu(conv_bn(conv1_, bn1_, x));
   out = torch::relu(conv_bn(conv2_, bn2_, out));
   out = conv_bn(conv3_, bn3_, out);
-  return torch::relu(amp::input_dtype_op(out + identity));
+  return call.output(torch::relu(amp::input_dtype_op(out + identity)));
 }
 
 ResNetImpl::ResNetImpl(const ResNetOptions& options) : options_(options) {
@@ -162,17 +179,18 @@ torch::Tensor ResNetImpl::forward_features(torch::Tensor x) {
   x = amp::model_input(x);  // O2/O3: the input is cast to the model's type on entry
   x = torch::relu(conv_bn(conv1_, bn1_, x));
   if (!options_.small_input) x = torch::max_pool2d(x, {3, 3}, {2, 2}, {1, 1});
-  x = layer1_->forward(x);
-  x = layer2_->forward(x);
-  x = layer3_->forward(x);
-  return layer4_->forward(x);
+  x = stage(layer1_, x);
+  x = stage(layer2_, x);
+  x = stage(layer3_, x);
+  return stage(layer4_, x);
 }
 
-torch::Tensor ResNetImpl::forward(torch::Tensor x) {
-  x = forward_features(x);
-  if (!options_.include_top) return x;
+torch::Tensor ResNetImpl::forward(torch::Tensor in) {
+  amp::ModuleCall call(*this);  // the whole network (a RootNet's backbone) as one module
+  torch::Tensor x = forward_features(call.input(in));
+  if (!options_.include_top) return call.output(x);
   x = amp::input_dtype_op(torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1));
-  return amp::model_output(amp::linear(*fc_, x));  // O2/O3: logits back to fp32
+  return call.output(amp::model_output(amp::linear(*fc_, x)));  // O2/O3: logits back to fp32
 }
 
 int64_t count_parameters(const torch::nn::Module& module) {

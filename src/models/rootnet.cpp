@@ -69,13 +69,20 @@ torch::Tensor RootNetImpl::soft_argmax(const torch::Tensor& logits) {
 }
 
 torch::Tensor RootNetImpl::forward(torch::Tensor image, torch::Tensor k_value) {
-  auto c5 = backbone_->forward(image);  // the backbone applies amp::model_input
+  amp::ModuleCall call(*this);
+  auto c5 = backbone_->forward(call.input(image));  // the backbone applies amp::model_input
   auto x = c5;
-  for (size_t i = 0; i + 2 < deconv_->size(); i += 3) {
-    x = amp::conv_transpose2d(*deconv_->ptr(i)->as<torch::nn::ConvTranspose2dImpl>(), x);
-    auto& bn = *deconv_->ptr(i + 1)->as<torch::nn::BatchNorm2dImpl>();
-    x = amp::input_dtype_op(batch_norm(bn, x));
-    x = torch::relu(x);
+  {
+    amp::ModuleCall deconv_call(*deconv_);  // "deconv" in amp.fp32_modules: the whole stack
+    x = deconv_call.input(x);
+    for (size_t i = 0; i + 2 < deconv_->size(); i += 3) {
+      auto& deconv = *deconv_->ptr(i)->as<torch::nn::ConvTranspose2dImpl>();
+      auto& bn = *deconv_->ptr(i + 1)->as<torch::nn::BatchNorm2dImpl>();
+      x = amp::conv_transpose2d(deconv, x);
+      x = batch_norm(bn, x, amp::fp32_module(deconv));
+      x = torch::relu(x);
+    }
+    x = deconv_call.output(x);
   }
   auto xy = soft_argmax(amp::conv2d(*xy_layer_, x));
   auto feat = amp::fp32_op(c5.mean({2, 3}, true));  // [B, C5, 1, 1]
@@ -83,7 +90,7 @@ torch::Tensor RootNetImpl::forward(torch::Tensor image, torch::Tensor k_value) {
   // PyTorch's type promotion as in the original: an fp16 gamma times an fp32 k gives fp32; times
   // an integer k (the ported code's int32 cast) stays fp16.
   auto depth = gamma * k_value.reshape({-1, 1});
-  return amp::model_output(torch::cat({xy.to(depth.scalar_type()), depth}, 1));
+  return call.output(amp::model_output(torch::cat({xy.to(depth.scalar_type()), depth}, 1)));
 }
 
 torch::Tensor rootnet_loss(const torch::Tensor& coord, const torch::Tensor& target,

@@ -1011,6 +1011,80 @@ void Store::record_metrics(int64_t run_id, int epoch, const std::map<std::string
   });
 }
 
+void Store::record_diagnosis(const Diagnosis& d) {
+  const std::string action = "recording the diagnosis of epoch " + std::to_string(d.epoch) +
+                             " of run " + std::to_string(d.run_id);
+  guarded(path_, action, [&] {
+    write_transaction(db_, [&] {
+      require_run(db_, path_, d.run_id, action);
+      Statement drop(db_, "DELETE FROM diagnoses WHERE run_id = ? AND epoch = ?");
+      drop.bind(1, d.run_id).bind(2, d.epoch).run();  // rows and advice cascade
+      Statement head(db_,
+                     "INSERT INTO diagnoses (run_id, epoch, against, batches, cosine_min, "
+                     "loss_scale, seconds, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+      head.bind(1, d.run_id).bind(2, d.epoch).bind(3, d.against).bind(4, d.batches);
+      head.bind(5, d.cosine_min).bind(6, d.loss_scale).bind(7, d.seconds).bind(8, now_utc());
+      head.run();
+      Statement row(db_,
+                    "INSERT INTO diagnostics (run_id, epoch, kind, batch, seq, module, dtype, "
+                    "numel, cosine, max_abs_err, max_rel_err, frac_rel_err_1e3, "
+                    "frac_rel_err_5e3, overflow_frac, underflow_frac) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+      for (const auto& r : d.rows) {
+        row.reset().bind(1, d.run_id).bind(2, d.epoch).bind(3, r.kind).bind(4, r.batch);
+        row.bind(5, r.seq).bind(6, r.module).bind(7, r.dtype).bind(8, r.numel);
+        row.bind(9, r.cosine).bind(10, r.max_abs_err).bind(11, r.max_rel_err);
+        row.bind(12, r.frac_rel_err_1e3).bind(13, r.frac_rel_err_5e3);
+        row.bind(14, r.overflow_frac).bind(15, r.underflow_frac).run();
+      }
+      Statement advice(db_,
+                       "INSERT INTO diagnosis_advice (run_id, epoch, seq, rule, module, advice) "
+                       "VALUES (?, ?, ?, ?, ?, ?)");
+      for (size_t i = 0; i < d.advice.size(); ++i) {
+        const auto& a = d.advice[i];
+        advice.reset().bind(1, d.run_id).bind(2, d.epoch).bind(3, static_cast<int64_t>(i));
+        advice.bind(4, a.rule).bind(5, a.module).bind(6, a.advice).run();
+      }
+    });
+  });
+}
+
+std::vector<Store::ModuleError> Store::module_errors(const std::string& sweep) const {
+  return guarded(path_, "reading the diagnoses of sweep " + sweep, [&] {
+    std::vector<ModuleError> out;
+    Statement select(db_,
+                     "SELECT d.run_id, d.epoch, d.seq, d.module, MIN(d.dtype), MAX(d.numel), "
+                     "COUNT(*), MIN(d.cosine), MAX(d.max_abs_err), MAX(d.max_rel_err), "
+                     "MAX(d.frac_rel_err_1e3), MAX(d.frac_rel_err_5e3), MAX(d.overflow_frac), "
+                     "MAX(d.underflow_frac) FROM diagnostics d "
+                     "JOIN runs r ON r.id = d.run_id JOIN sweeps s ON s.id = r.sweep_id "
+                     "WHERE s.name = ? AND d.kind = 'forward' "
+                     "GROUP BY d.run_id, d.epoch, d.seq, d.module ORDER BY d.run_id, d.epoch, d.seq");
+    select.bind(1, sweep);
+    auto real = [&](int c) { return select.column_double(c); };  // NULL -> NaN
+    while (select.step()) {
+      ModuleError e;
+      e.run_id = select.column_int(0);
+      e.epoch = static_cast<int>(select.column_int(1));
+      e.worst.kind = "forward";
+      e.worst.seq = static_cast<int>(select.column_int(2));
+      e.worst.module = select.column_text(3);
+      e.worst.dtype = select.column_text(4);
+      e.worst.numel = select.column_int(5);
+      e.worst.batch = static_cast<int>(select.column_int(6));
+      e.worst.cosine = real(7);
+      e.worst.max_abs_err = real(8);
+      e.worst.max_rel_err = real(9);
+      e.worst.frac_rel_err_1e3 = real(10);
+      e.worst.frac_rel_err_5e3 = real(11);
+      e.worst.overflow_frac = real(12);
+      e.worst.underflow_frac = real(13);
+      out.push_back(std::move(e));
+    }
+    return out;
+  });
+}
+
 std::vector<int> Store::fork_epochs(int64_t run_id) const {
   return guarded(path_, "reading the forks of run " + std::to_string(run_id), [&] {
     std::vector<int> epochs;

@@ -149,6 +149,39 @@ struct EpochRow {
   std::string recorded_at;
 };
 
+// --- Diagnoses (amptune diagnose; migration 8, docs/AMP.md "Diagnosing a precision setting") -
+
+// One compared tensor of one batch (see the diagnostics table in schemas/store.sql). NaN is
+// stored as NULL.
+struct DiagnosticRow {
+  std::string kind;  // forward | gradient | cast
+  int batch = 0;
+  int seq = 0;       // execution / parameter / cast-point order
+  std::string module;
+  std::string dtype;  // fp16 | bf16 | fp32 | int32
+  int64_t numel = 0;
+  double cosine = 0, max_abs_err = 0, max_rel_err = 0, frac_rel_err_1e3 = 0,
+         frac_rel_err_5e3 = 0, overflow_frac = 0, underflow_frac = 0;
+};
+
+struct DiagnosisAdvice {
+  std::string rule;  // activation_overflow, gradient_underflow, ... (docs/AMP.md)
+  std::string module;
+  std::string advice;
+};
+
+struct Diagnosis {
+  int64_t run_id = 0;
+  int epoch = 0;  // the checkpoint's epoch; -1 = initial weights
+  std::string against = "O0";
+  int batches = 0;
+  double cosine_min = 0.99;
+  double loss_scale = 0;
+  double seconds = 0;
+  std::vector<DiagnosticRow> rows;
+  std::vector<DiagnosisAdvice> advice;
+};
+
 // --- Merging databases (amptune merge; docs/DATABASE.md "Merging databases") ------------------
 
 // The same cell (sweep name + config hash) in two databases with different contents: which copy
@@ -263,6 +296,19 @@ class Store {
   std::vector<CheckpointFile> truncate_after(int64_t run_id, int epoch);
   // The file of that epoch was deleted by retention: the epoch row keeps its metrics.
   void forget_checkpoint(int64_t run_id, int epoch);
+
+  // Replaces the diagnosis of (run_id, epoch), its rows and advice, all or nothing. StoreError
+  // when the run does not exist.
+  void record_diagnosis(const Diagnosis& diagnosis);
+  // The forward rows of every diagnosis of the runs of `sweep`, worst over the batches per
+  // module (min cosine, max of the others), ordered by run id, epoch, seq: the report's
+  // per-module error plot. DiagnosticRow::batch holds the number of batches.
+  struct ModuleError {
+    int64_t run_id = 0;
+    int epoch = 0;
+    DiagnosticRow worst;
+  };
+  std::vector<ModuleError> module_errors(const std::string& sweep) const;
 
   // Merges the databases `inputs` into this one, in one transaction: all or nothing. Every input
   // is checked first (check_merge_input; never this database itself), so a bad one is named

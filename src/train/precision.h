@@ -31,7 +31,10 @@ class Precision {
   // Prepares the model (on its device) and returns what the optimizer must step. Called again
   // when a session is rebuilt.
   std::vector<torch::Tensor> attach(torch::nn::Module& model) {
+    modules_scope_.reset();
     engine_ = std::make_unique<amp::Engine>(policy_, model);
+    // The module names and amp.fp32_modules marks for this thread's forward passes.
+    modules_scope_ = std::make_unique<amp::ScopedModules>(engine_->modules());
     return engine_->optimizer_params();
   }
 
@@ -113,6 +116,7 @@ class Precision {
   amp::Policy policy_;
   amp::ScopedPolicy scope_;  // this thread's policy while the run trains
   std::unique_ptr<amp::Engine> engine_;
+  std::unique_ptr<amp::ScopedModules> modules_scope_;
   std::vector<store::ScaleEvent> events_;
   int64_t overflow_steps_ = 0, skipped_steps_ = 0, non_finite_in_a_row_ = 0;
   double scale_min_ = 0, scale_max_ = 0;

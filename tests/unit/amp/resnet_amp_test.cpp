@@ -8,27 +8,12 @@
 #include "amp/engine.h"
 #include "core/config.h"
 #include "models/resnet.h"
+#include "resnet_util.h"
 
 namespace amptune::amp {
 namespace {
 
-Policy emulated(const std::string& level) {
-  Config c;
-  c.set_yaml("amp.opt_level", level, SourceLoc{"t"});
-  c.set_yaml("amp.backend", level == "O0" ? "auto" : "emulate", SourceLoc{"t"});
-  return resolve_policy(c, false);
-}
 
-models::ResNet small_resnet() {
-  models::ResNetOptions o;
-  o.depth = 18;
-  o.num_classes = 10;
-  o.in_channels = 1;
-  o.width = 0.125;
-  o.small_input = true;
-  torch::manual_seed(5);
-  return models::ResNet(o);
-}
 
 TEST(AmpResNet, BoundaryCallsFollowThePolicy) {
   auto net = small_resnet();

@@ -1,0 +1,417 @@
+// `amptune diagnose`: the run under its precision policy against fp32, module by module.
+#include "train/diagnose.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <sstream>
+
+#include "amp/emulate.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "data/dataset.h"
+#include "data/loader.h"
+#include "train/casts.h"
+#include "train/checkpoint.h"
+#include "train/evaluate.h"
+#include "train/runner.h"
+#include "train/session.h"
+
+namespace amptune::train {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// What one pass over a batch leaves: each module's output in execution order, each parameter's
+// gradient (scaled by the loss scale) in parameter order.
+struct Pass {
+  std::vector<std::pair<std::string, torch::Tensor>> outputs;
+  std::vector<std::pair<std::string, torch::Tensor>> grads;
+};
+
+Pass run_pass(Session& session, Precision& precision, const data::Batch& batch,
+              const torch::Device& device) {
+  Pass pass;
+  amp::ScopedPolicy policy(precision.policy());
+  amp::ScopedModules modules(precision.engine().modules());
+  amp::ScopedObserver observer([&](const std::string& name, const torch::Tensor& y) {
+    pass.outputs.emplace_back(name, y.detach().to(torch::kCPU, torch::kFloat, false, true));
+  });
+  auto& model = session.task->module();
+  model.train();
+  precision.zero_grad();
+  torch::Tensor loss;
+  {
+    auto autocast = precision.autocast();
+    loss = session.task->train_loss(batch, device);
+  }
+  precision.engine().scale_loss(loss).backward();
+  for (const auto& p : model.named_parameters(/*recurse=*/true)) {
+    const torch::Tensor& g = p.value().grad();
+    pass.grads.emplace_back(p.key(), g.defined()
+                                         ? g.detach().to(torch::kCPU, torch::kFloat, false, true)
+                                         : torch::zeros_like(p.value(), torch::kFloat).cpu());
+  }
+  return pass;
+}
+
+// The smallest normal value of a low-precision dtype.
+double min_normal(const std::string& dtype) {
+  return dtype == "bf16" ? static_cast<double>(std::numeric_limits<float>::min())
+                         : 6.103515625e-05;  // 2^-14
+}
+
+// The checkpoint epoch to diagnose, -1 for the initial weights.
+int pick_epoch(const store::Store& store, const store::RunRow& run, const DiagnoseOptions& o) {
+  EvalOptions eval;
+  eval.epoch = o.epoch;
+  if (!o.epoch) {
+    bool any = false;
+    for (const auto& row : store.epochs(run.id)) any = any || row.checkpoint.has_value();
+    if (!any) return -1;
+  }
+  return checkpoint_epochs(store, run, eval).back();
+}
+
+std::string percent(double share) {
+  std::ostringstream s;
+  s.precision(3);
+  s << share * 100 << "%";
+  return s.str();
+}
+
+std::string number(double v) {
+  std::ostringstream s;
+  s.precision(4);
+  s << v;
+  return s.str();
+}
+
+// "layer1.0.conv1" -> "layer1.0"; "" for a top-level module.
+std::string parent_of(const std::string& name) {
+  const auto dot = name.rfind('.');
+  return dot == std::string::npos ? "" : name.substr(0, dot);
+}
+
+}  // namespace
+
+store::DiagnosticRow compare_tensors(const at::Tensor& reference, const at::Tensor& value,
+                                     const std::string& low_dtype, double scale) {
+  torch::NoGradGuard no_grad;
+  store::DiagnosticRow row;
+  const torch::Tensor r = reference.detach().to(torch::kCPU, torch::kDouble).flatten();
+  const torch::Tensor v = value.detach().to(torch::kCPU, torch::kDouble).flatten();
+  if (r.numel() != v.numel()) {
+    throw ModelError("diagnose: compared tensors differ in size (" + std::to_string(r.numel()) +
+                     " and " + std::to_string(v.numel()) + " elements)");
+  }
+  row.numel = r.numel();
+  const double n = static_cast<double>(std::max<int64_t>(row.numel, 1));
+  const torch::Tensor finite = torch::isfinite(r) & torch::isfinite(v);
+  const torch::Tensor rf = torch::where(finite, r, torch::zeros_like(r));
+  const torch::Tensor vf = torch::where(finite, v / scale, torch::zeros_like(v));
+  const double nr = rf.norm().item<double>(), nv = vf.norm().item<double>();
+  if (rf.equal(vf)) {
+    row.cosine = 1.0;
+  } else if (nr == 0 || nv == 0) {
+    row.cosine = 0.0;
+  } else {
+    row.cosine = std::clamp((rf * vf).sum().item<double>() / (nr * nv), -1.0, 1.0);
+  }
+  const torch::Tensor diff = (vf - rf).abs();
+  row.max_abs_err = row.numel ? diff.max().item<double>() : 0.0;
+  const torch::Tensor nonzero = finite & (r != 0);
+  const torch::Tensor rel = torch::where(nonzero, diff / rf.abs(), torch::zeros_like(diff));
+  row.max_rel_err = row.numel ? rel.max().item<double>() : 0.0;
+  row.frac_rel_err_1e3 = (rel > 1e-3).sum().item<double>() / n;
+  row.frac_rel_err_5e3 = (rel > 5e-3).sum().item<double>() / n;
+  if (low_dtype != "fp16" && low_dtype != "bf16") {
+    row.overflow_frac = row.underflow_frac = kNaN;
+    return row;
+  }
+  // The tensor as the low-precision device holds it (a no-op for values already on the grid).
+  const torch::Tensor low =
+      amp::round_to_grid(value.detach().to(torch::kCPU, torch::kFloat).flatten(),
+                         low_dtype == "bf16" ? amp::Dtype::kBf16 : amp::Dtype::kFp16)
+          .to(torch::kDouble);
+  const torch::Tensor ref_scaled = r * scale;
+  row.overflow_frac = (~torch::isfinite(low) & torch::isfinite(r)).sum().item<double>() / n;
+  const torch::Tensor flushed = (low == 0) & (ref_scaled != 0) & torch::isfinite(r);
+  const torch::Tensor subnormal = (low != 0) & (low.abs() < min_normal(low_dtype));
+  row.underflow_frac = (flushed | subnormal).sum().item<double>() / n;
+  return row;
+}
+
+std::optional<size_t> first_divergence(const store::Diagnosis& d) {
+  // Worst over the batches per forward seq, then the first seq that departs.
+  std::map<int, std::pair<double, double>> worst;  // seq -> (min cosine, max overflow)
+  std::map<int, size_t> first_row;
+  for (size_t i = 0; i < d.rows.size(); ++i) {
+    const auto& r = d.rows[i];
+    if (r.kind != "forward") continue;
+    auto [it, added] = worst.try_emplace(r.seq, r.cosine, r.overflow_frac);
+    if (!added) {
+      it->second.first = std::min(it->second.first, r.cosine);
+      if (!(it->second.second >= r.overflow_frac)) it->second.second = r.overflow_frac;
+    }
+    first_row.try_emplace(r.seq, i);
+  }
+  for (const auto& [seq, w] : worst) {
+    if (!(w.first >= d.cosine_min) || w.second > 0) return first_row[seq];
+  }
+  return std::nullopt;
+}
+
+std::vector<store::DiagnosisAdvice> advise(const store::Diagnosis& d, const AdviceContext& c) {
+  std::vector<store::DiagnosisAdvice> out;
+  const std::string list = "amp.fp32_modules";
+  // 1. The first module whose activations overflow.
+  const store::DiagnosticRow* overflow = nullptr;
+  for (const auto& r : d.rows) {
+    if (r.kind == "forward" && r.overflow_frac > 0 && (!overflow || r.seq < overflow->seq)) {
+      overflow = &r;
+    }
+  }
+  if (overflow) {
+    std::string advice = "activations of " + overflow->module + " overflow " + c.dtype + " (" +
+                         percent(overflow->overflow_frac) + " of its outputs): keep it in fp32, " +
+                         list + ": [" + overflow->module + "]";
+    const std::string parent = parent_of(overflow->module);
+    if (c.cast_model && !parent.empty()) {
+      advice += "; under " + c.opt_level + " its output is cast back to " + c.dtype +
+                ", so keep the block that brings the values back into range too: " + list + ": [" +
+                parent + "]";
+    }
+    out.push_back({"activation_overflow", overflow->module, advice});
+  }
+  // 2. Scaled gradients: underflow (the worst parameter) and overflow.
+  const store::DiagnosticRow* under = nullptr;
+  const store::DiagnosticRow* over = nullptr;
+  for (const auto& r : d.rows) {
+    if (r.kind != "gradient") continue;
+    if (r.underflow_frac > 0.01 && (!under || r.underflow_frac > under->underflow_frac)) under = &r;
+    if (r.overflow_frac > 0 && !over) over = &r;
+  }
+  if (under) {
+    out.push_back({"gradient_underflow", under->module,
+                   percent(under->underflow_frac) + " of the gradient values of " + under->module +
+                       " underflow " + c.dtype + " at loss scale " + number(d.loss_scale) +
+                       (c.loss_scale == "dynamic"
+                            ? ": the dynamic scale is low here; raise amp.min_loss_scale or check "
+                              "for repeated overflows that keep it down"
+                            : ": use amp.loss_scale: dynamic, or a larger static scale")});
+  }
+  if (over) {
+    out.push_back({"gradient_overflow", over->module,
+                   "scaled gradients of " + over->module + " overflow " + c.dtype +
+                       " at loss scale " + number(d.loss_scale) +
+                       (c.loss_scale == "dynamic"
+                            ? ": such a step is skipped and the scale halved (occasional ones are "
+                              "expected)"
+                            : ": every such step fails; lower amp.loss_scale or use dynamic")});
+  }
+  // 3. BatchNorm in low precision that departs.
+  if (c.batchnorm_low) {
+    for (const auto& r : d.rows) {
+      if (r.kind == "forward" && c.batchnorm_modules.count(r.module) &&
+          !(r.cosine >= d.cosine_min)) {
+        out.push_back({"batchnorm_low_precision", r.module,
+                       "BatchNorm " + r.module + " runs in " + c.dtype + " and departs (cosine " +
+                           number(r.cosine) + "): set amp.keep_batchnorm_fp32: true"});
+        break;
+      }
+    }
+  }
+  // 4. The first module that departs without overflowing.
+  if (auto first = first_divergence(d);
+      first && (!overflow || d.rows[*first].seq < overflow->seq)) {
+    const auto& r = d.rows[*first];
+    if (!(r.overflow_frac > 0)) {
+      out.push_back({"first_departure", r.module,
+                     r.module + " is the first module whose output departs from " + d.against +
+                         " (cosine " + number(r.cosine) + " < " + number(d.cosine_min) + "): try " +
+                         list + ": [" + r.module +
+                         "] to see whether it explains the accuracy gap"});
+    }
+  }
+  // 5. Cast points whose truncation is large.
+  for (const auto& r : d.rows) {
+    if (r.kind == "cast" && r.frac_rel_err_1e3 > 0.01) {
+      out.push_back({"cast_point", r.module,
+                     "casts.int32 point " + r.module + " truncates " + percent(r.frac_rel_err_1e3) +
+                         " of its values by more than 1e-3 relative (max absolute error " +
+                         number(r.max_abs_err) + "): remove it from casts.int32"});
+      break;
+    }
+  }
+  return out;
+}
+
+store::Diagnosis diagnose(store::Store& store, const store::RunRow& run,
+                          const DiagnoseOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  if (options.batches < 1) throw ConfigError("diagnose --batches must be at least 1");
+  if (!(options.cosine_min > 0 && options.cosine_min <= 1)) {
+    throw ConfigError("diagnose --cosine-min must be in (0, 1]");
+  }
+  const Config config = Config::from_json(run.config_json, "run " + run.name);
+  Config reference = config;
+  try {
+    reference.set("amp.opt_level", options.against);
+  } catch (const ConfigError&) {
+    throw ConfigError("diagnose --against must be one of O0, O1, O2, O3, got '" + options.against +
+                      "'");
+  }
+  for (const char* key : {"amp.keep_batchnorm_fp32", "amp.master_weights", "amp.loss_scale"}) {
+    reference.set(key, "auto");
+  }
+  reference.set("amp.fp32_modules", nlohmann::json::array());
+  reference.set("amp.combine_grad", false);
+
+  const int epoch = pick_epoch(store, run, options);
+  torch::set_num_threads(resolve_threads(config, options.threads));
+  const torch::Device device = pick_device(config);
+
+  // The run as it trained, from its checkpoint.
+  Precision precision(config, device);
+  Session session = build_session(config, device, precision);
+  if (epoch >= 0) {
+    for (const auto& row : store.epochs(run.id)) {
+      if (row.epoch != epoch) continue;
+      load_checkpoint(*row.checkpoint, session.task->module(), *session.optimizer, run.config_hash,
+                      &precision.engine());
+    }
+    session.task->module().to(device);
+  }
+  // The reference from the same fp32 values (O2 runs: the masters).
+  const auto values = full_precision_state(session.task->module(), precision.engine());
+  Precision ref_precision(reference, device);
+  Session ref = build_session(reference, device, ref_precision, &values, "run " + run.name);
+
+  const amp::Policy& policy = precision.policy();
+  const std::string low = policy.low_precision() ? amp::to_string(policy.dtype) : "fp32";
+  AdviceContext context;
+  context.opt_level = amp::to_string(policy.opt_level);
+  context.dtype = amp::to_string(policy.dtype);
+  context.loss_scale = policy.loss_scale_text();
+  context.cast_model = policy.cast_model;
+  context.batchnorm_low = policy.cast_model && !policy.keep_batchnorm_fp32;
+  for (const auto& m : session.task->module().named_modules("", /*include_self=*/false)) {
+    if (m.value()->as<torch::nn::BatchNorm2d>()) context.batchnorm_modules.insert(m.key());
+  }
+  // Which outputs and gradients are low precision: not those of fp32 modules; BatchNorm
+  // parameters only when the policy holds them low.
+  const auto& modules = *precision.engine().modules();
+  std::map<std::string, bool> module_fp32;
+  for (const auto& m : session.task->module().named_modules("", false)) {
+    const auto* entry = modules.find(*m.value());
+    module_fp32[m.key()] = entry && entry->fp32;
+  }
+  auto output_dtype = [&](const std::string& module) {
+    auto it = module_fp32.find(module);
+    return it != module_fp32.end() && it->second ? std::string("fp32") : low;
+  };
+  std::vector<std::string> grad_dtype;
+  {
+    std::set<const void*> batchnorm_params;  // fp32 under O1 (BatchNorm computes in fp32)
+    for (const auto& m : session.task->module().named_modules("", false)) {
+      if (!m.value()->as<torch::nn::BatchNorm2d>()) continue;
+      for (const auto& p : m.value()->parameters(false)) {
+        batchnorm_params.insert(p.unsafeGetTensorImpl());
+      }
+    }
+    const auto params = session.task->module().parameters(true);
+    const auto& mask = precision.engine().low_precision_mask();
+    for (size_t i = 0; i < params.size(); ++i) {
+      bool is_low = policy.low_precision() && !modules.fp32_tensor(params[i]) &&
+                    !batchnorm_params.count(params[i].unsafeGetTensorImpl());
+      if (policy.cast_model) is_low = mask[i];
+      grad_dtype.push_back(is_low ? low : "fp32");
+    }
+  }
+  const Int32Casts casts = Int32Casts::from_config(config);
+
+  store::Diagnosis d;
+  d.run_id = run.id;
+  d.epoch = epoch;
+  d.against = options.against;
+  d.cosine_min = options.cosine_min;
+  d.loss_scale = precision.engine().scaler().scale();
+
+  auto train_set = data::make_dataset(config, data::Split::kTrain);
+  data::LoaderOptions opts =
+      data::loader_options(config, data::Split::kTrain, static_cast<uint64_t>(epoch + 1));
+  opts.max_batches = options.batches;
+  data::Loader loader(train_set, opts);
+  log::info("run " + run.name + ": diagnosing " +
+            (epoch >= 0 ? "epoch " + std::to_string(epoch) : std::string("the initial weights")) +
+            " under " + context.opt_level + " " + low + " (" + amp::to_string(policy.backend) +
+            ") against " + options.against + " on " + std::to_string(options.batches) +
+            " training batch(es)");
+  int b = 0;
+  while (auto batch = loader.next()) {
+    if (!batch->images.defined() || batch->images.size(0) == 0) continue;
+    const Pass want = run_pass(ref, ref_precision, *batch, device);
+    const Pass got = run_pass(session, precision, *batch, device);
+    if (want.outputs.size() != got.outputs.size()) {
+      throw ModelError("diagnose: the reference ran " + std::to_string(want.outputs.size()) +
+                       " modules and the run's policy " + std::to_string(got.outputs.size()));
+    }
+    for (size_t i = 0; i < got.outputs.size(); ++i) {
+      const std::string& name = got.outputs[i].first;
+      store::DiagnosticRow r =
+          compare_tensors(want.outputs[i].second, got.outputs[i].second, output_dtype(name));
+      r.kind = "forward";
+      r.batch = b;
+      r.seq = static_cast<int>(i);
+      r.module = name;
+      r.dtype = output_dtype(name);
+      d.rows.push_back(std::move(r));
+    }
+    for (size_t i = 0; i < got.grads.size(); ++i) {
+      store::DiagnosticRow r =
+          compare_tensors(want.grads[i].second, got.grads[i].second, grad_dtype[i], d.loss_scale);
+      r.kind = "gradient";
+      r.batch = b;
+      r.seq = static_cast<int>(i);
+      r.module = got.grads[i].first;
+      r.dtype = grad_dtype[i];
+      d.rows.push_back(std::move(r));
+    }
+    int seq = 0;
+    for (const auto& point : int32_cast_points()) {
+      if (!casts.has(point)) continue;
+      auto fields = batch->fields;
+      const Int32Casts one({point});
+      one.apply(fields, /*train=*/true);
+      one.apply(fields, /*train=*/false);
+      for (const auto& [field, cast] : fields) {
+        const torch::Tensor& original = batch->fields.at(field);
+        if (cast.is_same(original)) continue;
+        store::DiagnosticRow r = compare_tensors(original, cast, "int32");
+        r.kind = "cast";
+        r.batch = b;
+        r.seq = seq++;
+        r.module = point;
+        r.dtype = "int32";
+        d.rows.push_back(std::move(r));
+      }
+    }
+    ++b;
+  }
+  if (b == 0) {
+    throw DataError("diagnose: the training split of run " + run.name + " gave no batch");
+  }
+  d.batches = b;
+  d.advice = advise(d, context);
+  d.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  store.record_diagnosis(d);
+  return d;
+}
+
+}  // namespace amptune::train

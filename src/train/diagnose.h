@@ -1,0 +1,69 @@
+// `amptune diagnose`: where a run's precision policy first departs from fp32 (docs/AMP.md
+// "Diagnosing a precision setting"). The run's checkpoint is loaded twice from the same fp32
+// values - under the run's policy (emulated or native backend, the checkpoint's loss scale, its
+// amp.fp32_modules and cast points) and under a reference opt level (O0) - and both run forward
+// and backward on the same training batches (the run's own data order for the next epoch). Every
+// module's output, every parameter's unscaled gradient and every RootNet int32 cast point is
+// compared (cosine, max absolute / relative error, shares of elements off by more than 1e-3 and
+// 5e-3, overflow and underflow shares of the low-precision tensors). The rows, the first module
+// that departs and the advice from documented rules are stored (diagnoses, diagnostics,
+// diagnosis_advice, view first_divergence). No torch in this header: the CLI includes it.
+#pragma once
+
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "store/store.h"
+
+namespace at {
+class Tensor;
+}
+
+namespace amptune::train {
+
+struct DiagnoseOptions {
+  std::optional<int> epoch;  // the checkpoint; unset: the newest kept one, or the initial
+                             // weights (epoch -1) when the run has none
+  int batches = 2;           // training batches compared
+  std::string against = "O0";
+  double cosine_min = 0.99;  // a module whose cosine is below this departs
+  int threads = 0;           // > 0 overrides the config's `threads`
+};
+
+// The errors of `value` (computed under a precision policy) against `reference` (fp32), as a
+// diagnostics row without kind / batch / seq / module. `value` may be scaled by `scale` (a
+// gradient under loss scale S): errors compare value / scale with the reference; the overflow
+// and underflow shares are those of `value` itself on the `low_dtype` grid ("fp16" | "bf16"),
+// NaN for any other dtype ("fp32", "int32"). Errors are taken over elements finite in both;
+// relative errors over elements whose reference is not zero.
+store::DiagnosticRow compare_tensors(const at::Tensor& reference, const at::Tensor& value,
+                                     const std::string& low_dtype, double scale = 1.0);
+
+// What the advice rules need to know beyond the rows.
+struct AdviceContext {
+  std::string opt_level;       // "O1"
+  std::string dtype;           // "fp16"
+  std::string loss_scale;      // "dynamic" or the static scale
+  bool cast_model = false;     // O2/O3
+  bool batchnorm_low = false;  // BatchNorm parameters held in low precision (O3, O2 without
+                               // keep_batchnorm_fp32)
+  std::set<std::string> batchnorm_modules;
+};
+
+// The index in d.rows of the first forward row (execution order) that departs: its worst cosine
+// over the batches is below d.cosine_min, or it overflows. Unset when none does. As the view
+// first_divergence.
+std::optional<size_t> first_divergence(const store::Diagnosis& d);
+
+// The advice rules (docs/AMP.md "Advice rules") over a diagnosis's rows, in priority order.
+std::vector<store::DiagnosisAdvice> advise(const store::Diagnosis& d, const AdviceContext& context);
+
+// Diagnoses `run` (see the top of this file), records the diagnosis (replacing an earlier one of
+// the same checkpoint) and returns it. Throws CheckpointError (no such checkpoint, unreadable),
+// ConfigError (bad options) or DataError as loading the run does.
+store::Diagnosis diagnose(store::Store& store, const store::RunRow& run,
+                          const DiagnoseOptions& options);
+
+}  // namespace amptune::train

@@ -1,0 +1,141 @@
+// The comparison metrics of `amptune diagnose` on hand-made tensors with known answers, and the
+// first-divergence and advice rules on hand-made rows.
+#include "train/diagnose.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+
+namespace amptune::train {
+namespace {
+
+TEST(DiagnoseMetrics, KnownCosineAndErrors) {
+  const auto ref = torch::tensor({1.0f, 2.0f, 3.0f, 4.0f});
+  const auto val = torch::tensor({1.0f, 2.0f, 3.0f, 5.0f});
+  const auto r = compare_tensors(ref, val, "fp32");
+  EXPECT_EQ(r.numel, 4);
+  EXPECT_NEAR(r.cosine, 34.0 / std::sqrt(30.0 * 39.0), 1e-12);
+  EXPECT_DOUBLE_EQ(r.max_abs_err, 1.0);
+  EXPECT_DOUBLE_EQ(r.max_rel_err, 0.25);
+  EXPECT_DOUBLE_EQ(r.frac_rel_err_1e3, 0.25);
+  EXPECT_DOUBLE_EQ(r.frac_rel_err_5e3, 0.25);
+  EXPECT_TRUE(std::isnan(r.overflow_frac));  // fp32 has no low-precision shares
+  EXPECT_TRUE(std::isnan(r.underflow_frac));
+}
+
+TEST(DiagnoseMetrics, SmallRelativeErrorsCountedByThreshold) {
+  // relative errors 0, 2e-3, 1e-2, 4e-4
+  const auto ref = torch::tensor({1.0, 1.0, 1.0, 1.0}, torch::kDouble);
+  const auto val = torch::tensor({1.0, 1.002, 1.01, 1.0004}, torch::kDouble);
+  const auto r = compare_tensors(ref, val, "fp32");
+  EXPECT_DOUBLE_EQ(r.frac_rel_err_1e3, 0.5);
+  EXPECT_DOUBLE_EQ(r.frac_rel_err_5e3, 0.25);
+  EXPECT_NEAR(r.max_rel_err, 1e-2, 1e-12);
+}
+
+TEST(DiagnoseMetrics, IdenticalTensorsGiveCosineOneAndNoError) {
+  const auto t = torch::randn({1000});
+  const auto r = compare_tensors(t, t.clone(), "fp16");
+  EXPECT_EQ(r.cosine, 1.0);
+  EXPECT_EQ(r.max_abs_err, 0.0);
+  EXPECT_EQ(r.max_rel_err, 0.0);
+  EXPECT_EQ(r.frac_rel_err_1e3, 0.0);
+  EXPECT_EQ(r.overflow_frac, 0.0);
+}
+
+TEST(DiagnoseMetrics, OverflowAndUnderflowSharesOfTheLowPrecisionTensor) {
+  // 70000 overflows fp16 (max 65504); 1e-8 flushes to zero (below half the smallest subnormal,
+  // 2^-25); 1e-6 is subnormal (below 2^-14); 1 and 0 (reference 0) are fine.
+  const auto ref = torch::tensor({70000.0f, 1e-8f, 1e-6f, 1.0f, 0.0f});
+  const auto r = compare_tensors(ref, ref, "fp16");
+  EXPECT_DOUBLE_EQ(r.overflow_frac, 0.2);
+  EXPECT_DOUBLE_EQ(r.underflow_frac, 0.4);
+  // bf16 has fp32's range: nothing over- or underflows.
+  const auto b = compare_tensors(ref, ref, "bf16");
+  EXPECT_EQ(b.overflow_frac, 0.0);
+  EXPECT_EQ(b.underflow_frac, 0.0);
+}
+
+TEST(DiagnoseMetrics, ScaledGradientsCompareUnscaledButOverflowScaled) {
+  const auto ref = torch::tensor({1e-6f, 2e-6f, 0.75f, 0.25f});
+  // At scale 1 the two tiny gradients are subnormal in fp16; at 2^16 they are normal.
+  const auto at1 = compare_tensors(ref, ref, "fp16", 1.0);
+  EXPECT_DOUBLE_EQ(at1.underflow_frac, 0.5);
+  const auto at64k = compare_tensors(ref, ref * 65536.0f, "fp16", 65536.0);
+  EXPECT_DOUBLE_EQ(at64k.underflow_frac, 0.0);
+  EXPECT_EQ(at64k.cosine, 1.0);
+  EXPECT_EQ(at64k.max_abs_err, 0.0);
+  // 0.75 x 2^17 = 98304 overflows (0.25 x 2^17 does not).
+  const auto at128k = compare_tensors(ref, ref * 131072.0f, "fp16", 131072.0);
+  EXPECT_DOUBLE_EQ(at128k.overflow_frac, 0.25);
+}
+
+TEST(DiagnoseMetrics, NonFiniteValuesAreLeftOutOfTheErrors) {
+  const auto ref = torch::tensor({1.0f, 2.0f, 3.0f});
+  const auto val = torch::tensor({1.0f, INFINITY, 3.0f});
+  const auto r = compare_tensors(ref, val, "fp16");
+  EXPECT_EQ(r.max_abs_err, 0.0);
+  EXPECT_NEAR(r.overflow_frac, 1.0 / 3, 1e-12);
+}
+
+store::DiagnosticRow row(const std::string& kind, int seq, const std::string& module, double cosine,
+                         double overflow = 0, double underflow = 0) {
+  store::DiagnosticRow r;
+  r.kind = kind;
+  r.seq = seq;
+  r.module = module;
+  r.cosine = cosine;
+  r.overflow_frac = overflow;
+  r.underflow_frac = underflow;
+  return r;
+}
+
+TEST(DiagnoseRules, FirstDivergenceIsTheFirstModuleBelowTheThresholdOverBatches) {
+  store::Diagnosis d;
+  d.cosine_min = 0.99;
+  d.rows = {row("forward", 0, "conv1", 0.999), row("forward", 1, "bn1", 0.995),
+            row("forward", 2, "layer1.0", 0.9), row("gradient", 0, "conv1.weight", 0.5)};
+  // A second batch where bn1 departs.
+  auto second = row("forward", 1, "bn1", 0.98);
+  second.batch = 1;
+  d.rows.push_back(second);
+  auto first = first_divergence(d);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(d.rows[*first].module, "bn1");
+  d.rows.pop_back();
+  first = first_divergence(d);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(d.rows[*first].module, "layer1.0");
+  d.rows = {row("forward", 0, "conv1", 1.0)};
+  EXPECT_FALSE(first_divergence(d).has_value());
+}
+
+TEST(DiagnoseRules, AdviceForOverflowUnderflowAndBatchNorm) {
+  store::Diagnosis d;
+  d.cosine_min = 0.99;
+  d.loss_scale = 1;
+  d.rows = {row("forward", 0, "conv1", 1.0), row("forward", 1, "layer1.0.conv1", 0.2, 0.1),
+            row("forward", 2, "layer1.0.bn1", 0.5),
+            row("gradient", 0, "conv1.weight", 0.999, 0, 0.3)};
+  AdviceContext c;
+  c.opt_level = "O3";
+  c.dtype = "fp16";
+  c.loss_scale = "1.0";
+  c.cast_model = true;
+  c.batchnorm_low = true;
+  c.batchnorm_modules = {"layer1.0.bn1"};
+  const auto advice = advise(d, c);
+  ASSERT_EQ(advice.size(), 3u);
+  EXPECT_EQ(advice[0].rule, "activation_overflow");
+  EXPECT_EQ(advice[0].module, "layer1.0.conv1");
+  EXPECT_NE(advice[0].advice.find("amp.fp32_modules: [layer1.0.conv1]"), std::string::npos);
+  EXPECT_NE(advice[0].advice.find("amp.fp32_modules: [layer1.0]"), std::string::npos);  // O3
+  EXPECT_EQ(advice[1].rule, "gradient_underflow");
+  EXPECT_NE(advice[1].advice.find("dynamic"), std::string::npos);
+  EXPECT_EQ(advice[2].rule, "batchnorm_low_precision");
+  EXPECT_NE(advice[2].advice.find("keep_batchnorm_fp32: true"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace amptune::train
