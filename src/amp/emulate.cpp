@@ -241,18 +241,15 @@ void set_autocast_dtype(bool cuda, at::ScalarType t) {
 // ---- modules in fp32, observation ----------------------------------------------------------
 
 ModuleMap::ModuleMap(const torch::nn::Module& model, const std::vector<std::string>& fp32_globs) {
-  std::vector<bool> used(fp32_globs.size(), false);
   std::unordered_set<std::string> marked;  // names of marked modules
   auto matches = [&](const std::string& name) {
-    bool any = false;
-    for (size_t g = 0; g < fp32_globs.size(); ++g) {
-      if (fnmatch(fp32_globs[g].c_str(), name.c_str(), 0) == 0) used[g] = any = true;
+    for (const auto& glob : fp32_globs) {
+      if (fnmatch(glob.c_str(), name.c_str(), 0) == 0) return true;
     }
-    return any;
+    return false;
   };
   auto add = [&](const torch::nn::Module* m, const std::string& name, bool parent_fp32) {
-    const bool own = matches(name);  // always evaluated: marks the globs used
-    Entry e{name, parent_fp32 || own};
+    Entry e{name, parent_fp32 || matches(name)};
     if (e.fp32) {
       any_fp32_ = true;
       for (const auto& p : m->parameters(/*recurse=*/false)) fp32_tensors_.insert(p.unsafeGetTensorImpl());
@@ -270,12 +267,18 @@ ModuleMap::ModuleMap(const torch::nn::Module& model, const std::vector<std::stri
     const std::string parent = dot == std::string::npos ? "" : name.substr(0, dot);
     add(item.value().get(), name, marked.count(parent) > 0);
   }
-  for (size_t g = 0; g < fp32_globs.size(); ++g) {
-    if (used[g]) continue;
+  check_fp32_globs(names(), fp32_globs);
+}
+
+void check_fp32_globs(const std::vector<std::string>& names,
+                      const std::vector<std::string>& globs) {
+  for (const auto& glob : globs) {
+    bool used = false;
+    for (const auto& name : names) used = used || fnmatch(glob.c_str(), name.c_str(), 0) == 0;
+    if (used) continue;
     std::string examples;
-    const auto all = names();
-    for (size_t i = 1; i < all.size() && i < 8; ++i) examples += (i > 1 ? ", " : "") + all[i];
-    throw ConfigError("amp.fp32_modules: '" + fp32_globs[g] +
+    for (size_t i = 1; i < names.size() && i < 8; ++i) examples += (i > 1 ? ", " : "") + names[i];
+    throw ConfigError("amp.fp32_modules: '" + glob +
                       "' matches no module of this model (names look like " + examples +
                       "; `amptune diagnose` lists them all)");
   }

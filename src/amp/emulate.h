@@ -117,6 +117,10 @@ class ModuleMap {
   bool any_fp32_ = false;
 };
 
+// Throws the ConfigError ModuleMap throws when a glob matches none of `names` (module names,
+// root "" first).
+void check_fp32_globs(const std::vector<std::string>& names, const std::vector<std::string>& globs);
+
 // Installs `modules` for this thread until destruction (restores the previous map).
 class ScopedModules {
  public:

@@ -116,7 +116,9 @@ store::DiagnosticRow compare_tensors(const at::Tensor& reference, const at::Tens
   const torch::Tensor rf = torch::where(finite, r, torch::zeros_like(r));
   const torch::Tensor vf = torch::where(finite, v / scale, torch::zeros_like(v));
   const double nr = rf.norm().item<double>(), nv = vf.norm().item<double>();
-  if (rf.equal(vf)) {
+  if ((torch::isfinite(r) & ~torch::isfinite(v)).any().item<bool>()) {
+    row.cosine = kNaN;  // values lost to inf/NaN: no direction to compare (stored as NULL)
+  } else if (rf.equal(vf)) {
     row.cosine = 1.0;
   } else if (nr == 0 || nv == 0) {
     row.cosine = 0.0;

@@ -37,7 +37,8 @@ struct DiagnoseOptions {
 // gradient under loss scale S): errors compare value / scale with the reference; the overflow
 // and underflow shares are those of `value` itself on the `low_dtype` grid ("fp16" | "bf16"),
 // NaN for any other dtype ("fp32", "int32"). Errors are taken over elements finite in both;
-// relative errors over elements whose reference is not zero.
+// relative errors over elements whose reference is not zero. The cosine is NaN when `value` is
+// inf/NaN where the reference is finite.
 store::DiagnosticRow compare_tensors(const at::Tensor& reference, const at::Tensor& value,
                                      const std::string& low_dtype, double scale = 1.0);
 

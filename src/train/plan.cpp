@@ -1,8 +1,12 @@
 // What a run is, checked before anything trains (runner.h): plan_fork (a fork's spec),
 // validate_config and check_data. No training here; train_run starts a fork from its parent's
 // checkpoint (trainer.cpp start_from_parent).
+#include <map>
+#include <mutex>
 #include <string>
+#include <vector>
 
+#include "amp/emulate.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/hash.h"
@@ -15,8 +19,37 @@
 
 namespace amptune::train {
 
+namespace {
+
+// amp.fp32_modules: every glob names a module of the model. The names of each model
+// configuration are read once (the model is built without its weights files).
+void check_fp32_modules(const Config& config) {
+  const auto globs = config.get_string_list("amp.fp32_modules");
+  if (globs.empty()) return;
+  static std::mutex mutex;
+  static std::map<std::string, std::vector<std::string>> names_of;
+  Config shape = config;
+  shape.set("model.weights", "");
+  shape.set("model.backbone_weights", "");
+  const std::string key = shape.nested().at("model").dump();
+  std::vector<std::string> names;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = names_of.find(key);
+    if (it == names_of.end()) {
+      auto task = make_task(shape);
+      it = names_of.emplace(key, amp::ModuleMap(task->module(), {}).names()).first;
+    }
+    names = it->second;
+  }
+  amp::check_fp32_globs(names, globs);
+}
+
+}  // namespace
+
 void validate_config(const Config& config) {
   (void)model_info(config);   // the model and its task exist
+  check_fp32_modules(config);
   (void)run_columns(config);  // the amp policy: combinations apex refuses
   const auto casts = config.get_string_list("casts.int32");
   (void)Int32Casts(casts);  // known cast point names

@@ -1,11 +1,14 @@
 // End-to-end mixed precision: O1/O2/O3 with a dynamic loss scale resume bitwise (masters and
 // scaler state in the checkpoint), the run row carries the resolved precision columns, the
 // loss-scale history is in the database, and apex-refused combinations stop before training.
+// `amptune diagnose` names a planted overflow and amp.fp32_modules removes it; gradient
+// underflow shows at loss scale 1 and not under the dynamic scale; O0 against O0 is exact.
+#include <gtest/gtest.h>
+
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "integration/harness.h"
 #include "store/store.h"
@@ -85,8 +88,7 @@ TEST(AmpCli, ResumeEqualsStraightForEveryOptLevel) {
 }
 
 TEST(AmpCli, RunRowShowsResolvedPrecision) {
-  auto f = make(1,
-               "zip:\n  - {amp.opt_level: [O0, O1, O3], amp.dtype: [fp16, bf16, fp16]}\n");
+  auto f = make(1, "zip:\n  - {amp.opt_level: [O0, O1, O3], amp.dtype: [fp16, bf16, fp16]}\n");
   auto r = run_amptune({"run", f.yaml, "--db", f.db}, f.dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   store::Store s(f.db);
@@ -106,6 +108,135 @@ TEST(AmpCli, ApexRefusedCombinationStopsBeforeTraining) {
   auto r = run_amptune({"run", f.yaml, "--db", f.db}, f.dir);
   EXPECT_EQ(r.exit_code, 3) << r.err;
   EXPECT_NE(r.err.find("amp.keep_batchnorm_fp32"), std::string::npos) << r.err;
+}
+
+// The sweep's runs in cell order and one value of each as text (the query's first column).
+std::vector<std::optional<std::string>> per_run(const store::Store& s, const std::string& sql) {
+  std::vector<std::optional<std::string>> out;
+  for (const auto& run : s.runs()) {
+    const auto q = s.query(sql, {std::to_string(run.id)});
+    out.push_back(q.rows.empty() ? std::nullopt : q.rows[0][0]);
+  }
+  return out;
+}
+
+TEST(AmpCli, DiagnoseNamesAPlantedOverflowAndFp32ModulesRemoveIt) {
+  TinyOptions o = quick_tiny("grid:\n  amp.fp32_modules: [[], [conv1]]\n");
+  o.name = "planted";
+  o.base = "  amp: {opt_level: O1, loss_scale: dynamic, max_loss_scale: 1024}\n";
+  const auto f = make_tiny_sweep(o);
+  // The planted layer: unnormalised inputs of 62500 to 125000 (mean -1, std 1.6e-5) are fine
+  // in fp32 but beyond fp16's 65504 once conv1 casts them: its outputs are inf. In fp32, conv1
+  // gives large but finite values, which bn1 brings back into range.
+  const std::vector<std::string> planted = {"--set", "data.mean=[-1.0]", "--set",
+                                            "data.std=[0.000016]"};
+  std::vector<std::string> args = {"run", f.yaml, "--db", f.db};
+  args.insert(args.end(), planted.begin(), planted.end());
+  auto r = run_amptune(args, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  store::Store s(f.db);
+  const auto runs = s.runs();
+  ASSERT_EQ(runs.size(), 2u);
+  const auto overflow =
+      per_run(s, "SELECT value FROM metrics WHERE run_id = ?1 AND name = 'overflow_steps'");
+  EXPECT_GT(std::stod(overflow[0].value()), 0);  // the planted layer overflows
+  EXPECT_EQ(std::stod(overflow[1].value()), 0);  // ... not in fp32
+  const auto val_loss =
+      per_run(s, "SELECT value FROM metrics WHERE run_id = ?1 AND name = 'val_loss'");
+  ASSERT_TRUE(val_loss[1].has_value());
+
+  r = run_amptune({"diagnose", runs[0].name, "--db", f.db, "--batches", "4"}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("first divergence: conv1 (forward #0)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("amp.fp32_modules: [conv1]"), std::string::npos) << r.out;
+  auto q = s.query("SELECT module, reason FROM first_divergence WHERE run_id = ?1",
+                   {std::to_string(runs[0].id)});
+  ASSERT_EQ(q.rows.size(), 1u);
+  EXPECT_EQ(q.rows[0][0], "conv1");
+  EXPECT_EQ(q.rows[0][1], "overflow");
+  q = s.query("SELECT rule, module FROM diagnosis_advice WHERE run_id = ?1 ORDER BY seq",
+              {std::to_string(runs[0].id)});
+  ASSERT_FALSE(q.rows.empty());
+  EXPECT_EQ(q.rows[0][0], "activation_overflow");
+  EXPECT_EQ(q.rows[0][1], "conv1");
+
+  r = run_amptune({"diagnose", runs[1].name, "--db", f.db, "--batches", "4"}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  q = s.query(
+      "SELECT COUNT(*), SUM(overflow_frac > 0) FROM diagnostics WHERE run_id = ?1 AND "
+      "kind = 'forward'",
+      {std::to_string(runs[1].id)});
+  EXPECT_GT(std::stoi(q.rows[0][0].value()), 20);
+  EXPECT_EQ(q.rows[0][1], "0");  // no module overflows with conv1 in fp32
+  q = s.query(
+      "SELECT dtype FROM diagnostics WHERE run_id = ?1 AND kind = 'forward' AND "
+      "module = 'conv1' AND batch = 0",
+      {std::to_string(runs[1].id)});
+  EXPECT_EQ(q.rows.at(0)[0], "fp32");
+}
+
+TEST(AmpCli, DiagnoseShowsGradientUnderflowAtScaleOneAndNotUnderTheDynamicScale) {
+  TinyOptions o = quick_tiny("grid:\n  amp.loss_scale: [1.0, dynamic]\n");
+  o.name = "underflow";
+  o.base = "  amp: {opt_level: O1}\n";
+  const auto f = make_tiny_sweep(o);
+  auto r = run_amptune({"run", f.yaml, "--db", f.db}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  store::Store s(f.db);
+  for (const auto& run : s.runs()) {
+    r = run_amptune({"diagnose", run.name, "--db", f.db, "--batches", "2"}, f.dir);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  // Gradient values flushed to zero or subnormal in fp16, over all parameters and batches.
+  const auto underflows =
+      per_run(s,
+              "SELECT SUM(underflow_frac * numel) FROM diagnostics WHERE run_id = ?1 AND "
+              "kind = 'gradient'");
+  const auto scales = per_run(s, "SELECT loss_scale FROM diagnoses WHERE run_id = ?1");
+  EXPECT_EQ(std::stod(scales[0].value()), 1.0);
+  EXPECT_GT(std::stod(scales[1].value()), 1000.0);
+  const double at_one = std::stod(underflows[0].value());
+  const double dynamic = std::stod(underflows[1].value());
+  EXPECT_GT(at_one, 0);
+  EXPECT_LT(dynamic, at_one / 10) << at_one;
+}
+
+TEST(AmpCli, DiagnoseO0AgainstO0IsExactAndBadOptionsAreRefused) {
+  const auto f = make_tiny_sweep(quick_tiny(""));
+  auto r = run_amptune({"run", f.yaml, "--db", f.db}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  store::Store s(f.db);
+  const auto run = s.runs().at(0);
+  r = run_amptune({"diagnose", run.name, "--db", f.db, "--batches", "2"}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("no module departs"), std::string::npos) << r.out;
+  auto q = s.query(
+      "SELECT COUNT(*), SUM(cosine = 1 AND max_abs_err = 0 AND max_rel_err = 0 AND "
+      "frac_rel_err_1e3 = 0 AND overflow_frac IS NULL AND underflow_frac IS NULL), "
+      "COUNT(DISTINCT batch), SUM(kind = 'gradient') FROM diagnostics WHERE run_id = ?1",
+      {std::to_string(run.id)});
+  EXPECT_GT(std::stoi(q.rows[0][0].value()), 40);
+  EXPECT_EQ(q.rows[0][1], q.rows[0][0]);  // every row exact
+  EXPECT_EQ(q.rows[0][2], "2");
+  EXPECT_GT(std::stoi(q.rows[0][3].value()), 0);
+  EXPECT_TRUE(s.query("SELECT * FROM first_divergence").rows.empty());
+
+  // A second diagnosis of the same checkpoint replaces the first.
+  r = run_amptune({"diagnose", run.name, "--db", f.db, "--batches", "1"}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  q = s.query("SELECT COUNT(DISTINCT batch), (SELECT batches FROM diagnoses) FROM diagnostics");
+  EXPECT_EQ(q.rows[0][0], "1");
+  EXPECT_EQ(q.rows[0][1], "1");
+
+  r = run_amptune({"diagnose", run.name, "--db", f.db, "--against", "O7"}, f.dir);
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find("--against"), std::string::npos) << r.err;
+  r = run_amptune({"diagnose", run.name, "--db", f.db, "--epoch", "5"}, f.dir);
+  EXPECT_EQ(r.exit_code, 6) << r.err;
+  EXPECT_NE(r.err.find("no checkpoint of epoch 5"), std::string::npos) << r.err;
+  r = run_amptune({"run", f.yaml, "--db", f.db, "--set", "amp.fp32_modules=[layer9]"}, f.dir);
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find("amp.fp32_modules: 'layer9' matches no module"), std::string::npos) << r.err;
 }
 
 }  // namespace
