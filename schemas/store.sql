@@ -505,10 +505,13 @@ CREATE TABLE diagnosis_advice (
 );
 
 -- Per diagnosed run and epoch: the first module in execution order whose output departs (its
--- worst cosine over the batches is below the diagnosis's cosine_min) or overflows.
+-- worst cosine over the batches is below the diagnosis's cosine_min, or NULL: values lost to
+-- inf/NaN) or overflows.
 CREATE VIEW first_divergence AS
   WITH worst AS (
-    SELECT run_id, epoch, seq, module, MIN(cosine) AS cosine, MAX(max_rel_err) AS max_rel_err,
+    SELECT run_id, epoch, seq, module,
+           CASE WHEN COUNT(cosine) < COUNT(*) THEN NULL ELSE MIN(cosine) END AS cosine,
+           MAX(max_rel_err) AS max_rel_err,
            MAX(overflow_frac) AS overflow_frac
     FROM diagnostics WHERE kind = 'forward'
     GROUP BY run_id, epoch, seq, module),

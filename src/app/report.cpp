@@ -83,6 +83,28 @@ ReportModel build_report(const store::Store& store, const std::string& sweep) {
     }
     model.loss_scale.push_back(std::move(scale));
   }
+
+  const auto errors = store.module_errors(sweep);
+  std::map<int64_t, int> newest;  // run -> its newest diagnosed epoch
+  for (const auto& e : errors) {
+    auto [it, added] = newest.try_emplace(e.run_id, e.epoch);
+    if (!added) it->second = std::max(it->second, e.epoch);
+  }
+  for (const auto& run : runs) {
+    const auto it = newest.find(run.id);
+    if (it == newest.end() || model.module_error.size() >= kMaxPlottedRuns) continue;
+    Series series{run.id,
+                  run_title(run) + (it->second >= 0 ? ", epoch " + std::to_string(it->second)
+                                                    : ", initial weights"),
+                  {}};
+    for (const auto& e : errors) {
+      if (e.run_id != run.id || e.epoch != it->second) continue;
+      const double c = e.worst.cosine;
+      series.points.emplace_back(static_cast<double>(e.worst.seq),
+                                 std::isnan(c) ? 1.0 : std::max(1.0 - c, 1e-12));
+    }
+    model.module_error.push_back(std::move(series));
+  }
   return model;
 }
 
@@ -243,6 +265,18 @@ std::string plot_script(const ReportModel& model, const fs::path& dir, std::vect
     plots->push_back({"", "loss scale vs global step",
                       "no run of this sweep recorded loss-scale events (fp32 / O0 runs, or no "
                       "loss scaling), so there is no loss-scale plot"});
+  }
+  if (std::string plot = line_plot(dir, "module_error", model.module_error, "linespoints");
+      !plot.empty()) {
+    script << "set output 'module_error.png'\n"
+           << "set title 'per-module error of diagnosed runs (amptune diagnose)'\n"
+           << "set xlabel 'module, in execution order (diagnostics.seq)'\nset xtics autofreq\n"
+           << "set ylabel '1 - cosine against the reference'\nset logscale y 10\n"
+           << plot << "unset logscale y\nunset output\n";
+    plots->push_back({"module_error.png", "per-module error (1 - cosine) of diagnosed runs", ""});
+  } else {
+    plots->push_back({"", "per-module error of diagnosed runs",
+                      "no run of this sweep was diagnosed (amptune diagnose RUN)"});
   }
   if (!model.throughput.empty()) {
     std::ostringstream data;

@@ -1,7 +1,8 @@
 // The report of a sweep (`amptune report`): a self-contained HTML page, DIR/index.html, with the
 // comparison table (as `amptune compare` with its defaults) and PNG plots drawn by gnuplot (run
 // as a child process): primary metric and train loss per epoch (a fork continues its parent's
-// line, from the lineage view), loss scale per global step, mean training img/s per run.
+// line, from the lineage view), loss scale per global step, mean training img/s per run, and for
+// diagnosed runs (amptune diagnose) each module's error in execution order.
 //
 // build_report reads the data of the page into plain structs (no files, no gnuplot);
 // write_report turns them into files.
@@ -47,6 +48,10 @@ struct ReportModel {
   // scale, each change as recorded, then the last scale held until the run's last recorded step.
   std::vector<Series> loss_scale;
   std::vector<ThroughputBar> throughput;  // runs with a recorded img/s, in cell order
+  // Per diagnosed run, in cell order, at most kMaxPlottedRuns: the newest diagnosis's forward
+  // rows, execution index -> 1 - cosine (worst over its batches; 1 where values were lost to
+  // inf/NaN, 1e-12 where exact, so the log scale can show it).
+  std::vector<Series> module_error;
 };
 
 // Reads the report of `sweep`. Throws what build_compare throws (UsageError for an unknown

@@ -1054,7 +1054,8 @@ std::vector<Store::ModuleError> Store::module_errors(const std::string& sweep) c
     std::vector<ModuleError> out;
     Statement select(db_,
                      "SELECT d.run_id, d.epoch, d.seq, d.module, MIN(d.dtype), MAX(d.numel), "
-                     "COUNT(*), MIN(d.cosine), MAX(d.max_abs_err), MAX(d.max_rel_err), "
+                     "COUNT(*), CASE WHEN COUNT(d.cosine) < COUNT(*) THEN NULL ELSE MIN(d.cosine) END, "
+                     "MAX(d.max_abs_err), MAX(d.max_rel_err), "
                      "MAX(d.frac_rel_err_1e3), MAX(d.frac_rel_err_5e3), MAX(d.overflow_frac), "
                      "MAX(d.underflow_frac) FROM diagnostics d "
                      "JOIN runs r ON r.id = d.run_id JOIN sweeps s ON s.id = r.sweep_id "

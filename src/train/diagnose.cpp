@@ -158,7 +158,8 @@ std::optional<size_t> first_divergence(const store::Diagnosis& d) {
     if (r.kind != "forward") continue;
     auto [it, added] = worst.try_emplace(r.seq, r.cosine, r.overflow_frac);
     if (!added) {
-      it->second.first = std::min(it->second.first, r.cosine);
+      // A NaN cosine (values lost to inf/NaN) is the worst there is, as in the view.
+      if (std::isnan(r.cosine) || r.cosine < it->second.first) it->second.first = r.cosine;
       if (!(it->second.second >= r.overflow_frac)) it->second.second = r.overflow_frac;
     }
     first_row.try_emplace(r.seq, i);

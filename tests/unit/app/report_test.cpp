@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -146,6 +147,48 @@ TEST_F(ReportTest, LinePlotsStopAtTheMaximumNumberOfRuns) {
   EXPECT_EQ(model.table.rows.size(), kMaxPlottedRuns + 1);
 }
 
+TEST_F(ReportTest, DiagnosedRunsPlotTheirNewestDiagnosisPerModule) {
+  add_fork_sweep();
+  auto rows = [](double first_cosine) {
+    std::vector<store::DiagnosticRow> out;
+    for (int batch = 0; batch < 2; ++batch) {
+      for (int seq = 0; seq < 3; ++seq) {
+        store::DiagnosticRow r;
+        r.kind = "forward";
+        r.batch = batch;
+        r.seq = seq;
+        r.module = "m" + std::to_string(seq);
+        r.dtype = "fp16";
+        r.numel = 8;
+        // batch 1 is worse at seq 1; seq 2 lost to inf (NaN cosine) in batch 0
+        r.cosine = seq == 0 ? first_cosine : seq == 1 ? (batch == 1 ? 0.9 : 0.99) : 1.0;
+        if (seq == 2 && batch == 0) r.cosine = std::numeric_limits<double>::quiet_NaN();
+        out.push_back(r);
+      }
+    }
+    return out;
+  };
+  store::Diagnosis old_one;
+  old_one.run_id = parent_;
+  old_one.epoch = 1;
+  old_one.batches = 2;
+  old_one.rows = rows(0.5);
+  store_.record_diagnosis(old_one);
+  store::Diagnosis d = old_one;
+  d.epoch = 3;
+  d.rows = rows(1.0);
+  store_.record_diagnosis(d);
+  const ReportModel model = build_report(store_, "grid");
+  ASSERT_EQ(model.module_error.size(), 1u);  // the fork was not diagnosed
+  EXPECT_EQ(model.module_error[0].run_id, parent_);
+  EXPECT_EQ(model.module_error[0].title, "parent, epoch 3");
+  const Points& p = model.module_error[0].points;
+  ASSERT_EQ(p.size(), 3u);
+  EXPECT_EQ(p[0], (std::pair<double, double>{0, 1e-12}));  // exact
+  EXPECT_NEAR(p[1].second, 0.1, 1e-12);                     // the worst batch
+  EXPECT_EQ(p[2].second, 1.0);  // lost to inf in one batch: the worst there is
+}
+
 TEST_F(ReportTest, UnknownSweepIsAUsageError) {
   EXPECT_THROW(build_report(store_, "nope"), UsageError);
 }
@@ -156,7 +199,8 @@ TEST_F(ReportTest, WritesThePageTheScriptAndTheData) {
   const fs::path out = dir_.path() / "report" / "nested";
   const ReportFiles files = write_report(model, {out.string(), fake_gnuplot(), "amptune test"});
   EXPECT_EQ(files.index, (out / "index.html").string());
-  EXPECT_EQ(files.plots, 4);
+  EXPECT_EQ(files.plots, 4);  // no diagnosed run: a note instead of the module-error plot
+  EXPECT_NE(read(out / "index.html").find("no run of this sweep was diagnosed"), std::string::npos);
   const std::string html = read(out / "index.html");
   for (const char* png : {"metric_vs_epoch.png", "train_loss_vs_epoch.png",
                           "loss_scale_vs_step.png", "throughput.png"}) {

@@ -313,6 +313,56 @@ TEST_F(MergeTest, TheCopyWithMoreEpochsIsKeptAndTheConflictNamed) {
   EXPECT_EQ(target.integrity_check(), "ok");
 }
 
+// A diagnosis with one forward row and one advice line.
+void diagnose(Store& store, int64_t run_id, int epoch, double cosine) {
+  Diagnosis d;
+  d.run_id = run_id;
+  d.epoch = epoch;
+  d.batches = 1;
+  d.loss_scale = 128;
+  DiagnosticRow r;
+  r.kind = "forward";
+  r.module = "conv1";
+  r.dtype = "fp16";
+  r.numel = 4;
+  r.cosine = cosine;
+  d.rows = {r};
+  d.advice = {{"first_departure", "conv1", "try amp.fp32_modules: [conv1]"}};
+  store.record_diagnosis(d);
+}
+
+TEST_F(MergeTest, DiagnosesComeWithTheirRunAndAReplacedCopyBringsItsOwn) {
+  const std::string a = path("a.sqlite"), b = path("b.sqlite"), into = path("into.sqlite");
+  {
+    Shard s(a);
+    diagnose(s.store(), s.add(0, 1, RunStatus::kRunning), 0, 0.5);
+    diagnose(s.store(), s.add(1, 1), -1, 0.25);
+  }
+  {
+    Shard s(b);
+    diagnose(s.store(), s.add(0, 2), 1, 0.75);  // more epochs: replaces a's copy
+  }
+  Store target(into);
+  target.merge({a});
+  target.merge({b});
+  const auto rows = target
+                        .query("SELECT r.cell_index, d.epoch, d.cosine, a.advice, g.loss_scale "
+                               "FROM diagnostics d JOIN runs r ON r.id = d.run_id "
+                               "JOIN diagnoses g ON g.run_id = d.run_id AND g.epoch = d.epoch "
+                               "JOIN diagnosis_advice a ON a.run_id = d.run_id AND "
+                               "a.epoch = d.epoch ORDER BY r.cell_index")
+                        .rows;
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0], (std::vector<std::optional<std::string>>{
+                         "0", "1", "0.75", "try amp.fp32_modules: [conv1]", "128"}));
+  EXPECT_EQ(rows[1][1], "-1");
+  EXPECT_EQ(rows[1][2], "0.25");
+  EXPECT_EQ(target.query("SELECT module FROM first_divergence ORDER BY run_id").rows.size(), 2u);
+  target.merge({a, b});  // again: nothing changes
+  EXPECT_EQ(target.query("SELECT COUNT(*) FROM diagnostics").rows[0][0], "2");
+  EXPECT_EQ(target.integrity_check(), "ok");
+}
+
 TEST_F(MergeTest, BadInputsAreNamedAndNothingIsWritten) {
   const std::string good = path("good.sqlite"), into = path("into.sqlite");
   Shard(good).add(0, 1);
