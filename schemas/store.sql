@@ -525,3 +525,49 @@ CREATE VIEW first_divergence AS
          CASE WHEN f.overflow_frac > 0 THEN 'overflow' ELSE 'cosine' END AS reason
   FROM flagged f JOIN runs r ON r.id = f.run_id JOIN sweeps s ON s.id = r.sweep_id
   WHERE f.n = 1;
+
+-- migration: 9
+
+-- The evaluation of a run's initial weights (docs/DATABASE.md "Evaluation of the initial
+-- weights"): the seeded init, model.weights / model.backbone_weights, or a fork's start,
+-- evaluated under the run's precision before any training step. Written by an evaluation-only
+-- run (schedule.epochs: 0; in the transaction of its one epoch row, epoch 0 with global_step 0)
+-- and by a trained run with schedule.eval_initial: true before its first step (not on resume;
+-- resuming keeps it).
+CREATE TABLE initial_metrics (
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  name   TEXT NOT NULL CHECK (name GLOB '[a-z]*' AND name NOT GLOB '*[^a-z0-9_]*'),
+  value  REAL,
+  PRIMARY KEY (run_id, name)
+);
+
+-- How far training moved each run from its starting point: per run and metric of its initial
+-- evaluation, the initial value, the best (in metric_info's direction) and last value over its
+-- trained epochs (global_step > 0; NULL for an evaluation-only run), the last trained epoch,
+-- and change = last_value - initial_value.
+CREATE VIEW vs_initial AS
+  WITH base AS (
+    SELECT s.name AS sweep, r.id AS run_id, r.name AS run, r.cell_index, r.label, r.status,
+           i.name AS metric, COALESCE(mi.higher_is_better, 1) AS higher_is_better,
+           i.value AS initial_value,
+           (SELECT MAX(m.epoch) FROM metrics m JOIN epochs e
+              ON e.run_id = m.run_id AND e.epoch = m.epoch AND e.global_step > 0
+            WHERE m.run_id = r.id AND m.name = i.name AND m.value IS NOT NULL) AS last_epoch
+    FROM initial_metrics i
+    JOIN runs r ON r.id = i.run_id
+    JOIN sweeps s ON s.id = r.sweep_id
+    LEFT JOIN metric_info mi ON mi.name = i.name),
+  valued AS (
+    SELECT b.*,
+           (SELECT CASE WHEN b.higher_is_better THEN MAX(m.value) ELSE MIN(m.value) END
+            FROM metrics m JOIN epochs e
+              ON e.run_id = m.run_id AND e.epoch = m.epoch AND e.global_step > 0
+            WHERE m.run_id = b.run_id AND m.name = b.metric) AS best_value,
+           (SELECT m.value FROM metrics m
+            WHERE m.run_id = b.run_id AND m.name = b.metric AND m.epoch = b.last_epoch)
+             AS last_value
+    FROM base b)
+  SELECT sweep, run_id, run, label, status, metric, higher_is_better, initial_value, best_value,
+         last_value, last_epoch, last_value - initial_value AS change
+  FROM valued
+  ORDER BY sweep, cell_index, run_id, metric;

@@ -368,6 +368,7 @@ void require_checkpoint(const store::Store& store, const store::RunRow& run, int
     have += (have.empty() ? "" : ", ") + std::to_string(e.epoch);
   }
   if (!found) {
+    train::refuse_evaluation_only(run, "to continue or fork from");
     throw CheckpointError("run " + run.name + " has no checkpoint of epoch " +
                           std::to_string(epoch) + " (saved epochs: " +
                           (have.empty() ? "none" : have) + ")");

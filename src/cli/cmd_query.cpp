@@ -63,13 +63,22 @@ int cmd_show(const Invocation& inv) {
   app::Table table({"epoch", "lr", "train_loss", "acc1", "acc5", "val_loss", "img/s", "seconds",
                     "skipped", "checkpoint"});
   for (auto& e : store.epochs(run->id)) {
-    table.add({std::to_string(e.epoch), app::fixed(e.lr, 6), app::fixed(e.train_loss, 4),
-               metric_or_dash(e.metrics, "acc1", 2), metric_or_dash(e.metrics, "acc5", 2),
-               metric_or_dash(e.metrics, "val_loss", 4), app::fixed(e.train_fps_mean, 1),
-               app::fixed(e.epoch_seconds, 1), std::to_string(e.skipped_samples),
-               e.checkpoint ? e.checkpoint->path : "-"});
+    // global_step 0: the evaluation of the initial weights of an evaluation-only run.
+    const bool trained = e.global_step > 0;
+    table.add({std::to_string(e.epoch), trained ? app::fixed(e.lr, 6) : "-",
+               trained ? app::fixed(e.train_loss, 4) : "-", metric_or_dash(e.metrics, "acc1", 2),
+               metric_or_dash(e.metrics, "acc5", 2), metric_or_dash(e.metrics, "val_loss", 4),
+               trained ? app::fixed(e.train_fps_mean, 1) : "-", app::fixed(e.epoch_seconds, 1),
+               std::to_string(e.skipped_samples),
+               e.checkpoint ? e.checkpoint->path : (trained ? "-" : "- (initial weights)")});
   }
   table.print(std::cout);
+  const auto initial = store.initial_metrics(run->id);
+  if (!initial.empty()) {
+    std::cout << "initial weights (before training):";
+    for (const auto& [name, value] : initial) std::cout << " " << name << " " << value;
+    std::cout << "\n";
+  }
   if (!run->summary_json.empty()) std::cout << run->summary_json << "\n";
   return 0;
 }

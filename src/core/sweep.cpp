@@ -320,6 +320,11 @@ std::vector<ForkDecl> parse_forks(const Ctx& ctx, const YAML::Node& node, const 
       for (const auto& [key, value] : fork.where) match = match && cell.value(key) == value;
       if (!match) continue;
       const int64_t epochs = cell.value("schedule.epochs").get<int64_t>();
+      if (epochs == 0) {
+        fail(ctx.loc(from), "cell " + std::to_string(cell.index) +
+                                " is evaluation-only (schedule.epochs: 0) and saves no "
+                                "checkpoint to fork from; narrow from.where to trained cells");
+      }
       if (fork.epoch + 1 >= epochs) {
         fail(ctx.loc(from), "the fork starts after epoch " + std::to_string(fork.epoch) +
                                 " but cell " + std::to_string(cell.index) + " trains only " +

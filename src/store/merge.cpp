@@ -292,6 +292,7 @@ class Merger {
     Statement drop_epochs(db_, "DELETE FROM epochs WHERE run_id = ?");
     Statement drop_params(db_, "DELETE FROM run_params WHERE run_id = ?");
     Statement drop_diagnoses(db_, "DELETE FROM diagnoses WHERE run_id = ?");
+    Statement drop_initial(db_, "DELETE FROM initial_metrics WHERE run_id = ?");
     Statement select(in, std::string("SELECT r.id, ") + (forks ? "r.parent_run_id" : "NULL") +
                              ", COALESCE(r.started_at, ''), "
                              "(SELECT COUNT(*) FROM epochs e WHERE e.run_id = r.id), "
@@ -374,6 +375,7 @@ class Merger {
         drop_epochs.reset().bind(1, target_id).run();  // metrics, loss-scale events cascade
         drop_params.reset().bind(1, target_id).run();
         drop_diagnoses.reset().bind(1, target_id).run();  // their rows and advice cascade
+        drop_initial.reset().bind(1, target_id).run();
         ++count.runs_replaced;
       } else {
         write.run();
@@ -398,12 +400,13 @@ class Merger {
     copy_children(in, copied, count);
   }
 
-  // run_params, epochs (with their checkpoint references), metrics and loss-scale events of the
-  // copied runs; epochs before the tables that reference them.
+  // run_params, epochs (with their checkpoint references), metrics, loss-scale events, initial
+  // metrics and diagnoses of the copied runs; tables before the tables that reference them.
   void copy_children(sqlite3* in, const std::vector<std::pair<int64_t, int64_t>>& copied,
                      MergeCount& count) {
-    for (const std::string table : {"run_params", "epochs", "metrics", "loss_scale_events",
-                                    "diagnoses", "diagnostics", "diagnosis_advice"}) {
+    for (const std::string table :
+         {"run_params", "epochs", "metrics", "loss_scale_events", "initial_metrics", "diagnoses",
+          "diagnostics", "diagnosis_advice"}) {
       const std::vector<Column> input = columns_of(in, table);
       if (input.empty()) continue;  // an older schema
       const auto names = shared_columns(target_columns(table), input);

@@ -213,6 +213,20 @@ void check_location(const std::string& path) {
   }
 }
 
+// Runs an insert of metric `name`; a name the table's CHECK refuses is a StoreError prefixed with
+// `where` that says which names are allowed.
+void run_metric_insert(Statement& insert, const std::string& where, const std::string& name) {
+  try {
+    insert.run();
+  } catch (const SqliteError& error) {
+    if (error.code() != SQLITE_CONSTRAINT_CHECK) throw;
+    throw StoreError(where + ": metric name '" + name + "' is not allowed (" + error.what() +
+                     "); metric names are lowercase identifiers [a-z][a-z0-9_]*, and lr, "
+                     "train_loss, train_fps_*, epoch_seconds, skipped_samples, global_step "
+                     "go in their EpochRecord fields");
+  }
+}
+
 // Sets metric rows of an epoch (inserted, or replacing a value of the same name). A name the
 // table's CHECK refuses is a StoreError prefixed with `where` that says which names are allowed.
 void write_metrics(sqlite3* db, const std::string& where, int64_t run_id, int epoch,
@@ -222,15 +236,19 @@ void write_metrics(sqlite3* db, const std::string& where, int64_t run_id, int ep
                    "ON CONFLICT (run_id, epoch, name) DO UPDATE SET value = excluded.value");
   for (const auto& [name, value] : metrics) {
     upsert.reset().bind(1, run_id).bind(2, epoch).bind(3, name).bind(4, value);
-    try {
-      upsert.run();
-    } catch (const SqliteError& error) {
-      if (error.code() != SQLITE_CONSTRAINT_CHECK) throw;
-      throw StoreError(where + ": metric name '" + name + "' is not allowed (" + error.what() +
-                       "); metric names are lowercase identifiers [a-z][a-z0-9_]*, and lr, "
-                       "train_loss, train_fps_*, epoch_seconds, skipped_samples, global_step "
-                       "go in their EpochRecord fields");
-    }
+    run_metric_insert(upsert, where, name);
+  }
+}
+
+// Replaces the run's initial_metrics rows (migration 9) with `metrics`.
+void write_initial_metrics(sqlite3* db, const std::string& where, int64_t run_id,
+                           const std::map<std::string, double>& metrics) {
+  Statement remove(db, "DELETE FROM initial_metrics WHERE run_id = ?");
+  remove.bind(1, run_id).run();
+  Statement insert(db, "INSERT INTO initial_metrics (run_id, name, value) VALUES (?, ?, ?)");
+  for (const auto& [name, value] : metrics) {
+    insert.reset().bind(1, run_id).bind(2, name).bind(3, value);
+    run_metric_insert(insert, where, name);
   }
 }
 
@@ -825,6 +843,9 @@ void Store::record_epoch(const EpochRecord& record) {
       touch_heartbeat(db_, record.run_id, now);
 
       write_metrics(db_, path_ + ": " + action, record.run_id, record.epoch, record.metrics);
+      if (!record.initial_metrics.empty()) {
+        write_initial_metrics(db_, path_ + ": " + action, record.run_id, record.initial_metrics);
+      }
       // The epoch row was deleted above, and its loss_scale_events with it (cascade).
       Statement event(db_,
                       "INSERT INTO loss_scale_events (run_id, epoch, global_step, scale, reason) "
@@ -1049,6 +1070,17 @@ void Store::record_diagnosis(const Diagnosis& d) {
   });
 }
 
+void Store::record_initial_metrics(int64_t run_id, const std::map<std::string, double>& metrics) {
+  const std::string action =
+      "recording the evaluation of the initial weights of run " + std::to_string(run_id);
+  guarded(path_, action, [&] {
+    write_transaction(db_, [&] {
+      require_holder(db_, path_, run_id, action);
+      write_initial_metrics(db_, path_ + ": " + action, run_id, metrics);
+    });
+  });
+}
+
 std::vector<Store::ModuleError> Store::module_errors(const std::string& sweep) const {
   return guarded(path_, "reading the diagnoses of sweep " + sweep, [&] {
     std::vector<ModuleError> out;
@@ -1083,6 +1115,16 @@ std::vector<Store::ModuleError> Store::module_errors(const std::string& sweep) c
       out.push_back(std::move(e));
     }
     return out;
+  });
+}
+
+std::map<std::string, double> Store::initial_metrics(int64_t run_id) const {
+  return guarded(path_, "reading the initial metrics of run " + std::to_string(run_id), [&] {
+    std::map<std::string, double> metrics;
+    Statement select(db_, "SELECT name, value FROM initial_metrics WHERE run_id = ?");
+    select.bind(1, run_id);
+    while (select.step()) metrics[select.column_text(0)] = select.column_double(1);
+    return metrics;
   });
 }
 

@@ -123,7 +123,8 @@ struct ScaleEvent {
 };
 
 // One finished epoch, written in one transaction (epoch row, metrics, loss-scale events,
-// checkpoint).
+// checkpoint). An epoch with global_step 0 is the evaluation of the initial weights of an
+// evaluation-only run (schedule.epochs: 0): no training values (NaN: NULL), no checkpoint.
 struct EpochRecord {
   int64_t run_id = 0;
   int epoch = 0;  // 0-based
@@ -136,6 +137,9 @@ struct EpochRecord {
   std::map<std::string, double> metrics;  // acc1, acc5, val_loss, loss_scale, ...
   std::optional<CheckpointFile> checkpoint;
   std::vector<ScaleEvent> scale_events;  // rows of loss_scale_events for this epoch
+  // When not empty, replaces the run's initial_metrics in the same transaction (an
+  // evaluation-only run records its one evaluation as both).
+  std::map<std::string, double> initial_metrics;
 };
 
 struct EpochRow {
@@ -286,6 +290,13 @@ class Store {
   // ClaimLostError (nothing written) when another process holds the run.
   void record_epoch(const EpochRecord& record);
   std::vector<EpochRow> epochs(int64_t run_id) const;
+  // The evaluation of the run's initial weights (table initial_metrics, migration 9): replaces
+  // every value the run had there, in one transaction. Names as in record_epoch's metrics.
+  // ClaimLostError (nothing written) when another process holds the run. Truncating epochs
+  // leaves them (a resumed run keeps its starting point).
+  void record_initial_metrics(int64_t run_id, const std::map<std::string, double>& metrics);
+  // The run's initial_metrics by name; empty when it has none.
+  std::map<std::string, double> initial_metrics(int64_t run_id) const;
   // The loss_scale_events of a run in step order (re-recording or truncating epochs drops
   // theirs).
   std::vector<ScaleEvent> scale_events(int64_t run_id) const;

@@ -84,6 +84,7 @@ std::vector<int> checkpoint_epochs(const store::Store& store, const store::RunRo
   for (auto& r : rows) {
     if (r.checkpoint) epochs.push_back(r.epoch);
   }
+  if (epochs.empty()) refuse_evaluation_only(run, "to evaluate");
   if (options.epoch) {
     if (std::find(epochs.begin(), epochs.end(), *options.epoch) == epochs.end()) {
       throw CheckpointError("run " + run.name + " has no checkpoint of epoch " +

@@ -59,9 +59,25 @@ void validate_config(const Config& config) {
                       " has none, so they would change nothing; remove casts.int32");
   }
   if (config.get_int("schedule.training_step_per_epoch") == 0) {
-    throw ConfigError("schedule.training_step_per_epoch is 0: every epoch must train at least "
-                      "one step (-1 = the whole training split); evaluation-only cells are not "
-                      "supported");
+    throw ConfigError(
+        "schedule.training_step_per_epoch is 0: every epoch must train at least "
+        "one step (-1 = the whole training split); for an evaluation-only cell "
+        "set schedule.epochs: 0");
+  }
+  if (config.get_int("schedule.eval_step_per_epoch") == 0) {
+    if (config.get_int("schedule.epochs") == 0) {
+      throw ConfigError(
+          "schedule.epochs is 0 (an evaluation-only run) but "
+          "schedule.eval_step_per_epoch is 0 (no evaluation), so the run would do "
+          "nothing; set schedule.eval_step_per_epoch to -1 (the whole evaluation "
+          "split) or a number of batches");
+    }
+    if (config.get_bool("schedule.eval_initial")) {
+      throw ConfigError(
+          "schedule.eval_initial is true but schedule.eval_step_per_epoch is 0 (no "
+          "evaluation); set schedule.eval_step_per_epoch to -1 or a number of "
+          "batches, or remove schedule.eval_initial");
+    }
   }
 }
 
@@ -83,17 +99,30 @@ void check_world_size(const data::Dataset& train_set, int64_t batch_size, int wo
 }
 
 void check_data(const Config& config, int world_size) {
-  auto train_set = data::make_dataset(config, data::Split::kTrain);
-  check_world_size(*train_set, config.get_int("data.batch_size"), world_size);
+  if (config.get_int("schedule.epochs") > 0) {  // an evaluation-only run reads no training split
+    auto train_set = data::make_dataset(config, data::Split::kTrain);
+    check_world_size(*train_set, config.get_int("data.batch_size"), world_size);
+  }
   if (config.get_int("schedule.eval_step_per_epoch") != 0) {
     (void)data::make_dataset(config, data::Split::kVal);
   }
+}
+
+void refuse_evaluation_only(const store::RunRow& run, const std::string& purpose) {
+  if (Config::from_json(run.config_json, "run " + run.name).get_int("schedule.epochs") != 0) return;
+  throw CheckpointError("run " + run.name +
+                        " is evaluation-only (schedule.epochs: 0): its epoch 0 is the evaluation "
+                        "of its initial weights and it saved no checkpoint " +
+                        purpose +
+                        " (saved epochs: none); train a cell of the same model.weights with "
+                        "schedule.epochs >= 1 for one");
 }
 
 store::RunSpec plan_fork(const store::RunRow& parent, int epoch,
                          const std::vector<std::pair<std::string, nlohmann::json>>& overrides,
                          bool reset_optimizer, const std::string& name) {
   if (epoch < 0) throw UsageError("a fork needs an epoch >= 0, got " + std::to_string(epoch));
+  refuse_evaluation_only(parent, "to fork from");
   Config config = Config::from_json(parent.config_json, "run " + parent.name);
   nlohmann::ordered_json applied = nlohmann::ordered_json::object();
   std::string changes, short_changes;

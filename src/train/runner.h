@@ -95,6 +95,10 @@ void check_parallel(const Config& config, int world_size);
 // the expected path and format.
 void check_data(const Config& config, int world_size = 1);
 
+// Throws CheckpointError saying that `run` is evaluation-only (schedule.epochs: 0) and has no
+// checkpoint `purpose` ("to evaluate", "to fork from"); returns for any other run.
+void refuse_evaluation_only(const store::RunRow& run, const std::string& purpose);
+
 // A fork of `parent` from its checkpoint of `epoch` (docs/DATABASE.md "Forks"): the parent's
 // config with `overrides` (key -> value, already coerced by the schema) applied. Returns the run
 // spec to pass to Store::ensure_run (same sweep and cell index as the parent; the config hash
@@ -102,7 +106,7 @@ void check_data(const Config& config, int world_size = 1);
 // `name`, when not empty, is the label; otherwise the parent's label plus the changes.
 // Throws ConfigError for overrides a continued run cannot take: model.* keys, optim.name without
 // reset_optimizer, a schedule that ends at or before epoch + 1, and whatever validate_config
-// refuses (combinations apex refuses, ...).
+// refuses (combinations apex refuses, ...); CheckpointError for an evaluation-only parent.
 store::RunSpec plan_fork(const store::RunRow& parent, int epoch,
                          const std::vector<std::pair<std::string, nlohmann::json>>& overrides,
                          bool reset_optimizer, const std::string& name);

@@ -141,6 +141,38 @@ class Progress {
   Clock::time_point last_draw_{};
 };
 
+// " acc1 61.2 acc5 90.1 val_loss 1.03": the evaluation metrics a log line shows, those present.
+std::string metric_text(const std::map<std::string, double>& metrics) {
+  std::string text;
+  for (const char* m : {"acc1", "acc5", "val_loss", "mrpe", "ap_root_25"}) {
+    auto it = metrics.find(m);
+    if (it != metrics.end()) text += std::string(" ") + m + " " + std::to_string(it->second);
+  }
+  return text;
+}
+
+// Restores torch's default CPU generator when the scope ends: an evaluation between steps then
+// leaves the random numbers training draws as they would have been without it (evaluation
+// draws none today; the loader seeds its own generators per sample).
+class KeepCpuRng {
+ public:
+  KeepCpuRng() {
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    state_ = gen.get_state();
+  }
+  ~KeepCpuRng() {
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(state_);
+  }
+  KeepCpuRng(const KeepCpuRng&) = delete;
+  KeepCpuRng& operator=(const KeepCpuRng&) = delete;
+
+ private:
+  torch::Tensor state_;
+};
+
 void delete_files(const std::vector<store::CheckpointFile>& files) {
   for (auto& f : files) {
     std::error_code ec;
@@ -148,12 +180,15 @@ void delete_files(const std::vector<store::CheckpointFile>& files) {
   }
 }
 
-// Where training starts: the epoch loaded (-1: from scratch), the optimizer steps done, and
-// whether the loss scaler starts fresh (its initial scale is recorded).
+// Where training starts: the epoch loaded (-1: from scratch), the optimizer steps done,
+// whether the loss scaler starts fresh (its initial scale is recorded), and whether the weights
+// are the run's initial ones (from scratch or a fork's start, not a resumed checkpoint of its
+// own: schedule.eval_initial evaluates them).
 struct Start {
   int64_t epoch = -1;
   int64_t global_step = 0;
   bool fresh_scaler = true;
+  bool initial = true;
 };
 
 // A fork's start (docs/DATABASE.md "Forks"): the parent's checkpoint of parent_epoch is loaded
@@ -229,7 +264,8 @@ Start restore(store::Store& store, const store::RunRow& run, const Config& confi
     if (run.fork) return start_from_parent(store, run, config, device, session);
     return Start{};
   };
-  if (options.fresh || rows.empty()) {
+  // An evaluation-only run saved no checkpoint: running it again evaluates again.
+  if (options.fresh || rows.empty() || config.get_int("schedule.epochs") == 0) {
     if (!rows.empty()) delete_files(store.truncate_after(run.id, -1));
     return from_scratch();
   }
@@ -256,7 +292,7 @@ Start restore(store::Store& store, const store::RunRow& run, const Config& confi
       delete_files(store.truncate_after(run.id, it->epoch));
       log::info("run " + run.name + ": continuing after epoch " + std::to_string(meta.epoch) +
                 " (" + it->checkpoint->path + ")");
-      return Start{meta.epoch, meta.global_step, false};
+      return Start{meta.epoch, meta.global_step, false, false};
     } catch (const CheckpointError& e) {
       if (options.from_epoch) throw;
       log::warn(std::string(e.what()) + "; falling back to the previous checkpoint");
@@ -426,14 +462,18 @@ RunResult train_impl(store::Store* store, const store::RunRow& run, const RunOpt
     std::shared_ptr<data::Dataset> train_set, val_set;
     const int64_t eval_steps = config.get_int("schedule.eval_step_per_epoch");
     const int64_t batch_size = config.get_int("data.batch_size");
+    const int64_t epochs = config.get_int("schedule.epochs");
+    const bool eval_only = epochs == 0;  // evaluates the initial weights, trains nothing
     std::string ckpt_dir;
     std::string setup_error;
     try {
       session = build_session(config, device, precision);
       if (store) start = restore(*store, run, config, device, options, session);
-      train_set = data::make_dataset(config, data::Split::kTrain);
+      if (!eval_only) {
+        train_set = data::make_dataset(config, data::Split::kTrain);
+        check_world_size(*train_set, batch_size, world);
+      }
       if (eval_steps != 0) val_set = data::make_dataset(config, data::Split::kVal);
-      check_world_size(*train_set, batch_size, world);
       if (store) {
         ckpt_dir = checkpoint_dir(config, *store, run.id);
         // Saves of this run that a killed process left half-written (it holds the run now).
@@ -459,7 +499,8 @@ RunResult train_impl(store::Store* store, const store::RunRow& run, const RunOpt
       if (leader) {
         header = nlohmann::json({{"epoch", start.epoch},
                                  {"global_step", start.global_step},
-                                 {"fresh_scaler", start.fresh_scaler}})
+                                 {"fresh_scaler", start.fresh_scaler},
+                                 {"initial", start.initial}})
                      .dump();
         state = checkpoint_bytes(session.task->module(), *session.optimizer,
                                  CheckpointMeta{start.epoch, start.global_step, run.config_hash},
@@ -470,14 +511,13 @@ RunResult train_impl(store::Store* store, const store::RunRow& run, const RunOpt
       if (!leader) {
         const auto h = nlohmann::json::parse(header);
         start = Start{h.at("epoch").get<int64_t>(), h.at("global_step").get<int64_t>(),
-                      h.at("fresh_scaler").get<bool>()};
+                      h.at("fresh_scaler").get<bool>(), h.at("initial").get<bool>()};
         load_checkpoint_bytes(state, "the state rank 0 sent", session.task->module(),
                               *session.optimizer, run.config_hash, &precision.engine());
         session.task->module().to(device);
       }
     }
     const int64_t last_done = start.epoch;
-    const int64_t epochs = config.get_int("schedule.epochs");
     const Schedule schedule = Schedule::from_config(config);
     const int64_t skip_steps = config.get_int("schedule.skip_steps");
     const int64_t every = config.get_int("checkpoint.every");
@@ -513,9 +553,31 @@ RunResult train_impl(store::Store* store, const store::RunRow& run, const RunOpt
     val_opts.world = world;
     val_opts.shard = data::LoaderOptions::Shard::kBatches;
 
+    // The evaluation split under the run's precision, in eval mode (BatchNorm normalises with its
+    // running statistics and leaves them as they are); with several processes each evaluates its
+    // shard of the batches and the records combine into the single-process result.
+    auto evaluate = [&](int64_t epoch) {
+      val_opts.epoch = static_cast<uint64_t>(epoch);
+      data::Loader val_loader(val_set, val_opts);
+      session.task->module().eval();
+      auto autocast = precision.autocast();
+      std::vector<EvalBatch> batches = session.task->evaluate_batches(val_loader, device);
+      if (group) {  // every rank's batches, in the single-process order
+        const auto parts = group->allgather_bytes(encode_eval_batches(batches));
+        batches.clear();
+        for (const auto& part : parts) {
+          for (auto& b : decode_eval_batches(part)) batches.push_back(std::move(b));
+        }
+        std::sort(batches.begin(), batches.end(),
+                  [](const EvalBatch& x, const EvalBatch& y) { return x.index < y.index; });
+      }
+      return session.task->metrics(batches);
+    };
+
     int64_t global_step = start.global_step;
     if (leader) {
-      log::info("run " + run.name + " [" + run.label + "]: " + train_set->describe() + ", " +
+      const auto& described = eval_only ? val_set : train_set;
+      log::info("run " + run.name + " [" + run.label + "]: " + described->describe() + ", " +
                 std::to_string(threads) + " threads, " + device.str() +
                 (group ? ", " + std::to_string(world) + " processes (" + group->backend() +
                              "), global batch " + std::to_string(batch_size * world)
@@ -533,6 +595,39 @@ RunResult train_impl(store::Store* store, const store::RunRow& run, const RunOpt
       }
       return result;
     };
+
+    // The initial weights (seeded init, model.weights, or a fork's start) evaluated before any
+    // training step: an evaluation-only run (schedule.epochs: 0) records them as its one epoch,
+    // epoch 0 with global_step 0, no training values and no checkpoint; schedule.eval_initial
+    // records them in initial_metrics. Not on resume: the run keeps what its start recorded.
+    if (val_set && start.initial && (eval_only || config.get_bool("schedule.eval_initial"))) {
+      const auto eval_start = Clock::now();
+      std::map<std::string, double> metrics;
+      {
+        KeepCpuRng keep;
+        metrics = evaluate(last_done + 1);
+      }
+      if (store) {
+        if (eval_only) {
+          const double nan = std::numeric_limits<double>::quiet_NaN();
+          store::EpochRecord record;
+          record.run_id = run.id;
+          record.epoch = 0;
+          record.global_step = 0;
+          record.lr = record.train_loss = nan;
+          record.train_fps_mean = record.train_fps_min = record.train_fps_max = nan;
+          record.epoch_seconds = seconds_since(eval_start);
+          record.metrics = metrics;
+          record.initial_metrics = metrics;
+          store->record_epoch(record);
+        } else {
+          store->record_initial_metrics(run.id, metrics);
+        }
+        log::info("run " + run.name + ": initial weights" + metric_text(metrics) + ", " +
+                  hms(seconds_since(eval_start)) +
+                  (eval_only ? " (evaluation only: epoch 0, nothing trained)" : ""));
+      }
+    }
 
     for (int64_t epoch = last_done + 1; epoch < epochs; ++epoch) {
       const auto epoch_start = Clock::now();
@@ -712,21 +807,7 @@ RunResult train_impl(store::Store* store, const store::RunRow& run, const RunOpt
       // Every rank evaluates and rank 0 saves the model with rank 0's statistics.
       if (group) dist::broadcast_buffers(*group, buffers);
       if (val_set) {
-        val_opts.epoch = static_cast<uint64_t>(epoch);
-        data::Loader val_loader(val_set, val_opts);
-        session.task->module().eval();
-        auto autocast = precision.autocast();
-        std::vector<EvalBatch> batches = session.task->evaluate_batches(val_loader, device);
-        if (group) {  // every rank's batches, in the single-process order
-          const auto parts = group->allgather_bytes(encode_eval_batches(batches));
-          batches.clear();
-          for (const auto& part : parts) {
-            for (auto& b : decode_eval_batches(part)) batches.push_back(std::move(b));
-          }
-          std::sort(batches.begin(), batches.end(),
-                    [](const EvalBatch& x, const EvalBatch& y) { return x.index < y.index; });
-        }
-        for (auto& [name, value] : session.task->metrics(batches)) record.metrics[name] = value;
+        for (auto& [name, value] : evaluate(epoch)) record.metrics[name] = value;
       }
       precision.end_epoch(record);  // loss_scale*, overflow/skipped steps, scale events
       record.metrics["train_images"] = static_cast<double>(images);
@@ -745,14 +826,8 @@ RunResult train_impl(store::Store* store, const store::RunRow& run, const RunOpt
         store->record_epoch(record);  // advances the heartbeat in the same transaction
         apply_retention(*store, run.id, config, info.primary_metric, info.higher_is_better);
 
-        std::string line = "run " + run.name + " epoch " + std::to_string(epoch) +
-                           ": train_loss " + std::to_string(record.train_loss);
-        for (const char* m : {"acc1", "acc5", "val_loss"}) {
-          auto it = record.metrics.find(m);
-          if (it != record.metrics.end()) {
-            line += std::string(" ") + m + " " + std::to_string(it->second);
-          }
-        }
+        std::string line = "run " + run.name + " epoch " + std::to_string(epoch) + ": train_loss " +
+                           std::to_string(record.train_loss) + metric_text(record.metrics);
         line += " " + std::to_string(static_cast<int64_t>(record.train_fps_mean)) + " img/s, " +
                 hms(record.epoch_seconds);
         if (record.skipped_samples) {

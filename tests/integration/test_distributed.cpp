@@ -224,6 +224,29 @@ TEST(Distributed, TorchrunNprocAndSrunGiveTheSameRunsAndEvaluationIsExact) {
 // An overflow found on rank 1 alone (AMPTUNE_FAULT_OVERFLOW: an inf gradient after averaging)
 // skips the step and halves the scale on both ranks: rank 0 records the skip, and the run is
 // bitwise the run whose overflow was found on rank 0.
+// The initial weights evaluated by 2 ranks, each its shard of the batches, equal one process's
+// evaluation exactly: an evaluation-only cell, and schedule.eval_initial before training.
+TEST(Distributed, TwoRanksEvaluateInitialWeightsAsOneProcess) {
+  const std::string zip =
+      "zip:\n  - {schedule.epochs: [0, 1], schedule.eval_initial: [false, true]}\n";
+  const TinySweep one = distributed_sweep("one", 1, 64, zip);
+  auto r = run_amptune(run_args(one, {}), one.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const TinySweep two = distributed_sweep("two", 1, 64, zip);
+  r = run_amptune(run_args(two, {"--nproc", "2", "--set", "data.batch_size=8"}), two.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto a = epochs_of(one.db, "1"), b = epochs_of(two.db, "1");
+  ASSERT_EQ(a.size(), 1u);
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_EQ(b[0].global_step, 0);
+  EXPECT_EQ(b[0].metrics.at("val_samples"), 44);
+  EXPECT_EQ(a[0].metrics, b[0].metrics);
+  store::Store sa(one.db), sb(two.db);
+  EXPECT_EQ(sa.initial_metrics(2), a[0].metrics);  // same seed: the same initial weights
+  EXPECT_EQ(sb.initial_metrics(2), a[0].metrics);
+  EXPECT_EQ(epochs_of(two.db, "2").size(), 1u);
+}
+
 TEST(Distributed, AnOverflowOnOneRankSkipsTheStepOnEveryRank) {
   const std::string amp = "  amp: {opt_level: O1, loss_scale: dynamic}\n";
   std::vector<TinySweep> runs;

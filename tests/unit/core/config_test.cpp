@@ -57,8 +57,8 @@ TEST(CoreConfig, SetNormalisesAndChecksValues) {
   config.set("optim.lr", 1);  // int given for a float key
   EXPECT_TRUE(config.at("optim.lr").is_number_float());
   EXPECT_DOUBLE_EQ(config.get_double("optim.lr"), 1.0);
-  const std::string range = error_of([&] { config.set("schedule.epochs", 0); });
-  EXPECT_EQ(range, "schedule.epochs must be >= 1, got 0");
+  const std::string range = error_of([&] { config.set("schedule.epochs", -1); });
+  EXPECT_EQ(range, "schedule.epochs must be >= 0, got -1");
   EXPECT_THROW(config.set("optim.name", "adamw"), ConfigError);
   EXPECT_THROW(config.set("optim.lrr", 0.1), ConfigError);
   EXPECT_EQ(config.get_int("schedule.epochs"), 1);  // failed sets change nothing
@@ -122,8 +122,8 @@ TEST(CoreConfig, FromJsonRejectsUnknownKeysAndBadValues) {
             }).find("runs.config_json: unknown config key optim.lrr"),
             std::string::npos);
   EXPECT_NE(error_of([] {
-              Config::from_json(R"({"schedule": {"epochs": 0}})", "db");
-            }).find("db: schedule.epochs must be >= 1"),
+              Config::from_json(R"({"schedule": {"epochs": -1}})", "db");
+            }).find("db: schedule.epochs must be >= 0"),
             std::string::npos);
   EXPECT_NE(error_of([] { Config::from_json("{", "db"); }).find("db: config JSON does not parse"),
             std::string::npos);

@@ -201,10 +201,10 @@ TEST(CoreSchema, ErrorMessagesNameWhereKeyAndValue) {
   const Schema& schema = Schema::builtin();
   const SourceLoc where{"experiments/x.yaml", 12, 5};
   try {
-    schema.coerce(*schema.find("schedule.epochs"), YAML::Load("0"), where);
+    schema.coerce(*schema.find("schedule.epochs"), YAML::Load("-1"), where);
     FAIL();
   } catch (const ConfigError& e) {
-    EXPECT_STREQ(e.what(), "experiments/x.yaml:12:5: schedule.epochs must be >= 1, got 0");
+    EXPECT_STREQ(e.what(), "experiments/x.yaml:12:5: schedule.epochs must be >= 0, got -1");
   }
   try {
     schema.coerce(*schema.find("optim.name"), YAML::Load("adamw"), where);

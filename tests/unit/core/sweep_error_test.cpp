@@ -69,8 +69,8 @@ TEST_F(CoreSweepError, WrongType) {
 }
 
 TEST_F(CoreSweepError, OutOfRangeValue) {
-  EXPECT_EQ(error("name: t\nbase:\n  schedule:\n    epochs: 0\n"),
-            "x.yaml:4:13: schedule.epochs must be >= 1, got 0");
+  EXPECT_EQ(error("name: t\nbase:\n  schedule:\n    epochs: -1\n"),
+            "x.yaml:4:13: schedule.epochs must be >= 0, got -1");
 }
 
 TEST_F(CoreSweepError, ValueNotAmongChoices) {
@@ -133,8 +133,8 @@ TEST_F(CoreSweepError, SetOfASweptKeyPointsToOnly) {
   EXPECT_HAS(error("name: t\nrepeat: [1, 2]\n", {"seed=3"}), "seed is swept by repeat");
   EXPECT_HAS(error("name: t\n", {"optim.lrr=0.5"}),
              "--set optim.lrr=0.5: unknown config key optim.lrr; did you mean optim.lr?");
-  EXPECT_EQ(error("name: t\n", {"schedule.epochs=0"}),
-            "--set schedule.epochs=0: schedule.epochs must be >= 1, got 0");
+  EXPECT_EQ(error("name: t\n", {"schedule.epochs=-1"}),
+            "--set schedule.epochs=-1: schedule.epochs must be >= 0, got -1");
 }
 
 TEST_F(CoreSweepError, NameMissingOrInvalid) {

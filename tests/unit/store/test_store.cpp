@@ -735,6 +735,52 @@ TEST_F(StoreTest, TruncateAfterReturnsKeptCheckpointsAndDropsMetrics) {
   EXPECT_THROW(store.truncate_after(other + 1, 0), StoreError);
 }
 
+TEST_F(StoreTest, InitialMetricsSurviveTruncationAndFeedVsInitial) {
+  Store store(db_path());
+  const int64_t sweep = store.ensure_sweep("s", "", "", "");
+  const int64_t id = store.ensure_run(sweep, spec("s", 0, "a")).id;
+  const int64_t only = store.ensure_run(sweep, spec("s", 1, "b")).id;
+  EXPECT_TRUE(store.initial_metrics(id).empty());
+  store.record_initial_metrics(id, {{"acc1", 5}, {"val_loss", 3}, {"stale", 1}});
+  store.record_initial_metrics(id, {{"acc1", 10}, {"val_loss", 2.5}});  // replaces every row
+  EXPECT_EQ(store.initial_metrics(id),
+            (std::map<std::string, double>{{"acc1", 10}, {"val_loss", 2.5}}));
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    store.record_epoch(epoch_record(id, epoch, {{"acc1", 20.0 + epoch}, {"val_loss", 2.0}}));
+  }
+  // An evaluation-only run: epoch 0 with global_step 0, its evaluation in both tables.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  EpochRecord eval = epoch_record(only, 0, {{"acc1", 12}, {"val_loss", 2.4}});
+  eval.global_step = 0;
+  eval.lr = eval.train_loss = eval.train_fps_mean = eval.train_fps_min = eval.train_fps_max = nan;
+  eval.initial_metrics = eval.metrics;
+  store.record_epoch(eval);
+  EXPECT_EQ(store.initial_metrics(only), eval.metrics);
+  const auto row = store.epochs(only).at(0);
+  EXPECT_EQ(row.global_step, 0);
+  EXPECT_TRUE(std::isnan(row.train_loss));
+  EXPECT_TRUE(std::isnan(row.lr));
+
+  RawDb raw(store.path());
+  const std::string rows_sql =
+      "SELECT run_id, metric, initial_value, best_value, last_value, last_epoch, change "
+      "FROM vs_initial ORDER BY run_id, metric";
+  const std::string a = std::to_string(id), b = std::to_string(only);
+  EXPECT_EQ(raw.rows(rows_sql), (std::vector<std::vector<std::string>>{
+                                    {a, "acc1", "10.0", "22.0", "22.0", "2", "12.0"},
+                                    {a, "val_loss", "2.5", "2.0", "2.0", "2", "-0.5"},
+                                    {b, "acc1", "12.0", "NULL", "NULL", "NULL", "NULL"},
+                                    {b, "val_loss", "2.4", "NULL", "NULL", "NULL", "NULL"}}));
+  // A resume truncates epochs; the starting point stays.
+  store.truncate_after(id, 0);
+  EXPECT_EQ(store.initial_metrics(id).at("acc1"), 10);
+  EXPECT_EQ(raw.rows(rows_sql).at(0),
+            (std::vector<std::string>{a, "acc1", "10.0", "20.0", "20.0", "0", "10.0"}));
+  // Names as in metrics; a bad one writes nothing.
+  EXPECT_THROW(store.record_initial_metrics(id, {{"acc1", 1}, {"Bad-Name", 1}}), StoreError);
+  EXPECT_EQ(store.initial_metrics(id).at("acc1"), 10);
+}
+
 TEST_F(StoreTest, ForgetCheckpointKeepsTheMetrics) {
   Store store(db_path());
   const int64_t id = store.ensure_run(store.ensure_sweep("s", "", "", ""), spec("s", 0, "a")).id;
