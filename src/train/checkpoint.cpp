@@ -26,6 +26,13 @@ namespace {
   throw CheckpointError(what + " " + path + ": " + std::strerror(errno) +
                         " (check free disk space and permissions)");
 }
+// Where the module's tensors live (its first parameter or buffer; the CPU when it has none).
+torch::Device module_device(const torch::nn::Module& model) {
+  for (const auto& p : model.parameters(true)) return p.device();
+  for (const auto& b : model.buffers(true)) return b.device();
+  return torch::Device(torch::kCPU);
+}
+
 std::vector<torch::Tensor> ordered_params(const torch::optim::Optimizer& optimizer) {
   std::vector<torch::Tensor> params;
   for (const auto& group : optimizer.param_groups()) {
@@ -204,8 +211,12 @@ CheckpointMeta load_checkpoint_bytes(const std::string& bytes, const std::string
                                      const std::string& expected_config_hash, amp::Engine* amp) {
   CheckpointMeta meta;
   try {
+    // Every tensor is read onto the CPU, whatever device wrote it (a checkpoint of a GPU run
+    // opens on a machine without CUDA); the model goes back to its device before the optimizer
+    // state is placed next to its parameters.
+    const torch::Device device = module_device(model);
     torch::serialize::InputArchive archive;
-    archive.load_from(bytes.data(), bytes.size());
+    archive.load_from(bytes.data(), bytes.size(), torch::Device(torch::kCPU));
     c10::IValue v;
     archive.read("meta.format", v);
     meta.format = v.toStringRef();
@@ -224,6 +235,7 @@ CheckpointMeta load_checkpoint_bytes(const std::string& bytes, const std::string
     archive.read("model", model_archive);
     archive.read("optimizer", optim_archive);
     model.load(model_archive);
+    model.to(device);
     load_optimizer(optimizer, optim_archive, path);
     if (amp) {
       torch::serialize::InputArchive amp_archive;

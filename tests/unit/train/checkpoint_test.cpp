@@ -91,6 +91,48 @@ TEST(TrainCheckpoint, SgdMomentumSurvives) {
   expect_equal_modules(a, b);
 }
 
+// A checkpoint written by a run on the GPU opens on the CPU and the other way round: tensors are
+// read onto the CPU, the model returns to its device, the optimizer state follows its parameters.
+// Needs CUDA (tools/gpu-check.sh runs it there); skipped elsewhere.
+TEST(TrainCheckpoint, MovesBetweenCpuAndCuda) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const std::string d = dir();
+  const torch::Device cuda(torch::kCUDA, 0);
+  auto momentum_device = [](torch::optim::SGD& opt) {
+    auto& st = static_cast<torch::optim::SGDParamState&>(*opt.state().begin()->second);
+    return st.momentum_buffer().device();
+  };
+  Net cpu_net;
+  torch::optim::SGD cpu_opt(cpu_net.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  train_some(cpu_net, cpu_opt, 2);
+  auto from_cpu = save_checkpoint(d + "/cpu.pt", cpu_net, cpu_opt, CheckpointMeta{0, 2, "h"});
+
+  Net gpu_net;
+  gpu_net.to(cuda);
+  torch::optim::SGD gpu_opt(gpu_net.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  load_checkpoint(from_cpu, gpu_net, gpu_opt, "h");
+  for (const auto& p : gpu_net.parameters()) EXPECT_TRUE(p.is_cuda());
+  for (const auto& b : gpu_net.buffers()) EXPECT_TRUE(b.is_cuda());
+  EXPECT_TRUE(momentum_device(gpu_opt).is_cuda());
+  for (auto& p : gpu_net.named_parameters()) {
+    EXPECT_TRUE(torch::equal(p.value().cpu(), cpu_net.named_parameters()[p.key()])) << p.key();
+  }
+  // A step on the GPU with the restored momentum, then back to a CPU model.
+  gpu_opt.zero_grad();
+  gpu_net.forward(torch::randn({8, 4}, cuda)).pow(2).mean().backward();
+  gpu_opt.step();
+  auto from_gpu = save_checkpoint(d + "/gpu.pt", gpu_net, gpu_opt, CheckpointMeta{1, 3, "h"});
+  Net cpu_again;
+  torch::optim::SGD cpu_again_opt(cpu_again.parameters(),
+                                  torch::optim::SGDOptions(0.1).momentum(0.9));
+  load_checkpoint(from_gpu, cpu_again, cpu_again_opt, "h");
+  for (const auto& p : cpu_again.parameters()) EXPECT_FALSE(p.is_cuda());
+  EXPECT_FALSE(momentum_device(cpu_again_opt).is_cuda());
+  for (auto& p : gpu_net.named_parameters()) {
+    EXPECT_TRUE(torch::equal(p.value().cpu(), cpu_again.named_parameters()[p.key()])) << p.key();
+  }
+}
+
 TEST(TrainCheckpoint, MissingTruncatedCorruptAndForeignFilesAreErrors) {
   const std::string d = dir();
   Net a;

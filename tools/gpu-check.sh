@@ -1,0 +1,364 @@
+#!/usr/bin/env bash
+# The GPU check (docs/PERFORMANCE.md "GPU check"): builds amptune against the CUDA PyTorch of a
+# machine with an NVIDIA GPU and no network, then measures native CUDA fp16/bf16 against amptune's
+# CPU-style emulation on that GPU, checkpoints moving between CPU and GPU, and ResNet-50 against
+# PyTorch eager AMP. Everything it prints goes to OUTDIR too (table.txt, the logs).
+#
+#   tools/gpu-check.sh --fetch-debs DIR     here, on Debian 12 with its apt archive: download the
+#                                           .debs the GPU machine lacks (list: DEBS below)
+#   tools/gpu-check.sh [--debs DIR] OUTDIR  there: unpack DIR's .debs into OUTDIR/prefix (dpkg -x),
+#                                           build against python3's torch, run the phases
+#   tools/gpu-check.sh --cpu-dry-run [--debs DIR] [--build-dir DIR] OUTDIR
+#                                           the same pipeline on this CPU with tiny step counts
+#                                           (device cpu, fp16 "native" cells emulated): proves the
+#                                           script, measures nothing; --build-dir DIR builds
+#                                           there (reuse a build) instead of OUTDIR/work/build
+#
+# The GPU machine needs: an NVIDIA driver, the CUDA toolkit that its PyTorch's CMake files look
+# for (nvcc on PATH or in /usr/local/cuda), a C++17 compiler (g++ >= 9), python3 with a CUDA
+# PyTorch 2.x built with the C++11 ABI. cmake (>= 3.21), ninja, pkg-config and sqlite3 come from
+# the .debs when missing there. Environment: PYTHON (default python3), JOBS (default nproc),
+# STEPS (quickstart cells' steps, default 300), TORCH_CUDA_ARCH_LIST (default 9.0, an H200).
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+
+# Debian 12 packages carried to the GPU machine: the -dev packages amptune builds against
+# (tools/install-deps.sh without LibTorch, Python and Gloo: the PyTorch there brings its own),
+# the libraries they link, the tools, and the quickstart's Fashion-MNIST. Their library
+# dependencies are added by --fetch-debs (apt-cache depends), less the base system (BASE).
+DEBS=(
+  libyaml-cpp-dev libsqlite3-dev sqlite3 libssl-dev nlohmann-json3-dev
+  libturbojpeg0-dev libpng-dev zlib1g-dev libboost-program-options-dev libgtest-dev
+  cmake cmake-data ninja-build pkgconf pkg-config
+  dataset-fashion-mnist
+)
+BASE='^(libc6|libc6-dev|libgcc-s1|libstdc\+\+6|gcc-12-base|libcrypt1|debconf|dpkg|perl-base|tar|procps|libselinux1|libzstd1|liblzma5|libbz2-1.0|libtinfo6|libncursesw6|libsystemd0|init-system-helpers|libgcc-12-dev|libstdc\+\+-12-dev|g\+\+.*|gcc.*|cpp.*|binutils.*|libmd0|zlib1g|debconf-2.0|libpcre2-8-0|libcap2|libgcrypt20|libgpg-error0|liblz4-1|libudev1|libaudit1|libpam.*|mawk|base-files|sensible-utils|ucf|coreutils|lsb-base|sysvinit-utils|libcap-ng0|libaudit-common|libsemanage.*|libsepol2|libacl1|libattr1|passwd|adduser|login|libdb5.3|libsmartcols1|libmount1|libblkid1|libuuid1|libprocps8|libproc2-0|libc-dev-bin|linux-libc-dev|libcrypt-dev|libnsl-dev|libtirpc.*|rpcsvc-proto|lib(asan|tsan|lsan|ubsan|itm|atomic|quadmath|gomp)[0-9]+|perl|perl-modules-.*|libperl.*|lib.*-perl|libgdbm.*|usrmerge|usr-is-merged|install-info|libelogind0)$'
+
+if [ "${1:-}" = --fetch-debs ]; then
+  dir=${2:?usage: tools/gpu-check.sh --fetch-debs DIR}
+  mkdir -p "$dir"
+  mapfile -t all < <(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \
+      --no-breaks --no-replaces --no-enhances --no-pre-depends "${DEBS[@]}" |
+    grep -v '^ ' | grep -v '^<' | grep -Ev "$BASE" | sort -u)
+  echo "gpu-check: downloading ${#all[@]} packages into $dir"
+  (cd "$dir" && apt-get download "${all[@]}")
+  du -sh "$dir"
+  exit 0
+fi
+
+dry=0
+debs=""
+build=""
+while [ $# -gt 1 ]; do
+  case "$1" in
+    --cpu-dry-run) dry=1; shift ;;
+    --debs) debs=$2; shift 2 ;;
+    --build-dir) build=$2; shift 2 ;;
+    *) break ;;
+  esac
+done
+[ $# -eq 1 ] || { sed -n '2,20p' "$0"; exit 2; }
+out=$(mkdir -p "$1" && cd "$1" && pwd)
+work=$out/work
+mkdir -p "$work"
+table=$out/table.txt
+: >"$table"
+say() { echo "$*" | tee -a "$table"; }
+fail() { echo "gpu-check: $*" | tee -a "$table" >&2; exit 1; }
+# phase NAME SECONDS CMD...: runs CMD under a time limit with its output in OUTDIR/NAME.log.
+phase() {
+  local name=$1 limit=$2
+  shift 2
+  local t0=$SECONDS rc=0
+  timeout --kill-after=10 "$limit" "$@" >"$out/$name.log" 2>&1 || rc=$?
+  echo "gpu-check: phase $name: exit $rc in $((SECONDS - t0)) s (limit $limit s, log $name.log)" |
+    tee -a "$out/phases.txt"
+  return $rc
+}
+PYTHON=${PYTHON:-python3}
+JOBS=${JOBS:-$(nproc)}
+if ((dry)); then STEPS=${STEPS:-12}; else STEPS=${STEPS:-300}; fi
+export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
+
+# ---- 0. the machine ---------------------------------------------------------------------------
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%MZ)  host: $(hostname)  mode: $( ((dry)) && echo cpu-dry-run || echo gpu)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 || echo "nvidia-smi: none"
+  "$PYTHON" -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__,
+    "cuda", torch.version.cuda, "available", torch.cuda.is_available(),
+    "cxx11_abi", torch._C._GLIBCXX_USE_CXX11_ABI, "cmake", torch.utils.cmake_prefix_path)' 2>&1
+  echo "nvcc: $(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || echo none)"
+  echo "c++: $(command -v c++ g++ clang++ | head -1) $(c++ --version 2>/dev/null | head -1)"
+  echo "cmake: $(command -v cmake || echo none)  ninja: $(command -v ninja || echo none)  sqlite3: $(command -v sqlite3 || echo none)"
+  ldd --version 2>&1 | head -1
+} | tee "$out/env.txt"
+"$PYTHON" -c 'import torch' 2>/dev/null || fail "$PYTHON cannot import torch (set PYTHON=...)"
+if ! ((dry)); then
+  "$PYTHON" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null ||
+    fail "$PYTHON's torch sees no CUDA device (nvidia-smi, CUDA_VISIBLE_DEVICES?)"
+  "$PYTHON" -c 'import torch; assert torch._C._GLIBCXX_USE_CXX11_ABI' 2>/dev/null ||
+    fail "this PyTorch uses the pre-C++11 ABI; Debian's yaml-cpp/Boost/GoogleTest cannot link with it"
+  if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+    export PATH=/usr/local/cuda/bin:$PATH
+  fi
+  command -v nvcc >/dev/null || echo "gpu-check: warning: no nvcc; a CUDA LibTorch's CMake files may not configure"
+fi
+command -v c++ >/dev/null || command -v g++ >/dev/null || fail "no C++ compiler (install g++ >= 9)"
+
+# ---- 1. the carried Debian packages -----------------------------------------------------------
+prefix=$out/prefix
+cmake_args=()
+if [ -n "$debs" ]; then
+  mkdir -p "$prefix"
+  n=0
+  for deb in "$debs"/*.deb; do dpkg -x "$deb" "$prefix"; n=$((n + 1)); done
+  echo "gpu-check: unpacked $n packages from $debs into $prefix" | tee -a "$out/env.txt"
+  lib=$prefix/usr/lib/x86_64-linux-gnu
+  export PATH=$PATH:$prefix/usr/bin                       # the machine's own tools first
+  export AMPTUNE_PREFIX_LIBS=$lib:$prefix/usr/lib
+  export PKG_CONFIG_PATH=$lib/pkgconfig:$prefix/usr/share/pkgconfig
+  export PKG_CONFIG_SYSROOT_DIR=$prefix                   # their .pc files say prefix=/usr
+  # Find modules (SQLite3, OpenSSL) search <prefix>/include and <prefix>/lib/<arch>; the
+  # packages' CMake config files (yaml-cpp, GTest, Boost, nlohmann_json) are relocatable.
+  cmake_args+=("-DCMAKE_PREFIX_PATH=$prefix/usr" "-DCMAKE_LIBRARY_PATH=$lib"
+               "-DCMAKE_INCLUDE_PATH=$prefix/usr/include" "-DCMAKE_BUILD_RPATH=$lib")
+fi
+# $with_libs CMD...: CMD with the carried libraries found (a file, so that `timeout` can run it);
+# python3 runs without them.
+with_libs=$work/with-libs
+# shellcheck disable=SC2016  # the wrapper expands LD_LIBRARY_PATH when it runs
+printf '#!/bin/sh\nLD_LIBRARY_PATH=%s${LD_LIBRARY_PATH:-} exec "$@"\n' \
+  "${AMPTUNE_PREFIX_LIBS:+$AMPTUNE_PREFIX_LIBS:}" >"$with_libs"
+chmod +x "$with_libs"
+fmnist=/usr/share/datasets/fashion-mnist
+[ -d "$fmnist" ] || fmnist=$prefix/usr/share/datasets/fashion-mnist
+[ -d "$fmnist" ] || fail "no Fashion-MNIST: carry dataset-fashion-mnist (--fetch-debs) and pass --debs DIR"
+
+# ---- 2. build against the PyTorch found here ---------------------------------------------------
+build=${build:-$work/build}
+gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
+if ((dry)); then
+  torch_arg=()   # this machine's LibTorch (Debian's), as tools/build.sh finds it
+else
+  torch_arg=("-DCMAKE_PREFIX_PATH=$("$PYTHON" -c 'import torch; print(torch.utils.cmake_prefix_path)')${debs:+;$prefix/usr}")
+fi
+phase configure 120 "$with_libs" cmake -S "$repo" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
+  -DAMPTUNE_BUILD_TESTS=ON "-DPython3_EXECUTABLE=$(command -v "$PYTHON")" "${cmake_args[@]}" \
+  "${torch_arg[@]}" || fail "configure failed: $out/configure.log"
+grep -E "amptune:" "$out/configure.log" | tee -a "$out/env.txt"
+phase build 420 "$with_libs" cmake --build "$build" -j "$JOBS" || fail "build failed: $out/build.log"
+amptune=("$with_libs" "$build/amptune")
+
+# ---- 3. unit tests ----------------------------------------------------------------------------
+# The whole unit tier (the 2.x build's behaviour), then the CUDA-only tests by name; a test
+# that finds no CUDA reports itself skipped.
+phase unit_tests 150 "$with_libs" ctest --test-dir "$build" -L unit -j "$JOBS" --output-on-failure ||
+  say "FAIL unit tests (unit_tests.log)"
+phase cuda_tests 60 "$with_libs" "$build/tests/unit/train/train_checkpoint_test" \
+  --gtest_filter='*Cuda*' || say "FAIL CUDA tests (cuda_tests.log)"
+
+# ---- 4. quickstart cells: native vs emulated --------------------------------------------------
+# The quickstart model and data, one epoch of STEPS steps, dynamic loss scale. "native" cells
+# use CUDA autocast / fp16 models; "emulate" cells the fp32 kernels with fp16 rounding that
+# the CPU uses, here on the GPU. The dry run has no fp16 kernels: its "native" cells say auto.
+device=cuda native=native
+if ((dry)); then device=cpu native=auto; fi
+db=$work/gpu_check.sqlite
+cat >"$work/gpu_check.yaml" <<EOF
+name: gpu_check
+description: tools/gpu-check.sh quickstart cells, native CUDA mixed precision vs emulation
+base:
+  model: {name: resnet18, num_classes: 10, in_channels: 1, width: 0.25, small_input: true}
+  data: {format: idx, root: $fmnist, train_split: train, val_split: t10k, mean: [0.286],
+         std: [0.353], batch_size: 128, eval_batch_size: 500, workers: 4}
+  optim: {name: sgd, lr: 0.1, momentum: 0.9, nesterov: true, weight_decay: 0.0005}
+  schedule: {epochs: 1, lr_policy: cosine, skip_steps: 20, training_step_per_epoch: $STEPS,
+             eval_step_per_epoch: 20}
+  amp.loss_scale: dynamic
+  device: $device
+  threads: 0
+zip:
+  - amp.opt_level: [O0, O1, O2, O1, O1, O2]
+    amp.dtype: [fp16, fp16, fp16, bf16, fp16, fp16]
+    amp.backend: [auto, $native, $native, $native, emulate, emulate]
+EOF
+((dry)) && sed -i 's/skip_steps: 20/skip_steps: 2/; s/eval_step_per_epoch: 20/eval_step_per_epoch: 2/' "$work/gpu_check.yaml"
+phase cells 180 "${amptune[@]}" run "$work/gpu_check.yaml" --db "$db" --no-progress ||
+  say "FAIL quickstart cells (cells.log)"
+
+# ---- 5. checkpoints between CPU and GPU ------------------------------------------------------
+# device auto: a run picks CUDA when it sees a GPU; CUDA_VISIBLE_DEVICES= hides it. Cell seed 1
+# trains epoch 0 on the GPU and resumes on the CPU, seed 2 the other way round; each must finish
+# epoch 1 with a finite loss. O2 fp16 dynamic: weights, fp32 masters, momentum and scaler move.
+xdb=$work/xdevice.sqlite
+cat >"$work/xdevice.yaml" <<EOF
+name: xdevice
+base:
+  model: {name: resnet18, num_classes: 10, in_channels: 1, width: 0.25, small_input: true}
+  data: {format: idx, root: $fmnist, train_split: train, val_split: t10k, mean: [0.286],
+         std: [0.353], batch_size: 64, eval_batch_size: 500, workers: 2}
+  optim: {name: sgd, lr: 0.05, momentum: 0.9}
+  schedule: {epochs: 2, training_step_per_epoch: 10, eval_step_per_epoch: 2, skip_steps: 2}
+  amp: {opt_level: O2, dtype: fp16, loss_scale: dynamic, backend: auto}
+  device: auto
+grid:
+  seed: [1, 2]
+EOF
+# xdevice.sh SEED FIRST SECOND: epoch 0 of the cell with that seed where FIRST says (gpu: as the
+# machine is; cpu: CUDA_VISIBLE_DEVICES= ), then `amptune resume` of the run where SECOND says.
+cat >"$work/xdevice.sh" <<EOF
+#!/usr/bin/env bash
+set -euxo pipefail
+on() { if [ "\$1" = cpu ]; then shift; CUDA_VISIBLE_DEVICES= "\$@"; else shift; "\$@"; fi; }
+on "\$2" "$build/amptune" run "$work/xdevice.yaml" --db "$xdb" --only "seed=\$1" \\
+  --stop-after-epoch 0 --no-progress
+run=\$(sqlite3 "$xdb" "select name from runs where json_extract(config_json, '\$.seed') = \$1")
+on "\$3" "$build/amptune" resume "\$run" --db "$xdb" --no-progress
+EOF
+phase xdevice_gpu_to_cpu 90 "$with_libs" bash "$work/xdevice.sh" 1 gpu cpu ||
+  say "FAIL checkpoint GPU -> CPU (xdevice_gpu_to_cpu.log)"
+phase xdevice_cpu_to_gpu 90 "$with_libs" bash "$work/xdevice.sh" 2 cpu gpu ||
+  say "FAIL checkpoint CPU -> GPU (xdevice_cpu_to_gpu.log)"
+
+# ---- 6. ResNet-50 224 px, batch 256, O2 fp16: amptune vs PyTorch eager AMP -------------------
+# amptune trains on Fashion-MNIST exported as JPEGs and resized to 224 px (its loader is part of
+# the measurement; the loader-alone rate is in resnet50_amptune.log); tools/eager_bench.py
+# steps the same model on its own input. img/s from amptune's train_fps_mean (after skip_steps).
+r50_steps=60 r50_batch=256 r50_images=16384
+if ((dry)); then r50_steps=3 r50_batch=8 r50_images=64; fi
+phase export_jpeg 60 "${amptune[@]}" data export-imagefolder --out "$work/fmnist_jpeg" --limit "$r50_images" ||
+  say "FAIL JPEG export (export_jpeg.log)"
+r50db=$work/resnet50.sqlite
+cat >"$work/resnet50.yaml" <<EOF
+name: resnet50_gpu_check
+base:
+  model: {name: resnet50, num_classes: 10}
+  data: {format: imagefolder, root: $work/fmnist_jpeg, train_split: train, val_split: t10k,
+         image_size: 224, resize_size: 256, batch_size: $r50_batch, workers: 12, prefetch: 8}
+  optim: {name: sgd, lr: 0.1, momentum: 0.9, weight_decay: 0.0001}
+  schedule: {epochs: 1, training_step_per_epoch: $r50_steps, eval_step_per_epoch: 0,
+             skip_steps: $((r50_steps / 4))}
+  amp: {opt_level: O2, dtype: fp16, loss_scale: dynamic, backend: $native}
+  device: $device
+EOF
+phase resnet50_amptune 120 "${amptune[@]}" run "$work/resnet50.yaml" --db "$r50db" --no-progress ||
+  say "FAIL amptune ResNet-50 (resnet50_amptune.log)"
+eager=$repo/tools/eager_bench.py
+if [ -f "$eager" ]; then
+  phase resnet50_eager 120 "$PYTHON" "$eager" --workload resnet50 --device "$device" \
+    --amp fp16 --channels-last --batch "$r50_batch" --steps "$r50_steps" \
+    --warmup "$((r50_steps / 4))" --json || say "FAIL eager ResNet-50 (resnet50_eager.log)"
+else
+  say "eager ResNet-50: $eager missing (issue 14's script); not measured"
+fi
+
+# ---- 7. the table --------------------------------------------------------------------------
+"$PYTHON" - "$db" "$xdb" "$r50db" "$out/resnet50_eager.log" "$dry" <<'EOF' | tee -a "$table"
+import json, math, os, sqlite3, sys
+db, xdb, r50db, eager_log, dry = sys.argv[1:6]
+dry = dry == "1"
+
+def runs(path, sweep):
+    if not os.path.exists(path):
+        return []
+    con = sqlite3.connect(path)
+    out = []
+    q = ("select r.id, r.opt_level, r.dtype, r.backend, r.status, r.config_json from runs r "
+         "join sweeps s on s.id = r.sweep_id where s.name = ? order by r.cell_index")
+    for rid, level, dtype, backend, status, cfg in con.execute(q, (sweep,)):
+        m = {}
+        last = con.execute("select max(epoch) from epochs where run_id = ?", (rid,)).fetchone()[0]
+        for name, value in con.execute(
+                "select name, value from metrics where run_id = ? and epoch = ?", (rid, last)):
+            m[name] = value
+        row = con.execute("select train_loss, train_fps_mean from epochs "
+                          "where run_id = ? and epoch = ?", (rid, last)).fetchone()
+        if row:
+            m["train_loss"], m["train_fps_mean"] = row
+        m["epochs"] = 0 if last is None else last + 1
+        asked = json.loads(cfg).get("amp", {}).get("backend", "")
+        out.append(dict(level=level, dtype=dtype, backend=backend, asked=asked, status=status, **m))
+    return out
+
+def fmt(v, nd=1):
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{nd}f}"
+
+cells = runs(db, "gpu_check")
+print()
+print("Quickstart cells (narrow ResNet-18, Fashion-MNIST, batch 128, one epoch)")
+print(f"{'cell':<18}{'backend':<9}{'status':<9}{'img/s':>9}{'overflow':>10}{'scale':>10}"
+      f"{'train_loss':>12}{'acc1':>8}")
+for c in cells:
+    label = f"{c['level']} {c['dtype'] if c['level'] != 'O0' else 'fp32'}"
+    print(f"{label:<18}{c['backend'] or '-':<9}{c['status']:<9}{fmt(c.get('train_fps_mean')):>9}"
+          f"{fmt(c.get('overflow_steps'), 0):>10}{fmt(c.get('loss_scale'), 0):>10}"
+          f"{fmt(c.get('train_loss'), 4):>12}{fmt(c.get('acc1'), 2):>8}")
+
+# Tolerances: emulation rounds where the GPU's kernels round, but sums in another order, so
+# overflow steps may differ by a few: |d overflow| <= max(2, 10 % of native); the final scale
+# within one halving / doubling; acc1 within 0.5 points.
+print()
+print("Native vs emulated fp16 (tolerances: overflow steps max(2, 10 %), final scale x/÷2, acc1 0.5)")
+verdicts = []
+for level in ("O1", "O2"):
+    nat = [c for c in cells if c["level"] == level and c["dtype"] == "fp16" and c["asked"] != "emulate"]
+    emu = [c for c in cells if c["level"] == level and c["dtype"] == "fp16" and c["asked"] == "emulate"]
+    if not nat or not emu:
+        print(f"{level} fp16: missing cells"); verdicts.append(False); continue
+    n, e = nat[0], emu[0]
+    try:
+        d_over = abs(n["overflow_steps"] - e["overflow_steps"])
+        ok_over = d_over <= max(2.0, 0.1 * n["overflow_steps"])
+        ratio = max(n["loss_scale"], e["loss_scale"]) / min(n["loss_scale"], e["loss_scale"])
+        ok_scale = ratio <= 2.0
+        d_acc = abs(n["acc1"] - e["acc1"])
+        ok_acc = d_acc <= 0.5
+    except (KeyError, TypeError, ZeroDivisionError):
+        print(f"{level} fp16: metrics missing"); verdicts.append(False); continue
+    ok = ok_over and ok_scale and ok_acc
+    verdicts.append(ok)
+    print(f"{level} fp16: overflow {fmt(n['overflow_steps'],0)} vs {fmt(e['overflow_steps'],0)} "
+          f"(d {fmt(d_over,0)}), scale {fmt(n['loss_scale'],0)} vs {fmt(e['loss_scale'],0)}, "
+          f"acc1 {fmt(n['acc1'],2)} vs {fmt(e['acc1'],2)} (d {fmt(d_acc,2)}), "
+          f"img/s {fmt(n.get('train_fps_mean'))} vs {fmt(e.get('train_fps_mean'))}: "
+          f"{'PASS' if ok else 'FAIL'}")
+o0 = [c for c in cells if c["level"] == "O0"]
+for level in ("O1", "O2"):
+    nat = [c for c in cells if c["level"] == level and c["dtype"] == "fp16" and c["asked"] != "emulate"]
+    if o0 and nat and o0[0].get("train_fps_mean") and nat[0].get("train_fps_mean"):
+        speed = nat[0]["train_fps_mean"] / o0[0]["train_fps_mean"]
+        ok = speed > 1.0
+        verdicts.append(ok or dry)
+        print(f"{level} fp16 native vs O0: {speed:.2f}x img/s: "
+              f"{'PASS' if ok else ('(dry run: no claim)' if dry else 'FAIL')}")
+
+print()
+print("Checkpoints between devices (O2 fp16 dynamic, epoch 0 on one, epoch 1 on the other)")
+for c, what in zip(runs(xdb, "xdevice"), ("GPU -> CPU", "CPU -> GPU")):
+    ok = (c["status"] == "done" and c["epochs"] == 2 and c.get("train_loss") is not None
+          and math.isfinite(c["train_loss"]))
+    verdicts.append(ok)
+    print(f"{what}: status {c['status']}, epoch 1 train_loss {fmt(c.get('train_loss'), 4)}, "
+          f"acc1 {fmt(c.get('acc1'), 2)}: {'PASS' if ok else 'FAIL'}")
+
+print()
+print("ResNet-50 224 px, O2 fp16, SGD (img/s, training steps after warm-up)")
+r50 = runs(r50db, "resnet50_gpu_check")
+print(f"amptune (C++, loader incl., contiguous NCHW): "
+      f"{fmt(r50[0].get('train_fps_mean')) if r50 else '-'} img/s"
+      f"{'' if not r50 else ' (status ' + r50[0]['status'] + ')'}")
+eager = None
+if os.path.exists(eager_log):
+    for line in open(eager_log):
+        if line.startswith("{"):
+            try:
+                eager = json.loads(line)
+            except ValueError:
+                pass
+print(f"PyTorch eager AMP (channels_last, own input): "
+      f"{fmt(eager.get('img_per_s')) if eager else '-'} img/s")
+print()
+print("verdict:", "PASS" if verdicts and all(verdicts) else "FAIL",
+      "(dry run: the pipeline only, no GPU numbers)" if dry else "")
+EOF
+echo "gpu-check: $SECONDS s in all; table in $table, logs in $out" | tee -a "$out/phases.txt"
