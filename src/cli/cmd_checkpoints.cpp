@@ -7,6 +7,7 @@
 #include <iostream>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "cli/commands.h"
 #include "app/table.h"
@@ -220,12 +221,15 @@ int cmd_diagnose(const Invocation& inv) {
   }
   std::vector<store::DiagnosticRow> sorted;
   for (auto& [key, r] : worst) sorted.push_back(r);
-  std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
-    const double oa = std::isnan(a.overflow_frac) ? 0 : a.overflow_frac;
-    const double ob = std::isnan(b.overflow_frac) ? 0 : b.overflow_frac;
-    if (oa != ob) return oa > ob;
-    return a.cosine < b.cosine;
-  });
+  // Overflowing rows first, forward ones in execution order (the first is where it starts),
+  // then the rest by cosine, lowest (or lost: NaN) first.
+  auto rank = [](const store::DiagnosticRow& r) {
+    const bool overflows = r.overflow_frac > 0;
+    return std::make_tuple(overflows ? 0 : 1, overflows && r.kind == "forward" ? 0 : 1,
+                           overflows ? r.seq : 0, std::isnan(r.cosine) ? -2.0 : r.cosine);
+  };
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [&](const auto& a, const auto& b) { return rank(a) < rank(b); });
   auto share = [](double v) { return std::isnan(v) ? std::string("-") : app::fixed(v * 100, 2); };
   app::Table table({"kind", "module", "dtype", "cosine", "max_abs", "max_rel", ">1e-3 %",
                     ">5e-3 %", "overflow %", "underflow %"});

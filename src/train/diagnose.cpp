@@ -215,7 +215,8 @@ std::vector<store::DiagnosisAdvice> advise(const store::Diagnosis& d, const Advi
                        " at loss scale " + number(d.loss_scale) +
                        (c.loss_scale == "dynamic"
                             ? ": such a step is skipped and the scale halved (occasional ones are "
-                              "expected)"
+                              "expected; when nearly every step overflows, look for an activation "
+                              "overflow above)"
                             : ": every such step fails; lower amp.loss_scale or use dynamic")});
   }
   // 3. BatchNorm in low precision that departs.

@@ -59,6 +59,31 @@ TEST(RootNetCli, SynthSweepRecordsMetricsPerEpoch) {
   }
   // The cast changes the numbers.
   EXPECT_NE(s.epochs(runs[0].id).back().train_loss, s.epochs(runs[1].id).back().train_loss);
+
+  // diagnose names RootNet's modules and reports each cast point with its truncation error.
+  r = run_amptune({"diagnose", runs[1].name, "--db", db, "--batches", "1"}, dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string id = std::to_string(runs[1].id);
+  auto q = s.query("SELECT module, dtype, max_abs_err FROM diagnostics WHERE run_id = ?1 AND "
+                   "kind = 'cast' ORDER BY seq",
+                   {id});
+  ASSERT_EQ(q.rows.size(), 2u);
+  EXPECT_EQ(q.rows[0][0], "k_value");
+  EXPECT_EQ(q.rows[1][0], "cam_param");
+  for (const auto& row : q.rows) {
+    EXPECT_EQ(row[1], "int32");
+    const double error = std::stod(row[2].value());
+    EXPECT_GT(error, 0);  // k values are not whole numbers ...
+    EXPECT_LT(error, 1);  // ... and truncation moves them by less than 1
+  }
+  for (const char* module : {"backbone.layer1.0.conv1", "backbone", "deconv.0", "deconv.1",
+                             "deconv", "xy_layer", "depth_layer", ""}) {
+    q = s.query("SELECT cosine FROM diagnostics WHERE run_id = ?1 AND kind = 'forward' AND "
+                "module = ?2",
+                {id, module});
+    ASSERT_EQ(q.rows.size(), 1u) << module;
+    EXPECT_EQ(q.rows[0][0], "1") << module;  // O0 against O0
+  }
 }
 
 // With Adam, the original's optimizer: its moments must come back as two separate tensors

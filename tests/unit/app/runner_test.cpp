@@ -86,7 +86,8 @@ TEST(Plan, RefusesScheduleAndCastSettingsThatCannotRun) {
                {}, {}, false);
   });
   EXPECT_NE(message.find("schedule.training_step_per_epoch is 0"), std::string::npos) << message;
-  EXPECT_NE(message.find("evaluation-only cells are not supported"), std::string::npos) << message;
+  EXPECT_NE(message.find("for an evaluation-only cell set schedule.epochs: 0"), std::string::npos)
+      << message;
   EXPECT_NE(message.find("a.yaml:5:"), std::string::npos) << message;
 
   message = error_of([&] {
