@@ -1,7 +1,8 @@
 // The report of a sweep (`amptune report`): a self-contained HTML page, DIR/index.html, with the
 // comparison table (as `amptune compare` with its defaults) and PNG plots drawn by gnuplot (run
 // as a child process): primary metric and train loss per epoch (a fork continues its parent's
-// line, from the lineage view), loss scale per global step, mean training img/s per run.
+// line, from the lineage view), loss scale per global step, mean training img/s per run, where
+// the epochs' time went per run, and links to the runs' profile traces.
 //
 // build_report reads the data of the page into plain structs (no files, no gnuplot);
 // write_report turns them into files.
@@ -33,6 +34,24 @@ struct ThroughputBar {
   double img_s = 0;   // mean over the run's epochs of train_fps_mean
 };
 
+// Where a run's epochs spent their time (store::EpochTimes), mean seconds per epoch over its
+// epochs with a breakdown, in kTimePhases order.
+struct TimeBar {
+  int64_t run_id = 0;
+  std::string label;  // as ThroughputBar
+  std::vector<double> seconds;
+};
+// The phases of a TimeBar: data wait, forward, backward, optimizer, eval, other (the rest of
+// epoch_seconds), checkpoint, db.
+extern const std::vector<std::string> kTimePhases;
+
+// A profile trace (profile.steps) recorded on an epoch row.
+struct TraceLink {
+  std::string run;  // the run's name
+  int epoch = 0;
+  std::string path;
+};
+
 struct ReportModel {
   std::string sweep;
   std::string database;  // the database path, as the page names it
@@ -47,6 +66,9 @@ struct ReportModel {
   // scale, each change as recorded, then the last scale held until the run's last recorded step.
   std::vector<Series> loss_scale;
   std::vector<ThroughputBar> throughput;  // runs with a recorded img/s, in cell order
+  // Runs with a time breakdown, in cell order, at most kMaxPlottedRuns; their traces.
+  std::vector<TimeBar> times;
+  std::vector<TraceLink> traces;
 };
 
 // Reads the report of `sweep`. Throws what build_compare throws (UsageError for an unknown
