@@ -58,6 +58,8 @@ def parse_args(argv):
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--amp", choices=["off", "fp16", "bf16"], default="off")
     p.add_argument("--channels-last", action="store_true", help="torch.channels_last model/input")
+    p.add_argument("--inference-mode", action="store_true",
+                   help="evaluate under torch.inference_mode() instead of torch.no_grad()")
     p.add_argument("--batch", type=int, default=0, help="0 = the workload's (128 / 8)")
     p.add_argument("--steps", type=int, default=40, help="timed training steps")
     p.add_argument("--warmup", type=int, default=5, help="untimed training steps before them")
@@ -271,7 +273,7 @@ def main(argv):
         seen = hits = 0
         sync()
         start = time.perf_counter()
-        with torch.no_grad(), autocast():
+        with (torch.inference_mode() if a.inference_mode else torch.no_grad()), autocast():
             for i, (images, labels) in enumerate(val_batches()):
                 if i == a.eval_batches:
                     break
@@ -287,7 +289,7 @@ def main(argv):
     result = {
         "workload": a.workload, "device": a.device, "amp": a.amp, "batch": batch,
         "steps": a.steps, "warmup": a.warmup, "threads": a.threads,
-        "channels_last": a.channels_last,
+        "channels_last": a.channels_last, "inference_mode": a.inference_mode,
         "img_per_s": sum(fps) / len(fps), "eval_img_per_s": eval_fps,
         "startup_s": startup_s, "final_loss": loss_value, "torch": torch.__version__,
     }
