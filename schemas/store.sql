@@ -571,3 +571,44 @@ CREATE VIEW vs_initial AS
          last_value, last_epoch, last_value - initial_value AS change
   FROM valued
   ORDER BY sweep, cell_index, run_id, metric;
+
+-- migration: 10
+
+-- Where an epoch's time went (docs/PERFORMANCE.md "Time breakdown"), in seconds; NULL for
+-- epochs recorded before this migration. Inside epoch_seconds: the training steps split into
+-- data_wait (waiting for the loader), forward (model, loss and reading the loss), backward (loss
+-- scaling, the backward pass, unscale and overflow check) and optimizer (the step, masters,
+-- scaler update), and eval (the whole evaluation pass). After epoch_seconds: checkpoint (writing
+-- the checkpoint file) and db (this epoch's record transaction and retention, set right after
+-- them). startup: the process's age at its first training step (NULL on later epochs).
+-- profile_trace: the Chrome-trace JSON of profile.steps written in this epoch (NULL if none).
+ALTER TABLE epochs ADD COLUMN data_wait_seconds REAL;
+ALTER TABLE epochs ADD COLUMN forward_seconds REAL;
+ALTER TABLE epochs ADD COLUMN backward_seconds REAL;
+ALTER TABLE epochs ADD COLUMN optimizer_seconds REAL;
+ALTER TABLE epochs ADD COLUMN eval_seconds REAL;
+ALTER TABLE epochs ADD COLUMN checkpoint_seconds REAL;
+ALTER TABLE epochs ADD COLUMN db_seconds REAL;
+ALTER TABLE epochs ADD COLUMN startup_seconds REAL;
+ALTER TABLE epochs ADD COLUMN profile_trace TEXT;
+
+-- Why the amp backend on the run row was chosen (amp.backend auto on a CPU: from the CPU's
+-- bf16 instructions; or "set by amp.backend"). NULL for runs planned before this migration.
+ALTER TABLE runs ADD COLUMN backend_reason TEXT;
+
+-- The breakdown per epoch with the rest of the epoch's wall time (the runner's own work:
+-- progress, heartbeats, LR schedule, loss bookkeeping) and the shares of the whole.
+CREATE VIEW epoch_times AS
+  SELECT s.name AS sweep, r.name AS run, e.run_id, e.epoch,
+         e.epoch_seconds + COALESCE(e.checkpoint_seconds, 0) + COALESCE(e.db_seconds, 0)
+           AS wall_seconds,
+         e.data_wait_seconds, e.forward_seconds, e.backward_seconds, e.optimizer_seconds,
+         e.eval_seconds, e.checkpoint_seconds, e.db_seconds,
+         e.epoch_seconds - e.data_wait_seconds - e.forward_seconds - e.backward_seconds
+           - e.optimizer_seconds - e.eval_seconds AS other_seconds,
+         (e.forward_seconds + e.backward_seconds + e.optimizer_seconds)
+           / NULLIF(e.epoch_seconds + COALESCE(e.checkpoint_seconds, 0)
+                    + COALESCE(e.db_seconds, 0), 0) AS compute_share,
+         e.startup_seconds, e.profile_trace
+  FROM epochs e JOIN runs r ON r.id = e.run_id JOIN sweeps s ON s.id = r.sweep_id
+  WHERE e.forward_seconds IS NOT NULL;

@@ -1,7 +1,9 @@
 #include "amp/policy.h"
 
 #include <algorithm>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "core/config.h"
 #include "core/error.h"
@@ -28,6 +30,31 @@ std::optional<bool> tri_state(const Config& config, const std::string& key) {
 
 }  // namespace
 
+CpuCaps cpu_caps_from_flags(const std::string& flags) {
+  CpuCaps caps;
+  std::istringstream in(flags);
+  std::string flag;
+  while (in >> flag) {
+    if (flag == "avx512_bf16" || flag == "amx_bf16") {
+      caps.bf16 = true;
+      caps.bf16_flags += (caps.bf16_flags.empty() ? "" : " ") + flag;
+    }
+  }
+  return caps;
+}
+
+const CpuCaps& detect_cpu() {
+  static const CpuCaps caps = [] {
+    std::ifstream in("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("flags", 0) == 0) return cpu_caps_from_flags(line.substr(line.find(':') + 1));
+    }
+    return CpuCaps{};
+  }();
+  return caps;
+}
+
 std::string to_string(OptLevel level) {
   switch (level) {
     case OptLevel::kO0: return "O0";
@@ -51,7 +78,7 @@ std::string Policy::loss_scale_text() const {
   return dynamic_scale ? std::string("dynamic") : nlohmann::json(static_scale).dump();
 }
 
-Policy resolve_policy(const Config& config, bool device_is_cuda) {
+Policy resolve_policy(const Config& config, bool device_is_cuda, const CpuCaps& cpu) {
   Policy p;
   p.opt_level = parse_level(config.get_string("amp.opt_level"));
   p.dtype = config.get_string("amp.dtype") == "bf16" ? Dtype::kBf16 : Dtype::kFp16;
@@ -121,8 +148,10 @@ Policy resolve_policy(const Config& config, bool device_is_cuda) {
   const bool cpu_has_kernels = p.dtype == Dtype::kBf16 && p.opt_level == OptLevel::kO1;
   if (p.opt_level == OptLevel::kO0) {
     p.backend = Backend::kNone;
+    p.backend_reason = "O0: fp32, no low precision";
   } else if (backend == "emulate") {
     p.backend = Backend::kEmulate;
+    p.backend_reason = "amp.backend emulate";
   } else if (backend == "native") {
     if (!device_is_cuda && !cpu_has_kernels) {
       throw ConfigError("amp.backend native has no kernels on this CPU for " + level + " " +
@@ -131,8 +160,26 @@ Policy resolve_policy(const Config& config, bool device_is_cuda) {
                         "exist); use amp.backend emulate or auto, or device cuda");
     }
     p.backend = Backend::kNative;
+    p.backend_reason = "amp.backend native";
+    if (!device_is_cuda && !cpu.bf16) {
+      p.slow_backend = true;
+      p.backend_reason += " on a CPU without avx512_bf16 / amx_bf16 (slow bf16 kernels; auto "
+                          "would emulate)";
+    }
+  } else if (device_is_cuda) {
+    p.backend = Backend::kNative;
+    p.backend_reason = "auto: CUDA kernels";
+  } else if (!cpu_has_kernels) {
+    p.backend = Backend::kEmulate;
+    p.backend_reason = "auto: LibTorch has no CPU kernels for " + level + " " +
+                       to_string(p.dtype);
+  } else if (cpu.bf16) {
+    p.backend = Backend::kNative;
+    p.backend_reason = "auto: the CPU has " + cpu.bf16_flags + " (oneDNN bf16 kernels)";
   } else {
-    p.backend = device_is_cuda || cpu_has_kernels ? Backend::kNative : Backend::kEmulate;
+    p.backend = Backend::kEmulate;
+    p.backend_reason = "auto: the CPU lacks avx512_bf16 / amx_bf16, where native bf16 is many "
+                       "times slower than fp32 (docs/PERFORMANCE.md)";
   }
   return p;
 }

@@ -38,6 +38,11 @@ struct Policy {
   bool on_cuda = false;
   // amp.fp32_modules: globs of module names that run in fp32 under O1-O3 (amp/emulate.h).
   std::vector<std::string> fp32_modules;
+  // Why `backend` was chosen (the run row's backend_reason), and whether it is a path this
+  // device runs far slower than the alternative (a config forcing native bf16 on a CPU without
+  // bf16 instructions): the trainer warns then.
+  std::string backend_reason;
+  bool slow_backend = false;
 
   // Any rounding / casting at all (false for O0).
   bool low_precision() const { return opt_level != OptLevel::kO0; }
@@ -45,11 +50,25 @@ struct Policy {
   std::string loss_scale_text() const;
 };
 
-// Resolves config amp.* for a run on `device_is_cuda`. Throws ConfigError naming the amp.* key
+// What a CPU offers low-precision kernels: oneDNN runs bf16 convolutions and matmuls at speed only
+// with the avx512_bf16 or amx_bf16 instructions; without them LibTorch 1.13's CPU bf16 autocast
+// falls back to slow kernels (docs/PERFORMANCE.md: 22x the O0 step on a Zen 3 without them).
+struct CpuCaps {
+  bool bf16 = false;
+  std::string bf16_flags;  // the flags found ("avx512_bf16 amx_bf16"), "" when none
+};
+// From the flags of /proc/cpuinfo's first processor, read once (no flags found: no bf16).
+const CpuCaps& detect_cpu();
+// From a flags line as /proc/cpuinfo writes it ("fpu vme ... avx512_bf16 ...").
+CpuCaps cpu_caps_from_flags(const std::string& flags);
+
+// Resolves config amp.* for a run on `device_is_cuda` (on a CPU with `cpu`'s capabilities). Throws ConfigError naming the amp.* key
 // for the combinations apex refuses (O1 with keep_batchnorm_fp32 or master_weights set; O0 with
 // either set to true; O2 combine_grad without master weights) and for a native backend the
 // device has no kernels for (CPU + fp16; CPU + O2/O3).
-Policy resolve_policy(const Config& config, bool device_is_cuda);
+// amp.backend auto takes native where it is the faster correct path: CUDA, or a CPU with bf16
+// instructions for O1 bf16; otherwise emulate.
+Policy resolve_policy(const Config& config, bool device_is_cuda, const CpuCaps& cpu = detect_cpu());
 
 std::string to_string(OptLevel level);  // "O0".."O3"
 std::string to_string(Dtype dtype);     // "fp16" | "bf16"

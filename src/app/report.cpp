@@ -49,6 +49,34 @@ void lineage_series(const store::Store& store, const std::map<int64_t, const sto
 
 }  // namespace
 
+const std::vector<std::string> kTimePhases = {"data wait", "forward", "backward", "optimizer",
+                                               "eval",      "other",   "checkpoint", "db"};
+
+namespace {
+
+// The run's time bar (when it has epochs with a breakdown) and profile traces.
+void add_times(const store::Store& store, const store::RunRow& run, ReportModel* model) {
+  if (model->times.size() >= kMaxPlottedRuns) return;
+  TimeBar bar{run.id, std::to_string(run.cell_index) + ": " + run_title(run),
+              std::vector<double>(kTimePhases.size(), 0.0)};
+  int epochs = 0;
+  for (const auto& e : store.epochs(run.id)) {
+    if (!e.profile_trace.empty()) model->traces.push_back({run.name, e.epoch, e.profile_trace});
+    if (!e.times) continue;
+    const store::EpochTimes& t = *e.times;
+    const double phases[] = {t.data_wait, t.forward, t.backward, t.optimizer, t.eval,
+                             e.epoch_seconds - t.inside_epoch(), t.checkpoint,
+                             std::max(0.0, t.db)};
+    for (size_t i = 0; i < bar.seconds.size(); ++i) bar.seconds[i] += phases[i];
+    ++epochs;
+  }
+  if (epochs == 0) return;
+  for (double& v : bar.seconds) v /= epochs;
+  model->times.push_back(std::move(bar));
+}
+
+}  // namespace
+
 ReportModel build_report(const store::Store& store, const std::string& sweep) {
   ReportModel model;
   model.sweep = sweep;
@@ -70,6 +98,7 @@ ReportModel build_report(const store::Store& store, const std::string& sweep) {
       model.throughput.push_back(
           {run.id, std::to_string(run.cell_index) + ": " + run_title(run), *t.mean_fps});
     }
+    add_times(store, run, &model);
     if (model.loss_scale.size() >= kMaxPlottedRuns) continue;
     Series scale{run.id, run_title(run), {}};
     for (const auto& event : store.scale_events(run.id)) {
@@ -207,6 +236,14 @@ std::string line_plot(const fs::path& dir, const std::string& stem, const std::v
   return plot.str() + "\n";
 }
 
+// A label as the first column of a .dat file: double-quoted, without quotes, tabs or newlines.
+std::string dat_label(std::string label) {
+  for (char& c : label) {
+    if (c == '"' || c == '\t' || c == '\n') c = ' ';
+  }
+  return '"' + label + '"';
+}
+
 // A plot of the page: its PNG (empty: no data, the note says why).
 struct Plot {
   std::string file, caption, note;
@@ -282,11 +319,7 @@ std::string plot_script(const ReportModel& model, const fs::path& dir, std::vect
     std::ostringstream data;
     data.precision(17);
     for (const auto& bar : model.throughput) {
-      std::string label = bar.label;
-      for (char& c : label) {
-        if (c == '"' || c == '\t' || c == '\n') c = ' ';
-      }
-      data << '"' << label << "\" " << bar.img_s << "\n";
+      data << dat_label(bar.label) << " " << bar.img_s << "\n";
     }
     write_text_file(dir / "throughput.dat", data.str());
     script << "set output 'throughput.png'\nset title 'mean training throughput per run'\n"
@@ -296,6 +329,31 @@ std::string plot_script(const ReportModel& model, const fs::path& dir, std::vect
     plots->push_back({"throughput.png", "mean training img/s per run", ""});
   } else {
     plots->push_back({"", "mean training img/s per run", "no run has a recorded epoch yet"});
+  }
+  if (!model.times.empty()) {
+    std::ostringstream data;
+    data.precision(6);
+    for (const auto& bar : model.times) {
+      data << dat_label(bar.label);
+      for (double v : bar.seconds) data << " " << v;
+      data << "\n";
+    }
+    write_text_file(dir / "times.dat", data.str());
+    script << "set output 'times.png'\nset title 'time per epoch by phase (mean per run)'\n"
+           << "set xlabel ''\nset ylabel 'seconds per epoch'\nset style data histograms\n"
+           << "set style histogram rowstacked\nset style fill solid 0.8 border -1\n"
+           << "set boxwidth 0.7\nset xtics rotate by -30 noenhanced\nset yrange [0:*]\n"
+           << "set key outside right top\nplot ";
+    for (size_t i = 0; i < kTimePhases.size(); ++i) {
+      script << (i ? ", '' using " : "'times.dat' using ") << i + 2 << (i ? "" : ":xtic(1)")
+             << " title " << gp_string(kTimePhases[i]);
+    }
+    script << "\nunset output\n";
+    plots->push_back({"times.png", "time per epoch by phase", ""});
+  } else {
+    plots->push_back({"", "time per epoch by phase",
+                      "no run of this sweep recorded a time breakdown (epochs recorded before "
+                      "it existed)"});
   }
   return script.str();
 }
@@ -344,6 +402,16 @@ std::string page(const ReportModel& model, const std::vector<Plot>& plots,
       html << "<img src=\"" << html_escape(plot.file) << "\" alt=\"" << html_escape(plot.caption)
            << "\">\n";
     }
+  }
+  if (!model.traces.empty()) {
+    html << "<h2>Profile traces</h2>\n<p>Chrome-trace JSON of the steps in profile.steps: open "
+            "in chrome://tracing or ui.perfetto.dev.</p>\n<ul>\n";
+    for (const auto& trace : model.traces) {
+      html << "<li>" << html_escape(trace.run) << " epoch " << trace.epoch << ": <a href=\"file://"
+           << html_escape(fs::absolute(trace.path).string()) << "\">" << html_escape(trace.path)
+           << "</a></li>\n";
+    }
+    html << "</ul>\n";
   }
   html << "<p class=\"note\">Written by " << html_escape(written_by)
        << ". Plots by gnuplot; the data and script are report.gp and *.dat next to this "

@@ -1,8 +1,9 @@
 // The report of a sweep (`amptune report`): a self-contained HTML page, DIR/index.html, with the
 // comparison table (as `amptune compare` with its defaults) and PNG plots drawn by gnuplot (run
 // as a child process): primary metric and train loss per epoch (a fork continues its parent's
-// line, from the lineage view), loss scale per global step, mean training img/s per run, and for
-// diagnosed runs (amptune diagnose) each module's error in execution order.
+// line, from the lineage view), loss scale per global step, mean training img/s per run, where
+// the epochs' time went per run, links to the runs' profile traces, and for diagnosed runs
+// (amptune diagnose) each module's error in execution order.
 //
 // build_report reads the data of the page into plain structs (no files, no gnuplot);
 // write_report turns them into files.
@@ -34,6 +35,24 @@ struct ThroughputBar {
   double img_s = 0;   // mean over the run's epochs of train_fps_mean
 };
 
+// Where a run's epochs spent their time (store::EpochTimes), mean seconds per epoch over its
+// epochs with a breakdown, in kTimePhases order.
+struct TimeBar {
+  int64_t run_id = 0;
+  std::string label;  // as ThroughputBar
+  std::vector<double> seconds;
+};
+// The phases of a TimeBar: data wait, forward, backward, optimizer, eval, other (the rest of
+// epoch_seconds), checkpoint, db.
+extern const std::vector<std::string> kTimePhases;
+
+// A profile trace (profile.steps) recorded on an epoch row.
+struct TraceLink {
+  std::string run;  // the run's name
+  int epoch = 0;
+  std::string path;
+};
+
 struct ReportModel {
   std::string sweep;
   std::string database;  // the database path, as the page names it
@@ -52,6 +71,9 @@ struct ReportModel {
   // rows, execution index -> 1 - cosine (worst over its batches; 1 where values were lost to
   // inf/NaN, 1e-12 where exact, so the log scale can show it).
   std::vector<Series> module_error;
+  // Runs with a time breakdown, in cell order, at most kMaxPlottedRuns; their traces.
+  std::vector<TimeBar> times;
+  std::vector<TraceLink> traces;
 };
 
 // Reads the report of `sweep`. Throws what build_compare throws (UsageError for an unknown

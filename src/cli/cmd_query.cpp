@@ -19,6 +19,27 @@ std::string metric_or_dash(const std::map<std::string, double>& m, const std::st
   return it == m.end() ? "-" : app::fixed(it->second, decimals);
 }
 
+// Where each epoch's time went (store::EpochTimes), in seconds, and the profile traces.
+void print_time_breakdown(const std::vector<store::EpochRow>& epochs) {
+  app::Table table({"epoch", "data wait", "forward", "backward", "optimizer", "eval", "other",
+                    "checkpoint", "db", "compute %", "start-up", "profile trace"});
+  for (const auto& e : epochs) {
+    if (!e.times) continue;
+    const store::EpochTimes& t = *e.times;
+    auto secs = [](double v) { return v < 0 ? std::string("-") : app::fixed(v, 2); };
+    const double wall = e.epoch_seconds + t.checkpoint + std::max(0.0, t.db);
+    table.add({std::to_string(e.epoch), secs(t.data_wait), secs(t.forward), secs(t.backward),
+               secs(t.optimizer), secs(t.eval), secs(e.epoch_seconds - t.inside_epoch()),
+               secs(t.checkpoint), secs(t.db),
+               wall > 0 ? app::fixed(100 * (t.forward + t.backward + t.optimizer) / wall, 1) : "-",
+               secs(t.startup), e.profile_trace.empty() ? "-" : e.profile_trace});
+  }
+  if (table.empty()) return;
+  std::cout << "time per epoch (seconds; compute = forward + backward + optimizer of the wall "
+               "time incl. checkpoint and db)\n";
+  table.print(std::cout);
+}
+
 }  // namespace
 
 int cmd_list(const Invocation& inv) {
@@ -57,6 +78,14 @@ int cmd_show(const Invocation& inv) {
             << (run->message.empty() ? "" : " (" + run->message + ")") << "\n"
             << "config " << run->config_hash.substr(0, 12) << "  started " << run->started_at
             << "  finished " << (run->finished_at.empty() ? "-" : run->finished_at) << "\n";
+  if (auto it = run->columns.find("backend"); it != run->columns.end()) {
+    auto reason = run->columns.find("backend_reason");
+    std::cout << "amp backend " << nlohmann::json::parse(it->second).get<std::string>()
+              << (reason == run->columns.end()
+                      ? ""
+                      : " (" + nlohmann::json::parse(reason->second).get<std::string>() + ")")
+              << "\n";
+  }
   if (opts.has("config")) {
     std::cout << nlohmann::json::parse(run->config_json).dump(2) << "\n";
   }
@@ -79,6 +108,7 @@ int cmd_show(const Invocation& inv) {
     for (const auto& [name, value] : initial) std::cout << " " << name << " " << value;
     std::cout << "\n";
   }
+  print_time_breakdown(store.epochs(run->id));
   if (!run->summary_json.empty()) std::cout << run->summary_json << "\n";
   return 0;
 }

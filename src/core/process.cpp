@@ -73,6 +73,15 @@ ProcessIdentity current_process() {
   return cached;
 }
 
+double process_age_seconds() {
+  const int64_t ticks = current_process().start_ticks;
+  const long hz = ::sysconf(_SC_CLK_TCK);
+  double uptime = -1;
+  std::istringstream(first_line("/proc/uptime")) >> uptime;
+  if (ticks <= 0 || hz <= 0 || uptime < 0) return -1;
+  return uptime - static_cast<double>(ticks) / static_cast<double>(hz);
+}
+
 bool process_alive(const ProcessIdentity& p) {
   if (p.pid <= 0) return false;
   if (::kill(static_cast<pid_t>(p.pid), 0) != 0 && errno == ESRCH) return false;

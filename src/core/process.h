@@ -24,6 +24,10 @@ bool operator==(const ProcessIdentity& a, const ProcessIdentity& b);
 // This process. Read from /proc once per process (a forked child reads its own again).
 ProcessIdentity current_process();
 
+// Seconds since this process started (/proc/uptime against its start time; 10 ms ticks), for
+// the start-up time of a run; negative when /proc cannot tell.
+double process_age_seconds();
+
 // Whether `p` (of this machine: p.machine == current_process().machine) still runs: the pid
 // exists and, when both are known, has the same start time.
 bool process_alive(const ProcessIdentity& p);

@@ -11,6 +11,7 @@
 #include <ctime>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -827,7 +828,10 @@ void Store::record_epoch(const EpochRecord& record) {
                        "INSERT INTO epochs (run_id, epoch, global_step, lr, train_loss, "
                        "train_fps_mean, train_fps_min, train_fps_max, epoch_seconds, "
                        "skipped_samples, checkpoint_path, checkpoint_bytes, checkpoint_sha256, "
-                       "recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+                       "recorded_at, data_wait_seconds, forward_seconds, backward_seconds, "
+                       "optimizer_seconds, eval_seconds, checkpoint_seconds, db_seconds, "
+                       "startup_seconds, profile_trace) "
+                       "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
       insert.bind(1, record.run_id).bind(2, record.epoch).bind(3, record.global_step);
       insert.bind(4, record.lr).bind(5, record.train_loss).bind(6, record.train_fps_mean);
       insert.bind(7, record.train_fps_min).bind(8, record.train_fps_max);
@@ -837,6 +841,20 @@ void Store::record_epoch(const EpochRecord& record) {
         insert.bind(13, record.checkpoint->sha256);
       } else {
         insert.bind_null(11).bind_null(12).bind_null(13);
+      }
+      if (record.times) {
+        const EpochTimes& t = *record.times;
+        insert.bind(15, t.data_wait).bind(16, t.forward).bind(17, t.backward);
+        insert.bind(18, t.optimizer).bind(19, t.eval).bind(20, t.checkpoint);
+        const double none = std::numeric_limits<double>::quiet_NaN();  // bound as NULL
+        insert.bind(21, t.db >= 0 ? t.db : none).bind(22, t.startup >= 0 ? t.startup : none);
+      } else {
+        for (int c = 15; c <= 22; ++c) insert.bind_null(c);
+      }
+      if (record.profile_trace.empty()) {
+        insert.bind_null(23);
+      } else {
+        insert.bind(23, record.profile_trace);
       }
       const std::string now = now_utc();
       insert.bind(14, now).run();
@@ -879,8 +897,10 @@ std::vector<EpochRow> Store::epochs(int64_t run_id) const {
     Statement select(db_,
                      "SELECT epoch, global_step, lr, train_loss, train_fps_mean, train_fps_min, "
                      "train_fps_max, epoch_seconds, skipped_samples, checkpoint_path, "
-                     "checkpoint_bytes, checkpoint_sha256, checkpoint_deleted_at, recorded_at "
-                     "FROM epochs WHERE run_id = ? ORDER BY epoch");
+                     "checkpoint_bytes, checkpoint_sha256, checkpoint_deleted_at, recorded_at, "
+                     "data_wait_seconds, forward_seconds, backward_seconds, optimizer_seconds, "
+                     "eval_seconds, checkpoint_seconds, db_seconds, startup_seconds, "
+                     "profile_trace FROM epochs WHERE run_id = ? ORDER BY epoch");
     select.bind(1, run_id);
     while (select.step()) {
       EpochRow row;
@@ -898,6 +918,14 @@ std::vector<EpochRow> Store::epochs(int64_t run_id) const {
                                         select.column_text(11)};
       }
       row.recorded_at = select.column_text(13);
+      if (!select.is_null(14)) {
+        auto seconds = [&](int column) {
+          return select.is_null(column) ? -1.0 : select.column_double(column);
+        };
+        row.times = EpochTimes{seconds(14), seconds(15), seconds(16), seconds(17),
+                               seconds(18), seconds(19), seconds(20), seconds(21)};
+      }
+      if (!select.is_null(22)) row.profile_trace = select.column_text(22);
       rows.push_back(std::move(row));
     }
     Statement metrics(db_, "SELECT epoch, name, value FROM metrics WHERE run_id = ? ORDER BY epoch");
@@ -932,6 +960,21 @@ std::vector<CheckpointFile> Store::truncate_after(int64_t run_id, int epoch) {
       Statement remove(db_, "DELETE FROM epochs WHERE run_id = ? AND epoch > ?");
       remove.bind(1, run_id).bind(2, epoch).run();
       return files;
+    });
+  });
+}
+
+void Store::set_epoch_db_seconds(int64_t run_id, int epoch, double seconds) {
+  const std::string action = "recording the database time of epoch " + std::to_string(epoch) +
+                             " of run " + std::to_string(run_id);
+  guarded(path_, action, [&] {
+    write_transaction(db_, [&] {
+      require_holder(db_, path_, run_id, action);
+      Statement update(db_, "UPDATE epochs SET db_seconds = ? WHERE run_id = ? AND epoch = ?");
+      update.bind(1, seconds).bind(2, run_id).bind(3, epoch).run();
+      if (sqlite3_changes(db_) != 1) {
+        throw StoreError(path_ + ": " + action + ": that epoch is not recorded");
+      }
     });
   });
 }

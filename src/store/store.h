@@ -125,6 +125,23 @@ struct ScaleEvent {
 // One finished epoch, written in one transaction (epoch row, metrics, loss-scale events,
 // checkpoint). An epoch with global_step 0 is the evaluation of the initial weights of an
 // evaluation-only run (schedule.epochs: 0): no training values (NaN: NULL), no checkpoint.
+// Where an epoch's time went, in seconds (docs/PERFORMANCE.md "Time breakdown"; columns of
+// migration 10). The training steps' wall time is split into waiting for the loader, forward
+// (model + loss + loss.item()), backward (loss scaling, backward pass, unscale and overflow
+// check) and the optimizer step (masters, scaler update); evaluation is the whole evaluation
+// pass. These lie inside epoch_seconds; the checkpoint write and the database write come after
+// it. db is this epoch's record_epoch + retention, written by Store::set_epoch_db_seconds once
+// they are done. startup: this process's age at its first training step (negative: not the
+// first epoch this process trained).
+struct EpochTimes {
+  double data_wait = 0, forward = 0, backward = 0, optimizer = 0, eval = 0, checkpoint = 0;
+  double db = -1;       // negative: not measured (yet)
+  double startup = -1;  // negative: not this process's first epoch
+
+  // The measured phases inside epoch_seconds; the rest of it is the runner's own work.
+  double inside_epoch() const { return data_wait + forward + backward + optimizer + eval; }
+};
+
 struct EpochRecord {
   int64_t run_id = 0;
   int epoch = 0;  // 0-based
@@ -140,6 +157,8 @@ struct EpochRecord {
   // When not empty, replaces the run's initial_metrics in the same transaction (an
   // evaluation-only run records its one evaluation as both).
   std::map<std::string, double> initial_metrics;
+  std::optional<EpochTimes> times;       // absent: not measured (NULL columns)
+  std::string profile_trace;             // Chrome-trace JSON of profile.steps; "" = none
 };
 
 struct EpochRow {
@@ -151,6 +170,8 @@ struct EpochRow {
   std::map<std::string, double> metrics;
   std::optional<CheckpointFile> checkpoint;  // present while the file is kept
   std::string recorded_at;
+  std::optional<EpochTimes> times;  // absent for epochs recorded without a breakdown
+  std::string profile_trace;        // "" = none
 };
 
 // --- Diagnoses (amptune diagnose; migration 8, docs/AMP.md "Diagnosing a precision setting") -
@@ -289,6 +310,9 @@ class Store {
   // be columns of the epochs table (lr, train_loss, ...: use the EpochRecord fields).
   // ClaimLostError (nothing written) when another process holds the run.
   void record_epoch(const EpochRecord& record);
+  // Sets the db_seconds of an epoch already recorded (the time its record_epoch and retention
+  // took, known only after them). ClaimLostError when another process holds the run.
+  void set_epoch_db_seconds(int64_t run_id, int epoch, double seconds);
   std::vector<EpochRow> epochs(int64_t run_id) const;
   // The evaluation of the run's initial weights (table initial_metrics, migration 9): replaces
   // every value the run had there, in one transaction. Names as in record_epoch's metrics.

@@ -14,6 +14,7 @@
 #include "dist/group.h"
 #include "train/task.h"
 #include "train/casts.h"
+#include "train/profile.h"
 #include "train/runner.h"
 #include "train/session.h"
 
@@ -51,6 +52,7 @@ void validate_config(const Config& config) {
   (void)model_info(config);   // the model and its task exist
   check_fp32_modules(config);
   (void)run_columns(config);  // the amp policy: combinations apex refuses
+  (void)profile_steps(config);  // [first, last] or []
   const auto casts = config.get_string_list("casts.int32");
   (void)Int32Casts(casts);  // known cast point names
   if (!casts.empty() && config.get_string("model.name") != "rootnet") {

@@ -21,6 +21,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/process.h"
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "dist/cluster.h"
@@ -30,6 +31,7 @@
 #include "models/registry.h"
 #include "train/checkpoint.h"
 #include "train/precision.h"
+#include "train/profile.h"
 #include "train/retention.h"
 #include "train/runner.h"
 #include "train/schedule.h"
@@ -375,6 +377,7 @@ std::map<std::string, std::string> run_columns(const Config& config) {
       {"loss_scale", policy.dynamic_scale ? nlohmann::json("dynamic").dump()
                                           : nlohmann::json(policy.static_scale).dump()},
       {"backend", nlohmann::json(amp::to_string(policy.backend)).dump()},
+      {"backend_reason", nlohmann::json(policy.backend_reason).dump()},
   };
 }
 
@@ -584,6 +587,13 @@ RunResult train_impl(store::Store* store, const store::RunRow& run, const RunOpt
                        : ""));
     }
 
+    if (leader && precision.policy().slow_backend) {
+      log::warn("run " + run.name + ": " + precision.policy().backend_reason +
+                "; amp.backend auto would pick the faster path");
+    }
+    StepProfiler profiler(leader ? profile_steps(config) : std::nullopt, ckpt_dir);
+    bool first_epoch_here = true;  // this process's first epoch: its start-up time is recorded
+
     // A data-parallel run's way out: every rank returns the same outcome.
     auto stop_all = [&](Outcome outcome, const std::string& message) {
       result.outcome = outcome;
@@ -641,17 +651,36 @@ RunResult train_impl(store::Store* store, const store::RunRow& run, const RunOpt
       double comm_seconds = 0, step_seconds = 0;
       int64_t step = 0, fps_n = 0, skipped = 0, images = 0, finite_losses = 0;
       precision.begin_epoch(/*fresh=*/epoch == last_done + 1 && start.fresh_scaler, global_step);
+      store::EpochTimes times;  // where the epoch's time goes (store.h)
+      std::string trace;
       auto step_start = Clock::now();
+      auto phase_start = step_start;
+      // Adds the time since the last phase ended to `phase`.
+      auto lap = [&phase_start](double& phase) {
+        const auto now = Clock::now();
+        phase += std::chrono::duration<double>(now - phase_start).count();
+        phase_start = now;
+      };
       while (auto batch = loader.next()) {
+        lap(times.data_wait);
+        if (first_epoch_here) {
+          times.startup = process_age_seconds();
+          first_epoch_here = false;
+        }
+        profiler.begin_step(global_step);
         if (g_stop && !group) {
           return stop_all(Outcome::kInterrupted, "interrupted in epoch " + std::to_string(epoch));
         }
         skipped += batch->skipped;
         const int64_t n = batch->images.defined() ? batch->images.size(0) : 0;
-        if (n == 0 && !group) continue;
+        if (n == 0 && !group) {
+          phase_start = Clock::now();
+          continue;
+        }
         lr = schedule.lr_at(epoch, step, steps);
         set_lr(*session.optimizer, lr);
         precision.zero_grad();  // model and master gradients
+        lap(times.optimizer);
         double loss_value = 0;
         if (!group) {
           torch::Tensor loss;
@@ -660,6 +689,7 @@ RunResult train_impl(store::Store* store, const store::RunRow& run, const RunOpt
             loss = session.task->train_loss(*batch, device);
           }
           loss_value = loss.item<double>();
+          lap(times.forward);
           const std::string diverged =
               std::isfinite(loss_value) ? "" : precision.non_finite_loss(loss_value);
           if (!diverged.empty()) {
@@ -667,7 +697,10 @@ RunResult train_impl(store::Store* store, const store::RunRow& run, const RunOpt
                                                     " step " + std::to_string(step));
           }
           // amp: loss x scale -> backward -> unscale/check -> step or skip -> masters -> scale.
-          precision.backward_and_step(loss, *session.optimizer, global_step + 1);
+          const bool overflow = precision.backward(loss);
+          lap(times.backward);
+          precision.step(overflow, *session.optimizer, global_step + 1);
+          lap(times.optimizer);
         } else {
           // Data-parallel: gradients averaged over the ranks between backward and the amp
           // check; then the ranks agree on overflow (any rank's skips the step everywhere),
@@ -692,7 +725,9 @@ RunResult train_impl(store::Store* store, const store::RunRow& run, const RunOpt
               loss = session.task->train_loss(*batch, device);
             }
             loss_value = loss.item<double>();
+            lap(times.forward);
             overflow = precision.backward(loss, average);
+            lap(times.backward);
           } else {  // every sample of this rank's batch was corrupt: it still takes part
             average();
             overflow = precision.engine().unscale_and_check();
@@ -742,7 +777,9 @@ RunResult train_impl(store::Store* store, const store::RunRow& run, const RunOpt
             loss_value = v[1] > 0 ? v[0] / v[1] : 0.0;  // the mean over every rank's samples
           }
           precision.step(v[3] > 0, *session.optimizer, global_step + 1);
+          lap(times.optimizer);
         }
+        if (auto path = profiler.end_step(global_step); !path.empty()) trace = path;
         ++global_step;
         if (std::isfinite(loss_value)) {
           loss_sum += loss_value;
@@ -762,7 +799,9 @@ RunResult train_impl(store::Store* store, const store::RunRow& run, const RunOpt
         progress.step(step, loss_value, fps * world, seconds_since(epoch_start));
         ++step;
         if (heartbeat && !group) heartbeat->check();  // taken over by another process: stop
+        phase_start = Clock::now();  // the next batch's wait starts now
       }
+      if (auto path = profiler.finish(); !path.empty()) trace = path;
       if (step == 0) {
         throw DataError("epoch " + std::to_string(epoch) + " of run " + run.name +
                         " produced no training batch: " + train_set->describe() +
@@ -806,12 +845,15 @@ RunResult train_impl(store::Store* store, const store::RunRow& run, const RunOpt
       }
       // Every rank evaluates and rank 0 saves the model with rank 0's statistics.
       if (group) dist::broadcast_buffers(*group, buffers);
+      const auto eval_start = Clock::now();
       if (val_set) {
         for (auto& [name, value] : evaluate(epoch)) record.metrics[name] = value;
       }
+      times.eval = seconds_since(eval_start);
       precision.end_epoch(record);  // loss_scale*, overflow/skipped steps, scale events
       record.metrics["train_images"] = static_cast<double>(images);
       record.epoch_seconds = seconds_since(epoch_start);
+      record.profile_trace = trace;
       if (store) {
         // Still ours? (Another process writes the same file names once it holds the run.)
         store->heartbeat(run.id);
@@ -819,12 +861,17 @@ RunResult train_impl(store::Store* store, const store::RunRow& run, const RunOpt
           char name[32];
           std::snprintf(name, sizeof name, "epoch_%04lld.pt", static_cast<long long>(epoch));
           CheckpointMeta meta{epoch, global_step, run.config_hash};
+          const auto save_start = Clock::now();
           record.checkpoint = save_checkpoint((fs::path(ckpt_dir) / name).string(),
                                               session.task->module(), *session.optimizer, meta,
                                               &precision.engine());
+          times.checkpoint = seconds_since(save_start);
         }
+        record.times = times;
+        const auto db_start = Clock::now();
         store->record_epoch(record);  // advances the heartbeat in the same transaction
         apply_retention(*store, run.id, config, info.primary_metric, info.higher_is_better);
+        store->set_epoch_db_seconds(run.id, record.epoch, seconds_since(db_start));
 
         std::string line = "run " + run.name + " epoch " + std::to_string(epoch) + ": train_loss " +
                            std::to_string(record.train_loss) + metric_text(record.metrics);

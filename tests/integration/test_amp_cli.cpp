@@ -96,11 +96,26 @@ TEST(AmpCli, RunRowShowsResolvedPrecision) {
   for (const auto& run : s.runs()) {
     EXPECT_EQ(run.status, store::RunStatus::kDone) << run.message;
     seen[run.columns.at("opt_level")] = {run.columns.at("dtype"), run.columns.at("loss_scale"),
-                                         run.columns.at("backend")};
+                                         run.columns.at("backend"),
+                                         run.columns.at("backend_reason")};
   }
-  EXPECT_EQ(seen.at("\"O0\""), (std::vector<std::string>{"\"fp16\"", "1.0", "\"none\""}));
-  EXPECT_EQ(seen.at("\"O1\""), (std::vector<std::string>{"\"bf16\"", "\"dynamic\"", "\"native\""}));
-  EXPECT_EQ(seen.at("\"O3\""), (std::vector<std::string>{"\"fp16\"", "1.0", "\"emulate\""}));
+  // O1 bf16 with amp.backend auto: native on a CPU with bf16 instructions, emulated otherwise,
+  // and the run row says why.
+  const std::vector<std::string>& o1 = seen.at("\"O1\"");
+  ASSERT_EQ(o1.size(), 4u);
+  EXPECT_EQ(std::vector<std::string>(o1.begin(), o1.begin() + 2),
+            (std::vector<std::string>{"\"bf16\"", "\"dynamic\""}));
+  if (o1[2] == "\"native\"") {
+    EXPECT_NE(o1[3].find("_bf16 (oneDNN bf16 kernels)"), std::string::npos) << o1[3];
+  } else {
+    EXPECT_EQ(o1[2], "\"emulate\"");
+    EXPECT_NE(o1[3].find("the CPU lacks avx512_bf16 / amx_bf16"), std::string::npos) << o1[3];
+  }
+  EXPECT_EQ(seen.at("\"O0\""), (std::vector<std::string>{"\"fp16\"", "1.0", "\"none\"",
+                                                         "\"O0: fp32, no low precision\""}));
+  EXPECT_EQ(seen.at("\"O3\""),
+            (std::vector<std::string>{"\"fp16\"", "1.0", "\"emulate\"",
+                                      "\"auto: LibTorch has no CPU kernels for O3 fp16\""}));
 }
 
 TEST(AmpCli, ApexRefusedCombinationStopsBeforeTraining) {

@@ -359,10 +359,11 @@ void ReportWritesAPageWhoseImagesExist() {
         << path;
     ++images;
   }
-  // metric, train loss, loss scale (every run records its initial scale), throughput.
-  EXPECT_EQ(images, 4) << html;
+  // metric, train loss, loss scale (every run records its initial scale), throughput, and
+  // the time breakdown per run.
+  EXPECT_EQ(images, 5) << html;
   for (const char* file : {"metric_vs_epoch.png", "train_loss_vs_epoch.png",
-                           "loss_scale_vs_step.png", "throughput.png"}) {
+                           "loss_scale_vs_step.png", "throughput.png", "times.png"}) {
     EXPECT_NE(html.find(std::string("src=\"") + file + "\""), std::string::npos) << file;
   }
   // The comparison table: one row per cell (4) under the header.

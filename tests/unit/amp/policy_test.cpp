@@ -93,8 +93,43 @@ TEST(AmpPolicy, RefusedCombinationsNameTheKey) {
   EXPECT_THROW(c.set_yaml("amp.loss_scale", "0", SourceLoc{"t"}), ConfigError);
 }
 
+TEST(AmpPolicy, CpuBf16FlagsFromCpuinfo) {
+  EXPECT_FALSE(cpu_caps_from_flags("fpu sse avx2 f16c avx512f avx512bw").bf16);  // Zen 3-like
+  const CpuCaps zen4 = cpu_caps_from_flags(" fpu avx512f avx512_bf16 avx512_vnni");
+  EXPECT_TRUE(zen4.bf16);
+  EXPECT_EQ(zen4.bf16_flags, "avx512_bf16");
+  EXPECT_EQ(cpu_caps_from_flags("amx_tile avx512_bf16 amx_bf16").bf16_flags,
+            "avx512_bf16 amx_bf16");
+  EXPECT_FALSE(cpu_caps_from_flags("xavx512_bf16 avx512_bf16x").bf16);  // whole words only
+}
+
+TEST(AmpPolicy, AutoPicksNativeBf16OnlyOnACpuWithBf16Instructions) {
+  const Config o1_bf16 = make({{"amp.opt_level", "O1"}, {"amp.dtype", "bf16"}});
+  const CpuCaps with = cpu_caps_from_flags("avx2 avx512_bf16"), without = cpu_caps_from_flags("avx2");
+  const Policy fast = resolve_policy(o1_bf16, false, with);
+  EXPECT_EQ(fast.backend, Backend::kNative);
+  EXPECT_EQ(fast.backend_reason, "auto: the CPU has avx512_bf16 (oneDNN bf16 kernels)");
+  EXPECT_FALSE(fast.slow_backend);
+  const Policy slow = resolve_policy(o1_bf16, false, without);
+  EXPECT_EQ(slow.backend, Backend::kEmulate);
+  EXPECT_NE(slow.backend_reason.find("lacks avx512_bf16 / amx_bf16"), std::string::npos);
+  EXPECT_FALSE(slow.slow_backend);
+  // Forcing native where it is slow is allowed, flagged (the trainer warns) and explained.
+  const Config forced = make({{"amp.opt_level", "O1"}, {"amp.dtype", "bf16"},
+                              {"amp.backend", "native"}});
+  const Policy forced_slow = resolve_policy(forced, false, without);
+  EXPECT_EQ(forced_slow.backend, Backend::kNative);
+  EXPECT_TRUE(forced_slow.slow_backend);
+  EXPECT_NE(forced_slow.backend_reason.find("without avx512_bf16"), std::string::npos);
+  EXPECT_FALSE(resolve_policy(forced, false, with).slow_backend);
+  EXPECT_FALSE(resolve_policy(forced, true, without).slow_backend);  // CUDA: not the CPU's
+  EXPECT_EQ(resolve_policy(o1_bf16, true, without).backend, Backend::kNative);
+  EXPECT_EQ(resolve_policy(o1_bf16, true, without).backend_reason, "auto: CUDA kernels");
+}
+
 TEST(AmpPolicy, BackendChoice) {
-  auto bf16 = resolve_policy(make({{"amp.opt_level", "O1"}, {"amp.dtype", "bf16"}}), false);
+  auto bf16 = resolve_policy(make({{"amp.opt_level", "O1"}, {"amp.dtype", "bf16"}}), false,
+                             cpu_caps_from_flags("avx512_bf16"));
   EXPECT_EQ(bf16.backend, Backend::kNative);  // CPU autocast has bf16 kernels
   auto bf16_o2 = resolve_policy(make({{"amp.opt_level", "O2"}, {"amp.dtype", "bf16"}}), false);
   EXPECT_EQ(bf16_o2.backend, Backend::kEmulate);

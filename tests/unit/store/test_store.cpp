@@ -670,6 +670,35 @@ TEST_F(StoreTest, EpochRoundTripsEveryField) {
   EXPECT_EQ(store.find_run(id)->epochs_done, 2);
 }
 
+TEST_F(StoreTest, EpochTimeBreakdownAndProfileTraceRoundTrip) {
+  Store store(db_path());
+  const int64_t id = store.ensure_run(store.ensure_sweep("s", "", "", ""), spec("s", 0, "a")).id;
+  EpochRecord r = epoch_record(id, 0, {{"acc1", 10}});
+  r.times = EpochTimes{0.25, 1.5, 2.75, 0.125, 3.0, 0.5, -1, 4.25};
+  r.profile_trace = "results/ckpt/s/1/profile_steps_3-4.json";
+  store.record_epoch(r);
+  store.record_epoch(epoch_record(id, 1, {}));  // measured nothing: NULL columns
+  store.set_epoch_db_seconds(id, 0, 0.0625);
+  EXPECT_THROW(store.set_epoch_db_seconds(id, 7, 1.0), StoreError);  // no such epoch
+
+  const auto rows = store.epochs(id);
+  ASSERT_EQ(rows.size(), 2u);
+  ASSERT_TRUE(rows[0].times);
+  const EpochTimes& t = *rows[0].times;
+  EXPECT_EQ(t.data_wait, 0.25);
+  EXPECT_EQ(t.forward, 1.5);
+  EXPECT_EQ(t.backward, 2.75);
+  EXPECT_EQ(t.optimizer, 0.125);
+  EXPECT_EQ(t.eval, 3.0);
+  EXPECT_EQ(t.checkpoint, 0.5);
+  EXPECT_EQ(t.db, 0.0625);
+  EXPECT_EQ(t.startup, 4.25);
+  EXPECT_EQ(t.inside_epoch(), 0.25 + 1.5 + 2.75 + 0.125 + 3.0);
+  EXPECT_EQ(rows[0].profile_trace, "results/ckpt/s/1/profile_steps_3-4.json");
+  EXPECT_FALSE(rows[1].times);
+  EXPECT_EQ(rows[1].profile_trace, "");
+}
+
 TEST_F(StoreTest, RerecordingAnEpochReplacesItsMetrics) {
   Store store(db_path());
   const int64_t id = store.ensure_run(store.ensure_sweep("s", "", "", ""), spec("s", 0, "a")).id;

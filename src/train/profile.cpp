@@ -1,0 +1,75 @@
+#include "train/profile.h"
+
+#include <torch/csrc/autograd/profiler_legacy.h>
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "core/config.h"
+#include "core/error.h"
+
+namespace amptune::train {
+namespace fs = std::filesystem;
+
+std::optional<StepRange> profile_steps(const Config& config) {
+  const std::vector<int64_t> steps = config.get_int_list("profile.steps");
+  if (steps.empty()) return std::nullopt;
+  if (steps.size() != 2 || steps[0] < 0 || steps[1] < steps[0]) {
+    std::string got;
+    for (int64_t s : steps) got += (got.empty() ? "" : ", ") + std::to_string(s);
+    throw ConfigError(
+        "profile.steps must be [first, last] with 0 <= first <= last (training "
+        "steps, 0-based, both included) or [] for none, got [" +
+        got + "]");
+  }
+  return StepRange{steps[0], steps[1]};
+}
+
+StepProfiler::StepProfiler(std::optional<StepRange> range, std::string dir)
+    : range_(range), dir_(std::move(dir)) {}
+
+StepProfiler::~StepProfiler() = default;  // a trace still running is dropped, not written
+
+void StepProfiler::begin_step(int64_t step) {
+  if (!range_ || done_ || recording_ || step < range_->first || step > range_->last) return;
+  // The legacy profiler writes Chrome-trace events of every operator (with input shapes) into
+  // events_ when recording_ is destroyed.
+  traced_first_ = step;
+  recording_ = std::make_unique<torch::autograd::profiler::RecordProfile>(events_);
+}
+
+std::string StepProfiler::end_step(int64_t step) {
+  if (!recording_) return "";
+  traced_last_ = step;
+  return step >= range_->last ? write() : "";
+}
+
+std::string StepProfiler::finish() { return recording_ ? write() : ""; }
+
+std::string StepProfiler::write() {
+  recording_.reset();  // stops the profiler and writes the events
+  done_ = true;
+  char name[64];
+  std::snprintf(name, sizeof name, "profile_steps_%lld-%lld.json",
+                static_cast<long long>(traced_first_), static_cast<long long>(traced_last_));
+  const fs::path path = fs::path(dir_) / name;
+  const fs::path temp = fs::path(dir_) / (std::string(name) + ".tmp");
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  {
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    out << events_.str();
+    if (!out.flush()) throw CheckpointError("cannot write the profile trace " + temp.string());
+  }
+  fs::rename(temp, path, ec);
+  if (ec) {
+    throw CheckpointError("cannot rename the profile trace to " + path.string() + ": " +
+                          ec.message());
+  }
+  events_.str("");
+  return path.string();
+}
+
+}  // namespace amptune::train
