@@ -10,7 +10,8 @@
 #
 # Environment: AMPTUNE (binary, default build/amptune), DATA (resnet50's ImageFolder, default
 # data/fashion-imagefolder: build/amptune data export-imagefolder --out data/fashion-imagefolder
-# --limit 2000), AMPTUNE_SET (extra --set KEY=VALUE words for amptune), EAGER_ARGS (extra
+# --limit 2000), AMPTUNE_SET (extra --set KEY=VALUE words for amptune), AMPTUNE_ENV (VAR=VALUE
+# words set for amptune only, e.g. GLIBC_TUNABLES=glibc.malloc.trim_threshold=...), EAGER_ARGS (extra
 # arguments of eager_bench.py, e.g. --channels-last), PY (default /usr/bin/python3, which has
 # Debian's python3-torch and python3-torchvision).
 set -euo pipefail
@@ -55,7 +56,7 @@ fi
 amptune_round() {
   local db=$TMP/run$1.sqlite
   # shellcheck disable=SC2086
-  "$BIN" run "$SWEEP" "${ONLY[@]}" --db "$db" --quiet \
+  env ${AMPTUNE_ENV:-} "$BIN" run "$SWEEP" "${ONLY[@]}" --db "$db" --quiet \
     --set schedule.epochs=1 --set schedule.training_step_per_epoch=$((STEPS + WARMUP)) \
     --set schedule.skip_steps="$WARMUP" --set schedule.eval_step_per_epoch="$EVAL" \
     --set threads="$THREADS" --set checkpoint.dir="$TMP/ckpt$1" ${AMPTUNE_SET:-} >/dev/null 2>"$TMP/amptune$1.log" ||
