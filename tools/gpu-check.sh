@@ -213,7 +213,7 @@ on() { if [ "\$1" = cpu ]; then shift; CUDA_VISIBLE_DEVICES= "\$@"; else shift; 
 on "\$2" "$build/amptune" run "$work/xdevice.yaml" --db "$xdb" --only "seed=\$1" \\
   --stop-after-epoch 0 --no-progress
 run=\$(sqlite3 "$xdb" "select name from runs where json_extract(config_json, '\$.seed') = \$1")
-on "\$3" "$build/amptune" resume "\$run" --db "$xdb" --no-progress
+on "\$3" "$build/amptune" resume "\$run" --db "$xdb"
 EOF
 phase xdevice_gpu_to_cpu 90 "$with_libs" bash "$work/xdevice.sh" 1 gpu cpu ||
   say "FAIL checkpoint GPU -> CPU (xdevice_gpu_to_cpu.log)"
@@ -223,7 +223,7 @@ phase xdevice_cpu_to_gpu 90 "$with_libs" bash "$work/xdevice.sh" 2 cpu gpu ||
 # ---- 6. ResNet-50 224 px, batch 256, O2 fp16: amptune vs PyTorch eager AMP -------------------
 # amptune trains on Fashion-MNIST exported as JPEGs and resized to 224 px (its loader is part of
 # the measurement; the loader-alone rate is in resnet50_amptune.log); tools/eager_bench.py
-# steps the same model on its own input. img/s from amptune's train_fps_mean (after skip_steps).
+# steps the same model on the same JPEGs with its own loader. img/s from amptune's train_fps_mean (after skip_steps).
 r50_steps=60 r50_batch=256 r50_images=16384
 if ((dry)); then r50_steps=3 r50_batch=8 r50_images=64; fi
 phase export_jpeg 60 "${amptune[@]}" data export-imagefolder --out "$work/fmnist_jpeg" --limit "$r50_images" ||
@@ -245,8 +245,10 @@ phase resnet50_amptune 120 "${amptune[@]}" run "$work/resnet50.yaml" --db "$r50d
   say "FAIL amptune ResNet-50 (resnet50_amptune.log)"
 eager=$repo/tools/eager_bench.py
 if [ -f "$eager" ]; then
+  eager_amp=fp16
+  ((dry)) && eager_amp=bf16  # CPU autocast has no fp16
   phase resnet50_eager 120 "$PYTHON" "$eager" --workload resnet50 --device "$device" \
-    --amp fp16 --channels-last --batch "$r50_batch" --steps "$r50_steps" \
+    --amp "$eager_amp" --channels-last --data "$work/fmnist_jpeg" --batch "$r50_batch" --steps "$r50_steps" \
     --warmup "$((r50_steps / 4))" --json || say "FAIL eager ResNet-50 (resnet50_eager.log)"
 else
   say "eager ResNet-50: $eager missing (issue 14's script); not measured"
@@ -355,8 +357,9 @@ if os.path.exists(eager_log):
                 eager = json.loads(line)
             except ValueError:
                 pass
-print(f"PyTorch eager AMP (channels_last, own input): "
+print(f"PyTorch eager AMP (channels_last, the same JPEGs, torchvision's loader): "
       f"{fmt(eager.get('img_per_s')) if eager else '-'} img/s")
+verdicts.append(bool(r50) and r50[0].get("status") == "done" and eager is not None)
 print()
 print("verdict:", "PASS" if verdicts and all(verdicts) else "FAIL",
       "(dry run: the pipeline only, no GPU numbers)" if dry else "")
