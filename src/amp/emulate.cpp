@@ -251,11 +251,14 @@ ModuleMap::ModuleMap(const torch::nn::Module& model, const std::vector<std::stri
   auto add = [&](const torch::nn::Module* m, const std::string& name, bool parent_fp32) {
     Entry e{name, parent_fp32 || matches(name)};
     if (e.fp32) {
-      any_fp32_ = true;
-      for (const auto& p : m->parameters(/*recurse=*/false)) fp32_tensors_.insert(p.unsafeGetTensorImpl());
-      for (const auto& b : m->buffers(/*recurse=*/false)) fp32_tensors_.insert(b.unsafeGetTensorImpl());
+      marked.insert(name);
+      for (const auto& p : m->parameters(/*recurse=*/false)) {
+        fp32_tensors_.insert(p.unsafeGetTensorImpl());
+      }
+      for (const auto& b : m->buffers(/*recurse=*/false)) {
+        fp32_tensors_.insert(b.unsafeGetTensorImpl());
+      }
     }
-    if (e.fp32) marked.insert(name);
     entries_[m] = e;
     order_.push_back(m);
   };

@@ -102,7 +102,6 @@ class ModuleMap {
   ModuleMap(const torch::nn::Module& model, const std::vector<std::string>& fp32_globs);
 
   const Entry* find(const torch::nn::Module& module) const;
-  bool any_fp32() const { return !fp32_tensors_.empty() || any_fp32_; }
   // A parameter or buffer of a marked module (held fp32 under O2/O3).
   bool fp32_tensor(const torch::Tensor& t) const {
     return fp32_tensors_.count(t.unsafeGetTensorImpl()) > 0;
@@ -114,7 +113,6 @@ class ModuleMap {
   std::unordered_map<const torch::nn::Module*, Entry> entries_;
   std::vector<const torch::nn::Module*> order_;
   std::unordered_set<const void*> fp32_tensors_;
-  bool any_fp32_ = false;
 };
 
 // Throws the ConfigError ModuleMap throws when a glob matches none of `names` (module names,
