@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
-#include <map>
 #include <set>
 #include <tuple>
 
@@ -203,24 +202,7 @@ int cmd_diagnose(const Invocation& inv) {
   options.threads = threads;
   const store::Diagnosis d = train::diagnose(store, run, options);
 
-  // Worst over the batches per (kind, seq), then the lowest cosines first.
-  std::map<std::pair<std::string, int>, store::DiagnosticRow> worst;
-  for (const auto& r : d.rows) {
-    auto [it, added] = worst.try_emplace({r.kind, r.seq}, r);
-    if (added) continue;
-    auto& w = it->second;
-    w.cosine = std::min(w.cosine, r.cosine);
-    for (auto [mine, theirs] : {std::pair{&w.max_abs_err, r.max_abs_err},
-                                {&w.max_rel_err, r.max_rel_err},
-                                {&w.frac_rel_err_1e3, r.frac_rel_err_1e3},
-                                {&w.frac_rel_err_5e3, r.frac_rel_err_5e3},
-                                {&w.overflow_frac, r.overflow_frac},
-                                {&w.underflow_frac, r.underflow_frac}}) {
-      if (theirs > *mine) *mine = theirs;
-    }
-  }
-  std::vector<store::DiagnosticRow> sorted;
-  for (auto& [key, r] : worst) sorted.push_back(r);
+  std::vector<store::DiagnosticRow> sorted = train::worst_rows(d);  // worst over the batches
   // Overflowing rows first, forward ones in execution order (the first is where it starts),
   // then the rest by cosine, lowest (or lost: NaN) first.
   auto rank = [](const store::DiagnosticRow& r) {
@@ -246,9 +228,8 @@ int cmd_diagnose(const Invocation& inv) {
             << app::fixed(d.seconds, 1) << " s\n\n";
   table.print(std::cout);
   if (const auto first = train::first_divergence(d)) {
-    const auto& r = d.rows[*first];
-    std::cout << "\nfirst divergence: " << (r.module.empty() ? "(model)" : r.module)
-              << " (forward #" << r.seq << ")\n";
+    std::cout << "\nfirst divergence: " << (first->module.empty() ? "(model)" : first->module)
+              << " (forward #" << first->seq << ")\n";
   } else {
     std::cout << "\nno module departs (every cosine >= " << value_text(d.cosine_min)
               << ", no overflow)\n";

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "amp/emulate.h"
@@ -17,7 +18,6 @@
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "train/casts.h"
-#include "train/checkpoint.h"
 #include "train/evaluate.h"
 #include "train/runner.h"
 #include "train/session.h"
@@ -66,16 +66,25 @@ double min_normal(const std::string& dtype) {
                          : 6.103515625e-05;  // 2^-14
 }
 
-// The checkpoint epoch to diagnose, -1 for the initial weights.
-int pick_epoch(const store::Store& store, const store::RunRow& run, const DiagnoseOptions& o) {
-  EvalOptions eval;
-  eval.epoch = o.epoch;
-  if (!o.epoch) {
-    bool any = false;
-    for (const auto& row : store.epochs(run.id)) any = any || row.checkpoint.has_value();
-    if (!any) return -1;
+// The epoch row whose checkpoint to diagnose; unset for the initial weights (a run without
+// checkpoints, when no epoch was asked for). CheckpointError as checkpoint_epochs throws it.
+std::optional<store::EpochRow> pick_checkpoint(const store::Store& store, const store::RunRow& run,
+                                               const DiagnoseOptions& o) {
+  const std::vector<store::EpochRow> rows = store.epochs(run.id);
+  int epoch = -1;
+  if (o.epoch) {
+    EvalOptions eval;
+    eval.epoch = o.epoch;
+    epoch = checkpoint_epochs(store, run, eval).back();  // names the saved epochs otherwise
+  } else {
+    for (const auto& row : rows) {
+      if (row.checkpoint) epoch = row.epoch;
+    }
   }
-  return checkpoint_epochs(store, run, eval).back();
+  for (const auto& row : rows) {
+    if (row.epoch == epoch) return row;
+  }
+  return std::nullopt;
 }
 
 std::string percent(double share) {
@@ -149,23 +158,31 @@ store::DiagnosticRow compare_tensors(const at::Tensor& reference, const at::Tens
   return row;
 }
 
-std::optional<size_t> first_divergence(const store::Diagnosis& d) {
-  // Worst over the batches per forward seq, then the first seq that departs.
-  std::map<int, std::pair<double, double>> worst;  // seq -> (min cosine, max overflow)
-  std::map<int, size_t> first_row;
-  for (size_t i = 0; i < d.rows.size(); ++i) {
-    const auto& r = d.rows[i];
-    if (r.kind != "forward") continue;
-    auto [it, added] = worst.try_emplace(r.seq, r.cosine, r.overflow_frac);
-    if (!added) {
-      // A NaN cosine (values lost to inf/NaN) is the worst there is, as in the view.
-      if (std::isnan(r.cosine) || r.cosine < it->second.first) it->second.first = r.cosine;
-      if (!(it->second.second >= r.overflow_frac)) it->second.second = r.overflow_frac;
+std::vector<store::DiagnosticRow> worst_rows(const store::Diagnosis& d) {
+  std::map<std::pair<std::string, int>, store::DiagnosticRow> worst;
+  for (const auto& r : d.rows) {
+    auto [it, added] = worst.try_emplace({r.kind, r.seq}, r);
+    if (added) continue;
+    store::DiagnosticRow& w = it->second;
+    if (std::isnan(r.cosine) || r.cosine < w.cosine) w.cosine = r.cosine;
+    for (auto [mine, theirs] : {std::pair{&w.max_abs_err, r.max_abs_err},
+                                {&w.max_rel_err, r.max_rel_err},
+                                {&w.frac_rel_err_1e3, r.frac_rel_err_1e3},
+                                {&w.frac_rel_err_5e3, r.frac_rel_err_5e3},
+                                {&w.overflow_frac, r.overflow_frac},
+                                {&w.underflow_frac, r.underflow_frac}}) {
+      if (theirs > *mine) *mine = theirs;
     }
-    first_row.try_emplace(r.seq, i);
   }
-  for (const auto& [seq, w] : worst) {
-    if (!(w.first >= d.cosine_min) || w.second > 0) return first_row[seq];
+  std::vector<store::DiagnosticRow> out;
+  out.reserve(worst.size());
+  for (auto& [key, row] : worst) out.push_back(std::move(row));
+  return out;
+}
+
+std::optional<store::DiagnosticRow> first_divergence(const store::Diagnosis& d) {
+  for (const auto& w : worst_rows(d)) {  // forward rows come in seq order
+    if (w.kind == "forward" && (!(w.cosine >= d.cosine_min) || w.overflow_frac > 0)) return w;
   }
   return std::nullopt;
 }
@@ -232,9 +249,8 @@ std::vector<store::DiagnosisAdvice> advise(const store::Diagnosis& d, const Advi
     }
   }
   // 4. The first module that departs without overflowing.
-  if (auto first = first_divergence(d);
-      first && (!overflow || d.rows[*first].seq < overflow->seq)) {
-    const auto& r = d.rows[*first];
+  if (auto first = first_divergence(d); first && (!overflow || first->seq < overflow->seq)) {
+    const store::DiagnosticRow& r = *first;
     if (!(r.overflow_frac > 0)) {
       out.push_back({"first_departure", r.module,
                      r.module + " is the first module whose output departs from " + d.against +
@@ -277,21 +293,15 @@ store::Diagnosis diagnose(store::Store& store, const store::RunRow& run,
   reference.set("amp.fp32_modules", nlohmann::json::array());
   reference.set("amp.combine_grad", false);
 
-  const int epoch = pick_epoch(store, run, options);
+  const std::optional<store::EpochRow> checkpoint = pick_checkpoint(store, run, options);
+  const int epoch = checkpoint ? checkpoint->epoch : -1;
   torch::set_num_threads(resolve_threads(config, options.threads));
   const torch::Device device = pick_device(config);
 
-  // The run as it trained, from its checkpoint.
+  // The run as it trained, from its checkpoint (or its initial weights).
   Precision precision(config, device);
-  Session session = build_session(config, device, precision);
-  if (epoch >= 0) {
-    for (const auto& row : store.epochs(run.id)) {
-      if (row.epoch != epoch) continue;
-      load_checkpoint(*row.checkpoint, session.task->module(), *session.optimizer, run.config_hash,
-                      &precision.engine());
-    }
-    session.task->module().to(device);
-  }
+  Session session = checkpoint ? load_session(config, run, *checkpoint, device, precision)
+                               : build_session(config, device, precision);
   // The reference from the same fp32 values (O2 runs: the masters).
   const auto values = full_precision_state(session.task->module(), precision.engine());
   Precision ref_precision(reference, device);
@@ -305,30 +315,26 @@ store::Diagnosis diagnose(store::Store& store, const store::RunRow& run,
   context.loss_scale = policy.loss_scale_text();
   context.cast_model = policy.cast_model;
   context.batchnorm_low = policy.cast_model && !policy.keep_batchnorm_fp32;
-  for (const auto& m : session.task->module().named_modules("", /*include_self=*/false)) {
-    if (m.value()->as<torch::nn::BatchNorm2d>()) context.batchnorm_modules.insert(m.key());
-  }
   // Which outputs and gradients are low precision: not those of fp32 modules; BatchNorm
-  // parameters only when the policy holds them low.
+  // parameters only when the policy holds them low (BatchNorm computes in fp32 under O1).
   const auto& modules = *precision.engine().modules();
-  std::map<std::string, bool> module_fp32;
-  for (const auto& m : session.task->module().named_modules("", false)) {
-    const auto* entry = modules.find(*m.value());
-    module_fp32[m.key()] = entry && entry->fp32;
+  std::set<std::string> fp32_outputs;
+  std::set<const void*> batchnorm_params;
+  for (const auto& m : session.task->module().named_modules("", /*include_self=*/false)) {
+    if (const auto* entry = modules.find(*m.value()); entry && entry->fp32) {
+      fp32_outputs.insert(m.key());
+    }
+    if (!m.value()->as<torch::nn::BatchNorm2d>()) continue;
+    context.batchnorm_modules.insert(m.key());
+    for (const auto& p : m.value()->parameters(false)) {
+      batchnorm_params.insert(p.unsafeGetTensorImpl());
+    }
   }
   auto output_dtype = [&](const std::string& module) {
-    auto it = module_fp32.find(module);
-    return it != module_fp32.end() && it->second ? std::string("fp32") : low;
+    return fp32_outputs.count(module) ? std::string("fp32") : low;
   };
   std::vector<std::string> grad_dtype;
   {
-    std::set<const void*> batchnorm_params;  // fp32 under O1 (BatchNorm computes in fp32)
-    for (const auto& m : session.task->module().named_modules("", false)) {
-      if (!m.value()->as<torch::nn::BatchNorm2d>()) continue;
-      for (const auto& p : m.value()->parameters(false)) {
-        batchnorm_params.insert(p.unsafeGetTensorImpl());
-      }
-    }
     const auto params = session.task->module().parameters(true);
     const auto& mask = precision.engine().low_precision_mask();
     for (size_t i = 0; i < params.size(); ++i) {

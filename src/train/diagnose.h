@@ -53,10 +53,15 @@ struct AdviceContext {
   std::set<std::string> batchnorm_modules;
 };
 
-// The index in d.rows of the first forward row (execution order) that departs: its worst cosine
-// over the batches is below d.cosine_min, or it overflows. Unset when none does. As the view
+// One row per compared tensor (kind, seq), the worst over the batches: the lowest cosine (NaN,
+// values lost to inf/NaN, is the worst there is, as in the view first_divergence), the largest
+// errors and shares. `batch` is that of the tensor's first row. Ordered by kind, then seq.
+std::vector<store::DiagnosticRow> worst_rows(const store::Diagnosis& d);
+
+// The worst row (worst_rows) of the first forward tensor in execution order that departs: its
+// cosine is below d.cosine_min (or NaN), or it overflows. Unset when none does. As the view
 // first_divergence.
-std::optional<size_t> first_divergence(const store::Diagnosis& d);
+std::optional<store::DiagnosticRow> first_divergence(const store::Diagnosis& d);
 
 // The advice rules (docs/AMP.md "Advice rules") over a diagnosis's rows, in priority order.
 std::vector<store::DiagnosisAdvice> advise(const store::Diagnosis& d, const AdviceContext& context);

@@ -37,21 +37,6 @@ const store::EpochRow& row_of(const std::vector<store::EpochRow>& rows, int epoc
   throw CheckpointError("internal: epoch " + std::to_string(epoch) + " vanished");
 }
 
-// Builds the run's session and loads the checkpoint of `row` into it.
-Session load(const Config& config, const store::RunRow& run, const store::EpochRow& row,
-             const torch::Device& device, Precision& precision) {
-  Session session = build_session(config, device, precision);
-  try {
-    load_checkpoint(*row.checkpoint, session.task->module(), *session.optimizer, run.config_hash,
-                    &precision.engine());
-  } catch (const CheckpointError& e) {
-    throw CheckpointError("epoch " + std::to_string(row.epoch) + " of run " + run.name + ": " +
-                          e.what());
-  }
-  session.task->module().to(device);
-  return session;
-}
-
 // Why `now` (this evaluation's metrics) must not silently replace the metrics stored in `row`:
 // they were computed on a set of another size (val_samples), or, when the stored row does not
 // say, with another number of batches. Empty when storing is safe (nothing to replace, or the
@@ -76,6 +61,20 @@ std::string other_set(const store::EpochRow& row, const std::map<std::string, do
 }
 
 }  // namespace
+
+Session load_session(const Config& config, const store::RunRow& run, const store::EpochRow& row,
+                     const torch::Device& device, Precision& precision) {
+  Session session = build_session(config, device, precision);
+  try {
+    load_checkpoint(*row.checkpoint, session.task->module(), *session.optimizer, run.config_hash,
+                    &precision.engine());
+  } catch (const CheckpointError& e) {
+    throw CheckpointError("epoch " + std::to_string(row.epoch) + " of run " + run.name + ": " +
+                          e.what());
+  }
+  session.task->module().to(device);
+  return session;
+}
 
 std::vector<int> checkpoint_epochs(const store::Store& store, const store::RunRow& run,
                                    const EvalOptions& options) {
@@ -130,7 +129,7 @@ std::vector<EpochEvaluation> evaluate_checkpoints(store::Store& store, const sto
         throw CheckpointError("the checkpoint of epoch " + std::to_string(epoch) + " of run " +
                               run.name + " was deleted while evaluating");
       }
-      Session session = load(config, run, row, device, precision);
+      Session session = load_session(config, run, row, device, precision);
       // The same loader as training-time evaluation (trainer.cpp).
       data::LoaderOptions opts =
           data::loader_options(config, data::Split::kVal, static_cast<uint64_t>(epoch));
@@ -168,7 +167,7 @@ ExportResult export_checkpoint(store::Store& store, const store::RunRow& run, in
   const Config config = Config::from_json(run.config_json, "run " + run.name);
   const torch::Device device = pick_device(config);
   Precision precision(config, device);
-  Session session = load(config, run, row_of(rows, epoch), device, precision);
+  Session session = load_session(config, run, row_of(rows, epoch), device, precision);
 
   const auto values = full_precision_state(session.task->module(), precision.engine());
   models::save_state_dict(values, out);

@@ -82,6 +82,11 @@ inline Session build_session(const Config& config, const torch::Device& device,
   return s;
 }
 
+// build_session, then the checkpoint of `row` (size, sha256 and config identity verified) loaded
+// into it, on `device`. CheckpointError naming the epoch and run (evaluate.cpp).
+Session load_session(const Config& config, const store::RunRow& run, const store::EpochRow& row,
+                     const torch::Device& device, Precision& precision);
+
 // The module's weights at full precision by state-dict name, as CPU tensors: the fp32 master of
 // each parameter that has one (O2), the parameter otherwise, and every buffer; floating tensors
 // as float32, integer buffers (num_batches_tracked) as they are. Copies, not views.

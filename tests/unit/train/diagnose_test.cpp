@@ -103,11 +103,11 @@ TEST(DiagnoseRules, FirstDivergenceIsTheFirstModuleBelowTheThresholdOverBatches)
   d.rows.push_back(second);
   auto first = first_divergence(d);
   ASSERT_TRUE(first.has_value());
-  EXPECT_EQ(d.rows[*first].module, "bn1");
+  EXPECT_EQ(first->module, "bn1");
   d.rows.pop_back();
   first = first_divergence(d);
   ASSERT_TRUE(first.has_value());
-  EXPECT_EQ(d.rows[*first].module, "layer1.0");
+  EXPECT_EQ(first->module, "layer1.0");
   d.rows = {row("forward", 0, "conv1", 1.0)};
   EXPECT_FALSE(first_divergence(d).has_value());
 }
