@@ -246,6 +246,12 @@ TEST(AmpCli, DiagnoseO0AgainstO0IsExactAndBadOptionsAreRefused) {
   r = run_amptune({"diagnose", run.name, "--db", f.db, "--against", "O7"}, f.dir);
   EXPECT_EQ(r.exit_code, 3) << r.err;
   EXPECT_NE(r.err.find("--against"), std::string::npos) << r.err;
+  r = run_amptune({"diagnose", run.name, "--db", f.db, "--batches", "0"}, f.dir);
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find("--batches must be at least 1"), std::string::npos) << r.err;
+  r = run_amptune({"diagnose", run.name, "--db", f.db, "--cosine-min", "2"}, f.dir);
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find("--cosine-min must be in (0, 1]"), std::string::npos) << r.err;
   r = run_amptune({"diagnose", run.name, "--db", f.db, "--epoch", "5"}, f.dir);
   EXPECT_EQ(r.exit_code, 6) << r.err;
   EXPECT_NE(r.err.find("no checkpoint of epoch 5"), std::string::npos) << r.err;
