@@ -612,3 +612,8 @@ CREATE VIEW epoch_times AS
          e.startup_seconds, e.profile_trace
   FROM epochs e JOIN runs r ON r.id = e.run_id JOIN sweeps s ON s.id = r.sweep_id
   WHERE e.forward_seconds IS NOT NULL;
+
+-- migration: 11
+-- The malloc the training process ran on (tcmalloc, jemalloc or glibc): it moves CPU images/s
+-- by up to 4x (docs/PERFORMANCE.md "Allocator"). NULL for runs started before this migration.
+ALTER TABLE runs ADD COLUMN allocator TEXT;

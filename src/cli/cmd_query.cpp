@@ -86,6 +86,13 @@ int cmd_show(const Invocation& inv) {
                       : " (" + nlohmann::json::parse(reason->second).get<std::string>() + ")")
               << "\n";
   }
+  if (!run->provenance.host.empty()) {
+    const store::Provenance& p = run->provenance;
+    std::cout << "ran on " << p.host << " (" << p.device << ", " << p.threads << " threads"
+              << (p.world_size > 1 ? ", " + std::to_string(p.world_size) + " processes" : "")
+              << "), amptune " << p.amptune_version << ", LibTorch " << p.torch_version
+              << (p.allocator.empty() ? "" : ", malloc " + p.allocator) << "\n";
+  }
   if (opts.has("config")) {
     std::cout << nlohmann::json::parse(run->config_json).dump(2) << "\n";
   }

@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/process.h"
 #include "core/version.h"
 #include "dist/cluster.h"
 #include "dist/launch.h"
@@ -30,6 +31,7 @@ app::SweepOptions sweep_options(const Options& opts, const Invocation& inv, int 
   o.provenance.git_commit = kGitCommit;
   o.provenance.git_dirty = kGitDirty;
   o.provenance.torch_version = TORCH_VERSION;
+  o.provenance.allocator = allocator_name();
   o.on_result = [](const store::RunRow&, const train::RunResult& result) {
     if (result.outcome == train::Outcome::kDone) std::cout << result.summary_json << std::endl;
   };

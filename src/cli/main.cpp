@@ -5,9 +5,11 @@
 #include <string>
 
 #include <boost/program_options/errors.hpp>
+#include <torch/version.h>
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/process.h"
 #include "core/version.h"
 #include "train/runner.h"
 
@@ -39,7 +41,7 @@ commands:
                       merge results databases (shards of a sweep) into one, in one transaction
   slurm SWEEP.yaml    write (--submit: and submit) a Slurm array job of the sweep's shards and
                       the job that merges them
-  version             print version, git commit and LibTorch version
+  version             print version, git commit, LibTorch version and the malloc in use
 
 `amptune <command> --help` describes each command's options.
 )";
@@ -84,7 +86,7 @@ int main(int argc, char** argv) {
     if (command == "slurm") return cli::cmd_slurm(inv);
     if (command == "version" || command == "--version") {
       std::cout << "amptune " << kVersion << " (" << kGitCommit << (kGitDirty ? "-dirty" : "")
-                << ")\n";
+                << ")\nLibTorch " << TORCH_VERSION << ", malloc: " << allocator_name() << "\n";
       return 0;
     }
     std::cerr << "amptune: unknown command '" << command << "'\n\n" << kUsage;

@@ -1,5 +1,6 @@
 #include "core/process.h"
 
+#include <dlfcn.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -93,6 +94,19 @@ bool process_alive(const ProcessIdentity& p) {
 std::optional<bool> alive_if_local(const ProcessIdentity& p) {
   if (p.machine.empty() || p.machine != current_process().machine) return std::nullopt;
   return process_alive(p);
+}
+
+std::string allocator_name() {
+  // The library that defines the `malloc` the dynamic linker resolved first for this process.
+  void* symbol = dlsym(RTLD_DEFAULT, "malloc");
+  Dl_info info{};
+  if (symbol == nullptr || dladdr(symbol, &info) == 0 || info.dli_fname == nullptr) return "unknown";
+  const std::string file = info.dli_fname;
+  if (file.find("tcmalloc") != std::string::npos) return "tcmalloc";
+  if (file.find("jemalloc") != std::string::npos) return "jemalloc";
+  if (file.find("libc.so") != std::string::npos) return "glibc";
+  const size_t slash = file.rfind('/');
+  return slash == std::string::npos ? file : file.substr(slash + 1);
 }
 
 }  // namespace amptune

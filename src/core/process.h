@@ -37,4 +37,9 @@ bool process_alive(const ProcessIdentity& p);
 // can tell.
 std::optional<bool> alive_if_local(const ProcessIdentity& p);
 
+// The malloc this process runs on, found at run time (so an LD_PRELOAD counts too): "tcmalloc",
+// "jemalloc" or "glibc". The amptune binary links tcmalloc when the build found it
+// (AMPTUNE_ALLOCATOR, docs/PERFORMANCE.md "Allocator").
+std::string allocator_name();
+
 }  // namespace amptune

@@ -104,7 +104,8 @@ const std::set<std::string>& reserved_run_columns() {
       "amptune_version", "git_commit", "git_dirty",   "torch_version", "host",
       "threads",    "device",        "command_line",
       "parent_run_id", "parent_epoch", "fork_overrides", "fork_changes", "reset_optimizer",
-      "claim_machine", "claim_pid", "claim_pid_start", "world_size", "global_batch"};
+      "claim_machine", "claim_pid", "claim_pid_start", "world_size", "global_batch",
+      "allocator"};
   return names;
 }
 
@@ -461,6 +462,7 @@ RunRow read_run(const Statement& row,
     else if (name == "git_dirty") run.provenance.git_dirty = row.column_int(column) != 0;
     else if (name == "torch_version") run.provenance.torch_version = row.column_text(column);
     else if (name == "host") run.provenance.host = row.column_text(column);
+    else if (name == "allocator") run.provenance.allocator = row.column_text(column);
     else if (name == "threads") {
       if (!row.is_null(column)) run.provenance.threads = static_cast<int>(row.column_int(column));
     } else if (name == "world_size") {
@@ -646,9 +648,9 @@ namespace {
 constexpr const char* kProvenanceAssignments =
     "amptune_version = ?3, git_commit = ?4, git_dirty = ?5, torch_version = ?6, host = ?7, "
     "threads = ?8, device = ?9, command_line = ?10, claim_machine = ?11, claim_pid = ?12, "
-    "claim_pid_start = ?13, world_size = ?14, global_batch = ?15";
+    "claim_pid_start = ?13, world_size = ?14, global_batch = ?15, allocator = ?16";
 
-// Binds ?1 = now, ?2 = run id, ?3..?10 and ?14..?15 = provenance, ?11..?13 = this process as
+// Binds ?1 = now, ?2 = run id, ?3..?10 and ?14..?16 = provenance, ?11..?13 = this process as
 // the holder.
 void bind_provenance(Statement& statement, const std::string& now, int64_t run_id,
                      const Provenance& provenance) {
@@ -660,6 +662,7 @@ void bind_provenance(Statement& statement, const std::string& now, int64_t run_i
   const ProcessIdentity self = current_process();
   statement.bind(11, self.machine).bind(12, self.pid).bind(13, self.start_ticks);
   statement.bind(14, provenance.world_size).bind(15, provenance.global_batch);
+  statement.bind(16, provenance.allocator);
 }
 
 [[noreturn]] void no_such_run(const std::string& path, int64_t run_id, const std::string& action) {

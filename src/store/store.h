@@ -81,6 +81,7 @@ struct Provenance {
   // of one optimizer step over all of them (data.batch_size x world_size).
   int world_size = 1;
   int64_t global_batch = 0;
+  std::string allocator;  // the malloc of the process (allocator_name(): tcmalloc, glibc, ...)
 };
 
 struct RunRow {

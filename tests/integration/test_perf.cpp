@@ -70,6 +70,21 @@ TEST(PerfCli, TimeBreakdownAndProfileTraceAreRecorded) {
   EXPECT_NE(r.out.find("profile_steps_1-2.json"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("amp backend none (O0: fp32, no low precision)"), std::string::npos)
       << r.out;
+  // The malloc the run ran on, on its row and in `show`: the one the build linked.
+  EXPECT_EQ(runs[0].provenance.allocator, AMPTUNE_EXPECTED_ALLOCATOR);
+  EXPECT_NE(r.out.find(std::string(", malloc ") + AMPTUNE_EXPECTED_ALLOCATOR), std::string::npos)
+      << r.out;
+}
+
+// `amptune version` names the malloc the binary runs on: the build's (AMPTUNE_ALLOCATOR), or one
+// preloaded ahead of it.
+TEST(PerfCli, VersionNamesTheMallocInUse) {
+  auto r = run_amptune({"version"}, ".");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find(std::string("malloc: ") + AMPTUNE_EXPECTED_ALLOCATOR + "\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("LibTorch "), std::string::npos) << r.out;
 }
 
 TEST(PerfCli, ProfileStepsMustBeARange) {
