@@ -101,7 +101,9 @@ torch::ScalarType scalar_type(Dtype dtype) {
 
 torch::Tensor round_to_grid(const torch::Tensor& x, Dtype dtype) {
   torch::NoGradGuard no_grad;
-  if (x.scalar_type() != torch::kFloat || !x.device().is_cpu() || !x.is_contiguous() ||
+  // Any dense layout (NCHW or channels_last): empty_like keeps its strides, so element k of the
+  // buffer maps to element k.
+  if (x.scalar_type() != torch::kFloat || !x.device().is_cpu() || !x.is_non_overlapping_and_dense() ||
       !fused_rounding_available(dtype)) {
     return x.to(scalar_type(dtype)).to(x.scalar_type());
   }

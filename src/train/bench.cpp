@@ -46,7 +46,7 @@ BenchResult bench(const Config& config, int64_t steps, int64_t warmup, int threa
 
   torch::manual_seed(static_cast<uint64_t>(config.get_int("seed")));
   auto task = make_task(config);
-  task->module().to(device);
+  task->place(device);
   task->module().train();
   auto optimizer = make_optimizer(config, task->module().parameters());
   auto [fps, step_s] = timed([&](const data::Batch& batch) {

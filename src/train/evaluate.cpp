@@ -72,7 +72,7 @@ Session load_session(const Config& config, const store::RunRow& run, const store
     throw CheckpointError("epoch " + std::to_string(row.epoch) + " of run " + run.name + ": " +
                           e.what());
   }
-  session.task->module().to(device);
+  session.task->place(device);
   return session;
 }
 

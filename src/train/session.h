@@ -75,7 +75,7 @@ inline Session build_session(const Config& config, const torch::Device& device,
   Session s;
   s.task = make_task(config);
   if (initial) copy_values(s.task->module(), *initial, initial_origin);
-  s.task->module().to(device);
+  s.task->place(device);
   s.precision = &precision;
   // amp: O2/O3 weights go on the low-precision grid; the optimizer steps the fp32 masters.
   s.optimizer = make_optimizer(config, precision.attach(s.task->module()));

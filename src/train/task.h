@@ -37,6 +37,13 @@ class Task {
  public:
   virtual ~Task() = default;
   virtual torch::nn::Module& module() = 0;
+  // Moves the model to `device` in the memory format model.memory_format resolves to there
+  // (auto: channels_last on a CPU, contiguous on CUDA): every 4-d parameter and buffer. Again
+  // after loading a checkpoint, which brings the layout it was saved in.
+  void place(const torch::Device& device);
+  // A batch of images on `device` in the model's memory format (4-d inputs; others as they are).
+  torch::Tensor input(const torch::Tensor& images, const torch::Device& device) const;
+  torch::MemoryFormat memory_format() const { return memory_format_; }
   // Forward + loss of one training batch (mean over the batch).
   virtual torch::Tensor train_loss(const data::Batch& batch, const torch::Device& device) = 0;
   // Evaluation in two halves, so that the shards of a set evaluated by several processes
@@ -51,6 +58,11 @@ class Task {
   std::map<std::string, double> evaluate(data::Loader& loader, const torch::Device& device) {
     return metrics(evaluate_batches(loader, device));
   }
+
+ private:
+  friend std::unique_ptr<Task> make_task(const Config& config);
+  std::string memory_format_setting_ = "auto";  // model.memory_format
+  torch::MemoryFormat memory_format_ = torch::MemoryFormat::Contiguous;
 };
 
 // How runs of a model are judged: the metric the views and `compare` rank them by.

@@ -46,7 +46,7 @@ class RootNetTask : public Task {
   torch::Tensor train_loss(const data::Batch& batch, const torch::Device& device) override {
     auto fields = batch.fields;
     casts_.apply(fields, true);
-    auto coord = model_->forward(batch.images.to(device), fields.at("k_value").to(device));
+    auto coord = model_->forward(input(batch.images, device), fields.at("k_value").to(device));
     return models::rootnet_loss(coord, fields.at("coord").to(device), fields.at("vis").to(device),
                                 fields.at("have_depth").to(device));
   }
@@ -68,7 +68,7 @@ class RootNetTask : public Task {
       auto fields = batch->fields;
       casts_.apply(fields, false);
       const int64_t out_w = batch->images.size(3) / 4, out_h = batch->images.size(2) / 4;
-      auto coord = model_->forward(batch->images.to(device), fields.at("k_value").to(device))
+      auto coord = model_->forward(input(batch->images, device), fields.at("k_value").to(device))
                        .to(torch::kCPU, torch::kDouble);
       const int64_t b = coord.size(0);
       rec.values.reserve(1 + static_cast<size_t>(b) * kSampleValues);

@@ -21,7 +21,7 @@ class ClassificationTask : public Task {
   torch::nn::Module& module() override { return *model_; }
 
   torch::Tensor train_loss(const data::Batch& batch, const torch::Device& device) override {
-    auto images = batch.images.to(device);
+    auto images = input(batch.images, device);
     auto labels = batch.fields.at("label").to(device);
     return torch::nn::functional::cross_entropy(model_->forward(images), labels);
   }
@@ -36,7 +36,7 @@ class ClassificationTask : public Task {
       rec.index = batch->index;
       rec.skipped = batch->skipped;
       if (!batch->images.defined() || batch->images.size(0) == 0) continue;
-      auto logits = model_->forward(batch->images.to(device)).to(torch::kFloat);
+      auto logits = model_->forward(input(batch->images, device)).to(torch::kFloat);
       auto labels = batch->fields.at("label").to(device);
       const double loss_sum =
           torch::nn::functional::cross_entropy(
@@ -137,7 +137,29 @@ ModelInfo model_info(const Config& config) {
 }
 
 std::unique_ptr<Task> make_task(const Config& config) {
-  return model_entry(config.get_string("model.name")).make_task(config);
+  auto task = model_entry(config.get_string("model.name")).make_task(config);
+  task->memory_format_setting_ = config.get_string("model.memory_format");
+  return task;
+}
+
+void Task::place(const torch::Device& device) {
+  const bool channels_last = memory_format_setting_ == "channels_last" ||
+                             (memory_format_setting_ == "auto" && device.is_cpu());
+  memory_format_ = channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
+  torch::nn::Module& model = module();
+  model.to(device);
+  torch::NoGradGuard no_grad;
+  // set_data keeps each tensor's identity: the optimizer and the amp engine hold the same ones.
+  auto relayout = [this](torch::Tensor t) {
+    if (t.dim() == 4 && !t.is_contiguous(memory_format_)) t.set_data(t.contiguous(memory_format_));
+  };
+  for (auto& p : model.parameters(true)) relayout(p);
+  for (auto& b : model.buffers(true)) relayout(b);
+}
+
+torch::Tensor Task::input(const torch::Tensor& images, const torch::Device& device) const {
+  torch::Tensor x = images.to(device);
+  return x.dim() == 4 ? x.contiguous(memory_format_) : x;
 }
 
 }  // namespace amptune::train

@@ -290,7 +290,7 @@ Start restore(store::Store& store, const store::RunRow& run, const Config& confi
     try {
       auto meta = load_checkpoint(*it->checkpoint, session.task->module(), *session.optimizer,
                                   run.config_hash, &session.precision->engine());
-      session.task->module().to(device);
+      session.task->place(device);
       delete_files(store.truncate_after(run.id, it->epoch));
       log::info("run " + run.name + ": continuing after epoch " + std::to_string(meta.epoch) +
                 " (" + it->checkpoint->path + ")");
@@ -517,7 +517,7 @@ RunResult train_impl(store::Store* store, const store::RunRow& run, const RunOpt
                       h.at("fresh_scaler").get<bool>(), h.at("initial").get<bool>()};
         load_checkpoint_bytes(state, "the state rank 0 sent", session.task->module(),
                               *session.optimizer, run.config_hash, &precision.engine());
-        session.task->module().to(device);
+        session.task->place(device);
       }
     }
     const int64_t last_done = start.epoch;

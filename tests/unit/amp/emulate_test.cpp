@@ -51,6 +51,20 @@ TEST(AmpEmulation, FusedRoundingEqualsTensorConversion) {
   }
 }
 
+// channels_last activations (model.memory_format auto on a CPU) take the fused kernel too: the
+// result is the conversion's, element for element, in the input's layout.
+TEST(AmpEmulation, FusedRoundingKeepsAChannelsLastLayout) {
+  torch::manual_seed(8);
+  torch::Tensor x = (torch::randn({3, 5, 7, 9}) * 1000).contiguous(torch::MemoryFormat::ChannelsLast);
+  ASSERT_FALSE(x.is_contiguous());
+  for (Dtype dtype : {Dtype::kFp16, Dtype::kBf16}) {
+    torch::Tensor got = round_to_grid(x, dtype);
+    EXPECT_TRUE(got.is_contiguous(torch::MemoryFormat::ChannelsLast));
+    EXPECT_TRUE(torch::equal(got, x.to(scalar_type(dtype)).to(torch::kFloat)));
+    EXPECT_FALSE(torch::equal(got, x));  // values did move onto the grid
+  }
+}
+
 TEST(AmpEmulation, Fp16Facts) {
   EXPECT_EQ(fp16(1e-8f), 0.0f);  // below half the smallest subnormal: flushed
   EXPECT_TRUE(std::isinf(fp16(70000.0f)));

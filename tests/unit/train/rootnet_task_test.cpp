@@ -180,6 +180,57 @@ TEST(ModelRegistry, EveryRegisteredModelBuildsAndIsJudgedByItsMetric) {
   }
 }
 
+// model.memory_format: auto puts a CPU model's 4-d weights and its inputs in channels_last, in
+// place (the tensors the optimizer holds are the ones relaid), and a step computes what the NCHW
+// model computes up to float rounding; contiguous keeps NCHW.
+TEST(TaskLayout, AutoIsChannelsLastOnACpuAndComputesTheSame) {
+  Config c;
+  c.set("model.name", "resnet18");
+  c.set("model.width", 0.125);
+  c.set("model.num_classes", 4);
+  c.set("model.in_channels", 1);
+  c.set("model.small_input", true);
+  torch::manual_seed(0);
+  auto nhwc = make_task(c);
+  c.set("model.memory_format", "contiguous");
+  torch::manual_seed(0);
+  auto nchw = make_task(c);
+
+  auto weight = [](Task& t) { return t.module().named_parameters()["layer1.0.conv1.weight"]; };
+  const torch::Tensor held = weight(*nhwc);  // as an optimizer holds it
+  nhwc->place(torch::kCPU);
+  nchw->place(torch::kCPU);
+  EXPECT_EQ(nhwc->memory_format(), torch::MemoryFormat::ChannelsLast);
+  EXPECT_EQ(nchw->memory_format(), torch::MemoryFormat::Contiguous);
+  EXPECT_EQ(held.unsafeGetTensorImpl(), weight(*nhwc).unsafeGetTensorImpl());
+  EXPECT_TRUE(held.is_contiguous(torch::MemoryFormat::ChannelsLast));
+  EXPECT_FALSE(held.is_contiguous());
+  for (const auto& p : nhwc->module().parameters()) {
+    if (p.dim() == 4) {
+      EXPECT_TRUE(p.is_contiguous(torch::MemoryFormat::ChannelsLast));
+    }
+  }
+  for (const auto& p : nchw->module().parameters()) EXPECT_TRUE(p.is_contiguous());
+
+  data::Batch batch;
+  batch.images = torch::randn({6, 1, 16, 16});
+  batch.fields["label"] = torch::randint(0, 4, {6}, torch::kLong);
+  EXPECT_TRUE(nhwc->input(batch.images, torch::kCPU).is_contiguous(torch::MemoryFormat::ChannelsLast));
+  EXPECT_TRUE(nchw->input(batch.images, torch::kCPU).is_contiguous());
+  const auto labels = batch.fields["label"];
+  EXPECT_TRUE(nhwc->input(labels, torch::kCPU).equal(labels));  // not an image: as it is
+
+  nhwc->module().train();
+  nchw->module().train();
+  auto a = nhwc->train_loss(batch, torch::kCPU), b = nchw->train_loss(batch, torch::kCPU);
+  EXPECT_NEAR(a.item<double>(), b.item<double>(), 1e-5 * std::fabs(b.item<double>()));
+  a.backward();
+  b.backward();
+  const auto ga = weight(*nhwc).grad(), gb = weight(*nchw).grad();
+  EXPECT_TRUE(ga.is_contiguous(torch::MemoryFormat::ChannelsLast));
+  EXPECT_LT((ga - gb).abs().max().item<double>(), 1e-4 * gb.abs().max().item<double>());
+}
+
 TEST(RootNetTask, TrainsAndEvaluatesOnMupots) {
   const std::string dir = amptune::testing::scratch_dir();
   synth("muco", dir + "/MuCo", 6);
