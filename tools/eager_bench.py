@@ -60,6 +60,9 @@ def parse_args(argv):
     p.add_argument("--channels-last", action="store_true", help="torch.channels_last model/input")
     p.add_argument("--inference-mode", action="store_true",
                    help="evaluate under torch.inference_mode() instead of torch.no_grad()")
+    p.add_argument("--fold-bn", action="store_true",
+                   help="evaluate a copy with each BatchNorm folded into its convolution "
+                        "(torch.fx.experimental.optimization.fuse)")
     p.add_argument("--batch", type=int, default=0, help="0 = the workload's (128 / 8)")
     p.add_argument("--steps", type=int, default=40, help="timed training steps")
     p.add_argument("--warmup", type=int, default=5, help="untimed training steps before them")
@@ -270,6 +273,10 @@ def main(argv):
     eval_fps = None
     if val_batches is not None:
         model.eval()
+        eval_model = model
+        if a.fold_bn:
+            from torch.fx.experimental.optimization import fuse
+            eval_model = fuse(model)  # a folded copy; the trained model is left as it is
         seen = hits = 0
         sync()
         start = time.perf_counter()
@@ -279,7 +286,7 @@ def main(argv):
                     break
                 images = images.to(device, memory_format=memory_format)
                 labels = labels.to(device)
-                logits = model(images).float()
+                logits = eval_model(images).float()
                 F.cross_entropy(logits, labels, reduction="sum").item()
                 hits += int(logits.topk(min(5, logits.shape[1]), 1)[1][:, 0].eq(labels).sum())
                 seen += labels.numel()
@@ -290,7 +297,7 @@ def main(argv):
         "workload": a.workload, "device": a.device, "amp": a.amp, "batch": batch,
         "steps": a.steps, "warmup": a.warmup, "threads": a.threads,
         "channels_last": a.channels_last, "inference_mode": a.inference_mode,
-        "img_per_s": sum(fps) / len(fps), "eval_img_per_s": eval_fps,
+        "fold_bn": a.fold_bn, "img_per_s": sum(fps) / len(fps), "eval_img_per_s": eval_fps,
         "startup_s": startup_s, "final_loss": loss_value, "torch": torch.__version__,
     }
     if a.json:
