@@ -12,7 +12,8 @@
 # data/fashion-imagefolder: build/amptune data export-imagefolder --out data/fashion-imagefolder
 # --limit 2000), AMPTUNE_SET (extra --set KEY=VALUE words for amptune), AMPTUNE_ENV (VAR=VALUE
 # words set for amptune only, e.g. GLIBC_TUNABLES=glibc.malloc.trim_threshold=...), EAGER_ARGS (extra
-# arguments of eager_bench.py, e.g. --channels-last), PY (default /usr/bin/python3, which has
+# arguments of eager_bench.py, e.g. --channels-last), EAGER_ENV (VAR=VALUE words for the eager
+# script only, e.g. LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4), PY (default /usr/bin/python3, which has
 # Debian's python3-torch and python3-torchvision).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -65,7 +66,7 @@ amptune_round() {
 }
 eager_round() {
   # shellcheck disable=SC2086
-  "$PY" tools/eager_bench.py --workload "$WORKLOAD" --steps "$STEPS" --warmup "$WARMUP" \
+  env ${EAGER_ENV:-} "$PY" tools/eager_bench.py --workload "$WORKLOAD" --steps "$STEPS" --warmup "$WARMUP" \
     --threads "$THREADS" --eval-batches "$EVAL" --eval-batch "$EVAL_BATCH" \
     ${DATA:+--data "$DATA"} --json ${EAGER_ARGS:-} > "$TMP/eager$1.json"
 }
