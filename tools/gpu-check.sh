@@ -30,6 +30,7 @@ DEBS=(
   libyaml-cpp-dev libsqlite3-dev sqlite3 libssl-dev nlohmann-json3-dev
   libturbojpeg0-dev libpng-dev zlib1g-dev libboost-program-options-dev libgtest-dev
   cmake cmake-data ninja-build pkgconf pkg-config
+  libtcmalloc-minimal4  # the binary's malloc, as on the CPU (docs/PERFORMANCE.md "Allocator")
   dataset-fashion-mnist
 )
 BASE='^(libc6|libc6-dev|libgcc-s1|libstdc\+\+6|gcc-12-base|libcrypt1|debconf|dpkg|perl-base|tar|procps|libselinux1|libzstd1|liblzma5|libbz2-1.0|libtinfo6|libncursesw6|libsystemd0|init-system-helpers|libgcc-12-dev|libstdc\+\+-12-dev|g\+\+.*|gcc.*|cpp.*|binutils.*|libmd0|zlib1g|debconf-2.0|libpcre2-8-0|libcap2|libgcrypt20|libgpg-error0|liblz4-1|libudev1|libaudit1|libpam.*|mawk|base-files|sensible-utils|ucf|coreutils|lsb-base|sysvinit-utils|libcap-ng0|libaudit-common|libsemanage.*|libsepol2|libacl1|libattr1|passwd|adduser|login|libdb5.3|libsmartcols1|libmount1|libblkid1|libuuid1|libprocps8|libproc2-0|libc-dev-bin|linux-libc-dev|libcrypt-dev|libnsl-dev|libtirpc.*|rpcsvc-proto|lib(asan|tsan|lsan|ubsan|itm|atomic|quadmath|gomp)[0-9]+|perl|perl-modules-.*|libperl.*|lib.*-perl|libgdbm.*|usrmerge|usr-is-merged|install-info|libelogind0)$'
@@ -240,8 +241,10 @@ base:
              skip_steps: $((r50_steps / 4))}
   amp: {opt_level: O2, dtype: fp16, loss_scale: dynamic, backend: $native}
   device: $device
+grid:
+  model.memory_format: [channels_last, contiguous]  # the first like the eager script; auto = contiguous on CUDA
 EOF
-phase resnet50_amptune 120 "${amptune[@]}" run "$work/resnet50.yaml" --db "$r50db" --no-progress ||
+phase resnet50_amptune 240 "${amptune[@]}" run "$work/resnet50.yaml" --db "$r50db" --no-progress ||
   say "FAIL amptune ResNet-50 (resnet50_amptune.log)"
 eager=$repo/tools/eager_bench.py
 if [ -f "$eager" ]; then
@@ -346,9 +349,14 @@ for c, what in zip(runs(xdb, "xdevice"), ("GPU -> CPU", "CPU -> GPU")):
 print()
 print("ResNet-50 224 px, O2 fp16, SGD (img/s, training steps after warm-up)")
 r50 = runs(r50db, "resnet50_gpu_check")
-print(f"amptune (C++, loader incl., contiguous NCHW): "
-      f"{fmt(r50[0].get('train_fps_mean')) if r50 else '-'} img/s"
-      f"{'' if not r50 else ' (status ' + r50[0]['status'] + ')'}")
+for i, layout in enumerate(("channels_last", "contiguous NCHW")):
+    c = r50[i] if len(r50) > i else None
+    print(f"amptune (C++, loader incl., {layout}): "
+          f"{fmt(c.get('train_fps_mean')) if c else '-'} img/s"
+          f"{'' if not c else ' (status ' + c['status'] + ')'}")
+if len(r50) == 2 and r50[0].get("train_fps_mean") and r50[1].get("train_fps_mean"):
+    print(f"amptune channels_last / NCHW: {r50[0]['train_fps_mean'] / r50[1]['train_fps_mean']:.2f}x"
+          f"{' (dry run: no claim)' if dry else ''}")
 eager = None
 if os.path.exists(eager_log):
     for line in open(eager_log):
@@ -359,7 +367,8 @@ if os.path.exists(eager_log):
                 pass
 print(f"PyTorch eager AMP (channels_last, the same JPEGs, torchvision's loader): "
       f"{fmt(eager.get('img_per_s')) if eager else '-'} img/s")
-verdicts.append(bool(r50) and r50[0].get("status") == "done" and eager is not None)
+verdicts.append(len(r50) == 2 and all(c.get("status") == "done" for c in r50)
+                and eager is not None)
 print()
 print("verdict:", "PASS" if verdicts and all(verdicts) else "FAIL",
       "(dry run: the pipeline only, no GPU numbers)" if dry else "")
