@@ -36,7 +36,6 @@ CpuCaps cpu_caps_from_flags(const std::string& flags) {
   std::string flag;
   while (in >> flag) {
     if (flag == "avx512_bf16" || flag == "amx_bf16") {
-      caps.bf16 = true;
       caps.bf16_flags += (caps.bf16_flags.empty() ? "" : " ") + flag;
     }
   }
@@ -161,7 +160,7 @@ Policy resolve_policy(const Config& config, bool device_is_cuda, const CpuCaps& 
     }
     p.backend = Backend::kNative;
     p.backend_reason = "amp.backend native";
-    if (!device_is_cuda && !cpu.bf16) {
+    if (!device_is_cuda && !cpu.bf16()) {
       p.slow_backend = true;
       p.backend_reason += " on a CPU without avx512_bf16 / amx_bf16 (slow bf16 kernels; auto "
                           "would emulate)";
@@ -173,7 +172,7 @@ Policy resolve_policy(const Config& config, bool device_is_cuda, const CpuCaps& 
     p.backend = Backend::kEmulate;
     p.backend_reason = "auto: LibTorch has no CPU kernels for " + level + " " +
                        to_string(p.dtype);
-  } else if (cpu.bf16) {
+  } else if (cpu.bf16()) {
     p.backend = Backend::kNative;
     p.backend_reason = "auto: the CPU has " + cpu.bf16_flags + " (oneDNN bf16 kernels)";
   } else {

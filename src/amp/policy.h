@@ -54,8 +54,8 @@ struct Policy {
 // with the avx512_bf16 or amx_bf16 instructions; without them LibTorch 1.13's CPU bf16 autocast
 // falls back to slow kernels (docs/PERFORMANCE.md: 22x the O0 step on a Zen 3 without them).
 struct CpuCaps {
-  bool bf16 = false;
   std::string bf16_flags;  // the flags found ("avx512_bf16 amx_bf16"), "" when none
+  bool bf16() const { return !bf16_flags.empty(); }
 };
 // From the flags of /proc/cpuinfo's first processor, read once (no flags found: no bf16).
 const CpuCaps& detect_cpu();

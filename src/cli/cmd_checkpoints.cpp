@@ -1,12 +1,10 @@
 // `amptune eval`, `amptune export`, `amptune diagnose` and `amptune gc`: work on the saved
 // checkpoints of runs. No torch here (train/evaluate.h, diagnose.h, retention.h are torch-free).
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <set>
-#include <tuple>
 
 #include "cli/commands.h"
 #include "app/table.h"
@@ -202,16 +200,7 @@ int cmd_diagnose(const Invocation& inv) {
   options.threads = threads;
   const store::Diagnosis d = train::diagnose(store, run, options);
 
-  std::vector<store::DiagnosticRow> sorted = train::worst_rows(d);  // worst over the batches
-  // Overflowing rows first, forward ones in execution order (the first is where it starts),
-  // then the rest by cosine, lowest (or lost: NaN) first.
-  auto rank = [](const store::DiagnosticRow& r) {
-    const bool overflows = r.overflow_frac > 0;
-    return std::make_tuple(overflows ? 0 : 1, overflows && r.kind == "forward" ? 0 : 1,
-                           overflows ? r.seq : 0, std::isnan(r.cosine) ? -2.0 : r.cosine);
-  };
-  std::stable_sort(sorted.begin(), sorted.end(),
-                   [&](const auto& a, const auto& b) { return rank(a) < rank(b); });
+  const std::vector<store::DiagnosticRow> sorted = train::rows_by_severity(d);
   auto share = [](double v) { return std::isnan(v) ? std::string("-") : app::fixed(v * 100, 2); };
   app::Table table({"kind", "module", "dtype", "cosine", "max_abs", "max_rel", ">1e-3 %",
                     ">5e-3 %", "overflow %", "underflow %"});

@@ -123,9 +123,6 @@ struct ScaleEvent {
   std::string reason;       // "init" | "overflow" | "growth"
 };
 
-// One finished epoch, written in one transaction (epoch row, metrics, loss-scale events,
-// checkpoint). An epoch with global_step 0 is the evaluation of the initial weights of an
-// evaluation-only run (schedule.epochs: 0): no training values (NaN: NULL), no checkpoint.
 // Where an epoch's time went, in seconds (docs/PERFORMANCE.md "Time breakdown"; columns of
 // migration 10). The training steps' wall time is split into waiting for the loader, forward
 // (model + loss + loss.item()), backward (loss scaling, backward pass, unscale and overflow
@@ -143,6 +140,9 @@ struct EpochTimes {
   double inside_epoch() const { return data_wait + forward + backward + optimizer + eval; }
 };
 
+// One finished epoch, written in one transaction (epoch row, metrics, loss-scale events,
+// checkpoint). An epoch with global_step 0 is the evaluation of the initial weights of an
+// evaluation-only run (schedule.epochs: 0): no training values (NaN: NULL), no checkpoint.
 struct EpochRecord {
   int64_t run_id = 0;
   int epoch = 0;  // 0-based

@@ -10,6 +10,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "amp/emulate.h"
 #include "core/config.h"
@@ -178,6 +179,18 @@ std::vector<store::DiagnosticRow> worst_rows(const store::Diagnosis& d) {
   out.reserve(worst.size());
   for (auto& [key, row] : worst) out.push_back(std::move(row));
   return out;
+}
+
+std::vector<store::DiagnosticRow> rows_by_severity(const store::Diagnosis& d) {
+  std::vector<store::DiagnosticRow> rows = worst_rows(d);
+  auto rank = [](const store::DiagnosticRow& r) {
+    const bool overflows = r.overflow_frac > 0;
+    return std::make_tuple(overflows ? 0 : 1, overflows && r.kind == "forward" ? 0 : 1,
+                           overflows ? r.seq : 0, std::isnan(r.cosine) ? -2.0 : r.cosine);
+  };
+  std::stable_sort(rows.begin(), rows.end(),
+                   [&](const auto& a, const auto& b) { return rank(a) < rank(b); });
+  return rows;
 }
 
 std::optional<store::DiagnosticRow> first_divergence(const store::Diagnosis& d) {

@@ -58,6 +58,10 @@ struct AdviceContext {
 // errors and shares. `batch` is that of the tensor's first row. Ordered by kind, then seq.
 std::vector<store::DiagnosticRow> worst_rows(const store::Diagnosis& d);
 
+// worst_rows in the order to show them: overflowing rows first (forward ones in execution order,
+// the first being where it starts), then the rest by cosine, lowest (or lost: NaN) first.
+std::vector<store::DiagnosticRow> rows_by_severity(const store::Diagnosis& d);
+
 // The worst row (worst_rows) of the first forward tensor in execution order that departs: its
 // cosine is below d.cosine_min (or NaN), or it overflows. Unset when none does. As the view
 // first_divergence.

@@ -82,12 +82,6 @@ class Precision {
     return !skipped;
   }
 
-  // One process: backward, then step or skip.
-  bool backward_and_step(const torch::Tensor& loss, torch::optim::Optimizer& optimizer,
-                         int64_t global_step) {
-    return step(backward(loss), optimizer, global_step);
-  }
-
   // Call before an epoch's first step; `fresh` = training starts at step 0 (records the
   // initial scale).
   void begin_epoch(bool fresh, int64_t global_step) {

@@ -94,13 +94,13 @@ TEST(AmpPolicy, RefusedCombinationsNameTheKey) {
 }
 
 TEST(AmpPolicy, CpuBf16FlagsFromCpuinfo) {
-  EXPECT_FALSE(cpu_caps_from_flags("fpu sse avx2 f16c avx512f avx512bw").bf16);  // Zen 3-like
+  EXPECT_FALSE(cpu_caps_from_flags("fpu sse avx2 f16c avx512f avx512bw").bf16());  // Zen 3-like
   const CpuCaps zen4 = cpu_caps_from_flags(" fpu avx512f avx512_bf16 avx512_vnni");
-  EXPECT_TRUE(zen4.bf16);
+  EXPECT_TRUE(zen4.bf16());
   EXPECT_EQ(zen4.bf16_flags, "avx512_bf16");
   EXPECT_EQ(cpu_caps_from_flags("amx_tile avx512_bf16 amx_bf16").bf16_flags,
             "avx512_bf16 amx_bf16");
-  EXPECT_FALSE(cpu_caps_from_flags("xavx512_bf16 avx512_bf16x").bf16);  // whole words only
+  EXPECT_FALSE(cpu_caps_from_flags("xavx512_bf16 avx512_bf16x").bf16());  // whole words only
 }
 
 TEST(AmpPolicy, AutoPicksNativeBf16OnlyOnACpuWithBf16Instructions) {

@@ -112,6 +112,18 @@ TEST(DiagnoseRules, FirstDivergenceIsTheFirstModuleBelowTheThresholdOverBatches)
   EXPECT_FALSE(first_divergence(d).has_value());
 }
 
+// The CLI's table order: overflowing forward rows in execution order, other overflowing rows,
+// then the rest by cosine with lost values (NaN) first.
+TEST(DiagnoseRules, RowsBySeverity) {
+  store::Diagnosis d;
+  d.rows = {row("forward", 0, "conv1", 0.999), row("forward", 3, "layer2", 0.9, 0.1),
+            row("gradient", 0, "conv1.weight", 0.5, 0.2), row("forward", 1, "bn1", 0.95, 0.3),
+            row("forward", 2, "layer1", std::nan(""))};
+  std::vector<std::string> order;
+  for (const auto& r : rows_by_severity(d)) order.push_back(r.module);
+  EXPECT_EQ(order, (std::vector<std::string>{"bn1", "layer2", "conv1.weight", "layer1", "conv1"}));
+}
+
 TEST(DiagnoseRules, AdviceForOverflowUnderflowAndBatchNorm) {
   store::Diagnosis d;
   d.cosine_min = 0.99;

@@ -67,7 +67,7 @@ class TrainExport : public ::testing::Test {
       batch.fields["label"] = torch::randint(0, 4, {8}, torch::kLong);
       precision.zero_grad();
       auto loss = s.task->train_loss(batch, cpu);
-      precision.backward_and_step(loss, *s.optimizer, step + 1);
+      precision.step(precision.backward(loss), *s.optimizer, step + 1);
     }
     for (auto& p : s.task->module().named_parameters(true)) {
       saved.model[p.key()] = p.value().detach().clone();
