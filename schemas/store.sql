@@ -580,7 +580,9 @@ CREATE VIEW vs_initial AS
 -- scaling, the backward pass, unscale and overflow check) and optimizer (the step, masters,
 -- scaler update), and eval (the whole evaluation pass). After epoch_seconds: checkpoint (writing
 -- the checkpoint file) and db (this epoch's record transaction and retention, set right after
--- them). startup: the process's age at its first training step (NULL on later epochs).
+-- them). startup: what the run spent before its first training step in this process (the
+-- process's age for a process's first run, the time since the run began for later runs; NULL on
+-- later epochs).
 -- profile_trace: the Chrome-trace JSON of profile.steps written in this epoch (NULL if none).
 ALTER TABLE epochs ADD COLUMN data_wait_seconds REAL;
 ALTER TABLE epochs ADD COLUMN forward_seconds REAL;
@@ -617,3 +619,16 @@ CREATE VIEW epoch_times AS
 -- The malloc the training process ran on (tcmalloc, jemalloc or glibc): it moves CPU images/s
 -- by up to 4x (docs/PERFORMANCE.md "Allocator"). NULL for runs started before this migration.
 ALTER TABLE runs ADD COLUMN allocator TEXT;
+
+-- migration: 12
+-- A run's identity (runs.config_hash) no longer covers where its files go (checkpoint.*), how
+-- often things are logged, the thread and loader counts, or the paths of its data and weights;
+-- the data enter it through a fingerprint of what they hold (docs/CONFIG.md "Identity"), so the
+-- same sweep on another machine with its data elsewhere is the same set of runs. When this
+-- migration is applied the code re-hashes every run from its stored config (ids, names and
+-- lineage kept; a fork from its parent's new identity) and logs how many changed.
+-- legacy_config_hash: the identity before (checkpoints written before this migration carry it);
+-- NULL when it did not change. data_fingerprint: the fingerprint of the data the run reads (NULL
+-- for runs recorded before: the next `amptune run` of the run's cell fills it in).
+ALTER TABLE runs ADD COLUMN data_fingerprint TEXT;
+ALTER TABLE runs ADD COLUMN legacy_config_hash TEXT;

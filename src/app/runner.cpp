@@ -27,6 +27,29 @@ std::string holder_text(const store::RunRow& run) {
          (run.provenance.host.empty() ? "another host" : run.provenance.host);
 }
 
+// A run with recorded epochs continues in this process: say when its thread count differs from
+// the one it trained with, since reductions then sum in another order (not bitwise).
+void warn_if_not_bitwise(const store::RunRow& run, const store::Provenance& now) {
+  if (run.epochs_done == 0 || run.provenance.threads == now.threads) return;
+  log::warn("run " + run.name + " trained with " + std::to_string(run.provenance.threads) +
+            " threads and continues with " + std::to_string(now.threads) +
+            ": its next epochs will differ by rounding from an uninterrupted run's (set threads: " +
+            std::to_string(run.provenance.threads) + " or --threads " +
+            std::to_string(run.provenance.threads) + " for bitwise results)");
+}
+
+// A run continued outside its sweep (resume) reads the data paths it recorded: they must hold
+// the data it trained on.
+void check_same_data(const store::RunRow& run, const Config& config) {
+  if (run.data_fingerprint.empty()) return;  // recorded before fingerprints
+  const std::string now = train::data_fingerprint(config);
+  if (now == run.data_fingerprint) return;
+  throw DataError("run " + run.name + " trained on other data than its data paths hold now " +
+                  "(fingerprint " + now.substr(0, 12) + ", recorded " +
+                  run.data_fingerprint.substr(0, 12) + "; docs/CONFIG.md \"Identity\"): put " +
+                  "the data it trained on back, or run its sweep with --set pointing at them");
+}
+
 store::Provenance provenance(const SweepOptions& options, const Config& config) {
   store::Provenance p = options.provenance;
   char host[256] = {0};
@@ -66,6 +89,7 @@ store::RunRow unsaved_row(const store::RunSpec& spec) {
   row.label = spec.label;
   row.config_json = spec.config_json;
   row.config_hash = spec.config_hash;
+  row.data_fingerprint = spec.data_fingerprint;
   row.axes_json = spec.axes_json;
   return row;
 }
@@ -99,13 +123,23 @@ void for_each_config(const std::vector<Cell>& cells, F&& f) {
 
 }  // namespace
 
-store::RunSpec cell_spec(const Sweep& sweep, const Cell& cell, const Config& config) {
+std::vector<std::string> cell_hashes(const std::vector<Cell>& cells) {
+  std::vector<std::string> hashes;
+  hashes.reserve(cells.size());
+  for (const Cell& cell : cells) hashes.push_back(cell.hash);
+  return hashes;
+}
+
+store::RunSpec cell_spec(const Sweep& sweep, const Cell& cell, const Config& config,
+                         const std::string& data_fingerprint) {
   store::RunSpec spec;
   spec.sweep_name = sweep.name;
   spec.cell_index = cell.index;
   spec.label = cell.label();
   spec.config_json = config.canonical_json();
-  spec.config_hash = cell.hash;
+  spec.config_hash = run_identity(cell.hash, data_fingerprint);
+  spec.data_fingerprint = data_fingerprint;
+  spec.config_key = cell.hash;
   spec.axes_json = cell.axes.dump();
   spec.columns = train::run_columns(config);
   return spec;
@@ -125,11 +159,13 @@ Plan plan_sweep(const std::string& path, const std::vector<std::string>& sets,
   plan.shard = shard;
   if (shard) {
     // Forks are planned below from the kept cells only: a fork goes with its parent's shard.
-    plan.cells.erase(std::remove_if(plan.cells.begin(), plan.cells.end(),
-                                    [&](const Cell& cell) {
-                                      return shard_of(cell.hash, shard->n) != shard->k;
-                                    }),
-                     plan.cells.end());
+    const std::vector<int> of = plan_shards(cell_hashes(plan.cells), shard->n);
+    plan.shard_sizes = shard_sizes(of, shard->n);
+    std::vector<Cell> kept;
+    for (size_t c = 0; c < plan.cells.size(); ++c) {
+      if (of[c] == shard->k) kept.push_back(std::move(plan.cells[c]));
+    }
+    plan.cells = std::move(kept);
   }
   const Sweep& sweep = plan.sweep;
   auto cell_error = [&](const Cell& cell, const std::string& what) {
@@ -158,14 +194,13 @@ Plan plan_sweep(const std::string& path, const std::vector<std::string>& sets,
     if (data) {
       nlohmann::json key = nlohmann::json::array();
       for (const auto& k : data_axes) key.push_back(cell.value(k));
-      if (data_checked.insert(key.dump()).second) {
-        try {
-          train::check_data(config, world_size);
-        } catch (const DataError& e) {
-          throw DataError(cell_error(cell, e.what()));
-        } catch (const ConfigError& e) {
-          throw ConfigError(cell_error(cell, e.what()));
-        }
+      try {
+        if (data_checked.insert(key.dump()).second) train::check_data(config, world_size);
+        plan.fingerprints.push_back(train::data_fingerprint(config));
+      } catch (const DataError& e) {
+        throw DataError(cell_error(cell, e.what()));
+      } catch (const ConfigError& e) {
+        throw ConfigError(cell_error(cell, e.what()));
       }
     }
     // The forks of this cell: plan_fork checks their overrides (model keys, optimizer, a
@@ -174,10 +209,14 @@ Plan plan_sweep(const std::string& path, const std::vector<std::string>& sets,
     for (size_t d = 0; d < sweep.forks.size(); ++d) {
       const ForkDecl& decl = sweep.forks[d];
       if (std::find(decl.cells.begin(), decl.cells.end(), cell.index) == decl.cells.end()) continue;
-      if (!parent) parent = unsaved_row(cell_spec(sweep, cell, config));
+      if (!parent) {
+        parent = unsaved_row(
+            cell_spec(sweep, cell, config, data ? plan.fingerprints.back() : std::string()));
+      }
       for (size_t set = 0; set < decl.override_sets.size(); ++set) {
         try {
-          train::plan_fork(*parent, decl.epoch, decl.override_sets[set], decl.reset_optimizer, "");
+          train::plan_fork(*parent, decl.epoch, decl.override_sets[set], decl.reset_optimizer, "",
+                           data);
         } catch (const ConfigError& e) {
           throw ConfigError(decl.loc.prefix() + "fork of cell " + std::to_string(cell.index) +
                             ": " + e.what());
@@ -265,8 +304,14 @@ Tally run_sweep(store::Store& store, const Plan& plan, const SweepOptions& optio
   std::vector<Item> work;
   std::vector<store::RunRow> cell_runs;
   cell_runs.reserve(plan.cells.size());
+  if (plan.fingerprints.size() != plan.cells.size()) {
+    throw Error(ExitCode::kInternal, "run_sweep needs a plan whose data were read (plan_sweep "
+                                     "with data = true)");
+  }
+  size_t position = 0;
   for_each_config(plan.cells, [&](const Cell& cell, const Config& config) {
-    store::RunRow run = store.ensure_run(sweep_id, cell_spec(sweep, cell, config));
+    store::RunRow run =
+        store.ensure_run(sweep_id, cell_spec(sweep, cell, config, plan.fingerprints[position++]));
     work.push_back({run.id});
     // Forks need the parent's row; keep the rows only when there are forks.
     cell_runs.push_back(plan.forks.empty() ? store::RunRow{} : std::move(run));
@@ -350,6 +395,7 @@ Tally run_sweep(store::Store& store, const Plan& plan, const SweepOptions& optio
       }
       reported.insert(run.id);
       attempted.insert(run.id);
+      warn_if_not_bitwise(run, provenance(options, config));
       train_claimed(store, *store.find_run(run.id), options, tally);
       if (tally.rank_lost) return tally;  // the job lost a process: no run can train now
     }
@@ -387,7 +433,9 @@ Tally resume_run(store::Store& store, const store::RunRow& run, std::optional<in
   // checked before the run is claimed: a typo must not touch the run
   if (from_epoch) require_checkpoint(store, run, *from_epoch);
   const Config config = Config::from_json(run.config_json, "run " + run.name);
+  check_same_data(run, config);
   const auto prov = provenance(options, config);
+  warn_if_not_bitwise(run, prov);
   const bool finished =
       run.status == store::RunStatus::kDone || run.status == store::RunStatus::kDiverged;
   if (finished) {

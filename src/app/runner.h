@@ -40,16 +40,21 @@ struct Plan {
   std::vector<PlannedFork> forks;  // forks of the selected cells, in declaration order
   std::optional<Shard> shard;      // --shard K/N (app/shard.h)
   size_t only_cells = 0;           // cells --only selected, before --shard
+  std::vector<int> shard_sizes;    // with --shard: the cells of each shard (plan_shards)
+  // When the data were read (plan_sweep with data): the fingerprint of each cell's data
+  // (train::data_fingerprint), parallel to cells; empty otherwise.
+  std::vector<std::string> fingerprints;
 };
 
 // Reads and expands the sweep file at `path` (with --set `sets`, --only `only`) and checks every
 // planned run as `run` would before training it: config keys and values, the amp policy, cast
 // points, schedule values (train::validate_config), every fork's overrides (train::plan_fork),
 // and, when `data` is true, that each distinct data set opens (train::check_data, once per
-// distinct data.* / rootnet.* setting), and for a data-parallel job of `world_size` processes
+// distinct data.* / rootnet.* setting) and its fingerprint (Plan::fingerprints), and for a data-parallel job of `world_size` processes
 // its process group (train::check_parallel) and that every process gets a batch. Touches no
-// database. With `shard`, only the cells of that shard (shard_of their config hash) are planned,
-// each with its forks; a shard may have no cell (an empty plan, not an error). Throws ConfigError
+// database. With `shard`, only the cells of that shard (plan_shards over the cells --only
+// selected) are planned, each with its forks; a shard may have no cell (an empty plan, not an
+// error). Throws ConfigError
 // naming the file:line of the key where it can and the cell ("cell 3 (amp.opt_level=O1): ..."),
 // DataError naming the expected path, UsageError when --only matches no cell.
 // Linear in the number of cells: 100,000 cells plan in seconds (docs/PERFORMANCE.md).
@@ -57,8 +62,13 @@ Plan plan_sweep(const std::string& path, const std::vector<std::string>& sets,
                 const std::vector<std::string>& only, bool data = true, int world_size = 1,
                 const std::optional<Shard>& shard = std::nullopt);
 
-// The run spec (Store::ensure_run) of a cell: label, canonical config, hash, axes, run columns.
-store::RunSpec cell_spec(const Sweep& sweep, const Cell& cell, const Config& config);
+// The config hashes of `cells`, in their order (plan_shards' input).
+std::vector<std::string> cell_hashes(const std::vector<Cell>& cells);
+
+// The run spec (Store::ensure_run) of a cell: label, canonical config, identity (its config hash
+// with `data_fingerprint`, run_identity), axes, run columns.
+store::RunSpec cell_spec(const Sweep& sweep, const Cell& cell, const Config& config,
+                         const std::string& data_fingerprint);
 
 struct SweepOptions {
   train::RunOptions training;  // threads, progress, command line, stop after epoch

@@ -1,9 +1,9 @@
 #include "app/shard.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "core/error.h"
-#include "core/hash.h"
 
 namespace amptune::app {
 namespace {
@@ -61,11 +61,57 @@ std::optional<Shard> slurm_array_shard(const dist::GetEnv& env) {
 
 std::string Shard::text() const { return std::to_string(k) + "/" + std::to_string(n); }
 
-int shard_of(const std::string& config_hash, int n) {
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// The first 64 bits of a hex config hash (a sha256: uniformly distributed already).
+uint64_t hash_bits(const std::string& config_hash) {
+  uint64_t bits = 0;
+  for (size_t i = 0; i < 16 && i < config_hash.size(); ++i) {
+    const char c = config_hash[i];
+    const int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : 0;
+    bits = bits << 4 | static_cast<uint64_t>(digit);
+  }
+  return bits;
+}
+
+}  // namespace
+
+std::vector<int> plan_shards(const std::vector<std::string>& config_hashes, int n) {
   if (n < 1) throw UsageError("a sweep has at least 1 shard, not " + std::to_string(n));
-  const std::string digest = sha256_hex(config_hash);
-  const uint64_t bits = std::stoull(digest.substr(0, 16), nullptr, 16);
-  return static_cast<int>(bits % static_cast<uint64_t>(n));
+  // Rounds of n cells in cell order; in each round every shard gets one cell, each cell the shard
+  // it prefers most among those the round has not given one yet.
+  std::vector<size_t> load(static_cast<size_t>(n), 0);
+  std::vector<int> shard(config_hashes.size());
+  for (size_t c = 0; c < config_hashes.size(); ++c) {
+    const size_t round = c / static_cast<size_t>(n);
+    const uint64_t bits = hash_bits(config_hashes[c]);
+    int best = -1;
+    uint64_t best_score = 0;
+    for (int s = 0; s < n; ++s) {
+      if (load[static_cast<size_t>(s)] != round) continue;  // has its cell of this round
+      const uint64_t score = splitmix64(bits ^ splitmix64(static_cast<uint64_t>(s)));
+      if (best < 0 || score > best_score) {
+        best = s;
+        best_score = score;
+      }
+    }
+    ++load[static_cast<size_t>(best)];
+    shard[c] = best;
+  }
+  return shard;
+}
+
+std::vector<int> shard_sizes(const std::vector<int>& shards, int n) {
+  std::vector<int> sizes(static_cast<size_t>(std::max(n, 0)), 0);
+  for (int s : shards) ++sizes.at(static_cast<size_t>(s));
+  return sizes;
 }
 
 Shard parse_shard(const std::string& text, const dist::GetEnv& env) {

@@ -1,23 +1,29 @@
 // Shards of a sweep (`amptune run SWEEP.yaml --shard K/N`): N machines each train a disjoint part
 // of the sweep's cells into a database of their own, and `amptune merge` joins the databases.
 //
-// The partition: cell -> shard (first 64 bits of sha256(config hash)) mod N. It depends on
-// nothing but the cell's own config hash, so
-//  - every cell is in exactly one shard of N (complete and disjoint);
-//  - a cell keeps its shard when the sweep gains values or cells (another value of an axis, more
-//    seeds, a new zip entry): the cells it had are unchanged and their hashes with them, so each
-//    shard's database goes on holding its own cells and nothing is trained twice. A change that
-//    changes every cell's config (a new key in base, a new axis, another --set) makes new cells,
-//    as it does without shards. Changing N reshuffles: keep N for the life of a sweep;
+// The partition (plan_shards): the sweep's cells in cell order, in rounds of N; in each round
+// every shard gets one cell, each cell the shard it prefers most (a pseudo-random order of the N
+// shards drawn from its config hash) among those still free in the round. So
+//  - every cell is in exactly one shard of N (complete and disjoint), and shard sizes differ by
+//    at most one (8 cells on 3 shards: 3, 3, 2), after every prefix of the cells too;
+//  - a cell's shard depends only on the cells before it in cell order, N and config hashes that
+//    hold no path, thread count or checkpoint folder (docs/CONFIG.md "Identity"): --set
+//    checkpoint.dir=... per node, another thread count or data path never move a cell;
+//  - cells added after the existing ones in cell order keep every existing cell on its shard:
+//    values appended to the first axis of the sweep (the slowest-varying; axes are in file
+//    order), more seeds when repeat is the first axis, a new value of a one-axis sweep. Values
+//    appended to a later axis insert cells between existing ones and move the cells after the
+//    first insertion that no longer fall in the same round (18 % of the cells over random grids
+//    of 1-3 axes and 2-7 shards, docs/SLURM.md). Declare the axis a sweep will grow along first.
+//    Changing N reshuffles: keep N for the life of a sweep;
 //  - a fork is trained in its parent's shard (its checkpoint is there);
-//  - shards are balanced only on average (binomially: a 6-cell sweep in 3 shards may give one
-//    shard none); `amptune run --dry-run --shard K/N` lists a shard's cells.
-// K counts from 0 (Slurm array task ids minus the array's first id; Kubernetes'
-// JOB_COMPLETION_INDEX).
+//  - `amptune run --dry-run --shard K/N` lists a shard's cells, and --dry-run and `amptune slurm`
+//    print every shard's cell count.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "dist/launch.h"  // GetEnv (torch-free header)
 
@@ -29,8 +35,11 @@ struct Shard {
   std::string text() const;  // "1/3"
 };
 
-// The shard (0..n-1) of the cell with this config hash among n shards. n >= 1.
-int shard_of(const std::string& config_hash, int n);
+// The shard (0..n-1) of every cell among n shards, by the rule above: `config_hashes` are the
+// sweep's cells' Cell::hash in cell order (all cells, before --only). Throws UsageError for n < 1.
+std::vector<int> plan_shards(const std::vector<std::string>& config_hashes, int n);
+// Cells per shard of a plan_shards result with n shards.
+std::vector<int> shard_sizes(const std::vector<int>& shards, int n);
 
 // Parses --shard:
 //   "K/N"     explicit;

@@ -193,8 +193,9 @@ SlurmJob slurm_job(const Plan& plan, const SlurmOptions& options) {
   job.shards = options.shards > 0
                    ? options.shards
                    : static_cast<int>(std::clamp<size_t>(plan.cells.size(), 1, kMaxDefaultShards));
-  job.cells.assign(job.shards, 0);
-  for (const Cell& cell : plan.cells) ++job.cells[shard_of(cell.hash, job.shards)];
+  for (int size : shard_sizes(plan_shards(cell_hashes(plan.cells), job.shards), job.shards)) {
+    job.cells.push_back(static_cast<size_t>(size));
+  }
   job.array_path = options.script;
   const fs::path script(options.script);
   job.merge_path = (script.parent_path() / (script.stem().string() + ".merge.sbatch")).string();

@@ -76,7 +76,9 @@ int cmd_show(const Invocation& inv) {
   std::cout << "run " << run->id << " " << run->name << "  [" << run->label << "]\n"
             << "status " << store::to_string(run->status)
             << (run->message.empty() ? "" : " (" + run->message + ")") << "\n"
-            << "config " << run->config_hash.substr(0, 12) << "  started " << run->started_at
+            << "identity " << run->config_hash.substr(0, 12) << "  data "
+            << (run->data_fingerprint.empty() ? "-" : run->data_fingerprint.substr(0, 12))
+            << "  started " << run->started_at
             << "  finished " << (run->finished_at.empty() ? "-" : run->finished_at) << "\n";
   if (auto it = run->columns.find("backend"); it != run->columns.end()) {
     auto reason = run->columns.find("backend_reason");

@@ -67,10 +67,13 @@ std::vector<std::string> rank_args(const std::string& subcommand,
 // `--nproc N` (N != 1): starts N local ranks of this command and returns their exit code. A rank
 // of a launched job (torchrun, srun, --nproc) other than rank 0 trains the runs rank 0
 // announces. Rank 0, or a lone process, runs `command` with options.training.cluster set (null
-// alone). With `launch` false (a dry run), `command` runs alone. Throws ConfigError for an
-// incomplete launch environment, UsageError for --nproc or --workers inside a launched job.
+// alone). With `launch` false (a dry run), `command` runs alone. `check`, when given, runs in
+// this process before --nproc starts any rank, so what it refuses is said once, by one process.
+// Throws ConfigError for an incomplete launch environment, UsageError for --nproc or --workers
+// inside a launched job.
 int as_job(const std::string& subcommand, const Invocation& inv, int nproc, int workers,
-           bool launch, app::SweepOptions& options, const std::function<int()>& command) {
+           bool launch, app::SweepOptions& options, const std::function<int()>& command,
+           const std::function<void()>& check = nullptr) {
   if (!launch) return command();
   if (nproc < 1) throw UsageError("--nproc must be at least 1, got " + std::to_string(nproc));
   const dist::LaunchEnv env = dist::detect_launch();
@@ -80,6 +83,7 @@ int as_job(const std::string& subcommand, const Invocation& inv, int nproc, int 
                      "): let the launcher start the ranks");
   }
   if (nproc != 1) {
+    if (check) check();
     dist::SpawnOptions so;
     so.nproc = nproc;
     so.argv = rank_args(subcommand, inv.args);
@@ -110,12 +114,22 @@ std::vector<std::string> worker_args(const std::vector<std::string>& args) {
 }
 
 void print_dry_run(const app::Plan& plan) {
-  app::Table table({"cell", "hash", "settings"});
-  for (const Cell& c : plan.cells) {
-    table.add({std::to_string(c.index), c.hash.substr(0, 8), c.label()});
+  // The run's identity (its name's hash) when the data were read; the config hash otherwise.
+  const bool data = plan.fingerprints.size() == plan.cells.size();
+  app::Table table({"cell", data ? "run" : "config", "settings"});
+  for (size_t i = 0; i < plan.cells.size(); ++i) {
+    const Cell& c = plan.cells[i];
+    const std::string hash = data ? run_identity(c.hash, plan.fingerprints[i]) : c.hash;
+    table.add({std::to_string(c.index), hash.substr(0, 8), c.label()});
   }
   table.print(std::cout);
-  if (plan.shard) std::cout << "shard " << plan.shard->text() << ": ";
+  if (plan.shard) {
+    std::cout << "cells per shard:";
+    for (size_t k = 0; k < plan.shard_sizes.size(); ++k) {
+      std::cout << " " << k << ":" << plan.shard_sizes[k];
+    }
+    std::cout << "\nshard " << plan.shard->text() << ": ";
+  }
   std::cout << plan.cells.size() << " of " << plan.sweep.cells.size() << " cells of sweep "
             << plan.sweep.name << " checked (dry run: nothing trained or written)\n";
   if (!plan.forks.empty())
@@ -167,16 +181,19 @@ int cmd_run(const Invocation& inv) {
   app::SweepOptions options = sweep_options(opts, inv, threads, stop_after);
   options.retry_failed = opts.has("retry-failed");
   options.stale_after = stale_after;
+  if (opts.has("skip-data") && !opts.has("dry-run")) {
+    throw UsageError("--skip-data goes with --dry-run: a run needs its data");
+  }
+  // Everything is checked before the database is touched: an invalid sweep writes nothing.
+  // (A dry run with --nproc N checks what the N processes will need.)
+  auto plan_it = [&](int world_size) {
+    return app::plan_sweep(
+        sweep_path, sets, only, !opts.has("skip-data"), world_size,
+        opts.has("shard") ? std::optional(app::parse_shard(shard)) : std::nullopt);
+  };
   return as_job("run", inv, nproc, workers, !opts.has("dry-run"), options, [&] {
     const dist::Cluster* cluster = options.training.cluster;
-    // Everything is checked before the database is touched: an invalid sweep writes nothing.
-    if (opts.has("skip-data") && !opts.has("dry-run")) {
-      throw UsageError("--skip-data goes with --dry-run: a run needs its data");
-    }
-    // (a dry run with --nproc N checks what the N processes will need)
-    const app::Plan plan = app::plan_sweep(
-        sweep_path, sets, only, !opts.has("skip-data"), cluster ? cluster->size() : nproc,
-        opts.has("shard") ? std::optional(app::parse_shard(shard)) : std::nullopt);
+    const app::Plan plan = plan_it(cluster ? cluster->size() : nproc);
     if (plan.shard && opts.vm()["db"].defaulted()) {
       db = app::shard_db_path(plan.sweep.name, *plan.shard);  // one database per shard
     }
@@ -195,7 +212,7 @@ int cmd_run(const Invocation& inv) {
     log::info("results: sqlite3 -header -column " + db +
               " \"select * from run_summary where sweep = '" + plan.sweep.name + "'\"");
     return tally.exit_code();
-  });
+  }, [&] { (void)plan_it(nproc); });
 }
 
 int cmd_resume(const Invocation& inv) {

@@ -58,7 +58,10 @@ int cmd_slurm(const Invocation& inv) {
   std::cout << "wrote " << job.array_path << " (array job: " << plan.cells.size() << " cells of "
             << plan.sweep.name << " in " << job.shards << " shards"
             << (empty ? ", " + std::to_string(empty) + " of them empty" : "") << ") and "
-            << job.merge_path << " (merges them into " << o.into << ")\n";
+            << job.merge_path << " (merges them into " << o.into << ")\n"
+            << "cells per shard:";
+  for (size_t k = 0; k < job.cells.size(); ++k) std::cout << " " << k << ":" << job.cells[k];
+  std::cout << "\n";
   if (!opts.has("submit")) {
     std::cout << "submit with: jobid=$(sbatch --parsable " << job.array_path
               << ") && sbatch --dependency=afterany:$jobid " << job.merge_path << "\n";

@@ -352,7 +352,7 @@ Schema Schema::parse(std::string_view yaml_text, const std::string& origin) {
       if (!kFields.count(field.first.Scalar())) {
         fail(SourceLoc::from_mark(origin, field.first.Mark().line, field.first.Mark().column),
              "schema entry " + spec.key + " has an unknown field " + field.first.Scalar() +
-                 " (fields: type, default, doc, choices, min, max)");
+                 " (fields: type, default, doc, choices, min, max, identity)");
       }
     }
     for (const char* required : {"type", "default", "doc"}) {
@@ -393,9 +393,11 @@ Schema Schema::parse(std::string_view yaml_text, const std::string& origin) {
         spec.identity = KeySpec::Identity::kNonDefault;
       } else if (id == "never") {
         spec.identity = KeySpec::Identity::kNever;
+      } else if (id == "content" && spec.type == "string") {
+        spec.identity = KeySpec::Identity::kContent;
       } else {
-        fail(key_loc, "schema entry " + spec.key + ": identity must be always, non_default or "
-                      "never, got \"" + id + "\"");
+        fail(key_loc, "schema entry " + spec.key + ": identity must be always, non_default, "
+                      "never or content (string keys only), got \"" + id + "\"");
       }
     }
     const YAML::Node& def = body["default"];
@@ -569,17 +571,22 @@ std::vector<std::string> Config::get_string_list(const std::string& key) const {
   return typed(key, "get_string_list", "string_list").get<std::vector<std::string>>();
 }
 
+namespace {
+// root["a"]["b"] = value for the dotted key "a.b".
+void put_nested(nlohmann::json& root, const std::string& key, const nlohmann::json& value) {
+  nlohmann::json* node = &root;
+  size_t start = 0;
+  for (size_t dot = key.find('.'); dot != std::string::npos; dot = key.find('.', start)) {
+    node = &(*node)[key.substr(start, dot - start)];
+    start = dot + 1;
+  }
+  (*node)[key.substr(start)] = value;
+}
+}  // namespace
+
 nlohmann::json Config::nested() const {
   nlohmann::json root = nlohmann::json::object();
-  for (const auto& [key, value] : values_) {
-    nlohmann::json* node = &root;
-    size_t start = 0;
-    for (size_t dot = key.find('.'); dot != std::string::npos; dot = key.find('.', start)) {
-      node = &(*node)[key.substr(start, dot - start)];
-      start = dot + 1;
-    }
-    (*node)[key.substr(start)] = value;
-  }
+  for (const auto& [key, value] : values_) put_nested(root, key, value);
   return root;
 }
 
@@ -590,15 +597,31 @@ std::string Config::canonical_json() const {
 }
 
 std::string Config::hash() const {
-  Config identity(*schema_);
-  identity.values_.clear();
+  // The nested identity object built directly, without a Config copy: a 100,000-cell sweep
+  // hashes every cell.
+  nlohmann::json identity = nlohmann::json::object();
   for (const auto& [key, value] : values_) {
     const KeySpec& s = spec(key);
-    if (s.identity == KeySpec::Identity::kNever) continue;
+    if (s.identity == KeySpec::Identity::kNever || s.identity == KeySpec::Identity::kContent) {
+      continue;
+    }
     if (s.identity == KeySpec::Identity::kNonDefault && value == s.default_value) continue;
-    identity.values_.emplace(key, value);
+    put_nested(identity, key, value);
   }
-  return sha256_hex(identity.canonical_json());
+  return sha256_hex(identity.dump());
+}
+
+std::string run_identity(const std::string& config_hash, const std::string& data_fingerprint) {
+  if (data_fingerprint.empty()) return config_hash;
+  return sha256_hex(config_hash + "|data " + data_fingerprint);
+}
+
+std::string fork_identity(const std::string& config_hash, const std::string& parent_identity,
+                          int parent_epoch, bool reset_optimizer,
+                          const std::string& changed_data_fingerprint) {
+  return sha256_hex(config_hash + "|fork of " + parent_identity + " at epoch " +
+                    std::to_string(parent_epoch) + (reset_optimizer ? " reset" : "") +
+                    (changed_data_fingerprint.empty() ? "" : "|data " + changed_data_fingerprint));
 }
 
 Config Config::from_json(const std::string& json_text, const std::string& origin) {

@@ -41,9 +41,12 @@ struct KeySpec {
   std::optional<double> min, max;    // inclusive bounds for numbers (each element of lists)
   // Whether the key is part of a run's identity (Config::hash): kAlways; kNonDefault = only
   // when set to something other than its default (keys added later that change results, so
-  // existing runs keep their hash); kNever = how a run executes, not what it computes
-  // (dist.timeout_s). Schema field `identity: always | non_default | never`.
-  enum class Identity { kAlways, kNonDefault, kNever } identity = Identity::kAlways;
+  // existing runs keep their hash); kNever = how or where a run executes, not what it computes
+  // (threads, checkpoint.dir, data.workers); kContent = the key names a file or folder whose
+  // contents the run reads (data.root, model.weights): the path stays out of Config::hash and
+  // the contents enter the run's identity as a fingerprint (run_identity, data_fingerprint in
+  // train/plan.h). Schema field `identity: always | non_default | never | content`.
+  enum class Identity { kAlways, kNonDefault, kNever, kContent } identity = Identity::kAlways;
 };
 
 class Schema {
@@ -114,8 +117,10 @@ class Config {
   const std::map<std::string, nlohmann::json>& values() const { return values_; }
   nlohmann::json nested() const;       // {"optim": {"lr": 0.1}, ...}
   std::string canonical_json() const;  // nested(), sorted keys, compact: every key (stored)
-  // The identity of a run: sha256 hex of canonical_json() without the keys whose schema
-  // `identity` leaves them out (never; non_default while at the default).
+  // The identity of the config: sha256 hex of canonical_json() without the keys whose schema
+  // `identity` leaves them out (never and content; non_default while at the default). Where
+  // files go, how often things are logged and the paths of the data do not enter it; the data
+  // itself enters a run's identity through run_identity.
   std::string hash() const;
   // Reads a config stored as JSON (nested or flat); keys missing take their defaults.
   static Config from_json(const std::string& json_text, const std::string& origin);
@@ -130,6 +135,16 @@ class Config {
   const Schema* schema_;
   std::map<std::string, nlohmann::json> values_;
 };
+
+// A run's identity, runs.config_hash (docs/CONFIG.md "Identity"). A cell: its config hash with
+// the fingerprint of the data it reads ("" = no fingerprint: the config hash alone, as runs
+// recorded before fingerprints). A fork: the fork's config hash, its parent's identity, the
+// epoch it starts from and whether the optimizer restarts, plus its data fingerprint when the
+// fork reads other data than its parent (`data_changed`).
+std::string run_identity(const std::string& config_hash, const std::string& data_fingerprint);
+std::string fork_identity(const std::string& config_hash, const std::string& parent_identity,
+                          int parent_epoch, bool reset_optimizer,
+                          const std::string& changed_data_fingerprint = "");
 
 // The items with `separator` between them ("a, b, c").
 std::string join(const std::vector<std::string>& items, const std::string& separator);

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -186,7 +187,7 @@ class Merger {
       exec(in.db(), "BEGIN");  // one snapshot of the input
       merge_metric_info(in.db());
       const std::unordered_map<int64_t, int64_t> sweeps = merge_sweeps(in.db(), count);
-      merge_runs(in.db(), input, sweeps, count);
+      merge_runs(in.db(), input, sweeps, count, version);
       exec(in.db(), "COMMIT");
     });
     return count;
@@ -262,8 +263,40 @@ class Merger {
     return ids;
   }
 
+  // The identity of the input run in `select` (columns `names` from kFirst on; its parent's input
+  // id in column 1): as recorded, or for an input older than migration 12 what that migration
+  // gives it (its parent's in `identities`, filled input run by input run).
+  // Two input runs whose new identities coincide (they differed only in where they ran) keep
+  // theirs for the second, as the migration does (`taken`: "<sweep id> <identity>").
+  static std::string identity_of(const Statement& select, const std::vector<std::string>& names,
+                                 int first, int version,
+                                 std::unordered_map<int64_t, std::string>& identities,
+                                 std::set<std::string>& taken) {
+    auto column = [&](const char* name) { return first + index_of(names, name); };
+    std::string hash = select.column_text(column("config_hash"));
+    const std::string sweep = std::to_string(select.column_int(column("sweep_id"))) + " ";
+    if (version < detail::kRehashMigration) {
+      std::optional<detail::ForkOf> fork;
+      if (!select.is_null(1)) {
+        const bool reset = index_of(names, "reset_optimizer") >= 0 &&
+                           select.column_int(column("reset_optimizer")) != 0;
+        fork = detail::ForkOf{identities[select.column_int(1)],
+                              static_cast<int>(select.column_int(column("parent_epoch"))), reset};
+      }
+      std::string why_kept;
+      const std::string migrated = detail::migrated_identity(
+          select.column_text(column("config_json")), select.column_text(column("name")), fork,
+          &why_kept);
+      if (!migrated.empty() && !taken.count(sweep + migrated)) hash = migrated;
+    }
+    taken.insert(sweep + hash);
+    identities[select.column_int(0)] = hash;
+    return hash;
+  }
+
   void merge_runs(sqlite3* in, const std::string& input,
-                  const std::unordered_map<int64_t, int64_t>& sweeps, MergeCount& count) {
+                  const std::unordered_map<int64_t, int64_t>& sweeps, MergeCount& count,
+                  int version) {
     const std::vector<Column>& target = target_columns("runs");
     const std::vector<Column> input_columns = columns_of(in, "runs");
     const auto names = shared_columns(target, input_columns, {"id"});
@@ -305,6 +338,9 @@ class Merger {
     std::unordered_map<int64_t, int64_t> ids;          // every input run -> its target run
     std::vector<std::pair<int64_t, int64_t>> copied;   // input run, target run: rows to copy
     std::vector<std::pair<int64_t, int64_t>> parents;  // target run, input parent run
+    std::unordered_map<int64_t, std::string> identities;  // input run -> identity
+    std::set<std::string> taken;                          // identity_of's
+    Statement set_legacy(db_, "UPDATE runs SET legacy_config_hash = ? WHERE id = ?");
     while (select.step()) {
       Copy mine;
       mine.id = select.column_int(0);
@@ -317,7 +353,8 @@ class Merger {
       if (sweep == sweeps.end()) {
         throw StoreError(input + ": run " + mine.name + " belongs to no sweep of the file");
       }
-      find.reset().bind(1, sweep->second).bind(2, select.column_text(at("config_hash")));
+      const std::string hash = identity_of(select, names, kFirst, version, identities, taken);
+      find.reset().bind(1, sweep->second).bind(2, hash);
       std::optional<Copy> theirs;
       if (find.step()) {
         theirs =
@@ -353,7 +390,7 @@ class Merger {
       if (same_name.step()) {
         throw StoreError("run " + mine.name + " of " + input + " and a run of the same name in " +
                          path_ + " have different configurations (config hash " +
-                         select.column_text(at("config_hash")) + " vs " + same_name.column_text(0) +
+                         hash + " vs " + same_name.column_text(0) +
                          "); they cannot be merged into one file");
       }
       Statement& write = theirs ? update : insert;
@@ -362,6 +399,8 @@ class Merger {
         const int param = static_cast<int>(c) + 1;
         if (names[c] == "sweep_id") {
           write.bind(param, sweep->second);
+        } else if (names[c] == "config_hash") {
+          write.bind(param, hash);
         } else if (names[c] == "parent_run_id") {
           write.bind_null(param);  // set below, once every run of the input has its target id
         } else {
@@ -381,6 +420,9 @@ class Merger {
         write.run();
         target_id = sqlite3_last_insert_rowid(db_);
         ++count.runs_added;
+      }
+      if (hash != select.column_text(at("config_hash"))) {  // re-hashed as migration 12 does
+        set_legacy.reset().bind(1, select.column_text(at("config_hash"))).bind(2, target_id).run();
       }
       ids[mine.id] = target_id;
       origins_[target_id] = input;

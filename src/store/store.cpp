@@ -105,7 +105,7 @@ const std::set<std::string>& reserved_run_columns() {
       "threads",    "device",        "command_line",
       "parent_run_id", "parent_epoch", "fork_overrides", "fork_changes", "reset_optimizer",
       "claim_machine", "claim_pid", "claim_pid_start", "world_size", "global_batch",
-      "allocator"};
+      "allocator", "data_fingerprint", "legacy_config_hash"};
   return names;
 }
 
@@ -343,6 +343,7 @@ Store::Store(const std::string& open_path, const std::string& name) : path_(name
           if (current > latest) return;
           if (migration.version <= current) return;
           exec(db_, migration.sql);
+          if (migration.version == detail::kRehashMigration) detail::rehash_runs(db_, path_);
           Statement record(db_, "INSERT INTO schema_version (version, applied_at) VALUES (?, ?)");
           record.bind(1, migration.version).bind(2, now_utc()).run();
           current = migration.version;
@@ -449,6 +450,8 @@ RunRow read_run(const Statement& row,
     else if (name == "status") run.status = parse_status(row.column_text(column));
     else if (name == "config_json") run.config_json = row.column_text(column);
     else if (name == "config_hash") run.config_hash = row.column_text(column);
+    else if (name == "data_fingerprint") run.data_fingerprint = row.column_text(column);
+    else if (name == "legacy_config_hash") run.legacy_config_hash = row.column_text(column);
     else if (name == "axes_json") run.axes_json = row.column_text(column);
     else if (name == "epochs_done") run.epochs_done = static_cast<int>(row.column_int(column));
     else if (name == "message") run.message = row.column_text(column);
@@ -511,6 +514,22 @@ RunRow read_run(const Statement& row,
   return run;
 }
 
+// The run of `sweep_id` that `spec` identifies: the one with its identity, else a run recorded
+// before data fingerprints (migration 12) whose config hash is spec.config_key and whose data
+// are not yet known (it takes spec's fingerprint when ensure_run updates it) or are spec's.
+std::optional<int64_t> find_identity(sqlite3* db, int64_t sweep_id, const RunSpec& spec) {
+  Statement exact(db, "SELECT id FROM runs WHERE sweep_id = ? AND config_hash = ?");
+  exact.bind(1, sweep_id).bind(2, spec.config_hash);
+  if (exact.step()) return exact.column_int(0);
+  if (spec.config_key.empty() || spec.config_key == spec.config_hash) return std::nullopt;
+  Statement legacy(db,
+                   "SELECT id FROM runs WHERE sweep_id = ? AND config_hash = ? AND "
+                   "(data_fingerprint IS NULL OR data_fingerprint = ?)");
+  legacy.bind(1, sweep_id).bind(2, spec.config_key).bind(3, spec.data_fingerprint);
+  if (legacy.step()) return legacy.column_int(0);
+  return std::nullopt;
+}
+
 }  // namespace
 
 RunRow Store::ensure_run(int64_t sweep_id, const RunSpec& spec) {
@@ -558,9 +577,19 @@ RunRow Store::ensure_run(int64_t sweep_id, const RunSpec& spec) {
              " is '" + sweep_name + "'");
       }
 
-      Statement existing(db_, std::string(kRunSelect) + "WHERE r.sweep_id = ? AND r.config_hash = ?");
-      existing.bind(1, sweep_id).bind(2, spec.config_hash);
-      if (existing.step()) return read_run(existing, setting_columns_);
+      if (const std::optional<int64_t> id = find_identity(db_, sweep_id, spec)) {
+        // The same run. What it is does not change; how and where it executes may (another
+        // checkpoint.dir, thread count, a copy of the data at another path): the config this
+        // invocation planned is the one it trains with.
+        Statement update(db_,
+                         "UPDATE runs SET config_json = ?, data_fingerprint = "
+                         "COALESCE(data_fingerprint, NULLIF(?, '')) WHERE id = ?");
+        update.bind(1, spec.config_json).bind(2, spec.data_fingerprint).bind(3, *id).run();
+        Statement found(db_, std::string(kRunSelect) + "WHERE r.id = ?");
+        found.bind(1, *id);
+        found.step();
+        return read_run(found, setting_columns_);
+      }
 
       if (spec.fork) {
         Statement parent(db_, "SELECT sweep_id FROM runs WHERE id = ?");
@@ -570,8 +599,8 @@ RunRow Store::ensure_run(int64_t sweep_id, const RunSpec& spec) {
       }
       std::string columns = "sweep_id, name, cell_index, label, config_json, config_hash, "
                             "axes_json, created_at, parent_run_id, parent_epoch, fork_overrides, "
-                            "fork_changes, reset_optimizer";
-      std::string values = "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?";
+                            "fork_changes, reset_optimizer, data_fingerprint";
+      std::string values = "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, '')";
       for (const auto& setting : settings) {
         columns += ", " + quote_identifier(setting.first);
         values += ", ?";
@@ -589,7 +618,8 @@ RunRow Store::ensure_run(int64_t sweep_id, const RunSpec& spec) {
       } else {
         for (int i = 9; i <= 13; ++i) insert.bind_null(i);
       }
-      int index = 14;
+      insert.bind(14, spec.data_fingerprint);
+      int index = 15;
       for (const auto& setting : settings) {
         bind_setting(insert, index++, setting.second, declared[setting.first]);
       }

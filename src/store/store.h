@@ -55,7 +55,14 @@ struct RunSpec {
   int cell_index = 0;
   std::string label;        // Cell::label()
   std::string config_json;  // canonical nested JSON (Config::canonical_json)
-  std::string config_hash;  // sha256 hex
+  std::string config_hash;  // the run's identity (run_identity / fork_identity), sha256 hex
+  // The fingerprint of the data the run reads (train::data_fingerprint) that config_hash
+  // includes; "" when not known.
+  std::string data_fingerprint;
+  // The identity the run had before data fingerprints (Config::hash alone, migration 12): a run
+  // recorded with it and no fingerprint is this run. "" for forks, whose identity has no data
+  // part while their data are their parent's.
+  std::string config_key;
   std::string axes_json;    // {"optim.lr": 0.1}
   // Readable columns copied from the config (runs.model, runs.opt_level, ...): column -> value.
   // The values are JSON scalars/arrays as text (e.g. "0.1", "\"resnet18\"", "[17]").
@@ -94,6 +101,8 @@ struct RunRow {
   RunStatus status = RunStatus::kPending;
   std::string config_json;
   std::string config_hash;
+  std::string data_fingerprint;    // "" when not known (runs recorded before migration 12)
+  std::string legacy_config_hash;  // the identity before migration 12 re-hashed it ("" if same)
   std::string axes_json;
   int epochs_done = 0;         // number of recorded epochs (max epoch + 1), 0 when none
   std::string message;         // failure / divergence reason
@@ -129,12 +138,13 @@ struct ScaleEvent {
 // check) and the optimizer step (masters, scaler update); evaluation is the whole evaluation
 // pass. These lie inside epoch_seconds; the checkpoint write and the database write come after
 // it. db is this epoch's record_epoch + retention, written by Store::set_epoch_db_seconds once
-// they are done. startup: this process's age at its first training step (negative: not the
-// first epoch this process trained).
+// they are done. startup: what the run spent before its first training step: the process's age
+// for the first run a process trains, the time since the run began for later ones (negative:
+// not the run's first epoch in this process).
 struct EpochTimes {
   double data_wait = 0, forward = 0, backward = 0, optimizer = 0, eval = 0, checkpoint = 0;
   double db = -1;       // negative: not measured (yet)
-  double startup = -1;  // negative: not this process's first epoch
+  double startup = -1;  // negative: not the run's first epoch in this process
 
   // The measured phases inside epoch_seconds; the rest of it is the runner's own work.
   double inside_epoch() const { return data_wait + forward + backward + optimizer + eval; }
@@ -264,10 +274,12 @@ class Store {
   int64_t ensure_sweep(const std::string& name, const std::string& description,
                        const std::string& yaml_text, const std::string& source_path);
 
-  // The run of this sweep with spec.config_hash, created as pending when absent (with its
-  // run_params rows from axes_json, a JSON object). An existing row is returned unchanged: its
-  // name keeps the cell index it was created with. spec.sweep_name, when set, must be the
-  // sweep's name.
+  // The run of this sweep with spec.config_hash (or, recorded before data fingerprints, with
+  // spec.config_key and no fingerprint), created as pending when absent (with its run_params rows
+  // from axes_json, a JSON object). An existing row keeps its name (with the cell index it was
+  // created with) and status; it takes spec.config_json, which differs from its own only in how
+  // and where the run executes (schema `identity: never` and `content` keys), and
+  // spec.data_fingerprint when it had none. spec.sweep_name, when set, must be the sweep's name.
   RunRow ensure_run(int64_t sweep_id, const RunSpec& spec);
 
   std::optional<RunRow> find_run(int64_t id) const;

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -206,9 +207,15 @@ store::CheckpointFile save_checkpoint(const std::string& path, const torch::nn::
   return store::CheckpointFile{path, static_cast<int64_t>(bytes.size()), sha256_hex(bytes)};
 }
 
+std::vector<std::string> owner_hashes(const store::RunRow& run) {
+  std::vector<std::string> owners{run.config_hash};
+  if (!run.legacy_config_hash.empty()) owners.push_back(run.legacy_config_hash);
+  return owners;
+}
+
 CheckpointMeta load_checkpoint_bytes(const std::string& bytes, const std::string& path,
                                      torch::nn::Module& model, torch::optim::Optimizer& optimizer,
-                                     const std::string& expected_config_hash, amp::Engine* amp) {
+                                     const std::vector<std::string>& owners, amp::Engine* amp) {
   CheckpointMeta meta;
   try {
     // Every tensor is read onto the CPU, whatever device wrote it (a checkpoint of a GPU run
@@ -226,10 +233,11 @@ CheckpointMeta load_checkpoint_bytes(const std::string& bytes, const std::string
     meta.global_step = v.toInt();
     archive.read("meta.config_hash", v);
     meta.config_hash = v.toStringRef();
-    if (!expected_config_hash.empty() && meta.config_hash != expected_config_hash) {
+    if (!owners.empty() &&
+        std::find(owners.begin(), owners.end(), meta.config_hash) == owners.end()) {
       throw CheckpointError("checkpoint " + path + " belongs to config " +
                             meta.config_hash.substr(0, 8) + ", not to this run's " +
-                            expected_config_hash.substr(0, 8));
+                            owners.front().substr(0, 8));
     }
     torch::serialize::InputArchive model_archive, optim_archive;
     archive.read("model", model_archive);
@@ -261,7 +269,7 @@ CheckpointMeta load_checkpoint_bytes(const std::string& bytes, const std::string
 
 CheckpointMeta load_checkpoint(const store::CheckpointFile& expected, torch::nn::Module& model,
                                torch::optim::Optimizer& optimizer,
-                               const std::string& expected_config_hash, amp::Engine* amp) {
+                               const std::vector<std::string>& owners, amp::Engine* amp) {
   const std::string& path = expected.path;
   std::ifstream in(path, std::ios::binary);
   if (!in) throw CheckpointError("checkpoint " + path + " is missing or unreadable");
@@ -274,7 +282,7 @@ CheckpointMeta load_checkpoint(const store::CheckpointFile& expected, torch::nn:
   if (!expected.sha256.empty() && sha256_hex(bytes) != expected.sha256) {
     throw CheckpointError("checkpoint " + path + " does not match its recorded sha256 (corrupt)");
   }
-  return load_checkpoint_bytes(bytes, path, model, optimizer, expected_config_hash, amp);
+  return load_checkpoint_bytes(bytes, path, model, optimizer, owners, amp);
 }
 
 }  // namespace amptune::train

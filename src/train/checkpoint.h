@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
@@ -33,13 +34,18 @@ store::CheckpointFile save_checkpoint(const std::string& path, const torch::nn::
                                       const CheckpointMeta& meta,
                                       const amp::Engine* amp = nullptr);
 
+// The config hashes a checkpoint of `run` may carry (its meta.config_hash): the run's identity,
+// and the identity it had before migration 12 re-hashed it, for checkpoints written before.
+std::vector<std::string> owner_hashes(const store::RunRow& run);
+
 // Verifies size and sha256 against `expected` (skipped when expected.sha256 is empty), then loads
 // into `model` and `optimizer` and restores the CPU generator state. Throws CheckpointError naming
-// the path and the problem (missing, truncated, hash mismatch, other run's config).
-// `amp`, when given, gets its masters and scaler state back (after the model).
+// the path and the problem (missing, truncated, hash mismatch, a config hash not among `owners`
+// when that is not empty). `amp`, when given, gets its masters and scaler state back (after the
+// model).
 CheckpointMeta load_checkpoint(const store::CheckpointFile& expected, torch::nn::Module& model,
                                torch::optim::Optimizer& optimizer,
-                               const std::string& expected_config_hash,
+                               const std::vector<std::string>& owners,
                                amp::Engine* amp = nullptr);
 
 // The bytes save_checkpoint writes, and load_checkpoint's reading of them (no size / sha256
@@ -49,7 +55,7 @@ std::string checkpoint_bytes(const torch::nn::Module& model, const torch::optim:
                              const CheckpointMeta& meta, const amp::Engine* amp = nullptr);
 CheckpointMeta load_checkpoint_bytes(const std::string& bytes, const std::string& origin,
                                      torch::nn::Module& model, torch::optim::Optimizer& optimizer,
-                                     const std::string& expected_config_hash,
+                                     const std::vector<std::string>& owners,
                                      amp::Engine* amp = nullptr);
 
 // Copies the per-parameter state (momentum buffers; Adam moments and step counts) of `from` into

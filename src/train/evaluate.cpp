@@ -66,7 +66,7 @@ Session load_session(const Config& config, const store::RunRow& run, const store
                      const torch::Device& device, Precision& precision) {
   Session session = build_session(config, device, precision);
   try {
-    load_checkpoint(*row.checkpoint, session.task->module(), *session.optimizer, run.config_hash,
+    load_checkpoint(*row.checkpoint, session.task->module(), *session.optimizer, owner_hashes(run),
                     &precision.engine());
   } catch (const CheckpointError& e) {
     throw CheckpointError("epoch " + std::to_string(row.epoch) + " of run " + run.name + ": " +

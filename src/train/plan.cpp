@@ -1,6 +1,7 @@
 // What a run is, checked before anything trains (runner.h): plan_fork (a fork's spec),
 // validate_config and check_data. No training here; train_run starts a fork from its parent's
 // checkpoint (trainer.cpp start_from_parent).
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <string>
@@ -11,6 +12,7 @@
 #include "core/error.h"
 #include "core/hash.h"
 #include "data/dataset.h"
+#include "data/idx.h"
 #include "dist/group.h"
 #include "train/task.h"
 #include "train/casts.h"
@@ -110,6 +112,68 @@ void check_data(const Config& config, int world_size) {
   }
 }
 
+namespace {
+
+// A file's or folder's fingerprint, computed once per path in a process (a sweep's cells share
+// their data; the data do not change under a running process).
+std::string cached_fingerprint(const std::string& path, bool tree) {
+  static std::mutex mutex;
+  static std::map<std::string, std::string> done;
+  const std::string key = (tree ? "tree " : "file ") + path;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = done.find(key); it != done.end()) return it->second;
+  }
+  const std::string fp = tree ? fingerprint_tree(path) : fingerprint_file(path);
+  std::lock_guard<std::mutex> lock(mutex);
+  return done.emplace(key, fp).first->second;
+}
+
+}  // namespace
+
+std::string data_fingerprint(const Config& config) {
+  const bool trains = config.get_int("schedule.epochs") > 0;
+  const bool evaluates = config.get_int("schedule.eval_step_per_epoch") != 0;
+  std::string parts;  // "<what> <fingerprint>" lines, in a fixed order
+  auto add = [&](const std::string& what, const std::string& path, bool tree) {
+    parts += what + " " + cached_fingerprint(path, tree) + "\n";
+  };
+  const std::string format = config.get_string("data.format");
+  const std::string root = config.get_string("data.root");
+  for (const auto& [reads, split_key] : {std::pair{trains, "data.train_split"},
+                                         std::pair{evaluates, "data.val_split"}}) {
+    if (!reads) continue;
+    const std::string split = config.get_string(split_key);
+    if (format == "imagefolder") add(split_key, root + "/" + split, true);
+    if (format == "idx") {
+      for (const char* kind : {"images-idx3", "labels-idx1"}) {
+        add(std::string(split_key) + " " + kind, data::find_idx_file(root, split, kind), false);
+      }
+    }
+  }
+  if (format == "rootnet") {
+    std::vector<std::string> sets;
+    if (trains) sets = config.get_string_list("rootnet.train_sets");
+    const std::string test_set = config.get_string("rootnet.test_set");
+    if (evaluates) sets.push_back(test_set);
+    std::sort(sets.begin(), sets.end());
+    sets.erase(std::unique(sets.begin(), sets.end()), sets.end());
+    static const std::map<std::string, std::string> kRootKey = {
+        {"h36m", "rootnet.h36m_root"}, {"muco", "rootnet.muco_root"},
+        {"mpii", "rootnet.mpii_root"}, {"mupots", "rootnet.mupots_root"}};
+    for (const std::string& set : sets) add(set, config.get_string(kRootKey.at(set)), true);
+    const std::string boxes = config.get_string("rootnet.mupots_bbox_file");
+    if (evaluates && test_set == "mupots" && !boxes.empty()) add("mupots_bbox_file", boxes, false);
+  }
+  const std::string weights = config.get_string("model.weights");
+  if (!weights.empty()) add("model.weights", weights, false);
+  const std::string backbone = config.get_string("model.backbone_weights");
+  if (!backbone.empty() && config.get_string("model.name") == "rootnet") {
+    add("model.backbone_weights", backbone, false);  // read by RootNet only
+  }
+  return sha256_hex(parts);
+}
+
 void refuse_evaluation_only(const store::RunRow& run, const std::string& purpose) {
   if (Config::from_json(run.config_json, "run " + run.name).get_int("schedule.epochs") != 0) return;
   throw CheckpointError("run " + run.name +
@@ -122,7 +186,7 @@ void refuse_evaluation_only(const store::RunRow& run, const std::string& purpose
 
 store::RunSpec plan_fork(const store::RunRow& parent, int epoch,
                          const std::vector<std::pair<std::string, nlohmann::json>>& overrides,
-                         bool reset_optimizer, const std::string& name) {
+                         bool reset_optimizer, const std::string& name, bool read_data) {
   if (epoch < 0) throw UsageError("a fork needs an epoch >= 0, got " + std::to_string(epoch));
   refuse_evaluation_only(parent, "to fork from");
   Config config = Config::from_json(parent.config_json, "run " + parent.name);
@@ -161,8 +225,11 @@ store::RunSpec plan_fork(const store::RunRow& parent, int epoch,
   spec.sweep_name = parent.sweep_name;
   spec.cell_index = parent.cell_index;
   spec.config_json = config.canonical_json();
-  spec.config_hash = sha256_hex(config.hash() + "|fork of " + parent.config_hash + " at epoch " +
-                                std::to_string(epoch) + (reset_optimizer ? " reset" : ""));
+  spec.data_fingerprint = read_data ? data_fingerprint(config) : parent.data_fingerprint;
+  const bool other_data =
+      !parent.data_fingerprint.empty() && spec.data_fingerprint != parent.data_fingerprint;
+  spec.config_hash = fork_identity(config.hash(), parent.config_hash, epoch, reset_optimizer,
+                                   other_data ? spec.data_fingerprint : "");
   spec.label = !name.empty() ? name
                              : (parent.label.empty() ? "base" : parent.label) + " | fork@" +
                                    std::to_string(epoch) +

@@ -95,6 +95,14 @@ void check_parallel(const Config& config, int world_size);
 // the expected path and format.
 void check_data(const Config& config, int world_size = 1);
 
+// The fingerprint of the data a run of `config` reads (docs/CONFIG.md "Identity"), which enters
+// its identity (run_identity) instead of the paths: the training split when it trains, the
+// evaluation split when it evaluates (imagefolder: the split's folder; idx: its two files;
+// rootnet: the root folder of each set read, and the detector boxes file), and model.weights /
+// model.backbone_weights when set. Each file or folder is read once per process. Throws
+// DataError naming a path that is missing or unreadable.
+std::string data_fingerprint(const Config& config);
+
 // Throws CheckpointError saying that `run` is evaluation-only (schedule.epochs: 0) and has no
 // checkpoint `purpose` ("to evaluate", "to fork from"); returns for any other run.
 void refuse_evaluation_only(const store::RunRow& run, const std::string& purpose);
@@ -103,13 +111,15 @@ void refuse_evaluation_only(const store::RunRow& run, const std::string& purpose
 // config with `overrides` (key -> value, already coerced by the schema) applied. Returns the run
 // spec to pass to Store::ensure_run (same sweep and cell index as the parent; the config hash
 // mixes in parent, epoch and reset_optimizer, so the same fork asked for twice is one run).
-// `name`, when not empty, is the label; otherwise the parent's label plus the changes.
+// `name`, when not empty, is the label; otherwise the parent's label plus the changes. With
+// `read_data` the fork's data fingerprint is read (it enters the identity when the fork reads
+// other data than its parent); without, the parent's is assumed (planning without data).
 // Throws ConfigError for overrides a continued run cannot take: model.* keys, optim.name without
 // reset_optimizer, a schedule that ends at or before epoch + 1, and whatever validate_config
 // refuses (combinations apex refuses, ...); CheckpointError for an evaluation-only parent.
 store::RunSpec plan_fork(const store::RunRow& parent, int epoch,
                          const std::vector<std::pair<std::string, nlohmann::json>>& overrides,
-                         bool reset_optimizer, const std::string& name);
+                         bool reset_optimizer, const std::string& name, bool read_data = true);
 
 // Cooperative stop (SIGINT/SIGTERM): the trainer stops at the next step, the epoch in flight is
 // lost, the run goes back to pending.

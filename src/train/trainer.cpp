@@ -46,6 +46,10 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 std::atomic<bool> g_stop{false};
+// Whether this process has reached a first training step already: its first run's start-up is the
+// process's age (loading LibTorch, planning), a later run's only what that run spent before its
+// first step.
+std::atomic<bool> g_stepped{false};
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -222,7 +226,7 @@ Start start_from_parent(store::Store& store, const store::RunRow& run, const Con
   {
     Precision parent_precision(parent_config, device);  // this thread's amp policy until the end
     Session ps = build_session(parent_config, device, parent_precision);
-    load_checkpoint(*row->checkpoint, ps.task->module(), *ps.optimizer, parent->config_hash,
+    load_checkpoint(*row->checkpoint, ps.task->module(), *ps.optimizer, owner_hashes(*parent),
                     &parent_precision.engine());
     {
       auto gen = at::detail::getDefaultCPUGenerator();
@@ -289,7 +293,7 @@ Start restore(store::Store& store, const store::RunRow& run, const Config& confi
     if (options.from_epoch && it->epoch > *options.from_epoch) continue;
     try {
       auto meta = load_checkpoint(*it->checkpoint, session.task->module(), *session.optimizer,
-                                  run.config_hash, &session.precision->engine());
+                                  owner_hashes(run), &session.precision->engine());
       session.task->place(device);
       delete_files(store.truncate_after(run.id, it->epoch));
       log::info("run " + run.name + ": continuing after epoch " + std::to_string(meta.epoch) +
@@ -438,6 +442,7 @@ struct StepVote {
 // The training of one run by this process: the whole run when alone (`store` set), the
 // leader's part (`store` set, options.cluster set) or a follower's (`store` null).
 RunResult train_impl(store::Store* store, const store::RunRow& run, const RunOptions& options) {
+  const auto began = Clock::now();  // this run's start-up starts here (after the process's)
   RunResult result;
   dist::Cluster* cluster = options.cluster;
   const bool leader = store != nullptr;
@@ -516,7 +521,7 @@ RunResult train_impl(store::Store* store, const store::RunRow& run, const RunOpt
         start = Start{h.at("epoch").get<int64_t>(), h.at("global_step").get<int64_t>(),
                       h.at("fresh_scaler").get<bool>(), h.at("initial").get<bool>()};
         load_checkpoint_bytes(state, "the state rank 0 sent", session.task->module(),
-                              *session.optimizer, run.config_hash, &precision.engine());
+                              *session.optimizer, owner_hashes(run), &precision.engine());
         session.task->place(device);
       }
     }
@@ -664,7 +669,9 @@ RunResult train_impl(store::Store* store, const store::RunRow& run, const RunOpt
       while (auto batch = loader.next()) {
         lap(times.data_wait);
         if (first_epoch_here) {
-          times.startup = process_age_seconds();
+          times.startup = g_stepped.exchange(true)
+                              ? std::chrono::duration<double>(Clock::now() - began).count()
+                              : process_age_seconds();
           first_epoch_here = false;
         }
         profiler.begin_step(global_step);

@@ -393,6 +393,20 @@ TEST(Distributed, Refusals) {
   EXPECT_NE(r.err.find("dist.backend: nccl needs CUDA"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(f.db));
 
+  // An invalid config is refused by the launching process before any rank starts: said once,
+  // with no word from a rank.
+  r = run_amptune(run_args(f, {"--nproc", "2", "--set", "amp.opt_level=O1", "--set",
+                               "amp.keep_batchnorm_fp32=true"}),
+                  f.dir);
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  const std::string refusal = "keep_batchnorm_fp32";
+  const size_t first = r.err.find(refusal);
+  ASSERT_NE(first, std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find(refusal, r.err.find('\n', first)), std::string::npos)
+      << "said more than once:\n" << r.err;
+  EXPECT_EQ(r.err.find("rank"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(f.db));
+
   // A launch environment without its rendezvous.
   const pid_t pid =
       spawn_amptune(run_args(f, {}), f.dir, {{{"RANK", "0"}, {"WORLD_SIZE", "2"}}, "partial"});

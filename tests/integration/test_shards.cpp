@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/config.h"
 #include "integration/harness.h"
 #include "store/store.h"
 
@@ -60,8 +61,7 @@ TEST(Shards, ThreeShardsMergedCompareAsOneProcess) {
   Result r = run_amptune({"run", f.yaml, "--db", "results/single.sqlite", "-q"}, f.dir);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
 
-  // The shards' dry runs list disjoint cells that make up the sweep. (Which cells go where
-  // depends on the config hashes, which hold the data path of this scratch directory.)
+  // The shards' dry runs list disjoint cells that make up the sweep, two each.
   std::set<std::string> listed;
   std::vector<size_t> sizes(3);
   for (int k = 0; k < 3; ++k) {
@@ -69,8 +69,11 @@ TEST(Shards, ThreeShardsMergedCompareAsOneProcess) {
         {"run", f.yaml, "--shard", std::to_string(k) + "/3", "--dry-run", "--skip-data"}, f.dir);
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
     EXPECT_NE(r.out.find("shard " + std::to_string(k) + "/3: "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("cells per shard: 0:2 1:2 2:2"), std::string::npos) << r.out;
     for (const auto& run : store::Store(f.dir + "/results/single.sqlite").runs("tiny")) {
-      if (r.out.find(run.config_hash.substr(0, 8)) == std::string::npos) continue;
+      // Without the data the dry run prints config hashes (the identity before its data part).
+      const std::string config_hash = Config::from_json(run.config_json, run.name).hash();
+      if (r.out.find(config_hash.substr(0, 8)) == std::string::npos) continue;
       EXPECT_TRUE(listed.insert(run.name).second) << run.name << " in two shards";
       ++sizes[k];
     }
@@ -166,6 +169,60 @@ TEST(Shards, ThreeShardsMergedCompareAsOneProcess) {
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_NE(r.err.find("no file matches 'results/none-*.sqlite'"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(f.dir + "/results/x.sqlite"));
+}
+
+// A run's identity is what it computes (docs/CONFIG.md "Identity"): the same sweep run on
+// another node, with its own checkpoint folder, thread and loader counts, log interval and a copy
+// of the data at another path, continues the same runs; other data make other runs, and a resume
+// whose recorded data paths now hold other data is refused.
+TEST(Identity, WhereFilesGoAndWhereTheDataLieMakeNoNewRuns) {
+  const TinySweep f = make_tiny_sweep(quick_tiny("grid:\n  optim.lr: [0.05, 0.2]\n", 2));
+  Result r = run_amptune({"run", f.yaml, "--stop-after-epoch", "0", "-q"}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::map<std::string, int64_t> ids;  // name -> id
+  for (const auto& run : store::Store(f.db).runs("tiny")) {
+    EXPECT_EQ(run.epochs_done, 1) << run.name;
+    EXPECT_EQ(run.data_fingerprint.size(), 64u) << run.name;
+    ids[run.name] = run.id;
+  }
+  ASSERT_EQ(ids.size(), 2u);
+
+  fs::copy(f.dir + "/data", f.dir + "/copy", fs::copy_options::recursive);
+  const std::vector<std::string> elsewhere = {
+      "--set", "checkpoint.dir=" + f.dir + "/node2-ckpt", "--set", "threads=2", "--set",
+      "data.workers=0", "--set", "log.every_steps=3", "--set", "data.root=" + f.dir + "/copy"};
+  std::vector<std::string> args = {"run", f.yaml};
+  args.insert(args.end(), elsewhere.begin(), elsewhere.end());
+  r = run_amptune(args, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("trained with 1 threads and continues with 2"), std::string::npos) << r.err;
+  std::map<std::string, int64_t> after;
+  for (const auto& run : store::Store(f.db).runs("tiny")) {
+    EXPECT_EQ(run.epochs_done, 2) << run.name;  // continued from its epoch-0 checkpoint
+    EXPECT_EQ(run.status, store::RunStatus::kDone) << run.name;
+    EXPECT_NE(run.config_json.find(f.dir + "/copy"), std::string::npos) << run.config_json;
+    EXPECT_TRUE(fs::exists(f.dir + "/node2-ckpt/" + std::to_string(run.id) + "/epoch_0001.pt"))
+        << run.name;
+    after[run.name] = run.id;
+  }
+  EXPECT_EQ(after, ids);
+
+  // One label changed at the same path: other data, other runs.
+  const std::string labels = f.dir + "/copy/train-labels-idx1-ubyte";
+  std::string bytes = read_file(labels);
+  bytes.back() = static_cast<char>((bytes.back() + 1) % 4);
+  write_file(labels, bytes);
+  args.insert(args.end(), {"--stop-after-epoch", "0", "-q"});
+  r = run_amptune(args, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(store::Store(f.db).runs("tiny").size(), 4u);
+
+  // The first runs' recorded paths now hold other data than they trained on: resume refuses.
+  r = run_amptune({"resume", ids.begin()->first, "--from-epoch", "0"}, f.dir);
+  EXPECT_EQ(r.exit_code, 4) << r.out << r.err;
+  EXPECT_NE(r.err.find("trained on other data than its data paths hold now"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(store::Store(f.db).find_run(ids.begin()->first)->epochs_done, 2);
 }
 
 }  // namespace

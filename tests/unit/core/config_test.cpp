@@ -102,7 +102,10 @@ TEST(CoreConfig, NestedCanonicalJsonAndRoundTrip) {
   for (const auto& spec : Schema::builtin().keys()) {
     if (spec.identity == KeySpec::Identity::kAlways) continue;
     const auto dot = spec.key.find('.');
-    ASSERT_NE(dot, std::string::npos) << spec.key;
+    if (dot == std::string::npos) {  // a top-level key (threads)
+      identity.erase(spec.key);
+      continue;
+    }
     identity[spec.key.substr(0, dot)].erase(spec.key.substr(dot + 1));
     if (identity[spec.key.substr(0, dot)].empty()) identity.erase(spec.key.substr(0, dot));
   }
@@ -180,6 +183,31 @@ dist.sync_bn: {type: bool, default: false, identity: non_default, doc: b}
                ConfigError);
 }
 
+// `identity: content`: a path's value stays out of the hash (its contents enter the run's
+// identity through run_identity); only string keys take it.
+TEST(CoreConfig, ContentKeysLeaveTheirPathOutAndRunIdentityTakesTheData) {
+  static const Schema schema = Schema::parse(R"(
+seed: {type: int, default: 0, doc: s}
+data.root: {type: string, default: data, identity: content, doc: r}
+)",
+                                             "content");
+  Config here(schema), there(schema);
+  there.set("data.root", "/scratch/copy");
+  EXPECT_EQ(here.hash(), there.hash());
+  EXPECT_EQ(run_identity(here.hash(), ""), here.hash());  // no fingerprint: the config hash
+  EXPECT_EQ(run_identity(here.hash(), "fp"), run_identity(there.hash(), "fp"));
+  EXPECT_NE(run_identity(here.hash(), "fp"), run_identity(here.hash(), "other data"));
+  EXPECT_NE(run_identity(here.hash(), "fp"), here.hash());
+  // A fork: parent, epoch, reset and other data each make another fork.
+  const std::string fork = fork_identity(here.hash(), "parent", 3, false);
+  EXPECT_NE(fork, fork_identity(here.hash(), "other parent", 3, false));
+  EXPECT_NE(fork, fork_identity(here.hash(), "parent", 4, false));
+  EXPECT_NE(fork, fork_identity(here.hash(), "parent", 3, true));
+  EXPECT_NE(fork, fork_identity(here.hash(), "parent", 3, false, "other data"));
+  EXPECT_THROW(Schema::parse("a: {type: int, default: 0, identity: content, doc: a}", "x"),
+               ConfigError);
+}
+
 // A different valid value for `spec`, or null when none of the candidates is accepted.
 nlohmann::json other_value(const Config& config, const KeySpec& spec) {
   const nlohmann::json& d = spec.default_value;
@@ -228,7 +256,8 @@ TEST(CoreConfig, HashChangesWhenAnyValueChanges) {
     ASSERT_FALSE(other.is_null()) << "no alternative value for " << spec.key;
     Config changed = base;
     changed.set(spec.key, other);
-    if (spec.identity == KeySpec::Identity::kNever) {  // how a run executes: the same run
+    if (spec.identity == KeySpec::Identity::kNever ||
+        spec.identity == KeySpec::Identity::kContent) {  // how or where it executes: same run
       EXPECT_EQ(changed.hash(), base_hash) << spec.key << " = " << other.dump();
       continue;
     }

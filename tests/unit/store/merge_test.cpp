@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "store/migrations.h"
 #include "store/store.h"
+#include "unit/store/raw_exec.h"
 #include "support/errors.h"
 #include "support/scratch.h"
 #include "unit/store/typical_epoch.h"
@@ -24,17 +25,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using Rows = std::vector<std::vector<std::optional<std::string>>>;
-
-void raw_exec(const std::string& path, const std::string& sql) {
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK) << path;
-  char* error = nullptr;
-  const int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error);
-  const std::string message = error ? error : "";
-  sqlite3_free(error);
-  sqlite3_close(db);
-  ASSERT_EQ(rc, SQLITE_OK) << message << " in " << sql;
-}
 
 // Every row of every table of the database at `path`, in a fixed order: what "unchanged" means.
 std::map<std::string, Rows> snapshot(const std::string& path) {

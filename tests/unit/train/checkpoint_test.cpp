@@ -62,7 +62,7 @@ TEST(TrainCheckpoint, RoundTripRestoresModelOptimizerAndContinuesIdentically) {
   torch::manual_seed(2);  // different init: everything must come from the file
   Net b;
   torch::optim::Adam opt_b(b.parameters(), torch::optim::AdamOptions(0.01));
-  auto meta = load_checkpoint(file, b, opt_b, "cfg");
+  auto meta = load_checkpoint(file, b, opt_b, {"cfg"});
   EXPECT_EQ(meta.epoch, 4);
   EXPECT_EQ(meta.global_step, 3);
   expect_equal_modules(a, b);
@@ -85,7 +85,7 @@ TEST(TrainCheckpoint, SgdMomentumSurvives) {
   torch::optim::SGD opt_b(b.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
   train_some(a, opt_a, 2);
   auto file = save_checkpoint(d + "/s.pt", a, opt_a, CheckpointMeta{0, 2, "h"});
-  load_checkpoint(file, b, opt_b, "h");
+  load_checkpoint(file, b, opt_b, {"h"});
   train_some(a, opt_a, 2);
   train_some(b, opt_b, 2);
   expect_equal_modules(a, b);
@@ -110,7 +110,7 @@ TEST(TrainCheckpoint, MovesBetweenCpuAndCuda) {
   Net gpu_net;
   gpu_net.to(cuda);
   torch::optim::SGD gpu_opt(gpu_net.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
-  load_checkpoint(from_cpu, gpu_net, gpu_opt, "h");
+  load_checkpoint(from_cpu, gpu_net, gpu_opt, {"h"});
   for (const auto& p : gpu_net.parameters()) EXPECT_TRUE(p.is_cuda());
   for (const auto& b : gpu_net.buffers()) EXPECT_TRUE(b.is_cuda());
   EXPECT_TRUE(momentum_device(gpu_opt).is_cuda());
@@ -125,7 +125,7 @@ TEST(TrainCheckpoint, MovesBetweenCpuAndCuda) {
   Net cpu_again;
   torch::optim::SGD cpu_again_opt(cpu_again.parameters(),
                                   torch::optim::SGDOptions(0.1).momentum(0.9));
-  load_checkpoint(from_gpu, cpu_again, cpu_again_opt, "h");
+  load_checkpoint(from_gpu, cpu_again, cpu_again_opt, {"h"});
   for (const auto& p : cpu_again.parameters()) EXPECT_FALSE(p.is_cuda());
   EXPECT_FALSE(momentum_device(cpu_again_opt).is_cuda());
   for (auto& p : gpu_net.named_parameters()) {
@@ -142,7 +142,7 @@ TEST(TrainCheckpoint, MissingTruncatedCorruptAndForeignFilesAreErrors) {
   auto expect_error = [&](const store::CheckpointFile& f, const std::string& hash,
                           const std::string& needle) {
     try {
-      load_checkpoint(f, a, opt, hash);
+      load_checkpoint(f, a, opt, {hash});
       ADD_FAILURE() << "no error for " << needle;
     } catch (const CheckpointError& e) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();

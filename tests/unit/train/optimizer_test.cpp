@@ -303,7 +303,7 @@ void expect_checkpoint_carries_over(const Config& config, bool first_fused, cons
   auto net_b = std::make_shared<Net>();
   auto opt_b = make_optimizer(config, net_b->parameters(), !first_fused);
   ASSERT_EQ(is_fused(*opt_b), !first_fused);
-  load_checkpoint(file, *net_b, *opt_b, "h");
+  load_checkpoint(file, *net_b, *opt_b, {"h"});
   EXPECT_EQ(opt_b->state().size(), opt_a->state().size());
   run_steps(*opt_b, net_b->parameters(), seq, kSteps / 2, kSteps);
 
