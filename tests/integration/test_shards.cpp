@@ -225,5 +225,55 @@ TEST(Identity, WhereFilesGoAndWhereTheDataLieMakeNoNewRuns) {
   EXPECT_EQ(store::Store(f.db).find_run(ids.begin()->first)->epochs_done, 2);
 }
 
+// A database the release before migration 12 wrote (tests/fixtures/schema11/README.md): opened by
+// this binary its runs are re-hashed, keep their ids, names and lineage, the interrupted cell
+// continues from its old checkpoint exactly as a fresh run of the cell trains, the finished one
+// is skipped, asking for the same fork finds it, and its old checkpoints evaluate.
+TEST(Identity, ADatabaseOfThePreviousReleaseContinuesWithItsRunsAndCheckpoints) {
+  const std::string dir = scratch_dir("schema11");
+  fs::copy(std::string(AMPTUNE_FIXTURE_DIR) + "/schema11", dir, fs::copy_options::recursive);
+  const std::string db = dir + "/results/amptune.sqlite";
+  Result r = run_amptune({"run", "sweep.yaml"}, dir);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("migration 12 re-hashed 3 of 3 runs"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("1 trained, 1 skipped"), std::string::npos) << r.err;
+  {
+    store::Store store(db);
+    const auto runs = store.runs("legacy");
+    ASSERT_EQ(runs.size(), 3u);
+    for (const auto& run : runs) {
+      EXPECT_EQ(run.status, store::RunStatus::kDone) << run.name;
+      EXPECT_EQ(run.epochs_done, 2) << run.name;
+      EXPECT_FALSE(run.legacy_config_hash.empty()) << run.name;
+    }
+    EXPECT_EQ(store.find_run("legacy/0-f58bf14a")->id, 1);
+    EXPECT_EQ(store.find_run("legacy/1-d159a863")->id, 2);
+    const store::RunRow fork = *store.find_run("legacy/0-6c396737");
+    ASSERT_TRUE(fork.fork);
+    EXPECT_EQ(fork.fork->parent_run_id, 1);
+    EXPECT_EQ(store.find_run(1)->data_fingerprint.size(), 64u);  // the cells met their data
+  }
+  // Run 2's epoch 1 continued from the old release's checkpoint of epoch 0: as a fresh run.
+  r = run_amptune({"run", "sweep.yaml", "--only", "optim.lr=0.2", "--db", "results/fresh.sqlite",
+                   "-q"},
+                  dir);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto resumed = epochs_of(db, "legacy/1-d159a863");
+  const auto fresh = epochs_of(dir + "/results/fresh.sqlite", "1");
+  ASSERT_EQ(resumed.size(), 2u);
+  ASSERT_EQ(fresh.size(), 2u);
+  EXPECT_EQ(resumed[1].train_loss, fresh[1].train_loss);
+  EXPECT_EQ(resumed[1].metrics.at("acc1"), fresh[1].metrics.at("acc1"));
+
+  // The same fork again is the migrated one; its old checkpoint evaluates to what it recorded.
+  r = run_amptune({"fork", "legacy/0-f58bf14a", "--epoch", "0", "--set", "optim.lr=0.01"}, dir);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("fork legacy/0-6c396737 is already done"), std::string::npos) << r.out;
+  const double recorded = epochs_of(db, "3").back().metrics.at("acc1");
+  r = run_amptune({"eval", "3", "--epoch", "1", "-q"}, dir);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(epochs_of(db, "3").back().metrics.at("acc1"), recorded);
+}
+
 }  // namespace
 }  // namespace amptune::testing
