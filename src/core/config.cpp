@@ -596,19 +596,64 @@ std::string Config::canonical_json() const {
   return nested().dump();
 }
 
+namespace {
+
+bool in_identity(const KeySpec& s, const nlohmann::json& value) {
+  if (s.identity == KeySpec::Identity::kNever || s.identity == KeySpec::Identity::kContent) {
+    return false;
+  }
+  return s.identity != KeySpec::Identity::kNonDefault || value != s.default_value;
+}
+
+}  // namespace
+
 std::string Config::hash() const {
-  // The nested identity object built directly, without a Config copy: a 100,000-cell sweep
-  // hashes every cell.
+  // The nested identity object built directly, without a Config copy.
   nlohmann::json identity = nlohmann::json::object();
   for (const auto& [key, value] : values_) {
-    const KeySpec& s = spec(key);
-    if (s.identity == KeySpec::Identity::kNever || s.identity == KeySpec::Identity::kContent) {
-      continue;
-    }
-    if (s.identity == KeySpec::Identity::kNonDefault && value == s.default_value) continue;
-    put_nested(identity, key, value);
+    if (in_identity(spec(key), value)) put_nested(identity, key, value);
   }
   return sha256_hex(identity.dump());
+}
+
+std::optional<HashTemplate> Config::hash_template(const std::vector<std::string>& keys) const {
+  // The identity text with a unique marker string as each key's value, cut at the markers.
+  nlohmann::json identity = nlohmann::json::object();
+  std::map<std::string, size_t> slot_of;
+  for (size_t k = 0; k < keys.size(); ++k) {
+    const KeySpec& s = spec(keys[k]);
+    if (s.identity == KeySpec::Identity::kNonDefault) return std::nullopt;
+    if (in_identity(s, s.default_value)) slot_of[keys[k]] = k;
+  }
+  for (const auto& [key, value] : values_) {
+    const auto slot = slot_of.find(key);
+    if (slot != slot_of.end()) {
+      put_nested(identity, key, "\x01" "amptune slot " + std::to_string(slot->second) + "\x01");
+    } else if (in_identity(spec(key), value)) {
+      put_nested(identity, key, value);
+    }
+  }
+  const std::string text = identity.dump();
+  HashTemplate t;
+  static const std::string kOpen = "\"\\u0001amptune slot ", kClose = "\\u0001\"";
+  size_t from = 0;
+  for (size_t at; (at = text.find(kOpen, from)) != std::string::npos;) {
+    const size_t end = text.find(kClose, at);
+    t.pieces_.push_back(text.substr(from, at - from));
+    t.slots_.push_back(std::stoul(text.substr(at + kOpen.size(), end - at - kOpen.size())));
+    from = end + kClose.size();
+  }
+  t.pieces_.push_back(text.substr(from));
+  return t;
+}
+
+std::string HashTemplate::hash(const std::vector<const nlohmann::json*>& values) const {
+  std::string text = pieces_[0];
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    text += values.at(slots_[i])->dump();
+    text += pieces_[i + 1];
+  }
+  return sha256_hex(text);
 }
 
 std::string run_identity(const std::string& config_hash, const std::string& data_fingerprint) {

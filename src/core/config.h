@@ -88,6 +88,21 @@ class Schema {
   std::map<std::string, size_t> index_;
 };
 
+// Config::hash of configs that differ only in the values of a fixed set of keys (the cells of a
+// sweep), without building and printing each one's JSON: the canonical identity text with the
+// keys' values cut out, and the values spliced back in per config (Config::hash_template).
+class HashTemplate {
+ public:
+  // The hash of the config whose values of the template's keys are `values`, in the keys'
+  // order; equal to that config's hash().
+  std::string hash(const std::vector<const nlohmann::json*>& values) const;
+
+ private:
+  friend class Config;
+  std::vector<std::string> pieces_;  // text around the values: pieces_.size() = slots_ + 1
+  std::vector<size_t> slots_;        // which key's value goes after pieces_[i]
+};
+
 class Config {
  public:
   Config();  // every key of Schema::builtin() at its default
@@ -122,6 +137,9 @@ class Config {
   // files go, how often things are logged and the paths of the data do not enter it; the data
   // itself enters a run's identity through run_identity.
   std::string hash() const;
+  // A template for hash() of this config with other values of `keys`; nullopt when one of them
+  // is `identity: non_default` (whether it enters the hash depends on its value).
+  std::optional<HashTemplate> hash_template(const std::vector<std::string>& keys) const;
   // Reads a config stored as JSON (nested or flat); keys missing take their defaults.
   static Config from_json(const std::string& json_text, const std::string& origin);
   static Config from_json(const std::string& json_text, const std::string& origin,

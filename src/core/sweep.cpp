@@ -580,6 +580,13 @@ Sweep parse_sweep(const std::string& yaml_text, const std::string& origin,
   Config work = sweep.base;
   std::unordered_map<std::string, size_t> by_hash;
   by_hash.reserve(total);
+  // Every cell's hash from one template of the base (the keys the axes set), with the cell's
+  // values spliced in: most of a large sweep's planning time was building and printing each
+  // cell's identity JSON (docs/PERFORMANCE.md "Planning large sweeps").
+  std::vector<std::string> axis_keys;
+  for (const Axis& axis : axes) axis_keys.insert(axis_keys.end(), axis.keys.begin(), axis.keys.end());
+  const std::optional<HashTemplate> hash_template = work.hash_template(axis_keys);
+  std::vector<const nlohmann::json*> axis_values(axis_keys.size());
   for (size_t n = 0; n < total; ++n) {
     Cell cell;
     cell.base = shared_base;
@@ -610,7 +617,12 @@ Sweep parse_sweep(const std::string& yaml_text, const std::string& origin,
     }
     if (excluded) continue;
     cell.index = static_cast<int>(sweep.cells.size());
-    cell.hash = work.hash();
+    if (hash_template) {
+      for (size_t k = 0; k < axis_keys.size(); ++k) axis_values[k] = &work.at(axis_keys[k]);
+      cell.hash = hash_template->hash(axis_values);
+    } else {
+      cell.hash = work.hash();
+    }
     auto [it, inserted] = by_hash.emplace(cell.hash, sweep.cells.size());
     if (!inserted) {
       fail(SourceLoc{origin}, "duplicate cell: cells " + std::to_string(it->second) + " (" +

@@ -265,6 +265,33 @@ TEST(CoreConfig, HashChangesWhenAnyValueChanges) {
   }
 }
 
+// The sweep's fast path: hashes spliced from a template equal hash() for every value.
+TEST(CoreConfig, HashTemplateGivesHashOfEveryValue) {
+  Config config;
+  config.set("model.name", "resnet18");
+  const std::vector<std::string> keys = {"optim.lr", "seed", "model.name", "casts.int32",
+                                         "checkpoint.dir", "data.root", "amp.loss_scale"};
+  const std::optional<HashTemplate> t = config.hash_template(keys);
+  ASSERT_TRUE(t);
+  const std::vector<std::vector<nlohmann::json>> rows = {
+      {0.1, 0, "resnet18", nlohmann::json::array(), "", "data", "dynamic"},
+      {1e-8, 7, "resnet50 \"quoted\" \u00e9", {"k_value", "bbox"}, "/x", "/y", 128.0},
+      {2.5, 123456789, "rootnet", {"cam_param"}, "a\nb", "c", "dynamic"}};
+  std::set<std::string> seen;
+  for (const auto& row : rows) {
+    std::vector<const nlohmann::json*> values;
+    for (size_t k = 0; k < keys.size(); ++k) {
+      config.set(keys[k], row[k]);
+      values.push_back(&config.at(keys[k]));
+    }
+    EXPECT_EQ(t->hash(values), config.hash()) << nlohmann::json(row).dump();
+    seen.insert(t->hash(values));
+  }
+  EXPECT_EQ(seen.size(), rows.size());
+  // A non_default key's presence depends on its value: no template.
+  EXPECT_FALSE(config.hash_template({"optim.lr", "amp.fp32_modules"}));
+}
+
 TEST(CoreConfig, SpellingOfANumberDoesNotChangeTheHash) {
   Config a, b, c;
   a.set_yaml("optim.lr", "1", SourceLoc{});
