@@ -15,6 +15,31 @@ namespace amptune::testing {
 namespace {
 namespace fs = std::filesystem;
 
+// In a sweep process, a later run's start-up is what it spent before its first step, not the
+// process's age (which holds the earlier runs' whole training).
+TEST(PerfCli, ALaterRunOfASweepIsNotChargedTheEarlierRunsTraining) {
+  TinyOptions o = quick_tiny("grid:\n  optim.lr: [0.05, 0.1]\n", 3);
+  o.name = "startup";
+  o.train_n = 512;  // 32 steps per epoch: the first run trains far longer than any start-up
+  TinySweep f = make_tiny_sweep(o);
+  const auto r = run_amptune({"run", f.yaml, "--db", f.db, "-q"}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  store::Store s(f.db);
+  const auto runs = s.runs("startup");
+  ASSERT_EQ(runs.size(), 2u);
+  const auto first = s.epochs(runs[0].id), second = s.epochs(runs[1].id);
+  ASSERT_EQ(first.size(), 3u);
+  ASSERT_EQ(second.size(), 3u);
+  ASSERT_TRUE(first[0].times && second[0].times);
+  double first_training = 0;
+  for (const auto& e : first) first_training += e.epoch_seconds;
+  EXPECT_GT(first[0].times->startup, 0);
+  EXPECT_GT(second[0].times->startup, 0);
+  EXPECT_LT(second[0].times->startup, first_training)
+      << "the second run's start-up holds the first run's training";
+  EXPECT_LT(second[1].times->startup, 0);  // on its first epoch only
+}
+
 TEST(PerfCli, TimeBreakdownAndProfileTraceAreRecorded) {
   TinyOptions o = quick_tiny("", 2);  // 64 images, batch 16: 4 steps per epoch
   o.name = "perf";
