@@ -3,15 +3,25 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "core/log.h"
+
 namespace amptune::app {
 
 void Table::print(std::ostream& out) const {
+  // Cells come from databases and sweep files: printed with control characters escaped.
+  std::vector<std::vector<std::string>> rows;
+  rows.reserve(rows_.size());
+  for (const auto& r : rows_) {
+    std::vector<std::string> row;
+    for (const auto& cell : r) row.push_back(log::printable(cell));
+    rows.push_back(std::move(row));
+  }
   std::vector<size_t> width(header_.size(), 0);
   auto measure = [&](const std::vector<std::string>& row) {
     for (size_t i = 0; i < row.size() && i < width.size(); ++i) width[i] = std::max(width[i], row[i].size());
   };
   measure(header_);
-  for (auto& r : rows_) measure(r);
+  for (auto& r : rows) measure(r);
   auto line = [&](const std::vector<std::string>& row) {
     for (size_t i = 0; i < width.size(); ++i) {
       const std::string cell = i < row.size() ? row[i] : "";
@@ -21,7 +31,7 @@ void Table::print(std::ostream& out) const {
     out << '\n';
   };
   line(header_);
-  for (auto& r : rows_) line(r);
+  for (auto& r : rows) line(r);
 }
 
 std::string fixed(double value, int decimals) {

@@ -120,7 +120,7 @@ int cmd_eval(const Invocation& inv) {
     if (!r.not_recorded.empty()) ++unstored;
     table.add(row);
   }
-  std::cout << "run " << run.id << " " << run.name << "\n";
+  std::cout << "run " << run.id << " " << log::printable(run.name) << "\n";
   table.print(std::cout);
   for (auto& r : results) {
     if (!r.error.empty()) std::cerr << "amptune eval: epoch " << r.epoch << ": " << r.error << "\n";
@@ -210,7 +210,7 @@ int cmd_diagnose(const Invocation& inv) {
                value_text(r.max_abs_err), value_text(r.max_rel_err), share(r.frac_rel_err_1e3),
                share(r.frac_rel_err_5e3), share(r.overflow_frac), share(r.underflow_frac)});
   }
-  std::cout << "run " << run.name << ", "
+  std::cout << "run " << log::printable(run.name) << ", "
             << (d.epoch >= 0 ? "epoch " + std::to_string(d.epoch) : std::string("initial weights"))
             << ": " << d.rows.size() << " comparisons on " << d.batches << " batch(es) against "
             << d.against << ", loss scale " << value_text(d.loss_scale) << ", "

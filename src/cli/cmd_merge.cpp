@@ -70,11 +70,17 @@ int cmd_merge(const Invocation& inv) {
     unchanged += in.runs_unchanged;
     epochs += in.epochs;
   }
-  for (const auto& c : report.conflicts) std::cout << conflict_text(c) << "\n";
+  for (const auto& c : report.conflicts) std::cout << log::printable(conflict_text(c)) << "\n";
   std::cout << "merged " << report.inputs.size() << " databases into " << into << ": " << added
             << " runs added, " << replaced << " replaced, " << kept << " kept, " << unchanged
             << " already there; " << epochs << " epochs, " << report.conflicts.size()
             << " conflicts\n";
+  if (report.foreign_checkpoints > 0) {
+    log::warn(std::to_string(report.foreign_checkpoints) +
+              " recorded checkpoint paths lie outside their run's own checkpoint folder (e.g. " +
+              report.first_foreign +
+              "): merged as deleted, so nothing loads or deletes them; their metrics are kept");
+  }
   if (report.missing_checkpoints > 0) {
     log::warn(std::to_string(report.missing_checkpoints) + " of " +
               std::to_string(report.checkpoints) +

@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "store/store.h"
+#include "core/log.h"
 
 namespace amptune::cli {
 namespace {
@@ -73,9 +74,10 @@ int cmd_show(const Invocation& inv) {
   store::Store store = open_existing(db);
   auto run = store.find_run(run_ref);
   if (!run) throw UsageError("no run '" + run_ref + "' in " + db);
-  std::cout << "run " << run->id << " " << run->name << "  [" << run->label << "]\n"
+  std::cout << "run " << run->id << " " << log::printable(run->name) << "  ["
+            << log::printable(run->label) << "]\n"
             << "status " << store::to_string(run->status)
-            << (run->message.empty() ? "" : " (" + run->message + ")") << "\n"
+            << (run->message.empty() ? "" : " (" + log::printable(run->message) + ")") << "\n"
             << "identity " << run->config_hash.substr(0, 12) << "  data "
             << (run->data_fingerprint.empty() ? "-" : run->data_fingerprint.substr(0, 12))
             << "  started " << run->started_at
@@ -90,7 +92,7 @@ int cmd_show(const Invocation& inv) {
   }
   if (!run->provenance.host.empty()) {
     const store::Provenance& p = run->provenance;
-    std::cout << "ran on " << p.host << " (" << p.device << ", " << p.threads << " threads"
+    std::cout << "ran on " << log::printable(p.host) << " (" << p.device << ", " << p.threads << " threads"
               << (p.world_size > 1 ? ", " + std::to_string(p.world_size) + " processes" : "")
               << "), amptune " << p.amptune_version << ", LibTorch " << p.torch_version
               << (p.allocator.empty() ? "" : ", malloc " + p.allocator) << "\n";

@@ -241,7 +241,7 @@ int cmd_resume(const Invocation& inv) {
       throw UsageError("no run '" + run_ref + "' in " + db + " (see amptune list --db " + db + ")");
     const app::Tally tally = app::resume_run(
         store, *run, from_epoch >= 0 ? std::optional<int>(from_epoch) : std::nullopt, options);
-    if (!tally.note.empty()) std::cout << tally.note << "\n";
+    if (!tally.note.empty()) std::cout << log::printable(tally.note) << "\n";
     return tally.exit_code();
   });
 }
@@ -281,7 +281,7 @@ int cmd_fork(const Invocation& inv) {
     }
     const app::Tally tally =
         app::fork_run(store, *parent, epoch, overrides, opts.has("reset-optimizer"), name, options);
-    if (!tally.note.empty()) std::cout << tally.note << "\n";
+    if (!tally.note.empty()) std::cout << log::printable(tally.note) << "\n";
     return tally.exit_code();
   });
 }

@@ -7,6 +7,7 @@
 #include "app/status.h"
 #include "app/table.h"
 #include "cli/commands.h"
+#include "core/log.h"
 
 namespace amptune::cli {
 namespace {
@@ -36,7 +37,7 @@ std::string eta_text(const app::RunningRun& run) {
 
 void print_sweep(const app::SweepStatus& sweep, std::ostream& out) {
   auto count = [&](store::RunStatus status) { return sweep.counts.at(status); };
-  out << "sweep " << sweep.sweep << ": " << sweep.runs << " runs: done "
+  out << "sweep " << log::printable(sweep.sweep) << ": " << sweep.runs << " runs: done "
       << count(store::RunStatus::kDone) << ", running " << count(store::RunStatus::kRunning)
       << ", pending " << count(store::RunStatus::kPending) << ", failed "
       << count(store::RunStatus::kFailed) << ", diverged " << count(store::RunStatus::kDiverged)

@@ -26,6 +26,9 @@ auto guarded(const std::string& path, const std::string& action, F&& f) -> declt
   }
 }
 
+// Now as ISO-8601 UTC text with milliseconds (the database's timestamps).
+std::string now_utc();
+
 // Whether the main schema of `db` has that table.
 bool table_exists(sqlite3* db, const std::string& name);
 // The highest version recorded in schema_version; 0 without that table.

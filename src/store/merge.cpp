@@ -7,6 +7,10 @@
 // input of an older schema merges too.
 #include <sqlite3.h>
 
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -172,6 +176,48 @@ class ChildCopier {
   int run_column_;
 };
 
+// An absolute, lexically normal spelling of `path` (relative to the working directory).
+std::string absolute_normal(const std::string& path) {
+  std::error_code ec;
+  const fs::path absolute = fs::absolute(path, ec);
+  return (ec ? fs::path(path) : absolute).lexically_normal().string();
+}
+
+// The folders an input run's checkpoints may lie in: <checkpoint.dir>/<run id> from its config,
+// and <input dir>/checkpoints/<input stem>/<run id> (train::default_checkpoint_root's rule).
+std::vector<std::string> own_checkpoint_dirs(const std::string& input, int64_t run_id,
+                                             const std::string& config_json) {
+  const std::string id = std::to_string(run_id);
+  const fs::path db(input);
+  std::vector<std::string> dirs = {
+      absolute_normal((db.parent_path() / "checkpoints" / db.stem() / id).string())};
+  const nlohmann::json config = nlohmann::json::parse(config_json, nullptr, false);
+  if (config.is_object() && config.contains("checkpoint") && config["checkpoint"].is_object()) {
+    const nlohmann::json& dir = config["checkpoint"].value("dir", nlohmann::json());
+    if (dir.is_string() && !dir.get<std::string>().empty()) {
+      dirs.push_back(absolute_normal((fs::path(dir.get<std::string>()) / id).string()));
+    }
+  }
+  return dirs;
+}
+
+// Whether `path` is a checkpoint file amptune could have written into one of `dirs`: directly in
+// it, named epoch_<digits>[.ext].
+bool own_checkpoint(const std::string& path, const std::vector<std::string>& dirs) {
+  const fs::path file(absolute_normal(path));
+  const std::string name = file.filename().string();
+  size_t digits = 0;
+  while (6 + digits < name.size() && std::isdigit(static_cast<unsigned char>(name[6 + digits]))) {
+    ++digits;
+  }
+  if (name.rfind("epoch_", 0) != 0 || digits == 0 ||
+      (6 + digits < name.size() && name[6 + digits] != '.')) {
+    return false;
+  }
+  const std::string parent = file.parent_path().string();
+  return std::find(dirs.begin(), dirs.end(), parent) != dirs.end();
+}
+
 // The merge into one target connection, input after input, inside the caller's transaction.
 class Merger {
  public:
@@ -188,6 +234,7 @@ class Merger {
       merge_metric_info(in.db());
       const std::unordered_map<int64_t, int64_t> sweeps = merge_sweeps(in.db(), count);
       merge_runs(in.db(), input, sweeps, count, version);
+      copy_children(in.db(), input, count);
       exec(in.db(), "COMMIT");
     });
     return count;
@@ -439,13 +486,24 @@ class Merger {
       }
       set_parent.reset().bind(1, found->second).bind(2, target_id).run();
     }
-    copy_children(in, copied, count);
+    copied_ = std::move(copied);
   }
 
   // run_params, epochs (with their checkpoint references), metrics, loss-scale events, initial
   // metrics and diagnoses of the copied runs; tables before the tables that reference them.
-  void copy_children(sqlite3* in, const std::vector<std::pair<int64_t, int64_t>>& copied,
-                     MergeCount& count) {
+  void copy_children(sqlite3* in, const std::string& input, MergeCount& count) {
+    const auto& copied = copied_;
+    // Each copied input run's own checkpoint folders (own_checkpoint_dirs).
+    std::unordered_map<int64_t, std::vector<std::string>> own_dirs;
+    {
+      Statement config(in, "SELECT id, config_json FROM runs");
+      while (config.step()) {
+        own_dirs[config.column_int(0)] =
+            own_checkpoint_dirs(input, config.column_int(0), config.column_text(1));
+      }
+    }
+    Statement disown(db_,
+                     "UPDATE epochs SET checkpoint_deleted_at = ? WHERE run_id = ? AND epoch = ?");
     for (const std::string table :
          {"run_params", "epochs", "metrics", "loss_scale_events", "initial_metrics", "diagnoses",
           "diagnostics", "diagnosis_advice"}) {
@@ -455,10 +513,18 @@ class Merger {
       ChildCopier copier(in, db_, table, names);
       const int path_at = index_of(names, "checkpoint_path");
       const int deleted_at = index_of(names, "checkpoint_deleted_at");
+      const int epoch_at = index_of(names, "epoch");
       for (const auto& [from, to] : copied) {
-        const int64_t rows = copier.copy(from, to, [&](const Statement& row) {
+        const int64_t rows = copier.copy(from, to, [&, to = to, from = from](const Statement& row) {
           if (path_at < 0 || row.is_null(path_at)) return;
           if (deleted_at >= 0 && !row.is_null(deleted_at)) return;
+          if (!own_checkpoint(row.column_text(path_at), own_dirs[from])) {
+            if (report_.foreign_checkpoints++ == 0) {
+              report_.first_foreign = row.column_text(path_at);
+            }
+            disown.reset().bind(1, detail::now_utc()).bind(2, to).bind(3, row.column_int(epoch_at)).run();
+            return;
+          }
           ++report_.checkpoints;
           std::error_code ec;
           if (fs::exists(row.column_text(path_at), ec)) return;
@@ -475,6 +541,8 @@ class Merger {
   std::map<std::string, std::vector<Column>> target_columns_;
   // Target runs written by this merge -> the input their copy came from (for conflicts).
   std::unordered_map<int64_t, std::string> origins_;
+  // Input run, target run: the runs of the current input whose rows merge_runs took.
+  std::vector<std::pair<int64_t, int64_t>> copied_;
 };
 
 }  // namespace

@@ -126,6 +126,7 @@ std::string iso_utc(std::chrono::system_clock::time_point time) {
   return out;
 }
 
+
 std::string now_utc() { return iso_utc(std::chrono::system_clock::now()); }
 
 std::string upper(std::string text) {
@@ -1335,5 +1336,9 @@ std::vector<Store::LineagePoint> Store::lineage(const std::string& sweep) const 
     return points;
   });
 }
+
+namespace detail {
+std::string now_utc() { return iso_utc(std::chrono::system_clock::now()); }
+}  // namespace detail
 
 }  // namespace amptune::store

@@ -247,6 +247,12 @@ struct MergeReport {
   int64_t checkpoints = 0;          // kept checkpoint references copied
   int64_t missing_checkpoints = 0;  // of those, files not found from the working directory
   std::string first_missing;        // one of them, for the message
+  // References the merge did not take over as checkpoints (marked deleted in the target, their
+  // epoch's metrics kept): paths outside the input run's own checkpoint folder (its
+  // checkpoint.dir or the input database's default root, then the input run id) or not named
+  // epoch_N..., which no checkpoint amptune writes is. Nothing ever loads or deletes them.
+  int64_t foreign_checkpoints = 0;
+  std::string first_foreign;        // one of them, for the message
 };
 
 // Checks that `path` can be merged: an existing file, an SQLite database that passes PRAGMA

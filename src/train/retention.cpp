@@ -11,6 +11,7 @@
 #include "core/config.h"
 #include "core/process.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "train/runner.h"
 
 namespace amptune::train {
@@ -68,10 +69,10 @@ void apply_retention(store::Store& store, int64_t run_id, const Config& config,
   if (policy.keep_last == 0 && policy.keep_best == 0) return;
   const auto rows = store.epochs(run_id);
   const std::set<int> keep = retained_epochs(rows, policy, store.fork_epochs(run_id));
+  const std::string run_dir = checkpoint_dir(config, store, run_id);
   for (auto& row : rows) {
     if (!row.checkpoint || keep.count(row.epoch)) continue;
-    std::error_code ec;
-    fs::remove(row.checkpoint->path, ec);
+    remove_own_checkpoint(row.checkpoint->path, run_dir);
     store.forget_checkpoint(run_id, row.epoch);
   }
 }
@@ -101,6 +102,20 @@ int64_t size_of(const fs::path& p) {
 bool is_temp(const std::string& name) { return name.find(".tmp.") != std::string::npos; }
 
 }  // namespace
+
+bool remove_own_checkpoint(const std::string& path, const std::string& run_dir) {
+  std::error_code ec;
+  const fs::path file(path);
+  const bool regular = fs::is_regular_file(fs::symlink_status(file, ec));
+  if (!regular || normal(file.parent_path()) != normal(run_dir)) {
+    if (fs::exists(fs::symlink_status(file, ec))) {
+      log::warn("not deleting " + path + ": it is not a file in the run's own checkpoint folder " +
+                run_dir + " (a path recorded by another database?); its record is dropped");
+    }
+    return false;
+  }
+  return fs::remove(file, ec);
+}
 
 std::vector<std::string> remove_dead_temp_files(const std::string& dir) {
   std::vector<std::string> removed;

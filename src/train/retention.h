@@ -36,6 +36,13 @@ std::set<int> retained_epochs(const std::vector<store::EpochRow>& rows,
 void apply_retention(store::Store& store, int64_t run_id, const Config& config,
                      const std::string& primary, bool higher_is_better);
 
+// Deletes the recorded checkpoint file `path` of a run whose own checkpoint folder is `run_dir`
+// (checkpoint_dir) only when it lies directly in that folder and is a regular file, not a link;
+// otherwise leaves the file and says so (a warning naming it). A path that came from another
+// database (merge) or a copied row can so never make amptune delete anything outside its own
+// tree. Returns whether the file was deleted.
+bool remove_own_checkpoint(const std::string& path, const std::string& run_dir);
+
 // Removes the temp files of interrupted checkpoint saves ("<name>.tmp.<pid>", checkpoint.h) in a
 // run's checkpoint directory whose writer is dead: its pid is not a live process of this machine,
 // or it is this process (which is not saving now). Called by the process that holds the run

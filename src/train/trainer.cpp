@@ -179,11 +179,9 @@ class KeepCpuRng {
   torch::Tensor state_;
 };
 
-void delete_files(const std::vector<store::CheckpointFile>& files) {
-  for (auto& f : files) {
-    std::error_code ec;
-    fs::remove(f.path, ec);
-  }
+// Deletes the files of forgotten epochs that lie in the run's own folder (remove_own_checkpoint).
+void delete_files(const std::vector<store::CheckpointFile>& files, const std::string& run_dir) {
+  for (auto& f : files) remove_own_checkpoint(f.path, run_dir);
 }
 
 // Where training starts: the epoch loaded (-1: from scratch), the optimizer steps done,
@@ -266,13 +264,14 @@ Start start_from_parent(store::Store& store, const store::RunRow& run, const Con
 Start restore(store::Store& store, const store::RunRow& run, const Config& config,
               const torch::Device& device, const RunOptions& options, Session& session) {
   std::vector<store::EpochRow> rows = store.epochs(run.id);
+  const std::string run_dir = checkpoint_dir(config, store, run.id);
   auto from_scratch = [&]() {
     if (run.fork) return start_from_parent(store, run, config, device, session);
     return Start{};
   };
   // An evaluation-only run saved no checkpoint: running it again evaluates again.
   if (options.fresh || rows.empty() || config.get_int("schedule.epochs") == 0) {
-    if (!rows.empty()) delete_files(store.truncate_after(run.id, -1));
+    if (!rows.empty()) delete_files(store.truncate_after(run.id, -1), run_dir);
     return from_scratch();
   }
   if (options.from_epoch) {
@@ -295,7 +294,7 @@ Start restore(store::Store& store, const store::RunRow& run, const Config& confi
       auto meta = load_checkpoint(*it->checkpoint, session.task->module(), *session.optimizer,
                                   owner_hashes(run), &session.precision->engine());
       session.task->place(device);
-      delete_files(store.truncate_after(run.id, it->epoch));
+      delete_files(store.truncate_after(run.id, it->epoch), run_dir);
       log::info("run " + run.name + ": continuing after epoch " + std::to_string(meta.epoch) +
                 " (" + it->checkpoint->path + ")");
       return Start{meta.epoch, meta.global_step, false, false};
@@ -307,7 +306,7 @@ Start restore(store::Store& store, const store::RunRow& run, const Config& confi
   }
   log::warn("run " + run.name + ": no valid checkpoint left, starting again from " +
             (run.fork ? "its parent's checkpoint" : "epoch 0"));
-  delete_files(store.truncate_after(run.id, -1));
+  delete_files(store.truncate_after(run.id, -1), run_dir);
   return from_scratch();
 }
 

@@ -1,0 +1,82 @@
+// Inputs from elsewhere (docs/SECURITY.md): databases merged from other machines or edited by
+// hand, and the names they carry. The real binary on crafted databases: paths outside a run's own
+// checkpoint folder are never deleted, and names with terminal escapes print escaped.
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "integration/harness.h"
+#include "store/store.h"
+
+namespace amptune::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+void sql(const std::string& db, const std::string& statements) {
+  sqlite3* h = nullptr;
+  ASSERT_EQ(sqlite3_open(db.c_str(), &h), SQLITE_OK);
+  char* error = nullptr;
+  const int rc = sqlite3_exec(h, statements.c_str(), nullptr, nullptr, &error);
+  const std::string message = error ? error : "";
+  sqlite3_free(error);
+  sqlite3_close(h);
+  ASSERT_EQ(rc, SQLITE_OK) << message;
+}
+
+// A database whose epoch rows name files elsewhere (a hostile shard, or a row edited by hand):
+// merge does not take them over as checkpoints, and a resume that finds them invalid and starts
+// again deletes nothing but its own files.
+TEST(Untrusted, CheckpointPathsOutsideTheRunsFolderAreNeverDeleted) {
+  const TinySweep f = make_tiny_sweep(quick_tiny("", 3));
+  Result r = run_amptune({"run", f.yaml, "--stop-after-epoch", "1", "-q"}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const std::string victim = f.dir + "/victim.txt", other = f.dir + "/elsewhere/epoch_0000.pt";
+  write_file(victim, "not amptune's");
+  write_file(other, "not amptune's either");
+  sql(f.db, "UPDATE epochs SET checkpoint_path = '" + victim + "' WHERE epoch = 1;"
+            "UPDATE epochs SET checkpoint_path = '" + other + "' WHERE epoch = 0;");
+
+  r = run_amptune({"merge", f.db, "--into", "results/merged.sqlite"}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("2 recorded checkpoint paths lie outside their run's own checkpoint folder"),
+            std::string::npos)
+      << r.err;
+  for (const auto& e : epochs_of(f.dir + "/results/merged.sqlite", "1")) {
+    EXPECT_FALSE(e.checkpoint) << "epoch " << e.epoch << " kept a foreign checkpoint";
+  }
+
+  // The rows' files fail their recorded size and sha256: resume falls back to nothing, starts
+  // again and forgets the rows, leaving the files.
+  const std::string run = store::Store(f.db).runs("tiny").at(0).name;
+  r = run_amptune({"resume", run}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("no valid checkpoint left"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("not deleting " + victim), std::string::npos) << r.err;
+  EXPECT_EQ(read_file(victim), "not amptune's");
+  EXPECT_EQ(read_file(other), "not amptune's either");
+  EXPECT_EQ(epochs_of(f.db, run).size(), 3u);
+}
+
+// Names from a merged database reach the terminal escaped: no colour change, no cursor move.
+TEST(Untrusted, NamesWithTerminalEscapesPrintEscaped) {
+  const TinySweep f = make_tiny_sweep(quick_tiny("", 1));
+  ASSERT_EQ(run_amptune({"run", f.yaml, "-q"}, f.dir).exit_code, 0);
+  sql(f.db, "UPDATE sweeps SET name = 'tiny' || char(27) || '[2J';"
+            "UPDATE runs SET label = 'x' || char(27) || ']0;title' || char(7),"
+            " name = 'r' || char(27) || '[31m' WHERE id = 1;");
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"list"}, {"show", "1"}, {"status"}}) {
+    const Result r = run_amptune(args, f.dir);
+    ASSERT_EQ(r.exit_code, 0) << args[0] << ": " << r.err;
+    EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << args[0] << " printed an escape";
+    EXPECT_EQ(r.out.find('\x07'), std::string::npos) << args[0];
+    EXPECT_NE(r.out.find("\\x1b"), std::string::npos) << args[0] << ":\n" << r.out;
+  }
+}
+
+}  // namespace
+}  // namespace amptune::testing
