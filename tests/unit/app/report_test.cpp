@@ -271,6 +271,22 @@ TEST_F(ReportTest, FailingGnuplotIsAnEnvironmentErrorWithItsOutput) {
   EXPECT_NE(lazy_message.find("did not write"), std::string::npos) << lazy_message;
 }
 
+// A relative --out (`amptune report --out report/` from a shell) is relative to the working
+// directory, gnuplot's log too (gnuplot itself runs in the --out directory).
+TEST_F(ReportTest, ARelativeOutDirectoryIsRelativeToTheWorkingDirectory) {
+  add_fork_sweep();
+  const ReportModel model = build_report(store_, "grid");
+  const std::string gnuplot = fake_gnuplot();
+  const fs::path before = fs::current_path();
+  fs::current_path(dir_.path());
+  const auto [message, code] = error_of([&] { write_report(model, {"rel/report", gnuplot, "t"}); });
+  fs::current_path(before);
+  EXPECT_EQ(code, ExitCode::kOk) << message;
+  EXPECT_TRUE(fs::exists(dir_.path() / "rel" / "report" / "index.html"));
+  EXPECT_TRUE(fs::exists(dir_.path() / "rel" / "report" / "gnuplot.log"));
+  EXPECT_TRUE(fs::exists(dir_.path() / "rel" / "report" / "metric_vs_epoch.png"));
+}
+
 TEST_F(ReportTest, AnOutDirectoryThatCannotBeCreatedIsAnEnvironmentError) {
   add_fork_sweep();
   const std::string file = dir_.write("a-file", "x");
