@@ -189,6 +189,35 @@ TEST_F(ReportTest, DiagnosedRunsPlotTheirNewestDiagnosisPerModule) {
   EXPECT_EQ(p[2].second, 1.0);  // lost to inf in one batch: the worst there is
 }
 
+// A primary metric kept in an epochs column (train_loss here) has a line: the lineage reads it
+// from the epoch rows, the parent's up to the fork point, then the fork's own.
+TEST_F(ReportTest, APrimaryMetricInAnEpochsColumnHasALine) {
+  Run parent;
+  parent.sweep = "loss";
+  parent.label = "parent";
+  parent.columns = {{"primary_metric", "\"train_loss\""}};
+  const int64_t parent_id = add_run(parent);
+  add_epochs(parent_id, "acc1", {10, 20, 30});  // train_loss 2, 1.75, 1.5
+  Run fork = parent;
+  fork.cell = 1;
+  fork.label = "fork";
+  fork.fork = store::ForkOrigin{parent_id, 0, "{}", "", false};
+  const int64_t fork_id = add_run(fork);
+  store::EpochRecord own;
+  own.run_id = fork_id;
+  own.epoch = 1;
+  own.global_step = 20;
+  own.lr = 0.05;
+  own.train_loss = 1.25;
+  store_.record_epoch(own);
+  const ReportModel model = build_report(store_, "loss");
+  EXPECT_EQ(model.table.metric, "train_loss");
+  ASSERT_EQ(model.metric.size(), 2u);
+  EXPECT_EQ(model.metric[0].points, (Points{{0, 2}, {1, 1.75}, {2, 1.5}}));
+  EXPECT_EQ(model.metric[1].points, (Points{{0, 2}, {1, 1.25}}));
+  EXPECT_EQ(model.metric[1].points, model.train_loss[1].points);
+}
+
 TEST_F(ReportTest, UnknownSweepIsAUsageError) {
   EXPECT_THROW(build_report(store_, "nope"), UsageError);
 }
