@@ -1135,7 +1135,8 @@ std::vector<Store::ModuleError> Store::module_errors(const std::string& sweep) c
                      "COUNT(*), CASE WHEN COUNT(d.cosine) < COUNT(*) THEN NULL ELSE MIN(d.cosine) END, "
                      "MAX(d.max_abs_err), MAX(d.max_rel_err), "
                      "MAX(d.frac_rel_err_1e3), MAX(d.frac_rel_err_5e3), MAX(d.overflow_frac), "
-                     "MAX(d.underflow_frac) FROM diagnostics d "
+                     "MAX(d.underflow_frac), g.cosine_min FROM diagnostics d "
+                     "JOIN diagnoses g ON g.run_id = d.run_id AND g.epoch = d.epoch "
                      "JOIN runs r ON r.id = d.run_id JOIN sweeps s ON s.id = r.sweep_id "
                      "WHERE s.name = ? AND d.kind = 'forward' "
                      "GROUP BY d.run_id, d.epoch, d.seq, d.module ORDER BY d.run_id, d.epoch, d.seq");
@@ -1158,6 +1159,7 @@ std::vector<Store::ModuleError> Store::module_errors(const std::string& sweep) c
       e.worst.frac_rel_err_5e3 = real(11);
       e.worst.overflow_frac = real(12);
       e.worst.underflow_frac = real(13);
+      e.cosine_min = real(14);
       out.push_back(std::move(e));
     }
     return out;

@@ -342,6 +342,7 @@ class Store {
   struct ModuleError {
     int64_t run_id = 0;
     int epoch = 0;
+    double cosine_min = 0;  // the diagnosis's threshold (Diagnosis::cosine_min)
     DiagnosticRow worst;
   };
   std::vector<ModuleError> module_errors(const std::string& sweep) const;
