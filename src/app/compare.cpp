@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <set>
@@ -21,12 +20,6 @@ bool contains(const std::vector<std::string>& items, const std::string& item) {
 }
 
 std::string number(double value) { return json(value).dump(); }  // shortest round-trip
-
-std::string significant(double value, int digits) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, "%.*g", digits, value);
-  return buffer;
-}
 
 // Parses a --baseline value or a setting column as JSON when it is one (0.1, true, "x"), else
 // as a plain string.
@@ -90,16 +83,20 @@ void check_by_keys(const store::Store& store, const CompareOptions& options,
   }
 }
 
-// --metric when given (it must be known: in metric_info or recorded for the sweep), else the
-// runs' common primary metric.
+// A metric of --metric / --also must be known: in metric_info or recorded for the sweep.
+void require_metric(const store::Store& store, const CompareOptions& options,
+                    const std::string& flag, const std::string& metric) {
+  const std::vector<std::string> known = store.metric_names(options.sweep);
+  if (contains(known, metric) || store.higher_is_better(metric)) return;
+  throw UsageError("unknown " + flag + " '" + metric + "' for sweep '" + options.sweep +
+                   "'; known metrics: " + join(known, ", "));
+}
+
+// --metric when given, else the runs' common primary metric.
 std::string choose_metric(const store::Store& store, const CompareOptions& options,
                           const std::vector<store::RunRow>& runs) {
   if (!options.metric.empty()) {
-    const std::vector<std::string> known = store.metric_names(options.sweep);
-    if (!contains(known, options.metric) && !store.higher_is_better(options.metric)) {
-      throw UsageError("unknown --metric '" + options.metric + "' for sweep '" + options.sweep +
-                       "'; known metrics: " + join(known, ", "));
-    }
+    require_metric(store, options, "--metric", options.metric);
     return options.metric;
   }
   std::set<std::string> primaries;
@@ -112,10 +109,12 @@ std::string choose_metric(const store::Store& store, const CompareOptions& optio
   return primaries.empty() ? "acc1" : *primaries.begin();
 }
 
-// What one run contributes: the metric value --epoch chose and its epoch, and its totals.
+// What one run contributes: the metric value --epoch chose and its epoch, the --also metrics
+// at that epoch, and its totals.
 struct PerRun {
   std::optional<double> value;
   int epoch = -1;
+  std::vector<std::optional<double>> also;
   store::Store::RunTotals totals;
 };
 
@@ -135,6 +134,15 @@ std::map<int64_t, PerRun> per_run_values(const store::Store& store, const Compar
     if (take) {
       p.value = v.value;
       p.epoch = v.epoch;
+    }
+  }
+  for (auto& [id, p] : per_run) p.also.resize(table.also.size());
+  for (size_t i = 0; i < table.also.size(); ++i) {
+    for (const auto& v : store.metric_values(table.sweep, table.also[i])) {
+      const auto found = per_run.find(v.run_id);
+      if (found != per_run.end() && found->second.value && found->second.epoch == v.epoch) {
+        found->second.also[i] = v.value;
+      }
     }
   }
   for (const auto& totals : store.run_totals(table.sweep)) per_run[totals.run_id].totals = totals;
@@ -172,26 +180,37 @@ void group_runs(const std::vector<store::RunRow>& runs, const std::vector<json>&
   }
 }
 
+// A mean over the values that are set; unset when none is.
+class Mean {
+ public:
+  void add(const std::optional<double>& value) {
+    if (!value) return;
+    sum_ += *value;
+    ++n_;
+  }
+  std::optional<double> get() const { return n_ ? std::optional<double>(sum_ / n_) : std::nullopt; }
+  int count() const { return n_; }
+
+ private:
+  double sum_ = 0;
+  int n_ = 0;
+};
+
 // Means and sums over the runs of a row, its status words.
-void fill_row(CompareRow* row, const std::map<int64_t, PerRun>& per_run,
+void fill_row(CompareRow* row, size_t also, const std::map<int64_t, PerRun>& per_run,
               const std::map<int64_t, store::RunStatus>& status_of) {
   row->runs = static_cast<int>(row->run_ids.size());
-  double sum = 0, fps_sum = 0;
-  int fps_n = 0;
+  Mean value, fps;
+  std::vector<Mean> also_means(also);
   std::set<int> epochs;
   std::map<std::string, int> statuses;
   for (int64_t id : row->run_ids) {
     const auto found = per_run.find(id);
     const PerRun p = found == per_run.end() ? PerRun{} : found->second;
-    if (p.value) {
-      sum += *p.value;
-      ++row->runs_with_value;
-      epochs.insert(p.epoch);
-    }
-    if (p.totals.mean_fps) {
-      fps_sum += *p.totals.mean_fps;
-      ++fps_n;
-    }
+    value.add(p.value);
+    if (p.value) epochs.insert(p.epoch);
+    for (size_t i = 0; i < p.also.size(); ++i) also_means[i].add(p.also[i]);
+    fps.add(p.totals.mean_fps);
     if (p.totals.overflow_steps) {
       row->overflow_steps = row->overflow_steps.value_or(0) + *p.totals.overflow_steps;
     }
@@ -200,8 +219,10 @@ void fill_row(CompareRow* row, const std::map<int64_t, PerRun>& per_run,
     }
     ++statuses[store::to_string(status_of.at(id))];
   }
-  if (row->runs_with_value) row->value = sum / row->runs_with_value;
-  if (fps_n) row->mean_fps = fps_sum / fps_n;
+  row->runs_with_value = value.count();
+  row->value = value.get();
+  for (const Mean& mean : also_means) row->also_values.push_back(mean.get());
+  row->mean_fps = fps.get();
   row->best_epochs.assign(epochs.begin(), epochs.end());
   if (statuses.size() == 1) {
     row->status = statuses.begin()->first;
@@ -309,12 +330,22 @@ CompareTable build_compare(const store::Store& store, const CompareOptions& opti
   check_by_keys(store, options, table.by, swept);
   table.metric = choose_metric(store, options, runs);
   table.higher_is_better = store.higher_is_better(table.metric).value_or(true);
+  const std::vector<std::string> columns = compare_columns(table);  // before any --also
+  for (const auto& name : options.also) {
+    if (name == table.metric || contains(table.also, name)) continue;
+    if (contains(columns, name)) {
+      throw UsageError("--also metric '" + name +
+                       "' is a column of the table already (see amptune compare --help)");
+    }
+    require_metric(store, options, "--also metric", name);
+    table.also.push_back(name);
+  }
 
   const std::map<int64_t, PerRun> per_run = per_run_values(store, table, number);
   std::map<int64_t, store::RunStatus> status_of;
   for (const auto& run : runs) status_of[run.id] = run.status;
   group_runs(runs, axes, &table);
-  for (auto& row : table.rows) fill_row(&row, per_run, status_of);
+  for (auto& row : table.rows) fill_row(&row, table.also.size(), per_run, status_of);
   rank_rows(&table);
   if (!options.baseline.empty()) apply_baseline(options, &table);
   return table;
@@ -324,6 +355,7 @@ std::vector<std::string> compare_columns(const CompareTable& table) {
   std::vector<std::string> names = table.by;
   names.push_back("runs");
   names.push_back(table.metric);
+  names.insert(names.end(), table.also.begin(), table.also.end());
   names.push_back(table.epoch == "best" ? "best_epoch" : "epoch");
   for (const char* name : {"img_s", "overflow_steps", "skipped_steps", "status", "rank"}) {
     names.push_back(name);
@@ -350,6 +382,7 @@ std::vector<std::string> cells(const CompareTable& table, const CompareRow& row,
   for (const auto& value : row.by_values) out.push_back(value.is_null() ? missing : by_text(value));
   out.push_back(std::to_string(row.runs));
   out.push_back(num(row.value, 6));
+  for (const auto& value : row.also_values) out.push_back(num(value, 6));
   out.push_back(row.best_epochs.empty() ? missing : epochs_text(row.best_epochs));
   out.push_back(row.mean_fps ? (exact ? number(*row.mean_fps) : fixed(*row.mean_fps, 1)) : missing);
   out.push_back(num(row.overflow_steps, 12));
@@ -409,6 +442,7 @@ nlohmann::ordered_json compare_json(const CompareTable& table) {
     for (size_t i = 0; i < table.by.size(); ++i) object[table.by[i]] = row.by_values[i];
     object["runs"] = row.runs;
     object[table.metric] = opt(row.value);
+    for (size_t i = 0; i < table.also.size(); ++i) object[table.also[i]] = opt(row.also_values[i]);
     ojson epochs = nullptr;
     if (row.best_epochs.size() == 1) epochs = row.best_epochs[0];
     if (row.best_epochs.size() > 1) epochs = row.best_epochs;

@@ -22,7 +22,11 @@ struct CompareOptions {
   // (Store::setting_columns(): opt_level, loss_scale, seed, ...). Empty: every swept key of the
   // sweep (no key at all: one row per run, grouped by run name).
   std::vector<std::string> by;
-  std::string metric;          // empty: the runs' primary metric (they must agree)
+  std::string metric;  // empty: the runs' primary metric (they must agree)
+  // More metrics shown beside it (--also): each run's value at the epoch `metric` was taken
+  // from, averaged like it. Known names only, as --metric, and none that is a column already
+  // (overflow_steps, ...); the metric itself and repeats are left out.
+  std::vector<std::string> also;
   std::string epoch = "best";  // "best" | "last" | a 0-based epoch number
   std::vector<std::pair<std::string, std::string>> baseline;  // key=value pairs, keys in `by`
 };
@@ -32,7 +36,10 @@ struct CompareRow {
   std::vector<int64_t> run_ids;           // runs of the group, in cell order
   int runs = 0;
   int runs_with_value = 0;
-  std::optional<double> value;     // mean over the group's runs that have a value
+  std::optional<double> value;  // mean over the group's runs that have a value
+  // Per CompareTable::also: the mean over the group's runs that have a value of it at their
+  // chosen epoch.
+  std::vector<std::optional<double>> also_values;
   std::vector<int> best_epochs;    // distinct, sorted; the epochs the value was taken from
   std::optional<double> mean_fps;  // mean of the runs' mean train img/s
   std::optional<double> overflow_steps, skipped_steps;  // summed over epochs and runs
@@ -46,15 +53,17 @@ struct CompareTable {
   std::string sweep;
   std::vector<std::string> by;
   std::string metric;
+  std::vector<std::string> also;  // CompareOptions::also, without `metric`
   bool higher_is_better = true;
   std::string epoch;  // as requested
   bool has_baseline = false;
   std::vector<CompareRow> rows;  // best first (rank order), rows without a value last
 };
 
-// Builds the table. Throws UsageError for an unknown sweep, --by key, metric (the message lists
-// the known ones), a malformed --epoch, a baseline key that is not a --by key, or a baseline
-// that matches no row (naming the key).
+// Builds the table. Throws UsageError for an unknown sweep, --by key, metric or --also metric
+// (the message lists the known ones), an --also metric that is a column already, a malformed
+// --epoch, a baseline key that is not a --by key, or a baseline that matches no row (naming the
+// key).
 CompareTable build_compare(const store::Store& store, const CompareOptions& options);
 
 // Display text of a by-value: strings unquoted, numbers as JSON spells them, null as "-".
@@ -67,7 +76,8 @@ void write_compare_text(const CompareTable& table, std::ostream& out);
 void write_compare_csv(const CompareTable& table, std::ostream& out);
 nlohmann::ordered_json compare_json(const CompareTable& table);
 
-// Column names of the table, in output order (by keys, runs, metric, best_epoch, ...).
+// Column names of the table, in output order (by keys, runs, metric, the --also metrics,
+// best_epoch, ...).
 std::vector<std::string> compare_columns(const CompareTable& table);
 // One row as display strings (text/HTML), in compare_columns order.
 std::vector<std::string> compare_cells(const CompareTable& table, const CompareRow& row);

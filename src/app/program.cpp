@@ -43,13 +43,15 @@ ProgramRun run_program(const std::vector<std::string>& argv, const std::string& 
     throw EnvironmentError("cannot start " + argv[0] + ": fork: " + std::strerror(error));
   }
   if (pid == 0) {
-    bool ready = dir.empty() || chdir(dir.c_str()) == 0;
-    if (ready && !log.empty()) {
+    // The log first: a relative path is relative to the caller's directory, not to `dir`.
+    bool ready = true;
+    if (!log.empty()) {
       const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       ready = fd >= 0 && dup2(fd, STDOUT_FILENO) >= 0 && dup2(fd, STDERR_FILENO) >= 0;
-    } else if (ready) {
+    } else {
       ready = dup2(output[1], STDOUT_FILENO) >= 0;
     }
+    ready = ready && (dir.empty() || chdir(dir.c_str()) == 0);
     if (ready) execvp(args[0], args.data());
     const int error = errno;
     (void)!write(failed[1], &error, sizeof error);

@@ -16,8 +16,10 @@ struct ProgramRun {
 };
 
 // Runs argv[0] (a path, or a name searched in PATH) with `argv`, in directory `dir` when it is
-// not empty, and waits. With `log`, stdout and stderr go to that file (created or truncated);
-// without, stdout is captured into ProgramRun::out and stderr is this process's. Throws
+// not empty, and waits. With `log`, stdout and stderr go to that file (created or truncated; a
+// relative path is relative to this process's directory, not to `dir`); without, stdout is
+// captured into ProgramRun::out and stderr is this process's. A log that cannot be opened, or a
+// `dir` that cannot be entered, is an exec_error with that errno. Throws
 // EnvironmentError only when no process can be made (pipe / fork failing); a program that is
 // missing or fails is told by the result.
 ProgramRun run_program(const std::vector<std::string>& argv, const std::string& dir = "",

@@ -3,15 +3,22 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "app/program.h"
+#include "app/table.h"
+#include "core/config.h"
 #include "core/error.h"
+#include "train/diagnose.h"
+#include "train/model_info.h"
 
 namespace amptune::app {
 namespace {
@@ -75,16 +82,81 @@ void add_times(const store::Store& store, const store::RunRow& run, ReportModel*
   model->times.push_back(std::move(bar));
 }
 
+// The headline metrics (train/model_info.h) of the runs' models that the sweep recorded, in the
+// order of the runs and of each model's list.
+std::vector<std::string> headline_metrics(const store::Store& store, const std::string& sweep,
+                                          const std::vector<store::RunRow>& runs) {
+  const std::vector<std::string> recorded = store.metric_names(sweep);
+  std::set<std::string> models;  // the runs' model columns (JSON text) seen
+  std::vector<std::string> out;
+  for (const auto& run : runs) {
+    const auto column = run.columns.find("model");
+    if (column == run.columns.end() || !models.insert(column->second).second) continue;
+    const nlohmann::json name = nlohmann::json::parse(column->second, nullptr, false);
+    if (!name.is_string()) continue;  // discarded (unparsable) or not a name
+    for (const auto& metric : train::headline_metrics(name.get<std::string>())) {
+      const bool known = std::count(recorded.begin(), recorded.end(), metric) > 0;
+      if (known && std::count(out.begin(), out.end(), metric) == 0) out.push_back(metric);
+    }
+  }
+  return out;
+}
+
+// Why the first departing module departs, in words.
+std::string departure_reason(const store::DiagnosticRow& row, double cosine_min) {
+  if (row.overflow_frac > 0) {
+    return "overflow (" + significant(100 * row.overflow_frac, 3) + "% of its outputs)";
+  }
+  if (std::isnan(row.cosine)) return "values lost to inf/NaN";
+  return "1 - cosine " + significant(1 - row.cosine, 3) + " > " + significant(1 - cosine_min, 3);
+}
+
+// The newest diagnosis of each diagnosed run, in cell order, at most kMaxPlottedRuns.
+void add_module_errors(const store::Store& store, const std::vector<store::RunRow>& runs,
+                       ReportModel* model) {
+  const auto errors = store.module_errors(model->sweep);
+  std::map<int64_t, int> newest;  // run -> its newest diagnosed epoch
+  for (const auto& e : errors) {
+    auto [it, added] = newest.try_emplace(e.run_id, e.epoch);
+    if (!added) it->second = std::max(it->second, e.epoch);
+  }
+  for (const auto& run : runs) {
+    const auto it = newest.find(run.id);
+    if (it == newest.end() || model->module_error.size() >= kMaxPlottedRuns) continue;
+    ModuleErrors plot;
+    plot.series = {run.id,
+                   run_title(run) + (it->second >= 0 ? ", epoch " + std::to_string(it->second)
+                                                     : ", initial weights"),
+                   {}};
+    store::Diagnosis diagnosis;  // its worst rows, for train::first_divergence
+    for (const auto& e : errors) {
+      if (e.run_id != run.id || e.epoch != it->second) continue;
+      const double c = e.worst.cosine;
+      plot.series.points.emplace_back(static_cast<double>(e.worst.seq),
+                                      std::isnan(c) ? 1.0 : std::max(1.0 - c, 1e-12));
+      plot.modules.push_back(e.worst.module);
+      plot.cosine_min = diagnosis.cosine_min = e.cosine_min;
+      diagnosis.rows.push_back(e.worst);
+    }
+    if (const auto first = train::first_divergence(diagnosis)) {
+      plot.first = ModuleErrors::Departure{first->seq, first->module,
+                                           departure_reason(*first, diagnosis.cosine_min)};
+    }
+    model->module_error.push_back(std::move(plot));
+  }
+}
+
 }  // namespace
 
 ReportModel build_report(const store::Store& store, const std::string& sweep) {
   ReportModel model;
   model.sweep = sweep;
   model.database = store.path();
+  const std::vector<store::RunRow> runs = store.runs(sweep);
   CompareOptions options;
   options.sweep = sweep;
+  options.also = headline_metrics(store, sweep, runs);
   model.table = build_compare(store, options);
-  const std::vector<store::RunRow> runs = store.runs(sweep);
   model.runs = static_cast<int>(runs.size());
   std::map<int64_t, const store::RunRow*> by_id;
   for (const auto& run : runs) by_id[run.id] = &run;
@@ -112,28 +184,7 @@ ReportModel build_report(const store::Store& store, const std::string& sweep) {
     }
     model.loss_scale.push_back(std::move(scale));
   }
-
-  const auto errors = store.module_errors(sweep);
-  std::map<int64_t, int> newest;  // run -> its newest diagnosed epoch
-  for (const auto& e : errors) {
-    auto [it, added] = newest.try_emplace(e.run_id, e.epoch);
-    if (!added) it->second = std::max(it->second, e.epoch);
-  }
-  for (const auto& run : runs) {
-    const auto it = newest.find(run.id);
-    if (it == newest.end() || model.module_error.size() >= kMaxPlottedRuns) continue;
-    Series series{run.id,
-                  run_title(run) + (it->second >= 0 ? ", epoch " + std::to_string(it->second)
-                                                    : ", initial weights"),
-                  {}};
-    for (const auto& e : errors) {
-      if (e.run_id != run.id || e.epoch != it->second) continue;
-      const double c = e.worst.cosine;
-      series.points.emplace_back(static_cast<double>(e.worst.seq),
-                                 std::isnan(c) ? 1.0 : std::max(1.0 - c, 1e-12));
-    }
-    model.module_error.push_back(std::move(series));
-  }
+  add_module_errors(store, runs, &model);
   return model;
 }
 
@@ -213,8 +264,21 @@ void run_gnuplot(const std::string& program, const fs::path& dir, const std::str
   }
 }
 
+// The longest key entry that fits the width of a plot (about 8.5 pixels a character at 10
+// points, after the line sample), and the longest run label under a bar.
+constexpr size_t kKeyChars = 100, kBarLabelChars = 48;
+
+// `text` in at most `max` characters: a longer one keeps its start and end (where run labels put
+// the first and last swept value) around "...".
+std::string shortened(const std::string& text, size_t max) {
+  if (text.size() <= max) return text;
+  const size_t head = (max - 3) / 2;
+  return text.substr(0, head) + "..." + text.substr(text.size() - (max - 3 - head));
+}
+
 // Writes the series with points as blocks of dir/stem.dat (two blank lines between them, so
-// `index i` picks one) and returns the plot command, or "" when no series has a point.
+// `index i` picks one) and returns the plot command, or "" when no series has a point. The i-th
+// series written is drawn in gnuplot's line type i + 1.
 std::string line_plot(const fs::path& dir, const std::string& stem, const std::vector<Series>& all,
                       const std::string& style) {
   std::ostringstream data, plot;
@@ -224,11 +288,17 @@ std::string line_plot(const fs::path& dir, const std::string& stem, const std::v
     if (series.points.empty()) continue;
     data << "# " << series.title << "\n";
     for (const auto& [x, y] : series.points) {
-      data << x << " " << (std::isfinite(y) ? std::to_string(y) : std::string("NaN")) << "\n";
+      data << x << " ";
+      if (std::isfinite(y)) {
+        data << y;
+      } else {
+        data << "NaN";
+      }
+      data << "\n";
     }
     data << "\n\n";
     plot << (index ? ", \\\n     " : "plot ") << gp_string(stem + ".dat") << " index " << index
-         << " using 1:2 with " << style << " title " << gp_string(series.title);
+         << " using 1:2 with " << style << " title " << gp_string(shortened(series.title, kKeyChars));
     ++index;
   }
   if (index == 0) return "";
@@ -244,24 +314,46 @@ std::string dat_label(std::string label) {
   return '"' + label + '"';
 }
 
-// A plot of the page: its PNG (empty: no data, the note says why).
+// A plot of the page: its PNG (empty: no data, the note says why) and lines of text below it.
 struct Plot {
   std::string file, caption, note;
+  std::vector<std::string> items;
 };
 
 std::string direction(const CompareTable& table) {
   return table.higher_is_better ? "higher is better" : "lower is better";
 }
 
-// Writes the data files and returns the gnuplot script with one PNG per plot that has data;
-// `plots` gets every plot of the page.
-std::string plot_script(const ReportModel& model, const fs::path& dir, std::vector<Plot>* plots) {
+constexpr int kPlotWidth = 960, kPlotHeight = 560;
+
+std::string terminal(int height) {
+  return "set terminal pngcairo size " + std::to_string(kPlotWidth) + "," + std::to_string(height) +
+         " noenhanced font 'sans,10'\n";
+}
+
+// The terminal and key of a line plot: the key goes below the plot, in as many columns as the
+// titles allow, and the canvas grows by its rows, so the key never covers a curve however many
+// runs there are. `height`: the canvas without the key; `more`: key entries besides the series'.
+std::string line_frame(const std::vector<Series>& all, int height = kPlotHeight, size_t more = 0) {
+  size_t titles = more, longest = 1;
+  for (const auto& series : all) {
+    if (series.points.empty()) continue;
+    ++titles;
+    longest = std::max(longest, shortened(series.title, kKeyChars).size());
+  }
+  // About 8.5 pixels a character at 10 points, and 8 characters of line sample and gap.
+  const size_t columns = std::clamp<size_t>((kPlotWidth - 40) * 2 / (17 * (longest + 8)), 1,
+                                            std::max<size_t>(titles, 1));
+  const size_t rows = (titles + columns - 1) / columns;
+  return terminal(height + 18 * static_cast<int>(rows)) +
+         "set key default\nset key outside below left Left reverse maxcols " +
+         std::to_string(columns) + "\n";
+}
+
+// The epoch line plots: the metric and the train loss.
+void epoch_plots(const ReportModel& model, const fs::path& dir, std::ostream& script,
+                 std::vector<Plot>* plots) {
   const std::string& metric = model.table.metric;
-  std::ostringstream script;
-  script << "# Generated by amptune report for sweep " << model.sweep << "\n"
-         << "set terminal pngcairo size 960,560 noenhanced font 'sans,10'\n"
-         << "set grid\nset key outside right top\n"
-         << "set offsets graph 0, graph 0.02, graph 0.05, graph 0.05\n";
   double last_epoch = 0;
   for (const auto& series : model.train_loss) {
     for (const auto& point : series.points) last_epoch = std::max(last_epoch, point.first);
@@ -269,93 +361,298 @@ std::string plot_script(const ReportModel& model, const fs::path& dir, std::vect
   const std::string epoch_tics = last_epoch <= 20 ? "set xtics 1\n" : "set xtics autofreq\n";
   if (std::string plot = line_plot(dir, "metric_vs_epoch", model.metric, "linespoints");
       !plot.empty()) {
-    script << "set output 'metric_vs_epoch.png'\nset title "
+    script << line_frame(model.metric) << "set output 'metric_vs_epoch.png'\nset title "
            << gp_string(metric + " per epoch (forks continue their parent's line)")
            << "\nset xlabel 'epoch'\n"
            << epoch_tics << "set ylabel " << gp_string(metric + " (" + direction(model.table) + ")")
            << "\n"
            << plot << "unset output\n";
-    plots->push_back({"metric_vs_epoch.png", metric + " per epoch", ""});
+    plots->push_back({"metric_vs_epoch.png", metric + " per epoch", "", {}});
   } else {
     plots->push_back(
-        {"", metric + " per epoch", "no run of this sweep has a value of " + metric + " yet"});
+        {"", metric + " per epoch", "no run of this sweep has a value of " + metric + " yet", {}});
   }
   if (std::string plot = line_plot(dir, "train_loss_vs_epoch", model.train_loss, "linespoints");
       !plot.empty()) {
-    script << "set output 'train_loss_vs_epoch.png'\nset title 'train loss per epoch'\n"
+    script << line_frame(model.train_loss)
+           << "set output 'train_loss_vs_epoch.png'\nset title 'train loss per epoch'\n"
            << "set xlabel 'epoch'\n"
            << epoch_tics << "set ylabel 'train loss'\n"
            << plot << "unset output\n";
-    plots->push_back({"train_loss_vs_epoch.png", "train loss per epoch", ""});
+    plots->push_back({"train_loss_vs_epoch.png", "train loss per epoch", "", {}});
   } else {
     plots->push_back(
-        {"", "train loss per epoch", "no run of this sweep has finished an epoch yet"});
+        {"", "train loss per epoch", "no run of this sweep has finished an epoch yet", {}});
   }
-  if (std::string plot = line_plot(dir, "loss_scale_vs_step", model.loss_scale, "steps lw 2");
-      !plot.empty()) {
-    script << "set output 'loss_scale_vs_step.png'\nset title 'loss scale'\n"
-           << "set xlabel 'global step'\nset xtics autofreq\nset ylabel 'loss scale'\n"
-           << "set logscale y 2\n"
-           << plot << "unset logscale y\nunset output\n";
-    plots->push_back({"loss_scale_vs_step.png", "loss scale vs global step", ""});
-  } else {
-    plots->push_back({"", "loss scale vs global step",
+}
+
+void loss_scale_plot(const ReportModel& model, const fs::path& dir, std::ostream& script,
+                     std::vector<Plot>* plots) {
+  const std::string caption = "loss scale vs global step";
+  const std::string plot = line_plot(dir, "loss_scale_vs_step", model.loss_scale, "steps lw 2");
+  if (plot.empty()) {
+    plots->push_back({"",
+                      caption,
                       "no run of this sweep recorded loss-scale events (fp32 / O0 runs, or no "
-                      "loss scaling), so there is no loss-scale plot"});
+                      "loss scaling), so there is no loss-scale plot",
+                      {}});
+    return;
   }
-  if (std::string plot = line_plot(dir, "module_error", model.module_error, "linespoints");
-      !plot.empty()) {
-    script << "set output 'module_error.png'\n"
-           << "set title 'per-module error of diagnosed runs (amptune diagnose)'\n"
-           << "set xlabel 'module, in execution order (diagnostics.seq)'\nset xtics autofreq\n"
-           << "set ylabel '1 - cosine against the reference'\nset logscale y 10\n"
-           << plot << "unset logscale y\nunset output\n";
-    plots->push_back({"module_error.png", "per-module error (1 - cosine) of diagnosed runs", ""});
-  } else {
-    plots->push_back({"", "per-module error of diagnosed runs",
-                      "no run of this sweep was diagnosed (amptune diagnose RUN)"});
-  }
-  if (!model.throughput.empty()) {
-    std::ostringstream data;
-    data.precision(17);
-    for (const auto& bar : model.throughput) {
-      data << dat_label(bar.label) << " " << bar.img_s << "\n";
+  // Loss scales are powers of two: ticks at powers of two, labelled 2^15 rather than 32768.0.
+  script << line_frame(model.loss_scale) << "set output 'loss_scale_vs_step.png'\n"
+         << "set title 'loss scale'\nset xlabel 'global step'\nset xtics autofreq\n"
+         << "set ylabel 'loss scale'\nset logscale y 2\nset ytics 2\nset format y '2^%L'\n"
+         << plot << "unset logscale y\nset ytics autofreq\nset format y '% h'\nunset output\n";
+  plots->push_back({"loss_scale_vs_step.png", caption, "", {}});
+}
+
+// The x tics of the module-error plot: module names by execution index (the first name seen for
+// an index), at most kMaxNamedModules of them evenly spaced, and every marked module (its evenly
+// spaced neighbours then unnamed, so the names do not crowd); the rest unlabelled minor tics.
+constexpr size_t kMaxNamedModules = 48;
+
+std::string module_tics(const std::vector<ModuleErrors>& all, size_t* longest) {
+  std::map<int, std::string> names;
+  std::set<int> marked_seqs;
+  for (const auto& plot : all) {
+    for (size_t i = 0; i < plot.series.points.size() && i < plot.modules.size(); ++i) {
+      names.emplace(static_cast<int>(plot.series.points[i].first), plot.modules[i]);
     }
-    write_text_file(dir / "throughput.dat", data.str());
-    script << "set output 'throughput.png'\nset title 'mean training throughput per run'\n"
+    if (plot.first) marked_seqs.insert(plot.first->seq);
+  }
+  std::vector<size_t> marked;  // positions in `names`
+  size_t n = 0;
+  for (const auto& entry : names) {
+    if (marked_seqs.count(entry.first)) marked.push_back(n);
+    ++n;
+  }
+  const size_t every = (names.size() + kMaxNamedModules - 1) / kMaxNamedModules;
+  auto named = [&](size_t position) {
+    bool near_mark = false;
+    for (size_t m : marked) {
+      if (m == position) return true;
+      near_mark = near_mark || (m > position ? m - position : position - m) < every;
+    }
+    return position % every == 0 && !near_mark;
+  };
+  std::string tics;
+  n = 0;
+  *longest = 0;
+  for (const auto& [seq, name] : names) {
+    const bool shown = named(n++);
+    if (shown) *longest = std::max(*longest, name.size());
+    tics += (tics.empty() ? "" : ", ") + gp_string(shown ? name : "") + " " + std::to_string(seq) +
+            (shown ? "" : " 1");
+  }
+  return "set xtics rotate by 90 right font ',8' (" + tics + ")\n";
+}
+
+// The departure marks: a dashed line at each run's first departing module, in the run's color,
+// labelled with the module.
+std::string departure_marks(const std::vector<ModuleErrors>& all) {
+  std::ostringstream marks;
+  double last_seq = 1;
+  for (const auto& plot : all) {
+    for (const auto& point : plot.series.points) last_seq = std::max(last_seq, point.first);
+  }
+  int line = 0;
+  for (const auto& plot : all) {
+    if (plot.series.points.empty()) continue;
+    ++line;
+    if (!plot.first) continue;
+    const int seq = plot.first->seq;
+    const bool right = seq > 0.6 * last_seq;  // keep the label inside the plot
+    marks << "set arrow from " << seq << ", graph 0 to " << seq
+          << ", graph 1 nohead dt 2 lw 1.5 lc " << line << " front\n"
+          << "set label " << gp_string("first departure: " + plot.first->module) << " at " << seq
+          << ", graph " << 0.97 - 0.05 * ((line - 1) % 10)
+          << (right ? " right offset -0.6,0" : " left offset 0.6,0") << " tc lt " << line
+          << " front\n";
+  }
+  return marks.str();
+}
+
+// The thresholds 1 - cosine_min of the diagnoses (those a log scale can show).
+std::set<double> thresholds(const std::vector<ModuleErrors>& all) {
+  std::set<double> out;
+  for (const auto& plot : all) {
+    if (!plot.series.points.empty() && 1 - plot.cosine_min > 0) out.insert(1 - plot.cosine_min);
+  }
+  return out;
+}
+
+// More elements of the plot command: the thresholds as dotted horizontal lines in the key (as
+// functions they widen the y range to show them).
+std::string threshold_lines(const std::set<double>& thresholds) {
+  std::ostringstream lines;
+  lines.precision(17);
+  for (double t : thresholds) {
+    lines << ", \\\n     " << t << " with lines dt 3 lw 1.5 lc rgb 'gray40' title "
+          << gp_string("threshold: 1 - cosine_min = " + significant(t, 3));
+  }
+  return lines.str();
+}
+
+// Each run's first departure (or none), in words, for the page.
+std::vector<std::string> departure_items(const std::vector<ModuleErrors>& all) {
+  std::vector<std::string> items;
+  for (const auto& run : all) {
+    items.push_back(
+        run.series.title + ": " +
+        (run.first ? "first departs at " + run.first->module + " (execution index " +
+                         std::to_string(run.first->seq) + "): " + run.first->reason
+                   : "no module departs (1 - cosine <= " + significant(1 - run.cosine_min, 3) +
+                         " everywhere, no overflow)"));
+  }
+  return items;
+}
+
+void module_error_plot(const ReportModel& model, const fs::path& dir, std::ostream& script,
+                       std::vector<Plot>* plots) {
+  const std::string caption = "per-module error (1 - cosine) of diagnosed runs";
+  std::vector<Series> series;
+  for (const auto& plot : model.module_error) series.push_back(plot.series);
+  std::string plot = line_plot(dir, "module_error", series, "linespoints");
+  if (plot.empty()) {
+    plots->push_back(
+        {"", caption, "no run of this sweep was diagnosed (amptune diagnose RUN)", {}});
+    return;
+  }
+  plot.pop_back();  // its newline: the thresholds follow
+  size_t longest = 0;
+  const std::string tics = module_tics(model.module_error, &longest);
+  const std::set<double> lines = thresholds(model.module_error);
+  // About 5 pixels a character of the rotated names at 8 points.
+  script << line_frame(series, kPlotHeight + static_cast<int>(5 * longest), lines.size())
+         << "set output 'module_error.png'\n"
+         << "set title 'per-module error of diagnosed runs (amptune diagnose), modules in "
+            "execution order'\nset xlabel ''\n"
+         << tics << "set ylabel '1 - cosine against the reference'\nset logscale y 10\n"
+         << "set format y '10^%L'\n"
+         << departure_marks(model.module_error) << plot << threshold_lines(lines)
+         << "\nunset logscale y\nset format y '% h'\nunset arrow\nunset label\n"
+         << "set xtics autofreq norotate autojustify font ''\nunset output\n";
+  plots->push_back({"module_error.png", caption, "", departure_items(model.module_error)});
+}
+
+// A bar chart's data file: a row per bar, its run label (shortened) and `values`; and the
+// terminal and x tics of the chart: the labels slanted under the bars, the canvas taller by the
+// longest (about 4.3 pixels down a character).
+std::string bar_chart(const fs::path& file, const std::vector<std::string>& labels,
+                      const std::vector<std::vector<double>>& values, int precision) {
+  std::ostringstream data;
+  data.precision(precision);
+  size_t longest = 0;
+  for (size_t i = 0; i < labels.size(); ++i) {
+    const std::string label = shortened(labels[i], kBarLabelChars);
+    longest = std::max(longest, label.size());
+    data << dat_label(label);
+    for (double v : values[i]) data << " " << v;
+    data << "\n";
+  }
+  write_text_file(file, data.str());
+  return terminal(kPlotHeight + static_cast<int>(4.3 * longest)) +
+         "set xtics rotate by -30 left noenhanced\n";
+}
+
+// The bar charts: img/s and the time breakdown per run.
+void bar_plots(const ReportModel& model, const fs::path& dir, std::ostream& script,
+               std::vector<Plot>* plots) {
+  if (!model.throughput.empty()) {
+    std::vector<std::string> labels;
+    std::vector<std::vector<double>> values;
+    for (const auto& bar : model.throughput) {
+      labels.push_back(bar.label);
+      values.push_back({bar.img_s});
+    }
+    script << bar_chart(dir / "throughput.dat", labels, values, 17)
+           << "set output 'throughput.png'\nset title 'mean training throughput per run'\n"
            << "set xlabel ''\nset ylabel 'img/s'\nset style fill solid 0.6\nset boxwidth 0.7\n"
-           << "set xtics rotate by -30 noenhanced\nset yrange [0:*]\nunset key\n"
+           << "set yrange [0:*]\nunset key\n"
            << "plot 'throughput.dat' using 0:2:xtic(1) with boxes notitle\nunset output\n";
-    plots->push_back({"throughput.png", "mean training img/s per run", ""});
+    plots->push_back({"throughput.png", "mean training img/s per run", "", {}});
   } else {
-    plots->push_back({"", "mean training img/s per run", "no run has a recorded epoch yet"});
+    plots->push_back({"", "mean training img/s per run", "no run has a recorded epoch yet", {}});
   }
   if (!model.times.empty()) {
-    std::ostringstream data;
-    data.precision(6);
+    std::vector<std::string> labels;
+    std::vector<std::vector<double>> values;
     for (const auto& bar : model.times) {
-      data << dat_label(bar.label);
-      for (double v : bar.seconds) data << " " << v;
-      data << "\n";
+      labels.push_back(bar.label);
+      values.push_back(bar.seconds);
     }
-    write_text_file(dir / "times.dat", data.str());
-    script << "set output 'times.png'\nset title 'time per epoch by phase (mean per run)'\n"
+    script << bar_chart(dir / "times.dat", labels, values, 6)
+           << "set output 'times.png'\nset title 'time per epoch by phase (mean per run)'\n"
            << "set xlabel ''\nset ylabel 'seconds per epoch'\nset style data histograms\n"
            << "set style histogram rowstacked\nset style fill solid 0.8 border -1\n"
-           << "set boxwidth 0.7\nset xtics rotate by -30 noenhanced\nset yrange [0:*]\n"
-           << "set key outside right top\nplot ";
+           << "set boxwidth 0.7\nset yrange [0:*]\n"
+           << "set key default\nset key outside right top\nplot ";
     for (size_t i = 0; i < kTimePhases.size(); ++i) {
       script << (i ? ", '' using " : "'times.dat' using ") << i + 2 << (i ? "" : ":xtic(1)")
              << " title " << gp_string(kTimePhases[i]);
     }
     script << "\nunset output\n";
-    plots->push_back({"times.png", "time per epoch by phase", ""});
+    plots->push_back({"times.png", "time per epoch by phase", "", {}});
   } else {
-    plots->push_back({"", "time per epoch by phase",
+    plots->push_back({"",
+                      "time per epoch by phase",
                       "no run of this sweep recorded a time breakdown (epochs recorded before "
-                      "it existed)"});
+                      "it existed)",
+                      {}});
   }
+}
+
+// Writes the data files and returns the gnuplot script with one PNG per plot that has data;
+// `plots` gets every plot of the page.
+std::string plot_script(const ReportModel& model, const fs::path& dir, std::vector<Plot>* plots) {
+  std::ostringstream script;
+  script << "# Generated by amptune report for sweep " << model.sweep << "\n"
+         << "set grid\nset offsets graph 0, graph 0.02, graph 0.05, graph 0.05\n";
+  epoch_plots(model, dir, script, plots);
+  loss_scale_plot(model, dir, script, plots);
+  module_error_plot(model, dir, script, plots);
+  bar_plots(model, dir, script, plots);
   return script.str();
+}
+
+// Text that may break after , _ / and a . before a letter (long --by values such as a
+// casts.int32 list, column names such as overflow_steps; never inside a number), HTML-escaped.
+std::string breakable(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    out += html_escape(std::string(1, c));
+    const bool word_follows =
+        i + 1 < text.size() && std::isalpha(static_cast<unsigned char>(text[i + 1]));
+    if (c == ',' || c == '_' || c == '/' || (c == '.' && word_follows)) out += "<wbr>";
+  }
+  return out;
+}
+
+// Columns past which the table is set smaller.
+constexpr size_t kWideTable = 10;
+
+// The comparison table, in a box that scrolls sideways when it is still wider than the page.
+void comparison_table(const CompareTable& table, std::ostream& html) {
+  const std::vector<std::string> columns = compare_columns(table);
+  // Left-aligned: the --by values and the status. Breakable: those and the column names.
+  const size_t status_column = columns.size() - (table.has_baseline ? 3 : 2);
+  auto cell = [&](const std::string& tag, size_t column, const std::string& text) {
+    const bool words = column < table.by.size() || column == status_column;
+    html << "<" << tag << (words ? " class=\"t\">" : ">")
+         << (words || tag == "th" ? breakable(text) : html_escape(text)) << "</" << tag << ">";
+  };
+  html << "<div class=\"scroll\"><table" << (columns.size() > kWideTable ? " class=\"wide\"" : "")
+       << ">\n<tr>";
+  for (size_t i = 0; i < columns.size(); ++i) cell("th", i, columns[i]);
+  html << "</tr>\n";
+  for (const auto& row : table.rows) {
+    html << "<tr>";
+    const std::vector<std::string> cells = compare_cells(table, row);
+    for (size_t i = 0; i < cells.size(); ++i) cell("td", i, cells[i]);
+    html << "</tr>\n";
+  }
+  html << "</table></div>\n";
 }
 
 // The page: inline CSS, local images only.
@@ -366,30 +663,22 @@ std::string page(const ReportModel& model, const std::vector<Plot>& plots,
   html << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
        << "<title>amptune report: " << html_escape(model.sweep) << "</title>\n<style>\n"
        << "body{font-family:sans-serif;margin:2em;color:#222}"
-       << "table{border-collapse:collapse;font-size:0.9em}"
-       << "th,td{border:1px solid #ccc;padding:0.25em 0.6em;text-align:right}"
-       << "th{background:#f0f0f0}td.t{text-align:left}.note{color:#666;font-style:italic}"
+       << ".scroll{max-width:100%;overflow-x:auto}"
+       << "table{border-collapse:collapse;font-size:0.9em}table.wide{font-size:0.78em}"
+       << "th,td{border:1px solid #ccc;padding:0.25em 0.5em;text-align:right}"
+       << "th{background:#f0f0f0}.t{text-align:left}td.t{max-width:24em}"
+       << ".note{color:#666;font-style:italic}"
        << "img{max-width:100%;border:1px solid #eee;margin:0.5em 0}\n</style>\n</head>\n<body>\n"
        << "<h1>Sweep " << html_escape(model.sweep) << "</h1>\n<p>" << model.runs
        << " runs; metric <b>" << html_escape(table.metric) << "</b> (" << direction(table)
-       << "), best epoch of each run, mean over runs with the same settings. Database "
-       << html_escape(model.database) << ".</p>\n<h2>Comparison</h2>\n<table>\n<tr>";
-  const std::vector<std::string> columns = compare_columns(table);
-  for (const auto& name : columns) html << "<th>" << html_escape(name) << "</th>";
-  html << "</tr>\n";
-  // Left-aligned: the --by values and the status.
-  const size_t status_column = columns.size() - (table.has_baseline ? 3 : 2);
-  for (const auto& row : table.rows) {
-    html << "<tr>";
-    size_t i = 0;
-    for (const auto& cell : compare_cells(table, row)) {
-      const bool text_cell = i < table.by.size() || i == status_column;
-      html << (text_cell ? "<td class=\"t\">" : "<td>") << html_escape(cell) << "</td>";
-      ++i;
-    }
-    html << "</tr>\n";
+       << "), best epoch of each run, mean over runs with the same settings";
+  if (!table.also.empty()) {
+    std::vector<std::string> also;
+    for (const auto& name : table.also) also.push_back("<b>" + html_escape(name) + "</b>");
+    html << "; beside it " << join(also, ", ") << " at the same epoch";
   }
-  html << "</table>\n";
+  html << ". Database " << html_escape(model.database) << ".</p>\n<h2>Comparison</h2>\n";
+  comparison_table(table, html);
   if (model.truncated) {
     html << "<p class=\"note\">The line plots show the first " << kMaxPlottedRuns
          << " runs only.</p>\n";
@@ -401,6 +690,11 @@ std::string page(const ReportModel& model, const std::vector<Plot>& plots,
     } else {
       html << "<img src=\"" << html_escape(plot.file) << "\" alt=\"" << html_escape(plot.caption)
            << "\">\n";
+    }
+    if (!plot.items.empty()) {
+      html << "<ul>\n";
+      for (const auto& item : plot.items) html << "<li>" << html_escape(item) << "</li>\n";
+      html << "</ul>\n";
     }
   }
   if (!model.traces.empty()) {

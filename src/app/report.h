@@ -1,15 +1,17 @@
 // The report of a sweep (`amptune report`): a self-contained HTML page, DIR/index.html, with the
-// comparison table (as `amptune compare` with its defaults) and PNG plots drawn by gnuplot (run
-// as a child process): primary metric and train loss per epoch (a fork continues its parent's
-// line, from the lineage view), loss scale per global step, mean training img/s per run, where
-// the epochs' time went per run, links to the runs' profile traces, and for diagnosed runs
-// (amptune diagnose) each module's error in execution order.
+// comparison table (as `amptune compare` with its defaults, plus the model's headline metrics)
+// and PNG plots drawn by gnuplot (run as a child process): primary metric and train loss per
+// epoch (a fork continues its parent's line, from the lineage), loss scale per global step,
+// mean training img/s per run, where the epochs' time went per run, links to the runs' profile
+// traces, and for diagnosed runs (amptune diagnose) each module's error in execution order,
+// named, with the first module that departs marked.
 //
 // build_report reads the data of the page into plain structs (no files, no gnuplot);
 // write_report turns them into files.
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,6 +48,23 @@ struct TimeBar {
 // epoch_seconds), checkpoint, db.
 extern const std::vector<std::string> kTimePhases;
 
+// A diagnosed run's newest diagnosis (amptune diagnose): its forward rows as a Series,
+// execution index -> 1 - cosine (worst over its batches; 1 where values were lost to inf/NaN,
+// 1e-12 where exact, so the log scale can show it), the modules' names, and the first module
+// that departs as train::first_divergence says (cosine below the diagnosis's cosine_min, values
+// lost to inf/NaN, or overflow; the view first_divergence).
+struct ModuleErrors {
+  Series series;
+  std::vector<std::string> modules;  // per point of series
+  double cosine_min = 0;             // the diagnosis's threshold
+  struct Departure {
+    int seq = 0;  // the execution index (x of its point)
+    std::string module;
+    std::string reason;  // "1 - cosine 0.1 > 0.01", "overflow (2.5% of its outputs)", ...
+  };
+  std::optional<Departure> first;  // unset: no module departs
+};
+
 // A profile trace (profile.steps) recorded on an epoch row.
 struct TraceLink {
   std::string run;  // the run's name
@@ -57,9 +76,12 @@ struct ReportModel {
   std::string sweep;
   std::string database;  // the database path, as the page names it
   int runs = 0;          // runs of the sweep
+  // As `amptune compare` with its defaults and --also the headline metrics of the runs' models
+  // (train/model_info.h) that the sweep recorded: mrpe beside ap_root_25 for RootNet.
   CompareTable table;
-  // Along each run's lineage, epoch -> the run's primary metric / train loss (an epoch whose
-  // value is NULL has no point). One series per run that has an epoch, by run id, at most
+  // Along each run's lineage, epoch -> the run's primary metric (from the metrics table or, for
+  // train_loss, lr, ..., the epoch row: Store::lineage) / train loss (an epoch whose value is
+  // NULL has no point). One series per run that has an epoch, by run id, at most
   // kMaxPlottedRuns (series are kept even without points).
   std::vector<Series> metric, train_loss;
   bool truncated = false;  // more runs than kMaxPlottedRuns had an epoch
@@ -67,10 +89,8 @@ struct ReportModel {
   // scale, each change as recorded, then the last scale held until the run's last recorded step.
   std::vector<Series> loss_scale;
   std::vector<ThroughputBar> throughput;  // runs with a recorded img/s, in cell order
-  // Per diagnosed run, in cell order, at most kMaxPlottedRuns: the newest diagnosis's forward
-  // rows, execution index -> 1 - cosine (worst over its batches; 1 where values were lost to
-  // inf/NaN, 1e-12 where exact, so the log scale can show it).
-  std::vector<Series> module_error;
+  // Per diagnosed run, in cell order, at most kMaxPlottedRuns.
+  std::vector<ModuleErrors> module_error;
   // Runs with a time breakdown, in cell order, at most kMaxPlottedRuns; their traces.
   std::vector<TimeBar> times;
   std::vector<TraceLink> traces;

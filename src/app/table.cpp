@@ -40,4 +40,10 @@ std::string fixed(double value, int decimals) {
   return buf;
 }
 
+std::string significant(double value, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*g", digits, value);
+  return buf;
+}
+
 }  // namespace amptune::app

@@ -19,6 +19,9 @@ class Table {
   std::vector<std::vector<std::string>> rows_;
 };
 
+// "%.*f": fixed(2.5, 1) = "2.5".
 std::string fixed(double value, int decimals);
+// "%.*g": significant(0.000123456, 3) = "0.000123".
+std::string significant(double value, int digits);
 
 }  // namespace amptune::app

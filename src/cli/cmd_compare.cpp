@@ -40,7 +40,7 @@ std::vector<std::pair<std::string, std::string>> baseline_pairs(
 
 int cmd_compare(const Invocation& inv) {
   std::vector<std::string> dbs;
-  std::string by, format;
+  std::string by, also, format;
   std::vector<std::string> baseline;
   app::CompareOptions options;
   Options opts("compare",
@@ -55,6 +55,9 @@ int cmd_compare(const Invocation& inv) {
       "comma-separated grouping keys: swept keys (optim.lr) or run columns (opt_level, "
       "loss_scale, seed, ...); default: every swept key")(
       "metric", po::value(&options.metric), "metric to compare (default: the primary metric)")(
+      "also", po::value(&also),
+      "comma-separated metrics shown beside it, each at the epoch the metric was taken from "
+      "(amptune report shows the model's headline metrics so: mrpe,ap_root_25 for RootNet)")(
       "epoch", po::value(&options.epoch)->default_value("best"),
       "best | last | N (0-based): which epoch's value each run contributes")(
       "baseline", po::value(&baseline)->multitoken(),
@@ -65,6 +68,7 @@ int cmd_compare(const Invocation& inv) {
     throw UsageError("amptune compare needs --sweep NAME (see amptune list)");
   }
   options.by = split(by, ',');
+  options.also = split(also, ',');
   options.baseline = baseline_pairs(baseline);
   const auto store = open_results(dbs);
   const app::CompareTable table = app::build_compare(*store, options);

@@ -16,9 +16,11 @@ int cmd_report(const Invocation& inv) {
   Options opts("report",
                "usage: amptune report --sweep NAME --out DIR [options]\n\n"
                "Writes DIR/index.html (no network needed to view it) with the comparison table\n"
-               "(as `amptune compare`) and PNG plots drawn by gnuplot (package gnuplot-nox;\n"
+               "(as `amptune compare --also` the model's headline metrics, e.g. mrpe beside\n"
+               "ap_root_25) and PNG plots drawn by gnuplot (package gnuplot-nox;\n"
                "AMPTUNE_GNUPLOT overrides the program): primary metric vs epoch (a fork continues\n"
-               "its parent's line), train loss vs epoch, loss scale vs step, img/s per run.\n");
+               "its parent's line), train loss vs epoch, loss scale vs step, per-module error of\n"
+               "diagnosed runs (first departing module marked), img/s and time per run.\n");
   opts.db(&db);
   opts.add()("sweep", po::value(&sweep), "the sweep to report (required)")(
       "out", po::value(&out_dir), "output directory: index.html and the plots (required)");

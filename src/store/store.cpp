@@ -1166,7 +1166,8 @@ std::vector<Store::ModuleError> Store::module_errors(const std::string& sweep) c
                      "COUNT(*), CASE WHEN COUNT(d.cosine) < COUNT(*) THEN NULL ELSE MIN(d.cosine) END, "
                      "MAX(d.max_abs_err), MAX(d.max_rel_err), "
                      "MAX(d.frac_rel_err_1e3), MAX(d.frac_rel_err_5e3), MAX(d.overflow_frac), "
-                     "MAX(d.underflow_frac) FROM diagnostics d "
+                     "MAX(d.underflow_frac), g.cosine_min FROM diagnostics d "
+                     "JOIN diagnoses g ON g.run_id = d.run_id AND g.epoch = d.epoch "
                      "JOIN runs r ON r.id = d.run_id JOIN sweeps s ON s.id = r.sweep_id "
                      "WHERE s.name = ? AND d.kind = 'forward' "
                      "GROUP BY d.run_id, d.epoch, d.seq, d.module ORDER BY d.run_id, d.epoch, d.seq");
@@ -1189,6 +1190,7 @@ std::vector<Store::ModuleError> Store::module_errors(const std::string& sweep) c
       e.worst.frac_rel_err_5e3 = real(11);
       e.worst.overflow_frac = real(12);
       e.worst.underflow_frac = real(13);
+      e.cosine_min = real(14);
       out.push_back(std::move(e));
     }
     return out;
@@ -1324,8 +1326,17 @@ std::vector<Store::RunTotals> Store::run_totals(const std::string& sweep) const 
 
 std::vector<Store::LineagePoint> Store::lineage(const std::string& sweep) const {
   return guarded(path_, "reading the lineage of sweep '" + sweep + "'", [&] {
-    Statement select(db_, std::string("SELECT l.run_id, l.epoch, l.source_run_id, l.train_loss, "
-                                      "l.value FROM lineage l WHERE l.run_id IN ") +
+    // The view reads the primary metric from the metrics table; one that is an epochs column
+    // (names spliced in from epoch_value_columns(), never the caller's text) comes from the
+    // source epoch's row instead.
+    std::string value = "CASE l.metric";
+    for (const auto& column : epoch_value_columns()) {
+      value += " WHEN '" + column + "' THEN e." + column;
+    }
+    value += " ELSE l.value END";
+    Statement select(db_, "SELECT l.run_id, l.epoch, l.source_run_id, l.train_loss, " + value +
+                              " FROM lineage l JOIN epochs e ON e.run_id = l.source_run_id AND "
+                              "e.epoch = l.epoch WHERE l.run_id IN " +
                               kRunsOfSweep + " ORDER BY l.run_id, l.epoch");
     select.bind(1, sweep);
     std::vector<LineagePoint> points;

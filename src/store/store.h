@@ -360,6 +360,7 @@ class Store {
   struct ModuleError {
     int64_t run_id = 0;
     int epoch = 0;
+    double cosine_min = 0;  // the diagnosis's threshold (Diagnosis::cosine_min)
     DiagnosticRow worst;
   };
   std::vector<ModuleError> module_errors(const std::string& sweep) const;
@@ -458,10 +459,12 @@ class Store {
     int epoch = 0;
     int64_t source_run_id = 0;  // whose epoch row it is (run_id or an ancestor)
     double train_loss = 0;      // of the source epoch; NaN when NULL
-    double value = 0;           // run_id's primary metric at the source epoch (metrics table
-                                // only, not epochs columns); NaN when not recorded
+    double value = 0;           // run_id's primary metric at the source epoch, from the metrics
+                                // table or, for an epochs column (train_loss, lr, ... as in
+                                // metric_names), from the epoch row; NaN when not recorded
   };
-  // The lineage curves of the runs of `sweep`, ordered by run id, then epoch.
+  // The lineage curves of the runs of `sweep`, ordered by run id, then epoch. (The lineage
+  // view's own `value` column reads the metrics table only.)
   std::vector<LineagePoint> lineage(const std::string& sweep) const;
 
  private:

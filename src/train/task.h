@@ -14,6 +14,7 @@
 #include <torch/types.h>
 
 #include "data/loader.h"
+#include "train/model_info.h"
 
 namespace amptune {
 class Config;
@@ -65,27 +66,19 @@ class Task {
   torch::MemoryFormat memory_format_ = torch::MemoryFormat::Contiguous;
 };
 
-// How runs of a model are judged: the metric the views and `compare` rank them by.
-struct ModelInfo {
-  std::string primary_metric;  // "acc1", "mrpe", ...
-  bool higher_is_better = true;
-};
-
 // One registered model.
 struct ModelEntry {
   std::string name;  // the value of model.name
   // Builds and initialises the model and its task (torch's RNG must be seeded by the caller).
   std::function<std::unique_ptr<Task>(const Config&)> make_task;
   std::function<ModelInfo(const Config&)> info;
+  std::vector<std::string> headline_metrics;  // model_info.h
 };
 
 // Every registered model, in table order.
 const std::vector<ModelEntry>& registered_models();
 // The entry of model.name; ConfigError naming the registered models for an unknown name.
 const ModelEntry& model_entry(const std::string& name);
-// model_entry(config's model.name).info(config): e.g. acc1 for ResNets, mrpe for RootNet, and
-// ap_root_25 for RootNet tested on MuPoTS.
-ModelInfo model_info(const Config& config);
 // model_entry(config's model.name).make_task(config).
 std::unique_ptr<Task> make_task(const Config& config);
 

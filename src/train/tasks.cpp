@@ -112,13 +112,14 @@ std::vector<EvalBatch> decode_eval_batches(const std::string& bytes) {
 
 // The registered models: model.name -> task and how its runs are judged (task.h).
 const std::vector<ModelEntry>& registered_models() {
+  const std::vector<std::string> accuracy = {"acc1", "acc5"};
   static const std::vector<ModelEntry> kModels = {
-      {"resnet18", make_classification_task, classification_info},
-      {"resnet34", make_classification_task, classification_info},
-      {"resnet50", make_classification_task, classification_info},
-      {"resnet101", make_classification_task, classification_info},
-      {"resnet152", make_classification_task, classification_info},
-      {"rootnet", make_rootnet_task, rootnet_info},
+      {"resnet18", make_classification_task, classification_info, accuracy},
+      {"resnet34", make_classification_task, classification_info, accuracy},
+      {"resnet50", make_classification_task, classification_info, accuracy},
+      {"resnet101", make_classification_task, classification_info, accuracy},
+      {"resnet152", make_classification_task, classification_info, accuracy},
+      {"rootnet", make_rootnet_task, rootnet_info, {"mrpe", "ap_root_25"}},
   };
   return kModels;
 }
@@ -134,6 +135,14 @@ const ModelEntry& model_entry(const std::string& name) {
 
 ModelInfo model_info(const Config& config) {
   return model_entry(config.get_string("model.name")).info(config);
+}
+
+const std::vector<std::string>& headline_metrics(const std::string& model_name) {
+  static const std::vector<std::string> kNone;
+  for (const ModelEntry& entry : registered_models()) {
+    if (entry.name == model_name) return entry.headline_metrics;
+  }
+  return kNone;
 }
 
 std::unique_ptr<Task> make_task(const Config& config) {

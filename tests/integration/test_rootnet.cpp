@@ -1,6 +1,9 @@
 // RootNet end to end through the binary: synthetic data in the official formats, a tiny sweep
-// over the int32 cast points, metrics in the store, and exact resume of a RootNet run.
+// over the int32 cast points, metrics in the store, evaluation-only cells, and exact resume of a
+// RootNet run.
+#include <cmath>
 #include <filesystem>
+#include <map>
 
 #include <gtest/gtest.h>
 
@@ -34,12 +37,23 @@ std::string make_data(const std::string& dir) {
          "  threads: 1\n";
 }
 
+// The data and sweep `rn` (make_data, then `grid`) in a fresh scratch directory, with its
+// database path (results/ exists).
+struct RnSweep {
+  std::string dir, yaml, db;
+};
+RnSweep rn_sweep(const std::string& grid) {
+  RnSweep s;
+  s.dir = scratch_dir();
+  s.yaml = s.dir + "/sweep.yaml";
+  write_file(s.yaml, make_data(s.dir) + grid);
+  s.db = s.dir + "/results/amptune.sqlite";
+  fs::create_directories(s.dir + "/results");
+  return s;
+}
+
 TEST(RootNetCli, SynthSweepRecordsMetricsPerEpoch) {
-  const std::string dir = scratch_dir();
-  const std::string yaml = dir + "/sweep.yaml";
-  write_file(yaml, make_data(dir) + "grid:\n  casts.int32: [[], [k_value, cam_param]]\n");
-  const std::string db = dir + "/results/amptune.sqlite";
-  fs::create_directories(dir + "/results");
+  const auto [dir, yaml, db] = rn_sweep("grid:\n  casts.int32: [[], [k_value, cam_param]]\n");
   auto r = run_amptune({"run", yaml, "--db", db}, dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   store::Store s(db);
@@ -84,6 +98,59 @@ TEST(RootNetCli, SynthSweepRecordsMetricsPerEpoch) {
     ASSERT_EQ(q.rows.size(), 1u) << module;
     EXPECT_EQ(q.rows[0][0], "1") << module;  // O0 against O0
   }
+}
+
+// An evaluation-only sweep (schedule.epochs: 0) over the opt levels: each cell evaluates its
+// seeded initial weights under its own precision, records MRPE and AP_root (also as the run's
+// initial_metrics), trains nothing and saves no checkpoint.
+TEST(RootNetCli, EvaluationOnlyCellsRecordMrpeAndApRootAndSaveNoCheckpoint) {
+  const auto [dir, yaml, db] = rn_sweep("grid:\n  amp.opt_level: [O0, O2]\n");
+  auto r =
+      run_amptune({"run", yaml, "--db", db, "--no-progress", "--set", "schedule.epochs=0"}, dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("evaluation only"), std::string::npos) << r.err;
+  store::Store s(db);
+  const auto runs = s.runs(std::string("rn"));
+  ASSERT_EQ(runs.size(), 2u);
+  std::map<std::string, std::map<std::string, double>> by_level;
+  for (const auto& run : runs) {
+    EXPECT_EQ(run.status, store::RunStatus::kDone) << run.message;
+    const auto epochs = s.epochs(run.id);
+    ASSERT_EQ(epochs.size(), 1u) << run.name;
+    const auto& e = epochs[0];
+    EXPECT_EQ(e.epoch, 0);
+    EXPECT_EQ(e.global_step, 0);  // nothing trained
+    EXPECT_TRUE(std::isnan(e.train_loss));
+    EXPECT_FALSE(e.checkpoint.has_value()) << run.name;
+    for (const char* m : {"mrpe", "ap_root_25"}) {
+      ASSERT_EQ(e.metrics.count(m), 1u) << m << " missing in " << run.name;
+      EXPECT_TRUE(std::isfinite(e.metrics.at(m))) << m;
+    }
+    EXPECT_GT(e.metrics.at("mrpe"), 0.0);
+    EXPECT_EQ(s.initial_metrics(run.id), e.metrics);
+    by_level[run.columns.at("opt_level")] = e.metrics;
+  }
+  ASSERT_EQ(by_level.size(), 2u);
+  const auto& o0 = by_level.at("\"O0\"");
+  const auto& o2 = by_level.at("\"O2\"");
+  // The same seeded weights evaluated in fp16 (O2) land near, but not on, the fp32 values.
+  EXPECT_NE(o2.at("mrpe"), o0.at("mrpe"));
+  EXPECT_NEAR(o2.at("mrpe"), o0.at("mrpe"), 0.05 * o0.at("mrpe"));
+  // No checkpoint path on any epoch row, and no file under the checkpoint folder.
+  EXPECT_EQ(s.query("SELECT COUNT(*) FROM epochs WHERE checkpoint_path IS NOT NULL").rows[0][0],
+            "0");
+  const fs::path checkpoints = dir + "/results/checkpoints";
+  if (fs::exists(checkpoints)) {
+    for (const auto& entry : fs::recursive_directory_iterator(checkpoints)) {
+      EXPECT_FALSE(entry.is_regular_file()) << entry.path();
+    }
+  }
+  // The report ranks by ap_root_25 (MuPoTS) and shows mrpe beside it.
+  r = run_amptune({"report", "--db", db, "--sweep", "rn", "--out", dir + "/report"}, dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(
+      read_file(dir + "/report/index.html").find("<th>ap_<wbr>root_<wbr>25</th><th>mrpe</th>"),
+      std::string::npos);
 }
 
 // With Adam, the original's optimizer: its moments must come back as two separate tensors

@@ -151,6 +151,52 @@ TEST_F(CompareTest, EpochsColumnAsMetricUsesItsDirection) {
   EXPECT_TRUE(compare("optim.lr", "best", "lr").higher_is_better);
 }
 
+TEST_F(CompareTest, AlsoMetricsAreTakenAtTheMetricsEpoch) {
+  CompareOptions options;
+  options.sweep = "grid";
+  options.by = {"optim.lr"};
+  options.also = {"train_loss", "acc1", "mrpe", "train_loss"};  // acc1 is the metric
+  CompareTable table = build_compare(store_, options);
+  EXPECT_EQ(table.also, (std::vector<std::string>{"train_loss", "mrpe"}));
+  EXPECT_EQ(
+      compare_columns(table),
+      (std::vector<std::string>{"optim.lr", "runs", "acc1", "train_loss", "mrpe", "best_epoch",
+                                "img_s", "overflow_steps", "skipped_steps", "status", "rank"}));
+  // Row lr 0.1: best acc1 at epoch 1 (cell 0) and 2 (cell 1), train_loss 1.75 and 1.5 there;
+  // mrpe (known to metric_info) was never recorded.
+  ASSERT_EQ(table.rows[0].also_values.size(), 2u);
+  EXPECT_EQ(table.rows[0].also_values[0], 1.625);
+  EXPECT_EQ(table.rows[0].also_values[1], std::nullopt);
+  options.epoch = "0";
+  table = build_compare(store_, options);
+  EXPECT_EQ(table.rows[0].also_values[0], 2.0);
+  // No run reached the epoch: no value, nor beside it.
+  options.epoch = "9";
+  EXPECT_EQ(build_compare(store_, options).rows[0].also_values[0], std::nullopt);
+
+  options.epoch = "last";
+  table = build_compare(store_, options);
+  EXPECT_EQ(table.rows[1].also_values[0], 1.5);
+  std::ostringstream csv, text;
+  write_compare_csv(table, csv);
+  EXPECT_EQ(csv.str().substr(0, csv.str().find('\n')),
+            "optim.lr,runs,acc1,train_loss,mrpe,epoch,img_s,overflow_steps,skipped_steps,status,"
+            "rank\r");
+  EXPECT_EQ(compare_json(table)[0]["train_loss"], 1.5);
+  write_compare_text(table, text);
+  EXPECT_NE(text.str().find("0.1       2     62.5  1.5         -     2"), std::string::npos)
+      << text.str();
+
+  options.also = {"acc7"};
+  EXPECT_EQ(usage_error([&] { build_compare(store_, options); }),
+            "unknown --also metric 'acc7' for sweep 'grid'; known metrics: acc1, epoch_seconds, "
+            "lr, overflow_steps, train_fps_mean, train_loss");
+  options.also = {"overflow_steps"};
+  EXPECT_EQ(usage_error([&] { build_compare(store_, options); }),
+            "--also metric 'overflow_steps' is a column of the table already (see amptune "
+            "compare --help)");
+}
+
 TEST_F(CompareTest, BaselineDeltas) {
   CompareOptions options;
   options.sweep = "grid";

@@ -1,6 +1,8 @@
-// Unit tests of the report (app/report.h): the model's series (a fork's lineage, loss-scale
-// steps, img/s) from made-up runs, and the files write_report makes with a stand-in for gnuplot
-// (a shell script that writes the PNG files the script names), without it, and when it fails.
+// Unit tests of the report (app/report.h): the model's series (a fork's lineage, a primary
+// metric kept on the epoch rows, loss-scale steps, img/s, named module errors and the first
+// departure) and its table (headline metrics) from made-up runs, and the files write_report
+// makes with a stand-in for gnuplot (a shell script that writes the PNG files the script names),
+// without it, and when it fails.
 #include "app/report.h"
 
 #include <sys/stat.h>
@@ -180,13 +182,132 @@ TEST_F(ReportTest, DiagnosedRunsPlotTheirNewestDiagnosisPerModule) {
   store_.record_diagnosis(d);
   const ReportModel model = build_report(store_, "grid");
   ASSERT_EQ(model.module_error.size(), 1u);  // the fork was not diagnosed
-  EXPECT_EQ(model.module_error[0].run_id, parent_);
-  EXPECT_EQ(model.module_error[0].title, "parent, epoch 3");
-  const Points& p = model.module_error[0].points;
+  const ModuleErrors& errors = model.module_error[0];
+  EXPECT_EQ(errors.series.run_id, parent_);
+  EXPECT_EQ(errors.series.title, "parent, epoch 3");
+  const Points& p = errors.series.points;
   ASSERT_EQ(p.size(), 3u);
   EXPECT_EQ(p[0], (std::pair<double, double>{0, 1e-12}));  // exact
-  EXPECT_NEAR(p[1].second, 0.1, 1e-12);                     // the worst batch
+  EXPECT_NEAR(p[1].second, 0.1, 1e-12);                    // the worst batch
   EXPECT_EQ(p[2].second, 1.0);  // lost to inf in one batch: the worst there is
+  EXPECT_EQ(errors.modules, (std::vector<std::string>{"m0", "m1", "m2"}));
+  EXPECT_EQ(errors.cosine_min, 0.99);
+  // m1's worst cosine, 0.9, is the first below the diagnosis's 0.99.
+  ASSERT_TRUE(errors.first.has_value());
+  EXPECT_EQ(errors.first->seq, 1);
+  EXPECT_EQ(errors.first->module, "m1");
+  EXPECT_EQ(errors.first->reason, "1 - cosine 0.1 > 0.01");
+}
+
+// What departs first: an overflow, values lost to inf/NaN, a cosine under the diagnosis's own
+// threshold; nothing when every module stays close.
+TEST_F(ReportTest, TheFirstDepartureFollowsTheDiagnosisThreshold) {
+  add_fork_sweep();
+  auto diagnose = [&](int64_t run, double cosine_min, double cosine1, double overflow2) {
+    store::Diagnosis d;
+    d.run_id = run;
+    d.epoch = 3;
+    d.batches = 1;
+    d.cosine_min = cosine_min;
+    for (int seq = 0; seq < 3; ++seq) {
+      store::DiagnosticRow r;
+      r.kind = "forward";
+      r.seq = seq;
+      r.module = "layer" + std::to_string(seq);
+      r.dtype = "fp16";
+      r.numel = 4;
+      r.cosine = seq == 1 ? cosine1 : 0.999;
+      r.overflow_frac = seq == 2 ? overflow2 : 0;
+      d.rows.push_back(r);
+    }
+    store_.record_diagnosis(d);
+    const ReportModel model = build_report(store_, "grid");
+    return model.module_error.back();
+  };
+  EXPECT_FALSE(diagnose(parent_, 0.99, 0.995, 0).first.has_value());
+  const ModuleErrors strict = diagnose(parent_, 0.999, 0.995, 0);
+  ASSERT_TRUE(strict.first.has_value());
+  EXPECT_EQ(strict.first->module, "layer1");
+  EXPECT_EQ(strict.first->reason, "1 - cosine 0.005 > 0.001");
+  const ModuleErrors overflow = diagnose(fork_, 0.99, 0.995, 0.025);
+  ASSERT_TRUE(overflow.first.has_value());
+  EXPECT_EQ(overflow.first->module, "layer2");
+  EXPECT_EQ(overflow.first->reason, "overflow (2.5% of its outputs)");
+  const ModuleErrors lost = diagnose(fork_, 0.99, std::numeric_limits<double>::quiet_NaN(), 0.025);
+  ASSERT_TRUE(lost.first.has_value());
+  EXPECT_EQ(lost.first->module, "layer1");
+  EXPECT_EQ(lost.first->reason, "values lost to inf/NaN");
+}
+
+// A primary metric kept in an epochs column (train_loss here) has a line: the lineage reads it
+// from the epoch rows, the parent's up to the fork point, then the fork's own.
+TEST_F(ReportTest, APrimaryMetricInAnEpochsColumnHasALine) {
+  Run parent;
+  parent.sweep = "loss";
+  parent.label = "parent";
+  parent.columns = {{"primary_metric", "\"train_loss\""}};
+  const int64_t parent_id = add_run(parent);
+  add_epochs(parent_id, "acc1", {10, 20, 30});  // train_loss 2, 1.75, 1.5
+  Run fork = parent;
+  fork.cell = 1;
+  fork.label = "fork";
+  fork.fork = store::ForkOrigin{parent_id, 0, "{}", "", false};
+  const int64_t fork_id = add_run(fork);
+  store::EpochRecord own;
+  own.run_id = fork_id;
+  own.epoch = 1;
+  own.global_step = 20;
+  own.lr = 0.05;
+  own.train_loss = 1.25;
+  store_.record_epoch(own);
+  const ReportModel model = build_report(store_, "loss");
+  EXPECT_EQ(model.table.metric, "train_loss");
+  ASSERT_EQ(model.metric.size(), 2u);
+  EXPECT_EQ(model.metric[0].points, (Points{{0, 2}, {1, 1.75}, {2, 1.5}}));
+  EXPECT_EQ(model.metric[1].points, (Points{{0, 2}, {1, 1.25}}));
+  EXPECT_EQ(model.metric[1].points, model.train_loss[1].points);
+}
+
+// RootNet's runs rank by ap_root_25 on MuPoTS; its other headline metric, mrpe, stands beside it
+// at the same epoch. A name not registered (another build's model) adds nothing.
+TEST_F(ReportTest, HeadlineMetricsStandBesideThePrimary) {
+  for (int cell = 0; cell < 2; ++cell) {
+    Run run;
+    run.sweep = "rootnet";
+    run.cell = cell;
+    run.axes = cell ? R"({"amp.opt_level": "O1"})" : R"({"amp.opt_level": "O0"})";
+    run.columns = {{"model", "\"rootnet\""}, {"primary_metric", "\"ap_root_25\""}};
+    const int64_t id = add_run(run);
+    for (int epoch = 0; epoch < 2; ++epoch) {
+      Epoch e;
+      e.metrics = {{"ap_root_25", 10.0 * (cell + 1) + (epoch == 0 ? 5 : 0)},
+                   {"mrpe", 100.0 + 10 * cell + epoch},
+                   {"mrpe_x", 1}};
+      add_epoch(id, epoch, e);
+    }
+  }
+  Run other;
+  other.sweep = "rootnet";
+  other.cell = 2;
+  other.axes = R"({"amp.opt_level": "O2"})";
+  other.columns = {{"model", "\"vgg16\""}, {"primary_metric", "\"ap_root_25\""}};
+  add_run(other);
+  const ReportModel model = build_report(store_, "rootnet");
+  EXPECT_EQ(model.table.metric, "ap_root_25");
+  EXPECT_EQ(model.table.also, (std::vector<std::string>{"mrpe"}));
+  ASSERT_EQ(model.table.rows.size(), 3u);
+  EXPECT_EQ(model.table.rows[0].value, 25.0);            // O1 at epoch 0 ...
+  EXPECT_EQ(model.table.rows[0].also_values[0], 110.0);  // ... and its mrpe there
+  EXPECT_EQ(model.table.rows[1].also_values[0], 100.0);
+
+  const fs::path out = dir_.path() / "rootnet";
+  write_report(model, {out.string(), fake_gnuplot(), "t"});
+  const std::string html = read(out / "index.html");
+  EXPECT_NE(html.find("<th>ap_<wbr>root_<wbr>25</th><th>mrpe</th>"), std::string::npos) << html;
+  EXPECT_NE(html.find("beside it <b>mrpe</b> at the same epoch"), std::string::npos);
+  // Without a registered model (the made-up runs of the other tests) nothing stands beside.
+  add_fork_sweep();
+  EXPECT_TRUE(build_report(store_, "grid").table.also.empty());
 }
 
 TEST_F(ReportTest, UnknownSweepIsAUsageError) {
@@ -218,10 +339,130 @@ TEST_F(ReportTest, WritesThePageTheScriptAndTheData) {
   EXPECT_FALSE(fs::exists(out / ".index.html.tmp"));
   // The loss-scale data: one block, its steps as the model has them.
   EXPECT_EQ(read(out / "loss_scale_vs_step.dat"),
-            "# parent\n0 65536.000000\n5 32768.000000\n15 65536.000000\n40 65536.000000\n\n\n");
+            "# parent\n0 65536\n5 32768\n15 65536\n40 65536\n\n\n");
   EXPECT_EQ(read(out / "throughput.dat"), "\"0: parent\" 115\n\"1: fork\" 50\n");
-  EXPECT_NE(read(out / "report.gp").find("set ylabel 'acc1 (higher is better)'"),
+  const std::string gp = read(out / "report.gp");
+  EXPECT_NE(gp.find("set ylabel 'acc1 (higher is better)'"), std::string::npos);
+  // Bar labels slanted under the bars, the canvas taller by the longest (9 characters).
+  EXPECT_NE(gp.find("size 960,598 noenhanced font 'sans,10'\nset xtics rotate by -30 left "
+                    "noenhanced\nset output 'throughput.png'"),
+            std::string::npos)
+      << gp;
+  // Loss scales on a log2 axis, labelled as powers of two.
+  EXPECT_NE(gp.find("set logscale y 2\nset ytics 2\nset format y '2^%L'\n"), std::string::npos)
+      << gp;
+  // The key below each line plot (two short titles: one row), the canvas taller by its row.
+  EXPECT_NE(gp.find("size 960,578 noenhanced font 'sans,10'\n"
+                    "set key default\nset key outside below left Left reverse maxcols 2\n"
+                    "set output 'metric_vs_epoch.png'"),
+            std::string::npos)
+      << gp;
+}
+
+// A run title too long for the key keeps its start and end there; the model keeps it whole.
+TEST_F(ReportTest, LongTitlesAreShortenedInTheKeyOnly) {
+  Run run;
+  run.sweep = "long";
+  run.label = "casts.int32=[" + std::string(120, 'k') + "] amp.opt_level=O1";
+  add_epochs(add_run(run), "acc1", {1, 2});
+  const ReportModel model = build_report(store_, "long");
+  EXPECT_EQ(model.metric[0].title, run.label);
+  const fs::path out = dir_.path() / "long";
+  write_report(model, {out.string(), fake_gnuplot(), "t"});
+  const std::string key =
+      "casts.int32=[" + std::string(35, 'k') + "..." + std::string(31, 'k') + "] amp.opt_level=O1";
+  ASSERT_EQ(key.size(), 100u);
+  const std::string gp = read(out / "report.gp");
+  EXPECT_NE(gp.find("title '" + key + "'\n"), std::string::npos) << gp;
+  // One column of one row.
+  EXPECT_NE(gp.find("size 960,578 noenhanced font 'sans,10'\n"
+                    "set key default\nset key outside below left Left reverse maxcols 1\n"),
             std::string::npos);
+}
+
+// The table fits the page: long values may break after commas, a wide table is set smaller and
+// scrolls sideways in its box when it still does not fit.
+TEST_F(ReportTest, WideTablesWrapAndScroll) {
+  Run run;
+  run.sweep = "casts";
+  run.axes = R"({"casts.int32": ["k_value", "target_coord", "bbox"], "optim.lr": 0.05})";
+  add_run(run);
+  const fs::path out = dir_.path() / "casts";
+  write_report(build_report(store_, "casts"), {out.string(), fake_gnuplot(), "t"});
+  const std::string html = read(out / "index.html");
+  EXPECT_NE(html.find("<div class=\"scroll\"><table>"), std::string::npos) << html;
+  EXPECT_NE(html.find("<td class=\"t\">[&quot;k_<wbr>value&quot;,<wbr>&quot;target_<wbr>coord"
+                      "&quot;,<wbr>&quot;bbox&quot;]</td>"),
+            std::string::npos)
+      << html;
+  EXPECT_NE(html.find("<td class=\"t\">0.05</td>"), std::string::npos);  // never in a number
+  EXPECT_NE(html.find("<th class=\"t\">casts.<wbr>int32</th><th class=\"t\">optim.<wbr>lr</th>"
+                      "<th>runs</th>"),
+            std::string::npos);
+  EXPECT_NE(html.find("<th>overflow_<wbr>steps</th>"), std::string::npos);
+  EXPECT_NE(html.find(".scroll{max-width:100%;overflow-x:auto}"), std::string::npos);
+
+  CompareTable wide = build_report(store_, "casts").table;
+  wide.by = {"a", "b", "c", "d"};  // 12 columns
+  for (auto& row : wide.rows) row.by_values = {1, 2, 3, 4};
+  ReportModel model = build_report(store_, "casts");
+  model.table = wide;
+  write_report(model, {out.string(), fake_gnuplot(), "t"});
+  EXPECT_NE(read(out / "index.html").find("<table class=\"wide\">"), std::string::npos);
+}
+
+// The module-error plot names the modules on its x axis and marks the first that departs, with
+// the diagnosis's threshold; the page says the same in words.
+TEST_F(ReportTest, ModuleErrorPlotNamesModulesAndMarksTheFirstDeparture) {
+  add_fork_sweep();
+  store::Diagnosis d;
+  d.run_id = parent_;
+  d.epoch = 3;
+  d.batches = 1;
+  const int modules = 100;
+  for (int seq = 0; seq < modules; ++seq) {
+    store::DiagnosticRow r;
+    r.kind = "forward";
+    r.seq = seq;
+    r.module = "backbone.layer" + std::to_string(seq);
+    r.dtype = "fp16";
+    r.numel = 4;
+    r.cosine = seq == 61 ? 0.9 : 0.9999;
+    d.rows.push_back(r);
+  }
+  store_.record_diagnosis(d);
+  const fs::path out = dir_.path() / "modules";
+  const ReportFiles files =
+      write_report(build_report(store_, "grid"), {out.string(), fake_gnuplot(), "t"});
+  EXPECT_EQ(files.plots, 5);
+  const std::string gp = read(out / "report.gp");
+  // 100 modules: every third named (at most 48 names), the marked one too, the rest minor tics.
+  const std::string tics =
+      "set xtics rotate by 90 right font ',8' ('backbone.layer0' 0, '' 1 1, "
+      "'' 2 1, 'backbone.layer3' 3, ";
+  EXPECT_NE(gp.find(tics), std::string::npos) << gp;
+  // The marked module's named neighbours (60 and 63) give way to it.
+  EXPECT_NE(gp.find("'backbone.layer57' 57, '' 58 1, '' 59 1, '' 60 1, 'backbone.layer61' 61, "
+                    "'' 62 1, '' 63 1, '' 64 1, '' 65 1, 'backbone.layer66' 66, "),
+            std::string::npos)
+      << gp;
+  EXPECT_NE(gp.find("set arrow from 61, graph 0 to 61, graph 1 nohead dt 2 lw 1.5 lc 1 front\n"
+                    "set label 'first departure: backbone.layer61' at 61, graph 0.97 right"),
+            std::string::npos)
+      << gp;
+  // The threshold: a dotted line in the key.
+  EXPECT_NE(gp.find(" with lines dt 3 lw 1.5 lc rgb 'gray40' title 'threshold: 1 - cosine_min = "
+                    "0.01'\n"),
+            std::string::npos)
+      << gp;
+  EXPECT_NE(gp.find("set logscale y 10\nset format y '10^%L'\n"), std::string::npos);
+  EXPECT_NE(gp.find("unset arrow\nunset label\nset xtics autofreq norotate autojustify font ''\n"),
+            std::string::npos);
+  const std::string html = read(out / "index.html");
+  EXPECT_NE(html.find("<li>parent, epoch 3: first departs at backbone.layer61 (execution index "
+                      "61): 1 - cosine 0.1 &gt; 0.01</li>"),
+            std::string::npos)
+      << html;
 }
 
 TEST_F(ReportTest, WithoutDataThePageHasNotesAndGnuplotIsNotRun) {
@@ -269,6 +510,22 @@ TEST_F(ReportTest, FailingGnuplotIsAnEnvironmentErrorWithItsOutput) {
   });
   EXPECT_EQ(lazy_code, ExitCode::kEnvironment);
   EXPECT_NE(lazy_message.find("did not write"), std::string::npos) << lazy_message;
+}
+
+// A relative --out (`amptune report --out report/` from a shell) is relative to the working
+// directory, gnuplot's log too (gnuplot itself runs in the --out directory).
+TEST_F(ReportTest, ARelativeOutDirectoryIsRelativeToTheWorkingDirectory) {
+  add_fork_sweep();
+  const ReportModel model = build_report(store_, "grid");
+  const std::string gnuplot = fake_gnuplot();
+  const fs::path before = fs::current_path();
+  fs::current_path(dir_.path());
+  const auto [message, code] = error_of([&] { write_report(model, {"rel/report", gnuplot, "t"}); });
+  fs::current_path(before);
+  EXPECT_EQ(code, ExitCode::kOk) << message;
+  EXPECT_TRUE(fs::exists(dir_.path() / "rel" / "report" / "index.html"));
+  EXPECT_TRUE(fs::exists(dir_.path() / "rel" / "report" / "gnuplot.log"));
+  EXPECT_TRUE(fs::exists(dir_.path() / "rel" / "report" / "metric_vs_epoch.png"));
 }
 
 TEST_F(ReportTest, AnOutDirectoryThatCannotBeCreatedIsAnEnvironmentError) {

@@ -161,7 +161,13 @@ TEST(ModelRegistry, EveryRegisteredModelBuildsAndIsJudgedByItsMetric) {
     const ModelInfo info = model_info(c);
     EXPECT_EQ(info.primary_metric, name == "rootnet" ? "mrpe" : "acc1") << name;
     EXPECT_EQ(info.higher_is_better, name != "rootnet") << name;
+    // The headline metrics: what its papers report (and its evaluation records).
+    const std::vector<std::string> expected =
+        name == "rootnet" ? std::vector<std::string>{"mrpe", "ap_root_25"}
+                          : std::vector<std::string>{"acc1", "acc5"};
+    EXPECT_EQ(headline_metrics(name), expected) << name;
   }
+  EXPECT_TRUE(headline_metrics("vgg16").empty());  // another build's model: none
   Config mupots;
   mupots.set("model.name", "rootnet");
   mupots.set("rootnet.test_set", "mupots");
