@@ -632,3 +632,31 @@ ALTER TABLE runs ADD COLUMN allocator TEXT;
 -- for runs recorded before: the next `amptune run` of the run's cell fills it in).
 ALTER TABLE runs ADD COLUMN data_fingerprint TEXT;
 ALTER TABLE runs ADD COLUMN legacy_config_hash TEXT;
+
+-- migration: 13
+-- lineage again, with two changes: the walk up the fork chain stops after 1000 ancestors, so a
+-- database whose parent links form a cycle (edited by hand; merge refuses such inputs) cannot
+-- make a query run forever; and value is read from the epoch row when the run's primary metric
+-- is one of its columns (train_loss, lr, train_fps_mean, epoch_seconds), not only from metrics.
+DROP VIEW IF EXISTS lineage;
+CREATE VIEW lineage AS
+  WITH RECURSIVE chain(run_id, ancestor_id, upto, depth) AS (
+    SELECT id, id, NULL, 0 FROM runs
+    UNION ALL
+    SELECT c.run_id, r.parent_run_id,
+           CASE WHEN c.upto IS NULL THEN r.parent_epoch ELSE min(c.upto, r.parent_epoch) END,
+           c.depth + 1
+    FROM chain c JOIN runs r ON r.id = c.ancestor_id
+    WHERE r.parent_run_id IS NOT NULL AND c.depth < 1000
+  )
+  SELECT r.id AS run_id, r.name AS run, e.epoch, e.run_id AS source_run_id,
+         src.name AS source_run, e.lr, e.train_loss, r.primary_metric AS metric,
+         CASE r.primary_metric WHEN 'train_loss' THEN e.train_loss WHEN 'lr' THEN e.lr
+              WHEN 'train_fps_mean' THEN e.train_fps_mean
+              WHEN 'epoch_seconds' THEN e.epoch_seconds ELSE m.value END AS value
+  FROM chain c
+  JOIN runs r ON r.id = c.run_id
+  JOIN epochs e ON e.run_id = c.ancestor_id AND (c.upto IS NULL OR e.epoch <= c.upto)
+  JOIN runs src ON src.id = e.run_id
+  LEFT JOIN metrics m ON m.run_id = e.run_id AND m.epoch = e.epoch AND m.name = r.primary_metric
+  ORDER BY r.id, e.epoch;

@@ -275,14 +275,34 @@ SourceLoc SourceLoc::from_mark(const std::string& file, int line0, int column0) 
   return loc;
 }
 
+// Appends a short rendering of `node` to `out`, stopping once `out` is longer than `limit`: a
+// value built from nested YAML anchors may have 10^9 leaves, of which a message shows a line.
+void brief_into(const YAML::Node& node, std::string& out, size_t limit) {
+  if (!node.IsDefined() || node.IsNull()) {
+    out += "nothing (null)";
+  } else if (node.IsScalar()) {
+    out += shown(from_yaml(node));
+  } else if (node.IsMap()) {
+    out += "a mapping";
+  } else {
+    out += "[";
+    bool first = true;
+    for (const auto& item : node) {
+      if (out.size() > limit) break;
+      out += first ? "" : ", ";
+      first = false;
+      brief_into(item, out, limit);
+    }
+    out += "]";
+  }
+}
+
 std::string yaml_brief(const YAML::Node& node) {
-  if (!node.IsDefined() || node.IsNull()) return "nothing (null)";
-  if (node.IsScalar()) return shown(from_yaml(node));
-  if (node.IsMap()) return "a mapping";
-  std::vector<std::string> parts;
-  for (const auto& item : node) parts.push_back(yaml_brief(item));
-  std::string out = "[" + join(parts, ", ") + "]";
-  return out.size() > 80 ? out.substr(0, 77) + "...]" : out;
+  constexpr size_t kLimit = 80;
+  std::string out;
+  brief_into(node, out, kLimit);
+  if (!node.IsSequence() || out.size() <= kLimit) return out;
+  return out.substr(0, kLimit - 3) + "...]";
 }
 
 std::string suggest_among(const std::string& unknown, const std::vector<std::string>& candidates) {

@@ -227,6 +227,7 @@ std::vector<ForkDecl> parse_forks(const Ctx& ctx, const YAML::Node& node, const 
   if (!node.IsSequence() || node.size() == 0) {
     fail(loc, "forks must be a list of fork entries, " + example + ", got " + yaml_brief(node));
   }
+  size_t planned_forks = 0;  // over all entries, capped like cells
   std::vector<ForkDecl> out;
   for (const auto& entry : node) {
     ForkDecl fork;
@@ -304,9 +305,16 @@ std::vector<ForkDecl> parse_forks(const Ctx& ctx, const YAML::Node& node, const 
     if (have_grid) {
       for (const Leaf& leaf : leaves_of(ctx, grid, "forks.grid")) {
         check_key(leaf);
+        const auto values = axis_values(ctx, leaf, "forks.grid");
+        if (fork.override_sets.size() * values.size() > kMaxCells) {
+          fail(leaf.key_loc, "this forks entry's grid expands to more than " +
+                                 std::to_string(kMaxCells) +
+                                 " override sets; split it into several entries or use fewer "
+                                 "values");
+        }
         std::vector<std::vector<std::pair<std::string, nlohmann::json>>> next;
         for (const auto& base : fork.override_sets) {
-          for (const auto& value : axis_values(ctx, leaf, "forks.grid")) {
+          for (const auto& value : values) {
             auto row = base;
             row.emplace_back(leaf.key, value);
             next.push_back(std::move(row));
@@ -334,6 +342,12 @@ std::vector<ForkDecl> parse_forks(const Ctx& ctx, const YAML::Node& node, const 
       fork.cells.push_back(cell.index);
     }
     if (fork.cells.empty()) fail(ctx.loc(from), "from.where matches no cell of the sweep");
+    planned_forks += fork.cells.size() * fork.override_sets.size();
+    if (planned_forks > kMaxCells) {
+      fail(fork.loc, "the forks: entries plan more than " + std::to_string(kMaxCells) +
+                         " forks (cells matched x override sets); narrow from.where or split the "
+                         "sweep");
+    }
     out.push_back(std::move(fork));
   }
   return out;

@@ -45,6 +45,10 @@ class Input {
     }
     sqlite3_busy_timeout(db_, 10000);
     sqlite3_extended_result_codes(db_, 1);
+    // Another machine's file: no SQL function in its schema (views, defaults) runs trusted, and
+    // nothing may corrupt it even by accident.
+    sqlite3_db_config(db_, SQLITE_DBCONFIG_DEFENSIVE, 1, nullptr);
+    sqlite3_db_config(db_, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, nullptr);
   }
   ~Input() { sqlite3_close_v2(db_); }
   Input(const Input&) = delete;
@@ -104,7 +108,12 @@ std::vector<std::string> shared_columns(const std::vector<Column>& target,
   return names;
 }
 
-std::string quoted(const std::string& name) { return "\"" + name + "\""; }
+// An SQL identifier in double quotes, inner quotes doubled.
+std::string quoted(const std::string& name) {
+  std::string out = "\"";
+  for (const char c : name) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
 
 std::string column_list(const std::vector<std::string>& names) {
   std::string out;
@@ -545,6 +554,99 @@ class Merger {
   std::vector<std::pair<int64_t, int64_t>> copied_;
 };
 
+// The SQLite types (typeof) each column merge reads may hold in an input, where the column exists
+// (older schemas lack some). A TEXT in an INTEGER column passes SQLite's CHECKs ('abc' >= 0 is
+// true), so the types are checked before anything is copied.
+struct ColumnTypes {
+  const char* table;
+  const char* column;
+  const char* types;  // SQL list for NOT IN
+};
+constexpr ColumnTypes kColumnTypes[] = {
+    {"sweeps", "id", "'integer'"},
+    {"sweeps", "name", "'text'"},
+    {"runs", "id", "'integer'"},
+    {"runs", "sweep_id", "'integer'"},
+    {"runs", "name", "'text'"},
+    {"runs", "cell_index", "'integer'"},
+    {"runs", "status", "'text'"},
+    {"runs", "config_json", "'text'"},
+    {"runs", "config_hash", "'text'"},
+    {"runs", "parent_run_id", "'integer', 'null'"},
+    {"runs", "parent_epoch", "'integer', 'null'"},
+    {"epochs", "run_id", "'integer'"},
+    {"epochs", "epoch", "'integer'"},
+    {"epochs", "global_step", "'integer'"},
+    {"epochs", "lr", "'real', 'integer', 'null'"},
+    {"epochs", "train_loss", "'real', 'integer', 'null'"},
+    {"epochs", "epoch_seconds", "'real', 'integer', 'null'"},
+    {"epochs", "checkpoint_path", "'text', 'null'"},
+    {"epochs", "checkpoint_bytes", "'integer', 'null'"},
+    {"epochs", "checkpoint_sha256", "'text', 'null'"},
+    {"metrics", "run_id", "'integer'"},
+    {"metrics", "epoch", "'integer'"},
+    {"metrics", "name", "'text'"},
+    {"metrics", "value", "'real', 'integer', 'null'"},
+    {"run_params", "run_id", "'integer'"},
+    {"loss_scale_events", "run_id", "'integer'"},
+    {"initial_metrics", "run_id", "'integer'"},
+    {"diagnoses", "run_id", "'integer'"},
+};
+
+// The tables merge reads; each one an input has must be a table (a view could be recursive).
+constexpr const char* kReadTables[] = {"sweeps",          "runs",        "run_params",
+                                       "epochs",          "metrics",     "loss_scale_events",
+                                       "metric_info",     "initial_metrics", "diagnoses",
+                                       "diagnostics",     "diagnosis_advice", "schema_version"};
+
+// Refuses an input whose structure merge cannot trust (check_merge_input): a table it reads that
+// is a view or other object, a column value of the wrong type, an id twice, a fork whose
+// parents lead back to itself. Throws StoreError naming the file, the table and the row.
+void check_structure(sqlite3* in, const std::string& path) {
+  auto fail = [&](const std::string& what) {
+    throw StoreError(path + " cannot be merged: " + what +
+                     " (an amptune database never holds that; it was edited or crafted)");
+  };
+  for (const char* table : kReadTables) {
+    Statement kind(in, "SELECT type FROM sqlite_master WHERE name = ?");
+    kind.bind(1, table);
+    if (kind.step() && kind.column_text(0) != "table") {
+      fail(std::string(table) + " is a " + kind.column_text(0) + ", not a table");
+    }
+  }
+  for (const ColumnTypes& c : kColumnTypes) {
+    Statement has(in, "SELECT 1 FROM pragma_table_info(?) WHERE name = ?");
+    has.bind(1, c.table).bind(2, c.column);
+    if (!has.step()) continue;
+    Statement bad(in, "SELECT rowid, typeof(" + quoted(c.column) + ") FROM " + quoted(c.table) +
+                          " WHERE typeof(" + quoted(c.column) + ") NOT IN (" + c.types + ") LIMIT 1");
+    if (bad.step()) {
+      fail(std::string(c.table) + "." + c.column + " holds a " + bad.column_text(1) +
+           " value (row " + std::to_string(bad.column_int(0)) + ")");
+    }
+  }
+  for (const char* table : {"sweeps", "runs"}) {
+    Statement twice(in, std::string("SELECT id FROM ") + table +
+                            " GROUP BY id HAVING count(*) > 1 LIMIT 1");
+    if (twice.step()) {
+      fail(std::string(table) + " has id " + std::to_string(twice.column_int(0)) + " twice");
+    }
+  }
+  Statement has_forks(in, "SELECT 1 FROM pragma_table_info('runs') WHERE name = 'parent_run_id'");
+  if (!has_forks.step()) return;
+  std::unordered_map<int64_t, int64_t> parent;
+  Statement links(in, "SELECT id, parent_run_id FROM runs WHERE parent_run_id IS NOT NULL");
+  while (links.step()) parent[links.column_int(0)] = links.column_int(1);
+  for (const auto& [run, first] : parent) {
+    int64_t at = first;
+    for (size_t steps = 0; parent.count(at); at = parent[at]) {
+      if (at == run || ++steps > parent.size()) {
+        fail("run " + std::to_string(run) + "'s fork parents lead back to itself");
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int check_merge_input(const std::string& path) {
@@ -584,6 +686,7 @@ int check_merge_input(const std::string& path) {
                        " > " + std::to_string(detail::latest_schema_version()) +
                        "); merge it with that amptune, or upgrade this one");
     }
+    check_structure(in.db(), path);
     return version;
   });
 }

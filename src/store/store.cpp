@@ -1326,17 +1326,10 @@ std::vector<Store::RunTotals> Store::run_totals(const std::string& sweep) const 
 
 std::vector<Store::LineagePoint> Store::lineage(const std::string& sweep) const {
   return guarded(path_, "reading the lineage of sweep '" + sweep + "'", [&] {
-    // The view reads the primary metric from the metrics table; one that is an epochs column
-    // (names spliced in from epoch_value_columns(), never the caller's text) comes from the
-    // source epoch's row instead.
-    std::string value = "CASE l.metric";
-    for (const auto& column : epoch_value_columns()) {
-      value += " WHEN '" + column + "' THEN e." + column;
-    }
-    value += " ELSE l.value END";
-    Statement select(db_, "SELECT l.run_id, l.epoch, l.source_run_id, l.train_loss, " + value +
-                              " FROM lineage l JOIN epochs e ON e.run_id = l.source_run_id AND "
-                              "e.epoch = l.epoch WHERE l.run_id IN " +
+    // The view gives the primary metric from the metrics table or, for an epochs column such as
+    // train_loss, from the epoch row (migration 13).
+    Statement select(db_, std::string("SELECT l.run_id, l.epoch, l.source_run_id, l.train_loss, "
+                                      "l.value FROM lineage l WHERE l.run_id IN ") +
                               kRunsOfSweep + " ORDER BY l.run_id, l.epoch");
     select.bind(1, sweep);
     std::vector<LineagePoint> points;

@@ -155,6 +155,36 @@ TEST_F(CoreSweepError, RepeatOfWrongShape) {
              "x.yaml:3:1: seed is swept twice: in grid at x.yaml:2:8 and in repeat");
 }
 
+// Nested YAML anchors make a 362-byte value of 10^9 leaves: the message shows one line of it
+// and comes at once (it used to expand the whole value first).
+TEST_F(CoreSweepError, AnAnchorBombIsNamedWithoutExpandingIt) {
+  std::string lists = "[&a [1,1,1,1,1,1,1,1,1,1]";
+  for (char c = 'b'; c <= 'i'; ++c) {
+    std::string row;
+    for (int i = 0; i < 10; ++i) row += std::string(i ? "," : "") + "*" + char(c - 1);
+    lists += std::string(", &") + c + " [" + row + "]";
+  }
+  const std::string m = error("name: bomb\nbase: {seed: 0}\ngrid:\n  optim.lr: [" + lists + "]]\n");
+  EXPECT_HAS(m, "x.yaml:4:");
+  EXPECT_HAS(m, "optim.lr must be a single value, got [[1, 1, 1");
+  EXPECT_LT(m.size(), 300u) << m;
+}
+
+// A forks: grid is capped like the cell grid: 4 keys x 100 values would be 10^8 override sets.
+TEST_F(CoreSweepError, AForksGridIsCapped) {
+  std::string values;
+  for (int i = 0; i < 100; ++i) values += std::string(i ? ", " : "") + std::to_string(i + 1);
+  const std::string m = error(
+      "name: f\nbase: {schedule.epochs: 3}\ngrid: {seed: [1, 2]}\nforks:\n"
+      "  - from: {epoch: 0}\n    grid:\n      optim.lr: [" + values + "]\n"
+      "      optim.momentum: [" + values.substr(0, 0) + "0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95]\n"
+      "      schedule.lr_dec_factor: [" + values + "]\n"
+      "      optim.weight_decay: [" + values + "]\n"
+      "      amp.growth_interval: [" + values + "]\n");
+  EXPECT_HAS(m, "expands to more than 1000000 override sets");
+  EXPECT_HAS(m, "x.yaml:");
+}
+
 TEST(CoreSweepFile, MissingFileIsAConfigErrorNamingThePath) {
   testing::ScratchDir dir;
   const std::string path = (dir.path() / "absent.yaml").string();

@@ -51,7 +51,8 @@ class Shard {
     spec.sweep_name = "grid";
     spec.cell_index = cell;
     spec.label = "optim.lr=" + std::to_string(cell);
-    spec.config_json = "{\"cell\":" + std::to_string(cell) + "}";
+    // checkpoint.dir "ckpt": the epochs' files below lie in each run's own folder ckpt/<id>.
+    spec.config_json = "{\"cell\":" + std::to_string(cell) + ",\"checkpoint\":{\"dir\":\"ckpt\"}}";
     spec.config_hash = hash.empty() ? "cell" + std::to_string(cell) + "0000000000" : hash;
     spec.axes_json = "{\"optim.lr\":" + std::to_string(cell) + ",\"seed\":1}";
     spec.columns = {{"opt_level", "\"O1\""}, {"lr", std::to_string(cell)}};
@@ -406,6 +407,85 @@ TEST_F(MergeTest, BadInputsAreNamedAndNothingIsWritten) {
   }
   EXPECT_FALSE(fs::exists(missing));  // opened read-only: never created
   EXPECT_EQ(Store(into).merge({good}).inputs.at(0).runs_added, 1);
+}
+
+// Inputs crafted with SQL: what an amptune database never holds is refused before anything is
+// copied, naming the file, the table and the row; the target stays as it was.
+TEST_F(MergeTest, InputsOfAStructureAmptuneNeverWritesAreRefused) {
+  const std::string good = path("good.sqlite"), into = path("into.sqlite");
+  Shard(good).add(0, 1);
+  Store(into).merge({good});
+  const auto before = snapshot(into);
+  auto crafted = [&](const std::string& name, const std::string& sql) {
+    const std::string file = path(name);
+    {
+      Shard s(file);
+      s.add(1, 2);
+      s.add(2, 1);
+    }
+    raw_exec(file, "PRAGMA foreign_keys = OFF;" + sql);
+    return file;
+  };
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {crafted("cycle.sqlite", "UPDATE runs SET parent_run_id = id, parent_epoch = 0 WHERE id = 1"),
+       "run 1's fork parents lead back to itself"},
+      {crafted("cycle2.sqlite",
+               "UPDATE runs SET parent_run_id = 2, parent_epoch = 0 WHERE id = 1;"
+               "UPDATE runs SET parent_run_id = 1, parent_epoch = 0 WHERE id = 2"),
+       "fork parents lead back to itself"},
+      {crafted("view.sqlite",
+               "DROP TABLE loss_scale_events; DROP TABLE metrics; DROP TABLE epochs;"
+               "CREATE VIEW epochs AS WITH RECURSIVE x(n) AS (SELECT 1 UNION ALL SELECT n + 1 "
+               "FROM x) SELECT n AS run_id, n AS epoch FROM x"),
+       "epochs is a view, not a table"},
+      {crafted("text.sqlite", "UPDATE runs SET cell_index = 'abc' WHERE id = 2"),
+       "runs.cell_index holds a text value (row 2)"},
+      {crafted("twice.sqlite",
+               "PRAGMA legacy_alter_table = ON; CREATE TABLE copy AS SELECT * FROM runs; DROP TABLE runs;"
+               "ALTER TABLE copy RENAME TO runs; INSERT INTO runs SELECT * FROM runs WHERE id = 1"),
+       "runs has id 1 twice"},
+  };
+  for (const auto& [bad, expected] : cases) {
+    const std::string message =
+        testing::message_of<StoreError>([&] { Store(into).merge({good, bad}); });
+    EXPECT_NE(message.find(bad), std::string::npos) << message;
+    EXPECT_NE(message.find(expected), std::string::npos) << bad << ": " << message;
+    EXPECT_EQ(snapshot(into), before) << bad;
+  }
+}
+
+// A checkpoint path outside the input run's own folder is not taken over as a checkpoint.
+TEST_F(MergeTest, CheckpointPathsOutsideTheRunsFolderAreMergedAsDeleted) {
+  const std::string a = path("a.sqlite"), into = path("into.sqlite");
+  int64_t id = 0;
+  {
+    Shard s(a);
+    id = s.add(0, 3);
+  }
+  raw_exec(a, "UPDATE epochs SET checkpoint_path = '/etc/passwd' WHERE epoch = 0;"
+              "UPDATE epochs SET checkpoint_path = 'ckpt/" + std::to_string(id) +
+                  "/notes.txt' WHERE epoch = 1");
+  Store target(into);
+  const MergeReport report = target.merge({a});
+  EXPECT_EQ(report.foreign_checkpoints, 2);
+  EXPECT_EQ(report.first_foreign, "/etc/passwd");
+  EXPECT_EQ(report.checkpoints, 1);
+  const auto epochs = target.epochs(target.find_run("grid/0-cell0000")->id);
+  ASSERT_EQ(epochs.size(), 3u);
+  EXPECT_FALSE(epochs[0].checkpoint);
+  EXPECT_FALSE(epochs[1].checkpoint);
+  ASSERT_TRUE(epochs[2].checkpoint);
+  EXPECT_EQ(epochs[0].metrics, contents(Store(a), "grid/0-cell0000").epochs[0].metrics);
+}
+
+// The lineage view ends on a database whose parent links form a cycle (edited by hand).
+TEST_F(MergeTest, TheLineageViewEndsOnACycle) {
+  const std::string a = path("a.sqlite");
+  Shard(a).add(0, 2);
+  raw_exec(a, "UPDATE runs SET parent_run_id = id, parent_epoch = 1");
+  const auto rows = Store(a).query("SELECT count(*) FROM lineage").rows;
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_GT(std::stoll(*rows[0][0]), 0);
 }
 
 TEST_F(MergeTest, AFailureHalfWayRollsEverythingBack) {
