@@ -46,7 +46,7 @@ ProgramRun run_program(const std::vector<std::string>& argv, const std::string& 
     // The log first: a relative path is relative to the caller's directory, not to `dir`.
     bool ready = true;
     if (!log.empty()) {
-      const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0644);
       ready = fd >= 0 && dup2(fd, STDOUT_FILENO) >= 0 && dup2(fd, STDERR_FILENO) >= 0;
     } else {
       ready = dup2(output[1], STDOUT_FILENO) >= 0;

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "app/program.h"
+#include "core/log.h"
 #include "app/shard.h"
 #include "core/error.h"
 
@@ -32,9 +33,15 @@ std::string quote(const std::string& text) {
   return out + "'";
 }
 
+// A value written into a script line (a #SBATCH directive or a comment cannot be quoted): no
+// line break or other control character, which would end the line and start a command.
 void require_one_line(const std::string& what, const std::string& value) {
-  if (value.find_first_of("\r\n") != std::string::npos) {
-    throw UsageError(what + " holds a line break; a batch script line cannot: '" + value + "'");
+  for (const char c : value) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) {
+      throw UsageError(what + " holds a line break or another control character; a batch "
+                       "script line cannot: '" + log::printable(value) + "'");
+    }
   }
 }
 
@@ -50,7 +57,11 @@ void check(const SlurmOptions& o) {
                                     {"--time", o.time},
                                     {"--into", o.into},
                                     {"the sweep path", o.sweep_path},
-                                    {"--out", o.script}}) {
+                                    {"--out", o.script},
+                                    {"the working directory (run amptune slurm from another)",
+                                     o.workdir},
+                                    {"the amptune binary's path", o.binary},
+                                    {"the command line", o.command_line}}) {
     require_one_line(what, value);
   }
   for (const auto& s : o.sets) require_one_line("--set", s);

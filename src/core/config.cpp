@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <regex>
 #include <set>
@@ -144,7 +145,10 @@ nlohmann::json coerce_scalar(const KeySpec& spec, const std::string& type, const
   }
   if (type == "int") {
     if (s.kind != Kind::kInt) fail(where, name + " must be an integer, got " + shown(s));
-    if (s.out_of_range) fail(where, name + " is out of the 64-bit integer range, got " + s.text);
+    // Every int key is a count, an epoch, a size or a seed the code holds in 32 bits.
+    if (s.out_of_range || s.i > INT32_MAX || s.i < INT32_MIN) {
+      fail(where, name + " is out of the 32-bit integer range (at most 2147483647), got " + s.text);
+    }
     out = s.i;
   } else if (type == "float") {
     if (s.kind != Kind::kInt && s.kind != Kind::kFloat) {

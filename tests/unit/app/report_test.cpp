@@ -310,6 +310,46 @@ TEST_F(ReportTest, HeadlineMetricsStandBesideThePrimary) {
   EXPECT_TRUE(build_report(store_, "grid").table.also.empty());
 }
 
+// Links planted in the --out directory at names the report writes: removed, their targets
+// untouched, the report's files written in their place.
+TEST_F(ReportTest, LinksInTheOutDirectoryAreNotWrittenThrough) {
+  add_fork_sweep();
+  const fs::path out = dir_.path() / "report";
+  fs::create_directories(out);
+  const std::string victim = dir_.write("victim.txt", "precious");
+  for (const char* name : {"metric_vs_epoch.dat", "metric_vs_epoch.png", "gnuplot.log",
+                           "report.gp", "index.html", ".index.html.tmp"}) {
+    fs::create_symlink(victim, out / name);
+  }
+  write_report(build_report(store_, "grid"), {out.string(), fake_gnuplot(), "t"});
+  EXPECT_EQ(read(victim), "precious");
+  for (const char* name : {"metric_vs_epoch.dat", "metric_vs_epoch.png", "gnuplot.log",
+                           "report.gp", "index.html"}) {
+    EXPECT_FALSE(fs::is_symlink(out / name)) << name;
+    EXPECT_TRUE(fs::is_regular_file(out / name)) << name;
+  }
+}
+
+// A run label or sweep name with a line break (a merged database can carry one) stays inside its
+// gnuplot string: the real gnuplot runs no command of it.
+TEST_F(ReportTest, NamesCannotInjectGnuplotCommands) {
+  const std::string gnuplot = "/usr/bin/gnuplot";
+  if (!fs::exists(gnuplot)) GTEST_SKIP() << gnuplot << " missing (tools/install-deps.sh installs it)";
+  const fs::path out = dir_.path() / "report";
+  const std::string marker = (dir_.path() / "injected").string();
+  Run run;
+  run.sweep = "evil\nsystem('touch " + marker + "')\n#";
+  run.label = "x'\nsystem('touch " + marker + "')\n#";
+  const int64_t id = add_run(run);
+  Epoch e;
+  e.metrics["acc1"] = 50;
+  add_epoch(id, 0, e);
+  finish(id);
+  write_report(build_report(store_, run.sweep), {out.string(), gnuplot, "t"});
+  EXPECT_FALSE(fs::exists(marker)) << read(out / "report.gp");
+  EXPECT_TRUE(fs::exists(out / "metric_vs_epoch.png"));
+}
+
 TEST_F(ReportTest, UnknownSweepIsAUsageError) {
   EXPECT_THROW(build_report(store_, "nope"), UsageError);
 }

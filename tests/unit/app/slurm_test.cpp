@@ -165,6 +165,14 @@ TEST(Slurm, RefusesWhatWouldBreakTheScript) {
   EXPECT_TRUE(has(refused([](SlurmOptions& o) { o.sets = {"a=1\nrm -rf /"}; }), "--set"));
   EXPECT_TRUE(has(refused([](SlurmOptions& o) { o.nodes_per_run = 0; }), "--nodes-per-run"));
   EXPECT_TRUE(has(refused([](SlurmOptions& o) { o.shards = -2; }), "--array"));
+  // Where the command runs from and what it was: a directory named with a line break would put a
+  // command of its own into the script (#SBATCH --chdir cannot be quoted).
+  const std::string workdir = refused([](SlurmOptions& o) { o.workdir = "/tmp/x\ntouch /tmp/p"; });
+  EXPECT_TRUE(has(workdir, "the working directory")) << workdir;
+  EXPECT_TRUE(has(workdir, "\\x0a")) << workdir;  // shown escaped
+  EXPECT_TRUE(has(refused([](SlurmOptions& o) { o.binary = "/opt/a\rb/amptune"; }), "binary"));
+  EXPECT_TRUE(has(refused([](SlurmOptions& o) { o.command_line = "amptune slurm \x1b[2J"; }),
+                  "the command line"));
 }
 
 }  // namespace

@@ -292,6 +292,25 @@ TEST(CoreConfig, HashTemplateGivesHashOfEveryValue) {
   EXPECT_FALSE(config.hash_template({"optim.lr", "amp.fp32_modules"}));
 }
 
+// Integer keys hold counts, epochs and sizes the code keeps in 32 bits; loader and image sizes
+// have upper bounds.
+TEST(CoreConfig, IntegersAreBoundedAndSizesHaveMaxima) {
+  Config config;
+  EXPECT_NE(error_of([&] { config.set_yaml("schedule.epochs", "2147483648", SourceLoc{"x.yaml", 3, 5}); })
+                .find("x.yaml:3:5: schedule.epochs is out of the 32-bit integer range"),
+            std::string::npos);
+  config.set_yaml("schedule.epochs", "2147483647", SourceLoc{});
+  EXPECT_NE(error_of([&] { config.set_yaml("data.workers", "100000", SourceLoc{}); })
+                .find("data.workers must be <= 256"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { config.set_yaml("data.image_size", "1000000", SourceLoc{}); })
+                .find("data.image_size must be <= 8192"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { config.set_yaml("schedule.lr_dec_epoch", "[1, 9999999999]", SourceLoc{}); })
+                .find("out of the 32-bit integer range"),
+            std::string::npos);
+}
+
 TEST(CoreConfig, SpellingOfANumberDoesNotChangeTheHash) {
   Config a, b, c;
   a.set_yaml("optim.lr", "1", SourceLoc{});
