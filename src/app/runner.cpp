@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/process.h"
 #include "dist/cluster.h"
 
 namespace amptune::app {
@@ -489,6 +490,7 @@ void exec_self(const std::vector<std::string>& args) {
 
 int run_workers(const std::vector<std::string>& args, int workers, const std::string& db,
                 const std::string& sweep_name) {
+  const GracefulStop graceful;  // a signal is passed on to the workers, who stop their runs
   std::vector<pid_t> children;
   for (int w = 0; w < workers; ++w) {
     pid_t pid = ::fork();

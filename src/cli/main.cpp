@@ -46,7 +46,7 @@ commands:
 `amptune <command> --help` describes each command's options.
 )";
 
-void on_signal(int) { amptune::train::request_stop(); }
+void on_signal(int) { amptune::on_stop_signal(); }
 
 }  // namespace
 

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
@@ -108,5 +109,25 @@ std::string allocator_name() {
   const size_t slash = file.rfind('/');
   return slash == std::string::npos ? file : file.substr(slash + 1);
 }
+
+namespace {
+std::atomic<bool> g_stop{false};
+std::atomic<int> g_graceful{0};
+static_assert(std::atomic<bool>::is_always_lock_free && std::atomic<int>::is_always_lock_free,
+              "used from a signal handler");
+}  // namespace
+
+void on_stop_signal() {
+  g_stop = true;
+  if (g_graceful.load() > 0) return;
+  static const char kMessage[] = "amptune: interrupted\n";
+  (void)!::write(STDERR_FILENO, kMessage, sizeof kMessage - 1);
+  ::_exit(130);
+}
+
+void request_stop() { g_stop = true; }
+bool stop_requested() { return g_stop; }
+GracefulStop::GracefulStop() { ++g_graceful; }
+GracefulStop::~GracefulStop() { --g_graceful; }
 
 }  // namespace amptune

@@ -37,6 +37,24 @@ bool process_alive(const ProcessIdentity& p);
 // can tell.
 std::optional<bool> alive_if_local(const ProcessIdentity& p);
 
+// Stopping on SIGINT / SIGTERM (docs/SECURITY.md "Stopping"). cli/main.cpp's handler calls
+// on_stop_signal. Outside a GracefulStop scope the process ends at once with exit code 130: the
+// work there writes nothing, or writes inside one SQLite transaction (merge, eval), which a dead
+// process never leaves half-done, so parsing a sweep, fingerprinting data, a long query and a
+// rendezvous wait all stop within a second. Inside a scope (a run being trained, a process that
+// waits for its children) the signal only sets the flag the work polls (stop_requested): the
+// trainer ends the step, puts its run back to pending and returns. Async-signal-safe.
+void on_stop_signal();
+void request_stop();    // what a signal does inside a GracefulStop scope
+bool stop_requested();
+class GracefulStop {  // nests; not copyable
+ public:
+  GracefulStop();
+  ~GracefulStop();
+  GracefulStop(const GracefulStop&) = delete;
+  GracefulStop& operator=(const GracefulStop&) = delete;
+};
+
 // The malloc this process runs on, found at run time (so an LD_PRELOAD counts too): "tcmalloc",
 // "jemalloc" or "glibc". The amptune binary links tcmalloc when the build found it
 // (AMPTUNE_ALLOCATOR, docs/PERFORMANCE.md "Allocator").

@@ -45,7 +45,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-std::atomic<bool> g_stop{false};
 // Whether this process has reached a first training step already: its first run's start-up is the
 // process's age (loading LibTorch, planning), a later run's only what that run spent before its
 // first step.
@@ -353,8 +352,8 @@ std::string summary_json(store::Store& store, const store::RunRow& run, const Co
 
 }  // namespace
 
-void request_stop() { g_stop = true; }
-bool stop_requested() { return g_stop; }
+void request_stop() { amptune::request_stop(); }
+bool stop_requested() { return amptune::stop_requested(); }
 
 std::map<std::string, std::string> run_columns(const Config& config) {
   auto info = model_info(config);
@@ -442,6 +441,7 @@ struct StepVote {
 // leader's part (`store` set, options.cluster set) or a follower's (`store` null).
 RunResult train_impl(store::Store* store, const store::RunRow& run, const RunOptions& options) {
   const auto began = Clock::now();  // this run's start-up starts here (after the process's)
+  const GracefulStop graceful;      // a signal stops the run at the next step (process.h)
   RunResult result;
   dist::Cluster* cluster = options.cluster;
   const bool leader = store != nullptr;
@@ -674,7 +674,7 @@ RunResult train_impl(store::Store* store, const store::RunRow& run, const RunOpt
           first_epoch_here = false;
         }
         profiler.begin_step(global_step);
-        if (g_stop && !group) {
+        if (amptune::stop_requested() && !group) {
           return stop_all(Outcome::kInterrupted, "interrupted in epoch " + std::to_string(epoch));
         }
         skipped += batch->skipped;
@@ -745,7 +745,7 @@ RunResult train_impl(store::Store* store, const store::RunRow& run, const RunOpt
           }
           vote.non_finite = n > 0 && !std::isfinite(loss_value);
           vote.overflow = overflow;
-          vote.stop = g_stop;
+          vote.stop = amptune::stop_requested();
           std::string lost_message;
           if (heartbeat) {
             try {

@@ -4,7 +4,12 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <signal.h>
+
+#include <chrono>
 #include <filesystem>
+#include <sstream>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -76,6 +81,63 @@ TEST(Untrusted, NamesWithTerminalEscapesPrintEscaped) {
     EXPECT_EQ(r.out.find('\x07'), std::string::npos) << args[0];
     EXPECT_NE(r.out.find("\\x1b"), std::string::npos) << args[0] << ":\n" << r.out;
   }
+}
+
+// Waits (at most 60 s) until process `pid` has its SIGINT and SIGTERM handlers installed
+// (/proc/PID/status SigCgt): before that, loading LibTorch, a signal would kill it by default.
+bool catches_stop_signals(pid_t pid) {
+  for (int i = 0; i < 1200; ++i) {
+    std::istringstream status(read_file("/proc/" + std::to_string(pid) + "/status"));
+    for (std::string line; std::getline(status, line);) {
+      if (line.rfind("SigCgt:", 0) != 0) continue;
+      const unsigned long long mask = std::stoull(line.substr(7), nullptr, 16);
+      if ((mask >> (SIGINT - 1) & 1) && (mask >> (SIGTERM - 1) & 1)) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+// SIGINT / SIGTERM end long work within a second with exit code 130, leaving nothing
+// half-written: a merge of a large input (one transaction: the target stays as it was) and the
+// planning of a 1,000,000-cell sweep (nothing written yet).
+TEST(Untrusted, SignalsStopLongWorkAtOnce) {
+  const TinySweep f = make_tiny_sweep(quick_tiny("", 1));
+  ASSERT_EQ(run_amptune({"run", f.yaml, "-q"}, f.dir).exit_code, 0);
+  const std::string big = f.dir + "/results/big.sqlite";
+  fs::copy_file(f.db, big);
+  // 400,000 more epochs of 5 metrics each in run 1 of the input.
+  sql(big, "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 400000) "
+           "INSERT INTO epochs (run_id, epoch, global_step, recorded_at) "
+           "SELECT 1, i, i, '2026-01-01T00:00:00.000Z' FROM n;"
+           "INSERT INTO metrics (run_id, epoch, name, value) SELECT run_id, epoch, m.name, 1.0 "
+           "FROM epochs, (SELECT 'a' AS name UNION SELECT 'b' UNION SELECT 'c' UNION SELECT 'd' "
+           "UNION SELECT 'e') m WHERE epoch > 0");
+  ASSERT_EQ(run_amptune({"merge", f.db, "--into", "results/into.sqlite"}, f.dir).exit_code, 0);
+  const auto before = epochs_of(f.dir + "/results/into.sqlite", "1").size();
+  for (const int sig : {SIGINT, SIGTERM}) {
+    const pid_t pid = spawn_amptune({"merge", big, "--into", "results/into.sqlite"}, f.dir);
+    StopOnExit stop(pid);
+    ASSERT_TRUE(catches_stop_signals(pid));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // into the merge
+    ::kill(pid, sig);
+    EXPECT_EQ(wait_exit_code(pid, 5), 130) << read_file(f.dir + "/child.err");
+    EXPECT_EQ(epochs_of(f.dir + "/results/into.sqlite", "1").size(), before);
+    EXPECT_EQ(store::Store(f.dir + "/results/into.sqlite").integrity_check(), "ok");
+  }
+
+  // A sweep of 1,000,000 cells plans for many seconds.
+  std::string seeds;
+  for (int i = 0; i < 100000; ++i) seeds += (i ? "," : "") + std::to_string(i);
+  write_file(f.dir + "/huge.yaml", read_file(f.yaml) + "grid:\n  optim.lr: [0.1, 0.2, 0.3, 0.4, "
+                                   "0.5, 0.6, 0.7, 0.8, 0.9, 1.0]\n  seed: [" + seeds + "]\n");
+  const pid_t pid = spawn_amptune({"run", "huge.yaml", "--db", "results/huge.sqlite"}, f.dir);
+  StopOnExit stop(pid);
+  ASSERT_TRUE(catches_stop_signals(pid));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // into the planning
+  ::kill(pid, SIGTERM);
+  EXPECT_EQ(wait_exit_code(pid, 5), 130) << read_file(f.dir + "/child.err");
+  EXPECT_FALSE(fs::exists(f.dir + "/results/huge.sqlite"));
 }
 
 }  // namespace
