@@ -660,3 +660,12 @@ CREATE VIEW lineage AS
   JOIN runs src ON src.id = e.run_id
   LEFT JOIN metrics m ON m.run_id = e.run_id AND m.epoch = e.epoch AND m.name = r.primary_metric
   ORDER BY r.id, e.epoch;
+
+-- migration: 14
+-- The database's identity: a random id made when this migration runs. A checkpoint folder is
+-- claimed by one database (a file .amptune-database in it names this id), so two databases
+-- given the same checkpoint.dir cannot overwrite or delete each other's checkpoints.
+CREATE TABLE database_identity (
+  id TEXT NOT NULL CHECK (length(id) = 32)
+);
+INSERT INTO database_identity (id) VALUES (lower(hex(randomblob(16))));

@@ -381,6 +381,14 @@ int Store::schema_version() const {
   return guarded(path_, "reading the schema version", [&] { return read_schema_version(db_); });
 }
 
+std::string Store::database_id() const {
+  return guarded(path_, "reading the database id", [&] {
+    Statement select(db_, "SELECT id FROM database_identity LIMIT 1");
+    if (!select.step()) throw StoreError(path_ + " has no database id (table database_identity)");
+    return select.column_text(0);
+  });
+}
+
 std::vector<std::string> Store::setting_columns() const {
   std::vector<std::string> names;
   for (const auto& column : setting_columns_) names.push_back(column.first);

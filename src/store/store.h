@@ -275,6 +275,9 @@ class Store {
 
   const std::string& path() const { return path_; }  // the file, or in_memory's name
   int schema_version() const;
+  // This database's random id (32 hex characters, migration 14): what a checkpoint folder's
+  // marker names (train/retention.h claim_checkpoint_root).
+  std::string database_id() const;
 
   // Creates the sweep or updates its description/yaml; returns its id.
   int64_t ensure_sweep(const std::string& name, const std::string& description,

@@ -2,9 +2,13 @@
 // `amptune gc`: files under the checkpoint directories that the database does not reference.
 #include "train/retention.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <map>
 
@@ -102,6 +106,50 @@ int64_t size_of(const fs::path& p) {
 bool is_temp(const std::string& name) { return name.find(".tmp.") != std::string::npos; }
 
 }  // namespace
+
+void claim_checkpoint_root(const Config& config, const store::Store& store) {
+  const std::string configured = config.get_string("checkpoint.dir");
+  const fs::path root = configured.empty() ? fs::path(default_checkpoint_root(store.path()))
+                                           : fs::path(configured);
+  const fs::path marker = root / ".amptune-database";
+  const std::string id = store.database_id();
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  const std::string text = id + " " + normal(store.path()) + "\n";
+  const int fd = ::open(marker.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    ::close(fd);
+    if (written) return;
+    fs::remove(marker, ec);
+    throw CheckpointError("cannot write " + marker.string() + " (disk full?)");
+  }
+  std::ifstream in(marker);
+  std::string owner, owner_path;
+  in >> owner;
+  std::getline(in >> std::ws, owner_path);
+  if (!in && owner.empty()) {
+    throw CheckpointError("cannot read " + marker.string() + ", which says which database the "
+                          "checkpoint folder " + root.string() + " belongs to");
+  }
+  if (owner == id) return;
+  if (owner_path == normal(store.path())) {
+    // The database that claimed the folder was at this very path and is gone (deleted and made
+    // again): its files are nobody's now, and this database takes the folder over.
+    log::warn("the checkpoint folder " + root.string() + " belonged to an earlier database at " +
+              store.path() + "; this one takes it over");
+    const fs::path temp = root / (".amptune-database.tmp-" + std::to_string(::getpid()));
+    std::ofstream(temp) << text;
+    fs::rename(temp, marker, ec);
+    if (ec) throw CheckpointError("cannot replace " + marker.string() + ": " + ec.message());
+    return;
+  }
+  throw CheckpointError("the checkpoint folder " + root.string() + " belongs to the database " +
+                        (owner_path.empty() ? "with id " + owner : owner_path) +
+                        " (" + marker.string() + "), not to " + store.path() +
+                        ": give this database a checkpoint.dir of its own (or none: then its "
+                        "checkpoints go beside it)");
+}
 
 bool remove_own_checkpoint(const std::string& path, const std::string& run_dir) {
   std::error_code ec;

@@ -43,6 +43,13 @@ void apply_retention(store::Store& store, int64_t run_id, const Config& config,
 // tree. Returns whether the file was deleted.
 bool remove_own_checkpoint(const std::string& path, const std::string& run_dir);
 
+// The checkpoint folder of `config`'s runs (checkpoint.dir, or default_checkpoint_root of the
+// database) belongs to one database: its file .amptune-database names that database's id and
+// path. Creates the folder and the file when missing; throws CheckpointError naming both
+// databases when the file names another (two databases given one checkpoint.dir would write and
+// delete each other's epoch_N files). Called before a run writes or deletes anything there.
+void claim_checkpoint_root(const Config& config, const store::Store& store);
+
 // Removes the temp files of interrupted checkpoint saves ("<name>.tmp.<pid>", checkpoint.h) in a
 // run's checkpoint directory whose writer is dead: its pid is not a live process of this machine,
 // or it is this process (which is not saving now). Called by the process that holds the run

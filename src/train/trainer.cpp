@@ -475,7 +475,10 @@ RunResult train_impl(store::Store* store, const store::RunRow& run, const RunOpt
     std::string setup_error;
     try {
       session = build_session(config, device, precision);
-      if (store) start = restore(*store, run, config, device, options, session);
+      if (store) {
+        claim_checkpoint_root(config, *store);  // before anything is written or deleted there
+        start = restore(*store, run, config, device, options, session);
+      }
       if (!eval_only) {
         train_set = data::make_dataset(config, data::Split::kTrain);
         check_world_size(*train_set, batch_size, world);

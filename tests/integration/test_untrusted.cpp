@@ -83,6 +83,34 @@ TEST(Untrusted, NamesWithTerminalEscapesPrintEscaped) {
   }
 }
 
+// Two databases given one checkpoint.dir: the folder is the first one's, the second is refused
+// before it writes or deletes anything there.
+TEST(Untrusted, ACheckpointFolderBelongsToOneDatabase) {
+  const TinySweep f = make_tiny_sweep(quick_tiny("", 1));
+  const std::string shared = f.dir + "/shared";
+  const std::vector<std::string> set = {"--set", "checkpoint.dir=" + shared, "-q"};
+  std::vector<std::string> a = {"run", f.yaml, "--db", "results/a.sqlite"};
+  a.insert(a.end(), set.begin(), set.end());
+  ASSERT_EQ(run_amptune(a, f.dir).exit_code, 0);
+  const std::string file = shared + "/1/epoch_0000.pt";
+  const std::string bytes = read_file(file);
+  std::vector<std::string> b = {"run", f.yaml, "--db", "results/b.sqlite"};
+  b.insert(b.end(), set.begin(), set.end());
+  const Result r = run_amptune(b, f.dir);
+  EXPECT_EQ(r.exit_code, 8) << r.err;
+  EXPECT_NE(r.err.find("the checkpoint folder " + shared + " belongs to the database"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("a.sqlite"), std::string::npos) << r.err;
+  EXPECT_EQ(read_file(file), bytes);
+  EXPECT_TRUE(epochs_of(f.dir + "/results/b.sqlite", "1").empty());
+  // The same path made again (the first database deleted): it takes the folder over.
+  fs::remove(f.dir + "/results/a.sqlite");
+  const Result again = run_amptune(a, f.dir);
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_NE(again.err.find("belonged to an earlier database"), std::string::npos) << again.err;
+}
+
 // Waits (at most 60 s) until process `pid` has its SIGINT and SIGTERM handlers installed
 // (/proc/PID/status SigCgt): before that, loading LibTorch, a signal would kill it by default.
 bool catches_stop_signals(pid_t pid) {
