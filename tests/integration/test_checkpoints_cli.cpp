@@ -173,7 +173,7 @@ TEST(CheckpointsCli, EvalFillsMetricsOfRunsTrainedWithoutEvaluation) {
   fs::resize_file(first, fs::file_size(first) / 2);
   r = run_amptune({"eval", run, "--all", "--db", f.db, "-q"}, f.dir);
   EXPECT_EQ(r.exit_code, 6) << r.err;
-  EXPECT_NE(r.err.find("epoch_0000.pt"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("epoch_0000.safetensors"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("epoch 0"), std::string::npos) << r.err;
   EXPECT_NE(r.out.find("FAILED"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("recorded"), std::string::npos) << r.out;  // epoch 1
@@ -192,7 +192,7 @@ TEST(CheckpointsCli, KeepEpochsSurvivesKeepLast) {
     const bool kept = e.epoch == 1 || e.epoch == 3;
     EXPECT_EQ(e.checkpoint.has_value(), kept) << "epoch " << e.epoch;
     const std::string file = f.dir + "/results/checkpoints/amptune/" + run + "/epoch_000" +
-                             std::to_string(e.epoch) + ".pt";
+                             std::to_string(e.epoch) + ".safetensors";
     EXPECT_EQ(fs::exists(file), kept) << file;
   }
   auto view = query(f.db, "SELECT epoch FROM checkpoints WHERE run_id = " + run +
@@ -267,9 +267,9 @@ TEST(CheckpointsCli, GcDeletesExactlyTheUnreferencedFiles) {
     referenced[e.checkpoint->path] = sha_of(e.checkpoint->path);
   }
   const std::vector<std::string> planted{
-      ckpt + "/epoch_0001.pt.tmp.31337",                       // interrupted save
-      ckpt + "/epoch_0005.pt",                                 // no epoch row
-      f.dir + "/results/checkpoints/amptune/4242/epoch_0000.pt",       // run 4242 does not exist
+      ckpt + "/epoch_0001.safetensors.tmp.31337",              // interrupted save
+      ckpt + "/epoch_0005.safetensors",                        // no epoch row
+      f.dir + "/results/checkpoints/amptune/4242/epoch_0000.safetensors",  // run 4242 does not exist
   };
   for (auto& p : planted) {
     fs::create_directories(fs::path(p).parent_path());
