@@ -17,6 +17,7 @@ packages=(
   gnuplot-nox  # amptune report draws its plots with gnuplot
   libtcmalloc-minimal4  # the amptune binary's malloc (docs/PERFORMANCE.md "Allocator")
   python3-torch python3-torchvision  # tests: PyTorch reads exported weights; fixture scripts
+  python3-pip  # installs Python's safetensors package below
 )
 fi
 missing=()
@@ -31,4 +32,11 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 else
   echo "install-deps: all ${#packages[@]} packages present"
+fi
+if [ "${1:-}" != slurm ] && ! /usr/bin/python3 -c 'import safetensors.torch' 2>/dev/null; then
+  # tests: Python's safetensors package reads amptune's checkpoints. Not in Debian 12: from PyPI,
+  # best effort (offline, the test that needs it skips and says why).
+  echo "install-deps: installing the Python package safetensors with pip"
+  /usr/bin/python3 -m pip install -q --break-system-packages --root-user-action=ignore safetensors ||
+    echo "install-deps: could not install safetensors (no network?); its test will be skipped"
 fi

@@ -1,5 +1,6 @@
 #include "amp/engine.h"
 
+#include <algorithm>
 #include <set>
 
 #include <torch/torch.h>
@@ -149,47 +150,33 @@ std::optional<ScaleChange> Engine::finish_step(bool overflow) {
   return change;
 }
 
-void Engine::save(torch::serialize::OutputArchive& archive) const {
-  archive.write("amp.loss_scale", c10::IValue(scaler_.state().loss_scale));
-  archive.write("amp.unskipped", c10::IValue(scaler_.state().unskipped));
-  int64_t n = 0;
-  for (size_t i = 0; i < masters_.size(); ++i) {
-    if (!masters_[i].defined()) continue;
-    archive.write("amp.master." + std::to_string(i), masters_[i].detach(), /*is_buffer=*/true);
-    ++n;
-  }
-  archive.write("amp.masters", c10::IValue(n));
+bool Engine::has_state() const {
+  return scaler_.dynamic() ||
+         std::any_of(masters_.begin(), masters_.end(), [](const auto& m) { return m.defined(); });
 }
 
-void Engine::load(torch::serialize::InputArchive& archive, const std::string& origin) {
-  c10::IValue scale, unskipped, count;
-  if (!archive.try_read("amp.loss_scale", scale) || !archive.try_read("amp.unskipped", unskipped) ||
-      !archive.try_read("amp.masters", count)) {
-    bool any_master = false;
-    for (const auto& m : masters_) any_master = any_master || m.defined();
-    if (!any_master && !scaler_.dynamic()) return;  // nothing that an fp32 checkpoint lacks
-    throw CheckpointError("checkpoint " + origin +
-                          " holds no mixed-precision state (written before amp support?)");
-  }
-  int64_t n = 0;
-  torch::NoGradGuard no_grad;
+void Engine::load_state(const ScalerState& scaler, const std::vector<torch::Tensor>& masters,
+                        const std::string& origin) {
+  const auto count = [](const std::vector<torch::Tensor>& v) {
+    return std::count_if(v.begin(), v.end(), [](const auto& t) { return t.defined(); });
+  };
   for (size_t i = 0; i < masters_.size(); ++i) {
     if (!masters_[i].defined()) continue;
-    torch::Tensor t;
-    if (!archive.try_read("amp.master." + std::to_string(i), t, true) ||
-        t.sizes() != masters_[i].sizes()) {
+    if (i >= masters.size() || !masters[i].defined() || masters[i].sizes() != masters_[i].sizes()) {
       throw CheckpointError("checkpoint " + origin + " lacks the fp32 master of parameter " +
                             std::to_string(i) + " (saved with another amp.opt_level?)");
     }
-    masters_[i].copy_(t);
-    ++n;
   }
-  if (n != count.toInt()) {
-    throw CheckpointError("checkpoint " + origin + " holds " + std::to_string(count.toInt()) +
-                          " master weights, this run has " + std::to_string(n) +
+  if (count(masters) != count(masters_)) {
+    throw CheckpointError("checkpoint " + origin + " holds " + std::to_string(count(masters)) +
+                          " master weights, this run has " + std::to_string(count(masters_)) +
                           " (another amp.opt_level or amp.master_weights?)");
   }
-  scaler_.load_state(ScalerState{scale.toDouble(), unskipped.toInt()});
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < masters_.size(); ++i) {
+    if (masters_[i].defined()) masters_[i].copy_(masters[i]);
+  }
+  scaler_.load_state(scaler);
 }
 
 }  // namespace amptune::amp

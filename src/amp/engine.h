@@ -6,8 +6,8 @@
 //   overflow = unscale_and_check();  if (!overflow) optimizer.step();  finish_step(overflow);
 //
 // finish_step copies masters back into the model (rounded onto the grid), keeps O3 weights and
-// BatchNorm statistics on the grid, and updates the scaler. save/load carry masters and scaler
-// state so a resumed run continues bitwise.
+// BatchNorm statistics on the grid, and updates the scaler. masters() and the scaler's state are
+// what a checkpoint carries (train/checkpoint.h) so a resumed run continues bitwise.
 #pragma once
 
 #include <memory>
@@ -16,7 +16,6 @@
 #include <vector>
 
 #include <torch/nn/module.h>
-#include <torch/serialize/archive.h>
 #include <torch/types.h>
 
 #include "amp/emulate.h"
@@ -59,9 +58,15 @@ class Engine {
   const std::vector<bool>& low_precision_mask() const { return low_; }
   const std::vector<torch::Tensor>& masters() const { return masters_; }  // undefined: none
 
-  void save(torch::serialize::OutputArchive& archive) const;
-  // Throws CheckpointError naming `origin` when the archive lacks or mismatches amp state.
-  void load(torch::serialize::InputArchive& archive, const std::string& origin);
+  // Whether a checkpoint must carry amp state to restore this engine: it has masters or scales
+  // dynamically (an fp32 run's checkpoint without amp state restores a static O0/O1 engine).
+  bool has_state() const;
+  // Restores a checkpoint's amp state: the scaler's, and `masters` (one per parameter, defined
+  // exactly where masters() is, of the same shape) copied into the masters. Throws
+  // CheckpointError naming `origin` when the masters do not match (another amp.opt_level or
+  // amp.master_weights); nothing is changed then.
+  void load_state(const ScalerState& scaler, const std::vector<torch::Tensor>& masters,
+                  const std::string& origin);
 
  private:
   void keep_on_grid();

@@ -258,7 +258,10 @@ Start start_from_parent(store::Store& store, const store::RunRow& run, const Con
 }
 
 // Loads the newest valid checkpoint (at most `from_epoch`) into `session`; returns the epoch
-// loaded, or -1 when training starts from scratch. Later epochs are dropped from the store.
+// loaded, or -1 when training starts from scratch. Later epochs are dropped from the store. Any
+// CheckpointError (missing, corrupt, malformed, mismatched) falls back to the previous
+// checkpoint, except LegacyCheckpointError (an old-format file without the opt-in), which stops
+// with nothing deleted.
 // A fork without a checkpoint of its own starts from its parent's.
 Start restore(store::Store& store, const store::RunRow& run, const Config& config,
               const torch::Device& device, const RunOptions& options, Session& session) {
@@ -297,6 +300,8 @@ Start restore(store::Store& store, const store::RunRow& run, const Config& confi
       log::info("run " + run.name + ": continuing after epoch " + std::to_string(meta.epoch) +
                 " (" + it->checkpoint->path + ")");
       return Start{meta.epoch, meta.global_step, false, false};
+    } catch (const LegacyCheckpointError&) {
+      throw;  // not damage: the user's decision (checkpoint.h), nothing is deleted
     } catch (const CheckpointError& e) {
       if (options.from_epoch) throw;
       log::warn(std::string(e.what()) + "; falling back to the previous checkpoint");
@@ -436,6 +441,20 @@ struct StepVote {
   double samples = 0;
   double non_finite = 0, overflow = 0, stop = 0, lost = 0;
 };
+
+// A run this process stops without finishing: back to pending with `message` (when `store` is
+// set), so the next command that takes it continues it; a store error is logged, not thrown.
+RunResult stopped_run(store::Store* store, int64_t run_id, Outcome outcome,
+                      const std::string& message) {
+  if (store) {
+    try {
+      store->release_run(run_id, message);
+    } catch (const std::exception& e) {
+      log::warn(std::string("could not release run: ") + e.what());
+    }
+  }
+  return RunResult{outcome, message, ""};
+}
 
 // The training of one run by this process: the whole run when alone (`store` set), the
 // leader's part (`store` set, options.cluster set) or a follower's (`store` null).
@@ -867,8 +886,9 @@ RunResult train_impl(store::Store* store, const store::RunRow& run, const RunOpt
         // Still ours? (Another process writes the same file names once it holds the run.)
         store->heartbeat(run.id);
         if ((epoch + 1) % every == 0 || epoch + 1 == epochs) {
-          char name[32];
-          std::snprintf(name, sizeof name, "epoch_%04lld.pt", static_cast<long long>(epoch));
+          char name[48];
+          std::snprintf(name, sizeof name, "epoch_%04lld.safetensors",
+                        static_cast<long long>(epoch));
           CheckpointMeta meta{epoch, global_step, run.config_hash};
           const auto save_start = Clock::now();
           record.checkpoint = save_checkpoint((fs::path(ckpt_dir) / name).string(),
@@ -910,16 +930,11 @@ RunResult train_impl(store::Store* store, const store::RunRow& run, const RunOpt
     return result;
   } catch (const RankLostError& e) {
     // A rank is gone: the run goes back to pending, resumable from its last checkpoint.
-    result.outcome = Outcome::kRankLost;
-    result.message = e.what();  // (logged by the caller)
-    if (store) {
-      try {
-        store->release_run(run.id, result.message);
-      } catch (const std::exception& e2) {
-        log::warn(std::string("could not release run: ") + e2.what());
-      }
-    }
-    return result;
+    return stopped_run(store, run.id, Outcome::kRankLost, e.what());  // (logged by the caller)
+  } catch (const LegacyCheckpointError& e) {
+    // An old-format checkpoint without the opt-in: the run fails this time but stays pending
+    // with its checkpoints, so the same command with the opt-in continues it.
+    return stopped_run(store, run.id, Outcome::kFailed, e.what());
   } catch (const std::exception& e) {
     result.outcome = Outcome::kFailed;
     result.message = e.what();

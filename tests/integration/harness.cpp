@@ -173,7 +173,12 @@ StopOnExit::~StopOnExit() {
 }
 
 Result run_amptune(const std::vector<std::string>& args, const std::string& cwd) {
-  pid_t pid = spawn_amptune(args, cwd);
+  return run_amptune(args, cwd, {});
+}
+
+Result run_amptune(const std::vector<std::string>& args, const std::string& cwd,
+                   const std::vector<std::pair<std::string, std::string>>& env) {
+  pid_t pid = spawn_amptune(args, cwd, SpawnOptions(env, "child"));
   Result r;
   r.exit_code = wait_exit_code(pid);
   r.out = read_file(cwd + "/child.out");

@@ -51,8 +51,11 @@ struct Result {
   std::string err;  // stderr
 };
 
-// Runs the amptune binary with `args` in `cwd`, waits, returns exit code and output.
+// Runs the amptune binary with `args` in `cwd`, waits, returns exit code and output. `env`:
+// variables set in the child ({"AMPTUNE_TRUST_LEGACY_CHECKPOINTS", "1"}).
 Result run_amptune(const std::vector<std::string>& args, const std::string& cwd);
+Result run_amptune(const std::vector<std::string>& args, const std::string& cwd,
+                   const std::vector<std::pair<std::string, std::string>>& env);
 
 // Starts amptune in the background (stdout/stderr to cwd/child.out and cwd/child.err);
 // returns its pid.

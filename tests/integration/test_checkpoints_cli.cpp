@@ -1,5 +1,6 @@
-// End-to-end tests of `amptune eval`, `amptune export`, `amptune gc` and checkpoint.keep_epochs
-// with the real binary on tiny IDX data. Each test works in its own scratch directory.
+// End-to-end tests of `amptune eval`, `amptune export`, `amptune gc`, checkpoint.keep_epochs, the
+// fallback past a malformed checkpoint and Python's reading of checkpoint files, with the real
+// binary on tiny IDX data. Each test works in its own scratch directory.
 #include <sqlite3.h>
 
 #include <cstdlib>
@@ -12,6 +13,7 @@
 #include "core/hash.h"
 #include "integration/harness.h"
 #include "store/store.h"
+#include "unit/store/raw_exec.h"
 
 namespace amptune::testing {
 namespace {
@@ -65,6 +67,83 @@ std::vector<std::vector<std::string>> query(const std::string& db, const std::st
 }
 
 std::string sha_of(const std::string& path) { return sha256_hex(read_file(path)); }
+
+// A newest checkpoint whose header is malformed while its recorded size and sha256 match (a file
+// replaced together with its row, or merged in): resume refuses it as a CheckpointError, falls
+// back to the epoch before, and trains the same epoch again to the same bytes.
+TEST(CheckpointsCli, MalformedNewestCheckpointWithAMatchingHashFallsBack) {
+  auto f = make(3);
+  auto r = run_amptune({"run", f.yaml, "--db", f.db, "-q", "--stop-after-epoch", "1"}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string run = std::to_string(only_run(f));
+  const auto before = epochs_of(f.db, run);
+  ASSERT_EQ(before.size(), 2u);
+  const std::string newest = before[1].checkpoint->path;
+  std::string bytes = read_file(newest);
+  const size_t at = bytes.find("\"F32\"");
+  ASSERT_NE(at, std::string::npos);
+  bytes.replace(at, 5, "\"F99\"");
+  write_file(newest, bytes);
+  store::raw_exec(f.db, "UPDATE epochs SET checkpoint_sha256 = '" + sha_of(newest) +
+                     "' WHERE run_id = " + run + " AND epoch = 1");
+
+  r = run_amptune({"resume", run, "--db", f.db}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find(newest + ": tensor"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("unknown dtype \"F99\"; falling back to the previous checkpoint"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("continuing after epoch 0"), std::string::npos) << r.err;
+  const auto after = epochs_of(f.db, run);
+  ASSERT_EQ(after.size(), 3u);
+  EXPECT_EQ(after[1].train_loss, before[1].train_loss);
+  EXPECT_EQ(after[1].metrics.at("acc1"), before[1].metrics.at("acc1"));
+  ASSERT_TRUE(after[1].checkpoint);
+  EXPECT_EQ(after[1].checkpoint->sha256, before[1].checkpoint->sha256);  // the same file again
+}
+
+bool python_safetensors() {
+  static const bool ok = std::system("/usr/bin/python3 -c 'import torch, safetensors.torch' "
+                                     ">/dev/null 2>&1") == 0;
+  return ok;
+}
+
+// A checkpoint is a plain safetensors file: Python's safetensors package (PyPI; tools/
+// install-deps.sh installs it) reads it, and its model.* tensors are the weights `amptune export`
+// writes for the same epoch (a fp32 run: the same values and dtypes).
+TEST(CheckpointsCli, PythonSafetensorsReadsACheckpointAsExportWritesIt) {
+  if (!python_safetensors()) {
+    GTEST_SKIP() << "/usr/bin/python3 with torch and the safetensors package missing (not in "
+                    "Debian 12; tools/install-deps.sh installs it from PyPI, which needs network)";
+  }
+  auto f = make(1);
+  train(f);
+  const std::string run = std::to_string(only_run(f));
+  const auto rows = epochs_of(f.db, run);
+  ASSERT_EQ(rows.size(), 1u);
+  const std::string out = f.dir + "/weights.pt";
+  auto r = run_amptune({"export", run, "--epoch", "0", "--out", out, "--db", f.db}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string script = f.dir + "/check.py", report = f.dir + "/report.txt";
+  write_file(script,
+             "import sys, torch\n"
+             "from safetensors import safe_open\n"
+             "from safetensors.torch import load_file\n"
+             "ckpt = load_file(sys.argv[1])\n"
+             "with safe_open(sys.argv[1], framework='pt') as f:\n"
+             "    meta = f.metadata()\n"
+             "sd = torch.load(sys.argv[2])\n"
+             "model = {k[len('model.'):]: v for k, v in ckpt.items() if k.startswith('model.')}\n"
+             "same = sorted(model) == sorted(sd) and all(\n"
+             "    model[k].dtype == sd[k].dtype and torch.equal(model[k], sd[k]) for k in sd)\n"
+             "with open(sys.argv[3], 'w') as out:\n"
+             "    out.write('%s %s %s %s %s\\n' % (len(sd) > 40, same, meta['format'], meta['epoch'],\n"
+             "              meta['optimizer']))\n");
+  const std::string cmd = "/usr/bin/python3 " + script + " " + rows[0].checkpoint->path + " " +
+                          out + " " + report;
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  EXPECT_EQ(read_file(report), "True True amptune-checkpoint-2 0 sgd\n");
+}
 
 TEST(CheckpointsCli, EvalAllReproducesTrainingTimeMetricsBitwise) {
   // O2 evaluates with its fp16-grid weights under emulation, as training-time evaluation did.
@@ -173,7 +252,7 @@ TEST(CheckpointsCli, EvalFillsMetricsOfRunsTrainedWithoutEvaluation) {
   fs::resize_file(first, fs::file_size(first) / 2);
   r = run_amptune({"eval", run, "--all", "--db", f.db, "-q"}, f.dir);
   EXPECT_EQ(r.exit_code, 6) << r.err;
-  EXPECT_NE(r.err.find("epoch_0000.pt"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("epoch_0000.safetensors"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("epoch 0"), std::string::npos) << r.err;
   EXPECT_NE(r.out.find("FAILED"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("recorded"), std::string::npos) << r.out;  // epoch 1
@@ -192,7 +271,7 @@ TEST(CheckpointsCli, KeepEpochsSurvivesKeepLast) {
     const bool kept = e.epoch == 1 || e.epoch == 3;
     EXPECT_EQ(e.checkpoint.has_value(), kept) << "epoch " << e.epoch;
     const std::string file = f.dir + "/results/checkpoints/amptune/" + run + "/epoch_000" +
-                             std::to_string(e.epoch) + ".pt";
+                             std::to_string(e.epoch) + ".safetensors";
     EXPECT_EQ(fs::exists(file), kept) << file;
   }
   auto view = query(f.db, "SELECT epoch FROM checkpoints WHERE run_id = " + run +
@@ -267,9 +346,9 @@ TEST(CheckpointsCli, GcDeletesExactlyTheUnreferencedFiles) {
     referenced[e.checkpoint->path] = sha_of(e.checkpoint->path);
   }
   const std::vector<std::string> planted{
-      ckpt + "/epoch_0001.pt.tmp.31337",                       // interrupted save
-      ckpt + "/epoch_0005.pt",                                 // no epoch row
-      f.dir + "/results/checkpoints/amptune/4242/epoch_0000.pt",       // run 4242 does not exist
+      ckpt + "/epoch_0001.safetensors.tmp.31337",              // interrupted save
+      ckpt + "/epoch_0005.safetensors",                        // no epoch row
+      f.dir + "/results/checkpoints/amptune/4242/epoch_0000.safetensors",  // run 4242 does not exist
   };
   for (auto& p : planted) {
     fs::create_directories(fs::path(p).parent_path());

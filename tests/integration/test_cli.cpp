@@ -148,7 +148,7 @@ TEST(Cli, SweepTrainsEveryCellAndReRunTrainsNothing) {
   EXPECT_NE(list.out.find("tiny/0-"), std::string::npos) << list.out;
   auto show = run_amptune({"show", runs[0].name, "--db", f.db}, f.dir);
   EXPECT_EQ(show.exit_code, 0) << show.err;
-  EXPECT_NE(show.out.find("epoch_0001.pt"), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("epoch_0001.safetensors"), std::string::npos) << show.out;
 }
 
 TEST(Cli, ResumeEqualsStraight) {
@@ -250,7 +250,7 @@ TEST(Cli, KilledMidEpochResumesToTheSameResult) {
   EXPECT_EQ(s.integrity_check(), "ok");
   // No temp files left in the checkpoint directory.
   for (auto& e : fs::directory_iterator(fs::path(s.epochs(run.id)[0].checkpoint->path).parent_path())) {
-    EXPECT_EQ(e.path().extension(), ".pt") << e.path();
+    EXPECT_EQ(e.path().extension(), ".safetensors") << e.path();
   }
 }
 

@@ -201,7 +201,8 @@ TEST(Identity, WhereFilesGoAndWhereTheDataLieMakeNoNewRuns) {
     EXPECT_EQ(run.epochs_done, 2) << run.name;  // continued from its epoch-0 checkpoint
     EXPECT_EQ(run.status, store::RunStatus::kDone) << run.name;
     EXPECT_NE(run.config_json.find(f.dir + "/copy"), std::string::npos) << run.config_json;
-    EXPECT_TRUE(fs::exists(f.dir + "/node2-ckpt/" + std::to_string(run.id) + "/epoch_0001.pt"))
+    EXPECT_TRUE(fs::exists(f.dir + "/node2-ckpt/" + std::to_string(run.id) +
+                           "/epoch_0001.safetensors"))
         << run.name;
     after[run.name] = run.id;
   }
@@ -228,12 +229,16 @@ TEST(Identity, WhereFilesGoAndWhereTheDataLieMakeNoNewRuns) {
 // A database the release before migration 12 wrote (tests/fixtures/schema11/README.md): opened by
 // this binary its runs are re-hashed, keep their ids, names and lineage, the interrupted cell
 // continues from its old checkpoint exactly as a fresh run of the cell trains, the finished one
-// is skipped, asking for the same fork finds it, and its old checkpoints evaluate.
+// is skipped, asking for the same fork finds it, and its old checkpoints evaluate. Its
+// checkpoints are in the old TorchScript format: they load with the opt-in
+// AMPTUNE_TRUST_LEGACY_CHECKPOINTS=1 (given here) and are refused without it.
 TEST(Identity, ADatabaseOfThePreviousReleaseContinuesWithItsRunsAndCheckpoints) {
+  const std::vector<std::pair<std::string, std::string>> trust = {
+      {"AMPTUNE_TRUST_LEGACY_CHECKPOINTS", "1"}};
   const std::string dir = scratch_dir("schema11");
   fs::copy(std::string(AMPTUNE_FIXTURE_DIR) + "/schema11", dir, fs::copy_options::recursive);
   const std::string db = dir + "/results/amptune.sqlite";
-  Result r = run_amptune({"run", "sweep.yaml"}, dir);
+  Result r = run_amptune({"run", "sweep.yaml"}, dir, trust);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.err.find("migration 12 re-hashed 3 of 3 runs"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("1 trained, 1 skipped"), std::string::npos) << r.err;
@@ -266,13 +271,59 @@ TEST(Identity, ADatabaseOfThePreviousReleaseContinuesWithItsRunsAndCheckpoints) 
   EXPECT_EQ(resumed[1].metrics.at("acc1"), fresh[1].metrics.at("acc1"));
 
   // The same fork again is the migrated one; its old checkpoint evaluates to what it recorded.
-  r = run_amptune({"fork", "legacy/0-f58bf14a", "--epoch", "0", "--set", "optim.lr=0.01"}, dir);
+  r = run_amptune({"fork", "legacy/0-f58bf14a", "--epoch", "0", "--set", "optim.lr=0.01"}, dir,
+                  trust);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("fork legacy/0-6c396737 is already done"), std::string::npos) << r.out;
   const double recorded = epochs_of(db, "3").back().metrics.at("acc1");
-  r = run_amptune({"eval", "3", "--epoch", "1", "-q"}, dir);
+  r = run_amptune({"eval", "3", "--epoch", "1", "-q"}, dir, trust);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(epochs_of(db, "3").back().metrics.at("acc1"), recorded);
+  // The continued epoch was saved in the new format next to the old file.
+  const auto continued = epochs_of(db, "legacy/1-d159a863");
+  ASSERT_TRUE(continued[1].checkpoint);
+  EXPECT_EQ(fs::path(continued[1].checkpoint->path).extension(), ".safetensors");
+  const fs::path saved = continued[1].checkpoint->path;
+  EXPECT_NE(read_file((saved.is_absolute() ? saved : dir / saved).string()).substr(0, 2), "PK");
+}
+
+// Without the opt-in the old checkpoints are refused with a message that says why and what to
+// do: the interrupted run fails this time but stays pending with its epoch and its file, no
+// checkpoint is written, deleted or changed, and the finished runs are untouched.
+TEST(Identity, OldFormatCheckpointsAreRefusedWithoutTheOptIn) {
+  const std::string dir = scratch_dir("schema11-refused");
+  fs::copy(std::string(AMPTUNE_FIXTURE_DIR) + "/schema11", dir, fs::copy_options::recursive);
+  const std::string db = dir + "/results/amptune.sqlite";
+  const std::string checkpoints = dir + "/results/checkpoints";
+  auto files = [&] {
+    std::map<std::string, std::string> contents;
+    for (const auto& e : fs::recursive_directory_iterator(checkpoints)) {
+      if (e.is_regular_file()) contents[e.path().string()] = read_file(e.path().string());
+    }
+    return contents;
+  };
+  const auto before = files();
+  ASSERT_EQ(before.size(), 4u);
+  const Result r =
+      run_amptune({"run", "sweep.yaml"}, dir, {{"AMPTUNE_TRUST_LEGACY_CHECKPOINTS", "0"}});
+  EXPECT_EQ(r.exit_code, 8) << r.out << r.err;
+  EXPECT_NE(r.err.find("results/checkpoints/amptune/2/epoch_0000.pt is in the old TorchScript "
+                       "format, which can run code when loaded; set "
+                       "AMPTUNE_TRUST_LEGACY_CHECKPOINTS=1 if it comes from your own amptune"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("falling back"), std::string::npos) << r.err;
+  EXPECT_TRUE(files() == before) << "checkpoint files changed";
+  store::Store store(db);
+  const store::RunRow run = *store.find_run("legacy/1-d159a863");
+  EXPECT_EQ(run.status, store::RunStatus::kPending);  // the same command with the opt-in continues
+  EXPECT_NE(run.message.find("AMPTUNE_TRUST_LEGACY_CHECKPOINTS"), std::string::npos) << run.message;
+  const auto epochs = store.epochs(run.id);
+  ASSERT_EQ(epochs.size(), 1u);
+  ASSERT_TRUE(epochs[0].checkpoint);
+  for (const char* done : {"legacy/0-f58bf14a", "legacy/0-6c396737"}) {
+    EXPECT_EQ(store.find_run(done)->status, store::RunStatus::kDone) << done;
+  }
 }
 
 }  // namespace

@@ -1,0 +1,80 @@
+// The safetensors layout (https://huggingface.co/docs/safetensors), which checkpoints use: data
+// only, so reading a file runs no code.
+//
+//   [8 bytes: N, little-endian uint64] [N bytes: JSON header] [data area: raw tensor bytes]
+//   header: {"__metadata__": {"format": "...", ...},          (string -> string, optional)
+//            "model.fc.weight": {"dtype": "F32", "shape": [3, 4], "data_offsets": [0, 48]}, ...}
+//
+// Offsets are relative to the data area; tensors are C-contiguous, little-endian. Every violation
+// of the layout is a CheckpointError that starts with the `origin` given (a file name).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <torch/types.h>
+
+namespace amptune::train::safetensors {
+
+// Upper bound of the JSON header's length (the Python package's limit).
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
+struct Entry {
+  torch::ScalarType dtype = torch::kFloat;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;  // [begin, end) in the data area
+};
+
+// "F32" for torch::kFloat, ...; throws CheckpointError for a dtype the format cannot hold.
+std::string dtype_name(torch::ScalarType dtype);
+
+// The file's bytes for `tensors` (any device; copied to contiguous CPU memory) and `metadata`.
+// Tensors are laid out by element size, largest first, so each starts aligned to its element
+// size; the header is padded with spaces to a multiple of 8. Equal inputs give equal bytes.
+// Throws CheckpointError for a repeated name, "__metadata__" as a name, or an unsupported dtype.
+std::string serialize(const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata);
+
+// A validated header over bytes the caller keeps alive. The constructor checks everything that
+// does not depend on what the reader expects: the header length (at most kMaxHeaderBytes and the
+// bytes present), a JSON object with no repeated key, known dtypes, non-negative shapes whose
+// element count times element size equals end - begin (no overflow), offsets inside the data
+// area, tensors neither overlapping nor leaving gaps and covering the data area exactly,
+// __metadata__ an object of strings.
+class View {
+ public:
+  View(std::string_view bytes, const std::string& origin);
+
+  const std::map<std::string, Entry>& entries() const { return entries_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // A new CPU tensor with a copy of entry `name`'s bytes (a BOOL tensor must hold 0 or 1).
+  torch::Tensor copy(const std::string& name) const;
+
+ private:
+  std::string origin_;
+  std::string_view data_;  // the data area
+  std::map<std::string, Entry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// A whole file mapped read-only (empty files are not mapped). Throws CheckpointError("<origin> is
+// missing or unreadable: <reason>").
+class MappedFile {
+ public:
+  MappedFile(const std::string& path, const std::string& origin);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  std::string_view bytes() const { return {static_cast<const char*>(data_), size_}; }
+
+ private:
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace amptune::train::safetensors
