@@ -63,7 +63,10 @@ std::string errno_text() { return std::strerror(errno); }
 
 void write_atomically(const std::vector<char>& bytes, const std::string& path) {
   const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // A file of this name is a temp of an earlier process with this pid (gone) or something
+  // planted: removed (a link itself, never its target), then made anew, never through a link.
+  ::unlink(tmp.c_str());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) {
     throw ModelError("cannot create " + tmp + " to save weights: " + errno_text() +
                      " (check that the directory exists and is writable)");

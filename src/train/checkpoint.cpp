@@ -550,7 +550,10 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
                           ec.message());
   }
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // A file of this name is a temp of an earlier process with this pid (gone) or something
+  // planted: removed (a link itself, never its target), then made anew, never through a link.
+  ::unlink(tmp.c_str());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) fail_io("cannot create", tmp);
   size_t done = 0;
   while (done < bytes.size()) {

@@ -7,10 +7,12 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <sstream>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
@@ -135,6 +137,25 @@ TEST(TrainCheckpoint, SgdMomentumSurvives) {
   } catch (const CheckpointError& e) {
     EXPECT_NE(std::string(e.what()).find("another optim.name"), std::string::npos) << e.what();
   }
+}
+
+// A link planted where the save's temp file goes (<path>.tmp.<pid>) is not written through: the
+// link goes, its target stays, the checkpoint is written.
+TEST(TrainCheckpoint, ALinkAtTheTempFileIsNotWrittenThrough) {
+  const std::string d = dir();
+  const std::string victim = d + "/victim.txt";
+  { std::ofstream(victim) << "precious"; }
+  const std::string path = d + "/t.safetensors";
+  std::filesystem::create_symlink(victim, path + ".tmp." + std::to_string(::getpid()));
+  Net a;
+  torch::optim::SGD opt(a.parameters(), torch::optim::SGDOptions(0.1));
+  const auto file = save_checkpoint(path, a, opt, CheckpointMeta{0, 0, "h"});
+  std::ifstream in(victim);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "precious");
+  EXPECT_TRUE(std::filesystem::is_regular_file(path));
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp." + std::to_string(::getpid())));
+  EXPECT_GT(file.bytes, 0);
 }
 
 // The file is plain safetensors: an 8-byte little-endian header length, a JSON header padded to 8
