@@ -637,7 +637,8 @@ ALTER TABLE runs ADD COLUMN legacy_config_hash TEXT;
 -- lineage again, with two changes: the walk up the fork chain stops after 1000 ancestors, so a
 -- database whose parent links form a cycle (edited by hand; merge refuses such inputs) cannot
 -- make a query run forever; and value is read from the epoch row when the run's primary metric
--- is one of its columns (train_loss, lr, train_fps_mean, epoch_seconds), not only from metrics.
+-- is one of its columns (train_loss, lr, train_fps_mean, epoch_seconds), not only from metrics;
+-- fork_vs_parent reads such a metric the same way (from epoch_values).
 DROP VIEW IF EXISTS lineage;
 CREATE VIEW lineage AS
   WITH RECURSIVE chain(run_id, ancestor_id, upto, depth) AS (
@@ -660,6 +661,19 @@ CREATE VIEW lineage AS
   JOIN runs src ON src.id = e.run_id
   LEFT JOIN metrics m ON m.run_id = e.run_id AND m.epoch = e.epoch AND m.name = r.primary_metric
   ORDER BY r.id, e.epoch;
+
+DROP VIEW IF EXISTS fork_vs_parent;
+CREATE VIEW fork_vs_parent AS
+  SELECT f.id AS fork_id, f.name AS fork, p.id AS parent_id, p.name AS parent, f.parent_epoch,
+         f.fork_changes, f.reset_optimizer, f.status, f.primary_metric AS metric,
+         (SELECT value FROM epoch_values WHERE run_id = p.id AND epoch = f.parent_epoch
+            AND name = f.primary_metric) AS parent_at_fork,
+         (SELECT v.value FROM epoch_values v WHERE v.run_id = p.id AND v.name = f.primary_metric
+            ORDER BY v.epoch DESC LIMIT 1) AS parent_last,
+         (SELECT v.value FROM epoch_values v WHERE v.run_id = f.id AND v.name = f.primary_metric
+            ORDER BY v.epoch DESC LIMIT 1) AS fork_last
+  FROM runs f JOIN runs p ON p.id = f.parent_run_id
+  ORDER BY p.id, f.parent_epoch, f.id;
 
 -- migration: 14
 -- The database's identity: a random id made when this migration runs. A checkpoint folder is

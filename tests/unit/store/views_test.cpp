@@ -169,6 +169,35 @@ TEST_F(ViewsTest, RunResultsOfAnEpochsColumnMetric) {
   EXPECT_EQ(rows.at(run).at("params"), "{}");
 }
 
+// lineage and fork_vs_parent read a primary metric kept on the epoch row (migration 13).
+TEST_F(ViewsTest, LineageAndForkVsParentOfAnEpochsColumnMetric) {
+  const int64_t parent = add_run("loss", 0, "{}", "train_loss");
+  add_epoch(parent, 0, {});  // train_loss 2.0
+  add_epoch(parent, 1, {});  // 1.5
+  RunSpec fork;
+  fork.sweep_name = "loss";
+  fork.cell_index = 0;
+  fork.config_json = "{}";
+  fork.config_hash = "forkhash-of-loss-0";
+  fork.columns = {{"primary_metric", json("train_loss").dump()}};
+  fork.fork = ForkOrigin{parent, 0, "{}", "", false};
+  const int64_t id = store_->ensure_run(store_->ensure_sweep("loss", "", "", ""), fork).id;
+  add_epoch(id, 1, {});  // the fork's own epoch 1: 1.5
+  add_epoch(id, 2, {});  // 1.0
+  const auto lineage = store_->query(
+      "SELECT epoch, value FROM lineage WHERE run_id = ?1 ORDER BY epoch", {std::to_string(id)});
+  ASSERT_EQ(lineage.rows.size(), 3u);  // the parent's epoch 0, then its own 1 and 2
+  EXPECT_EQ(std::stod(lineage.rows[0][1].value_or("nan")), 2.0);
+  EXPECT_EQ(std::stod(lineage.rows[2][1].value_or("nan")), 1.0);
+  const auto fvp = store_->query(
+      "SELECT parent_at_fork, parent_last, fork_last FROM fork_vs_parent WHERE fork_id = ?1",
+      {std::to_string(id)});
+  ASSERT_EQ(fvp.rows.size(), 1u);
+  EXPECT_EQ(std::stod(fvp.rows[0][0].value_or("nan")), 2.0);
+  EXPECT_EQ(std::stod(fvp.rows[0][1].value_or("nan")), 1.5);
+  EXPECT_EQ(std::stod(fvp.rows[0][2].value_or("nan")), 1.0);
+}
+
 TEST_F(ViewsTest, EpochMatrixHoldsThePrimaryMetricPerEpoch) {
   const int64_t acc = add_run("grid", 0, R"({"seed": 1})");
   add_epoch(acc, 0, {{"acc1", 50.25}, {"acc5", 90}});
