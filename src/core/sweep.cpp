@@ -601,6 +601,12 @@ Sweep parse_sweep(const std::string& yaml_text, const std::string& origin,
   for (const Axis& axis : axes) axis_keys.insert(axis_keys.end(), axis.keys.begin(), axis.keys.end());
   const std::optional<HashTemplate> hash_template = work.hash_template(axis_keys);
   std::vector<const nlohmann::json*> axis_values(axis_keys.size());
+  // Swept paths of data (identity: content) are not in the config hash, but cells that read
+  // different paths are different cells (their data, and so their runs, may differ).
+  std::vector<std::string> content_axes;
+  for (const std::string& key : axis_keys) {
+    if (schema.find(key)->identity == KeySpec::Identity::kContent) content_axes.push_back(key);
+  }
   for (size_t n = 0; n < total; ++n) {
     Cell cell;
     cell.base = shared_base;
@@ -637,7 +643,9 @@ Sweep parse_sweep(const std::string& yaml_text, const std::string& origin,
     } else {
       cell.hash = work.hash();
     }
-    auto [it, inserted] = by_hash.emplace(cell.hash, sweep.cells.size());
+    std::string cell_key = cell.hash;
+    for (const std::string& key : content_axes) cell_key += "|" + work.at(key).dump();
+    auto [it, inserted] = by_hash.emplace(std::move(cell_key), sweep.cells.size());
     if (!inserted) {
       fail(SourceLoc{origin}, "duplicate cell: cells " + std::to_string(it->second) + " (" +
                                   sweep.cells[it->second].label() + ") and " +

@@ -30,6 +30,18 @@ TEST(CoreSweep, NameOnlyIsOneBaseCellAtTheDefaults) {
   EXPECT_EQ(sweep.cells[0].hash, sweep.cells[0].config().hash());
 }
 
+// Paths of data are not in a cell's config hash (their contents enter the run's identity when
+// the data are read), yet a grid over them has one cell per path, not a duplicate.
+TEST(CoreSweep, AGridOverDataPathsHasOneCellPerPath) {
+  const Sweep sweep =
+      parse_sweep("name: d\ngrid:\n  data.root: [/data/a, /data/b]\n  seed: [1, 2]\n", "<string>");
+  ASSERT_EQ(sweep.cells.size(), 4u);
+  EXPECT_EQ(sweep.cells[0].hash, sweep.cells[2].hash);  // same config, other path
+  EXPECT_NE(sweep.cells[0].hash, sweep.cells[1].hash);  // another seed
+  EXPECT_THROW(parse_sweep("name: d\ngrid:\n  checkpoint.dir: [/a, /b]\n", "<string>"),
+               ConfigError);  // where files go makes no other cell: a duplicate
+}
+
 TEST(CoreSweep, LoadsFromAFileAndKeepsItsText) {
   testing::ScratchDir dir;
   const std::string text = "name: from-file.v1\ndescription: a test\nbase: {optim.lr: 0.5}\n";
