@@ -3,9 +3,23 @@
 # errors, runs the whole ctest suite. Extra arguments go to ctest: -L unit (the fast tier: one
 # ctest test per unit executable), -L integration, -L slow, -L slurm (a real one-node Slurm:
 # installs slurm-wlm and munge when missing, needs root, skipped saying why where its daemons
-# cannot start; docs/SLURM.md), -R Claims (integration tests by name).
+# cannot start; docs/SLURM.md), -R Claims (integration tests by name). tools/test.sh --sanitize
+# [ctest args] runs them on an ASan + UBSan build (build-asan).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# --sanitize (first argument): build into build-asan with AddressSanitizer and
+# UndefinedBehaviorSanitizer on amptune's own code (glibc malloc: no tcmalloc under ASan) and run
+# the tests there; CI keeps the normal build.
 tools/install-deps.sh
-tools/build.sh -DAMPTUNE_WERROR=ON -DAMPTUNE_BUILD_TESTS=ON
+build_args=(-DAMPTUNE_WERROR=ON -DAMPTUNE_BUILD_TESTS=ON)
+if [ "${1:-}" = --sanitize ]; then
+  shift
+  export BUILD_DIR=${BUILD_DIR:-build-asan}
+  build_args+=("-DAMPTUNE_SANITIZE=address;undefined")
+  # LibTorch and its libraries are not built with ASan: their own allocations at exit are not
+  # leaks of amptune's; UBSan findings fail the test.
+  export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=1}
+  export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+fi
+tools/build.sh "${build_args[@]}"
 ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j "${JOBS:-$(nproc)}" "$@"
