@@ -15,22 +15,15 @@
 
 #include "integration/harness.h"
 #include "store/store.h"
+#include "unit/store/raw_exec.h"
 
 namespace amptune::testing {
 namespace {
 
 namespace fs = std::filesystem;
 
-void sql(const std::string& db, const std::string& statements) {
-  sqlite3* h = nullptr;
-  ASSERT_EQ(sqlite3_open(db.c_str(), &h), SQLITE_OK);
-  char* error = nullptr;
-  const int rc = sqlite3_exec(h, statements.c_str(), nullptr, nullptr, &error);
-  const std::string message = error ? error : "";
-  sqlite3_free(error);
-  sqlite3_close(h);
-  ASSERT_EQ(rc, SQLITE_OK) << message;
-}
+// SQL on a database through a raw connection (the crafting a hostile file needs).
+void sql(const std::string& db, const std::string& statements) { store::raw_exec(db, statements); }
 
 // A database whose epoch rows name files elsewhere (a hostile shard, or a row edited by hand):
 // merge does not take them over as checkpoints, and a resume that finds them invalid and starts
