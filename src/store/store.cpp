@@ -591,8 +591,10 @@ RunRow Store::ensure_run(int64_t sweep_id, const RunSpec& spec) {
         // checkpoint.dir, thread count, a copy of the data at another path): the config this
         // invocation planned is the one it trains with.
         Statement update(db_,
-                         "UPDATE runs SET config_json = ?, data_fingerprint = "
-                         "COALESCE(data_fingerprint, NULLIF(?, '')) WHERE id = ?");
+                         "UPDATE runs SET config_json = ?1, data_fingerprint = "
+                         "COALESCE(data_fingerprint, NULLIF(?2, '')) WHERE id = ?3 AND "
+                         "(config_json IS NOT ?1 OR (data_fingerprint IS NULL AND ?2 <> ''))");
+        // (no write, so no page change, when nothing differs: the common case of a sweep run again)
         update.bind(1, spec.config_json).bind(2, spec.data_fingerprint).bind(3, *id).run();
         Statement found(db_, std::string(kRunSelect) + "WHERE r.id = ?");
         found.bind(1, *id);
