@@ -3,8 +3,11 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <thread>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "core/error.h"
@@ -63,15 +66,24 @@ std::unique_ptr<Cluster> Cluster::join(const LaunchEnv& env, double timeout_seco
   ::signal(SIGPIPE, SIG_IGN);
   auto impl = std::make_unique<Impl>();
   impl->timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000));
-  c10d::TCPStoreOptions options;
-  options.port = static_cast<std::uint16_t>(env.master_port);
-  options.isServer = env.rank == 0;
-  options.numWorkers = static_cast<std::size_t>(env.world_size);
-  options.waitWorkers = true;
-  options.timeout = impl->timeout;
-  const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
+  const bool file = !env.rendezvous_file.empty();
+  const std::string where = file ? env.rendezvous_file
+                                 : env.master_addr + ":" + std::to_string(env.master_port);
   try {
-    impl->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+    if (file) {
+      // --nproc: every rank is on this machine and meets in a file of the launcher's private
+      // directory; nothing listens on a port.
+      impl->store = c10::make_intrusive<c10d::FileStore>(env.rendezvous_file, env.world_size);
+      impl->store->setTimeout(impl->timeout);
+    } else {
+      c10d::TCPStoreOptions options;
+      options.port = static_cast<std::uint16_t>(env.master_port);
+      options.isServer = env.rank == 0;
+      options.numWorkers = static_cast<std::size_t>(env.world_size);
+      options.waitWorkers = true;
+      options.timeout = impl->timeout;
+      impl->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+    }
   } catch (const std::exception& e) {
     const std::string what = first_line(e.what());
     if (env.rank == 0 && what.find("ddress already in use") != std::string::npos) {
@@ -79,8 +91,9 @@ std::unique_ptr<Cluster> Cluster::join(const LaunchEnv& env, double timeout_seco
                              ": the port is in use; set MASTER_PORT to a free port (" + what + ")");
     }
     throw RankLostError("rendezvous at " + where + " failed for " + env.describe() + " within " +
-                        std::to_string(static_cast<int>(timeout_seconds)) +
-                        " s (did every rank start? is MASTER_ADDR reachable?): " + what);
+                        std::to_string(static_cast<int>(timeout_seconds)) + " s (" +
+                        (file ? "can this process write there?" : "did every rank start? is MASTER_ADDR reachable?") +
+                        "): " + what);
   }
   std::unique_ptr<Cluster> cluster(new Cluster(env, std::move(impl)));
   auto& store = *cluster->impl_->store;
@@ -95,6 +108,11 @@ std::unique_ptr<Cluster> Cluster::join(const LaunchEnv& env, double timeout_seco
   } catch (const std::exception& e) {
     throw RankLostError("rendezvous at " + where +
                         ": not every rank announced itself: " + first_line(e.what()));
+  }
+  if (file) {
+    // A file store does not notice that the leader is gone; on one machine its pid does.
+    const std::string& leader = cluster->processes_.front();
+    if (leader.rfind("pid ", 0) == 0) cluster->impl_->leader_pid = std::atoi(leader.c_str() + 4);
   }
   log::info("joined " + env.describe());
   return cluster;
@@ -113,7 +131,11 @@ std::string Cluster::receive() {
   try {
     // Polls rather than blocks in get(): the store's own wait ends with an error after its
     // timeout, while a follower may wait for as long as the leader prepares the next run.
-    while (!impl_->store->check({key})) {
+    for (int polls = 1; !impl_->store->check({key}); ++polls) {
+      if (polls % 50 == 0 && impl_->leader_pid > 0 && ::kill(impl_->leader_pid, 0) != 0 &&
+          errno == ESRCH) {
+        throw std::runtime_error("the process has ended");
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     const std::string message = from_bytes(impl_->store->get(key));

@@ -1,5 +1,6 @@
 // The processes of one data-parallel job (docs/DISTRIBUTED.md): where this one stands
-// (LaunchEnv) and the rendezvous they share, a c10d TCPStore that rank 0 serves. Over it the
+// (LaunchEnv) and the rendezvous they share: a c10d TCPStore that rank 0 serves, or for --nproc a
+// c10d FileStore in the launcher's private directory (nothing listens on a port). Over it the
 // leader (rank 0) tells the others which run they train next; each run then builds its own
 // process group (dist/group.h) with the run's dist.* settings. No torch in this header: the
 // app and CLI layers hold a Cluster.
@@ -24,7 +25,7 @@ bool have_nccl();
 class Cluster {
  public:
   // Meets every process of `env` at env.master_addr:env.master_port (rank 0 serves the store and
-  // waits up to `timeout_seconds` for the others). Throws EnvironmentError when this build has
+  // waits up to `timeout_seconds` for the others), or in env.rendezvous_file when it is set. Throws EnvironmentError when this build has
   // no c10d process group, naming what is missing, or when the port cannot be served;
   // RankLostError when the others do not arrive in time.
   static std::unique_ptr<Cluster> join(const LaunchEnv& env, double timeout_seconds = 300);

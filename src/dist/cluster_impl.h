@@ -13,6 +13,7 @@ class Cluster::Impl {
  public:
   c10::intrusive_ptr<c10d::Store> store;
   std::chrono::milliseconds timeout{300000};
+  int leader_pid = 0;  // a file store's leader (same machine), watched while receiving; else 0
 };
 
 }  // namespace amptune::dist

@@ -159,11 +159,18 @@ LaunchEnv detect_torchrun(const GetEnv& env) {
   const std::string single = " (unset RANK and WORLD_SIZE for a single process)";
   const std::string rank_s = require("RANK", "set RANK as well" + single);
   const std::string world_s = require("WORLD_SIZE", "set WORLD_SIZE as well" + single);
-  const std::string addr = require("MASTER_ADDR", "set MASTER_ADDR and MASTER_PORT");
-  const std::string port_s = require("MASTER_PORT", "set MASTER_ADDR and MASTER_PORT");
-
   LaunchEnv out;
   out.launcher = lookup(env, "AMPTUNE_LAUNCHER").value_or("") == "nproc" ? "nproc" : "torchrun";
+  // --nproc's ranks meet in a file (spawn_local_ranks): no host or port to know.
+  const auto file = out.launcher == "nproc" ? lookup(env, "AMPTUNE_RENDEZVOUS_FILE") : std::nullopt;
+  if (file && file->front() != '/') {
+    fail("AMPTUNE_RENDEZVOUS_FILE", *file, "is not an absolute path",
+         "it is set by `amptune run --nproc`; unset it and AMPTUNE_LAUNCHER");
+  }
+  const std::string addr = file ? lookup(env, "MASTER_ADDR").value_or("127.0.0.1")
+                                 : require("MASTER_ADDR", "set MASTER_ADDR and MASTER_PORT");
+  const std::string port_s =
+      file ? "" : require("MASTER_PORT", "set MASTER_ADDR and MASTER_PORT");
   out.world_size = static_cast<int>(parse_integer("WORLD_SIZE", world_s, 1, INT_MAX,
                                                   "set it to the number of processes" + single));
   const std::string ranks = "0.." + std::to_string(out.world_size - 1);
@@ -171,8 +178,12 @@ LaunchEnv detect_torchrun(const GetEnv& env) {
       "RANK", rank_s, 0, out.world_size - 1,
       "with WORLD_SIZE=" + world_s + " each process needs its own RANK in " + ranks + single));
   out.master_addr = addr;
-  out.master_port = static_cast<int>(parse_integer(
-      "MASTER_PORT", port_s, 1, 65535, "set it to a free TCP port of MASTER_ADDR (1..65535)"));
+  if (file) {
+    out.rendezvous_file = *file;
+  } else {
+    out.master_port = static_cast<int>(parse_integer(
+        "MASTER_PORT", port_s, 1, 65535, "set it to a free TCP port of MASTER_ADDR (1..65535)"));
+  }
 
   const auto local_world_s = lookup(env, "LOCAL_WORLD_SIZE");
   out.local_world_size = local_world_s
@@ -409,6 +420,36 @@ struct CStrings {
   }
 };
 
+// The private directory of a --nproc job's rendezvous file: made with mkdtemp (mode 0700) under
+// $TMPDIR (else /tmp); the destructor removes the file and the directory it made, nothing else.
+// Declared before the ranks are started, so it outlives them.
+class RendezvousDir {
+ public:
+  RendezvousDir() {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string base = tmp && *tmp == '/' ? tmp : "/tmp";
+    while (base.size() > 1 && base.back() == '/') base.pop_back();
+    std::string pattern = base + "/amptune-rendezvous-XXXXXX";
+    if (!::mkdtemp(pattern.data())) {
+      throw EnvironmentError("cannot make the rendezvous directory of the ranks under " + base +
+                             ": " + std::strerror(errno) +
+                             "; set TMPDIR to a writable local directory");
+    }
+    dir_ = pattern;
+    file_ = dir_ + "/store";
+  }
+  ~RendezvousDir() {
+    ::unlink(file_.c_str());
+    ::rmdir(dir_.c_str());
+  }
+  RendezvousDir(const RendezvousDir&) = delete;
+  RendezvousDir& operator=(const RendezvousDir&) = delete;
+  const std::string& file() const { return file_; }
+
+ private:
+  std::string dir_, file_;
+};
+
 std::string count_ranks(size_t n) { return std::to_string(n) + (n == 1 ? " rank" : " ranks"); }
 
 std::string describe_end(int rank, pid_t pid, int raw_status) {
@@ -434,7 +475,9 @@ std::string LaunchEnv::describe() const {
       master_addr.find(':') != std::string::npos ? "[" + master_addr + "]" : master_addr;
   return "rank " + std::to_string(rank) + " of " + std::to_string(world_size) + " (local " +
          std::to_string(local_rank) + " of " + std::to_string(local_world_size) + ") via " +
-         launcher + ", rendezvous " + host + ":" + std::to_string(master_port);
+         launcher + ", rendezvous " +
+         (rendezvous_file.empty() ? host + ":" + std::to_string(master_port)
+                                  : "file " + rendezvous_file);
 }
 
 GetEnv process_env() {
@@ -492,18 +535,20 @@ SpawnResult spawn_local_ranks(const SpawnOptions& options) {
                      std::to_string(options.kill_after_seconds));
   }
   const int n = options.nproc;
-  const int port = free_local_port();
+  const RendezvousDir rendezvous;
 
   // Each rank's environment: ours without the variables the launcher sets, then extra_env, then
   // the launcher's own (which win).
   std::map<std::string, std::string> launcher_vars = {{"WORLD_SIZE", std::to_string(n)},
                                                       {"LOCAL_WORLD_SIZE", std::to_string(n)},
                                                       {"MASTER_ADDR", "127.0.0.1"},
-                                                      {"MASTER_PORT", std::to_string(port)},
                                                       {"AMPTUNE_LAUNCHER", "nproc"},
+                                                      {"AMPTUNE_RENDEZVOUS_FILE", rendezvous.file()},
                                                       {"RANK", ""},
                                                       {"LOCAL_RANK", ""}};
-  std::set<std::string> replaced;
+  // NCCL's bootstrap listens on the interface it picks; on one machine that is the loopback.
+  if (!lookup(process_env(), "NCCL_SOCKET_IFNAME")) launcher_vars["NCCL_SOCKET_IFNAME"] = "lo";
+  std::set<std::string> replaced = {"MASTER_PORT"};  // not passed on: no TCP rendezvous
   for (const auto& [name, value] : launcher_vars) replaced.insert(name);
   for (const auto& [name, value] : options.extra_env) replaced.insert(name);
   std::vector<std::string> inherited;
@@ -525,8 +570,8 @@ SpawnResult spawn_local_ranks(const SpawnOptions& options) {
   char* const* child_argv = argv.data();
   const char* path = options.argv[0].c_str();
 
-  log::info("starting " + count_ranks(n) + " of " + options.argv[0] +
-            ", rendezvous 127.0.0.1:" + std::to_string(port));
+  log::info("starting " + count_ranks(n) + " of " + options.argv[0] + ", rendezvous file " +
+            rendezvous.file());
   SignalForwarding forwarding;
   Ranks ranks;  // declared after `forwarding`: children are stopped before handlers go back
   ranks.all.resize(n);

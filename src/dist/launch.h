@@ -4,8 +4,10 @@
 //
 // Environment variables read by detect_launch, in this order of precedence:
 //   torchrun   RANK or WORLD_SIZE set: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT required;
-//              LOCAL_RANK / LOCAL_WORLD_SIZE default to RANK / WORLD_SIZE. AMPTUNE_LAUNCHER=nproc
-//              (set by spawn_local_ranks) reports the launcher as "nproc".
+//              LOCAL_RANK / LOCAL_WORLD_SIZE default to RANK / WORLD_SIZE.
+//   nproc      as torchrun, with AMPTUNE_LAUNCHER=nproc and AMPTUNE_RENDEZVOUS_FILE (both set by
+//              spawn_local_ranks): the ranks meet in that file (a c10d FileStore) instead of a
+//              TCP store, so MASTER_PORT is not needed; MASTER_ADDR defaults to 127.0.0.1.
 //   slurm      an srun step of more than one task (SLURM_PROCID set, SLURM_STEP_NUM_TASKS > 1):
 //              rank SLURM_PROCID, local rank SLURM_LOCALID, local world size this node's entry of
 //              SLURM_STEP_TASKS_PER_NODE (else SLURM_TASKS_PER_NODE; "2(x3),1" means 2, 2, 2, 1
@@ -37,11 +39,15 @@ struct LaunchEnv {
   int local_rank = 0;        // rank among the processes of this machine
   int local_world_size = 1;  // processes of this job on this machine
   std::string master_addr;   // rendezvous host (rank 0's TCPStore); empty for a single process
-  int master_port = 0;       // 0 for a single process
+  int master_port = 0;       // 0 for a single process and for a rendezvous file
+  // --nproc: the file of the c10d FileStore the ranks of this machine meet in (no TCP listener);
+  // empty otherwise.
+  std::string rendezvous_file;
   std::string launcher = "single";  // "single", "torchrun", "slurm", "nproc"
 
   bool distributed() const { return world_size > 1; }
-  // "rank 1 of 2 (local 1 of 2) via torchrun, rendezvous 127.0.0.1:29500", or "single process".
+  // "rank 1 of 2 (local 1 of 2) via torchrun, rendezvous 127.0.0.1:29500" (or "rendezvous
+  // file /tmp/amptune-rendezvous-Xq3k/store" for --nproc), or "single process".
   std::string describe() const;
 };
 
@@ -86,7 +92,12 @@ struct SpawnResult {
 // `amptune run ... --nproc N` (torchrun --standalone): starts ranks 0..N-1 of argv (fork +
 // execve; stdin/stdout/stderr, working directory and the rest of the environment inherited) with
 // RANK, WORLD_SIZE=N, LOCAL_RANK=RANK, LOCAL_WORLD_SIZE=N, MASTER_ADDR=127.0.0.1,
-// MASTER_PORT=free_local_port() and AMPTUNE_LAUNCHER=nproc, replacing values this process has.
+// AMPTUNE_LAUNCHER=nproc and AMPTUNE_RENDEZVOUS_FILE, replacing values this process has, and
+// without MASTER_PORT. The rendezvous is a file in a directory of its own, private to this user
+// (mkdtemp under $TMPDIR, else /tmp, mode 0700), which the call removes when every rank has
+// ended: nothing of the job listens on a network port but Gloo's pairs, which bind to the
+// loopback (dist/group.cpp); NCCL_SOCKET_IFNAME=lo is set for NCCL's bootstrap unless the
+// environment sets it.
 // While it waits, SIGINT / SIGTERM sent to this process are passed on to every living rank (its
 // own handlers are restored afterwards). A rank that exits non-zero or by a signal is logged
 // (log::warn: "rank 1 (pid 4242) was killed by signal 9 (SIGKILL)"); the others then get

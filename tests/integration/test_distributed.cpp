@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -14,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -227,6 +229,91 @@ TEST(Distributed, TorchrunNprocAndSrunGiveTheSameRunsAndEvaluationIsExact) {
     EXPECT_EQ(before.metrics.at(m), after.metrics.at(m)) << m;
   }
   EXPECT_EQ(after.metrics.at("val_samples"), 44);
+}
+
+// The processes whose parent is `parent` (from /proc/<pid>/stat).
+std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> out;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string stat = read_file("/proc/" + name + "/stat");  // "" when it just ended
+    const auto close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 1));
+    std::string state;
+    pid_t ppid = 0;
+    if (rest >> state >> ppid && ppid == parent) out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
+// The local addresses of the TCP sockets in state LISTEN that `pids` hold, as /proc/net/tcp{,6}
+// print them ("0100007F:9C41", "00000000000000000000000001000000:9C41").
+std::set<std::string> listening_addresses(const std::vector<pid_t>& pids) {
+  std::set<std::string> inodes;
+  for (pid_t pid : pids) {
+    std::error_code ec;
+    for (const auto& fd : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+      const std::string target = fs::read_symlink(fd.path(), ec).string();
+      if (target.rfind("socket:[", 0) == 0) inodes.insert(target.substr(8, target.size() - 9));
+    }
+  }
+  std::set<std::string> out;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::istringstream lines(read_file(table));
+    std::string line;
+    std::getline(lines, line);  // header
+    while (std::getline(lines, line)) {
+      std::istringstream f(line);
+      std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout, inode;
+      f >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >> timeout >>
+          inode;
+      if (state == "0A" && inodes.count(inode)) out.insert(local);
+    }
+  }
+  return out;
+}
+
+// 127.0.0.0/8, ::1 or ::ffff:127.x.y.z in /proc/net/tcp{,6}'s notation (32-bit words in host
+// order: 127.0.0.1 is 0100007F on this little-endian machine).
+bool loopback(const std::string& address) {
+  const std::string host = address.substr(0, address.find(':'));
+  if (host.size() == 8) return host.substr(6, 2) == "7F";
+  return host == "00000000000000000000000001000000" ||
+         (host.substr(0, 24) == "0000000000000000FFFF0000" && host.substr(30, 2) == "7F");
+}
+
+// `run --nproc N` keeps its job on this machine: the ranks meet in a file of a private
+// directory and nothing of theirs listens on a port other interfaces reach (a TCP store on all
+// interfaces took any host's connection: its control channel tells the ranks what to train).
+// The ranks' listening sockets are sampled from /proc while the job trains.
+TEST(Distributed, AnNprocJobListensOnTheLoopbackOnly) {
+  const TinySweep f = distributed_sweep("loopback", 2, 1600);
+  const pid_t launcher = spawn_amptune(run_args(f, {"--nproc", "2"}), f.dir, {{}, "job"});
+  StopOnExit stop(launcher);
+  std::set<std::string> seen;
+  int samples_with_ranks = 0;
+  for (;;) {
+    siginfo_t info{};
+    if (::waitid(P_PID, static_cast<id_t>(launcher), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+        info.si_pid == launcher) {
+      break;  // ended (not reaped yet)
+    }
+    const auto ranks = children_of(launcher);
+    if (ranks.size() == 2) ++samples_with_ranks;
+    for (const std::string& a : listening_addresses(ranks)) seen.insert(a);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(wait_exit_code(launcher, 10), 0) << read_file(f.dir + "/job.err");
+  EXPECT_GT(samples_with_ranks, 10) << "the job ended before its ranks could be looked at";
+  EXPECT_FALSE(seen.empty()) << "no listening socket of Gloo seen: the sampling missed it";
+  for (const std::string& a : seen) EXPECT_TRUE(loopback(a)) << "a rank listens on " << a;
+  const std::string err = read_file(f.dir + "/job.err");
+  const auto at = err.find("rendezvous file ");
+  ASSERT_NE(at, std::string::npos) << err;
+  const std::string file = err.substr(at + 16, err.find('\n', at) - at - 16);
+  EXPECT_FALSE(fs::exists(fs::path(file).parent_path())) << "the launcher removes " << file;
 }
 
 // An overflow found on rank 1 alone (AMPTUNE_FAULT_OVERFLOW: an inf gradient after averaging)

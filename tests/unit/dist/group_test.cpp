@@ -3,8 +3,12 @@
 #include "dist/group.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/torch.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <functional>
 #include <string>
 #include <thread>
@@ -14,14 +18,17 @@
 #include "dist/cluster.h"
 #include "dist/launch.h"
 #include "dist/reducer.h"
+#include "support/scratch.h"
 
 namespace amptune::dist {
 namespace {
 
 // Runs body(rank, group) on two threads that form a job; rethrows the first failure.
+// With `rendezvous_file` the two meet in that c10d FileStore (as --nproc's ranks), else in a
+// TCPStore on a free port (as torchrun's).
 void two_ranks(const std::function<void(int, Cluster&, ProcessGroup&)>& body,
-               double timeout_seconds = 30) {
-  const int port = free_local_port();
+               double timeout_seconds = 30, const std::string& rendezvous_file = "") {
+  const int port = rendezvous_file.empty() ? free_local_port() : 0;
   std::vector<std::string> errors(2);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < 2; ++rank) {
@@ -32,7 +39,8 @@ void two_ranks(const std::function<void(int, Cluster&, ProcessGroup&)>& body,
         env.world_size = env.local_world_size = 2;
         env.master_addr = "127.0.0.1";
         env.master_port = port;
-        env.launcher = "torchrun";
+        env.rendezvous_file = rendezvous_file;
+        env.launcher = rendezvous_file.empty() ? "torchrun" : "nproc";
         auto cluster = Cluster::join(env, timeout_seconds);
         ProcessGroup group(*cluster, cluster->next_group_name(), "auto", timeout_seconds,
                            torch::Device(torch::kCPU));
@@ -50,7 +58,7 @@ void two_ranks(const std::function<void(int, Cluster&, ProcessGroup&)>& body,
 
 TEST(DistGroup, BuildHasGloo) { EXPECT_TRUE(have_gloo()); }
 
-TEST(DistGroup, CollectivesAndTheControlChannel) {
+void collectives_and_the_control_channel(const std::string& rendezvous_file) {
   two_ranks([](int rank, Cluster& cluster, ProcessGroup& group) {
     EXPECT_EQ(group.backend(), "gloo");
     EXPECT_EQ(group.size(), 2);
@@ -80,7 +88,52 @@ TEST(DistGroup, CollectivesAndTheControlChannel) {
     }
     EXPECT_NE(cluster.describe_rank(1 - rank).find("rank " + std::to_string(1 - rank) + " (pid "),
               std::string::npos);
-  });
+  }, 30, rendezvous_file);
+}
+
+TEST(DistGroup, CollectivesAndTheControlChannel) { collectives_and_the_control_channel(""); }
+
+// --nproc's rendezvous: a file store, the same collectives and messages.
+TEST(DistGroup, CollectivesAndTheControlChannelOverARendezvousFile) {
+  testing::ScratchDir dir("rendezvous");
+  collectives_and_the_control_channel((dir.path() / "store").string());
+}
+
+// A file store cannot tell that the leader is gone; a follower waiting for its next message
+// notices through the leader's pid (same machine) and stops naming it, instead of waiting until
+// the launcher's grace runs out.
+TEST(DistGroup, AFollowerOfARendezvousFileNoticesThatTheLeaderIsGone) {
+  testing::ScratchDir dir("rendezvous");
+  const std::string file = (dir.path() / "store").string();
+  // The leader: a process that announced itself and ended (reaped, so its pid is free).
+  const pid_t gone = ::fork();
+  if (gone == 0) ::_exit(0);
+  ASSERT_GT(gone, 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(gone, &status, 0), gone);
+  {
+    c10d::FileStore leader(file, 2);
+    const std::string self = "pid " + std::to_string(gone) + " on here";
+    leader.set("proc/0", std::vector<uint8_t>(self.begin(), self.end()));
+  }
+  LaunchEnv env;
+  env.rank = env.local_rank = 1;
+  env.world_size = env.local_world_size = 2;
+  env.master_addr = "127.0.0.1";
+  env.rendezvous_file = file;
+  env.launcher = "nproc";
+  auto cluster = Cluster::join(env, 10);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    cluster->receive();
+    ADD_FAILURE() << "received a message nobody sent";
+  } catch (const RankLostError& e) {
+    EXPECT_NE(std::string(e.what()).find("lost contact with the leader, rank 0 (pid " +
+                                         std::to_string(gone) + " on here)"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
 }
 
 // Gradients after finish() are the mean of what each rank's backward produced, for every way of

@@ -111,6 +111,27 @@ TEST(DetectLaunch, NprocSpawnerIsReportedAsNproc) {
             "torchrun");
 }
 
+// --nproc's ranks meet in a file: no MASTER_PORT needed, MASTER_ADDR defaults to the loopback.
+TEST(DetectLaunch, NprocRendezvousFileNeedsNoPort) {
+  const Vars nproc = {{"RANK", "1"},
+                      {"WORLD_SIZE", "2"},
+                      {"AMPTUNE_LAUNCHER", "nproc"},
+                      {"AMPTUNE_RENDEZVOUS_FILE", "/tmp/amptune-rendezvous-x/store"}};
+  const LaunchEnv env = detect_launch(env_of(nproc));
+  EXPECT_EQ(env.rendezvous_file, "/tmp/amptune-rendezvous-x/store");
+  EXPECT_EQ(env.master_addr, "127.0.0.1");
+  EXPECT_EQ(env.master_port, 0);
+  EXPECT_EQ(env.describe(),
+            "rank 1 of 2 (local 1 of 2) via nproc, rendezvous file /tmp/amptune-rendezvous-x/store");
+  EXPECT_EQ(launch_error(with(nproc, {{"AMPTUNE_RENDEZVOUS_FILE", "store"}})),
+            "environment variable AMPTUNE_RENDEZVOUS_FILE=store is not an absolute path: it is "
+            "set by `amptune run --nproc`; unset it and AMPTUNE_LAUNCHER");
+  // Without AMPTUNE_LAUNCHER=nproc the file means nothing: a torchrun launch needs its port.
+  EXPECT_EQ(launch_error(without(with(nproc, {{"MASTER_ADDR", "h"}}), "AMPTUNE_LAUNCHER")),
+            "environment variable MASTER_PORT is not set, but WORLD_SIZE=2 asks for a distributed "
+            "run: launch with torchrun (which sets it), or set MASTER_ADDR and MASTER_PORT");
+}
+
 TEST(DetectLaunch, MissingTorchrunVariableIsNamed) {
   const Vars base = {
       {"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}};
@@ -411,9 +432,14 @@ class Children {
 // Sets an environment variable for the scope, then puts the old value back.
 class ScopedEnv {
  public:
-  ScopedEnv(const std::string& name, const std::string& value) : name_(name) {
+  // Sets `name` to `value`, or unsets it for nullopt, until the end of the scope.
+  ScopedEnv(const std::string& name, const std::optional<std::string>& value) : name_(name) {
     if (const char* old = std::getenv(name.c_str())) old_ = old;
-    ::setenv(name.c_str(), value.c_str(), 1);
+    if (value) {
+      ::setenv(name.c_str(), value->c_str(), 1);
+    } else {
+      ::unsetenv(name.c_str());
+    }
   }
   ~ScopedEnv() {
     if (old_) {
@@ -444,12 +470,15 @@ TEST(SpawnLocalRanks, EachRankGetsItsVariables) {
   Children children;
   // The parent's own launch variables are replaced, the rest inherited.
   ScopedEnv rank("RANK", "7"), addr("MASTER_ADDR", "bogus"), launcher("AMPTUNE_LAUNCHER", "x");
+  ScopedEnv port("MASTER_PORT", "29500"), nccl("NCCL_SOCKET_IFNAME", std::nullopt);
   ScopedEnv inherited("AMPTUNE_LAUNCH_TEST_INHERITED", "kept");
   const std::string dir = children.dir();
   SpawnOptions options = children.options(
       3,
-      "echo $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT "
-      "$AMPTUNE_LAUNCHER $AMPTUNE_LAUNCH_TEST_INHERITED $EXTRA > " +
+      "echo $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR "
+      "${MASTER_PORT-unset} $AMPTUNE_LAUNCHER $AMPTUNE_LAUNCH_TEST_INHERITED $EXTRA "
+      "$NCCL_SOCKET_IFNAME $AMPTUNE_RENDEZVOUS_FILE $(stat -c %a \"$(dirname "
+      "\"$AMPTUNE_RENDEZVOUS_FILE\")\") > " +
           dir +
           "/rank_$RANK; "
           "env > " +
@@ -461,32 +490,47 @@ TEST(SpawnLocalRanks, EachRankGetsItsVariables) {
   EXPECT_EQ(result.statuses, (std::vector<int>{0, 0, 0}));
   EXPECT_EQ(result.forwarded_signal, 0);
 
-  std::string port;
+  std::string file;
   for (int r = 0; r < 3; ++r) {
     const std::string line = testing::read_file(dir + "/rank_" + std::to_string(r));
     std::istringstream in(line);
     std::vector<std::string> f;
     for (std::string w; in >> w;) f.push_back(w);
-    ASSERT_EQ(f.size(), 9u) << line;
+    ASSERT_EQ(f.size(), 12u) << line;
     EXPECT_EQ(f[0], std::to_string(r));
     EXPECT_EQ(f[1], "3");
     EXPECT_EQ(f[2], std::to_string(r));
     EXPECT_EQ(f[3], "3");
     EXPECT_EQ(f[4], "127.0.0.1");
-    if (r == 0) port = f[5];
-    EXPECT_EQ(f[5], port) << "every rank gets the same port";
-    EXPECT_GE(std::stoi(f[5]), 1);
-    EXPECT_LE(std::stoi(f[5]), 65535);
+    EXPECT_EQ(f[5], "unset") << "no TCP rendezvous: the parent's MASTER_PORT is not passed on";
     EXPECT_EQ(f[6], "nproc");
     EXPECT_EQ(f[7], "kept");
     EXPECT_EQ(f[8], "extra");
+    EXPECT_EQ(f[9], "lo");
+    if (r == 0) file = f[10];
+    EXPECT_EQ(f[10], file) << "every rank meets in the same file";
+    EXPECT_EQ(f[10].rfind("/", 0), 0u) << f[10];
+    EXPECT_NE(f[10].find("/amptune-rendezvous-"), std::string::npos) << f[10];
+    EXPECT_EQ(f[11], "700") << "the rendezvous directory is private to this user";
 
     // What a rank detects from the environment it got.
     const LaunchEnv env = detect_launch(
         env_of(parse_env_dump(testing::read_file(dir + "/env_" + std::to_string(r)))));
     EXPECT_EQ(env.describe(), "rank " + std::to_string(r) + " of 3 (local " + std::to_string(r) +
-                                  " of 3) via nproc, rendezvous 127.0.0.1:" + port);
+                                  " of 3) via nproc, rendezvous file " + file);
   }
+  // The launcher removed the directory it made.
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(file).parent_path())) << file;
+}
+
+TEST(SpawnLocalRanks, AnNcclInterfaceOfTheEnvironmentIsKept) {
+  Children children;
+  ScopedEnv nccl("NCCL_SOCKET_IFNAME", "ib0");
+  const std::string dir = children.dir();
+  const SpawnResult result = spawn_local_ranks(
+      children.options(1, "echo $NCCL_SOCKET_IFNAME > " + dir + "/nccl_$RANK"));
+  ASSERT_EQ(result.exit_code, 0);
+  EXPECT_EQ(testing::read_file(dir + "/nccl_0"), "ib0\n");
 }
 
 TEST(SpawnLocalRanks, FailingRankStopsTheOthersAfterTheGrace) {
