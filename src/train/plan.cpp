@@ -2,12 +2,15 @@
 // validate_config and check_data. No training here; train_run starts a fork from its parent's
 // checkpoint (trainer.cpp start_from_parent).
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "amp/emulate.h"
+#include "amp/policy.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/hash.h"
@@ -16,6 +19,7 @@
 #include "dist/group.h"
 #include "train/task.h"
 #include "train/casts.h"
+#include "train/model_info.h"
 #include "train/profile.h"
 #include "train/runner.h"
 #include "train/session.h"
@@ -247,5 +251,53 @@ store::RunSpec plan_fork(const store::RunRow& parent, int epoch,
   spec.fork = store::ForkOrigin{parent.id, epoch, applied.dump(), changes, reset_optimizer};
   return spec;
 }
+
+std::map<std::string, std::string> run_columns(const Config& config) {
+  auto info = model_info(config);
+  const std::string device = config.get_string("device");
+  const amp::Policy policy = amp::resolve_policy(
+      config, device == "cuda" || (device == "auto" && torch::cuda::is_available()));
+  return {
+      {"model", config.at("model.name").dump()},
+      {"dataset", nlohmann::json(config.get_string("data.format") + ":" +
+                                 config.get_string("data.root"))
+                      .dump()},
+      {"optimizer", config.at("optim.name").dump()},
+      {"lr", config.at("optim.lr").dump()},
+      {"batch_size", config.at("data.batch_size").dump()},
+      {"epochs", config.at("schedule.epochs").dump()},
+      {"lr_dec_epoch", config.at("schedule.lr_dec_epoch").dump()},
+      {"seed", config.at("seed").dump()},
+      {"primary_metric", nlohmann::json(info.primary_metric).dump()},
+      // amp: the resolved policy (loss_scale auto -> the level's default; the backend this
+      // machine uses). Throws ConfigError for a combination apex refuses, before anything runs.
+      {"opt_level", nlohmann::json(amp::to_string(policy.opt_level)).dump()},
+      {"dtype", nlohmann::json(amp::to_string(policy.dtype)).dump()},
+      {"loss_scale", policy.dynamic_scale ? nlohmann::json("dynamic").dump()
+                                          : nlohmann::json(policy.static_scale).dump()},
+      {"backend", nlohmann::json(amp::to_string(policy.backend)).dump()},
+      {"backend_reason", nlohmann::json(policy.backend_reason).dump()},
+  };
+}
+
+int resolve_threads(const Config& config, int override_threads) {
+  int threads = override_threads > 0 ? override_threads : static_cast<int>(config.get_int("threads"));
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return threads;
+}
+
+std::string resolve_device(const Config& config) { return pick_device(config).str(); }
+
+std::string default_checkpoint_root(const std::string& db_path) {
+  const std::filesystem::path db(db_path);
+  return (db.parent_path() / "checkpoints" / db.stem()).string();
+}
+
+std::string checkpoint_dir(const Config& config, const store::Store& store, int64_t run_id) {
+  std::string dir = config.get_string("checkpoint.dir");
+  if (dir.empty()) dir = default_checkpoint_root(store.path());
+  return (std::filesystem::path(dir) / std::to_string(run_id)).string();
+}
+
 
 }  // namespace amptune::train

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "store/store.h"
+#include "train/recorder.h"
 
 namespace amptune {
 class Config;
@@ -39,20 +40,21 @@ struct RunOptions {
   dist::Cluster* cluster = nullptr;
 };
 
-// kLost: another process took the run over while this one trained it (this one was presumed
-// dead); nothing more was written. kRankLost: a process of a data-parallel job stopped
-// answering; the run is left resumable (pending) and the job stops.
-enum class Outcome { kDone, kDiverged, kFailed, kInterrupted, kLost, kRankLost };
-
 struct RunResult {
   Outcome outcome = Outcome::kFailed;
   std::string message;
   std::string summary_json;  // the end-of-run JSON line (empty unless done)
 };
 
+// Trains `run` to the end of its schedule in the phases of train/phases.h, recording through
+// `recorder` (train/recorder.h) and stopping early when it holds a stop request. Errors inside
+// training are caught and reported as kFailed with a message; the recorder is told how the run
+// ended before this returns.
+RunResult train_run(Recorder& recorder, const store::RunRow& run, const RunOptions& options);
+
 // Trains `run` (already claimed: status running) to the end of its schedule, recording every
-// epoch in `store`. Errors inside training are caught and reported as kFailed with a message;
-// the run row is updated before returning.
+// epoch in `store` (a StoreRecorder, train/store_recorder.h). Errors inside training are caught
+// and reported as kFailed with a message; the run row is updated before returning.
 // With options.cluster, the calling process is the leader (rank 0): it tells the other ranks
 // which run to train (they call follow_run), hands them its restored state, and alone writes
 // the store and the checkpoints.

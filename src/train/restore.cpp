@@ -1,0 +1,135 @@
+// Where a run's training starts: its newest valid checkpoint, or a fork's parent's (the
+// restore phase of train/phases.h).
+#include <algorithm>
+#include <mutex>
+
+#include <torch/torch.h>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "train/checkpoint.h"
+#include "train/phases.h"
+#include "train/precision.h"
+#include "train/session.h"
+
+namespace amptune::train {
+namespace {
+
+// A fork's start (docs/DATABASE.md "Forks"): the parent's checkpoint of parent_epoch is loaded
+// into a session built from the PARENT's config (so the file verifies and O2 masters load), then
+// its full-precision weights (fp32 masters where the parent had them) and buffers seed a session
+// of the fork's config. Unless reset_optimizer, the optimizer state carries over, and the loss
+// scaler's state when both runs scale dynamically; the RNG continues from the parent's.
+Start start_from_parent(Recorder& recorder, const store::RunRow& run, const Config& config,
+                        const torch::Device& device, Session& session) {
+  const store::ForkOrigin& fork = *run.fork;
+  auto parent = recorder.find_run(fork.parent_run_id);
+  if (!parent) throw CheckpointError("fork " + run.name + ": its parent run " +
+                                     std::to_string(fork.parent_run_id) + " is gone");
+  std::optional<store::EpochRow> row;
+  for (auto& r : recorder.epochs_of(parent->id)) {
+    if (r.epoch == fork.parent_epoch) row = r;
+  }
+  if (!row || !row->checkpoint) {
+    throw CheckpointError("fork " + run.name + " starts from the checkpoint of epoch " +
+                          std::to_string(fork.parent_epoch) + " of run " + parent->name +
+                          ", which " + (row ? "was deleted (retention)" : "is not recorded yet") +
+                          "; train the parent that far (amptune resume " + parent->name + ")");
+  }
+  const Config parent_config = Config::from_json(parent->config_json, "run " + parent->name);
+  std::map<std::string, torch::Tensor> values;
+  torch::Tensor rng;
+  std::optional<amp::ScalerState> scaler;
+  std::unique_ptr<torch::optim::Optimizer> parent_optimizer;
+  {
+    Precision parent_precision(parent_config, device);  // this thread's amp policy until the end
+    Session ps = build_session(parent_config, device, parent_precision);
+    load_checkpoint(*row->checkpoint, ps.task->module(), *ps.optimizer, owner_hashes(*parent),
+                    &parent_precision.engine());
+    {
+      auto gen = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      rng = gen.get_state();
+    }
+    values = full_precision_state(ps.task->module(), parent_precision.engine());
+    if (!fork.reset_optimizer && parent_precision.policy().dynamic_scale) {
+      scaler = parent_precision.engine().scaler().state();
+    }
+    if (!fork.reset_optimizer) parent_optimizer = std::move(ps.optimizer);
+  }
+  const std::string origin = "checkpoint " + row->checkpoint->path + " of run " + parent->name;
+  session = build_session(config, device, *session.precision, &values, origin);
+  Start start;
+  start.epoch = fork.parent_epoch;
+  start.global_step = row->global_step;
+  if (parent_optimizer) copy_optimizer_state(*parent_optimizer, *session.optimizer);
+  if (scaler && session.precision->policy().dynamic_scale) {
+    session.precision->engine().scaler().load_state(*scaler);
+    start.fresh_scaler = false;
+  }  // otherwise a fresh scaler: its initial scale is recorded at the fork's first step
+  {
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(rng);
+  }
+  log::info("fork " + run.name + ": starting after epoch " + std::to_string(start.epoch) +
+            " of " + parent->name + (fork.reset_optimizer ? " (weights only)" : "") +
+            (fork.changes.empty() ? "" : "; changed " + fork.changes));
+  return start;
+}
+
+}  // namespace
+
+Start restore_run(Recorder& recorder, const store::RunRow& run, const Config& config,
+                  const torch::Device& device, const RunOptions& options, Session& session) {
+  std::vector<store::EpochRow> rows = recorder.epochs();
+  auto from_scratch = [&]() {
+    if (run.fork) return start_from_parent(recorder, run, config, device, session);
+    return Start{};
+  };
+  // An evaluation-only run saved no checkpoint: running it again evaluates again.
+  if (options.fresh || rows.empty() || config.get_int("schedule.epochs") == 0) {
+    if (!rows.empty()) recorder.forget_after(-1);
+    return from_scratch();
+  }
+  if (options.from_epoch) {
+    auto it = std::find_if(rows.begin(), rows.end(),
+                           [&](const auto& r) { return r.epoch == *options.from_epoch; });
+    if (it == rows.end() || !it->checkpoint) {
+      std::string have;
+      for (auto& r : rows) {
+        if (r.checkpoint) have += (have.empty() ? "" : ", ") + std::to_string(r.epoch);
+      }
+      throw CheckpointError("run " + run.name + " has no checkpoint of epoch " +
+                            std::to_string(*options.from_epoch) + " (saved epochs: " +
+                            (have.empty() ? "none" : have) + ")");
+    }
+  }
+  for (auto it = rows.rbegin(); it != rows.rend(); ++it) {
+    if (!it->checkpoint) continue;
+    if (options.from_epoch && it->epoch > *options.from_epoch) continue;
+    try {
+      auto meta = load_checkpoint(*it->checkpoint, session.task->module(), *session.optimizer,
+                                  owner_hashes(run), &session.precision->engine());
+      session.task->place(device);
+      recorder.forget_after(it->epoch);
+      log::info("run " + run.name + ": continuing after epoch " + std::to_string(meta.epoch) +
+                " (" + it->checkpoint->path + ")");
+      return Start{meta.epoch, meta.global_step, false, false};
+    } catch (const LegacyCheckpointError&) {
+      throw;  // not damage: the user's decision (checkpoint.h), nothing is deleted
+    } catch (const CheckpointError& e) {
+      if (options.from_epoch) throw;
+      log::warn(std::string(e.what()) + "; falling back to the previous checkpoint");
+      session = build_session(config, device, *session.precision);  // undo a half-done load
+    }
+  }
+  log::warn("run " + run.name + ": no valid checkpoint left, starting again from " +
+            (run.fork ? "its parent's checkpoint" : "epoch 0"));
+  recorder.forget_after(-1);
+  return from_scratch();
+}
+
+
+}  // namespace amptune::train
