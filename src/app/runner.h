@@ -22,7 +22,8 @@
 #include "app/shard.h"
 #include "core/sweep.h"
 #include "store/store.h"
-#include "train/runner.h"
+#include "train/plan.h"
+#include "train/trainer.h"
 
 namespace amptune::app {
 

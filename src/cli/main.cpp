@@ -11,7 +11,6 @@
 #include "core/error.h"
 #include "core/process.h"
 #include "core/version.h"
-#include "train/runner.h"
 
 namespace {
 

@@ -9,7 +9,7 @@
 #include "amp/emulate.h"
 #include "core/error.h"
 #include "models/batchnorm.h"
-#include "models/registry.h"
+#include "models/from_config.h"
 #include "models/weights.h"
 
 namespace amptune::models {

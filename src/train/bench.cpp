@@ -9,7 +9,7 @@
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "train/optimizer.h"
-#include "train/runner.h"
+#include "train/plan.h"
 #include "train/task.h"
 
 namespace amptune::train {

@@ -20,7 +20,7 @@
 #include "data/loader.h"
 #include "train/casts.h"
 #include "train/evaluate.h"
-#include "train/runner.h"
+#include "train/plan.h"
 #include "train/session.h"
 
 namespace amptune::train {

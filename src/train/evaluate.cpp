@@ -16,7 +16,7 @@
 #include "data/loader.h"
 #include "models/weights.h"
 #include "train/checkpoint.h"
-#include "train/runner.h"
+#include "train/plan.h"
 #include "train/session.h"
 
 namespace amptune::train {

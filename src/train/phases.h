@@ -29,7 +29,7 @@
 #include "core/config.h"
 #include "data/loader.h"
 #include "train/recorder.h"
-#include "train/runner.h"
+#include "train/trainer.h"
 #include "train/schedule.h"
 #include "train/session.h"
 
@@ -143,6 +143,7 @@ class RunTraining {
   bool stepped_here_ = false;       // this run's first step taken: its start-up is recorded
   double comm_seconds_ = 0;         // this epoch's time in cross-rank communication
   std::string setup_error_;         // a rank's set-up failure, shared before anyone trains
+  std::vector<std::string> shown_metrics_;  // in the log lines: the model's headline metrics
 };
 
 }  // namespace amptune::train

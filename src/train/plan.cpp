@@ -1,4 +1,4 @@
-// What a run is, checked before anything trains (runner.h): plan_fork (a fork's spec),
+// What a run is, checked before anything trains (plan.h): plan_fork (a fork's spec),
 // validate_config and check_data. No training here; train_run starts a fork from its parent's
 // checkpoint (trainer.cpp start_from_parent).
 #include <algorithm>
@@ -21,7 +21,7 @@
 #include "train/casts.h"
 #include "train/model_info.h"
 #include "train/profile.h"
-#include "train/runner.h"
+#include "train/plan.h"
 #include "train/session.h"
 
 namespace amptune::train {

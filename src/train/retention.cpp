@@ -16,7 +16,7 @@
 #include "core/process.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "train/runner.h"
+#include "train/plan.h"
 
 namespace amptune::train {
 namespace fs = std::filesystem;

@@ -71,7 +71,7 @@ struct GcReport {
 // Finds checkpoint files the database no longer references: regular files in each run's
 // checkpoint directory (checkpoint_dir) that no epoch row references as a kept checkpoint
 // (temp files of interrupted saves included), and the directories under
-// default_checkpoint_root (runner.h) named after run ids that no longer exist. Nothing outside those
+// default_checkpoint_root (plan.h) named after run ids that no longer exist. Nothing outside those
 // directories is looked at. Directories of running runs are skipped (a save may be in flight),
 // and so is a run directory whose recorded checkpoints are not found at their recorded paths
 // (e.g. relative paths recorded from another working directory). Unless `dry_run`, deletes the

@@ -8,7 +8,7 @@
 #include "core/log.h"
 #include "train/model_info.h"
 #include "train/retention.h"
-#include "train/runner.h"
+#include "train/plan.h"
 
 namespace amptune::train {
 namespace {

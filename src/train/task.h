@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <torch/nn/module.h>
+#include <torch/nn/modules/container/any.h>
 #include <torch/types.h>
 
 #include "data/loader.h"
@@ -75,8 +76,20 @@ struct ModelEntry {
   std::vector<std::string> headline_metrics;  // model_info.h
 };
 
-// Every registered model, in table order.
+// Every registered model: the built-in ones in table order (tasks.cpp), then those added with
+// register_model.
 const std::vector<ModelEntry>& registered_models();
+// Adds a model at start-up, from one thread, before runs are planned (the registry is not
+// locked); UsageError when the name is taken.
+void register_model(ModelEntry entry);
+
+// A classifier: builds the module from the run's config (seeded by the caller; model.num_classes,
+// model.in_channels ...). Its forward takes [B, C, H, W] images and returns [B, classes] logits.
+using BuildClassifier = std::function<torch::nn::AnyModule(const Config&)>;
+// The entry of a classification model: cross-entropy training, acc1 / acc5 / val_loss, judged
+// by acc1 (higher is better). A new classifier is its file (the module and its BuildClassifier)
+// plus one line in the registry of tasks.cpp: classifier("name", build).
+ModelEntry classifier(const std::string& name, BuildClassifier build);
 // The entry of model.name; ConfigError naming the registered models for an unknown name.
 const ModelEntry& model_entry(const std::string& name);
 // model_entry(config's model.name).make_task(config).

@@ -7,7 +7,7 @@
 #include "core/error.h"
 #include "data/rootnet_data.h"
 #include "eval/rootnet_metrics.h"
-#include "models/registry.h"
+#include "models/from_config.h"
 #include "train/casts.h"
 #include "train/task_rootnet.h"
 

@@ -1,5 +1,6 @@
-// The model registry (task.h) and the classification task (ResNet family): cross-entropy
-// training, acc1/acc5/val_loss from eval::ClassificationCounts.
+// The model registry (task.h) and the classification task of any classifier (the ResNet family,
+// or a model registered with classifier()): cross-entropy training, acc1/acc5/val_loss from
+// eval::ClassificationCounts.
 #include <cstring>
 #include <stdexcept>
 
@@ -8,7 +9,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "eval/classification_metrics.h"
-#include "models/registry.h"
+#include "models/from_config.h"
 #include "train/task.h"
 #include "train/task_rootnet.h"
 
@@ -17,13 +18,13 @@ namespace {
 
 class ClassificationTask : public Task {
  public:
-  explicit ClassificationTask(const Config& config) : model_(models::build_classifier(config)) {}
-  torch::nn::Module& module() override { return *model_; }
+  explicit ClassificationTask(torch::nn::AnyModule model) : model_(std::move(model)) {}
+  torch::nn::Module& module() override { return *model_.ptr(); }
 
   torch::Tensor train_loss(const data::Batch& batch, const torch::Device& device) override {
     auto images = input(batch.images, device);
     auto labels = batch.fields.at("label").to(device);
-    return torch::nn::functional::cross_entropy(model_->forward(images), labels);
+    return torch::nn::functional::cross_entropy(model_.forward(images), labels);
   }
 
   // values: cross-entropy sum, top-1 hits, top-5 hits, samples.
@@ -36,7 +37,7 @@ class ClassificationTask : public Task {
       rec.index = batch->index;
       rec.skipped = batch->skipped;
       if (!batch->images.defined() || batch->images.size(0) == 0) continue;
-      auto logits = model_->forward(input(batch->images, device)).to(torch::kFloat);
+      auto logits = model_.forward(input(batch->images, device)).to(torch::kFloat);
       auto labels = batch->fields.at("label").to(device);
       const double loss_sum =
           torch::nn::functional::cross_entropy(
@@ -68,13 +69,11 @@ class ClassificationTask : public Task {
   }
 
  private:
-  models::ResNet model_;
+  torch::nn::AnyModule model_;  // forward: [B, C, H, W] -> logits [B, classes]
 };
 
-ModelInfo classification_info(const Config&) { return ModelInfo{"acc1", true}; }
-
-std::unique_ptr<Task> make_classification_task(const Config& config) {
-  return std::make_unique<ClassificationTask>(config);
+torch::nn::AnyModule build_resnet(const Config& config) {
+  return torch::nn::AnyModule(models::build_classifier(config));
 }
 
 }  // namespace
@@ -110,18 +109,40 @@ std::vector<EvalBatch> decode_eval_batches(const std::string& bytes) {
   return out;
 }
 
-// The registered models: model.name -> task and how its runs are judged (task.h).
-const std::vector<ModelEntry>& registered_models() {
-  const std::vector<std::string> accuracy = {"acc1", "acc5"};
-  static const std::vector<ModelEntry> kModels = {
-      {"resnet18", make_classification_task, classification_info, accuracy},
-      {"resnet34", make_classification_task, classification_info, accuracy},
-      {"resnet50", make_classification_task, classification_info, accuracy},
-      {"resnet101", make_classification_task, classification_info, accuracy},
-      {"resnet152", make_classification_task, classification_info, accuracy},
+ModelEntry classifier(const std::string& name, BuildClassifier build) {
+  return ModelEntry{
+      name,
+      [build](const Config& config) { return std::make_unique<ClassificationTask>(build(config)); },
+      [](const Config&) { return ModelInfo{"acc1", true}; },
+      {"acc1", "acc5"}};
+}
+
+namespace {
+
+// The registry: the built-in models (one line each), then those register_model added.
+std::vector<ModelEntry>& registry() {
+  static std::vector<ModelEntry> models = {
+      classifier("resnet18", build_resnet),
+      classifier("resnet34", build_resnet),
+      classifier("resnet50", build_resnet),
+      classifier("resnet101", build_resnet),
+      classifier("resnet152", build_resnet),
       {"rootnet", make_rootnet_task, rootnet_info, {"mrpe", "ap_root_25"}},
   };
-  return kModels;
+  return models;
+}
+
+}  // namespace
+
+const std::vector<ModelEntry>& registered_models() { return registry(); }
+
+void register_model(ModelEntry entry) {
+  for (const ModelEntry& e : registry()) {
+    if (e.name == entry.name) {
+      throw UsageError("model.name '" + entry.name + "' is registered already");
+    }
+  }
+  registry().push_back(std::move(entry));
 }
 
 const ModelEntry& model_entry(const std::string& name) {

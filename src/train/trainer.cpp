@@ -1,5 +1,5 @@
 // The training loop of one run as phases (train/phases.h), and the entry points of
-// train/runner.h: the process that owns the run records through a StoreRecorder, the other
+// train/trainer.h: the process that owns the run records through a StoreRecorder, the other
 // ranks of a data-parallel job through a FollowerRecorder.
 #include <unistd.h>
 
@@ -32,7 +32,8 @@
 #include "train/phases.h"
 #include "train/precision.h"
 #include "train/profile.h"
-#include "train/runner.h"
+#include "train/plan.h"
+#include "train/trainer.h"
 #include "train/schedule.h"
 #include "train/session.h"
 #include "train/store_recorder.h"
@@ -96,13 +97,17 @@ class Progress {
   Clock::time_point last_draw_{};
 };
 
-// " acc1 61.2 acc5 90.1 val_loss 1.03": the evaluation metrics a log line shows, those present.
-std::string metric_text(const std::map<std::string, double>& metrics) {
+// " acc1 61.2 acc5 90.1 val_loss 1.03": the model's headline metrics (model_info.h) and
+// val_loss, those present.
+std::string metric_text(const std::map<std::string, double>& metrics,
+                        const std::vector<std::string>& headline) {
   std::string text;
-  for (const char* m : {"acc1", "acc5", "val_loss", "mrpe", "ap_root_25"}) {
+  auto add = [&](const std::string& m) {
     auto it = metrics.find(m);
-    if (it != metrics.end()) text += std::string(" ") + m + " " + std::to_string(it->second);
-  }
+    if (it != metrics.end()) text += " " + m + " " + std::to_string(it->second);
+  };
+  for (const std::string& m : headline) add(m);
+  add("val_loss");
   return text;
 }
 
@@ -192,6 +197,7 @@ void RunTraining::set_up() {
   checkpoint_every_ = config.get_int("checkpoint.every");
   schedule_ = Schedule::from_config(config);
   fault_ = injected_overflow();
+  shown_metrics_ = headline_metrics(config.get_string("model.name"));
   try {
     precision_ = std::make_unique<Precision>(config, device_);  // amp.*: policy, scaler, masters
     session_ = build_session(config, device_, *precision_);
@@ -269,8 +275,8 @@ void RunTraining::share_start() {
   for (int r = 0; r < world_; ++r) {
     const std::string& error = errors[static_cast<size_t>(r)];
     if (error.empty()) continue;
-    throw std::runtime_error(r == rank_ ? error
-                                        : "rank " + std::to_string(r) + " could not start: " + error);
+    throw std::runtime_error(
+        r == rank_ ? error : "rank " + std::to_string(r) + " could not start: " + error);
   }
   // The leader's state (fresh weights, or the checkpoint it continues from) on every rank.
   const bool leader = rank_ == 0;
@@ -347,9 +353,9 @@ void RunTraining::evaluate_initial() {
   } else {
     recorder_.record_initial_metrics(metrics);
   }
-  recorder_.note("run " + run_.name + ": initial weights" + metric_text(metrics) + ", " +
-                 hms(seconds_since(eval_start)) +
-                 (eval_only_ ? " (evaluation only: epoch 0, nothing trained)" : ""),
+  recorder_.note("run " + run_.name + ": initial weights" + metric_text(metrics, shown_metrics_) +
+                     ", " + hms(seconds_since(eval_start)) +
+                     (eval_only_ ? " (evaluation only: epoch 0, nothing trained)" : ""),
                  /*warning=*/false);
 }
 
@@ -595,8 +601,9 @@ void RunTraining::record_epoch(int64_t epoch, store::EpochRecord& record) {
     record.times->checkpoint = seconds_since(save_start);
   }
   recorder_.record_epoch(record);
-  std::string line = "run " + run_.name + " epoch " + std::to_string(epoch) + ": train_loss " +
-                     std::to_string(record.train_loss) + metric_text(record.metrics) + " " +
+  std::string line = "run " + run_.name + " epoch " + std::to_string(epoch) +
+                     ": train_loss " + std::to_string(record.train_loss) +
+                     metric_text(record.metrics, shown_metrics_) + " " +
                      std::to_string(static_cast<int64_t>(record.train_fps_mean)) + " img/s, " +
                      hms(record.epoch_seconds);
   if (record.skipped_samples) {

@@ -10,7 +10,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <sstream>
 #include <optional>
 #include <stdexcept>
@@ -21,45 +20,6 @@
 namespace amptune::testing {
 namespace fs = std::filesystem;
 
-namespace {
-void put_be32(std::ofstream& out, uint32_t v) {
-  const unsigned char b[4] = {static_cast<unsigned char>(v >> 24), static_cast<unsigned char>(v >> 16),
-                              static_cast<unsigned char>(v >> 8), static_cast<unsigned char>(v)};
-  out.write(reinterpret_cast<const char*>(b), 4);
-}
-
-void write_split(const std::string& dir, const std::string& split, int n, int side, int classes,
-                 uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> noise(0, 60);
-  std::ofstream images(dir + "/" + split + "-images-idx3-ubyte", std::ios::binary);
-  std::ofstream labels(dir + "/" + split + "-labels-idx1-ubyte", std::ios::binary);
-  put_be32(images, 2051);
-  put_be32(images, static_cast<uint32_t>(n));
-  put_be32(images, static_cast<uint32_t>(side));
-  put_be32(images, static_cast<uint32_t>(side));
-  put_be32(labels, 2049);
-  put_be32(labels, static_cast<uint32_t>(n));
-  for (int i = 0; i < n; ++i) {
-    const int label = i % classes;
-    const int row = 1 + label * (side - 2) / classes;
-    for (int y = 0; y < side; ++y) {
-      for (int x = 0; x < side; ++x) {
-        int v = noise(rng);
-        if (y == row || y == row + 1) v += 180;
-        images.put(static_cast<char>(std::min(v, 255)));
-      }
-    }
-    labels.put(static_cast<char>(label));
-  }
-}
-}  // namespace
-
-void write_tiny_idx(const std::string& dir, int train_n, int test_n, int side, int classes) {
-  fs::create_directories(dir);
-  write_split(dir, "train", train_n, side, classes, 1);
-  write_split(dir, "t10k", test_n, side, classes, 2);
-}
 
 std::vector<store::EpochRow> epochs_of(const std::string& db, const std::string& run) {
   store::Store s(db);

@@ -9,15 +9,11 @@
 #include <vector>
 
 #include "store/store.h"
-#include "support/scratch.h"  // scratch_dir, read_file, write_file
+#include "support/scratch.h"    // scratch_dir, read_file, write_file
+#include "support/tiny_data.h"  // write_tiny_idx
 
 namespace amptune::testing {
 
-
-// Writes DIR/{train,t10k}-{images-idx3,labels-idx1}-ubyte: `classes` classes of side x side grey
-// images whose class is visible (a bright bar at a class-dependent row) plus seeded noise.
-void write_tiny_idx(const std::string& dir, int train_n, int test_n, int side = 12,
-                    int classes = 4);
 
 // A tiny sweep over the IDX set of write_tiny_idx, the fixture of most integration tests:
 // `model` (a narrow ResNet-18 on 12x12 grey images by default), batch 16, SGD lr 0.05, one thread.

@@ -1,5 +1,5 @@
 // build_classifier / resnet_options from the run configuration (model.* keys).
-#include "models/registry.h"
+#include "models/from_config.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

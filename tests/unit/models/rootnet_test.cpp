@@ -6,7 +6,7 @@
 #include "amp/emulate.h"
 #include "amp/policy.h"
 #include "core/config.h"
-#include "models/registry.h"
+#include "models/from_config.h"
 #include "models/rootnet.h"
 #include "models/weights.h"
 

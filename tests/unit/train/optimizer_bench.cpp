@@ -14,7 +14,7 @@
 #include <torch/torch.h>
 
 #include "core/config.h"
-#include "models/registry.h"
+#include "models/from_config.h"
 #include "train/optimizer.h"
 
 namespace {

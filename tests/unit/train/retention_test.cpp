@@ -11,7 +11,7 @@
 #include "core/hash.h"
 #include "store/store.h"
 #include "train/retention.h"
-#include "train/runner.h"
+#include "train/plan.h"
 
 namespace amptune::train {
 namespace {
