@@ -114,6 +114,9 @@ class RunTraining {
   void stop_if_asked(int64_t epoch);
   // The leader's starting state (weights, optimizer, scaler, RNG) on every rank.
   void share_start();
+  // After restore (which may rebuild the session): gradient averaging and synchronised
+  // BatchNorm over the session's tensors, the profiler, the run's opening log lines.
+  void prepare_steps();
 
   Recorder& recorder_;
   const store::RunRow run_;

@@ -233,7 +233,10 @@ void RunTraining::restore() {
   }
   if (group_) share_start();
   global_step_ = start_.global_step;
+  prepare_steps();
+}
 
+void RunTraining::prepare_steps() {
   if (group_) {
     dist::ReducerOptions ro;
     ro.bucket_mb = config_->get_double("dist.bucket_mb");
