@@ -6,8 +6,9 @@
 #include <iostream>
 #include <set>
 
-#include "cli/commands.h"
+#include "app/inspect.h"
 #include "app/table.h"
+#include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "store/store.h"
@@ -17,20 +18,6 @@
 
 namespace amptune::cli {
 namespace {
-
-void require_run_ref(const std::string& ref, const char* command) {
-  if (ref.empty()) {
-    throw UsageError(std::string("amptune ") + command +
-                     " needs a run id or name (see amptune list)");
-  }
-}
-
-store::RunRow find_run(const store::Store& store, const std::string& ref, const char* command) {
-  require_run_ref(ref, command);
-  auto run = store.find_run(ref);
-  if (!run) throw UsageError("no run '" + ref + "' in " + store.path() + " (see amptune list)");
-  return *run;
-}
 
 // Full precision for metric values: the table shows what the database holds.
 std::string value_text(double v) {
@@ -67,11 +54,9 @@ int cmd_eval(const Invocation& inv) {
                "stored ones silently: they are printed and stored only with --replace\n"
                "(val_samples records the set's size). Exits 6 when a checkpoint could not be\n"
                "evaluated, 2 when metrics were left unstored for that reason.");
-  opts.positional(&run_ref).db(&db).quiet();
+  opts.run(&run_ref).db(&db).quiet().threads(&threads);
   opts.add()("epoch", po::value(&epoch), "evaluate this epoch's checkpoint (0-based)")(
       "all", "evaluate every kept checkpoint of the run")(
-      "threads", po::value(&threads)->default_value(0),
-      "LibTorch threads; 0 = the run config's `threads`")(
       "max-batches", po::value(&max_batches),
       "evaluation batches per checkpoint; -1 = the whole evaluation split (default: the "
       "batches training evaluated, schedule.eval_step_per_epoch)")(
@@ -79,7 +64,6 @@ int cmd_eval(const Invocation& inv) {
       "another set (val_samples differs); without it they are printed, not stored");
   if (!opts.parse(inv.args)) return 0;
   const po::variables_map& vm = opts.vm();
-  require_run_ref(run_ref, "eval");
   if (vm.count("epoch") && vm.count("all")) {
     throw UsageError("amptune eval takes --epoch N or --all, not both");
   }
@@ -88,8 +72,8 @@ int cmd_eval(const Invocation& inv) {
     throw UsageError("--max-batches must be -1 (whole split) or >= 1, got " +
                      std::to_string(max_batches));
   }
-  store::Store store = open_existing(db);
-  const store::RunRow run = find_run(store, run_ref, "eval");
+  store::Store store = app::open_existing(db);
+  const store::RunRow run = app::find_run(store, run_ref);
   train::EvalOptions options;
   if (vm.count("epoch")) options.epoch = epoch;
   options.all = vm.count("all") > 0;
@@ -146,15 +130,14 @@ int cmd_export(const Invocation& inv) {
                "Writes the weights of RUN's checkpoint of epoch N as a state dict that\n"
                "PyTorch's torch.load reads ({name: tensor}, torchvision's names; full precision:\n"
                "O2 runs export their fp32 master weights).");
-  opts.positional(&run_ref).db(&db);
+  opts.run(&run_ref).db(&db);
   opts.add()("epoch", po::value(&epoch), "the checkpoint's epoch (0-based; required)")(
       "out", po::value(&out), "file to write, e.g. weights.pt (required)");
   if (!opts.parse(inv.args)) return 0;
-  require_run_ref(run_ref, "export");
   if (!opts.has("epoch") || epoch < 0) throw UsageError("amptune export needs --epoch N (>= 0)");
   if (out.empty()) throw UsageError("amptune export needs --out FILE.pt");
-  store::Store store = open_existing(db);
-  const store::RunRow run = find_run(store, run_ref, "export");
+  store::Store store = app::open_existing(db);
+  const store::RunRow run = app::find_run(store, run_ref);
   const auto result = train::export_checkpoint(store, run, epoch, out);
   std::cout << "wrote " << result.path << ": " << result.tensors << " tensors, "
             << human_bytes(result.bytes) << " (run " << run.name << ", epoch " << epoch << ")\n";
@@ -178,20 +161,17 @@ int cmd_diagnose(const Invocation& inv) {
                "the low-precision tensors. Stores the rows (tables diagnoses, diagnostics,\n"
                "diagnosis_advice; view first_divergence) and prints the worst rows, the first\n"
                "module that departs and advice (docs/AMP.md \"Diagnosing a precision setting\").");
-  opts.positional(&run_ref).db(&db).quiet();
+  opts.run(&run_ref).db(&db).quiet().threads(&threads);
   opts.add()("epoch", po::value(&epoch), "the checkpoint's epoch (0-based)")(
       "batches", po::value(&batches)->default_value(2), "training batches to compare")(
       "against", po::value(&against)->default_value("O0"), "the reference opt level")(
       "cosine-min", po::value(&cosine_min)->default_value(0.99),
       "a module whose output's cosine similarity is below this departs")(
-      "top", po::value(&top)->default_value(12), "worst rows to print")(
-      "threads", po::value(&threads)->default_value(0),
-      "LibTorch threads; 0 = the run config's `threads`");
+      "top", po::value(&top)->default_value(12), "worst rows to print");
   if (!opts.parse(inv.args)) return 0;
-  require_run_ref(run_ref, "diagnose");
   if (opts.has("epoch") && epoch < 0) throw UsageError("--epoch must be >= 0");
-  store::Store store = open_existing(db);
-  const store::RunRow run = find_run(store, run_ref, "diagnose");
+  store::Store store = app::open_existing(db);
+  const store::RunRow run = app::find_run(store, run_ref);
   train::DiagnoseOptions options;
   if (opts.has("epoch")) options.epoch = epoch;
   options.batches = batches;
@@ -238,7 +218,7 @@ int cmd_gc(const Invocation& inv) {
   opts.add()("dry-run", "list what would be deleted and delete nothing");
   if (!opts.parse(inv.args)) return 0;
   const bool dry_run = opts.has("dry-run");
-  store::Store store = open_existing(db);
+  store::Store store = app::open_existing(db);
   const auto report = train::collect_garbage(store, dry_run);
   for (auto& s : report.skipped) std::cerr << "amptune gc: skipped " << s << "\n";
   for (auto& f : report.files) {
