@@ -22,4 +22,17 @@ store::RunRow find_run(const store::Store& store, const std::string& ref) {
   return std::move(*run);
 }
 
+std::vector<RunLine> list_runs(const std::string& db, const std::optional<std::string>& sweep) {
+  return list_runs(open_existing(db), sweep);
+}
+
+RunDetails show_run(const std::string& db, const std::string& ref) {
+  const store::Store store = open_existing(db);
+  RunDetails details;
+  details.run = find_run(store, ref);
+  details.epochs = store.epochs(details.run.id);
+  details.initial_metrics = store.initial_metrics(details.run.id);
+  return details;
+}
+
 }  // namespace amptune::app

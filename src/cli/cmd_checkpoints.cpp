@@ -1,20 +1,16 @@
-// `amptune eval`, `amptune export`, `amptune diagnose` and `amptune gc`: work on the saved
-// checkpoints of runs. No torch here (train/evaluate.h, diagnose.h, retention.h are torch-free).
+// `amptune eval`, `amptune export`, `amptune diagnose` and `amptune gc`: options and output;
+// app/checkpoints.h does the work on the saved checkpoints of runs.
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <set>
 
-#include "app/inspect.h"
+#include "app/checkpoints.h"
 #include "app/table.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "store/store.h"
-#include "train/diagnose.h"
-#include "train/evaluate.h"
-#include "train/retention.h"
 
 namespace amptune::cli {
 namespace {
@@ -72,15 +68,15 @@ int cmd_eval(const Invocation& inv) {
     throw UsageError("--max-batches must be -1 (whole split) or >= 1, got " +
                      std::to_string(max_batches));
   }
-  store::Store store = app::open_existing(db);
-  const store::RunRow run = app::find_run(store, run_ref);
   train::EvalOptions options;
   if (vm.count("epoch")) options.epoch = epoch;
   options.all = vm.count("all") > 0;
   options.threads = threads;
   if (vm.count("max-batches")) options.max_batches = max_batches;
   options.replace = vm.count("replace") > 0;
-  const auto results = train::evaluate_checkpoints(store, run, options);
+  const app::RunEvaluation evaluation = app::evaluate_run(db, run_ref, options);
+  const store::RunRow& run = evaluation.run;
+  const std::vector<train::EpochEvaluation>& results = evaluation.epochs;
 
   std::set<std::string> names;
   for (auto& r : results) {
@@ -136,11 +132,11 @@ int cmd_export(const Invocation& inv) {
   if (!opts.parse(inv.args)) return 0;
   if (!opts.has("epoch") || epoch < 0) throw UsageError("amptune export needs --epoch N (>= 0)");
   if (out.empty()) throw UsageError("amptune export needs --out FILE.pt");
-  store::Store store = app::open_existing(db);
-  const store::RunRow run = app::find_run(store, run_ref);
-  const auto result = train::export_checkpoint(store, run, epoch, out);
+  const app::RunExport exported = app::export_run(db, run_ref, epoch, out);
+  const train::ExportResult& result = exported.file;
   std::cout << "wrote " << result.path << ": " << result.tensors << " tensors, "
-            << human_bytes(result.bytes) << " (run " << run.name << ", epoch " << epoch << ")\n";
+            << human_bytes(result.bytes) << " (run " << exported.run.name << ", epoch " << epoch
+            << ")\n";
   return 0;
 }
 
@@ -170,17 +166,16 @@ int cmd_diagnose(const Invocation& inv) {
       "top", po::value(&top)->default_value(12), "worst rows to print");
   if (!opts.parse(inv.args)) return 0;
   if (opts.has("epoch") && epoch < 0) throw UsageError("--epoch must be >= 0");
-  store::Store store = app::open_existing(db);
-  const store::RunRow run = app::find_run(store, run_ref);
   train::DiagnoseOptions options;
   if (opts.has("epoch")) options.epoch = epoch;
   options.batches = batches;
   options.against = against;
   options.cosine_min = cosine_min;
   options.threads = threads;
-  const store::Diagnosis d = train::diagnose(store, run, options);
-
-  const std::vector<store::DiagnosticRow> sorted = train::rows_by_severity(d);
+  const app::RunDiagnosis diagnosis = app::diagnose_run(db, run_ref, options);
+  const store::RunRow& run = diagnosis.run;
+  const store::Diagnosis& d = diagnosis.diagnosis;
+  const std::vector<store::DiagnosticRow>& sorted = diagnosis.by_severity;
   auto share = [](double v) { return std::isnan(v) ? std::string("-") : app::fixed(v * 100, 2); };
   app::Table table({"kind", "module", "dtype", "cosine", "max_abs", "max_rel", ">1e-3 %",
                     ">5e-3 %", "overflow %", "underflow %"});
@@ -196,7 +191,7 @@ int cmd_diagnose(const Invocation& inv) {
             << d.against << ", loss scale " << value_text(d.loss_scale) << ", "
             << app::fixed(d.seconds, 1) << " s\n\n";
   table.print(std::cout);
-  if (const auto first = train::first_divergence(d)) {
+  if (const auto& first = diagnosis.first_divergence) {
     std::cout << "\nfirst divergence: " << (first->module.empty() ? "(model)" : first->module)
               << " (forward #" << first->seq << ")\n";
   } else {
@@ -218,8 +213,7 @@ int cmd_gc(const Invocation& inv) {
   opts.add()("dry-run", "list what would be deleted and delete nothing");
   if (!opts.parse(inv.args)) return 0;
   const bool dry_run = opts.has("dry-run");
-  store::Store store = app::open_existing(db);
-  const auto report = train::collect_garbage(store, dry_run);
+  const train::GcReport report = app::collect_garbage(db, dry_run);
   for (auto& s : report.skipped) std::cerr << "amptune gc: skipped " << s << "\n";
   for (auto& f : report.files) {
     std::cout << (dry_run ? "would delete " : "deleted ") << f.path << " (" << f.bytes

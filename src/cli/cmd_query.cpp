@@ -1,16 +1,14 @@
-// `amptune list` and `amptune show`: read-only views of the results database.
+// `amptune list` and `amptune show`: options and output; app/inspect.h reads the database.
 #include <filesystem>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
 
 #include "app/inspect.h"
-#include "app/status.h"
 #include "app/table.h"
 #include "cli/commands.h"
-#include "core/error.h"
-#include "store/store.h"
 #include "core/log.h"
+#include "store/store.h"
 
 namespace amptune::cli {
 namespace {
@@ -50,9 +48,8 @@ int cmd_list(const Invocation& inv) {
   opts.db(&db);
   opts.add()("sweep", po::value(&sweep), "only the runs of this sweep");
   if (!opts.parse(inv.args)) return 0;
-  store::Store store = app::open_existing(db);
   const auto lines =
-      app::list_runs(store, sweep.empty() ? std::nullopt : std::optional<std::string>(sweep));
+      app::list_runs(db, sweep.empty() ? std::nullopt : std::optional<std::string>(sweep));
   app::Table table({"id", "run", "status", "epochs", "best", "settings"});
   for (const auto& line : lines) {
     const store::RunRow& r = line.run;
@@ -71,8 +68,8 @@ int cmd_show(const Invocation& inv) {
   opts.db(&db).run(&run_ref);
   opts.add()("config", "also print the run's full resolved config (JSON)");
   if (!opts.parse(inv.args)) return 0;
-  store::Store store = app::open_existing(db);
-  const store::RunRow run = app::find_run(store, run_ref);
+  const app::RunDetails details = app::show_run(db, run_ref);
+  const store::RunRow& run = details.run;
   std::cout << "run " << run.id << " " << log::printable(run.name) << "  ["
             << log::printable(run.label) << "]\n"
             << "status " << store::to_string(run.status)
@@ -101,7 +98,7 @@ int cmd_show(const Invocation& inv) {
   }
   app::Table table({"epoch", "lr", "train_loss", "acc1", "acc5", "val_loss", "img/s", "seconds",
                     "skipped", "checkpoint"});
-  for (auto& e : store.epochs(run.id)) {
+  for (auto& e : details.epochs) {
     // global_step 0: the evaluation of the initial weights of an evaluation-only run.
     const bool trained = e.global_step > 0;
     table.add({std::to_string(e.epoch), trained ? app::fixed(e.lr, 6) : "-",
@@ -112,13 +109,14 @@ int cmd_show(const Invocation& inv) {
                e.checkpoint ? e.checkpoint->path : (trained ? "-" : "- (initial weights)")});
   }
   table.print(std::cout);
-  const auto initial = store.initial_metrics(run.id);
-  if (!initial.empty()) {
+  if (!details.initial_metrics.empty()) {
     std::cout << "initial weights (before training):";
-    for (const auto& [name, value] : initial) std::cout << " " << name << " " << value;
+    for (const auto& [name, value] : details.initial_metrics) {
+      std::cout << " " << name << " " << value;
+    }
     std::cout << "\n";
   }
-  print_time_breakdown(store.epochs(run.id));
+  print_time_breakdown(details.epochs);
   if (!run.summary_json.empty()) std::cout << run.summary_json << "\n";
   return 0;
 }
