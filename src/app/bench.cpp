@@ -1,7 +1,6 @@
 #include "app/bench.h"
 
-#include <sys/wait.h>
-#include <unistd.h>
+#include <stdlib.h>
 
 #include <cerrno>
 #include <cstring>
@@ -10,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/runner.h"
+#include "core/child.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "store/store.h"
@@ -50,23 +50,24 @@ ParallelBench bench_data_parallel(const Config& config, int nproc, int64_t steps
     args.push_back("--nproc");
     args.push_back(std::to_string(nproc));
   }
-  const pid_t pid = ::fork();
-  if (pid < 0) throw EnvironmentError(std::string("bench: fork failed: ") + std::strerror(errno));
-  if (pid == 0) {
-    if (!std::freopen(log.c_str(), "w", stderr) || !std::freopen("/dev/null", "w", stdout)) {
-      ::_exit(static_cast<int>(ExitCode::kEnvironment));
-    }
-    exec_self(args);
+  ChildSpec spec = self_command(args);
+  spec.name = "the " + std::to_string(nproc) + "-process job";
+  spec.stdout_path = "/dev/null";
+  spec.stderr_path = log;
+  spec.die_with_parent = true;  // its scratch directory goes with this process
+  ForwardSignals forwarding;     // Ctrl-C stops the job, then this process
+  Child job = Child::start(spec);
+  if (job.start_error()) throw EnvironmentError("bench: " + job.start_failure());
+  const ChildEnd end = job.wait(&forwarding);
+  if (const int sig = forwarding.received()) {
+    throw Error(ExitCode::kInterrupted,
+                std::string("bench: interrupted by ") + signal_name(sig) + "; the job " +
+                    end.describe());
   }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+  if (!end.success()) {
     std::ifstream in(log);
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    throw EnvironmentError("bench: the " + std::to_string(nproc) + "-process job failed (" +
-                           (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
-                                              : "signal " + std::to_string(WTERMSIG(status))) +
-                           "):\n" + text);
+    throw EnvironmentError("bench: " + spec.name + " " + end.describe() + ":\n" + text);
   }
   store::Store store(db);
   const auto epochs = store.epochs(1);

@@ -1,5 +1,5 @@
-// Running another program and waiting for it: gnuplot for `amptune report`, sbatch for
-// `amptune slurm --submit`.
+// Running another program and waiting for it (core/child.h): gnuplot for `amptune report`,
+// sbatch for `amptune slurm --submit`.
 #pragma once
 
 #include <string>
@@ -12,7 +12,8 @@ struct ProgramRun {
   int status = 0;      // its waitpid status when it ran
   std::string out;     // its standard output, when captured
   bool ok() const;     // it ran and exited with status 0
-  std::string outcome() const;  // "exit status 2", "killed by signal 9", "not started: <why>"
+  // "exit status 2", "killed by signal 9 (SIGKILL)", "not started: <why>"
+  std::string outcome() const;
 };
 
 // Runs argv[0] (a path, or a name searched in PATH) with `argv`, in directory `dir` when it is

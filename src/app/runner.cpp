@@ -1,18 +1,15 @@
 #include "app/runner.h"
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
-#include <cstring>
 #include <optional>
 #include <set>
 #include <thread>
 #include <unordered_set>
 
+#include "core/child.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/process.h"
@@ -475,67 +472,61 @@ Tally fork_run(store::Store& store, const store::RunRow& parent, int epoch,
   return tally;
 }
 
-void exec_self(const std::vector<std::string>& args) {
-  std::vector<std::string> copy = args;
-  std::vector<char*> argv;
-  static std::string self = "amptune";
-  argv.push_back(self.data());
-  for (auto& a : copy) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  ::execv("/proc/self/exe", argv.data());
-  std::fprintf(stderr, "amptune: cannot start %s: %s\n", args.empty() ? "" : args[0].c_str(),
-               std::strerror(errno));
-  ::_exit(static_cast<int>(ExitCode::kEnvironment));
+ChildSpec self_command(const std::vector<std::string>& args) {
+  ChildSpec spec;
+  spec.program = "/proc/self/exe";
+  spec.search_path = false;
+  spec.argv = {"amptune"};
+  spec.argv.insert(spec.argv.end(), args.begin(), args.end());
+  return spec;
 }
 
 int run_workers(const std::vector<std::string>& args, int workers, const std::string& db,
                 const std::string& sweep_name) {
-  const GracefulStop graceful;  // a signal is passed on to the workers, who stop their runs
-  std::vector<pid_t> children;
+  ForwardSignals forwarding;  // a signal is passed on to the workers, who stop their runs
+  std::vector<Child> children;
   for (int w = 0; w < workers; ++w) {
-    pid_t pid = ::fork();
-    if (pid < 0) {
-      const std::string why = std::strerror(errno);
-      for (pid_t child : children) ::kill(child, SIGTERM);
-      throw EnvironmentError("cannot start worker process " + std::to_string(w + 1) + " of " +
-                             std::to_string(workers) + ": " + why +
-                             " (process limit or memory); run with fewer --workers");
+    ChildSpec spec = self_command(args);
+    spec.name = "worker process " + std::to_string(w + 1) + " of " + std::to_string(workers);
+    std::string failure;
+    try {
+      children.push_back(Child::start(spec));
+      if (children.back().start_error()) {
+        failure = "cannot start " + spec.name + ": " + children.back().start_failure();
+      }
+    } catch (const EnvironmentError& e) {
+      failure = std::string(e.what()) + "; run with fewer --workers";
     }
-    if (pid == 0) exec_self(args);
-    children.push_back(pid);
+    if (!failure.empty()) {
+      for (Child& child : children) child.signal(SIGTERM);  // they stop their runs
+      for (Child& child : children) child.stop(10);
+      throw EnvironmentError(failure);
+    }
   }
   log::info("started " + std::to_string(workers) + " worker processes");
   int code = 0, killed = 0;
-  bool forwarded = false;
   size_t running = children.size();
   while (running > 0) {
-    if (train::stop_requested() && !forwarded) {
-      for (pid_t pid : children) {
-        if (pid > 0) ::kill(pid, SIGTERM);
-      }
-      forwarded = true;
+    if (const int sig = forwarding.take()) {
+      for (Child& child : children) child.signal(sig);
     }
-    for (pid_t& pid : children) {
-      if (pid <= 0) continue;
-      int status = 0;
-      const pid_t r = ::waitpid(pid, &status, WNOHANG);
-      if (r == 0) continue;
-      int child_code = static_cast<int>(ExitCode::kInternal);
-      if (r == pid && WIFEXITED(status)) child_code = WEXITSTATUS(status);
-      if (r == pid && WIFSIGNALED(status)) {
-        log::warn("worker " + std::to_string(pid) + " was killed by signal " +
-                  std::to_string(WTERMSIG(status)) + "; its run is taken over by the other "
-                  "workers, or when the command is run again");
+    for (Child& child : children) {
+      if (!child.running()) continue;
+      const std::optional<ChildEnd> end = child.poll();
+      if (!end) continue;
+      --running;
+      if (end->signaled()) {
+        log::warn("worker " + std::to_string(child.pid()) + " " + end->describe() +
+                  "; its run is taken over by the other workers, or when the command is run "
+                  "again");
         ++killed;
       } else if (code == 0) {
-        code = child_code;
+        code = end->code();
       }
-      pid = 0;
-      --running;
     }
-    if (running > 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (running > 0) nap(0.2);
   }
-  if (killed > 0 && code == 0 && !train::stop_requested()) {
+  if (killed > 0 && code == 0 && !forwarding.received()) {
     // The survivors took the dead workers' runs over if they were still polling; otherwise the
     // sweep is not finished.
     store::Store store(db);

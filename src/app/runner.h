@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/shard.h"
+#include "core/child.h"
 #include "core/sweep.h"
 #include "store/store.h"
 #include "train/plan.h"
@@ -123,15 +124,16 @@ Tally fork_run(store::Store& store, const store::RunRow& parent, int epoch,
 void require_checkpoint(const store::Store& store, const store::RunRow& run, int epoch);
 
 // `run --workers N`: starts N processes of this binary with `args` (a `run` command line without
-// --workers) on the same database, passes SIGINT/SIGTERM on, and waits. Returns the first
-// non-zero exit code of a worker; a worker killed by a signal makes it 8 when runs of the sweep
-// are left unfinished. Throws EnvironmentError when a process cannot be started.
+// --workers) on the same database, passes SIGINT/SIGTERM on (core/child.h ForwardSignals), and
+// waits. Returns the first non-zero exit code of a worker; a worker killed by a signal makes it 8
+// when runs of the sweep are left unfinished. Throws EnvironmentError when a process cannot be
+// started (the workers already started are stopped first).
 int run_workers(const std::vector<std::string>& args, int workers, const std::string& db,
                 const std::string& sweep_name);
 
-// In a child process after fork(): replaces it with this binary running `args` (a command line
-// after the program name); exits 9 when that cannot start.
-[[noreturn]] void exec_self(const std::vector<std::string>& args);
+// This binary (/proc/self/exe) running `args` (a command line after the program name), for
+// Child::start.
+ChildSpec self_command(const std::vector<std::string>& args);
 
 // Data-parallel jobs (docs/DISTRIBUTED.md; options.training.cluster set). The leader (rank 0)
 // runs `command` (run_sweep, resume_run, fork_run: it alone plans, claims and writes), then

@@ -70,12 +70,9 @@ int cmd_bench(const Invocation& inv) {
                "loader alone, then of full training steps, in one process. Nothing is recorded.\n"
                "With --nproc 1,2: images/s of data-parallel jobs of 1 and 2 processes (the real "
                "trainer on a scratch database) and the linearity fps(N) / (N x fps(1)).");
-  opts.positional(&sweep_path);
-  opts.add()("set", po::value(&sets)->composing(), "override a base key: key=value; repeatable")(
-      "only", po::value(&only)->composing(), "bench only the matching cells: key=value")(
-      "steps", po::value(&steps)->default_value(50), "timed batches per measurement")(
+  opts.positional(&sweep_path).sweep_selection(&sets, &only).threads(&threads);
+  opts.add()("steps", po::value(&steps)->default_value(50), "timed batches per measurement")(
       "warmup", po::value(&warmup)->default_value(5), "untimed batches before timing")(
-      "threads", po::value(&threads)->default_value(0), "LibTorch threads; 0 = the config's")(
       "nproc", po::value(&nproc),
       "comma-separated process counts of data-parallel jobs to time, e.g. 1,2 (each process "
       "with --threads threads)");

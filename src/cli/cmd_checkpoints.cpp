@@ -1,36 +1,19 @@
-// `amptune eval`, `amptune export`, `amptune diagnose` and `amptune gc`: work on the saved
-// checkpoints of runs. No torch here (train/evaluate.h, diagnose.h, retention.h are torch-free).
+// `amptune eval`, `amptune export`, `amptune diagnose` and `amptune gc`: options and output;
+// app/checkpoints.h does the work on the saved checkpoints of runs.
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <set>
 
-#include "cli/commands.h"
+#include "app/checkpoints.h"
 #include "app/table.h"
+#include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "store/store.h"
-#include "train/diagnose.h"
-#include "train/evaluate.h"
-#include "train/retention.h"
 
 namespace amptune::cli {
 namespace {
-
-void require_run_ref(const std::string& ref, const char* command) {
-  if (ref.empty()) {
-    throw UsageError(std::string("amptune ") + command +
-                     " needs a run id or name (see amptune list)");
-  }
-}
-
-store::RunRow find_run(const store::Store& store, const std::string& ref, const char* command) {
-  require_run_ref(ref, command);
-  auto run = store.find_run(ref);
-  if (!run) throw UsageError("no run '" + ref + "' in " + store.path() + " (see amptune list)");
-  return *run;
-}
 
 // Full precision for metric values: the table shows what the database holds.
 std::string value_text(double v) {
@@ -67,11 +50,9 @@ int cmd_eval(const Invocation& inv) {
                "stored ones silently: they are printed and stored only with --replace\n"
                "(val_samples records the set's size). Exits 6 when a checkpoint could not be\n"
                "evaluated, 2 when metrics were left unstored for that reason.");
-  opts.positional(&run_ref).db(&db).quiet();
+  opts.run(&run_ref).db(&db).quiet().threads(&threads);
   opts.add()("epoch", po::value(&epoch), "evaluate this epoch's checkpoint (0-based)")(
       "all", "evaluate every kept checkpoint of the run")(
-      "threads", po::value(&threads)->default_value(0),
-      "LibTorch threads; 0 = the run config's `threads`")(
       "max-batches", po::value(&max_batches),
       "evaluation batches per checkpoint; -1 = the whole evaluation split (default: the "
       "batches training evaluated, schedule.eval_step_per_epoch)")(
@@ -79,7 +60,6 @@ int cmd_eval(const Invocation& inv) {
       "another set (val_samples differs); without it they are printed, not stored");
   if (!opts.parse(inv.args)) return 0;
   const po::variables_map& vm = opts.vm();
-  require_run_ref(run_ref, "eval");
   if (vm.count("epoch") && vm.count("all")) {
     throw UsageError("amptune eval takes --epoch N or --all, not both");
   }
@@ -88,15 +68,15 @@ int cmd_eval(const Invocation& inv) {
     throw UsageError("--max-batches must be -1 (whole split) or >= 1, got " +
                      std::to_string(max_batches));
   }
-  store::Store store = open_existing(db);
-  const store::RunRow run = find_run(store, run_ref, "eval");
   train::EvalOptions options;
   if (vm.count("epoch")) options.epoch = epoch;
   options.all = vm.count("all") > 0;
   options.threads = threads;
   if (vm.count("max-batches")) options.max_batches = max_batches;
   options.replace = vm.count("replace") > 0;
-  const auto results = train::evaluate_checkpoints(store, run, options);
+  const app::RunEvaluation evaluation = app::evaluate_run(db, run_ref, options);
+  const store::RunRow& run = evaluation.run;
+  const std::vector<train::EpochEvaluation>& results = evaluation.epochs;
 
   std::set<std::string> names;
   for (auto& r : results) {
@@ -146,18 +126,17 @@ int cmd_export(const Invocation& inv) {
                "Writes the weights of RUN's checkpoint of epoch N as a state dict that\n"
                "PyTorch's torch.load reads ({name: tensor}, torchvision's names; full precision:\n"
                "O2 runs export their fp32 master weights).");
-  opts.positional(&run_ref).db(&db);
+  opts.run(&run_ref).db(&db);
   opts.add()("epoch", po::value(&epoch), "the checkpoint's epoch (0-based; required)")(
       "out", po::value(&out), "file to write, e.g. weights.pt (required)");
   if (!opts.parse(inv.args)) return 0;
-  require_run_ref(run_ref, "export");
   if (!opts.has("epoch") || epoch < 0) throw UsageError("amptune export needs --epoch N (>= 0)");
   if (out.empty()) throw UsageError("amptune export needs --out FILE.pt");
-  store::Store store = open_existing(db);
-  const store::RunRow run = find_run(store, run_ref, "export");
-  const auto result = train::export_checkpoint(store, run, epoch, out);
+  const app::RunExport exported = app::export_run(db, run_ref, epoch, out);
+  const train::ExportResult& result = exported.file;
   std::cout << "wrote " << result.path << ": " << result.tensors << " tensors, "
-            << human_bytes(result.bytes) << " (run " << run.name << ", epoch " << epoch << ")\n";
+            << human_bytes(result.bytes) << " (run " << exported.run.name << ", epoch " << epoch
+            << ")\n";
   return 0;
 }
 
@@ -178,29 +157,25 @@ int cmd_diagnose(const Invocation& inv) {
                "the low-precision tensors. Stores the rows (tables diagnoses, diagnostics,\n"
                "diagnosis_advice; view first_divergence) and prints the worst rows, the first\n"
                "module that departs and advice (docs/AMP.md \"Diagnosing a precision setting\").");
-  opts.positional(&run_ref).db(&db).quiet();
+  opts.run(&run_ref).db(&db).quiet().threads(&threads);
   opts.add()("epoch", po::value(&epoch), "the checkpoint's epoch (0-based)")(
       "batches", po::value(&batches)->default_value(2), "training batches to compare")(
       "against", po::value(&against)->default_value("O0"), "the reference opt level")(
       "cosine-min", po::value(&cosine_min)->default_value(0.99),
       "a module whose output's cosine similarity is below this departs")(
-      "top", po::value(&top)->default_value(12), "worst rows to print")(
-      "threads", po::value(&threads)->default_value(0),
-      "LibTorch threads; 0 = the run config's `threads`");
+      "top", po::value(&top)->default_value(12), "worst rows to print");
   if (!opts.parse(inv.args)) return 0;
-  require_run_ref(run_ref, "diagnose");
   if (opts.has("epoch") && epoch < 0) throw UsageError("--epoch must be >= 0");
-  store::Store store = open_existing(db);
-  const store::RunRow run = find_run(store, run_ref, "diagnose");
   train::DiagnoseOptions options;
   if (opts.has("epoch")) options.epoch = epoch;
   options.batches = batches;
   options.against = against;
   options.cosine_min = cosine_min;
   options.threads = threads;
-  const store::Diagnosis d = train::diagnose(store, run, options);
-
-  const std::vector<store::DiagnosticRow> sorted = train::rows_by_severity(d);
+  const app::RunDiagnosis diagnosis = app::diagnose_run(db, run_ref, options);
+  const store::RunRow& run = diagnosis.run;
+  const store::Diagnosis& d = diagnosis.diagnosis;
+  const std::vector<store::DiagnosticRow>& sorted = diagnosis.by_severity;
   auto share = [](double v) { return std::isnan(v) ? std::string("-") : app::fixed(v * 100, 2); };
   app::Table table({"kind", "module", "dtype", "cosine", "max_abs", "max_rel", ">1e-3 %",
                     ">5e-3 %", "overflow %", "underflow %"});
@@ -216,7 +191,7 @@ int cmd_diagnose(const Invocation& inv) {
             << d.against << ", loss scale " << value_text(d.loss_scale) << ", "
             << app::fixed(d.seconds, 1) << " s\n\n";
   table.print(std::cout);
-  if (const auto first = train::first_divergence(d)) {
+  if (const auto& first = diagnosis.first_divergence) {
     std::cout << "\nfirst divergence: " << (first->module.empty() ? "(model)" : first->module)
               << " (forward #" << first->seq << ")\n";
   } else {
@@ -238,8 +213,7 @@ int cmd_gc(const Invocation& inv) {
   opts.add()("dry-run", "list what would be deleted and delete nothing");
   if (!opts.parse(inv.args)) return 0;
   const bool dry_run = opts.has("dry-run");
-  store::Store store = open_existing(db);
-  const auto report = train::collect_garbage(store, dry_run);
+  const train::GcReport report = app::collect_garbage(db, dry_run);
   for (auto& s : report.skipped) std::cerr << "amptune gc: skipped " << s << "\n";
   for (auto& f : report.files) {
     std::cout << (dry_run ? "would delete " : "deleted ") << f.path << " (" << f.bytes

@@ -1,10 +1,9 @@
-// `amptune data <action>`: data-set utilities.
+// `amptune data <action>`: options and output of the data-set utilities (app/data.h).
 #include <iostream>
 
+#include "app/data.h"
 #include "cli/commands.h"
 #include "core/error.h"
-#include "data/export.h"
-#include "data/rootnet_data.h"
 
 namespace amptune::cli {
 namespace {
@@ -36,8 +35,7 @@ int export_imagefolder(const std::vector<std::string>& args) {
   } else if (naming != "auto") {
     throw UsageError("--names must be auto, fashion or generic, got " + naming);
   }
-  auto stats = data::export_idx_as_imagefolder(idx, out, {{"train", "train"}, {"t10k", "val"}},
-                                               limit, quality, mode);
+  const data::ExportStats stats = app::export_imagefolder(idx, out, limit, quality, mode);
   for (auto& [split, n] : stats.images) {
     std::cout << split << ": " << n << " images\n";
   }
@@ -67,7 +65,7 @@ int synth_rootnet(const std::vector<std::string>& args) {
   }
   if (seed < 0) throw UsageError("--seed must be >= 0");
   o.seed = static_cast<uint64_t>(seed);
-  auto stats = data::synth_rootnet(o);
+  const data::SynthStats stats = app::synth_rootnet(o);
   std::cout << o.format << ": " << stats.images << " images, " << stats.people << " people";
   if (stats.invalid_people) std::cout << " (" << stats.invalid_people << " marked is_valid 0)";
   std::cout << " in " << o.out << "\n";

@@ -1,15 +1,14 @@
-// `amptune list` and `amptune show`: read-only views of the results database.
+// `amptune list` and `amptune show`: options and output; app/inspect.h reads the database.
 #include <filesystem>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
 
-#include "app/status.h"
+#include "app/inspect.h"
 #include "app/table.h"
 #include "cli/commands.h"
-#include "core/error.h"
-#include "store/store.h"
 #include "core/log.h"
+#include "store/store.h"
 
 namespace amptune::cli {
 namespace {
@@ -49,9 +48,8 @@ int cmd_list(const Invocation& inv) {
   opts.db(&db);
   opts.add()("sweep", po::value(&sweep), "only the runs of this sweep");
   if (!opts.parse(inv.args)) return 0;
-  store::Store store = open_existing(db);
   const auto lines =
-      app::list_runs(store, sweep.empty() ? std::nullopt : std::optional<std::string>(sweep));
+      app::list_runs(db, sweep.empty() ? std::nullopt : std::optional<std::string>(sweep));
   app::Table table({"id", "run", "status", "epochs", "best", "settings"});
   for (const auto& line : lines) {
     const store::RunRow& r = line.run;
@@ -67,42 +65,40 @@ int cmd_list(const Invocation& inv) {
 int cmd_show(const Invocation& inv) {
   std::string db, run_ref;
   Options opts("show", "usage: amptune show RUN [options]\n\nRUN is a run id or name.\n");
-  opts.db(&db).positional(&run_ref);
+  opts.db(&db).run(&run_ref);
   opts.add()("config", "also print the run's full resolved config (JSON)");
   if (!opts.parse(inv.args)) return 0;
-  if (run_ref.empty()) throw UsageError("amptune show needs a run id or name (see amptune list)");
-  store::Store store = open_existing(db);
-  auto run = store.find_run(run_ref);
-  if (!run) throw UsageError("no run '" + run_ref + "' in " + db);
-  std::cout << "run " << run->id << " " << log::printable(run->name) << "  ["
-            << log::printable(run->label) << "]\n"
-            << "status " << store::to_string(run->status)
-            << (run->message.empty() ? "" : " (" + log::printable(run->message) + ")") << "\n"
-            << "identity " << run->config_hash.substr(0, 12) << "  data "
-            << (run->data_fingerprint.empty() ? "-" : run->data_fingerprint.substr(0, 12))
-            << "  started " << run->started_at
-            << "  finished " << (run->finished_at.empty() ? "-" : run->finished_at) << "\n";
-  if (auto it = run->columns.find("backend"); it != run->columns.end()) {
-    auto reason = run->columns.find("backend_reason");
+  const app::RunDetails details = app::show_run(db, run_ref);
+  const store::RunRow& run = details.run;
+  std::cout << "run " << run.id << " " << log::printable(run.name) << "  ["
+            << log::printable(run.label) << "]\n"
+            << "status " << store::to_string(run.status)
+            << (run.message.empty() ? "" : " (" + log::printable(run.message) + ")") << "\n"
+            << "identity " << run.config_hash.substr(0, 12) << "  data "
+            << (run.data_fingerprint.empty() ? "-" : run.data_fingerprint.substr(0, 12))
+            << "  started " << run.started_at
+            << "  finished " << (run.finished_at.empty() ? "-" : run.finished_at) << "\n";
+  if (auto it = run.columns.find("backend"); it != run.columns.end()) {
+    auto reason = run.columns.find("backend_reason");
     std::cout << "amp backend " << nlohmann::json::parse(it->second).get<std::string>()
-              << (reason == run->columns.end()
+              << (reason == run.columns.end()
                       ? ""
                       : " (" + nlohmann::json::parse(reason->second).get<std::string>() + ")")
               << "\n";
   }
-  if (!run->provenance.host.empty()) {
-    const store::Provenance& p = run->provenance;
+  if (!run.provenance.host.empty()) {
+    const store::Provenance& p = run.provenance;
     std::cout << "ran on " << log::printable(p.host) << " (" << p.device << ", " << p.threads << " threads"
               << (p.world_size > 1 ? ", " + std::to_string(p.world_size) + " processes" : "")
               << "), amptune " << p.amptune_version << ", LibTorch " << p.torch_version
               << (p.allocator.empty() ? "" : ", malloc " + p.allocator) << "\n";
   }
   if (opts.has("config")) {
-    std::cout << nlohmann::json::parse(run->config_json).dump(2) << "\n";
+    std::cout << nlohmann::json::parse(run.config_json).dump(2) << "\n";
   }
   app::Table table({"epoch", "lr", "train_loss", "acc1", "acc5", "val_loss", "img/s", "seconds",
                     "skipped", "checkpoint"});
-  for (auto& e : store.epochs(run->id)) {
+  for (auto& e : details.epochs) {
     // global_step 0: the evaluation of the initial weights of an evaluation-only run.
     const bool trained = e.global_step > 0;
     table.add({std::to_string(e.epoch), trained ? app::fixed(e.lr, 6) : "-",
@@ -113,14 +109,15 @@ int cmd_show(const Invocation& inv) {
                e.checkpoint ? e.checkpoint->path : (trained ? "-" : "- (initial weights)")});
   }
   table.print(std::cout);
-  const auto initial = store.initial_metrics(run->id);
-  if (!initial.empty()) {
+  if (!details.initial_metrics.empty()) {
     std::cout << "initial weights (before training):";
-    for (const auto& [name, value] : initial) std::cout << " " << name << " " << value;
+    for (const auto& [name, value] : details.initial_metrics) {
+      std::cout << " " << name << " " << value;
+    }
     std::cout << "\n";
   }
-  print_time_breakdown(store.epochs(run->id));
-  if (!run->summary_json.empty()) std::cout << run->summary_json << "\n";
+  print_time_breakdown(details.epochs);
+  if (!run.summary_json.empty()) std::cout << run.summary_json << "\n";
   return 0;
 }
 

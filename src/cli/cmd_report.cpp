@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "app/inspect.h"
 #include "app/report.h"
 #include "cli/commands.h"
 #include "core/error.h"
@@ -27,7 +28,7 @@ int cmd_report(const Invocation& inv) {
   if (!opts.parse(inv.args)) return 0;
   if (sweep.empty()) throw UsageError("amptune report needs --sweep NAME");
   if (out_dir.empty()) throw UsageError("amptune report needs --out DIR");
-  store::Store store = open_existing(db);
+  store::Store store = app::open_existing(db);
   const app::ReportModel model = app::build_report(store, sweep);
   app::ReportOutput output;
   output.dir = out_dir;

@@ -5,6 +5,7 @@
 #include <functional>
 #include <iostream>
 
+#include "app/inspect.h"
 #include "app/runner.h"
 #include "app/table.h"
 #include "cli/commands.h"
@@ -40,9 +41,8 @@ app::SweepOptions sweep_options(const Options& opts, const Invocation& inv, int 
 
 void add_training_options(Options& opts, int* threads, int* stop_after, int* nproc,
                           const char* stop_help) {
-  opts.add()("threads", po::value(threads)->default_value(0),
-             "LibTorch threads; 0 = the config's `threads`")(
-      "stop-after-epoch", po::value(stop_after)->default_value(-1), stop_help)(
+  opts.threads(threads);
+  opts.add()("stop-after-epoch", po::value(stop_after)->default_value(-1), stop_help)(
       "nproc", po::value(nproc)->default_value(1),
       "data-parallel training with N processes on this machine (as torchrun --standalone "
       "--nproc_per_node N); torchrun and srun launches need no option (docs/DISTRIBUTED.md)");
@@ -147,21 +147,15 @@ int cmd_run(const Invocation& inv) {
                "usage: amptune run SWEEP.yaml [options]\n\nTrains every cell of the sweep, then "
                "its forks; running it again skips finished runs and resumes the rest. Every cell "
                "is checked (config, amp policy, cast points, data) before anything is written.");
-  opts.positional(&sweep_path).db(&db).quiet();
-  opts.add()("set", po::value(&sets)->composing(),
-             "override a base key before expansion: key=value (YAML value); repeatable")(
-      "only", po::value(&only)->composing(),
-      "train only the cells whose key equals value: key=value; repeatable")(
-      "dry-run", "check and print the cells (index, config hash, axis values); train nothing")(
+  opts.positional(&sweep_path).db(&db).quiet().sweep_selection(&sets, &only).stale_after(
+      &stale_after);
+  opts.add()("dry-run", "check and print the cells (index, config hash, axis values); train nothing")(
       "skip-data",
       "with --dry-run: do not check that the data sets open (planning on a machine "
       "without the data)")(
       "workers", po::value(&workers)->default_value(1),
       "worker processes training cells of the sweep at the same time (each claims cells)")(
       "retry-failed", "train failed runs again (they are skipped otherwise)")(
-      "stale-after", po::value(&stale_after)->default_value(store::kDefaultStaleAfterSeconds),
-      "seconds without heartbeat after which a run held by a process on another host is taken "
-      "over (presumed dead); a holder on this host is taken over as soon as its process is gone")(
       "no-progress", "no per-step progress lines (epoch lines stay)")(
       "shard", po::value(&shard),
       "K/N: train only shard K (0-based) of N of the cells, into "
@@ -222,25 +216,20 @@ int cmd_resume(const Invocation& inv) {
   Options opts("resume",
                "usage: amptune resume RUN [options]\n\nRUN is a run id or name (amptune list). "
                "Continues from the newest valid checkpoint.");
-  opts.positional(&run_ref).db(&db).quiet();
+  opts.run(&run_ref).db(&db).quiet().stale_after(&stale_after);
   opts.add()("from-epoch", po::value(&from_epoch)->default_value(-1),
              "continue after this epoch's checkpoint (later epochs are discarded); -1 = newest "
-             "valid")(
-      "stale-after", po::value(&stale_after)->default_value(store::kDefaultStaleAfterSeconds),
-      "seconds without heartbeat after which a run held on another host is taken over");
+             "valid");
   add_training_options(opts, &threads, &stop_after, &nproc,
                        "stop after this epoch (0-based), leaving the run resumable");
   if (!opts.parse(inv.args)) return 0;
-  if (run_ref.empty()) throw UsageError("amptune resume needs a run id or name (see amptune list)");
   app::SweepOptions options = sweep_options(opts, inv, threads, stop_after);
   options.stale_after = stale_after;
   return as_job("resume", inv, nproc, 1, true, options, [&] {
-    store::Store store = open_existing(db);
-    auto run = store.find_run(run_ref);
-    if (!run)
-      throw UsageError("no run '" + run_ref + "' in " + db + " (see amptune list --db " + db + ")");
+    store::Store store = app::open_existing(db);
+    const store::RunRow run = app::find_run(store, run_ref);
     const app::Tally tally = app::resume_run(
-        store, *run, from_epoch >= 0 ? std::optional<int>(from_epoch) : std::nullopt, options);
+        store, run, from_epoch >= 0 ? std::optional<int>(from_epoch) : std::nullopt, options);
     if (!tally.note.empty()) std::cout << log::printable(tally.note) << "\n";
     return tally.exit_code();
   });
@@ -254,7 +243,7 @@ int cmd_fork(const Invocation& inv) {
                "usage: amptune fork RUN --epoch N [--set key=value]... [options]\n\nA new run "
                "that starts from RUN's checkpoint of epoch N with the changed settings and trains "
                "to the end of its schedule. Running the same fork again continues it.");
-  opts.positional(&run_ref).db(&db).quiet();
+  opts.run(&run_ref).db(&db).quiet();
   opts.add()("epoch", po::value(&epoch)->default_value(-1),
              "the parent's epoch whose checkpoint the fork starts from (required)")(
       "set", po::value(&sets)->composing(),
@@ -264,14 +253,11 @@ int cmd_fork(const Invocation& inv) {
   add_training_options(opts, &threads, &stop_after, &nproc,
                        "stop after this epoch (0-based), leaving the fork resumable");
   if (!opts.parse(inv.args)) return 0;
-  if (run_ref.empty()) throw UsageError("amptune fork needs a run id or name (see amptune list)");
   if (epoch < 0) throw UsageError("amptune fork needs --epoch N: the parent's epoch to start from");
   app::SweepOptions options = sweep_options(opts, inv, threads, stop_after);
   return as_job("fork", inv, nproc, 1, true, options, [&] {
-    store::Store store = open_existing(db);
-    auto parent = store.find_run(run_ref);
-    if (!parent)
-      throw UsageError("no run '" + run_ref + "' in " + db + " (see amptune list --db " + db + ")");
+    store::Store store = app::open_existing(db);
+    const store::RunRow parent = app::find_run(store, run_ref);
     std::vector<std::pair<std::string, nlohmann::json>> overrides;
     for (const std::string& text : sets) {
       auto [key, value] = split_assignment(text);
@@ -280,7 +266,7 @@ int cmd_fork(const Invocation& inv) {
       overrides.emplace_back(key, probe.at(key));
     }
     const app::Tally tally =
-        app::fork_run(store, *parent, epoch, overrides, opts.has("reset-optimizer"), name, options);
+        app::fork_run(store, parent, epoch, overrides, opts.has("reset-optimizer"), name, options);
     if (!tally.note.empty()) std::cout << log::printable(tally.note) << "\n";
     return tally.exit_code();
   });

@@ -1,5 +1,5 @@
 // One function per subcommand. Each parses its options with cli::Options (options.h), calls the
-// application layer (src/app, src/train) and prints; it returns the process exit code. Errors are
+// application layer (src/app) and prints; it returns the process exit code. Errors are
 // thrown as amptune::Error and mapped to exit codes in main.cpp.
 #pragma once
 

@@ -3,7 +3,6 @@
 #include <glob.h>
 
 #include <cstdlib>
-#include <filesystem>
 #include <iostream>
 
 #include <boost/program_options/parsers.hpp>
@@ -14,7 +13,7 @@
 namespace amptune::cli {
 
 Options::Options(const std::string& command, std::string usage)
-    : desc_("amptune " + command + " options"), usage_(std::move(usage)) {
+    : desc_("amptune " + command + " options"), command_(command), usage_(std::move(usage)) {
   desc_.add_options()("help,h", "show this help");
 }
 
@@ -59,6 +58,34 @@ Options& Options::positionals(std::vector<std::string>* values) {
   return *this;
 }
 
+Options& Options::run(std::string* ref) {
+  positional_is_run_ = true;
+  return positional(ref);
+}
+
+Options& Options::threads(int* threads) {
+  desc_.add_options()("threads", po::value(threads)->default_value(0),
+                      "LibTorch threads; 0 = the config's `threads`");
+  return *this;
+}
+
+Options& Options::sweep_selection(std::vector<std::string>* sets,
+                                  std::vector<std::string>* only) {
+  desc_.add_options()("set", po::value(sets)->composing(),
+                      "override a base key before expansion: key=value (YAML value); repeatable")(
+      "only", po::value(only)->composing(),
+      "only the cells whose key equals value: key=value; repeatable");
+  return *this;
+}
+
+Options& Options::stale_after(double* seconds) {
+  desc_.add_options()(
+      "stale-after", po::value(seconds)->default_value(store::kDefaultStaleAfterSeconds),
+      "seconds without heartbeat after which a run held by a process on another host is taken "
+      "over (presumed dead); a holder on this host is taken over as soon as its process is gone");
+  return *this;
+}
+
 bool Options::parse(const std::vector<std::string>& args) {
   po::options_description all;
   all.add(desc_);
@@ -88,6 +115,9 @@ bool Options::parse(const std::vector<std::string>& args) {
     }
     if (!known) throw UsageError("--format must be one of " + list + ", not '" + *format_ + "'");
   }
+  if (positional_is_run_ && positional_->empty()) {
+    throw UsageError("amptune " + command_ + " needs a run id or name (see amptune list)");
+  }
   if (vm_.count("quiet")) log::set_quiet(true);
   return true;
 }
@@ -95,13 +125,6 @@ bool Options::parse(const std::vector<std::string>& args) {
 std::string default_db() {
   const char* env = std::getenv("AMPTUNE_DB");
   return env && *env ? env : "results/amptune.sqlite";
-}
-
-store::Store open_existing(const std::string& db) {
-  if (!std::filesystem::exists(db)) {
-    throw StoreError("database " + db + " does not exist; run a sweep first or pass --db FILE");
-  }
-  return store::Store(db);
 }
 
 std::vector<std::string> expand_globs(const std::vector<std::string>& patterns) {

@@ -1,5 +1,7 @@
 // Option parsing every subcommand shares: --help (usage text plus the option table), --db,
-// --quiet, --format and one positional argument, set up in one call each.
+// --quiet, --format, --threads, --set / --only of a sweep, --stale-after, one positional argument
+// or the RUN a command works on, set up in one call each: an option several commands take is
+// declared here, once.
 //
 //   std::string db, sweep;
 //   Options opts("compare", "usage: amptune compare --sweep NAME [options]\n\n...\n");
@@ -39,6 +41,14 @@ class Options {
   Options& format(std::string* format, std::vector<std::string> choices);  // first = default
   Options& positional(std::string* value);  // one positional argument (RUN, SWEEP.yaml, ...)
   Options& positionals(std::vector<std::string>* values);  // any number of them (FILE...)
+  // RUN (a run id or name) as the positional argument; parse() throws UsageError "amptune
+  // <command> needs a run id or name" when it is missing (app::find_run looks it up).
+  Options& run(std::string* ref);
+  Options& threads(int* threads);  // --threads N, default 0: the config's `threads`
+  // --set key=value and --only key=value of a sweep file, repeatable (run, bench).
+  Options& sweep_selection(std::vector<std::string>* sets, std::vector<std::string>* only);
+  // --stale-after SECONDS, default store::kDefaultStaleAfterSeconds (run, resume).
+  Options& stale_after(double* seconds);
 
   // False when --help was asked for (printed to stdout): the command returns 0.
   bool parse(const std::vector<std::string>& args);
@@ -47,8 +57,10 @@ class Options {
 
  private:
   po::options_description desc_;
+  std::string command_;
   std::string usage_;
   std::string* positional_ = nullptr;
+  bool positional_is_run_ = false;
   std::vector<std::string>* positionals_ = nullptr;
   std::string* format_ = nullptr;
   std::vector<std::string> format_choices_;
@@ -57,9 +69,6 @@ class Options {
 
 // Default database path (results/amptune.sqlite) unless AMPTUNE_DB is set.
 std::string default_db();
-// Opens an existing results database; a missing file is a StoreError that says to run a sweep
-// first or pass --db (commands that read results must not create an empty database).
-store::Store open_existing(const std::string& db);
 // `patterns` with each glob pattern (holding *, ? or [) replaced by the files it matches, in
 // sorted order; other paths are kept as they are. A pattern that matches nothing is a UsageError
 // naming it.

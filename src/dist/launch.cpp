@@ -1,13 +1,9 @@
 #include "dist/launch.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -18,13 +14,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <set>
-#include <string_view>
 
+#include "core/child.h"
 #include "core/error.h"
 #include "core/log.h"
-
-extern char** environ;
 
 namespace amptune::dist {
 namespace {
@@ -306,118 +299,10 @@ std::optional<LaunchEnv> detect_slurm(const GetEnv& env) {
 // ---------------------------------------------------------------------------------------------
 // Spawning
 
-const char* signal_name(int sig) {
-  switch (sig) {
-    case SIGHUP:
-      return "SIGHUP";
-    case SIGINT:
-      return "SIGINT";
-    case SIGQUIT:
-      return "SIGQUIT";
-    case SIGILL:
-      return "SIGILL";
-    case SIGTRAP:
-      return "SIGTRAP";
-    case SIGABRT:
-      return "SIGABRT";
-    case SIGBUS:
-      return "SIGBUS";
-    case SIGFPE:
-      return "SIGFPE";
-    case SIGKILL:
-      return "SIGKILL";
-    case SIGUSR1:
-      return "SIGUSR1";
-    case SIGSEGV:
-      return "SIGSEGV";
-    case SIGUSR2:
-      return "SIGUSR2";
-    case SIGPIPE:
-      return "SIGPIPE";
-    case SIGALRM:
-      return "SIGALRM";
-    case SIGTERM:
-      return "SIGTERM";
-    case SIGXCPU:
-      return "SIGXCPU";
-    case SIGXFSZ:
-      return "SIGXFSZ";
-    default:
-      return "unnamed";
-  }
-}
-
-// Set by the handler while spawn_local_ranks waits; the waiting loop passes the signal on.
-volatile sig_atomic_t g_signal_count = 0;
-volatile sig_atomic_t g_last_signal = 0;
-
-void on_launcher_signal(int sig) {
-  g_last_signal = sig;
-  g_signal_count = g_signal_count + 1;
-}
-
-// Installs on_launcher_signal for SIGINT and SIGTERM; the destructor puts the previous actions
-// back. No SA_RESTART: a signal cuts the waiting loop's sleep short.
-class SignalForwarding {
- public:
-  SignalForwarding() {
-    g_signal_count = 0;
-    g_last_signal = 0;
-    struct sigaction action {};
-    action.sa_handler = on_launcher_signal;
-    sigemptyset(&action.sa_mask);
-    ::sigaction(SIGINT, &action, &old_int_);
-    ::sigaction(SIGTERM, &action, &old_term_);
-  }
-  ~SignalForwarding() {
-    ::sigaction(SIGINT, &old_int_, nullptr);
-    ::sigaction(SIGTERM, &old_term_, nullptr);
-  }
-  SignalForwarding(const SignalForwarding&) = delete;
-  SignalForwarding& operator=(const SignalForwarding&) = delete;
-
-  // The actions to give a child before execve: as if this object did not exist.
-  const struct sigaction& old_int() const { return old_int_; }
-  const struct sigaction& old_term() const { return old_term_; }
-
- private:
-  struct sigaction old_int_ {};
-  struct sigaction old_term_ {};
-};
-
 struct Rank {
-  pid_t pid = 0;
-  bool running = false;
+  Child child;                 // no process until started
   int status = 0;              // exit status, or 128 + signal
   bool stopped_by_us = false;  // got SIGTERM / SIGKILL from the launcher after another failed
-};
-
-// Owns the started ranks: whatever ends the call (an exception included), none outlives it.
-class Ranks {
- public:
-  std::vector<Rank> all;
-  ~Ranks() {
-    for (Rank& rank : all) {
-      if (!rank.running) continue;
-      ::kill(rank.pid, SIGKILL);
-      int status = 0;
-      while (::waitpid(rank.pid, &status, 0) < 0 && errno == EINTR) {
-      }
-    }
-  }
-};
-
-// "NAME=value" strings and the char* array execve wants, built before fork: after fork in a
-// multi-threaded process the child may only make async-signal-safe calls (no allocation).
-struct CStrings {
-  std::vector<std::string> strings;
-  std::vector<char*> pointers;
-  char* const* data() {
-    pointers.clear();
-    for (std::string& s : strings) pointers.push_back(s.data());
-    pointers.push_back(nullptr);
-    return pointers.data();
-  }
 };
 
 // The private directory of a --nproc job's rendezvous file: made with mkdtemp (mode 0700) under
@@ -452,19 +337,8 @@ class RendezvousDir {
 
 std::string count_ranks(size_t n) { return std::to_string(n) + (n == 1 ? " rank" : " ranks"); }
 
-std::string describe_end(int rank, pid_t pid, int raw_status) {
-  const std::string who = "rank " + std::to_string(rank) + " (pid " + std::to_string(pid) + ")";
-  if (WIFSIGNALED(raw_status)) {
-    const int sig = WTERMSIG(raw_status);
-    return who + " was killed by signal " + std::to_string(sig) + " (" + signal_name(sig) + ")";
-  }
-  return who + " exited with status " + std::to_string(WEXITSTATUS(raw_status));
-}
-
-void sleep_briefly() {
-  // Interrupted early by a signal, which is what the loop wants.
-  const timespec ts{0, 20 * 1000 * 1000};
-  ::nanosleep(&ts, nullptr);
+std::string who(size_t rank, const Child& child) {
+  return "rank " + std::to_string(rank) + " (pid " + std::to_string(child.pid()) + ")";
 }
 
 }  // namespace
@@ -537,90 +411,44 @@ SpawnResult spawn_local_ranks(const SpawnOptions& options) {
   const int n = options.nproc;
   const RendezvousDir rendezvous;
 
-  // Each rank's environment: ours without the variables the launcher sets, then extra_env, then
-  // the launcher's own (which win).
+  // Each rank's environment: ours, then extra_env, then the launcher's own (which win).
   std::map<std::string, std::string> launcher_vars = {{"WORLD_SIZE", std::to_string(n)},
                                                       {"LOCAL_WORLD_SIZE", std::to_string(n)},
                                                       {"MASTER_ADDR", "127.0.0.1"},
                                                       {"AMPTUNE_LAUNCHER", "nproc"},
-                                                      {"AMPTUNE_RENDEZVOUS_FILE", rendezvous.file()},
-                                                      {"RANK", ""},
-                                                      {"LOCAL_RANK", ""}};
+                                                      {"AMPTUNE_RENDEZVOUS_FILE", rendezvous.file()}};
   // NCCL's bootstrap listens on the interface it picks; on one machine that is the loopback.
   if (!lookup(process_env(), "NCCL_SOCKET_IFNAME")) launcher_vars["NCCL_SOCKET_IFNAME"] = "lo";
-  std::set<std::string> replaced = {"MASTER_PORT"};  // not passed on: no TCP rendezvous
-  for (const auto& [name, value] : launcher_vars) replaced.insert(name);
-  for (const auto& [name, value] : options.extra_env) replaced.insert(name);
-  std::vector<std::string> inherited;
-  for (char** e = environ; e && *e; ++e) {
-    const std::string_view entry(*e);
-    if (!replaced.count(std::string(entry.substr(0, entry.find('=')))))
-      inherited.emplace_back(entry);
-  }
-  std::vector<CStrings> envs(n);
+  std::vector<ChildSpec> specs(n);
   for (int r = 0; r < n; ++r) {
     launcher_vars["RANK"] = launcher_vars["LOCAL_RANK"] = std::to_string(r);
-    std::map<std::string, std::string> vars = launcher_vars;
-    vars.insert(options.extra_env.begin(), options.extra_env.end());  // launcher's win
-    envs[r].strings = inherited;
-    for (const auto& [name, value] : vars) envs[r].strings.push_back(name + "=" + value);
+    ChildSpec& spec = specs[r];
+    spec.argv = options.argv;
+    spec.search_path = false;
+    spec.name = "rank " + std::to_string(r) + " of " + std::to_string(n);
+    spec.env = launcher_vars;
+    spec.env.insert(options.extra_env.begin(), options.extra_env.end());  // launcher's win
+    spec.unset_env = {"MASTER_PORT"};  // not passed on: no TCP rendezvous
+    // A rank whose launcher dies (even by SIGKILL) dies too.
+    spec.die_with_parent = true;
   }
-  CStrings argv;
-  argv.strings = options.argv;
-  char* const* child_argv = argv.data();
-  const char* path = options.argv[0].c_str();
 
   log::info("starting " + count_ranks(n) + " of " + options.argv[0] + ", rendezvous file " +
             rendezvous.file());
-  SignalForwarding forwarding;
-  Ranks ranks;  // declared after `forwarding`: children are stopped before handlers go back
-  ranks.all.resize(n);
-  const pid_t launcher_pid = ::getpid();
+  ForwardSignals forwarding;
+  // Declared after `forwarding`: children are stopped (Child's destructor) before the handlers
+  // go back, whatever ends the call.
+  std::vector<Rank> ranks(n);
   for (int r = 0; r < n; ++r) {
-    if (g_signal_count > 0) break;  // interrupted while starting: start no more
-    char* const* child_env = envs[r].data();
-    // execve's failure travels back through a close-on-exec pipe; success closes it unwritten.
-    int pipe_fds[2];
-    if (::pipe2(pipe_fds, O_CLOEXEC) != 0) {
-      throw EnvironmentError("cannot start rank " + std::to_string(r) +
-                             ": pipe: " + std::strerror(errno));
+    if (forwarding.received()) break;  // interrupted while starting: start no more
+    try {
+      ranks[r].child = Child::start(specs[r]);
+    } catch (const EnvironmentError& e) {
+      throw EnvironmentError(std::string(e.what()) + "; use a smaller --nproc");
     }
-    const pid_t pid = ::fork();
-    if (pid < 0) {
-      const std::string why = std::strerror(errno);
-      ::close(pipe_fds[0]);
-      ::close(pipe_fds[1]);
-      throw EnvironmentError("cannot start rank " + std::to_string(r) + " of " + std::to_string(n) +
-                             ": fork: " + why +
-                             " (process limit or memory); use a smaller --nproc");
-    }
-    if (pid == 0) {
-      // The child: async-signal-safe calls only.
-      ::close(pipe_fds[0]);
-      ::sigaction(SIGINT, &forwarding.old_int(), nullptr);
-      ::sigaction(SIGTERM, &forwarding.old_term(), nullptr);
-      sigset_t none;
-      sigemptyset(&none);
-      ::sigprocmask(SIG_SETMASK, &none, nullptr);
-      // A rank whose launcher dies (even by SIGKILL) dies too.
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != launcher_pid) ::_exit(128 + SIGKILL);
-      ::execve(path, child_argv, child_env);
-      const int err = errno;
-      [[maybe_unused]] const ssize_t ignored = ::write(pipe_fds[1], &err, sizeof err);
-      ::_exit(127);
-    }
-    ::close(pipe_fds[1]);
-    ranks.all[r].pid = pid;
-    ranks.all[r].running = true;
-    int exec_errno = 0;
-    ssize_t got;
-    while ((got = ::read(pipe_fds[0], &exec_errno, sizeof exec_errno)) < 0 && errno == EINTR) {
-    }
-    ::close(pipe_fds[0]);
-    if (got > 0) {
-      throw EnvironmentError("cannot start rank " + std::to_string(r) + ": cannot execute " +
-                             options.argv[0] + ": " + std::strerror(exec_errno));
+    if (ranks[r].child.start_error()) {
+      throw EnvironmentError("cannot start rank " + std::to_string(r) + ": " +
+                             ranks[r].child.start_failure());
     }
   }
 
@@ -633,47 +461,32 @@ SpawnResult spawn_local_ranks(const SpawnOptions& options) {
   result.statuses.assign(n, 0);
   int first_failed = -1;
   std::optional<Clock::time_point> term_at, kill_at;
-  sig_atomic_t forwarded = 0;
   size_t running = 0;
-  for (const Rank& rank : ranks.all) running += rank.running;
-  if (running < ranks.all.size()) {
+  for (Rank& rank : ranks) {
+    running += rank.child.running();
     // Interrupted while starting: the ranks not started count as ended by that signal.
-    for (Rank& rank : ranks.all) {
-      if (!rank.running && rank.pid == 0) rank.status = 128 + g_last_signal;
-    }
+    if (rank.child.pid() == 0) rank.status = 128 + forwarding.received();
   }
   while (running > 0) {
-    if (g_signal_count != forwarded) {
-      forwarded = g_signal_count;
-      const int sig = g_last_signal;
+    if (const int sig = forwarding.take()) {
       result.forwarded_signal = sig;
       log::warn(std::string("received ") + signal_name(sig) + ", passing it on to " +
                 count_ranks(running));
-      for (const Rank& rank : ranks.all) {
-        if (rank.running) ::kill(rank.pid, sig);
-      }
+      for (Rank& rank : ranks) rank.child.signal(sig);
     }
-    for (size_t r = 0; r < ranks.all.size(); ++r) {
-      Rank& rank = ranks.all[r];
-      if (!rank.running) continue;
-      int raw = 0;
-      const pid_t got = ::waitpid(rank.pid, &raw, WNOHANG);
-      if (got == 0 || (got < 0 && errno == EINTR)) continue;
-      rank.running = false;
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      Rank& rank = ranks[r];
+      if (!rank.child.running()) continue;
+      const std::optional<ChildEnd> end = rank.child.poll();
+      if (!end) continue;
       --running;
-      if (got < 0) {
-        // Reaped elsewhere (SIGCHLD ignored by the caller?): the status is lost.
-        rank.status = static_cast<int>(ExitCode::kInternal);
-        log::warn("rank " + std::to_string(r) + " (pid " + std::to_string(rank.pid) +
-                  ") ended, but its exit status is lost: " + std::strerror(errno));
-      } else {
-        rank.status = WIFSIGNALED(raw) ? 128 + WTERMSIG(raw) : WEXITSTATUS(raw);
-        if (rank.status != 0) {
-          log::warn(describe_end(static_cast<int>(r), rank.pid, raw) +
-                    (rank.stopped_by_us ? ", stopped by the launcher after rank " +
-                                              std::to_string(first_failed) + " failed"
-                                        : ""));
-        }
+      rank.status = end->code();
+      if (rank.status != 0) {
+        // A lost status: reaped elsewhere (SIGCHLD ignored by the caller?).
+        log::warn(who(r, rank.child) + " " + end->describe() +
+                  (rank.stopped_by_us ? ", stopped by the launcher after rank " +
+                                            std::to_string(first_failed) + " failed"
+                                      : ""));
       }
       if (rank.status != 0 && first_failed < 0) {
         first_failed = static_cast<int>(r);
@@ -688,23 +501,21 @@ SpawnResult spawn_local_ranks(const SpawnOptions& options) {
     if (term_at && !kill_at && now >= *term_at) {
       log::warn("stopping the other " + count_ranks(running) + " (SIGTERM) after rank " +
                 std::to_string(first_failed) + " failed");
-      for (Rank& rank : ranks.all) {
-        if (!rank.running) continue;
-        ::kill(rank.pid, SIGTERM);
+      for (Rank& rank : ranks) {
+        if (!rank.child.running()) continue;
+        rank.child.signal(SIGTERM);
         rank.stopped_by_us = true;
       }
       kill_at = now + seconds(options.kill_after_seconds);
     } else if (kill_at && now >= *kill_at) {
       log::warn("killing " + count_ranks(running) + " still running after SIGTERM (SIGKILL)");
-      for (const Rank& rank : ranks.all) {
-        if (rank.running) ::kill(rank.pid, SIGKILL);
-      }
+      for (Rank& rank : ranks) rank.child.signal(SIGKILL);
       kill_at = Clock::time_point::max();
     }
-    sleep_briefly();
+    nap();  // cut short by a signal, which is what the loop wants
   }
-  for (size_t r = 0; r < ranks.all.size(); ++r) result.statuses[r] = ranks.all[r].status;
-  if (g_signal_count > 0) result.forwarded_signal = g_last_signal;
+  for (size_t r = 0; r < ranks.size(); ++r) result.statuses[r] = ranks[r].status;
+  if (forwarding.received()) result.forwarded_signal = forwarding.received();
   if (result.exit_code == 0) {
     for (int status : result.statuses) {
       if (status != 0) {

@@ -1,0 +1,38 @@
+#include "app/inspect.h"
+
+#include <filesystem>
+
+#include "core/error.h"
+
+namespace amptune::app {
+
+store::Store open_existing(const std::string& db) {
+  if (!std::filesystem::exists(db)) {
+    throw StoreError("database " + db + " does not exist; run a sweep first or pass --db FILE");
+  }
+  return store::Store(db);
+}
+
+store::RunRow find_run(const store::Store& store, const std::string& ref) {
+  std::optional<store::RunRow> run = store.find_run(ref);
+  if (!run) {
+    throw UsageError("no run '" + ref + "' in " + store.path() + " (see amptune list --db " +
+                     store.path() + ")");
+  }
+  return std::move(*run);
+}
+
+std::vector<RunLine> list_runs(const std::string& db, const std::optional<std::string>& sweep) {
+  return list_runs(open_existing(db), sweep);
+}
+
+RunDetails show_run(const std::string& db, const std::string& ref) {
+  const store::Store store = open_existing(db);
+  RunDetails details;
+  details.run = find_run(store, ref);
+  details.epochs = store.epochs(details.run.id);
+  details.initial_metrics = store.initial_metrics(details.run.id);
+  return details;
+}
+
+}  // namespace amptune::app

@@ -1,0 +1,37 @@
+// Looking at the runs of a results database (`amptune list`, `amptune show`), and the one lookup
+// of a run by id or name that every command naming a RUN goes through (show, resume, fork, eval,
+// export, diagnose). Plain data; the command formats it. No torch.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "app/status.h"
+#include "store/store.h"
+
+namespace amptune::app {
+
+// Opens the existing results database `db`; a missing file is a StoreError that says to run a
+// sweep first or pass --db (commands that read results must not create an empty database).
+store::Store open_existing(const std::string& db);
+
+// The run `ref` (an id or a name) of `store`. Throws UsageError "no run 'REF' in DB (see amptune
+// list --db DB)" when there is none.
+store::RunRow find_run(const store::Store& store, const std::string& ref);
+
+// `amptune list`: the runs of the database `db` (or of `sweep`) with their best values
+// (list_runs, app/status.h).
+std::vector<RunLine> list_runs(const std::string& db, const std::optional<std::string>& sweep);
+
+// `amptune show`: one run of the database `db` (find_run) with its epochs (ascending) and the
+// evaluation of its initial weights (empty when it has none).
+struct RunDetails {
+  store::RunRow run;
+  std::vector<store::EpochRow> epochs;
+  std::map<std::string, double> initial_metrics;
+};
+RunDetails show_run(const std::string& db, const std::string& ref);
+
+}  // namespace amptune::app
