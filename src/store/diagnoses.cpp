@@ -30,9 +30,9 @@ void Store::record_diagnosis(const Diagnosis& d) {
                   "frac_rel_err_5e3, overflow_frac, underflow_frac) "
                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
     for (const auto& r : d.rows) {
-      row.bind_all(d.run_id, d.epoch, r.kind, r.batch, r.seq, r.module, r.dtype, r.numel,
-                   r.cosine, r.max_abs_err, r.max_rel_err, r.frac_rel_err_1e3,
-                   r.frac_rel_err_5e3, r.overflow_frac, r.underflow_frac)
+      row.bind_all(d.run_id, d.epoch, r.kind, r.batch, r.seq, r.module, r.dtype, r.numel, r.cosine,
+                   r.max_abs_err, r.max_rel_err, r.frac_rel_err_1e3, r.frac_rel_err_5e3,
+                   r.overflow_frac, r.underflow_frac)
           .run();
     }
     Statement advice(db_,
@@ -40,8 +40,7 @@ void Store::record_diagnosis(const Diagnosis& d) {
                      "VALUES (?, ?, ?, ?, ?, ?)");
     for (size_t i = 0; i < d.advice.size(); ++i) {
       const auto& a = d.advice[i];
-      advice.bind_all(d.run_id, d.epoch, static_cast<int64_t>(i), a.rule, a.module, a.advice)
-          .run();
+      advice.bind_all(d.run_id, d.epoch, static_cast<int64_t>(i), a.rule, a.module, a.advice).run();
     }
   });
 }
@@ -49,17 +48,18 @@ void Store::record_diagnosis(const Diagnosis& d) {
 std::vector<Store::ModuleError> Store::module_errors(const std::string& sweep) const {
   return detail::guarded(path_, "reading the diagnoses of sweep " + sweep, [&] {
     std::vector<ModuleError> out;
-    Statement select(db_,
-                     "SELECT d.run_id, d.epoch, d.seq, d.module, MIN(d.dtype), MAX(d.numel), "
-                     "COUNT(*), CASE WHEN COUNT(d.cosine) < COUNT(*) THEN NULL ELSE MIN(d.cosine) END, "
-                     "MAX(d.max_abs_err), MAX(d.max_rel_err), "
-                     "MAX(d.frac_rel_err_1e3), MAX(d.frac_rel_err_5e3), MAX(d.overflow_frac), "
-                     "MAX(d.underflow_frac), g.cosine_min FROM diagnostics d "
-                     "JOIN diagnoses g ON g.run_id = d.run_id AND g.epoch = d.epoch "
-                     "JOIN runs r ON r.id = d.run_id JOIN sweeps s ON s.id = r.sweep_id "
-                     "WHERE s.name = ? AND d.kind = 'forward' "
-                     "GROUP BY d.run_id, d.epoch, d.seq, d.module ORDER BY d.run_id, d.epoch, d.seq",
-                     sweep);
+    Statement select(
+        db_,
+        "SELECT d.run_id, d.epoch, d.seq, d.module, MIN(d.dtype), MAX(d.numel), "
+        "COUNT(*), CASE WHEN COUNT(d.cosine) < COUNT(*) THEN NULL ELSE MIN(d.cosine) END, "
+        "MAX(d.max_abs_err), MAX(d.max_rel_err), "
+        "MAX(d.frac_rel_err_1e3), MAX(d.frac_rel_err_5e3), MAX(d.overflow_frac), "
+        "MAX(d.underflow_frac), g.cosine_min FROM diagnostics d "
+        "JOIN diagnoses g ON g.run_id = d.run_id AND g.epoch = d.epoch "
+        "JOIN runs r ON r.id = d.run_id JOIN sweeps s ON s.id = r.sweep_id "
+        "WHERE s.name = ? AND d.kind = 'forward' "
+        "GROUP BY d.run_id, d.epoch, d.seq, d.module ORDER BY d.run_id, d.epoch, d.seq",
+        sweep);
     auto real = [&](int c) { return select.column_double(c); };  // NULL -> NaN
     while (select.step()) {
       ModuleError e;

@@ -66,8 +66,8 @@ std::optional<double> measured(double seconds) {
 }  // namespace
 
 void Store::record_epoch(const EpochRecord& record) {
-  const std::string action =
-      "recording epoch " + std::to_string(record.epoch) + " of run " + std::to_string(record.run_id);
+  const std::string action = "recording epoch " + std::to_string(record.epoch) + " of run " +
+                             std::to_string(record.run_id);
   guarded_write(path_, db_, action, [&] {
     require_holder(db_, path_, record.run_id, action);
     // Delete first (metrics cascade) rather than INSERT OR REPLACE, whose implicit delete
@@ -84,10 +84,9 @@ void Store::record_epoch(const EpochRecord& record) {
                      "db_seconds, startup_seconds) "
                      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''), ?, ?, ?, ?, ?, ?, "
                      "?, ?, ?, ?, ?)");
-    insert.bind_all(record.run_id, record.epoch, record.global_step, record.lr,
-                    record.train_loss, record.train_fps_mean, record.train_fps_min,
-                    record.train_fps_max, record.epoch_seconds, record.skipped_samples, now,
-                    record.profile_trace);
+    insert.bind_all(record.run_id, record.epoch, record.global_step, record.lr, record.train_loss,
+                    record.train_fps_mean, record.train_fps_min, record.train_fps_max,
+                    record.epoch_seconds, record.skipped_samples, now, record.profile_trace);
     if (record.checkpoint) {  // else NULL, as the times below
       const CheckpointFile& c = *record.checkpoint;
       insert.bind(13, c.path).bind(14, c.bytes).bind(15, c.sha256);
@@ -221,7 +220,8 @@ void Store::forget_checkpoint(int64_t run_id, int epoch) {
   });
 }
 
-void Store::record_metrics(int64_t run_id, int epoch, const std::map<std::string, double>& metrics) {
+void Store::record_metrics(int64_t run_id, int epoch,
+                           const std::map<std::string, double>& metrics) {
   const std::string action = "recording evaluated metrics of epoch " + std::to_string(epoch) +
                              " of run " + std::to_string(run_id);
   guarded_write(path_, db_, action, [&] {

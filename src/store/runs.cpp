@@ -366,7 +366,9 @@ RunRow Store::ensure_run(int64_t sweep_id, const RunSpec& spec) {
     if (spec.fork) {
       const auto parent_sweep = sql::query_one<int64_t>(
           db_, "SELECT sweep_id FROM runs WHERE id = ?", spec.fork->parent_run_id);
-      if (!parent_sweep) fail("fork parent run " + std::to_string(spec.fork->parent_run_id) + " does not exist");
+      if (!parent_sweep) {
+        fail("fork parent run " + std::to_string(spec.fork->parent_run_id) + " does not exist");
+      }
       if (*parent_sweep != sweep_id) fail("a fork must belong to its parent's sweep");
     }
     std::string columns = "sweep_id, name, cell_index, label, config_json, config_hash, "
