@@ -1,8 +1,13 @@
-// Private to src/store: what store.cpp and merge.cpp share (error context, schema version).
+// Private to src/store: what its translation units share (error context, schema version, the
+// run checks every writer makes).
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "store/sqlite.h"
 
@@ -26,8 +31,20 @@ auto guarded(const std::string& path, const std::string& action, F&& f) -> declt
   }
 }
 
-// Now as ISO-8601 UTC text with milliseconds (the database's timestamps).
+// guarded() around one write transaction: all or nothing, a failure naming the file and the
+// action.
+template <class F>
+auto guarded_write(const std::string& path, sqlite3* db, const std::string& action, F&& f)
+    -> decltype(f()) {
+  return guarded(path, action, [&] { return sql::write_transaction(db, f); });
+}
+
+// A time as ISO-8601 UTC text with milliseconds (the database's timestamps), and now.
+std::string iso_utc(std::chrono::system_clock::time_point time);
 std::string now_utc();
+
+// An SQL identifier in double quotes, inner quotes doubled.
+std::string quote_identifier(const std::string& name);
 
 // Whether the main schema of `db` has that table.
 bool table_exists(sqlite3* db, const std::string& name);
@@ -35,6 +52,20 @@ bool table_exists(sqlite3* db, const std::string& name);
 int read_schema_version(sqlite3* db);
 // The last migration of schemas/store.sql (what this build creates).
 int latest_schema_version();
+
+// --- runs (store/runs.cpp) ---
+
+// The setting columns of the runs table (Store::setting_columns): name, declared type.
+std::vector<std::pair<std::string, std::string>> read_setting_columns(sqlite3* db);
+
+// StoreError "<path>: <action>: no run has id N" unless the run exists.
+void require_run(sqlite3* db, const std::string& path, int64_t run_id, const std::string& action);
+// ClaimLostError when a process other than this one holds the run (called inside the write
+// transaction, before anything is written); StoreError when the run does not exist.
+void require_holder(sqlite3* db, const std::string& path, int64_t run_id,
+                    const std::string& action);
+// heartbeat_at = now.
+void touch_heartbeat(sqlite3* db, int64_t run_id, const std::string& now);
 
 // Migration 12's code part (store/rehash.cpp): every run's config_hash recomputed from its
 // config_json under the current identity rules, the old one kept in legacy_config_hash; logs how

@@ -30,6 +30,7 @@ namespace fs = std::filesystem;
 using sql::exec;
 using sql::SqliteError;
 using sql::Statement;
+using detail::quote_identifier;
 
 // A read-only connection to an input database.
 class Input {
@@ -84,8 +85,8 @@ struct Column {
 };
 
 std::vector<Column> columns_of(sqlite3* db, const std::string& table) {
-  Statement info(db, "SELECT name, \"notnull\", dflt_value FROM pragma_table_info(?) ORDER BY cid");
-  info.bind(1, table);
+  Statement info(db, "SELECT name, \"notnull\", dflt_value FROM pragma_table_info(?) ORDER BY cid",
+                 table);
   std::vector<Column> columns;
   while (info.step()) {
     columns.push_back({info.column_text(0), info.column_int(1) != 0, info.column_text(2)});
@@ -108,16 +109,9 @@ std::vector<std::string> shared_columns(const std::vector<Column>& target,
   return names;
 }
 
-// An SQL identifier in double quotes, inner quotes doubled.
-std::string quoted(const std::string& name) {
-  std::string out = "\"";
-  for (const char c : name) out += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return out + "\"";
-}
-
 std::string column_list(const std::vector<std::string>& names) {
   std::string out;
-  for (const auto& n : names) out += (out.empty() ? "" : ", ") + quoted(n);
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + quote_identifier(n);
   return out;
 }
 
@@ -161,7 +155,7 @@ class ChildCopier {
   template <class F>
   int64_t copy(int64_t from, int64_t to, F&& row) {
     int64_t rows = 0;
-    select_.reset().bind(1, from);
+    select_.bind_all(from);
     while (select_.step()) {
       insert_.reset();
       for (size_t c = 0; c < columns_.size(); ++c) {
@@ -286,14 +280,14 @@ class Merger {
     std::string updates;
     for (const std::string& n : names) {
       if (n != "name" && n != "created_at") {
-        updates += (updates.empty() ? "" : ", ") + quoted(n) + " = ?";
+        updates += (updates.empty() ? "" : ", ") + quote_identifier(n) + " = ?";
       }
     }
     Statement update(db_, "UPDATE sweeps SET " + updates + " WHERE id = ?");
     const int name_at = index_of(names, "name") + 1;
     const int updated_at = index_of(names, "updated_at") + 1;
     while (select.step()) {
-      find.reset().bind(1, select.column_text(name_at));
+      find.bind_all(select.column_text(name_at));
       if (!find.step()) {
         insert.reset();
         for (size_t c = 0; c < names.size(); ++c) {
@@ -363,11 +357,12 @@ class Merger {
     for (const Column& c : target) {
       if (c.name == "id" || index_of(names, c.name) >= 0) continue;
       if (c.not_null && c.default_sql.empty()) continue;  // cannot happen for ADD COLUMN
-      defaults += ", " + quoted(c.name) + " = " + (c.default_sql.empty() ? "NULL" : c.default_sql);
+      defaults += ", " + quote_identifier(c.name) + " = " +
+                  (c.default_sql.empty() ? "NULL" : c.default_sql);
     }
     std::string assignments;
     for (size_t c = 0; c < names.size(); ++c) {
-      assignments += (c ? ", " : "") + quoted(names[c]) + " = ?";
+      assignments += (c ? ", " : "") + quote_identifier(names[c]) + " = ?";
     }
     Statement insert(db_, "INSERT INTO runs (" + column_list(names) + ") VALUES (" +
                               placeholders(names.size()) + ")");
@@ -410,7 +405,7 @@ class Merger {
         throw StoreError(input + ": run " + mine.name + " belongs to no sweep of the file");
       }
       const std::string hash = identity_of(select, names, kFirst, version, identities, taken);
-      find.reset().bind(1, sweep->second).bind(2, hash);
+      find.bind_all(sweep->second, hash);
       std::optional<Copy> theirs;
       if (find.step()) {
         theirs =
@@ -442,7 +437,7 @@ class Merger {
           continue;
         }
       }
-      same_name.reset().bind(1, mine.name).bind(2, theirs ? theirs->id : int64_t{-1});
+      same_name.bind_all(mine.name, theirs ? theirs->id : int64_t{-1});
       if (same_name.step()) {
         throw StoreError("run " + mine.name + " of " + input + " and a run of the same name in " +
                          path_ + " have different configurations (config hash " +
@@ -467,10 +462,10 @@ class Merger {
       if (theirs) {
         target_id = theirs->id;
         write.bind(static_cast<int>(names.size()) + 1, target_id).run();
-        drop_epochs.reset().bind(1, target_id).run();  // metrics, loss-scale events cascade
-        drop_params.reset().bind(1, target_id).run();
-        drop_diagnoses.reset().bind(1, target_id).run();  // their rows and advice cascade
-        drop_initial.reset().bind(1, target_id).run();
+        drop_epochs.bind_all(target_id).run();  // metrics, loss-scale events cascade
+        drop_params.bind_all(target_id).run();
+        drop_diagnoses.bind_all(target_id).run();  // their rows and advice cascade
+        drop_initial.bind_all(target_id).run();
         ++count.runs_replaced;
       } else {
         write.run();
@@ -478,7 +473,7 @@ class Merger {
         ++count.runs_added;
       }
       if (hash != select.column_text(at("config_hash"))) {  // re-hashed as migration 12 does
-        set_legacy.reset().bind(1, select.column_text(at("config_hash"))).bind(2, target_id).run();
+        set_legacy.bind_all(select.column_text(at("config_hash")), target_id).run();
       }
       ids[mine.id] = target_id;
       origins_[target_id] = input;
@@ -493,7 +488,7 @@ class Merger {
         throw StoreError(input + ": a fork's parent run " + std::to_string(parent) +
                          " is not in the file (is it corrupt?)");
       }
-      set_parent.reset().bind(1, found->second).bind(2, target_id).run();
+      set_parent.bind_all(found->second, target_id).run();
     }
     copied_ = std::move(copied);
   }
@@ -531,7 +526,7 @@ class Merger {
             if (report_.foreign_checkpoints++ == 0) {
               report_.first_foreign = row.column_text(path_at);
             }
-            disown.reset().bind(1, detail::now_utc()).bind(2, to).bind(3, row.column_int(epoch_at)).run();
+            disown.bind_all(detail::now_utc(), to, row.column_int(epoch_at)).run();
             return;
           }
           ++report_.checkpoints;
@@ -608,18 +603,18 @@ void check_structure(sqlite3* in, const std::string& path) {
                      " (an amptune database never holds that; it was edited or crafted)");
   };
   for (const char* table : kReadTables) {
-    Statement kind(in, "SELECT type FROM sqlite_master WHERE name = ?");
-    kind.bind(1, table);
+    Statement kind(in, "SELECT type FROM sqlite_master WHERE name = ?", table);
     if (kind.step() && kind.column_text(0) != "table") {
       fail(std::string(table) + " is a " + kind.column_text(0) + ", not a table");
     }
   }
   for (const ColumnTypes& c : kColumnTypes) {
-    Statement has(in, "SELECT 1 FROM pragma_table_info(?) WHERE name = ?");
-    has.bind(1, c.table).bind(2, c.column);
-    if (!has.step()) continue;
-    Statement bad(in, "SELECT rowid, typeof(" + quoted(c.column) + ") FROM " + quoted(c.table) +
-                          " WHERE typeof(" + quoted(c.column) + ") NOT IN (" + c.types + ") LIMIT 1");
+    if (!sql::exists(in, "SELECT 1 FROM pragma_table_info(?) WHERE name = ?", c.table, c.column)) {
+      continue;
+    }
+    const std::string column = quote_identifier(c.column);
+    Statement bad(in, "SELECT rowid, typeof(" + column + ") FROM " + quote_identifier(c.table) +
+                          " WHERE typeof(" + column + ") NOT IN (" + c.types + ") LIMIT 1");
     if (bad.step()) {
       fail(std::string(c.table) + "." + c.column + " holds a " + bad.column_text(1) +
            " value (row " + std::to_string(bad.column_int(0)) + ")");
@@ -632,8 +627,9 @@ void check_structure(sqlite3* in, const std::string& path) {
       fail(std::string(table) + " has id " + std::to_string(twice.column_int(0)) + " twice");
     }
   }
-  Statement has_forks(in, "SELECT 1 FROM pragma_table_info('runs') WHERE name = 'parent_run_id'");
-  if (!has_forks.step()) return;
+  if (!sql::exists(in, "SELECT 1 FROM pragma_table_info('runs') WHERE name = 'parent_run_id'")) {
+    return;
+  }
   std::unordered_map<int64_t, int64_t> parent;
   Statement links(in, "SELECT id, parent_run_id FROM runs WHERE parent_run_id IS NOT NULL");
   while (links.step()) parent[links.column_int(0)] = links.column_int(1);
@@ -661,10 +657,7 @@ int check_merge_input(const std::string& path) {
   }
   Input in(path);
   return reading_input(path, "checking it", [&] {
-    {
-      Statement header(in.db(), "SELECT count(*) FROM sqlite_master");  // NOTADB here
-      header.step();
-    }
+    Statement(in.db(), "SELECT count(*) FROM sqlite_master").step();  // NOTADB here
     std::string problems;
     Statement check(in.db(), "PRAGMA quick_check");
     while (check.step()) {

@@ -79,9 +79,8 @@ void rehash_runs(sqlite3* db, const std::string& path) {
     taken.insert({run.sweep_id, hash});
     identity[std::to_string(id)] = hash;
     if (hash == run.config_hash) continue;
-    sql::Statement update(db,
-                          "UPDATE runs SET config_hash = ?, legacy_config_hash = ? WHERE id = ?");
-    update.bind(1, hash).bind(2, run.config_hash).bind(3, id).run();
+    sql::run(db, "UPDATE runs SET config_hash = ?, legacy_config_hash = ? WHERE id = ?", hash,
+             run.config_hash, id);
     ++changed;
   }
   if (!runs.empty()) {

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "core/error.h"
 
@@ -35,9 +36,19 @@ class SqliteError : public StoreError {
 void exec(sqlite3* db, std::string_view sql);
 
 // One prepared statement. Parameters are 1-based, columns 0-based.
+//
+//   Statement select(db, "SELECT name, value FROM metrics WHERE run_id = ? AND epoch = ?",
+//                    run_id, epoch);
+//   while (select.step()) use(select.column_text(0), select.column_double(1));
+//   insert.bind_all(run_id, name, value).run();  // a statement prepared once, run in a loop
 class Statement {
  public:
   Statement(sqlite3* db, std::string_view sql);
+  // Prepares `sql` and binds `args` to ?1, ?2, ... as bind_all does.
+  template <class... Args>
+  Statement(sqlite3* db, std::string_view sql, const Args&... args) : Statement(db, sql) {
+    bind_all(args...);
+  }
   ~Statement();
   Statement(const Statement&) = delete;
   Statement& operator=(const Statement&) = delete;
@@ -50,6 +61,19 @@ class Statement {
   Statement& bind(int index, const std::string& value) { return bind(index, std::string_view(value)); }
   Statement& bind(int index, const char* value) { return bind(index, std::string_view(value)); }
   Statement& bind_null(int index);
+  Statement& bind(int index, std::nullopt_t) { return bind_null(index); }
+  template <class T>
+  Statement& bind(int index, const std::optional<T>& value) {
+    return value ? bind(index, *value) : bind_null(index);
+  }
+  // reset(), then `args` bound to ?1, ?2, ... in order (parameters not given stay NULL).
+  template <class... Args>
+  Statement& bind_all(const Args&... args) {
+    reset();
+    int index = 0;
+    (bind(++index, args), ...);
+    return *this;
+  }
   // "" binds NULL (for optional text columns such as timestamps).
   Statement& bind_text_or_null(int index, const std::string& value);
   // The value of `from`'s column as it is (type and bytes), e.g. from a statement of another
@@ -73,6 +97,46 @@ class Statement {
   sqlite3_stmt* stmt_ = nullptr;
   std::string sql_;
 };
+
+// One statement that returns no rows we need, with `args` bound to ?1, ?2, ...; returns the
+// number of rows it inserted, updated or deleted.
+template <class... Args>
+int run(sqlite3* db, std::string_view sql, const Args&... args) {
+  Statement(db, sql, args...).run();
+  return sqlite3_changes(db);
+}
+
+// Whether the query with `args` bound to ?1, ?2, ... returns a row.
+template <class... Args>
+bool exists(sqlite3* db, std::string_view sql, const Args&... args) {
+  return Statement(db, sql, args...).step();
+}
+
+// The first column of the query's first row (`args` bound to ?1, ?2, ...), std::nullopt when it
+// returns no row. T: int64_t, int, bool, double or std::string (NULL reads as column_* does).
+template <class T, class... Args>
+std::optional<T> query_one(sqlite3* db, std::string_view sql, const Args&... args) {
+  Statement select(db, sql, args...);
+  if (!select.step()) return std::nullopt;
+  if constexpr (std::is_same_v<T, std::string>) {
+    return select.column_text(0);
+  } else if constexpr (std::is_same_v<T, double>) {
+    return select.column_double(0);
+  } else if constexpr (std::is_same_v<T, bool>) {
+    return select.column_int(0) != 0;
+  } else {
+    static_assert(std::is_integral_v<T>, "query_one reads int64_t, int, bool, double, std::string");
+    return static_cast<T>(select.column_int(0));
+  }
+}
+
+// Steps `select` to its end and returns read(select) of each row, in order.
+template <class Read>
+auto read_rows(Statement& select, Read&& read) -> std::vector<decltype(read(select))> {
+  std::vector<decltype(read(select))> rows;
+  while (select.step()) rows.push_back(read(select));
+  return rows;
+}
 
 // Runs f() inside BEGIN IMMEDIATE ... COMMIT; any exception rolls back and propagates.
 template <class F>

@@ -1,0 +1,88 @@
+// Store: diagnoses (amptune diagnose; migration 8): their rows and advice, and the report's
+// per-module errors.
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "store/internal.h"
+#include "store/sqlite.h"
+#include "store/store.h"
+
+namespace amptune::store {
+
+using sql::Statement;
+
+void Store::record_diagnosis(const Diagnosis& d) {
+  const std::string action = "recording the diagnosis of epoch " + std::to_string(d.epoch) +
+                             " of run " + std::to_string(d.run_id);
+  detail::guarded_write(path_, db_, action, [&] {
+    detail::require_run(db_, path_, d.run_id, action);
+    // Its rows and advice cascade.
+    sql::run(db_, "DELETE FROM diagnoses WHERE run_id = ? AND epoch = ?", d.run_id, d.epoch);
+    sql::run(db_,
+             "INSERT INTO diagnoses (run_id, epoch, against, batches, cosine_min, "
+             "loss_scale, seconds, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+             d.run_id, d.epoch, d.against, d.batches, d.cosine_min, d.loss_scale, d.seconds,
+             detail::now_utc());
+    Statement row(db_,
+                  "INSERT INTO diagnostics (run_id, epoch, kind, batch, seq, module, dtype, "
+                  "numel, cosine, max_abs_err, max_rel_err, frac_rel_err_1e3, "
+                  "frac_rel_err_5e3, overflow_frac, underflow_frac) "
+                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+    for (const auto& r : d.rows) {
+      row.bind_all(d.run_id, d.epoch, r.kind, r.batch, r.seq, r.module, r.dtype, r.numel, r.cosine,
+                   r.max_abs_err, r.max_rel_err, r.frac_rel_err_1e3, r.frac_rel_err_5e3,
+                   r.overflow_frac, r.underflow_frac)
+          .run();
+    }
+    Statement advice(db_,
+                     "INSERT INTO diagnosis_advice (run_id, epoch, seq, rule, module, advice) "
+                     "VALUES (?, ?, ?, ?, ?, ?)");
+    for (size_t i = 0; i < d.advice.size(); ++i) {
+      const auto& a = d.advice[i];
+      advice.bind_all(d.run_id, d.epoch, static_cast<int64_t>(i), a.rule, a.module, a.advice).run();
+    }
+  });
+}
+
+std::vector<Store::ModuleError> Store::module_errors(const std::string& sweep) const {
+  return detail::guarded(path_, "reading the diagnoses of sweep " + sweep, [&] {
+    std::vector<ModuleError> out;
+    Statement select(
+        db_,
+        "SELECT d.run_id, d.epoch, d.seq, d.module, MIN(d.dtype), MAX(d.numel), "
+        "COUNT(*), CASE WHEN COUNT(d.cosine) < COUNT(*) THEN NULL ELSE MIN(d.cosine) END, "
+        "MAX(d.max_abs_err), MAX(d.max_rel_err), "
+        "MAX(d.frac_rel_err_1e3), MAX(d.frac_rel_err_5e3), MAX(d.overflow_frac), "
+        "MAX(d.underflow_frac), g.cosine_min FROM diagnostics d "
+        "JOIN diagnoses g ON g.run_id = d.run_id AND g.epoch = d.epoch "
+        "JOIN runs r ON r.id = d.run_id JOIN sweeps s ON s.id = r.sweep_id "
+        "WHERE s.name = ? AND d.kind = 'forward' "
+        "GROUP BY d.run_id, d.epoch, d.seq, d.module ORDER BY d.run_id, d.epoch, d.seq",
+        sweep);
+    auto real = [&](int c) { return select.column_double(c); };  // NULL -> NaN
+    while (select.step()) {
+      ModuleError e;
+      e.run_id = select.column_int(0);
+      e.epoch = static_cast<int>(select.column_int(1));
+      e.worst.kind = "forward";
+      e.worst.seq = static_cast<int>(select.column_int(2));
+      e.worst.module = select.column_text(3);
+      e.worst.dtype = select.column_text(4);
+      e.worst.numel = select.column_int(5);
+      e.worst.batch = static_cast<int>(select.column_int(6));
+      e.worst.cosine = real(7);
+      e.worst.max_abs_err = real(8);
+      e.worst.max_rel_err = real(9);
+      e.worst.frac_rel_err_1e3 = real(10);
+      e.worst.frac_rel_err_5e3 = real(11);
+      e.worst.overflow_frac = real(12);
+      e.worst.underflow_frac = real(13);
+      e.cosine_min = real(14);
+      out.push_back(std::move(e));
+    }
+    return out;
+  });
+}
+
+}  // namespace amptune::store

@@ -1,0 +1,255 @@
+// Store: epochs and what hangs off them (metrics, loss-scale events, checkpoint references), the
+// initial weights' metrics, and the metrics of an evaluated checkpoint.
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/error.h"
+#include "store/internal.h"
+#include "store/sqlite.h"
+#include "store/store.h"
+
+namespace amptune::store {
+
+using sql::SqliteError;
+using sql::Statement;
+using detail::guarded;
+using detail::guarded_write;
+using detail::require_holder;
+
+namespace {
+
+// Runs an insert of metric `name`; a name the table's CHECK refuses is a StoreError prefixed with
+// `where` that says which names are allowed.
+void run_metric_insert(Statement& insert, const std::string& where, const std::string& name) {
+  try {
+    insert.run();
+  } catch (const SqliteError& error) {
+    if (error.code() != SQLITE_CONSTRAINT_CHECK) throw;
+    throw StoreError(where + ": metric name '" + name + "' is not allowed (" + error.what() +
+                     "); metric names are lowercase identifiers [a-z][a-z0-9_]*, and lr, "
+                     "train_loss, train_fps_*, epoch_seconds, skipped_samples, global_step "
+                     "go in their EpochRecord fields");
+  }
+}
+
+// Sets metric rows of an epoch (inserted, or replacing a value of the same name). A name the
+// table's CHECK refuses is a StoreError prefixed with `where` that says which names are allowed.
+void write_metrics(sqlite3* db, const std::string& where, int64_t run_id, int epoch,
+                   const std::map<std::string, double>& metrics) {
+  Statement upsert(db,
+                   "INSERT INTO metrics (run_id, epoch, name, value) VALUES (?, ?, ?, ?) "
+                   "ON CONFLICT (run_id, epoch, name) DO UPDATE SET value = excluded.value");
+  for (const auto& [name, value] : metrics) {
+    run_metric_insert(upsert.bind_all(run_id, epoch, name, value), where, name);
+  }
+}
+
+// Replaces the run's initial_metrics rows (migration 9) with `metrics`.
+void write_initial_metrics(sqlite3* db, const std::string& where, int64_t run_id,
+                           const std::map<std::string, double>& metrics) {
+  sql::run(db, "DELETE FROM initial_metrics WHERE run_id = ?", run_id);
+  Statement insert(db, "INSERT INTO initial_metrics (run_id, name, value) VALUES (?, ?, ?)");
+  for (const auto& [name, value] : metrics) {
+    run_metric_insert(insert.bind_all(run_id, name, value), where, name);
+  }
+}
+
+// A measured time of EpochTimes; negative (not measured) is NULL.
+std::optional<double> measured(double seconds) {
+  if (seconds < 0) return std::nullopt;
+  return seconds;
+}
+
+}  // namespace
+
+void Store::record_epoch(const EpochRecord& record) {
+  const std::string action = "recording epoch " + std::to_string(record.epoch) + " of run " +
+                             std::to_string(record.run_id);
+  guarded_write(path_, db_, action, [&] {
+    require_holder(db_, path_, record.run_id, action);
+    // Delete first (metrics cascade) rather than INSERT OR REPLACE, whose implicit delete
+    // would leave the old epoch's metrics behind.
+    sql::run(db_, "DELETE FROM epochs WHERE run_id = ? AND epoch = ?", record.run_id, record.epoch);
+
+    const std::string now = detail::now_utc();
+    Statement insert(db_,
+                     "INSERT INTO epochs (run_id, epoch, global_step, lr, train_loss, "
+                     "train_fps_mean, train_fps_min, train_fps_max, epoch_seconds, "
+                     "skipped_samples, recorded_at, profile_trace, checkpoint_path, "
+                     "checkpoint_bytes, checkpoint_sha256, data_wait_seconds, forward_seconds, "
+                     "backward_seconds, optimizer_seconds, eval_seconds, checkpoint_seconds, "
+                     "db_seconds, startup_seconds) "
+                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''), ?, ?, ?, ?, ?, ?, "
+                     "?, ?, ?, ?, ?)");
+    insert.bind_all(record.run_id, record.epoch, record.global_step, record.lr, record.train_loss,
+                    record.train_fps_mean, record.train_fps_min, record.train_fps_max,
+                    record.epoch_seconds, record.skipped_samples, now, record.profile_trace);
+    if (record.checkpoint) {  // else NULL, as the times below
+      const CheckpointFile& c = *record.checkpoint;
+      insert.bind(13, c.path).bind(14, c.bytes).bind(15, c.sha256);
+    }
+    if (record.times) {
+      const EpochTimes& t = *record.times;
+      insert.bind(16, t.data_wait).bind(17, t.forward).bind(18, t.backward);
+      insert.bind(19, t.optimizer).bind(20, t.eval).bind(21, t.checkpoint);
+      insert.bind(22, measured(t.db)).bind(23, measured(t.startup));
+    }
+    insert.run();
+    detail::touch_heartbeat(db_, record.run_id, now);
+
+    write_metrics(db_, path_ + ": " + action, record.run_id, record.epoch, record.metrics);
+    if (!record.initial_metrics.empty()) {
+      write_initial_metrics(db_, path_ + ": " + action, record.run_id, record.initial_metrics);
+    }
+    // The epoch row was deleted above, and its loss_scale_events with it (cascade).
+    Statement event(db_,
+                    "INSERT INTO loss_scale_events (run_id, epoch, global_step, scale, reason) "
+                    "VALUES (?, ?, ?, ?, ?)");
+    for (const auto& e : record.scale_events) {
+      event.bind_all(record.run_id, record.epoch, e.global_step, e.scale, e.reason).run();
+    }
+  });
+}
+
+std::vector<ScaleEvent> Store::scale_events(int64_t run_id) const {
+  return guarded(path_, "reading loss-scale events of run " + std::to_string(run_id), [&] {
+    Statement select(db_,
+                     "SELECT global_step, scale, reason FROM loss_scale_events WHERE run_id = ? "
+                     "ORDER BY global_step",
+                     run_id);
+    return sql::read_rows(select, [](const Statement& row) {
+      return ScaleEvent{row.column_int(0), row.column_double(1), row.column_text(2)};
+    });
+  });
+}
+
+std::vector<EpochRow> Store::epochs(int64_t run_id) const {
+  return guarded(path_, "reading epochs of run " + std::to_string(run_id), [&] {
+    std::vector<EpochRow> rows;
+    Statement select(db_,
+                     "SELECT epoch, global_step, lr, train_loss, train_fps_mean, train_fps_min, "
+                     "train_fps_max, epoch_seconds, skipped_samples, checkpoint_path, "
+                     "checkpoint_bytes, checkpoint_sha256, checkpoint_deleted_at, recorded_at, "
+                     "data_wait_seconds, forward_seconds, backward_seconds, optimizer_seconds, "
+                     "eval_seconds, checkpoint_seconds, db_seconds, startup_seconds, "
+                     "profile_trace FROM epochs WHERE run_id = ? ORDER BY epoch",
+                     run_id);
+    while (select.step()) {
+      EpochRow row;
+      row.epoch = static_cast<int>(select.column_int(0));
+      row.global_step = select.column_int(1);
+      row.lr = select.column_double(2);
+      row.train_loss = select.column_double(3);
+      row.train_fps_mean = select.column_double(4);
+      row.train_fps_min = select.column_double(5);
+      row.train_fps_max = select.column_double(6);
+      row.epoch_seconds = select.column_double(7);
+      row.skipped_samples = select.column_int(8);
+      if (!select.is_null(9) && select.is_null(12)) {
+        row.checkpoint = CheckpointFile{select.column_text(9), select.column_int(10),
+                                        select.column_text(11)};
+      }
+      row.recorded_at = select.column_text(13);
+      if (!select.is_null(14)) {
+        auto seconds = [&](int column) {
+          return select.is_null(column) ? -1.0 : select.column_double(column);
+        };
+        row.times = EpochTimes{seconds(14), seconds(15), seconds(16), seconds(17),
+                               seconds(18), seconds(19), seconds(20), seconds(21)};
+      }
+      if (!select.is_null(22)) row.profile_trace = select.column_text(22);
+      rows.push_back(std::move(row));
+    }
+    Statement metrics(db_, "SELECT epoch, name, value FROM metrics WHERE run_id = ? ORDER BY epoch",
+                      run_id);
+    size_t next = 0;
+    while (metrics.step()) {
+      const int epoch = static_cast<int>(metrics.column_int(0));
+      while (next < rows.size() && rows[next].epoch < epoch) ++next;
+      if (next < rows.size() && rows[next].epoch == epoch) {
+        rows[next].metrics[metrics.column_text(1)] = metrics.column_double(2);
+      }
+    }
+    return rows;
+  });
+}
+
+std::vector<CheckpointFile> Store::truncate_after(int64_t run_id, int epoch) {
+  const std::string action =
+      "dropping epochs after " + std::to_string(epoch) + " of run " + std::to_string(run_id);
+  return guarded_write(path_, db_, action, [&] {
+    require_holder(db_, path_, run_id, action);
+    Statement select(db_,
+                     "SELECT checkpoint_path, checkpoint_bytes, checkpoint_sha256 FROM epochs "
+                     "WHERE run_id = ? AND epoch > ? AND checkpoint_path IS NOT NULL "
+                     "AND checkpoint_deleted_at IS NULL ORDER BY epoch",
+                     run_id, epoch);
+    const std::vector<CheckpointFile> files = sql::read_rows(select, [](const Statement& row) {
+      return CheckpointFile{row.column_text(0), row.column_int(1), row.column_text(2)};
+    });
+    sql::run(db_, "DELETE FROM epochs WHERE run_id = ? AND epoch > ?", run_id, epoch);
+    return files;
+  });
+}
+
+void Store::set_epoch_db_seconds(int64_t run_id, int epoch, double seconds) {
+  const std::string action = "recording the database time of epoch " + std::to_string(epoch) +
+                             " of run " + std::to_string(run_id);
+  guarded_write(path_, db_, action, [&] {
+    require_holder(db_, path_, run_id, action);
+    if (sql::run(db_, "UPDATE epochs SET db_seconds = ? WHERE run_id = ? AND epoch = ?", seconds,
+                 run_id, epoch) != 1) {
+      throw StoreError(path_ + ": " + action + ": that epoch is not recorded");
+    }
+  });
+}
+
+void Store::forget_checkpoint(int64_t run_id, int epoch) {
+  const std::string action = "forgetting the checkpoint of epoch " + std::to_string(epoch) +
+                             " of run " + std::to_string(run_id);
+  guarded_write(path_, db_, action, [&] {
+    if (sql::run(db_,
+                 "UPDATE epochs SET checkpoint_deleted_at = COALESCE(checkpoint_deleted_at, ?) "
+                 "WHERE run_id = ? AND epoch = ? AND checkpoint_path IS NOT NULL",
+                 detail::now_utc(), run_id, epoch) != 1) {
+      throw StoreError(path_ + ": " + action + ": that epoch has no recorded checkpoint");
+    }
+  });
+}
+
+void Store::record_metrics(int64_t run_id, int epoch,
+                           const std::map<std::string, double>& metrics) {
+  const std::string action = "recording evaluated metrics of epoch " + std::to_string(epoch) +
+                             " of run " + std::to_string(run_id);
+  guarded_write(path_, db_, action, [&] {
+    detail::require_run(db_, path_, run_id, action);
+    if (!sql::exists(db_, "SELECT 1 FROM epochs WHERE run_id = ? AND epoch = ?", run_id, epoch)) {
+      throw StoreError(path_ + ": " + action + ": run " + std::to_string(run_id) +
+                       " has no recorded epoch " + std::to_string(epoch));
+    }
+    write_metrics(db_, path_ + ": " + action, run_id, epoch, metrics);
+  });
+}
+
+void Store::record_initial_metrics(int64_t run_id, const std::map<std::string, double>& metrics) {
+  const std::string action =
+      "recording the evaluation of the initial weights of run " + std::to_string(run_id);
+  guarded_write(path_, db_, action, [&] {
+    require_holder(db_, path_, run_id, action);
+    write_initial_metrics(db_, path_ + ": " + action, run_id, metrics);
+  });
+}
+
+std::map<std::string, double> Store::initial_metrics(int64_t run_id) const {
+  return guarded(path_, "reading the initial metrics of run " + std::to_string(run_id), [&] {
+    std::map<std::string, double> metrics;
+    Statement select(db_, "SELECT name, value FROM initial_metrics WHERE run_id = ?", run_id);
+    while (select.step()) metrics[select.column_text(0)] = select.column_double(1);
+    return metrics;
+  });
+}
+
+}  // namespace amptune::store

@@ -1,0 +1,200 @@
+// Store: reads — the read-only ad-hoc query, and the typed reads of the query side (sweep_names,
+// higher_is_better, metric_names, metric_values, run_totals, lineage) that amptune compare /
+// report / status use.
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/error.h"
+#include "store/internal.h"
+#include "store/sqlite.h"
+#include "store/store.h"
+
+namespace amptune::store {
+
+using sql::Statement;
+using detail::guarded;
+
+// --- read-only ad-hoc query ----------------------------------------------------------------------
+
+Store::QueryResult Store::query(const std::string& sql_text,
+                                const std::vector<std::string>& params) const {
+  const std::string first_line = sql_text.substr(0, sql_text.find('\n'));
+  return guarded(path_, "querying (" + first_line + ")", [&] {
+    sqlite3_stmt* raw = nullptr;
+    const char* tail = nullptr;
+    int rc = sqlite3_prepare_v2(db_, sql_text.c_str(), static_cast<int>(sql_text.size()), &raw,
+                                &tail);
+    if (rc != SQLITE_OK) sql::raise(db_, rc, sql_text);
+    std::unique_ptr<sqlite3_stmt, int (*)(sqlite3_stmt*)> statement(raw, sqlite3_finalize);
+    if (!raw) throw StoreError(path_ + ": query holds no statement: " + first_line);
+    for (const char* p = tail; p && *p; ++p) {
+      if (!std::isspace(static_cast<unsigned char>(*p)) && *p != ';') {
+        throw StoreError(path_ + ": Store::query runs one statement; the SQL continues with '" +
+                         std::string(p).substr(0, 40) + "'");
+      }
+    }
+    if (!sqlite3_stmt_readonly(raw)) {
+      throw StoreError(path_ + ": Store::query is read-only; refusing a statement that writes: " +
+                       first_line);
+    }
+    for (size_t i = 0; i < params.size(); ++i) {
+      rc = sqlite3_bind_text(raw, static_cast<int>(i + 1), params[i].c_str(),
+                             static_cast<int>(params[i].size()), SQLITE_TRANSIENT);
+      if (rc != SQLITE_OK) sql::raise(db_, rc, sql_text);
+    }
+    QueryResult result;
+    const int columns = sqlite3_column_count(raw);
+    for (int c = 0; c < columns; ++c) result.columns.emplace_back(sqlite3_column_name(raw, c));
+    while ((rc = sqlite3_step(raw)) == SQLITE_ROW) {
+      std::vector<std::optional<std::string>> row;
+      row.reserve(columns);
+      for (int c = 0; c < columns; ++c) {
+        const int type = sqlite3_column_type(raw, c);
+        if (type == SQLITE_NULL) {
+          row.emplace_back(std::nullopt);
+        } else if (type == SQLITE_FLOAT) {
+          // Shortest spelling that reads back as the same double (sqlite's own text has 15
+          // significant digits and may not).
+          const double value = sqlite3_column_double(raw, c);
+          char buffer[40];
+          for (int digits = 15; digits <= 17; ++digits) {
+            std::snprintf(buffer, sizeof buffer, "%.*g", digits, value);
+            if (std::strtod(buffer, nullptr) == value) break;
+          }
+          row.emplace_back(std::string(buffer));
+        } else {
+          const unsigned char* text = sqlite3_column_text(raw, c);
+          row.emplace_back(std::string(reinterpret_cast<const char*>(text),
+                                       static_cast<size_t>(sqlite3_column_bytes(raw, c))));
+        }
+      }
+      result.rows.push_back(std::move(row));
+    }
+    if (rc != SQLITE_DONE) sql::raise(db_, rc, sql_text);
+    return result;
+  });
+}
+
+// --- typed reads of the query side --------------------------------------------------------------
+
+namespace {
+
+// The epochs columns that the epoch_values view (schemas/store.sql) exposes as values.
+const std::set<std::string>& epoch_value_columns() {
+  static const std::set<std::string> names = {"train_loss", "lr", "train_fps_mean",
+                                              "epoch_seconds"};
+  return names;
+}
+
+// The ids of the runs of the sweep named ?1.
+constexpr const char* kRunsOfSweep =
+    "(SELECT r.id FROM runs r JOIN sweeps s ON s.id = r.sweep_id WHERE s.name = ?1)";
+
+std::optional<double> optional_double(const Statement& statement, int column) {
+  if (statement.is_null(column)) return std::nullopt;
+  return statement.column_double(column);
+}
+
+}  // namespace
+
+std::vector<std::string> Store::sweep_names() const {
+  return guarded(path_, "listing sweeps", [&] {
+    Statement select(db_, "SELECT name FROM sweeps ORDER BY name");
+    return sql::read_rows(select, [](const Statement& row) { return row.column_text(0); });
+  });
+}
+
+std::optional<bool> Store::higher_is_better(const std::string& metric) const {
+  return guarded(path_, "reading metric_info of '" + metric + "'", [&] {
+    return sql::query_one<bool>(db_, "SELECT higher_is_better FROM metric_info WHERE name = ?",
+                                metric);
+  });
+}
+
+std::vector<std::string> Store::metric_names(const std::string& sweep) const {
+  return guarded(path_, "listing the metrics of sweep '" + sweep + "'", [&] {
+    std::set<std::string> names = epoch_value_columns();
+    Statement select(db_,
+                     std::string("SELECT DISTINCT m.name FROM metrics m WHERE m.run_id IN ") +
+                         kRunsOfSweep,
+                     sweep);
+    while (select.step()) names.insert(select.column_text(0));
+    return std::vector<std::string>(names.begin(), names.end());
+  });
+}
+
+std::vector<Store::MetricValue> Store::metric_values(const std::string& sweep,
+                                                     const std::string& metric) const {
+  return guarded(path_, "reading " + metric + " of sweep '" + sweep + "'", [&] {
+    // The column name spliced in is one of epoch_value_columns(), never the caller's text.
+    const auto column = epoch_value_columns().find(metric);
+    const std::string sql =
+        column != epoch_value_columns().end()
+            ? "SELECT e.run_id, e.epoch, e." + *column + " FROM epochs e WHERE e." + *column +
+                  " IS NOT NULL AND e.run_id IN " + kRunsOfSweep + " ORDER BY e.run_id, e.epoch"
+            : std::string(
+                  "SELECT m.run_id, m.epoch, m.value FROM metrics m WHERE m.name = ?2 "
+                  "AND m.value IS NOT NULL AND m.run_id IN ") +
+                  kRunsOfSweep + " ORDER BY m.run_id, m.epoch";
+    Statement select(db_, sql);
+    select.bind(1, sweep);
+    if (column == epoch_value_columns().end()) select.bind(2, metric);
+    return sql::read_rows(select, [](const Statement& row) {
+      return MetricValue{row.column_int(0), static_cast<int>(row.column_int(1)),
+                         row.column_double(2)};
+    });
+  });
+}
+
+std::vector<Store::RunTotals> Store::run_totals(const std::string& sweep) const {
+  return guarded(path_, "summing the epochs of sweep '" + sweep + "'", [&] {
+    // The epochs join and the per-run metric sums use the (run_id, ...) primary key and the
+    // metrics_by_run_name index, so one sweep reads only its own rows.
+    Statement select(db_,
+                     "SELECT r.id, COUNT(e.epoch), MAX(e.global_step), AVG(e.train_fps_mean), "
+                     "(SELECT SUM(m.value) FROM metrics m WHERE m.run_id = r.id AND "
+                     "m.name = 'overflow_steps'), "
+                     "(SELECT SUM(m.value) FROM metrics m WHERE m.run_id = r.id AND "
+                     "m.name = 'skipped_steps') "
+                     "FROM runs r JOIN sweeps s ON s.id = r.sweep_id "
+                     "LEFT JOIN epochs e ON e.run_id = r.id "
+                     "WHERE s.name = ? GROUP BY r.id ORDER BY r.cell_index, r.id",
+                     sweep);
+    std::vector<RunTotals> totals;
+    while (select.step()) {
+      RunTotals t;
+      t.run_id = select.column_int(0);
+      t.epochs = static_cast<int>(select.column_int(1));
+      if (!select.is_null(2)) t.last_global_step = select.column_int(2);
+      t.mean_fps = optional_double(select, 3);
+      t.overflow_steps = optional_double(select, 4);
+      t.skipped_steps = optional_double(select, 5);
+      totals.push_back(t);
+    }
+    return totals;
+  });
+}
+
+std::vector<Store::LineagePoint> Store::lineage(const std::string& sweep) const {
+  return guarded(path_, "reading the lineage of sweep '" + sweep + "'", [&] {
+    // The view gives the primary metric from the metrics table or, for an epochs column such as
+    // train_loss, from the epoch row (migration 13).
+    Statement select(db_, std::string("SELECT l.run_id, l.epoch, l.source_run_id, l.train_loss, "
+                                      "l.value FROM lineage l WHERE l.run_id IN ") +
+                              kRunsOfSweep + " ORDER BY l.run_id, l.epoch",
+                     sweep);
+    return sql::read_rows(select, [](const Statement& row) {
+      return LineagePoint{row.column_int(0), static_cast<int>(row.column_int(1)),
+                          row.column_int(2), row.column_double(3), row.column_double(4)};
+    });
+  });
+}
+
+}  // namespace amptune::store

@@ -1,0 +1,239 @@
+// The records the results database stores and returns (store.h): runs and what created them,
+// epochs, loss-scale events, diagnoses, merge reports. Plain values; the Store reads and writes
+// them. Timestamps are ISO-8601 UTC text, "" when unset; NaN doubles are stored as NULL.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/process.h"
+
+namespace amptune::store {
+
+// --- Runs ----------------------------------------------------------------------------------------
+
+enum class RunStatus { kPending, kRunning, kDone, kFailed, kDiverged };
+std::string to_string(RunStatus status);
+RunStatus parse_status(const std::string& text);  // throws StoreError on an unknown word
+
+// Where a fork starts: another run's checkpoint of one epoch, with changed settings.
+struct ForkOrigin {
+  int64_t parent_run_id = 0;
+  int parent_epoch = 0;         // the parent's epoch whose checkpoint the fork starts from
+  std::string overrides_json;   // JSON object: key -> new value
+  std::string changes;          // readable: "amp.loss_scale: 128 -> \"dynamic\""
+  bool reset_optimizer = false; // only the weights were taken over
+};
+
+// What a cell is, as the sweep expansion produced it.
+struct RunSpec {
+  std::string sweep_name;
+  int cell_index = 0;
+  std::string label;        // Cell::label()
+  std::string config_json;  // canonical nested JSON (Config::canonical_json)
+  std::string config_hash;  // the run's identity (run_identity / fork_identity), sha256 hex
+  // The fingerprint of the data the run reads (train::data_fingerprint) that config_hash
+  // includes; "" when not known.
+  std::string data_fingerprint;
+  // The identity the run had before data fingerprints (Config::hash alone, migration 12): a run
+  // recorded with it and no fingerprint is this run. "" for forks, whose identity has no data
+  // part while their data are their parent's.
+  std::string config_key;
+  std::string axes_json;    // {"optim.lr": 0.1}
+  // Readable columns copied from the config (runs.model, runs.opt_level, ...): column -> value.
+  // The values are JSON scalars/arrays as text (e.g. "0.1", "\"resnet18\"", "[17]").
+  // Keys must be setting columns of the runs table (Store::setting_columns(): model, dataset,
+  // optimizer, lr, batch_size, epochs, lr_dec_epoch, seed, primary_metric, opt_level, dtype,
+  // loss_scale, backend, and whatever later migrations add); an unknown key is a StoreError.
+  // "primary_metric" picks the metric the views rank the run by (default acc1).
+  std::map<std::string, std::string> columns;
+  // A fork (amptune fork / sweep `forks:`): its parent must be a run of the same sweep.
+  std::optional<ForkOrigin> fork;
+};
+
+struct Provenance {
+  std::string amptune_version;
+  std::string git_commit;
+  bool git_dirty = false;
+  std::string torch_version;
+  std::string host;
+  int threads = 1;
+  std::string device;
+  std::string command_line;
+  // Data-parallel training (docs/DISTRIBUTED.md): processes that train the run, and the batch
+  // of one optimizer step over all of them (data.batch_size x world_size).
+  int world_size = 1;
+  int64_t global_batch = 0;
+  std::string allocator;  // the malloc of the process (allocator_name(): tcmalloc, glibc, ...)
+};
+
+struct RunRow {
+  int64_t id = 0;
+  int64_t sweep_id = 0;
+  std::string sweep_name;
+  std::string name;  // "<sweep>/<cell_index>-<hash8>", unique
+  int cell_index = 0;
+  std::string label;
+  RunStatus status = RunStatus::kPending;
+  std::string config_json;
+  std::string config_hash;
+  std::string data_fingerprint;    // "" when not known (runs recorded before migration 12)
+  std::string legacy_config_hash;  // the identity before migration 12 re-hashed it ("" if same)
+  std::string axes_json;
+  int epochs_done = 0;         // number of recorded epochs (max epoch + 1), 0 when none
+  std::string message;         // failure / divergence reason
+  std::string summary_json;    // the final JSON line
+  std::string started_at, finished_at, heartbeat_at;  // ISO-8601 UTC, "" when unset
+  std::string created_at;
+  std::string primary_metric;  // "acc1" unless RunSpec::columns said otherwise
+  Provenance provenance;       // of the last mark_running / claim_run (empty before)
+  // The process that claimed the run last (mark_running / claim_run); unset before.
+  std::optional<ProcessIdentity> holder;
+  // The non-NULL setting columns as JSON text, as RunSpec::columns wrote them (numbers may be
+  // re-spelled: "1e-1" reads back as "0.1"; columns declared BOOLEAN read back as true/false).
+  std::map<std::string, std::string> columns;
+  std::optional<ForkOrigin> fork;  // set for forks
+};
+
+// --- Epochs --------------------------------------------------------------------------------------
+
+struct CheckpointFile {
+  std::string path;
+  int64_t bytes = 0;
+  std::string sha256;
+};
+
+// A loss-scale change (or the initial scale) at a step of the epoch it belongs to.
+struct ScaleEvent {
+  int64_t global_step = 0;  // optimizer steps done when the new scale took effect
+  double scale = 0;         // the new scale
+  std::string reason;       // "init" | "overflow" | "growth"
+};
+
+// Where an epoch's time went, in seconds (docs/PERFORMANCE.md "Time breakdown"; columns of
+// migration 10). The training steps' wall time is split into waiting for the loader, forward
+// (model + loss + loss.item()), backward (loss scaling, backward pass, unscale and overflow
+// check) and the optimizer step (masters, scaler update); evaluation is the whole evaluation
+// pass. These lie inside epoch_seconds; the checkpoint write and the database write come after
+// it. db is this epoch's record_epoch + retention, written by Store::set_epoch_db_seconds once
+// they are done. startup: what the run spent before its first training step: the process's age
+// for the first run a process trains, the time since the run began for later ones (negative:
+// not the run's first epoch in this process).
+struct EpochTimes {
+  double data_wait = 0, forward = 0, backward = 0, optimizer = 0, eval = 0, checkpoint = 0;
+  double db = -1;       // negative: not measured (yet)
+  double startup = -1;  // negative: not the run's first epoch in this process
+
+  // The measured phases inside epoch_seconds; the rest of it is the runner's own work.
+  double inside_epoch() const { return data_wait + forward + backward + optimizer + eval; }
+};
+
+// One finished epoch, written in one transaction (epoch row, metrics, loss-scale events,
+// checkpoint). An epoch with global_step 0 is the evaluation of the initial weights of an
+// evaluation-only run (schedule.epochs: 0): no training values (NaN: NULL), no checkpoint.
+struct EpochRecord {
+  int64_t run_id = 0;
+  int epoch = 0;  // 0-based
+  int64_t global_step = 0;  // steps done at the end of this epoch
+  double lr = 0;
+  double train_loss = 0;
+  double train_fps_mean = 0, train_fps_min = 0, train_fps_max = 0;
+  double epoch_seconds = 0;
+  int64_t skipped_samples = 0;  // corrupt / unreadable inputs skipped this epoch
+  std::map<std::string, double> metrics;  // acc1, acc5, val_loss, loss_scale, ...
+  std::optional<CheckpointFile> checkpoint;
+  std::vector<ScaleEvent> scale_events;  // rows of loss_scale_events for this epoch
+  // When not empty, replaces the run's initial_metrics in the same transaction (an
+  // evaluation-only run records its one evaluation as both).
+  std::map<std::string, double> initial_metrics;
+  std::optional<EpochTimes> times;       // absent: not measured (NULL columns)
+  std::string profile_trace;             // Chrome-trace JSON of profile.steps; "" = none
+};
+
+struct EpochRow {
+  int epoch = 0;
+  int64_t global_step = 0;
+  double lr = 0, train_loss = 0, train_fps_mean = 0, train_fps_min = 0, train_fps_max = 0;
+  double epoch_seconds = 0;
+  int64_t skipped_samples = 0;
+  std::map<std::string, double> metrics;
+  std::optional<CheckpointFile> checkpoint;  // present while the file is kept
+  std::string recorded_at;
+  std::optional<EpochTimes> times;  // absent for epochs recorded without a breakdown
+  std::string profile_trace;        // "" = none
+};
+
+// --- Diagnoses (amptune diagnose; migration 8, docs/AMP.md "Diagnosing a precision setting") -
+
+// One compared tensor of one batch (see the diagnostics table in schemas/store.sql). NaN is
+// stored as NULL.
+struct DiagnosticRow {
+  std::string kind;  // forward | gradient | cast
+  int batch = 0;
+  int seq = 0;       // execution / parameter / cast-point order
+  std::string module;
+  std::string dtype;  // fp16 | bf16 | fp32 | int32
+  int64_t numel = 0;
+  double cosine = 0, max_abs_err = 0, max_rel_err = 0, frac_rel_err_1e3 = 0,
+         frac_rel_err_5e3 = 0, overflow_frac = 0, underflow_frac = 0;
+};
+
+struct DiagnosisAdvice {
+  std::string rule;  // activation_overflow, gradient_underflow, ... (docs/AMP.md)
+  std::string module;
+  std::string advice;
+};
+
+struct Diagnosis {
+  int64_t run_id = 0;
+  int epoch = 0;  // the checkpoint's epoch; -1 = initial weights
+  std::string against = "O0";
+  int batches = 0;
+  double cosine_min = 0.99;
+  double loss_scale = 0;
+  double seconds = 0;
+  std::vector<DiagnosticRow> rows;
+  std::vector<DiagnosisAdvice> advice;
+};
+
+// --- Merging databases (amptune merge; docs/DATABASE.md "Merging databases") ------------------
+
+// The same cell (sweep name + config hash) in two databases with different contents: which copy
+// was kept.
+struct MergeConflict {
+  std::string run;                          // the kept copy's name
+  std::string kept_from, dropped_from;      // database paths
+  int kept_epochs = 0, dropped_epochs = 0;  // recorded epochs of each copy
+  std::string kept_status, dropped_status;
+};
+
+// What merging one input did to the target.
+struct MergeCount {
+  std::string path;
+  int schema_version = 0;  // of the input
+  int sweeps_added = 0;
+  int runs_added = 0;      // cells the target did not have
+  int runs_replaced = 0;   // the input's copy replaced the target's (a MergeConflict)
+  int runs_kept = 0;       // the target's copy stayed (a MergeConflict)
+  int runs_unchanged = 0;  // the target had this very copy (merged before)
+  int64_t epochs = 0;      // epoch rows copied
+};
+
+struct MergeReport {
+  std::vector<MergeCount> inputs;  // in input order
+  std::vector<MergeConflict> conflicts;
+  int64_t checkpoints = 0;          // kept checkpoint references copied
+  int64_t missing_checkpoints = 0;  // of those, files not found from the working directory
+  std::string first_missing;        // one of them, for the message
+  // References the merge did not take over as checkpoints (marked deleted in the target, their
+  // epoch's metrics kept): paths outside the input run's own checkpoint folder (its
+  // checkpoint.dir or the input database's default root, then the input run id) or not named
+  // epoch_N..., which no checkpoint amptune writes is. Nothing ever loads or deletes them.
+  int64_t foreign_checkpoints = 0;
+  std::string first_foreign;        // one of them, for the message
+};
+
+}  // namespace amptune::store

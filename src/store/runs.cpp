@@ -1,0 +1,509 @@
+// Store: runs (ensure_run, find_run, runs, fork_epochs) and holding them (claims, heartbeats,
+// finish, release); the run checks the other writers share (store/internal.h).
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/error.h"
+#include "core/process.h"
+#include "store/internal.h"
+#include "store/sqlite.h"
+#include "store/store.h"
+
+namespace amptune::store {
+
+using sql::Statement;
+using detail::guarded;
+using detail::guarded_write;
+using detail::now_utc;
+
+namespace {
+
+using json = nlohmann::json;
+using SettingColumns = std::vector<std::pair<std::string, std::string>>;  // name, declared type
+
+// Columns of runs that are not settings: written by the store itself.
+const std::set<std::string>& reserved_run_columns() {
+  static const std::set<std::string> names = {
+      "id",         "sweep_id",      "name",          "cell_index",   "label",
+      "status",     "config_json",   "config_hash",   "axes_json",    "message",
+      "summary_json", "started_at",  "finished_at",   "heartbeat_at", "created_at",
+      "amptune_version", "git_commit", "git_dirty",   "torch_version", "host",
+      "threads",    "device",        "command_line",
+      "parent_run_id", "parent_epoch", "fork_overrides", "fork_changes", "reset_optimizer",
+      "claim_machine", "claim_pid", "claim_pid_start", "world_size", "global_batch",
+      "allocator", "data_fingerprint", "legacy_config_hash"};
+  return names;
+}
+
+std::string upper(std::string text) {
+  for (char& c : text) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return text;
+}
+
+bool is_json_type(const std::string& declared) { return upper(declared).find("JSON") != std::string::npos; }
+bool is_bool_type(const std::string& declared) { return upper(declared).find("BOOL") != std::string::npos; }
+
+// Binds a RunSpec::columns value (JSON text) to a column of the given declared type.
+void bind_setting(Statement& statement, int index, const json& value, const std::string& declared) {
+  if (value.is_null()) {
+    statement.bind_null(index);
+  } else if (is_json_type(declared)) {
+    statement.bind(index, value.dump());
+  } else if (value.is_boolean()) {
+    statement.bind(index, value.get<bool>());
+  } else if (value.is_number_integer() || value.is_number_unsigned()) {
+    statement.bind(index, value.get<int64_t>());
+  } else if (value.is_number_float()) {
+    statement.bind(index, value.get<double>());
+  } else if (value.is_string()) {
+    statement.bind(index, value.get<std::string>());
+  } else {
+    statement.bind(index, value.dump());  // array / object in a non-JSON column
+  }
+}
+
+// Reads a setting column back as JSON text.
+std::string read_setting(const Statement& statement, int column, const std::string& declared) {
+  switch (statement.column_type(column)) {
+    case SQLITE_INTEGER: {
+      int64_t value = statement.column_int(column);
+      if (is_bool_type(declared)) return value ? "true" : "false";
+      return std::to_string(value);
+    }
+    case SQLITE_FLOAT:
+      return json(statement.column_double(column)).dump();
+    case SQLITE_TEXT:
+      if (is_json_type(declared)) return statement.column_text(column);
+      return json(statement.column_text(column)).dump();
+    default:
+      return json(statement.column_text(column)).dump();  // BLOB: not written by amptune
+  }
+}
+
+bool all_digits(const std::string& text) {
+  return !text.empty() &&
+         std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c); });
+}
+
+constexpr const char* kRunSelect =
+    "SELECT r.*, s.name AS sweep_name, "
+    "(SELECT COALESCE(MAX(e.epoch) + 1, 0) FROM epochs e WHERE e.run_id = r.id) AS epochs_done "
+    "FROM runs r JOIN sweeps s ON s.id = r.sweep_id ";
+
+RunRow read_run(const Statement& row, const SettingColumns& setting_columns) {
+  RunRow run;
+  std::map<std::string, std::string> declared(setting_columns.begin(), setting_columns.end());
+  for (int column = 0; column < row.column_count(); ++column) {
+    const std::string name = row.column_name(column);
+    if (name == "id") run.id = row.column_int(column);
+    else if (name == "sweep_id") run.sweep_id = row.column_int(column);
+    else if (name == "sweep_name") run.sweep_name = row.column_text(column);
+    else if (name == "name") run.name = row.column_text(column);
+    else if (name == "cell_index") run.cell_index = static_cast<int>(row.column_int(column));
+    else if (name == "label") run.label = row.column_text(column);
+    else if (name == "status") run.status = parse_status(row.column_text(column));
+    else if (name == "config_json") run.config_json = row.column_text(column);
+    else if (name == "config_hash") run.config_hash = row.column_text(column);
+    else if (name == "data_fingerprint") run.data_fingerprint = row.column_text(column);
+    else if (name == "legacy_config_hash") run.legacy_config_hash = row.column_text(column);
+    else if (name == "axes_json") run.axes_json = row.column_text(column);
+    else if (name == "epochs_done") run.epochs_done = static_cast<int>(row.column_int(column));
+    else if (name == "message") run.message = row.column_text(column);
+    else if (name == "summary_json") run.summary_json = row.column_text(column);
+    else if (name == "started_at") run.started_at = row.column_text(column);
+    else if (name == "finished_at") run.finished_at = row.column_text(column);
+    else if (name == "heartbeat_at") run.heartbeat_at = row.column_text(column);
+    else if (name == "created_at") run.created_at = row.column_text(column);
+    else if (name == "amptune_version") run.provenance.amptune_version = row.column_text(column);
+    else if (name == "git_commit") run.provenance.git_commit = row.column_text(column);
+    else if (name == "git_dirty") run.provenance.git_dirty = row.column_int(column) != 0;
+    else if (name == "torch_version") run.provenance.torch_version = row.column_text(column);
+    else if (name == "host") run.provenance.host = row.column_text(column);
+    else if (name == "allocator") run.provenance.allocator = row.column_text(column);
+    else if (name == "threads") {
+      if (!row.is_null(column)) run.provenance.threads = static_cast<int>(row.column_int(column));
+    } else if (name == "world_size") {
+      if (!row.is_null(column)) run.provenance.world_size = static_cast<int>(row.column_int(column));
+    } else if (name == "global_batch") {
+      if (!row.is_null(column)) run.provenance.global_batch = row.column_int(column);
+    } else if (name == "device") run.provenance.device = row.column_text(column);
+    else if (name == "command_line") run.provenance.command_line = row.column_text(column);
+    else if (name == "claim_pid") {
+      if (!row.is_null(column)) {
+        if (!run.holder) run.holder.emplace();
+        run.holder->pid = row.column_int(column);
+      }
+    } else if (name == "claim_machine" || name == "claim_pid_start") {
+      // read after the loop (claim_pid decides whether the run has a holder)
+    }
+    else if (name == "parent_run_id") {
+      if (!row.is_null(column)) {
+        if (!run.fork) run.fork.emplace();
+        run.fork->parent_run_id = row.column_int(column);
+      }
+    } else if (name == "parent_epoch" || name == "fork_overrides" || name == "fork_changes" ||
+               name == "reset_optimizer") {
+      // read after the loop (parent_run_id decides whether the run is a fork)
+    } else if (auto it = declared.find(name); it != declared.end()) {
+      if (name == "primary_metric") run.primary_metric = row.column_text(column);
+      if (!row.is_null(column)) run.columns[name] = read_setting(row, column, it->second);
+    }
+  }
+  if (run.fork) {
+    for (int column = 0; column < row.column_count(); ++column) {
+      const std::string name = row.column_name(column);
+      if (name == "parent_epoch") run.fork->parent_epoch = static_cast<int>(row.column_int(column));
+      else if (name == "fork_overrides") run.fork->overrides_json = row.column_text(column);
+      else if (name == "fork_changes") run.fork->changes = row.column_text(column);
+      else if (name == "reset_optimizer") run.fork->reset_optimizer = row.column_int(column) != 0;
+    }
+  }
+  if (run.holder) {
+    for (int column = 0; column < row.column_count(); ++column) {
+      const std::string name = row.column_name(column);
+      if (name == "claim_machine") run.holder->machine = row.column_text(column);
+      else if (name == "claim_pid_start") run.holder->start_ticks = row.column_int(column);
+    }
+  }
+  return run;
+}
+
+// The run kRunSelect + `where` finds with `key` bound to ?1, if any.
+template <class Key>
+std::optional<RunRow> select_run(sqlite3* db, const SettingColumns& setting_columns,
+                                 const char* where, const Key& key) {
+  Statement select(db, std::string(kRunSelect) + where, key);
+  if (!select.step()) return std::nullopt;
+  return read_run(select, setting_columns);
+}
+
+// The run of `sweep_id` that `spec` identifies: the one with its identity, else a run recorded
+// before data fingerprints (migration 12) whose config hash is spec.config_key and whose data
+// are not yet known (it takes spec's fingerprint when ensure_run updates it) or are spec's.
+std::optional<int64_t> find_identity(sqlite3* db, int64_t sweep_id, const RunSpec& spec) {
+  const char* by_identity = "SELECT id FROM runs WHERE sweep_id = ? AND config_hash = ?";
+  if (auto id = sql::query_one<int64_t>(db, by_identity, sweep_id, spec.config_hash)) return id;
+  if (spec.config_key.empty() || spec.config_key == spec.config_hash) return std::nullopt;
+  return sql::query_one<int64_t>(db,
+                                 "SELECT id FROM runs WHERE sweep_id = ? AND config_hash = ? AND "
+                                 "(data_fingerprint IS NULL OR data_fingerprint = ?)",
+                                 sweep_id, spec.config_key, spec.data_fingerprint);
+}
+
+[[noreturn]] void no_such_run(const std::string& path, int64_t run_id, const std::string& action) {
+  throw StoreError(path + ": " + action + ": no run has id " + std::to_string(run_id) +
+                   "; list the runs with `amptune status`");
+}
+
+// status -> running with this process as the holder: started_at kept (set when unset),
+// heartbeat now, message and finished_at cleared, provenance stored.
+void mark_running_by_this_process(sqlite3* db, const std::string& now, int64_t run_id,
+                                  const Provenance& p) {
+  const ProcessIdentity self = current_process();
+  sql::run(db,
+           "UPDATE runs SET status = 'running', started_at = COALESCE(started_at, ?1), "
+           "heartbeat_at = ?1, finished_at = NULL, message = '', amptune_version = ?3, "
+           "git_commit = ?4, git_dirty = ?5, torch_version = ?6, host = ?7, threads = ?8, "
+           "device = ?9, command_line = ?10, claim_machine = ?11, claim_pid = ?12, "
+           "claim_pid_start = ?13, world_size = ?14, global_batch = ?15, allocator = ?16 "
+           "WHERE id = ?2",
+           now, run_id, p.amptune_version, p.git_commit, p.git_dirty, p.torch_version, p.host,
+           p.threads, p.device, p.command_line, self.machine, self.pid, self.start_ticks,
+           p.world_size, p.global_batch, p.allocator);
+}
+
+// What claim_run and the writers need of a run row: status, heartbeat and holder.
+struct Holding {
+  std::string status;
+  std::string heartbeat_at;
+  std::optional<ProcessIdentity> holder;
+  std::string host;  // provenance host of the holder, for messages
+};
+
+Holding read_holding(sqlite3* db, const std::string& path, int64_t run_id,
+                     const std::string& action) {
+  Statement select(db,
+                   "SELECT status, COALESCE(heartbeat_at, ''), claim_machine, claim_pid, "
+                   "claim_pid_start, COALESCE(host, '') FROM runs WHERE id = ?",
+                   run_id);
+  if (!select.step()) no_such_run(path, run_id, action);
+  Holding h;
+  h.status = select.column_text(0);
+  h.heartbeat_at = select.column_text(1);
+  if (!select.is_null(3)) {
+    h.holder = ProcessIdentity{select.column_text(2), select.column_int(3), select.column_int(4)};
+  }
+  h.host = select.column_text(5);
+  return h;
+}
+
+}  // namespace
+
+std::string to_string(RunStatus status) {
+  switch (status) {
+    case RunStatus::kPending: return "pending";
+    case RunStatus::kRunning: return "running";
+    case RunStatus::kDone: return "done";
+    case RunStatus::kFailed: return "failed";
+    case RunStatus::kDiverged: return "diverged";
+  }
+  throw StoreError("unknown run status value " + std::to_string(static_cast<int>(status)));
+}
+
+RunStatus parse_status(const std::string& text) {
+  if (text == "pending") return RunStatus::kPending;
+  if (text == "running") return RunStatus::kRunning;
+  if (text == "done") return RunStatus::kDone;
+  if (text == "failed") return RunStatus::kFailed;
+  if (text == "diverged") return RunStatus::kDiverged;
+  throw StoreError("unknown run status '" + text +
+                   "'; expected pending, running, done, failed or diverged");
+}
+
+namespace detail {
+
+SettingColumns read_setting_columns(sqlite3* db) {
+  SettingColumns columns;
+  Statement info(db, "SELECT name, type FROM pragma_table_info('runs') ORDER BY cid");
+  while (info.step()) {
+    std::string name = info.column_text(0);
+    if (!reserved_run_columns().count(name)) columns.emplace_back(name, info.column_text(1));
+  }
+  return columns;
+}
+
+void require_run(sqlite3* db, const std::string& path, int64_t run_id, const std::string& action) {
+  if (!sql::exists(db, "SELECT 1 FROM runs WHERE id = ?", run_id)) {
+    no_such_run(path, run_id, action);
+  }
+}
+
+void require_holder(sqlite3* db, const std::string& path, int64_t run_id,
+                    const std::string& action) {
+  const Holding h = read_holding(db, path, run_id, action);
+  if (!h.holder || *h.holder == current_process()) return;
+  throw ClaimLostError(path + ": " + action + ": run " + std::to_string(run_id) +
+                       " was taken over by process " + std::to_string(h.holder->pid) + " on " +
+                       (h.host.empty() ? "another host" : h.host) +
+                       " (this process was presumed dead); this process stops working on it");
+}
+
+void touch_heartbeat(sqlite3* db, int64_t run_id, const std::string& now) {
+  sql::run(db, "UPDATE runs SET heartbeat_at = ? WHERE id = ?", now, run_id);
+}
+
+}  // namespace detail
+
+using detail::require_holder;
+using detail::require_run;
+
+// --- runs ------------------------------------------------------------------------------------
+
+RunRow Store::ensure_run(int64_t sweep_id, const RunSpec& spec) {
+  const std::string what = "creating run " + std::to_string(spec.cell_index) + " of sweep " +
+                           (spec.sweep_name.empty() ? std::to_string(sweep_id) : spec.sweep_name);
+  auto fail = [&](const std::string& why) -> void { throw StoreError(path_ + ": " + what + ": " + why); };
+  if (spec.config_hash.size() < 8) fail("config_hash '" + spec.config_hash + "' is shorter than 8 characters");
+  if (spec.cell_index < 0) fail("cell_index must be >= 0");
+  if (!json::accept(spec.config_json)) fail("config_json is not valid JSON");
+  if (spec.fork) {
+    if (spec.fork->parent_epoch < 0) fail("fork parent_epoch must be >= 0");
+    if (!json::accept(spec.fork->overrides_json) || !json::parse(spec.fork->overrides_json).is_object()) {
+      fail("fork overrides must be a JSON object, got " + spec.fork->overrides_json);
+    }
+  }
+  json axes = json::object();
+  if (!spec.axes_json.empty()) {
+    if (!json::accept(spec.axes_json)) fail("axes_json is not valid JSON: " + spec.axes_json);
+    axes = json::parse(spec.axes_json);
+    if (!axes.is_object()) fail("axes_json must be a JSON object, got " + spec.axes_json);
+  }
+  std::map<std::string, std::string> declared(setting_columns_.begin(), setting_columns_.end());
+  std::vector<std::pair<std::string, json>> settings;
+  for (const auto& [column, text] : spec.columns) {
+    auto it = declared.find(column);
+    if (it == declared.end()) {
+      std::string known;
+      for (const auto& c : setting_columns_) known += (known.empty() ? "" : ", ") + c.first;
+      fail("runs has no setting column '" + column + "' (schema " +
+           std::to_string(schema_version()) + "; known: " + known +
+           "); add it with a migration in schemas/store.sql");
+    }
+    if (!json::accept(text)) fail("value of column " + column + " is not JSON text: " + text);
+    settings.emplace_back(column, json::parse(text));
+  }
+
+  return guarded_write(path_, db_, what, [&] {
+    const auto sweep_name =
+        sql::query_one<std::string>(db_, "SELECT name FROM sweeps WHERE id = ?", sweep_id);
+    if (!sweep_name) fail("no sweep has id " + std::to_string(sweep_id));
+    if (!spec.sweep_name.empty() && spec.sweep_name != *sweep_name) {
+      fail("RunSpec names sweep '" + spec.sweep_name + "' but sweep " + std::to_string(sweep_id) +
+           " is '" + *sweep_name + "'");
+    }
+
+    if (const std::optional<int64_t> id = find_identity(db_, sweep_id, spec)) {
+      // The same run. What it is does not change; how and where it executes may (another
+      // checkpoint.dir, thread count, a copy of the data at another path): the config this
+      // invocation planned is the one it trains with.
+      // (no write, so no page change, when nothing differs: the common case of a sweep run again)
+      sql::run(db_,
+               "UPDATE runs SET config_json = ?1, data_fingerprint = "
+               "COALESCE(data_fingerprint, NULLIF(?2, '')) WHERE id = ?3 AND "
+               "(config_json IS NOT ?1 OR (data_fingerprint IS NULL AND ?2 <> ''))",
+               spec.config_json, spec.data_fingerprint, *id);
+      return select_run(db_, setting_columns_, "WHERE r.id = ?", *id).value();
+    }
+
+    if (spec.fork) {
+      const auto parent_sweep = sql::query_one<int64_t>(
+          db_, "SELECT sweep_id FROM runs WHERE id = ?", spec.fork->parent_run_id);
+      if (!parent_sweep) {
+        fail("fork parent run " + std::to_string(spec.fork->parent_run_id) + " does not exist");
+      }
+      if (*parent_sweep != sweep_id) fail("a fork must belong to its parent's sweep");
+    }
+    std::string columns = "sweep_id, name, cell_index, label, config_json, config_hash, "
+                          "axes_json, created_at, data_fingerprint, parent_run_id, parent_epoch, "
+                          "fork_overrides, fork_changes, reset_optimizer";
+    std::string values = "?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''), ?, ?, ?, ?, ?";
+    for (const auto& setting : settings) {
+      columns += ", " + detail::quote_identifier(setting.first);
+      values += ", ?";
+    }
+    Statement insert(db_, "INSERT INTO runs (" + columns + ") VALUES (" + values + ")");
+    const std::string name = *sweep_name + "/" + std::to_string(spec.cell_index) + "-" +
+                             spec.config_hash.substr(0, 8);
+    insert.bind_all(sweep_id, name, spec.cell_index, spec.label, spec.config_json,
+                    spec.config_hash, axes.dump(), now_utc(), spec.data_fingerprint);
+    if (spec.fork) {  // else NULL
+      insert.bind(10, spec.fork->parent_run_id).bind(11, spec.fork->parent_epoch);
+      insert.bind(12, spec.fork->overrides_json).bind(13, spec.fork->changes);
+      insert.bind(14, spec.fork->reset_optimizer ? 1 : 0);
+    }
+    int index = 15;
+    for (const auto& setting : settings) {
+      bind_setting(insert, index++, setting.second, declared[setting.first]);
+    }
+    insert.run();
+    const int64_t run_id = sqlite3_last_insert_rowid(db_);
+
+    Statement param(db_, "INSERT INTO run_params (run_id, key, value_json) VALUES (?, ?, ?)");
+    for (const auto& [key, value] : axes.items()) param.bind_all(run_id, key, value.dump()).run();
+
+    return select_run(db_, setting_columns_, "WHERE r.id = ?", run_id).value();
+  });
+}
+
+std::optional<RunRow> Store::find_run(int64_t id) const {
+  return guarded(path_, "reading run " + std::to_string(id),
+                 [&] { return select_run(db_, setting_columns_, "WHERE r.id = ?", id); });
+}
+
+std::optional<RunRow> Store::find_run(const std::string& id_or_name) const {
+  if (all_digits(id_or_name) && id_or_name.size() < 19) return find_run(std::stoll(id_or_name));
+  return guarded(path_, "reading run " + id_or_name,
+                 [&] { return select_run(db_, setting_columns_, "WHERE r.name = ?", id_or_name); });
+}
+
+std::vector<RunRow> Store::runs(const std::optional<std::string>& sweep_name) const {
+  return guarded(path_, "listing runs", [&] {
+    Statement select(db_, std::string(kRunSelect) + (sweep_name ? "WHERE s.name = ? " : "") +
+                              "ORDER BY s.id, r.cell_index, r.id");
+    if (sweep_name) select.bind(1, *sweep_name);
+    return sql::read_rows(select,
+                          [&](const Statement& row) { return read_run(row, setting_columns_); });
+  });
+}
+
+std::vector<int> Store::fork_epochs(int64_t run_id) const {
+  return guarded(path_, "reading the forks of run " + std::to_string(run_id), [&] {
+    Statement select(db_,
+                     "SELECT DISTINCT parent_epoch FROM runs WHERE parent_run_id = ? AND "
+                     "parent_epoch IS NOT NULL ORDER BY parent_epoch",
+                     run_id);
+    return sql::read_rows(select,
+                          [](const Statement& row) { return static_cast<int>(row.column_int(0)); });
+  });
+}
+
+// --- holding a run ---------------------------------------------------------------------------
+
+void Store::mark_running(int64_t run_id, const Provenance& provenance) {
+  const std::string action = "marking run " + std::to_string(run_id) + " running";
+  guarded_write(path_, db_, action, [&] {
+    require_run(db_, path_, run_id, action);
+    mark_running_by_this_process(db_, now_utc(), run_id, provenance);
+  });
+}
+
+bool Store::claim_run(int64_t run_id, const Provenance& provenance, double stale_after_seconds,
+                      bool retry_failed) {
+  const std::string action = "claiming run " + std::to_string(run_id);
+  // In an IMMEDIATE transaction no other writer can interleave between the read and the write.
+  return guarded_write(path_, db_, action, [&] {
+    const Holding h = read_holding(db_, path_, run_id, action);
+    const auto now = std::chrono::system_clock::now();
+    bool claimable = h.status == "pending" || (retry_failed && h.status == "failed");
+    if (h.status == "running") {
+      const std::optional<bool> alive = h.holder ? alive_if_local(*h.holder) : std::nullopt;
+      if (alive) {
+        claimable = !*alive;  // same pid space: we know whether it lives
+      } else {
+        const auto stale =
+            now - std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                      std::chrono::duration<double>(std::max(0.0, stale_after_seconds)));
+        claimable = h.heartbeat_at < detail::iso_utc(stale);
+      }
+    }
+    if (!claimable) return false;
+    mark_running_by_this_process(db_, detail::iso_utc(now), run_id, provenance);
+    return true;
+  });
+}
+
+void Store::heartbeat(int64_t run_id) {
+  const std::string action = "heartbeat of run " + std::to_string(run_id);
+  guarded_write(path_, db_, action, [&] {
+    require_holder(db_, path_, run_id, action);
+    detail::touch_heartbeat(db_, run_id, now_utc());
+  });
+}
+
+void Store::finish_run(int64_t run_id, RunStatus status, const std::string& message,
+                       const std::string& summary_json) {
+  const std::string action = "finishing run " + std::to_string(run_id) + " as " + to_string(status);
+  if (status == RunStatus::kPending || status == RunStatus::kRunning) {
+    throw StoreError(path_ + ": " + action + ": a run finishes as done, failed or diverged");
+  }
+  if (!summary_json.empty() && !json::accept(summary_json)) {
+    throw StoreError(path_ + ": " + action + ": the summary is not valid JSON: " + summary_json);
+  }
+  guarded_write(path_, db_, action, [&] {
+    require_holder(db_, path_, run_id, action);
+    sql::run(db_,
+             "UPDATE runs SET status = ?1, message = ?2, summary_json = NULLIF(?3, ''), "
+             "finished_at = ?4, heartbeat_at = ?4 WHERE id = ?5",
+             to_string(status), message, summary_json, now_utc(), run_id);
+  });
+}
+
+void Store::release_run(int64_t run_id, const std::string& message) {
+  const std::string action = "releasing run " + std::to_string(run_id);
+  guarded_write(path_, db_, action, [&] {
+    require_holder(db_, path_, run_id, action);
+    sql::run(db_,
+             "UPDATE runs SET status = 'pending', message = ?1, heartbeat_at = ?2 WHERE id = ?3",
+             message, now_utc(), run_id);
+  });
+}
+
+}  // namespace amptune::store
