@@ -11,10 +11,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include "store/store.h"
+#include "store/records.h"
 
 namespace amptune {
 class Config;
+}
+
+namespace amptune::store {
+class Store;
 }
 
 namespace amptune::train {

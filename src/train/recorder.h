@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "store/store.h"
+#include "store/records.h"
 
 namespace amptune::train {
 

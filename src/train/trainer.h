@@ -7,11 +7,15 @@
 #include <optional>
 #include <string>
 
-#include "store/store.h"
+#include "store/records.h"
 #include "train/recorder.h"
 
 namespace amptune::dist {
 class Cluster;
+}
+
+namespace amptune::store {
+class Store;
 }
 
 namespace amptune::train {
