@@ -5,8 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "core/config.h"
 #include "core/error.h"
+#include "core/settings.h"
 
 namespace amptune::amp {
 namespace {
@@ -20,8 +20,7 @@ OptLevel parse_level(const std::string& s) {
 }
 
 // "auto" -> nullopt, "true"/"false" -> the bool.
-std::optional<bool> tri_state(const Config& config, const std::string& key) {
-  const std::string v = config.get_string(key);
+std::optional<bool> tri_state(const std::string& v, const std::string& key) {
   if (v == "auto") return std::nullopt;
   if (v == "true") return true;
   if (v == "false") return false;
@@ -77,14 +76,14 @@ std::string Policy::loss_scale_text() const {
   return dynamic_scale ? std::string("dynamic") : nlohmann::json(static_scale).dump();
 }
 
-Policy resolve_policy(const Config& config, bool device_is_cuda, const CpuCaps& cpu) {
+Policy resolve_policy(const AmpSettings& amp, bool device_is_cuda, const CpuCaps& cpu) {
   Policy p;
-  p.opt_level = parse_level(config.get_string("amp.opt_level"));
-  p.dtype = config.get_string("amp.dtype") == "bf16" ? Dtype::kBf16 : Dtype::kFp16;
+  p.opt_level = parse_level(amp.opt_level);
+  p.dtype = amp.dtype == "bf16" ? Dtype::kBf16 : Dtype::kFp16;
   p.on_cuda = device_is_cuda;
   const std::string level = to_string(p.opt_level);
-  const auto keep_bn = tri_state(config, "amp.keep_batchnorm_fp32");
-  const auto masters = tri_state(config, "amp.master_weights");
+  const auto keep_bn = tri_state(amp.keep_batchnorm_fp32, "amp.keep_batchnorm_fp32");
+  const auto masters = tri_state(amp.master_weights, "amp.master_weights");
 
   // apex's property table.
   switch (p.opt_level) {
@@ -115,8 +114,8 @@ Policy resolve_policy(const Config& config, bool device_is_cuda, const CpuCaps& 
       p.master_weights = masters.value_or(false);
       break;
   }
-  p.combine_grad = config.get_bool("amp.combine_grad");
-  p.fp32_modules = config.get_string_list("amp.fp32_modules");
+  p.combine_grad = amp.combine_grad;
+  p.fp32_modules = amp.fp32_modules;
   if (p.combine_grad && p.opt_level == OptLevel::kO2 && !p.master_weights) {
     throw ConfigError(
         "amp.combine_grad true with amp.opt_level O2 needs master weights (Ascend apex refuses "
@@ -124,18 +123,17 @@ Policy resolve_policy(const Config& config, bool device_is_cuda, const CpuCaps& 
   }
 
   // Loss scale: auto = the level's default.
-  const nlohmann::json& ls = config.at("amp.loss_scale");
-  if (ls.is_string() && ls.get<std::string>() == "auto") {
+  if (amp.loss_scale.word == "auto") {
     p.dynamic_scale = p.opt_level == OptLevel::kO1 || p.opt_level == OptLevel::kO2;
-  } else if (ls.is_string()) {
+  } else if (!amp.loss_scale.word.empty()) {
     p.dynamic_scale = true;  // "dynamic" (also -1)
   } else {
     p.dynamic_scale = false;
-    p.static_scale = ls.get<double>();
+    p.static_scale = amp.loss_scale.value;
   }
-  p.min_scale = config.get_double("amp.min_loss_scale");
-  p.max_scale = config.get_double("amp.max_loss_scale");
-  p.growth_interval = config.get_int("amp.growth_interval");
+  p.min_scale = amp.min_loss_scale;
+  p.max_scale = amp.max_loss_scale;
+  p.growth_interval = amp.growth_interval;
   if (p.min_scale > p.max_scale) {
     throw ConfigError("amp.min_loss_scale (" + nlohmann::json(p.min_scale).dump() +
                       ") is above amp.max_loss_scale (" + nlohmann::json(p.max_scale).dump() + ")");
@@ -143,7 +141,7 @@ Policy resolve_policy(const Config& config, bool device_is_cuda, const CpuCaps& 
   p.init_scale = std::min(65536.0, p.max_scale);
 
   // Backend.
-  const std::string backend = config.get_string("amp.backend");
+  const std::string& backend = amp.backend;
   const bool cpu_has_kernels = p.dtype == Dtype::kBf16 && p.opt_level == OptLevel::kO1;
   if (p.opt_level == OptLevel::kO0) {
     p.backend = Backend::kNone;

@@ -9,7 +9,7 @@
 #include <vector>
 
 namespace amptune {
-class Config;
+struct AmpSettings;
 }
 
 namespace amptune::amp {
@@ -62,13 +62,15 @@ const CpuCaps& detect_cpu();
 // From a flags line as /proc/cpuinfo writes it ("fpu vme ... avx512_bf16 ...").
 CpuCaps cpu_caps_from_flags(const std::string& flags);
 
-// Resolves config amp.* for a run on `device_is_cuda` (on a CPU with `cpu`'s capabilities). Throws ConfigError naming the amp.* key
+// Resolves the amp.* settings (core/settings.h) for a run on `device_is_cuda` (on a CPU with
+// `cpu`'s capabilities). Throws ConfigError naming the amp.* key
 // for the combinations apex refuses (O1 with keep_batchnorm_fp32 or master_weights set; O0 with
 // either set to true; O2 combine_grad without master weights) and for a native backend the
 // device has no kernels for (CPU + fp16; CPU + O2/O3).
 // amp.backend auto takes native where it is the faster correct path: CUDA, or a CPU with bf16
 // instructions for O1 bf16; otherwise emulate.
-Policy resolve_policy(const Config& config, bool device_is_cuda, const CpuCaps& cpu = detect_cpu());
+Policy resolve_policy(const AmpSettings& amp, bool device_is_cuda,
+                      const CpuCaps& cpu = detect_cpu());
 
 std::string to_string(OptLevel level);  // "O0".."O3"
 std::string to_string(Dtype dtype);     // "fp16" | "bf16"

@@ -6,6 +6,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "core/settings.h"
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "train/optimizer.h"
@@ -44,11 +45,12 @@ BenchResult bench(const Config& config, int64_t steps, int64_t warmup, int threa
 
   r.loader_fps = timed([](const data::Batch&) {}).first;
 
-  torch::manual_seed(static_cast<uint64_t>(config.get_int("seed")));
+  const Settings settings = Settings::from(config);
+  torch::manual_seed(static_cast<uint64_t>(settings.seed));
   auto task = make_task(config);
   task->place(device);
   task->module().train();
-  auto optimizer = make_optimizer(config, task->module().parameters());
+  auto optimizer = make_optimizer(settings.optim, task->module().parameters());
   auto [fps, step_s] = timed([&](const data::Batch& batch) {
     optimizer->zero_grad();
     auto loss = task->train_loss(batch, device);

@@ -16,6 +16,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/settings.h"
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "train/casts.h"
@@ -309,15 +310,16 @@ store::Diagnosis diagnose(store::Store& store, const store::RunRow& run,
   const std::optional<store::EpochRow> checkpoint = pick_checkpoint(store, run, options);
   const int epoch = checkpoint ? checkpoint->epoch : -1;
   torch::set_num_threads(resolve_threads(config, options.threads));
-  const torch::Device device = pick_device(config);
+  const Settings settings = Settings::from(config);
+  const torch::Device device = pick_device(settings.device);
 
   // The run as it trained, from its checkpoint (or its initial weights).
-  Precision precision(config, device);
+  Precision precision(settings.amp, device);
   Session session = checkpoint ? load_session(config, run, *checkpoint, device, precision)
                                : build_session(config, device, precision);
   // The reference from the same fp32 values (O2 runs: the masters).
   const auto values = full_precision_state(session.task->module(), precision.engine());
-  Precision ref_precision(reference, device);
+  Precision ref_precision(Settings::from(reference).amp, device);
   Session ref = build_session(reference, device, ref_precision, &values, "run " + run.name);
 
   const amp::Policy& policy = precision.policy();

@@ -12,6 +12,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/settings.h"
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "models/weights.h"
@@ -105,15 +106,16 @@ std::vector<EpochEvaluation> evaluate_checkpoints(store::Store& store, const sto
                                                   const EvalOptions& options) {
   const std::vector<int> epochs = checkpoint_epochs(store, run, options);
   const Config config = Config::from_json(run.config_json, "run " + run.name);
+  const Settings settings = Settings::from(config);
   torch::set_num_threads(resolve_threads(config, options.threads));
-  const torch::Device device = pick_device(config);
-  Precision precision(config, device);  // this thread's amp policy while evaluating
+  const torch::Device device = pick_device(settings.device);
+  Precision precision(settings.amp, device);  // this thread's amp policy while evaluating
   auto val_set = data::make_dataset(config, data::Split::kVal);
   log::info("run " + run.name + ": evaluating " + std::to_string(epochs.size()) +
             " checkpoint(s) on " + val_set->describe());
 
   // The set training evaluated: its first eval_step_per_epoch batches (0: it did not evaluate).
-  const int64_t eval_steps = config.get_int("schedule.eval_step_per_epoch");
+  const int64_t eval_steps = settings.schedule.eval_step_per_epoch;
   const int64_t training_batches = eval_steps == 0 ? -1 : eval_steps;
   const int64_t batches = options.max_batches.value_or(training_batches);
 
@@ -165,8 +167,9 @@ ExportResult export_checkpoint(store::Store& store, const store::RunRow& run, in
   checkpoint_epochs(store, run, select);  // throws naming the saved epochs
   const auto rows = store.epochs(run.id);
   const Config config = Config::from_json(run.config_json, "run " + run.name);
-  const torch::Device device = pick_device(config);
-  Precision precision(config, device);
+  const Settings settings = Settings::from(config);
+  const torch::Device device = pick_device(settings.device);
+  Precision precision(settings.amp, device);
   Session session = load_session(config, run, row_of(rows, epoch), device, precision);
 
   const auto values = full_precision_state(session.task->module(), precision.engine());

@@ -5,36 +5,36 @@
 
 #include <torch/torch.h>
 
-#include "core/config.h"
 #include "core/error.h"
+#include "core/settings.h"
 
 namespace amptune::train {
 
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const Config& config,
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimSettings& optim,
                                                         std::vector<torch::Tensor> params) {
-  return make_optimizer(config, std::move(params), config.get_bool("optim.fused"));
+  return make_optimizer(optim, std::move(params), optim.fused);
 }
 
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const Config& config,
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimSettings& optim,
                                                         std::vector<torch::Tensor> params,
                                                         bool fused) {
-  const std::string name = config.get_string("optim.name");
-  const double lr = config.get_double("optim.lr");
-  const double wd = config.get_double("optim.weight_decay");
+  const std::string& name = optim.name;
+  const double lr = optim.lr;
+  const double wd = optim.weight_decay;
   if (name == "adam") {
-    const auto betas = config.get_double_list("optim.betas");
+    const auto& betas = optim.betas;
     if (betas.size() != 2) {
       throw ConfigError("optim.betas must hold two values, got " + std::to_string(betas.size()));
     }
     const auto options = torch::optim::AdamOptions(lr)
                              .betas({betas[0], betas[1]})
-                             .eps(config.get_double("optim.eps"))
+                             .eps(optim.eps)
                              .weight_decay(wd);
     if (fused) return std::make_unique<FusedAdam>(std::move(params), options);
     return std::make_unique<torch::optim::Adam>(std::move(params), options);
   }
-  const double momentum = config.get_double("optim.momentum");
-  const bool nesterov = config.get_bool("optim.nesterov");
+  const double momentum = optim.momentum;
+  const bool nesterov = optim.nesterov;
   if (nesterov && momentum <= 0) {
     throw ConfigError("optim.nesterov needs optim.momentum > 0 (got " + std::to_string(momentum) +
                       ")");

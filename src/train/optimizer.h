@@ -14,18 +14,18 @@
 #include <torch/optim/sgd.h>
 
 namespace amptune {
-class Config;
+struct OptimSettings;
 }
 
 namespace amptune::train {
 
 // SGD (momentum, nesterov, weight decay) or Adam (betas, eps, weight decay) over `params`.
 // Throws ConfigError for inconsistent settings (nesterov without momentum, betas not a pair).
-// The two-argument form builds the unfused torch::optim classes; `fused` true builds FusedSGD /
-// FusedAdam with the same options.
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const Config& config,
+// The two-argument form takes optim.fused; `fused` true builds FusedSGD / FusedAdam with the
+// same options, false the torch::optim classes.
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimSettings& optim,
                                                         std::vector<torch::Tensor> params);
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const Config& config,
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimSettings& optim,
                                                         std::vector<torch::Tensor> params,
                                                         bool fused);
 // Sets the learning rate of every parameter group.

@@ -27,6 +27,7 @@
 #include <torch/torch.h>
 
 #include "core/config.h"
+#include "core/settings.h"
 #include "data/loader.h"
 #include "train/recorder.h"
 #include "train/trainer.h"
@@ -124,6 +125,7 @@ class RunTraining {
   const std::chrono::steady_clock::time_point began_;
 
   std::unique_ptr<Config> config_;
+  Settings settings_;  // config_'s typed sections, read once in set_up
   int threads_ = 1;
   torch::Device device_{torch::kCPU};
   std::unique_ptr<dist::ProcessGroup> group_;  // null for one process

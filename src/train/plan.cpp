@@ -7,6 +7,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "amp/emulate.h"
@@ -14,6 +15,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/hash.h"
+#include "core/settings.h"
 #include "data/dataset.h"
 #include "data/idx.h"
 #include "dist/group.h"
@@ -30,8 +32,7 @@ namespace {
 
 // amp.fp32_modules: every glob names a module of the model. The names of each model
 // configuration are read once (the model is built without its weights files).
-void check_fp32_modules(const Config& config) {
-  const auto globs = config.get_string_list("amp.fp32_modules");
+void check_fp32_modules(const Config& config, const std::vector<std::string>& globs) {
   if (globs.empty()) return;
   static std::mutex mutex;
   static std::map<std::string, std::vector<std::string>> names_of;
@@ -52,35 +53,61 @@ void check_fp32_modules(const Config& config) {
   amp::check_fp32_globs(names, globs);
 }
 
+// run_columns of `config`, whose settings are `s`.
+std::map<std::string, std::string> columns_of(const Config& config, const Settings& s) {
+  auto info = model_info(config);
+  const amp::Policy policy = amp::resolve_policy(
+      s.amp, s.device == "cuda" || (s.device == "auto" && torch::cuda::is_available()));
+  return {
+      {"model", nlohmann::json(s.model.name).dump()},
+      {"dataset", nlohmann::json(s.data.format + ":" + s.data.root).dump()},
+      {"optimizer", nlohmann::json(s.optim.name).dump()},
+      {"lr", nlohmann::json(s.optim.lr).dump()},
+      {"batch_size", nlohmann::json(s.data.batch_size).dump()},
+      {"epochs", nlohmann::json(s.schedule.epochs).dump()},
+      {"lr_dec_epoch", nlohmann::json(s.schedule.lr_dec_epoch).dump()},
+      {"seed", nlohmann::json(s.seed).dump()},
+      {"primary_metric", nlohmann::json(info.primary_metric).dump()},
+      // amp: the resolved policy (loss_scale auto -> the level's default; the backend this
+      // machine uses). Throws ConfigError for a combination apex refuses, before anything runs.
+      {"opt_level", nlohmann::json(amp::to_string(policy.opt_level)).dump()},
+      {"dtype", nlohmann::json(amp::to_string(policy.dtype)).dump()},
+      {"loss_scale", policy.dynamic_scale ? nlohmann::json("dynamic").dump()
+                                          : nlohmann::json(policy.static_scale).dump()},
+      {"backend", nlohmann::json(amp::to_string(policy.backend)).dump()},
+      {"backend_reason", nlohmann::json(policy.backend_reason).dump()},
+  };
+}
+
 }  // namespace
 
 void validate_config(const Config& config) {
+  const Settings s = Settings::from(config);
   (void)model_info(config);   // the model and its task exist
-  check_fp32_modules(config);
-  (void)run_columns(config);  // the amp policy: combinations apex refuses
-  (void)profile_steps(config);  // [first, last] or []
-  const auto casts = config.get_string_list("casts.int32");
+  check_fp32_modules(config, s.amp.fp32_modules);
+  (void)columns_of(config, s);     // the amp policy: combinations apex refuses
+  (void)profile_steps(s.profile);  // [first, last] or []
+  const auto& casts = s.casts.int32;
   (void)Int32Casts(casts);  // known cast point names
-  if (!casts.empty() && config.get_string("model.name") != "rootnet") {
+  if (!casts.empty() && s.model.name != "rootnet") {
     throw ConfigError("casts.int32: the cast points are fields of RootNet's data path; model " +
-                      config.get_string("model.name") +
-                      " has none, so they would change nothing; remove casts.int32");
+                      s.model.name + " has none, so they would change nothing; remove casts.int32");
   }
-  if (config.get_int("schedule.training_step_per_epoch") == 0) {
+  if (s.schedule.training_step_per_epoch == 0) {
     throw ConfigError(
         "schedule.training_step_per_epoch is 0: every epoch must train at least "
         "one step (-1 = the whole training split); for an evaluation-only cell "
         "set schedule.epochs: 0");
   }
-  if (config.get_int("schedule.eval_step_per_epoch") == 0) {
-    if (config.get_int("schedule.epochs") == 0) {
+  if (s.schedule.eval_step_per_epoch == 0) {
+    if (s.schedule.epochs == 0) {
       throw ConfigError(
           "schedule.epochs is 0 (an evaluation-only run) but "
           "schedule.eval_step_per_epoch is 0 (no evaluation), so the run would do "
           "nothing; set schedule.eval_step_per_epoch to -1 (the whole evaluation "
           "split) or a number of batches");
     }
-    if (config.get_bool("schedule.eval_initial")) {
+    if (s.schedule.eval_initial) {
       throw ConfigError(
           "schedule.eval_initial is true but schedule.eval_step_per_epoch is 0 (no "
           "evaluation); set schedule.eval_step_per_epoch to -1 or a number of "
@@ -91,7 +118,8 @@ void validate_config(const Config& config) {
 
 void check_parallel(const Config& config, int world_size) {
   if (world_size <= 1) return;
-  (void)dist::resolve_backend(config.get_string("dist.backend"), pick_device(config));
+  const Settings s = Settings::from(config);
+  (void)dist::resolve_backend(s.dist.backend, pick_device(s.device));
 }
 
 void check_world_size(const data::Dataset& train_set, int64_t batch_size, int world_size) {
@@ -107,11 +135,12 @@ void check_world_size(const data::Dataset& train_set, int64_t batch_size, int wo
 }
 
 void check_data(const Config& config, int world_size) {
-  if (config.get_int("schedule.epochs") > 0) {  // an evaluation-only run reads no training split
+  const Settings s = Settings::from(config);
+  if (s.schedule.epochs > 0) {  // an evaluation-only run reads no training split
     auto train_set = data::make_dataset(config, data::Split::kTrain);
-    check_world_size(*train_set, config.get_int("data.batch_size"), world_size);
+    check_world_size(*train_set, s.data.batch_size, world_size);
   }
-  if (config.get_int("schedule.eval_step_per_epoch") != 0) {
+  if (s.schedule.eval_step_per_epoch != 0) {
     (void)data::make_dataset(config, data::Split::kVal);
   }
 }
@@ -136,18 +165,19 @@ std::string cached_fingerprint(const std::string& path, bool tree) {
 }  // namespace
 
 std::string data_fingerprint(const Config& config) {
-  const bool trains = config.get_int("schedule.epochs") > 0;
-  const bool evaluates = config.get_int("schedule.eval_step_per_epoch") != 0;
+  const Settings s = Settings::from(config);
+  const bool trains = s.schedule.epochs > 0;
+  const bool evaluates = s.schedule.eval_step_per_epoch != 0;
   std::string parts;  // "<what> <fingerprint>" lines, in a fixed order
   auto add = [&](const std::string& what, const std::string& path, bool tree) {
     parts += what + " " + cached_fingerprint(path, tree) + "\n";
   };
-  const std::string format = config.get_string("data.format");
-  const std::string root = config.get_string("data.root");
-  for (const auto& [reads, split_key] : {std::pair{trains, "data.train_split"},
-                                         std::pair{evaluates, "data.val_split"}}) {
+  const std::string& format = s.data.format;
+  const std::string& root = s.data.root;
+  for (const auto& [reads, split_key, split] :
+       {std::tuple{trains, "data.train_split", s.data.train_split},
+        std::tuple{evaluates, "data.val_split", s.data.val_split}}) {
     if (!reads) continue;
-    const std::string split = config.get_string(split_key);
     if (format == "imagefolder") add(split_key, root + "/" + split, true);
     if (format == "idx") {
       for (const char* kind : {"images-idx3", "labels-idx1"}) {
@@ -157,29 +187,31 @@ std::string data_fingerprint(const Config& config) {
   }
   if (format == "rootnet") {
     std::vector<std::string> sets;
-    if (trains) sets = config.get_string_list("rootnet.train_sets");
-    const std::string test_set = config.get_string("rootnet.test_set");
+    if (trains) sets = s.rootnet.train_sets;
+    const std::string& test_set = s.rootnet.test_set;
     if (evaluates) sets.push_back(test_set);
     std::sort(sets.begin(), sets.end());
     sets.erase(std::unique(sets.begin(), sets.end()), sets.end());
-    static const std::map<std::string, std::string> kRootKey = {
-        {"h36m", "rootnet.h36m_root"}, {"muco", "rootnet.muco_root"},
-        {"mpii", "rootnet.mpii_root"}, {"mupots", "rootnet.mupots_root"}};
-    for (const std::string& set : sets) add(set, config.get_string(kRootKey.at(set)), true);
-    const std::string boxes = config.get_string("rootnet.mupots_bbox_file");
+    const std::map<std::string, const std::string*> root_of = {{"h36m", &s.rootnet.h36m_root},
+                                                               {"muco", &s.rootnet.muco_root},
+                                                               {"mpii", &s.rootnet.mpii_root},
+                                                               {"mupots", &s.rootnet.mupots_root}};
+    for (const std::string& set : sets) add(set, *root_of.at(set), true);
+    const std::string& boxes = s.rootnet.mupots_bbox_file;
     if (evaluates && test_set == "mupots" && !boxes.empty()) add("mupots_bbox_file", boxes, false);
   }
-  const std::string weights = config.get_string("model.weights");
+  const std::string& weights = s.model.weights;
   if (!weights.empty()) add("model.weights", weights, false);
-  const std::string backbone = config.get_string("model.backbone_weights");
-  if (!backbone.empty() && config.get_string("model.name") == "rootnet") {
+  const std::string& backbone = s.model.backbone_weights;
+  if (!backbone.empty() && s.model.name == "rootnet") {
     add("model.backbone_weights", backbone, false);  // read by RootNet only
   }
   return sha256_hex(parts);
 }
 
 void refuse_evaluation_only(const store::RunRow& run, const std::string& purpose) {
-  if (Config::from_json(run.config_json, "run " + run.name).get_int("schedule.epochs") != 0) return;
+  const Config config = Config::from_json(run.config_json, "run " + run.name);
+  if (Settings::from(config).schedule.epochs != 0) return;
   throw CheckpointError("run " + run.name +
                         " is evaluation-only (schedule.epochs: 0): its epoch 0 is the evaluation "
                         "of its initial weights and it saved no checkpoint " +
@@ -210,14 +242,16 @@ store::RunSpec plan_fork(const store::RunRow& parent, int epoch,
     short_changes += (short_changes.empty() ? "" : " ") + key + "=" +
                      (after.is_string() ? after.get<std::string>() : after.dump());
   }
-  const Config before = Config::from_json(parent.config_json, "run " + parent.name);
-  if (!reset_optimizer && config.get_string("optim.name") != before.get_string("optim.name")) {
-    throw ConfigError("fork of " + parent.name + ": optim.name changes from " +
-                      before.get_string("optim.name") + " to " + config.get_string("optim.name") +
+  const Settings s = Settings::from(config);
+  const std::string parent_optim =
+      Settings::from(Config::from_json(parent.config_json, "run " + parent.name)).optim.name;
+  if (!reset_optimizer && s.optim.name != parent_optim) {
+    throw ConfigError("fork of " + parent.name + ": optim.name changes from " + parent_optim +
+                      " to " + s.optim.name +
                       ", whose state the parent's optimizer cannot give; add --reset-optimizer "
                       "(reset_optimizer: true in a sweep's forks:) to start it fresh");
   }
-  const int64_t epochs = config.get_int("schedule.epochs");
+  const int64_t epochs = s.schedule.epochs;
   if (epochs <= epoch + 1) {
     throw ConfigError("fork of " + parent.name + " from epoch " + std::to_string(epoch) +
                       ": schedule.epochs is " + std::to_string(epochs) +
@@ -253,50 +287,34 @@ store::RunSpec plan_fork(const store::RunRow& parent, int epoch,
 }
 
 std::map<std::string, std::string> run_columns(const Config& config) {
-  auto info = model_info(config);
-  const std::string device = config.get_string("device");
-  const amp::Policy policy = amp::resolve_policy(
-      config, device == "cuda" || (device == "auto" && torch::cuda::is_available()));
-  return {
-      {"model", config.at("model.name").dump()},
-      {"dataset", nlohmann::json(config.get_string("data.format") + ":" +
-                                 config.get_string("data.root"))
-                      .dump()},
-      {"optimizer", config.at("optim.name").dump()},
-      {"lr", config.at("optim.lr").dump()},
-      {"batch_size", config.at("data.batch_size").dump()},
-      {"epochs", config.at("schedule.epochs").dump()},
-      {"lr_dec_epoch", config.at("schedule.lr_dec_epoch").dump()},
-      {"seed", config.at("seed").dump()},
-      {"primary_metric", nlohmann::json(info.primary_metric).dump()},
-      // amp: the resolved policy (loss_scale auto -> the level's default; the backend this
-      // machine uses). Throws ConfigError for a combination apex refuses, before anything runs.
-      {"opt_level", nlohmann::json(amp::to_string(policy.opt_level)).dump()},
-      {"dtype", nlohmann::json(amp::to_string(policy.dtype)).dump()},
-      {"loss_scale", policy.dynamic_scale ? nlohmann::json("dynamic").dump()
-                                          : nlohmann::json(policy.static_scale).dump()},
-      {"backend", nlohmann::json(amp::to_string(policy.backend)).dump()},
-      {"backend_reason", nlohmann::json(policy.backend_reason).dump()},
-  };
+  return columns_of(config, Settings::from(config));
 }
 
 int resolve_threads(const Config& config, int override_threads) {
-  int threads = override_threads > 0 ? override_threads : static_cast<int>(config.get_int("threads"));
+  int threads =
+      override_threads > 0 ? override_threads : static_cast<int>(Settings::from(config).threads);
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return threads;
 }
 
-std::string resolve_device(const Config& config) { return pick_device(config).str(); }
+std::string resolve_device(const Config& config) {
+  return pick_device(Settings::from(config).device).str();
+}
 
 std::string default_checkpoint_root(const std::string& db_path) {
   const std::filesystem::path db(db_path);
   return (db.parent_path() / "checkpoints" / db.stem()).string();
 }
 
-std::string checkpoint_dir(const Config& config, const store::Store& store, int64_t run_id) {
-  std::string dir = config.get_string("checkpoint.dir");
-  if (dir.empty()) dir = default_checkpoint_root(store.path());
+std::string checkpoint_dir(const CheckpointSettings& checkpoint, const store::Store& store,
+                           int64_t run_id) {
+  const std::string dir =
+      checkpoint.dir.empty() ? default_checkpoint_root(store.path()) : checkpoint.dir;
   return (std::filesystem::path(dir) / std::to_string(run_id)).string();
+}
+
+std::string checkpoint_dir(const Config& config, const store::Store& store, int64_t run_id) {
+  return checkpoint_dir(Settings::from(config).checkpoint, store, run_id);
 }
 
 

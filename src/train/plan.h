@@ -15,6 +15,7 @@
 
 namespace amptune {
 class Config;
+struct CheckpointSettings;
 }
 
 namespace amptune::store {
@@ -36,6 +37,8 @@ std::string resolve_device(const Config& config);
 // share run directories.
 std::string default_checkpoint_root(const std::string& db_path);
 // Directory of a run's checkpoints: checkpoint.dir/<run id>, or default_checkpoint_root/<run id>.
+std::string checkpoint_dir(const CheckpointSettings& checkpoint, const store::Store& store,
+                           int64_t run_id);
 std::string checkpoint_dir(const Config& config, const store::Store& store, int64_t run_id);
 
 // Everything about `config` that can refuse a run before it trains, without touching data: the

@@ -15,15 +15,15 @@
 #include "amp/emulate.h"
 #include "amp/engine.h"
 #include "amp/policy.h"
-#include "core/config.h"
+#include "core/settings.h"
 #include "store/store.h"
 
 namespace amptune::train {
 
 class Precision {
  public:
-  Precision(const Config& config, const torch::Device& device)
-      : policy_(amp::resolve_policy(config, device.is_cuda())), scope_(policy_) {}
+  Precision(const AmpSettings& amp, const torch::Device& device)
+      : policy_(amp::resolve_policy(amp, device.is_cuda())), scope_(policy_) {}
 
   const amp::Policy& policy() const { return policy_; }
   amp::Engine& engine() { return *engine_; }

@@ -7,14 +7,14 @@
 #include <filesystem>
 #include <fstream>
 
-#include "core/config.h"
 #include "core/error.h"
+#include "core/settings.h"
 
 namespace amptune::train {
 namespace fs = std::filesystem;
 
-std::optional<StepRange> profile_steps(const Config& config) {
-  const std::vector<int64_t> steps = config.get_int_list("profile.steps");
+std::optional<StepRange> profile_steps(const ProfileSettings& profile) {
+  const std::vector<int64_t>& steps = profile.steps;
   if (steps.empty()) return std::nullopt;
   if (steps.size() != 2 || steps[0] < 0 || steps[1] < steps[0]) {
     std::string got;

@@ -10,7 +10,7 @@
 #include <string>
 
 namespace amptune {
-class Config;
+struct ProfileSettings;
 }
 
 namespace torch::autograd::profiler {
@@ -27,7 +27,7 @@ struct StepRange {
 
 // profile.steps: nullopt when [] (off). ConfigError naming the key unless [first, last] with
 // 0 <= first <= last.
-std::optional<StepRange> profile_steps(const Config& config);
+std::optional<StepRange> profile_steps(const ProfileSettings& profile);
 
 // Traces the steps of `range` (none when nullopt) of one process and writes the trace into
 // `dir` as profile_steps_FIRST-LAST.json (atomically: temp file, rename). A range that crosses

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include "core/config.h"
+#include "core/settings.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "train/checkpoint.h"
@@ -43,7 +44,8 @@ Start start_from_parent(Recorder& recorder, const store::RunRow& run, const Conf
   std::optional<amp::ScalerState> scaler;
   std::unique_ptr<torch::optim::Optimizer> parent_optimizer;
   {
-    Precision parent_precision(parent_config, device);  // this thread's amp policy until the end
+    // This thread's amp policy until the end.
+    Precision parent_precision(Settings::from(parent_config).amp, device);
     Session ps = build_session(parent_config, device, parent_precision);
     load_checkpoint(*row->checkpoint, ps.task->module(), *ps.optimizer, owner_hashes(*parent),
                     &parent_precision.engine());

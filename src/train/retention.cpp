@@ -16,6 +16,7 @@
 #include "core/process.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/settings.h"
 #include "train/plan.h"
 
 namespace amptune::train {
@@ -62,18 +63,18 @@ std::set<int> retained_epochs(const std::vector<store::EpochRow>& rows,
   return keep;
 }
 
-void apply_retention(store::Store& store, int64_t run_id, const Config& config,
+void apply_retention(store::Store& store, int64_t run_id, const CheckpointSettings& checkpoint,
                      const std::string& primary, bool higher_is_better) {
   RetentionPolicy policy;
-  policy.keep_last = config.get_int("checkpoint.keep_last");
-  policy.keep_best = config.get_int("checkpoint.keep_best");
-  policy.keep_epochs = config.get_int_list("checkpoint.keep_epochs");
+  policy.keep_last = checkpoint.keep_last;
+  policy.keep_best = checkpoint.keep_best;
+  policy.keep_epochs = checkpoint.keep_epochs;
   policy.primary_metric = primary;
   policy.higher_is_better = higher_is_better;
   if (policy.keep_last == 0 && policy.keep_best == 0) return;
   const auto rows = store.epochs(run_id);
   const std::set<int> keep = retained_epochs(rows, policy, store.fork_epochs(run_id));
-  const std::string run_dir = checkpoint_dir(config, store, run_id);
+  const std::string run_dir = checkpoint_dir(checkpoint, store, run_id);
   for (auto& row : rows) {
     if (!row.checkpoint || keep.count(row.epoch)) continue;
     remove_own_checkpoint(row.checkpoint->path, run_dir);
@@ -107,8 +108,8 @@ bool is_temp(const std::string& name) { return name.find(".tmp.") != std::string
 
 }  // namespace
 
-void claim_checkpoint_root(const Config& config, const store::Store& store) {
-  const std::string configured = config.get_string("checkpoint.dir");
+void claim_checkpoint_root(const CheckpointSettings& checkpoint, const store::Store& store) {
+  const std::string& configured = checkpoint.dir;
   const fs::path root = configured.empty() ? fs::path(default_checkpoint_root(store.path()))
                                            : fs::path(configured);
   const fs::path marker = root / ".amptune-database";

@@ -10,7 +10,7 @@
 #include "store/store.h"
 
 namespace amptune {
-class Config;
+struct CheckpointSettings;
 }
 
 namespace amptune::train {
@@ -30,10 +30,10 @@ struct RetentionPolicy {
 std::set<int> retained_epochs(const std::vector<store::EpochRow>& rows,
                               const RetentionPolicy& policy, const std::vector<int>& fork_epochs);
 
-// Applies the config's checkpoint.keep_last / keep_best / keep_epochs to run `run_id` (forks'
+// Applies checkpoint.keep_last / keep_best / keep_epochs to run `run_id` (forks'
 // parent epochs are kept): deletes the other checkpoint files and marks them deleted in the
 // store (their metrics stay).
-void apply_retention(store::Store& store, int64_t run_id, const Config& config,
+void apply_retention(store::Store& store, int64_t run_id, const CheckpointSettings& checkpoint,
                      const std::string& primary, bool higher_is_better);
 
 // Deletes the recorded checkpoint file `path` of a run whose own checkpoint folder is `run_dir`
@@ -43,12 +43,13 @@ void apply_retention(store::Store& store, int64_t run_id, const Config& config,
 // tree. Returns whether the file was deleted.
 bool remove_own_checkpoint(const std::string& path, const std::string& run_dir);
 
-// The checkpoint folder of `config`'s runs (checkpoint.dir, or default_checkpoint_root of the
-// database) belongs to one database: its file .amptune-database names that database's id and
-// path. Creates the folder and the file when missing; throws CheckpointError naming both
-// databases when the file names another (two databases given one checkpoint.dir would write and
-// delete each other's epoch_N files). Called before a run writes or deletes anything there.
-void claim_checkpoint_root(const Config& config, const store::Store& store);
+// The checkpoint folder of runs with `checkpoint` settings (checkpoint.dir, or
+// default_checkpoint_root of the database) belongs to one database: its file .amptune-database
+// names that database's id and path. Creates the folder and the file when missing; throws
+// CheckpointError naming both databases when the file names another (two databases given one
+// checkpoint.dir would write and delete each other's epoch_N files). Called before a run writes
+// or deletes anything there.
+void claim_checkpoint_root(const CheckpointSettings& checkpoint, const store::Store& store);
 
 // Removes the temp files of interrupted checkpoint saves ("<name>.tmp.<pid>", checkpoint.h) in a
 // run's checkpoint directory whose writer is dead: its pid is not a live process of this machine,

@@ -2,18 +2,18 @@
 
 #include <cmath>
 
-#include "core/config.h"
+#include "core/settings.h"
 
 namespace amptune::train {
 
-Schedule Schedule::from_config(const Config& config) {
+Schedule Schedule::from(const Settings& settings) {
   Schedule s;
-  s.lr0 = config.get_double("optim.lr");
-  s.policy = config.get_string("schedule.lr_policy");
-  s.lr_dec_epoch = config.get_int_list("schedule.lr_dec_epoch");
-  s.lr_dec_factor = config.get_double("schedule.lr_dec_factor");
-  s.warmup_epochs = config.get_double("schedule.warmup_epochs");
-  s.epochs = config.get_int("schedule.epochs");
+  s.lr0 = settings.optim.lr;
+  s.policy = settings.schedule.lr_policy;
+  s.lr_dec_epoch = settings.schedule.lr_dec_epoch;
+  s.lr_dec_factor = settings.schedule.lr_dec_factor;
+  s.warmup_epochs = settings.schedule.warmup_epochs;
+  s.epochs = settings.schedule.epochs;
   return s;
 }
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 namespace amptune {
-class Config;
+struct Settings;
 }
 
 namespace amptune::train {
@@ -20,7 +20,7 @@ struct Schedule {
   double warmup_epochs = 0;
   int64_t epochs = 1;
 
-  static Schedule from_config(const Config& config);
+  static Schedule from(const Settings& settings);  // optim.lr and schedule.*
   // lr for the step `step` (0-based) of epoch `epoch` with `steps_per_epoch` steps.
   // step: lr0 / factor^(#{d in lr_dec_epoch : d <= epoch}); cosine: 0.5 lr0 (1 + cos(pi t)) with
   // t = global position / total steps. Warm-up multiplies by (position + 1) / warm-up steps.

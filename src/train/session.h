@@ -5,15 +5,14 @@
 #pragma once
 
 #include <map>
-#include <map>
 #include <memory>
-#include <string>
 #include <string>
 
 #include <torch/torch.h>
 
 #include "core/config.h"
 #include "core/error.h"
+#include "core/settings.h"
 #include "train/optimizer.h"
 #include "train/precision.h"
 #include "train/task.h"
@@ -24,9 +23,9 @@ class Dataset;
 
 namespace amptune::train {
 
-// The device config `device` (cpu | cuda | auto) selects. Throws ConfigError for cuda without one.
-inline torch::Device pick_device(const Config& config) {
-  const std::string d = config.get_string("device");
+// The device the setting `device` (cpu | cuda | auto) selects. Throws ConfigError for cuda
+// without one.
+inline torch::Device pick_device(const std::string& d) {
   if (d == "cuda" || (d == "auto" && torch::cuda::is_available())) {
     if (!torch::cuda::is_available()) {
       throw ConfigError("device is cuda but this LibTorch sees no CUDA device; use device: cpu");
@@ -71,14 +70,15 @@ inline Session build_session(const Config& config, const torch::Device& device,
                              Precision& precision,
                              const std::map<std::string, torch::Tensor>* initial = nullptr,
                              const std::string& initial_origin = "") {
-  torch::manual_seed(static_cast<uint64_t>(config.get_int("seed")));
+  const Settings settings = Settings::from(config);
+  torch::manual_seed(static_cast<uint64_t>(settings.seed));
   Session s;
   s.task = make_task(config);
   if (initial) copy_values(s.task->module(), *initial, initial_origin);
   s.task->place(device);
   s.precision = &precision;
   // amp: O2/O3 weights go on the low-precision grid; the optimizer steps the fp32 masters.
-  s.optimizer = make_optimizer(config, precision.attach(s.task->module()));
+  s.optimizer = make_optimizer(settings.optim, precision.attach(s.task->module()));
   return s;
 }
 

@@ -77,10 +77,10 @@ class StoreRecorder::Heartbeat {
 
 StoreRecorder::StoreRecorder(store::Store& store, const store::RunRow& run, const Config& config,
                              double heartbeat_seconds)
-    : store_(store), run_(run), config_(config) {
+    : store_(store), run_(run), checkpoint_(Settings::from(config).checkpoint) {
   heartbeat_ = std::make_unique<Heartbeat>(store.path(), run.id, heartbeat_seconds);
-  claim_checkpoint_root(config, store);  // before anything is written or deleted there
-  dir_ = train::checkpoint_dir(config, store, run.id);
+  claim_checkpoint_root(checkpoint_, store);  // before anything is written or deleted there
+  dir_ = train::checkpoint_dir(checkpoint_, store, run.id);
   // Saves of this run that a killed process left half-written (it holds the run now).
   for (const auto& file : remove_dead_temp_files(dir_)) {
     log::info("run " + run.name + ": removed " + file + " (a save interrupted by a crash)");
@@ -137,7 +137,7 @@ void StoreRecorder::record_epoch(store::EpochRecord& record) {
   const auto db_start = std::chrono::steady_clock::now();
   record.run_id = run_.id;
   store_.record_epoch(record);  // advances the heartbeat in the same transaction
-  apply_retention(store_, run_.id, config_, primary_metric_, higher_is_better_);
+  apply_retention(store_, run_.id, checkpoint_, primary_metric_, higher_is_better_);
   store_.set_epoch_db_seconds(run_.id, record.epoch, seconds_since(db_start));
 
 }

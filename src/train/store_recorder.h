@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/config.h"
+#include "core/settings.h"
 #include "store/store.h"
 #include "train/recorder.h"
 
@@ -39,7 +40,7 @@ class StoreRecorder : public Recorder {
   class Heartbeat;
   store::Store& store_;
   const store::RunRow run_;
-  const Config& config_;
+  const CheckpointSettings checkpoint_;  // checkpoint.*
   std::string dir_;
   std::string primary_metric_;
   bool higher_is_better_ = true;

@@ -179,27 +179,29 @@ RunTraining::~RunTraining() = default;
 void RunTraining::set_up() {
   config_ = std::make_unique<Config>(Config::from_json(run_.config_json, "run " + run_.name));
   const Config& config = *config_;
+  settings_ = Settings::from(config);
+  const Settings& s = settings_;
   threads_ = resolve_threads(config, options_.threads);
   torch::set_num_threads(threads_);
-  device_ = pick_device(config);
+  device_ = pick_device(s.device);
   if (options_.cluster) {
-    group_ = std::make_unique<dist::ProcessGroup>(
-        *options_.cluster, options_.cluster->next_group_name(), config.get_string("dist.backend"),
-        config.get_double("dist.timeout_s"), device_);
+    group_ =
+        std::make_unique<dist::ProcessGroup>(*options_.cluster, options_.cluster->next_group_name(),
+                                             s.dist.backend, s.dist.timeout_s, device_);
     world_ = group_->size();
     rank_ = group_->rank();
   }
-  eval_steps_ = config.get_int("schedule.eval_step_per_epoch");
-  batch_size_ = config.get_int("data.batch_size");
-  epochs_ = config.get_int("schedule.epochs");
+  eval_steps_ = s.schedule.eval_step_per_epoch;
+  batch_size_ = s.data.batch_size;
+  epochs_ = s.schedule.epochs;
   eval_only_ = epochs_ == 0;  // evaluates the initial weights, trains nothing
-  skip_steps_ = config.get_int("schedule.skip_steps");
-  checkpoint_every_ = config.get_int("checkpoint.every");
-  schedule_ = Schedule::from_config(config);
+  skip_steps_ = s.schedule.skip_steps;
+  checkpoint_every_ = s.checkpoint.every;
+  schedule_ = Schedule::from(s);
   fault_ = injected_overflow();
-  shown_metrics_ = headline_metrics(config.get_string("model.name"));
+  shown_metrics_ = headline_metrics(s.model.name);
   try {
-    precision_ = std::make_unique<Precision>(config, device_);  // amp.*: policy, scaler, masters
+    precision_ = std::make_unique<Precision>(s.amp, device_);  // amp.*: policy, scaler, masters
     session_ = build_session(config, device_, *precision_);
     if (!eval_only_) {
       train_set_ = data::make_dataset(config, data::Split::kTrain);
@@ -212,7 +214,7 @@ void RunTraining::set_up() {
   }
 
   train_opts_ = data::loader_options(config, data::Split::kTrain, 0);
-  train_opts_.max_batches = config.get_int("schedule.training_step_per_epoch");
+  train_opts_.max_batches = s.schedule.training_step_per_epoch;
   train_opts_.rank = rank_;
   train_opts_.world = world_;
   val_opts_ = data::loader_options(config, data::Split::kVal, 0);
@@ -239,12 +241,12 @@ void RunTraining::restore() {
 void RunTraining::prepare_steps() {
   if (group_) {
     dist::ReducerOptions ro;
-    ro.bucket_mb = config_->get_double("dist.bucket_mb");
-    ro.overlap = config_->get_bool("dist.overlap");
-    ro.one_buffer = config_->get_bool("amp.combine_grad");
+    ro.bucket_mb = settings_.dist.bucket_mb;
+    ro.overlap = settings_.dist.overlap;
+    ro.one_buffer = settings_.amp.combine_grad;
     reducer_ = std::make_unique<dist::GradReducer>(*group_, session_.task->module().parameters(),
                                                    ro);
-    if (config_->get_bool("dist.sync_bn")) {
+    if (settings_.dist.sync_bn) {
       dist::ProcessGroup* g = group_.get();
       sync_bn_ = std::make_unique<models::ScopedBatchNormSync>([g](const torch::Tensor& t) {
         torch::Tensor sum = t.detach().clone();
@@ -269,7 +271,7 @@ void RunTraining::prepare_steps() {
   }
   const std::string dir = recorder_.checkpoint_dir();
   profiler_ = std::make_unique<StepProfiler>(
-      dir.empty() ? std::nullopt : profile_steps(*config_), dir);
+      dir.empty() ? std::nullopt : profile_steps(settings_.profile), dir);
 }
 
 void RunTraining::share_start() {
@@ -332,7 +334,7 @@ std::map<std::string, double> RunTraining::evaluate(int64_t epoch) {
 // epoch 0 with global_step 0, no training values and no checkpoint; schedule.eval_initial
 // records them in initial_metrics. Not on resume: the run keeps what its start recorded.
 void RunTraining::evaluate_initial() {
-  if (!val_set_ || !start_.initial || !(eval_only_ || config_->get_bool("schedule.eval_initial"))) {
+  if (!val_set_ || !start_.initial || !(eval_only_ || settings_.schedule.eval_initial)) {
     return;
   }
   const auto eval_start = Clock::now();
@@ -475,8 +477,8 @@ store::EpochRecord RunTraining::train_epoch(int64_t epoch) {
   data::Loader loader(train_set_, train_opts_);
   const int64_t steps = loader.num_batches();
   session_.task->module().train();
-  Progress progress(options_.progress, options_.progress_tty,
-                    config_->get_int("log.every_steps"), epoch, epochs_, steps);
+  Progress progress(options_.progress, options_.progress_tty, settings_.log.every_steps, epoch,
+                    epochs_, steps);
   double loss_sum = 0, fps_sum = 0, fps_min = 0, fps_max = 0, lr = 0, step_seconds = 0;
   int64_t step = 0, fps_n = 0, skipped = 0, images = 0, finite_losses = 0;
   comm_seconds_ = 0;
@@ -633,16 +635,15 @@ std::string RunTraining::finish() {
     auto it = rows.back().metrics.find(name);
     return it == rows.back().metrics.end() ? nlohmann::json(nullptr) : nlohmann::json(it->second);
   };
-  const Config& config = *config_;
   nlohmann::ordered_json j;
   j["run"] = run_.name;
-  j["model"] = config.get_string("model.name");
+  j["model"] = settings_.model.name;
   j["local_rank"] = options_.cluster ? options_.cluster->env().local_rank : 0;
   j["world_size"] = world_;
   j["batch_size"] = batch_size_;  // per process, as the seed's JSON
   j["global_batch"] = batch_size_ * world_;
   j["epochs"] = epochs_;
-  j["training_step_per_epoch"] = config.get_int("schedule.training_step_per_epoch");
+  j["training_step_per_epoch"] = settings_.schedule.training_step_per_epoch;
   j["eval_step_per_epoch"] = eval_steps_;
   j["acc1"] = last_metric("acc1");
   j["acc5"] = last_metric("acc5");

@@ -12,6 +12,7 @@
 #include "amp/policy.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "core/settings.h"
 
 namespace amptune::amp {
 namespace {
@@ -26,7 +27,7 @@ Policy policy_for(const std::string& level, const std::string& scale = "auto",
   c.set_yaml("amp.loss_scale", scale, SourceLoc{"t"});
   c.set_yaml("amp.dtype", dtype, SourceLoc{"t"});
   c.set_yaml("amp.backend", level == "O0" ? "auto" : "emulate", SourceLoc{"t"});
-  return resolve_policy(c, false);
+  return resolve_policy(Settings::from(c).amp, false);
 }
 
 // The fused rounding kernel equals the two tensor conversions bit for bit on every kind of

@@ -4,17 +4,18 @@
 #include "amp/policy.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "core/settings.h"
 
 namespace amptune::amp {
 namespace {
 
-Config make(std::initializer_list<std::pair<const char*, const char*>> kv) {
+AmpSettings make(std::initializer_list<std::pair<const char*, const char*>> kv) {
   Config c;
   for (const auto& [k, v] : kv) c.set_yaml(k, v, SourceLoc{"test"});
-  return c;
+  return Settings::from(c).amp;
 }
 
-std::string error_of(const Config& c, bool cuda = false) {
+std::string error_of(const AmpSettings& c, bool cuda = false) {
   try {
     resolve_policy(c, cuda);
   } catch (const ConfigError& e) {
@@ -104,7 +105,7 @@ TEST(AmpPolicy, CpuBf16FlagsFromCpuinfo) {
 }
 
 TEST(AmpPolicy, AutoPicksNativeBf16OnlyOnACpuWithBf16Instructions) {
-  const Config o1_bf16 = make({{"amp.opt_level", "O1"}, {"amp.dtype", "bf16"}});
+  const AmpSettings o1_bf16 = make({{"amp.opt_level", "O1"}, {"amp.dtype", "bf16"}});
   const CpuCaps with = cpu_caps_from_flags("avx2 avx512_bf16"), without = cpu_caps_from_flags("avx2");
   const Policy fast = resolve_policy(o1_bf16, false, with);
   EXPECT_EQ(fast.backend, Backend::kNative);
@@ -115,7 +116,7 @@ TEST(AmpPolicy, AutoPicksNativeBf16OnlyOnACpuWithBf16Instructions) {
   EXPECT_NE(slow.backend_reason.find("lacks avx512_bf16 / amx_bf16"), std::string::npos);
   EXPECT_FALSE(slow.slow_backend);
   // Forcing native where it is slow is allowed, flagged (the trainer warns) and explained.
-  const Config forced = make({{"amp.opt_level", "O1"}, {"amp.dtype", "bf16"},
+  const AmpSettings forced = make({{"amp.opt_level", "O1"}, {"amp.dtype", "bf16"},
                               {"amp.backend", "native"}});
   const Policy forced_slow = resolve_policy(forced, false, without);
   EXPECT_EQ(forced_slow.backend, Backend::kNative);

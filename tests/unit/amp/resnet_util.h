@@ -9,6 +9,7 @@
 
 #include "amp/policy.h"
 #include "core/config.h"
+#include "core/settings.h"
 #include "models/resnet.h"
 
 namespace amptune::amp {
@@ -18,7 +19,7 @@ inline Policy emulated(const std::string& level, const std::vector<std::string>&
   c.set_yaml("amp.opt_level", level, SourceLoc{"t"});
   c.set_yaml("amp.backend", level == "O0" ? "auto" : "emulate", SourceLoc{"t"});
   c.set("amp.fp32_modules", fp32);
-  return resolve_policy(c, false);
+  return resolve_policy(Settings::from(c).amp, false);
 }
 
 inline models::ResNet small_resnet() {

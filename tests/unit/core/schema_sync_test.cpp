@@ -1,18 +1,22 @@
 // Keeps code, schemas/config.yaml and experiments/*.yaml in step:
 //  - every config key that code under src/ reads by a string literal is documented;
+//  - Settings::from reads every documented key exactly once (one field per key);
 //  - every sweep file in experiments/ validates.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "core/config.h"
+#include "core/embedded.h"
 #include "core/error.h"
+#include "core/settings.h"
 #include "core/sweep.h"
 
 namespace amptune {
@@ -100,6 +104,63 @@ TEST(CoreSchemaSync, EveryConfigKeyReadInSourceIsDocumented) {
          "type, default and doc, or fix the spelling):"
       << list;
   RecordProperty("config_key_reads", static_cast<int>(uses));
+}
+
+// What is wrong with Settings::from's `reads` against `schema`: keys no section read, keys read
+// more than once (with the sections that read them), keys read that the schema lacks.
+std::vector<std::string> settings_coverage_problems(const Schema& schema,
+                                                    const std::vector<KeyRead>& reads) {
+  std::map<std::string, std::vector<std::string>> sections_of;
+  for (const KeyRead& r : reads) sections_of[r.key].push_back(r.section);
+  std::vector<std::string> problems;
+  for (const KeySpec& spec : schema.keys()) {
+    const auto it = sections_of.find(spec.key);
+    if (it == sections_of.end()) {
+      problems.push_back(spec.key + " is read by no section");
+    } else if (it->second.size() > 1) {
+      problems.push_back(spec.key + " is read " + std::to_string(it->second.size()) +
+                         " times, by " + join(it->second, ", "));
+    }
+  }
+  for (const auto& [key, sections] : sections_of) {
+    if (!schema.find(key)) {
+      problems.push_back(key + " is read by " + sections[0] + " but undocumented");
+    }
+  }
+  return problems;
+}
+
+TEST(CoreSchemaSync, CoverageCheckFindsAKeyWithoutAField) {
+  // The builtin schema plus one key that no section reads.
+  const Schema schema = Schema::parse(
+      std::string(embedded::config_yaml) + "\noptim.extra:\n  type: int\n  default: 0\n  doc: x\n",
+      "test schema");
+  std::vector<KeyRead> reads;
+  (void)Settings::from(Config(schema), &reads);
+  EXPECT_EQ(settings_coverage_problems(schema, reads),
+            std::vector<std::string>{"optim.extra is read by no section"});
+  reads.push_back(KeyRead{"amp", "optim.lr"});
+  reads.push_back(KeyRead{"amp", "optim.lrr"});
+  const auto problems = settings_coverage_problems(Schema::builtin(), reads);
+  ASSERT_EQ(problems.size(), 2u);
+  EXPECT_EQ(problems[0], "optim.lr is read 2 times, by optim, amp");
+  EXPECT_EQ(problems[1], "optim.lrr is read by amp but undocumented");
+}
+
+TEST(CoreSchemaSync, SettingsReadEveryKeyExactlyOnce) {
+  std::vector<KeyRead> reads;
+  const Settings settings = Settings::from(Config(), &reads);
+  std::string list;
+  for (const auto& p : settings_coverage_problems(Schema::builtin(), reads)) list += "\n  " + p;
+  EXPECT_TRUE(list.empty())
+      << "every key of schemas/config.yaml needs one typed field, read once in "
+         "src/core/settings.cpp (Settings::from):"
+      << list;
+  EXPECT_EQ(reads.size(), Schema::builtin().keys().size());
+  // The values are the config's.
+  EXPECT_EQ(settings.schedule.epochs, Config().get_int("schedule.epochs"));
+  EXPECT_EQ(settings.amp.loss_scale.word, "auto");
+  EXPECT_EQ(settings.data.mean, Config().get_double_list("data.mean"));
 }
 
 TEST(CoreSchemaSync, EveryExperimentFileValidates) {

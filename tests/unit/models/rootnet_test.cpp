@@ -6,6 +6,7 @@
 #include "amp/emulate.h"
 #include "amp/policy.h"
 #include "core/config.h"
+#include "core/settings.h"
 #include "models/from_config.h"
 #include "models/rootnet.h"
 #include "models/weights.h"
@@ -88,7 +89,7 @@ TEST(RootNetModel, EmulatedO1AndO2StayCloseToFp32) {
     Config c(Schema::builtin());
     c.set("amp.opt_level", level);
     c.set("amp.backend", "emulate");
-    amp::ScopedPolicy policy(amp::resolve_policy(c, false));
+    amp::ScopedPolicy policy(amp::resolve_policy(Settings::from(c).amp, false));
     auto low = net->forward(x, k);
     EXPECT_FALSE(torch::equal(low, fp32)) << level;
     EXPECT_TRUE(torch::allclose(low, fp32, 1e-2, 1e-2)) << level;

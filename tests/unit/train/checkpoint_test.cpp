@@ -19,6 +19,7 @@
 #include "amp/engine.h"
 #include "amp/policy.h"
 #include "core/config.h"
+#include "core/settings.h"
 #include "core/error.h"
 #include "train/checkpoint.h"
 #include "train/optimizer.h"
@@ -78,7 +79,7 @@ amp::Policy policy_for(const std::string& level, const std::string& scale = "dyn
   c.set_yaml("amp.opt_level", level, SourceLoc{"t"});
   c.set_yaml("amp.loss_scale", scale, SourceLoc{"t"});
   c.set_yaml("amp.backend", "emulate", SourceLoc{"t"});
-  return amp::resolve_policy(c, false);
+  return amp::resolve_policy(Settings::from(c).amp, false);
 }
 
 TEST(TrainCheckpoint, RoundTripRestoresModelOptimizerAndContinuesIdentically) {

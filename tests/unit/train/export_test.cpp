@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include "core/config.h"
+#include "core/settings.h"
 #include "core/error.h"
 #include "models/weights.h"
 #include "store/store.h"
@@ -57,7 +58,7 @@ class TrainExport : public ::testing::Test {
     Saved saved;
     saved.run = store.ensure_run(store.ensure_sweep("s", "", "", ""), spec);
     const torch::Device cpu(torch::kCPU);
-    Precision precision(config, cpu);
+    Precision precision(Settings::from(config).amp, cpu);
     Session s = build_session(config, cpu, precision);
     s.task->module().train();
     torch::manual_seed(11);

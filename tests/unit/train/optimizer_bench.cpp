@@ -14,6 +14,7 @@
 #include <torch/torch.h>
 
 #include "core/config.h"
+#include "core/settings.h"
 #include "models/from_config.h"
 #include "train/optimizer.h"
 
@@ -53,6 +54,7 @@ int main(int argc, char** argv) {
               "ratio");
   for (const std::string name : {"sgd", "adam"}) {
     const Config config = quickstart(name);
+    const amptune::OptimSettings optim = amptune::Settings::from(config).optim;
     torch::manual_seed(0);
     auto model_u = amptune::models::build_classifier(config);
     auto model_f = amptune::models::build_classifier(config);
@@ -62,8 +64,8 @@ int main(int argc, char** argv) {
     for (auto* model : {&model_u, &model_f}) {
       for (auto& p : (*model)->parameters()) p.mutable_grad() = torch::randn_like(p) * 1e-2;
     }
-    opts.push_back(amptune::train::make_optimizer(config, model_u->parameters(), false));
-    opts.push_back(amptune::train::make_optimizer(config, model_f->parameters(), true));
+    opts.push_back(amptune::train::make_optimizer(optim, model_u->parameters(), false));
+    opts.push_back(amptune::train::make_optimizer(optim, model_f->parameters(), true));
     for (auto& opt : opts) {
       for (int i = 0; i < 10; ++i) opt->step();  // warm-up: state allocated, caches hot
     }

@@ -24,6 +24,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "core/settings.h"
 #include "train/checkpoint.h"
 #include "train/optimizer.h"
 
@@ -158,8 +159,8 @@ using Factory = std::function<std::unique_ptr<torch::optim::Optimizer>(
     std::vector<torch::Tensor> params, bool fused)>;
 
 Factory from_config(const Config& config) {
-  return [config](std::vector<torch::Tensor> params, bool fused) {
-    return make_optimizer(config, std::move(params), fused);
+  return [optim = Settings::from(config).optim](std::vector<torch::Tensor> params, bool fused) {
+    return make_optimizer(optim, std::move(params), fused);
   };
 }
 
@@ -273,7 +274,8 @@ TEST(TrainFusedOptimizer, ParamGroupsKeepTheirOwnOptions) {
 TEST(TrainFusedOptimizer, ConfigErrorsStayTheSame) {
   Config c = sgd_config(true);
   c.set("optim.momentum", 0.0);
-  EXPECT_THROW(make_optimizer(c, make_net()->parameters(), true), ConfigError);
+  EXPECT_THROW(make_optimizer(Settings::from(c).optim, make_net()->parameters(), true),
+               ConfigError);
 }
 
 std::string temp_dir() {
@@ -288,20 +290,21 @@ std::string temp_dir() {
 // steps; compared with an uninterrupted 20-step run of the first kind.
 void expect_checkpoint_carries_over(const Config& config, bool first_fused, const std::string& what) {
   const std::string dir = temp_dir();
+  const OptimSettings optim = Settings::from(config).optim;
   auto net_ref = make_net();
   const auto params_ref = net_ref->parameters();
   const GradSeq seq = make_grads(params_ref);
-  auto ref = make_optimizer(config, params_ref, first_fused);
+  auto ref = make_optimizer(optim, params_ref, first_fused);
   run_steps(*ref, params_ref, seq, 0, kSteps);
 
   auto net_a = make_net();
-  auto opt_a = make_optimizer(config, net_a->parameters(), first_fused);
+  auto opt_a = make_optimizer(optim, net_a->parameters(), first_fused);
   run_steps(*opt_a, net_a->parameters(), seq, 0, kSteps / 2);
   const auto file = save_checkpoint(dir + "/half.pt", *net_a, *opt_a, CheckpointMeta{0, 10, "h"});
 
   torch::manual_seed(999);  // different initial weights: the checkpoint must bring them back
   auto net_b = std::make_shared<Net>();
-  auto opt_b = make_optimizer(config, net_b->parameters(), !first_fused);
+  auto opt_b = make_optimizer(optim, net_b->parameters(), !first_fused);
   ASSERT_EQ(is_fused(*opt_b), !first_fused);
   load_checkpoint(file, *net_b, *opt_b, {"h"});
   EXPECT_EQ(opt_b->state().size(), opt_a->state().size());

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "core/config.h"
+#include "core/settings.h"
 #include "train/schedule.h"
 
 namespace amptune::train {
@@ -54,12 +55,12 @@ TEST(TrainSchedule, WarmupRampsLinearlyThenHandsOver) {
   EXPECT_DOUBLE_EQ(s.lr_at(1, 0, 4), 1.0);
 }
 
-TEST(TrainSchedule, FromConfigReadsTheScheduleKeys) {
+TEST(TrainSchedule, FromSettingsReadsTheScheduleKeys) {
   Config c;
   c.set("optim.lr", 0.001);
   c.set("schedule.lr_dec_epoch", nlohmann::json::array({17}));
   c.set("schedule.epochs", 20);
-  auto s = Schedule::from_config(c);
+  auto s = Schedule::from(Settings::from(c));
   EXPECT_DOUBLE_EQ(s.lr_at(16, 0, 1), 1e-3);
   EXPECT_DOUBLE_EQ(s.lr_at(17, 0, 1), 1e-4);
 }

@@ -1,0 +1,193 @@
+#include "core/settings.h"
+
+#include <nlohmann/json.hpp>
+
+#include "core/config.h"
+
+namespace amptune {
+namespace {
+
+// Config's typed getters for one section, noting every key it reads.
+class Reader {
+ public:
+  Reader(const Config& config, std::vector<KeyRead>* reads) : config_(config), reads_(reads) {}
+  Reader& section(const char* name) {
+    section_ = name;
+    return *this;
+  }
+
+  int64_t get_int(const std::string& key) { return note(key).get_int(key); }
+  double get_double(const std::string& key) { return note(key).get_double(key); }
+  bool get_bool(const std::string& key) { return note(key).get_bool(key); }
+  std::string get_string(const std::string& key) { return note(key).get_string(key); }
+  std::vector<int64_t> get_int_list(const std::string& key) { return note(key).get_int_list(key); }
+  std::vector<double> get_double_list(const std::string& key) {
+    return note(key).get_double_list(key);
+  }
+  std::vector<std::string> get_string_list(const std::string& key) {
+    return note(key).get_string_list(key);
+  }
+  // A loss_scale key: a word ("auto", "dynamic") or a number.
+  LossScale get_loss_scale(const std::string& key) {
+    const nlohmann::json& v = note(key).at(key);
+    LossScale out;
+    if (v.is_string()) {
+      out.word = v.get<std::string>();
+    } else {
+      out.value = v.get<double>();
+    }
+    return out;
+  }
+
+ private:
+  const Config& note(const std::string& key) {
+    if (reads_) reads_->push_back(KeyRead{section_, key});
+    return config_;
+  }
+
+  const Config& config_;
+  std::vector<KeyRead>* reads_;
+  std::string section_;
+};
+
+ModelSettings read_model(Reader& in) {
+  ModelSettings s;
+  s.name = in.get_string("model.name");
+  s.num_classes = in.get_int("model.num_classes");
+  s.in_channels = in.get_int("model.in_channels");
+  s.width = in.get_double("model.width");
+  s.small_input = in.get_bool("model.small_input");
+  s.memory_format = in.get_string("model.memory_format");
+  s.weights = in.get_string("model.weights");
+  s.backbone_depth = in.get_int("model.backbone_depth");
+  s.backbone_weights = in.get_string("model.backbone_weights");
+  return s;
+}
+
+DataSettings read_data(Reader& in) {
+  DataSettings s;
+  s.format = in.get_string("data.format");
+  s.root = in.get_string("data.root");
+  s.train_split = in.get_string("data.train_split");
+  s.val_split = in.get_string("data.val_split");
+  s.image_size = in.get_int("data.image_size");
+  s.resize_size = in.get_int("data.resize_size");
+  s.crop_scale = in.get_double_list("data.crop_scale");
+  s.augment = in.get_bool("data.augment");
+  s.mean = in.get_double_list("data.mean");
+  s.std = in.get_double_list("data.std");
+  s.batch_size = in.get_int("data.batch_size");
+  s.eval_batch_size = in.get_int("data.eval_batch_size");
+  s.workers = in.get_int("data.workers");
+  s.prefetch = in.get_int("data.prefetch");
+  return s;
+}
+
+OptimSettings read_optim(Reader& in) {
+  OptimSettings s;
+  s.name = in.get_string("optim.name");
+  s.lr = in.get_double("optim.lr");
+  s.momentum = in.get_double("optim.momentum");
+  s.nesterov = in.get_bool("optim.nesterov");
+  s.weight_decay = in.get_double("optim.weight_decay");
+  s.betas = in.get_double_list("optim.betas");
+  s.eps = in.get_double("optim.eps");
+  s.fused = in.get_bool("optim.fused");
+  return s;
+}
+
+ScheduleSettings read_schedule(Reader& in) {
+  ScheduleSettings s;
+  s.epochs = in.get_int("schedule.epochs");
+  s.eval_initial = in.get_bool("schedule.eval_initial");
+  s.lr_policy = in.get_string("schedule.lr_policy");
+  s.lr_dec_epoch = in.get_int_list("schedule.lr_dec_epoch");
+  s.lr_dec_factor = in.get_double("schedule.lr_dec_factor");
+  s.warmup_epochs = in.get_double("schedule.warmup_epochs");
+  s.training_step_per_epoch = in.get_int("schedule.training_step_per_epoch");
+  s.eval_step_per_epoch = in.get_int("schedule.eval_step_per_epoch");
+  s.skip_steps = in.get_int("schedule.skip_steps");
+  return s;
+}
+
+CheckpointSettings read_checkpoint(Reader& in) {
+  CheckpointSettings s;
+  s.every = in.get_int("checkpoint.every");
+  s.keep_last = in.get_int("checkpoint.keep_last");
+  s.keep_best = in.get_int("checkpoint.keep_best");
+  s.keep_epochs = in.get_int_list("checkpoint.keep_epochs");
+  s.dir = in.get_string("checkpoint.dir");
+  return s;
+}
+
+AmpSettings read_amp(Reader& in) {
+  AmpSettings s;
+  s.opt_level = in.get_string("amp.opt_level");
+  s.dtype = in.get_string("amp.dtype");
+  s.loss_scale = in.get_loss_scale("amp.loss_scale");
+  s.min_loss_scale = in.get_double("amp.min_loss_scale");
+  s.max_loss_scale = in.get_double("amp.max_loss_scale");
+  s.growth_interval = in.get_int("amp.growth_interval");
+  s.keep_batchnorm_fp32 = in.get_string("amp.keep_batchnorm_fp32");
+  s.master_weights = in.get_string("amp.master_weights");
+  s.combine_grad = in.get_bool("amp.combine_grad");
+  s.fp32_modules = in.get_string_list("amp.fp32_modules");
+  s.backend = in.get_string("amp.backend");
+  return s;
+}
+
+DistSettings read_dist(Reader& in) {
+  DistSettings s;
+  s.backend = in.get_string("dist.backend");
+  s.bucket_mb = in.get_double("dist.bucket_mb");
+  s.overlap = in.get_bool("dist.overlap");
+  s.timeout_s = in.get_double("dist.timeout_s");
+  s.sync_bn = in.get_bool("dist.sync_bn");
+  return s;
+}
+
+RootNetSettings read_rootnet(Reader& in) {
+  RootNetSettings s;
+  s.train_sets = in.get_string_list("rootnet.train_sets");
+  s.test_set = in.get_string("rootnet.test_set");
+  s.h36m_root = in.get_string("rootnet.h36m_root");
+  s.h36m_protocol = in.get_int("rootnet.h36m_protocol");
+  s.h36m_train_every = in.get_int("rootnet.h36m_train_every");
+  s.h36m_test_every = in.get_int("rootnet.h36m_test_every");
+  s.muco_root = in.get_string("rootnet.muco_root");
+  s.mupots_root = in.get_string("rootnet.mupots_root");
+  s.mupots_bbox_file = in.get_string("rootnet.mupots_bbox_file");
+  s.mpii_root = in.get_string("rootnet.mpii_root");
+  s.input_size = in.get_int("rootnet.input_size");
+  s.bbox_real = in.get_double_list("rootnet.bbox_real");
+  s.rot_factor = in.get_double("rootnet.rot_factor");
+  s.rot_prob = in.get_double("rootnet.rot_prob");
+  s.flip_prob = in.get_double("rootnet.flip_prob");
+  s.color_factor = in.get_double("rootnet.color_factor");
+  return s;
+}
+
+}  // namespace
+
+Settings Settings::from(const Config& config, std::vector<KeyRead>* reads) {
+  Reader in(config, reads);
+  Settings s;
+  in.section("top-level");
+  s.seed = in.get_int("seed");
+  s.threads = in.get_int("threads");
+  s.device = in.get_string("device");
+  s.model = read_model(in.section("model"));
+  s.data = read_data(in.section("data"));
+  s.optim = read_optim(in.section("optim"));
+  s.schedule = read_schedule(in.section("schedule"));
+  s.checkpoint = read_checkpoint(in.section("checkpoint"));
+  s.log.every_steps = in.section("log").get_int("log.every_steps");
+  s.profile.steps = in.section("profile").get_int_list("profile.steps");
+  s.amp = read_amp(in.section("amp"));
+  s.dist = read_dist(in.section("dist"));
+  s.rootnet = read_rootnet(in.section("rootnet"));
+  s.casts.int32 = in.section("casts").get_string_list("casts.int32");
+  return s;
+}
+
+}  // namespace amptune

@@ -1,0 +1,171 @@
+// A run's config as typed sections, read once:
+//
+//   const Settings s = Settings::from(config);    // every key of schemas/config.yaml, once
+//   if (s.schedule.epochs == 0) ...               // instead of config.get_int("schedule.epochs")
+//   make_optimizer(s.optim, params);              // a layer takes the section it needs
+//
+// One plain struct per group of keys (model.*, data.*, optim.*, ...); each field is named like
+// its key's last part and has the C++ type of the key's schema type (int: int64_t, float:
+// double, bool, string, *_list: std::vector). Values are the config's, already checked against
+// the schema by Config (types, choices, bounds); the fields carry no defaults of their own.
+// Cross-key checks stay where they are (amp::resolve_policy, train/plan.h validate_config).
+// tests/unit/core/schema_sync_test.cpp proves that Settings::from reads every schema key
+// exactly once, so a key added to the schema needs its field here. No torch in this header.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace amptune {
+
+class Config;
+
+struct ModelSettings {
+  std::string name;  // a registered model (train/tasks.cpp)
+  int64_t num_classes = 0;
+  int64_t in_channels = 0;
+  double width = 0;
+  bool small_input = false;
+  std::string memory_format;     // auto | channels_last | contiguous
+  std::string weights;           // path of a state dict; "" = random init
+  int64_t backbone_depth = 0;    // rootnet
+  std::string backbone_weights;  // rootnet; "" = random init
+};
+
+struct DataSettings {
+  std::string format;  // imagefolder | idx | rootnet
+  std::string root;
+  std::string train_split;
+  std::string val_split;
+  int64_t image_size = 0;
+  int64_t resize_size = 0;
+  std::vector<double> crop_scale;
+  bool augment = false;
+  std::vector<double> mean;
+  std::vector<double> std;
+  int64_t batch_size = 0;
+  int64_t eval_batch_size = 0;  // 0 = batch_size
+  int64_t workers = 0;
+  int64_t prefetch = 0;
+};
+
+struct OptimSettings {
+  std::string name;  // sgd | adam
+  double lr = 0;
+  double momentum = 0;
+  bool nesterov = false;
+  double weight_decay = 0;
+  std::vector<double> betas;
+  double eps = 0;
+  bool fused = false;
+};
+
+struct ScheduleSettings {
+  int64_t epochs = 0;  // 0 = evaluation only
+  bool eval_initial = false;
+  std::string lr_policy;
+  std::vector<int64_t> lr_dec_epoch;
+  double lr_dec_factor = 0;
+  double warmup_epochs = 0;
+  int64_t training_step_per_epoch = 0;  // -1 = the whole split
+  int64_t eval_step_per_epoch = 0;      // -1 = the whole split, 0 = no evaluation
+  int64_t skip_steps = 0;
+};
+
+struct CheckpointSettings {
+  int64_t every = 0;
+  int64_t keep_last = 0;
+  int64_t keep_best = 0;
+  std::vector<int64_t> keep_epochs;
+  std::string dir;  // "" = beside the database
+};
+
+struct LogSettings {
+  int64_t every_steps = 0;
+};
+
+struct ProfileSettings {
+  std::vector<int64_t> steps;  // [] = off, else [first, last]
+};
+
+// amp.loss_scale: a word (auto, dynamic; -1 is stored as dynamic) or a static scale.
+struct LossScale {
+  std::string word;  // "auto" or "dynamic"; "" when static
+  double value = 0;  // the static scale when word is ""
+};
+
+struct AmpSettings {
+  std::string opt_level;  // O0 | O1 | O2 | O3
+  std::string dtype;      // fp16 | bf16
+  LossScale loss_scale;
+  double min_loss_scale = 0;
+  double max_loss_scale = 0;
+  int64_t growth_interval = 0;
+  std::string keep_batchnorm_fp32;  // auto | true | false
+  std::string master_weights;       // auto | true | false
+  bool combine_grad = false;
+  std::vector<std::string> fp32_modules;  // globs over module names
+  std::string backend;                    // auto | native | emulate
+};
+
+struct DistSettings {
+  std::string backend;  // auto | gloo | nccl
+  double bucket_mb = 0;
+  bool overlap = false;
+  double timeout_s = 0;
+  bool sync_bn = false;
+};
+
+struct RootNetSettings {
+  std::vector<std::string> train_sets;
+  std::string test_set;
+  std::string h36m_root;
+  int64_t h36m_protocol = 0;
+  int64_t h36m_train_every = 0;
+  int64_t h36m_test_every = 0;
+  std::string muco_root;
+  std::string mupots_root;
+  std::string mupots_bbox_file;  // "" = ground-truth boxes
+  std::string mpii_root;
+  int64_t input_size = 0;
+  std::vector<double> bbox_real;
+  double rot_factor = 0;
+  double rot_prob = 0;
+  double flip_prob = 0;
+  double color_factor = 0;
+};
+
+struct CastSettings {
+  std::vector<std::string> int32;  // casts.int32
+};
+
+// Which section read which key (Settings::from's record, for the schema-sync test).
+struct KeyRead {
+  std::string section;  // "model", "amp", ...; "top-level" for seed, threads, device
+  std::string key;      // dotted
+};
+
+struct Settings {
+  int64_t seed = 0;
+  int64_t threads = 0;  // 0 = number of cores
+  std::string device;   // auto | cpu | cuda
+  ModelSettings model;
+  DataSettings data;
+  OptimSettings optim;
+  ScheduleSettings schedule;
+  CheckpointSettings checkpoint;
+  LogSettings log;
+  ProfileSettings profile;
+  AmpSettings amp;
+  DistSettings dist;
+  RootNetSettings rootnet;
+  CastSettings casts;
+
+  // Reads every key of `config` (whose schema must be the builtin one or a superset of its
+  // keys) exactly once; when `reads` is given, appends each key read with its section.
+  // Throws ConfigError only for a schema that lacks a key or types it otherwise.
+  static Settings from(const Config& config, std::vector<KeyRead>* reads = nullptr);
+};
+
+}  // namespace amptune
