@@ -16,11 +16,17 @@ function(amptune_target_options target)
   endif()
 endfunction()
 
-# amptune_library(<name> SOURCES ... DEPS ... [TORCH])
-# A static library of one layer. TORCH libraries reuse one precompiled <torch/torch.h>.
+# amptune_library(<name> SOURCES ... [PLAIN ...] DEPS ... [TORCH])
+# A static library of one layer. TORCH libraries reuse one precompiled <torch/torch.h>, except
+# for their PLAIN sources, which include no torch header: loading the precompiled header costs
+# GCC 12 about 11 s of CPU per file here, more than such a file takes to compile
+# (docs/PERFORMANCE.md "Build time").
 function(amptune_library name)
-  cmake_parse_arguments(ARG "TORCH" "" "SOURCES;DEPS" ${ARGN})
-  add_library(${name} STATIC ${ARG_SOURCES})
+  cmake_parse_arguments(ARG "TORCH" "" "SOURCES;PLAIN;DEPS" ${ARGN})
+  add_library(${name} STATIC ${ARG_SOURCES} ${ARG_PLAIN})
+  if(ARG_PLAIN)
+    set_source_files_properties(${ARG_PLAIN} PROPERTIES SKIP_PRECOMPILE_HEADERS ON)
+  endif()
   target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR}/src ${PROJECT_BINARY_DIR}/generated)
   target_link_libraries(${name} PUBLIC ${ARG_DEPS})
   amptune_target_options(${name})
