@@ -3,14 +3,13 @@
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
-#include <unistd.h>
 
-#include <filesystem>
 #include <string>
 
 #include "core/config.h"
 #include "core/error.h"
 #include "models/weights.h"
+#include "support/scratch.h"
 
 namespace amptune::models {
 namespace {
@@ -58,10 +57,8 @@ TEST(ModelsRegistry, EveryDepthOfTheSchemaIsBuildable) {
 }
 
 TEST(ModelsRegistry, LoadsModelWeights) {
-  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) /
-                                    ("amptune_models_registry_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  const std::string file = (dir / "w.pt").string();
+  const testing::ScratchDir dir;
+  const std::string file = (dir.path() / "w.pt").string();
 
   Config config = small_config();
   torch::manual_seed(5);
@@ -84,7 +81,6 @@ TEST(ModelsRegistry, LoadsModelWeights) {
         << e.what();
     EXPECT_NE(std::string(e.what()).find(file), std::string::npos) << e.what();
   }
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

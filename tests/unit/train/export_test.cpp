@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "models/weights.h"
 #include "store/store.h"
+#include "support/scratch.h"
 #include "train/checkpoint.h"
 #include "train/evaluate.h"
 #include "train/session.h"
@@ -21,12 +22,7 @@ namespace fs = std::filesystem;
 
 class TrainExport : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::path(::testing::TempDir()) / "amptune-export" / info->name();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
+  void SetUp() override { dir_ = testing::scratch_dir(); }
 
   static Config tiny(const std::string& opt_level) {
     Config c;
