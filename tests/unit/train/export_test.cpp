@@ -12,6 +12,7 @@
 #include "models/weights.h"
 #include "store/store.h"
 #include "support/scratch.h"
+#include "support/tiny_config.h"
 #include "train/checkpoint.h"
 #include "train/evaluate.h"
 #include "train/session.h"
@@ -25,16 +26,9 @@ class TrainExport : public ::testing::Test {
   void SetUp() override { dir_ = testing::scratch_dir(); }
 
   static Config tiny(const std::string& opt_level) {
-    Config c;
-    c.set("model.name", "resnet18");
-    c.set("model.num_classes", 4);
-    c.set("model.in_channels", 1);
-    c.set("model.width", 0.0625);
-    c.set("model.small_input", true);
+    Config c = testing::tiny_config();
     c.set("amp.opt_level", opt_level);
-    c.set("optim.name", "sgd");
     c.set("optim.lr", 0.5);
-    c.set("device", "cpu");
     return c;
   }
 
