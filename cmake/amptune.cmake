@@ -92,12 +92,20 @@ function(amptune_test name)
   endif()
 endfunction()
 
-# amptune_bench(<name> SOURCES ... DEPS ...): a benchmark executable (not a test) whose figures go
-# to docs/PERFORMANCE.md with the command that made them; built with the tests.
+# amptune_bench(<name> SOURCES ... DEPS ... [TORCH] [EXCLUDE_FROM_ALL]): a benchmark executable
+# (not a test, tests/bench/) whose figures go to docs/PERFORMANCE.md with the command that made
+# them; built with the tests unless EXCLUDE_FROM_ALL (then: cmake --build <dir> --target <name>).
 function(amptune_bench name)
-  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
-  add_executable(${name} ${ARG_SOURCES})
+  cmake_parse_arguments(ARG "TORCH;EXCLUDE_FROM_ALL" "" "SOURCES;DEPS" ${ARGN})
+  if(ARG_EXCLUDE_FROM_ALL)
+    add_executable(${name} EXCLUDE_FROM_ALL ${ARG_SOURCES})
+  else()
+    add_executable(${name} ${ARG_SOURCES})
+  endif()
   target_link_libraries(${name} PRIVATE ${ARG_DEPS})
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
   amptune_target_options(${name})
+  if(ARG_TORCH)
+    target_precompile_headers(${name} REUSE_FROM amptune_pch)
+  endif()
 endfunction()

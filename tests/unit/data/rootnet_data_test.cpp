@@ -14,7 +14,7 @@
 #include "core/error.h"
 #include "data/dataset.h"
 #include "data/rootnet_data.h"
-#include "test_util.h"
+#include "data_util.h"
 
 namespace amptune::data {
 namespace {

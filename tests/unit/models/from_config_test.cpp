@@ -3,39 +3,29 @@
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
-#include <unistd.h>
 
-#include <filesystem>
 #include <string>
 
 #include "core/config.h"
 #include "core/error.h"
 #include "models/weights.h"
+#include "support/scratch.h"
+#include "support/tiny_config.h"
 
 namespace amptune::models {
 namespace {
 
-Config small_config() {
-  Config config;
-  config.set("model.name", "resnet18");
-  config.set("model.num_classes", 10);
-  config.set("model.in_channels", 1);
-  config.set("model.width", 0.125);
-  config.set("model.small_input", true);
-  return config;
-}
-
 TEST(ModelsRegistry, BuildsTheConfiguredResNet) {
-  ResNet model = build_classifier(small_config());
+  ResNet model = build_classifier(testing::tiny_config());
   const ResNetOptions& o = model->options();
   EXPECT_EQ(o.depth, 18);
-  EXPECT_EQ(o.num_classes, 10);
+  EXPECT_EQ(o.num_classes, 4);
   EXPECT_EQ(o.in_channels, 1);
-  EXPECT_DOUBLE_EQ(o.width, 0.125);
+  EXPECT_DOUBLE_EQ(o.width, 0.0625);
   EXPECT_TRUE(o.small_input);
   EXPECT_TRUE(o.include_top);
   torch::NoGradGuard no_grad;
-  EXPECT_EQ(model->forward(torch::randn({2, 1, 28, 28})).sizes(), (std::vector<int64_t>{2, 10}));
+  EXPECT_EQ(model->forward(torch::randn({2, 1, 28, 28})).sizes(), (std::vector<int64_t>{2, 4}));
 }
 
 TEST(ModelsRegistry, DefaultsAreResnet50ForImageNet) {
@@ -58,12 +48,10 @@ TEST(ModelsRegistry, EveryDepthOfTheSchemaIsBuildable) {
 }
 
 TEST(ModelsRegistry, LoadsModelWeights) {
-  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) /
-                                    ("amptune_models_registry_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  const std::string file = (dir / "w.pt").string();
+  const testing::ScratchDir dir;
+  const std::string file = (dir.path() / "w.pt").string();
 
-  Config config = small_config();
+  Config config = testing::tiny_config();
   torch::manual_seed(5);
   ResNet source = build_classifier(config);
   save_state_dict(*source, file);
@@ -74,17 +62,16 @@ TEST(ModelsRegistry, LoadsModelWeights) {
   EXPECT_TRUE(torch::equal(state_dict(*loaded).at("layer4.1.conv2.weight"),
                            state_dict(*source).at("layer4.1.conv2.weight")));
 
-  config.set("model.num_classes", 11);  // weights no longer fit: the error names file and key
+  config.set("model.num_classes", 5);  // weights no longer fit: the error names file and key
   try {
     build_classifier(config);
     ADD_FAILURE() << "no ModelError";
   } catch (const ModelError& e) {
-    EXPECT_NE(std::string(e.what()).find("fc.weight: expected [11, 64], got [10, 64]"),
+    EXPECT_NE(std::string(e.what()).find("fc.weight: expected [5, 32], got [4, 32]"),
               std::string::npos)
         << e.what();
     EXPECT_NE(std::string(e.what()).find(file), std::string::npos) << e.what();
   }
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "models/from_config.h"
 #include "models/rootnet.h"
 #include "models/weights.h"
+#include "support/scratch.h"
 
 namespace amptune::models {
 namespace {
@@ -124,7 +125,7 @@ TEST(RootNetModel, OptionsAndBackboneWeights) {
   ro.width = 0.125;
   ro.num_classes = 10;
   ResNet classifier(ro);
-  const std::string path = testing::TempDir() + "/rootnet_backbone_r18.pt";
+  const std::string path = testing::scratch_dir() + "/rootnet_backbone_r18.pt";
   save_state_dict(*classifier, path);
   config.set("model.backbone_weights", path);
   RootNet net = build_rootnet(config);

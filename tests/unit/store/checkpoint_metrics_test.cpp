@@ -3,23 +3,16 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
-#include <filesystem>
 #include <string>
 
 #include "core/error.h"
 #include "store/store.h"
+#include "support/scratch.h"
 
 namespace amptune::store {
 namespace {
-namespace fs = std::filesystem;
 
-std::string fresh_db() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  fs::path d = fs::path(::testing::TempDir()) / "amptune-ckpt-metrics" / info->name();
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return (d / "amptune.sqlite").string();
-}
+std::string fresh_db() { return testing::scratch_dir() + "/amptune.sqlite"; }
 
 RunRow make_run(Store& store, int cell) {
   const int64_t sweep = store.ensure_sweep("s", "", "", "");

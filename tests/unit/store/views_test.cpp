@@ -1,7 +1,6 @@
 // Unit tests of the comparison views of migration 5 (run_results, epoch_matrix) and of
 // Store::query, on databases built by hand with the Store API in a per-test temp directory.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -14,6 +13,7 @@
 
 #include "core/error.h"
 #include "store/store.h"
+#include "support/scratch.h"
 
 namespace amptune::store {
 namespace {
@@ -24,11 +24,7 @@ using json = nlohmann::json;
 class ViewsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::path(::testing::TempDir()) /
-           ("amptune_views_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = testing::scratch_dir();
     store_ = std::make_unique<Store>((dir_ / "results.sqlite").string());
   }
   void TearDown() override {

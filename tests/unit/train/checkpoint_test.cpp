@@ -21,6 +21,7 @@
 #include "core/config.h"
 #include "core/settings.h"
 #include "core/error.h"
+#include "support/scratch.h"
 #include "train/checkpoint.h"
 #include "train/optimizer.h"
 #include "train/safetensors.h"
@@ -39,13 +40,7 @@ struct Net : torch::nn::Module {
   torch::nn::BatchNorm1d bn{nullptr};
 };
 
-std::string dir() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  fs::path d = fs::path(::testing::TempDir()) / "amptune-ckpt" / info->name();
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d.string();
-}
+std::string dir() { return testing::scratch_dir(); }
 
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -12,6 +12,8 @@
 #include "core/error.h"
 #include "models/weights.h"
 #include "store/store.h"
+#include "support/scratch.h"
+#include "support/tiny_config.h"
 #include "train/checkpoint.h"
 #include "train/evaluate.h"
 #include "train/session.h"
@@ -22,24 +24,12 @@ namespace fs = std::filesystem;
 
 class TrainExport : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::path(::testing::TempDir()) / "amptune-export" / info->name();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
+  void SetUp() override { dir_ = testing::scratch_dir(); }
 
   static Config tiny(const std::string& opt_level) {
-    Config c;
-    c.set("model.name", "resnet18");
-    c.set("model.num_classes", 4);
-    c.set("model.in_channels", 1);
-    c.set("model.width", 0.0625);
-    c.set("model.small_input", true);
+    Config c = testing::tiny_config();
     c.set("amp.opt_level", opt_level);
-    c.set("optim.name", "sgd");
     c.set("optim.lr", 0.5);
-    c.set("device", "cpu");
     return c;
   }
 

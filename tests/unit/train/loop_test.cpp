@@ -13,6 +13,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "support/scratch.h"
+#include "support/tiny_config.h"
 #include "support/tiny_data.h"
 #include "train/phases.h"
 #include "train/recorder.h"
@@ -26,12 +27,8 @@ namespace fs = std::filesystem;
 // A run of resnet18 / 16 on the tiny IDX set: 2 epochs of 64 images in batches of 16.
 store::RunRow tiny_run(const std::string& data_dir, int epochs = 2,
                        const std::string& model = "resnet18") {
-  Config c;
+  Config c = testing::tiny_config();
   c.set("model.name", model);
-  c.set("model.num_classes", 4);
-  c.set("model.in_channels", 1);
-  c.set("model.width", 0.0625);
-  c.set("model.small_input", true);
   c.set("data.format", "idx");
   c.set("data.root", data_dir);
   c.set("data.val_split", "t10k");
@@ -39,11 +36,8 @@ store::RunRow tiny_run(const std::string& data_dir, int epochs = 2,
   c.set("data.std", nlohmann::json::array({0.3}));
   c.set("data.batch_size", 16);
   c.set("data.workers", 1);
-  c.set("optim.name", "sgd");
-  c.set("optim.lr", 0.05);
   c.set("schedule.epochs", epochs);
   c.set("threads", 1);
-  c.set("device", "cpu");
   store::RunRow run;
   run.id = 1;
   run.name = "tiny";

@@ -15,7 +15,6 @@
 // differences are printed ("max diff") and are 0 with LibTorch 1.13 on the CPU.
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -25,12 +24,12 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/settings.h"
+#include "support/scratch.h"
 #include "train/checkpoint.h"
 #include "train/optimizer.h"
 
 namespace amptune::train {
 namespace {
-namespace fs = std::filesystem;
 
 constexpr int kSteps = 20;
 constexpr double kRelTol = 1e-6;
@@ -278,18 +277,10 @@ TEST(TrainFusedOptimizer, ConfigErrorsStayTheSame) {
                ConfigError);
 }
 
-std::string temp_dir() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  fs::path d = fs::path(::testing::TempDir()) / "amptune-fused-optim" / info->name();
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d.string();
-}
-
 // `first_fused` for 10 steps, checkpoint, load into a fresh net with the other kind, 10 more
 // steps; compared with an uninterrupted 20-step run of the first kind.
 void expect_checkpoint_carries_over(const Config& config, bool first_fused, const std::string& what) {
-  const std::string dir = temp_dir();
+  const std::string dir = testing::scratch_dir();
   const OptimSettings optim = Settings::from(config).optim;
   auto net_ref = make_net();
   const auto params_ref = net_ref->parameters();

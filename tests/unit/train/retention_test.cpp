@@ -10,6 +10,7 @@
 #include "core/config.h"
 #include "core/hash.h"
 #include "store/store.h"
+#include "support/scratch.h"
 #include "train/retention.h"
 #include "train/plan.h"
 
@@ -58,12 +59,7 @@ TEST(TrainRetention, KeepLastBestEpochsAndForkParents) {
 
 class TrainGc : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::path(::testing::TempDir()) / "amptune-gc" / info->name();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
+  void SetUp() override { dir_ = testing::scratch_dir(); }
   std::string db() const { return (dir_ / "amptune.sqlite").string(); }
 
   static std::string write(const fs::path& p, const std::string& text) {

@@ -16,6 +16,7 @@
 #include "data/loader.h"
 #include "data/rootnet_data.h"
 #include "support/scratch.h"
+#include "support/tiny_config.h"
 #include "train/casts.h"
 #include "train/schedule.h"
 #include "train/task.h"
@@ -95,7 +96,7 @@ TEST(RootNetCasts, UnknownNamesAreConfigErrors) {
   EXPECT_THROW(c.set_yaml("casts.int32", "[k_value, bogus]", {}), ConfigError);
 }
 
-Config tiny_config(const std::string& dir, const std::string& test_set) {
+Config tiny_rootnet_config(const std::string& dir, const std::string& test_set) {
   Config c(Schema::builtin());
   c.set("model.name", "rootnet");
   c.set("model.backbone_depth", 18);
@@ -190,12 +191,7 @@ TEST(ModelRegistry, EveryRegisteredModelBuildsAndIsJudgedByItsMetric) {
 // place (the tensors the optimizer holds are the ones relaid), and a step computes what the NCHW
 // model computes up to float rounding; contiguous keeps NCHW.
 TEST(TaskLayout, AutoIsChannelsLastOnACpuAndComputesTheSame) {
-  Config c;
-  c.set("model.name", "resnet18");
-  c.set("model.width", 0.125);
-  c.set("model.num_classes", 4);
-  c.set("model.in_channels", 1);
-  c.set("model.small_input", true);
+  Config c = testing::tiny_config();
   torch::manual_seed(0);
   auto nhwc = make_task(c);
   c.set("model.memory_format", "contiguous");
@@ -242,7 +238,7 @@ TEST(RootNetTask, TrainsAndEvaluatesOnMupots) {
   synth("muco", dir + "/MuCo", 6);
   synth("mpii", dir + "/MPII", 4);
   synth("mupots", dir + "/MuPoTS", 5);
-  Config c = tiny_config(dir, "mupots");
+  Config c = tiny_rootnet_config(dir, "mupots");
   torch::manual_seed(0);
   auto task = make_task(c);
   auto train = data::make_dataset(c, data::Split::kTrain);
@@ -285,7 +281,7 @@ TEST(RootNetTask, ShardedEvaluationEqualsOneProcessBitwise) {
   synth("muco", dir + "/MuCo", 2);
   synth("mpii", dir + "/MPII", 2);
   synth("mupots", dir + "/MuPoTS", 7);
-  Config c = tiny_config(dir, "mupots");
+  Config c = tiny_rootnet_config(dir, "mupots");
   torch::manual_seed(0);
   auto task = make_task(c);
   const auto single = evaluate(*task, c);
@@ -312,7 +308,7 @@ TEST(RootNetTask, H36mGivesPerActionMrpe) {
   synth("h36m", dir + "/Human36M", 6);
   synth("muco", dir + "/MuCo", 2);
   synth("mpii", dir + "/MPII", 2);
-  Config c = tiny_config(dir, "h36m");
+  Config c = tiny_rootnet_config(dir, "h36m");
   torch::manual_seed(0);
   auto task = make_task(c);
   auto m = evaluate(*task, c);

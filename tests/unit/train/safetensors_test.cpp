@@ -2,7 +2,6 @@
 // each tensor aligned to its element size; a minimal file by hand; MappedFile's errors. (Crafted
 // broken files: checkpoint_test.cpp, through the checkpoint reader that uses View.)
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 
 #include <gtest/gtest.h>
@@ -10,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "core/error.h"
+#include "support/scratch.h"
 #include "train/safetensors.h"
 
 namespace amptune::train::safetensors {
@@ -80,8 +80,7 @@ TEST(Safetensors, AHandWrittenFileReads) {
 }
 
 TEST(Safetensors, MappedFileNamesWhatItCannotOpen) {
-  const std::string dir = ::testing::TempDir() + "/amptune-safetensors";
-  std::filesystem::create_directories(dir);
+  const std::string dir = testing::scratch_dir();
   try {
     MappedFile missing(dir + "/nope", "checkpoint " + dir + "/nope");
     ADD_FAILURE() << "no error";

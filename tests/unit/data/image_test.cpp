@@ -6,7 +6,7 @@
 
 #include "data/image.h"
 #include "data/transforms.h"
-#include "test_util.h"
+#include "data_util.h"
 
 namespace amptune::data {
 namespace {

@@ -16,19 +16,18 @@
 #include "core/config.h"
 #include "core/settings.h"
 #include "models/from_config.h"
+#include "support/tiny_config.h"
 #include "train/optimizer.h"
 
 namespace {
 using amptune::Config;
 using Clock = std::chrono::steady_clock;
 
+// experiments/quickstart.yaml's model: the tests' tiny ResNet-18 at width 0.25 with 10 classes.
 Config quickstart(const std::string& optim) {
-  Config c;
-  c.set("model.name", "resnet18");
+  Config c = amptune::testing::tiny_config();
   c.set("model.num_classes", 10);
-  c.set("model.in_channels", 1);
   c.set("model.width", 0.25);
-  c.set("model.small_input", true);
   c.set("optim.name", optim);
   c.set("optim.lr", optim == "sgd" ? 0.1 : 1e-3);
   c.set("optim.nesterov", true);

@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "data/dataset.h"
 #include "data/idx.h"
-#include "test_util.h"
+#include "data_util.h"
 
 namespace amptune::data {
 namespace {

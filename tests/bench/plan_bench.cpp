@@ -1,7 +1,7 @@
 // Not a test: wall time and peak memory of planning a large sweep (app::plan_sweep, the work of
 // `amptune run --dry-run` before printing), docs/PERFORMANCE.md "Planning large sweeps".
 //
-//   build/tests/unit/app/app_plan_bench [CELLS]   (default 100000; 10 lr values x CELLS/10 seeds)
+//   build/tests/bench/app_plan_bench [CELLS]   (default 100000; 10 lr values x CELLS/10 seeds)
 #include <sys/resource.h>
 
 #include <chrono>

@@ -22,6 +22,7 @@
 #include "store/migrations.h"
 #include "store/store.h"
 #include "support/errors.h"
+#include "support/scratch.h"
 
 namespace amptune::store {
 namespace {
@@ -85,14 +86,7 @@ bool is_iso_utc(const std::string& text) {
 
 class StoreTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::path(::testing::TempDir()) /
-           ("amptune_store_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" +
-            std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
+  void SetUp() override { dir_ = testing::scratch_dir(); }
   void TearDown() override {
     for (const auto& path : databases_) {
       if (!fs::exists(path)) continue;

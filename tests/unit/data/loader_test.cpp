@@ -17,7 +17,7 @@
 #include "data/export.h"
 #include "data/idx.h"
 #include "data/loader.h"
-#include "test_util.h"
+#include "data_util.h"
 
 namespace amptune::data {
 namespace {
