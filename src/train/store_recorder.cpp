@@ -139,7 +139,6 @@ void StoreRecorder::record_epoch(store::EpochRecord& record) {
   store_.record_epoch(record);  // advances the heartbeat in the same transaction
   apply_retention(store_, run_.id, checkpoint_, primary_metric_, higher_is_better_);
   store_.set_epoch_db_seconds(run_.id, record.epoch, seconds_since(db_start));
-
 }
 
 void StoreRecorder::end(Ending ending, const std::string& message,
