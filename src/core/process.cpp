@@ -106,6 +106,7 @@ std::string allocator_name() {
   if (file.find("tcmalloc") != std::string::npos) return "tcmalloc";
   if (file.find("jemalloc") != std::string::npos) return "jemalloc";
   if (file.find("libc.so") != std::string::npos) return "glibc";
+  if (file.find("libasan") != std::string::npos) return "asan";  // AddressSanitizer's runtime
   const size_t slash = file.rfind('/');
   return slash == std::string::npos ? file : file.substr(slash + 1);
 }

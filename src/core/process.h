@@ -56,7 +56,8 @@ class GracefulStop {  // nests; not copyable
 };
 
 // The malloc this process runs on, found at run time (so an LD_PRELOAD counts too): "tcmalloc",
-// "jemalloc" or "glibc". The amptune binary links tcmalloc when the build found it
+// "jemalloc", "glibc", "asan" (a sanitizer build), else the file name of the library that
+// serves it. The amptune binary links tcmalloc when the build found it
 // (AMPTUNE_ALLOCATOR, docs/PERFORMANCE.md "Allocator").
 std::string allocator_name();
 
