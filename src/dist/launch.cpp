@@ -396,7 +396,10 @@ int free_local_port() {
   return ntohs(addr.sin_port);
 }
 
-SpawnResult spawn_local_ranks(const SpawnOptions& options) {
+namespace {
+
+// UsageError for options spawn_local_ranks cannot run.
+void check_spawn_options(const SpawnOptions& options) {
   if (options.nproc < 1) {
     throw UsageError("--nproc must be at least 1, got " + std::to_string(options.nproc));
   }
@@ -408,15 +411,17 @@ SpawnResult spawn_local_ranks(const SpawnOptions& options) {
                      std::to_string(options.grace_seconds) + " and " +
                      std::to_string(options.kill_after_seconds));
   }
-  const int n = options.nproc;
-  const RendezvousDir rendezvous;
+}
 
-  // Each rank's environment: ours, then extra_env, then the launcher's own (which win).
+// What each rank starts with. Its environment: ours, then extra_env, then the launcher's own
+// (which win), without MASTER_PORT (no TCP rendezvous).
+std::vector<ChildSpec> rank_specs(const SpawnOptions& options, const std::string& rendezvous_file) {
+  const int n = options.nproc;
   std::map<std::string, std::string> launcher_vars = {{"WORLD_SIZE", std::to_string(n)},
                                                       {"LOCAL_WORLD_SIZE", std::to_string(n)},
                                                       {"MASTER_ADDR", "127.0.0.1"},
                                                       {"AMPTUNE_LAUNCHER", "nproc"},
-                                                      {"AMPTUNE_RENDEZVOUS_FILE", rendezvous.file()}};
+                                                      {"AMPTUNE_RENDEZVOUS_FILE", rendezvous_file}};
   // NCCL's bootstrap listens on the interface it picks; on one machine that is the loopback.
   if (!lookup(process_env(), "NCCL_SOCKET_IFNAME")) launcher_vars["NCCL_SOCKET_IFNAME"] = "lo";
   std::vector<ChildSpec> specs(n);
@@ -428,10 +433,20 @@ SpawnResult spawn_local_ranks(const SpawnOptions& options) {
     spec.name = "rank " + std::to_string(r) + " of " + std::to_string(n);
     spec.env = launcher_vars;
     spec.env.insert(options.extra_env.begin(), options.extra_env.end());  // launcher's win
-    spec.unset_env = {"MASTER_PORT"};  // not passed on: no TCP rendezvous
+    spec.unset_env = {"MASTER_PORT"};
     // A rank whose launcher dies (even by SIGKILL) dies too.
     spec.die_with_parent = true;
   }
+  return specs;
+}
+
+}  // namespace
+
+SpawnResult spawn_local_ranks(const SpawnOptions& options) {
+  check_spawn_options(options);
+  const int n = options.nproc;
+  const RendezvousDir rendezvous;
+  const std::vector<ChildSpec> specs = rank_specs(options, rendezvous.file());
 
   log::info("starting " + count_ranks(n) + " of " + options.argv[0] + ", rendezvous file " +
             rendezvous.file());
