@@ -87,4 +87,25 @@ ParallelBench bench_data_parallel(const Config& config, int nproc, int64_t steps
   return r;
 }
 
+std::vector<CellBench> bench_sweep(const BenchRequest& request) {
+  if (request.steps < 1 || request.warmup < 0) {
+    throw UsageError("--steps must be >= 1 and --warmup >= 0");
+  }
+  const Sweep sweep = load_sweep(request.sweep_path, request.sets);
+  std::vector<CellBench> out;
+  for (const Cell& cell : filter_cells(sweep.cells, request.only)) {
+    CellBench b{cell, {}, {}};
+    const Config config = cell.config();
+    if (request.nproc.empty()) {
+      b.one = train::bench(config, request.steps, request.warmup, request.threads);
+    }
+    for (const int n : request.nproc) {
+      b.parallel.push_back(
+          bench_data_parallel(config, n, request.steps, request.warmup, request.threads));
+    }
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
 }  // namespace amptune::app

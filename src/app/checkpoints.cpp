@@ -1,6 +1,9 @@
+// app/checkpoints.h: eval, export, diagnose and gc on a results database.
 #include "app/checkpoints.h"
 
 #include "app/inspect.h"
+#include "core/error.h"
+#include "core/log.h"
 
 namespace amptune::app {
 namespace {
@@ -15,34 +18,67 @@ Result on_run(const std::string& db, const std::string& ref, const Work& work) {
   return result;
 }
 
+// Run `run`'s epoch row of `epoch`, read now (retention may have run since the epochs were
+// chosen); unset when the row is gone.
+std::optional<store::EpochRow> row_now(const store::Store& store, const store::RunRow& run,
+                                       int epoch) {
+  for (auto& row : store.epochs(run.id)) {
+    if (row.epoch == epoch) return row;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 RunEvaluation evaluate_run(const std::string& db, const std::string& ref,
                            const train::EvalOptions& options) {
   return on_run<RunEvaluation>(db, ref, [&](store::Store& store, RunEvaluation& r) {
-    r.epochs = train::evaluate_checkpoints(store, r.run, options);
+    const std::vector<int> epochs =
+        train::checkpoint_epochs(r.run, store.epochs(r.run.id), options);
+    train::CheckpointEvaluator evaluator(r.run, options);
+    log::info("run " + r.run.name + ": evaluating " + std::to_string(epochs.size()) +
+              " checkpoint(s) on " + evaluator.describe());
+    for (const int epoch : epochs) {
+      const std::optional<store::EpochRow> row = row_now(store, r.run, epoch);
+      if (!row) throw CheckpointError("internal: epoch " + std::to_string(epoch) + " vanished");
+      train::EpochEvaluation result = evaluator.evaluate(*row);
+      if (result.error.empty() && (result.not_recorded.empty() || options.replace)) {
+        result.not_recorded.clear();
+        store.record_metrics(r.run.id, epoch, result.metrics);
+      }
+      r.epochs.push_back(std::move(result));
+    }
   });
 }
 
 RunExport export_run(const std::string& db, const std::string& ref, int epoch,
                      const std::string& out) {
   return on_run<RunExport>(db, ref, [&](store::Store& store, RunExport& r) {
-    r.file = train::export_checkpoint(store, r.run, epoch, out);
+    train::EvalOptions select;
+    select.epoch = epoch;
+    const auto rows = store.epochs(r.run.id);
+    train::checkpoint_epochs(r.run, rows, select);  // throws naming the saved epochs
+    for (const auto& row : rows) {
+      if (row.epoch == epoch) r.file = train::export_checkpoint(r.run, row, out);
+    }
   });
 }
 
 RunDiagnosis diagnose_run(const std::string& db, const std::string& ref,
                           const train::DiagnoseOptions& options) {
   return on_run<RunDiagnosis>(db, ref, [&](store::Store& store, RunDiagnosis& r) {
-    r.diagnosis = train::diagnose(store, r.run, options);
+    train::check_options(options);
+    const auto checkpoint = train::pick_checkpoint(r.run, store.epochs(r.run.id), options);
+    r.diagnosis = train::diagnose(r.run, checkpoint, options);
+    store.record_diagnosis(r.diagnosis);
     r.by_severity = train::rows_by_severity(r.diagnosis);
     r.first_divergence = train::first_divergence(r.diagnosis);
   });
 }
 
-train::GcReport collect_garbage(const std::string& db, bool dry_run) {
+GcReport collect_garbage(const std::string& db, bool dry_run) {
   store::Store store = open_existing(db);
-  return train::collect_garbage(store, dry_run);
+  return collect_garbage(store, dry_run);
 }
 
 }  // namespace amptune::app

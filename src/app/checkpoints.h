@@ -1,21 +1,27 @@
 // The saved checkpoints of runs (`amptune eval`, `export`, `diagnose`, `gc`): each opens the
 // existing results database `db` (app::open_existing), looks RUN up by id or name
-// (app::find_run) and does the work in train/ (evaluate.h, diagnose.h, retention.h: torch-free
-// headers). Plain data back; the command prints it. No torch.
+// (app::find_run), picks the checkpoints from the run's rows, lets train/ compute (evaluate.h,
+// diagnose.h: torch-free headers) and records the results. Plain data back; the command prints
+// it. No torch.
 #pragma once
 
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "app/checkpoint_files.h"
 #include "store/store.h"
 #include "train/diagnose.h"
 #include "train/evaluate.h"
-#include "train/retention.h"
 
 namespace amptune::app {
 
-// `amptune eval`: train::evaluate_checkpoints of run `ref`.
+// `amptune eval`: the checkpoints of run `ref` that `options` selects (train::checkpoint_epochs)
+// evaluated on the run's evaluation split (train::CheckpointEvaluator), each epoch's metrics
+// recorded with Store::record_metrics (replacing those metric names, other metrics untouched)
+// unless they would replace metrics computed on another set (EvalOptions::replace). A checkpoint
+// that is missing or corrupt is reported in its EpochEvaluation::error and the others are still
+// evaluated.
 struct RunEvaluation {
   store::RunRow run;
   std::vector<train::EpochEvaluation> epochs;  // ascending
@@ -31,8 +37,10 @@ struct RunExport {
 RunExport export_run(const std::string& db, const std::string& ref, int epoch,
                      const std::string& out);
 
-// `amptune diagnose`: train::diagnose of run `ref` (recorded), with its rows in the order to
-// show them (train::rows_by_severity) and its first departing module (train::first_divergence).
+// `amptune diagnose`: train::diagnose of run `ref` at the checkpoint train::pick_checkpoint
+// chooses, recorded (replacing an earlier diagnosis of the same checkpoint), with its rows in the
+// order to show them (train::rows_by_severity) and its first departing module
+// (train::first_divergence).
 struct RunDiagnosis {
   store::RunRow run;
   store::Diagnosis diagnosis;
@@ -42,7 +50,7 @@ struct RunDiagnosis {
 RunDiagnosis diagnose_run(const std::string& db, const std::string& ref,
                           const train::DiagnoseOptions& options);
 
-// `amptune gc`: train::collect_garbage of the database `db`.
-train::GcReport collect_garbage(const std::string& db, bool dry_run);
+// `amptune gc`: collect_garbage (app/checkpoint_files.h) of the database `db`.
+GcReport collect_garbage(const std::string& db, bool dry_run);
 
 }  // namespace amptune::app

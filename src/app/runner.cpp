@@ -9,6 +9,7 @@
 #include <thread>
 #include <unordered_set>
 
+#include "app/store_recorder.h"
 #include "core/child.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -262,7 +263,7 @@ namespace {
 // Trains one claimed run, logs its outcome and counts it.
 void train_claimed(store::Store& store, const store::RunRow& run, const SweepOptions& options,
                    Tally& tally) {
-  const train::RunResult result = train::train_run(store, run, options.training);
+  const train::RunResult result = train_claimed_run(store, run, options.training);
   tally.add(result);
   switch (result.outcome) {
     case train::Outcome::kDone:

@@ -213,7 +213,7 @@ int cmd_gc(const Invocation& inv) {
   opts.add()("dry-run", "list what would be deleted and delete nothing");
   if (!opts.parse(inv.args)) return 0;
   const bool dry_run = opts.has("dry-run");
-  const train::GcReport report = app::collect_garbage(db, dry_run);
+  const app::GcReport report = app::collect_garbage(db, dry_run);
   for (auto& s : report.skipped) std::cerr << "amptune gc: skipped " << s << "\n";
   for (auto& f : report.files) {
     std::cout << (dry_run ? "would delete " : "deleted ") << f.path << " (" << f.bytes

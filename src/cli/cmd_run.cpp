@@ -2,10 +2,10 @@
 #include <torch/version.h>
 #include <unistd.h>
 
-#include <functional>
 #include <iostream>
 
 #include "app/inspect.h"
+#include "app/job.h"
 #include "app/runner.h"
 #include "app/table.h"
 #include "cli/commands.h"
@@ -14,7 +14,6 @@
 #include "core/process.h"
 #include "core/version.h"
 #include "dist/cluster.h"
-#include "dist/launch.h"
 
 namespace amptune::cli {
 namespace {
@@ -48,69 +47,10 @@ void add_training_options(Options& opts, int* threads, int* stop_after, int* npr
       "--nproc_per_node N); torchrun and srun launches need no option (docs/DISTRIBUTED.md)");
 }
 
-// `subcommand` args without --nproc: what each local rank runs.
-std::vector<std::string> rank_args(const std::string& subcommand,
-                                   const std::vector<std::string>& args) {
-  std::vector<std::string> out = {"/proc/self/exe", subcommand};
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--nproc") {
-      ++i;  // and its value
-      continue;
-    }
-    if (args[i].rfind("--nproc=", 0) == 0) continue;
-    out.push_back(args[i]);
-  }
-  return out;
-}
-
-// How `run`, `resume` and `fork` take part in data-parallel training (docs/DISTRIBUTED.md).
-// `--nproc N` (N != 1): starts N local ranks of this command and returns their exit code. A rank
-// of a launched job (torchrun, srun, --nproc) other than rank 0 trains the runs rank 0
-// announces. Rank 0, or a lone process, runs `command` with options.training.cluster set (null
-// alone). With `launch` false (a dry run), `command` runs alone. `check`, when given, runs in
-// this process before --nproc starts any rank, so what it refuses is said once, by one process.
-// Throws ConfigError for an incomplete launch environment, UsageError for --nproc or --workers
-// inside a launched job.
-int as_job(const std::string& subcommand, const Invocation& inv, int nproc, int workers,
-           bool launch, app::SweepOptions& options, const std::function<int()>& command,
-           const std::function<void()>& check = nullptr) {
-  if (!launch) return command();
-  if (nproc < 1) throw UsageError("--nproc must be at least 1, got " + std::to_string(nproc));
-  const dist::LaunchEnv env = dist::detect_launch();
-  if (env.distributed() && (nproc != 1 || workers > 1)) {
-    throw UsageError(std::string(nproc != 1 ? "--nproc" : "--workers") +
-                     " inside a launched job (" + env.describe() +
-                     "): let the launcher start the ranks");
-  }
-  if (nproc != 1) {
-    if (check) check();
-    dist::SpawnOptions so;
-    so.nproc = nproc;
-    so.argv = rank_args(subcommand, inv.args);
-    return dist::spawn_local_ranks(so).exit_code;
-  }
-  const auto cluster = env.distributed() ? dist::Cluster::join(env) : nullptr;
-  options.training.cluster = cluster.get();
-  if (cluster && !cluster->leader()) return app::follow_job(options);
-  return app::lead_job(options, command);
-}
-
-// The arguments of a worker process: this command line without --workers, with --no-progress
-// (workers share one stderr) unless it is there already.
-std::vector<std::string> worker_args(const std::vector<std::string>& args) {
-  std::vector<std::string> out = {"run"};
-  bool no_progress = false;
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--workers") {
-      ++i;  // and its value
-      continue;
-    }
-    if (args[i].rfind("--workers=", 0) == 0) continue;
-    no_progress = no_progress || args[i] == "--no-progress";
-    out.push_back(args[i]);
-  }
-  if (!no_progress) out.push_back("--no-progress");
-  return out;
+// What `subcommand` starts (app/job.h): ranks with --nproc, a rank's part in a launched job.
+app::JobLaunch job_launch(const std::string& subcommand, const Invocation& inv, int nproc,
+                          int workers = 1, bool launch = true) {
+  return app::JobLaunch{subcommand, inv.args, nproc, workers, launch};
 }
 
 void print_dry_run(const app::Plan& plan) {
@@ -185,28 +125,22 @@ int cmd_run(const Invocation& inv) {
         sweep_path, sets, only, !opts.has("skip-data"), world_size,
         opts.has("shard") ? std::optional(app::parse_shard(shard)) : std::nullopt);
   };
-  return as_job("run", inv, nproc, workers, !opts.has("dry-run"), options, [&] {
-    const dist::Cluster* cluster = options.training.cluster;
-    const app::Plan plan = plan_it(cluster ? cluster->size() : nproc);
-    if (plan.shard && opts.vm()["db"].defaulted()) {
-      db = app::shard_db_path(plan.sweep.name, *plan.shard);  // one database per shard
-    }
-    if (opts.has("dry-run")) {
-      print_dry_run(plan);
-      return 0;
-    }
-    store::Store store(db);
-    if (workers > 1) {
-      store.ensure_sweep(plan.sweep.name, plan.sweep.description, plan.sweep.yaml_text,
-                         plan.sweep.source_path);
-      return app::run_workers(worker_args(inv.args), workers, db, plan.sweep.name);
-    }
-    const app::Tally tally = app::run_sweep(store, plan, options);
-    log::info("sweep " + plan.sweep.name + ": " + tally.summary());
-    log::info("results: sqlite3 -header -column " + db +
-              " \"select * from run_summary where sweep = '" + plan.sweep.name + "'\"");
-    return tally.exit_code();
-  }, [&] { (void)plan_it(nproc); });
+  const app::JobLaunch launch = job_launch("run", inv, nproc, workers, !opts.has("dry-run"));
+  return app::run_as_job(
+      launch, options,
+      [&] {
+        const dist::Cluster* cluster = options.training.cluster;
+        const app::Plan plan = plan_it(cluster ? cluster->size() : nproc);
+        if (plan.shard && opts.vm()["db"].defaulted()) {
+          db = app::shard_db_path(plan.sweep.name, *plan.shard);  // one database per shard
+        }
+        if (opts.has("dry-run")) {
+          print_dry_run(plan);
+          return 0;
+        }
+        return app::train_sweep(plan, db, workers, inv.args, options);
+      },
+      [&] { (void)plan_it(nproc); });
 }
 
 int cmd_resume(const Invocation& inv) {
@@ -225,7 +159,7 @@ int cmd_resume(const Invocation& inv) {
   if (!opts.parse(inv.args)) return 0;
   app::SweepOptions options = sweep_options(opts, inv, threads, stop_after);
   options.stale_after = stale_after;
-  return as_job("resume", inv, nproc, 1, true, options, [&] {
+  return app::run_as_job(job_launch("resume", inv, nproc), options, [&] {
     store::Store store = app::open_existing(db);
     const store::RunRow run = app::find_run(store, run_ref);
     const app::Tally tally = app::resume_run(
@@ -255,7 +189,7 @@ int cmd_fork(const Invocation& inv) {
   if (!opts.parse(inv.args)) return 0;
   if (epoch < 0) throw UsageError("amptune fork needs --epoch N: the parent's epoch to start from");
   app::SweepOptions options = sweep_options(opts, inv, threads, stop_after);
-  return as_job("fork", inv, nproc, 1, true, options, [&] {
+  return app::run_as_job(job_launch("fork", inv, nproc), options, [&] {
     store::Store store = app::open_existing(db);
     const store::RunRow parent = app::find_run(store, run_ref);
     std::vector<std::pair<std::string, nlohmann::json>> overrides;

@@ -19,7 +19,7 @@ int cmd_slurm(const Invocation& inv) {
                "array job has ended. --submit submits both (sbatch; the merge job with\n"
                "--dependency=afterany) and prints their job ids. The sweep is checked first.\n"
                "See docs/SLURM.md.\n");
-  opts.positional(&o.sweep_path);
+  opts.positional(&o.sweep_path).sweep_selection(&o.sets, &o.only);  // passed on to amptune run
   opts.add()("array", po::value(&o.shards)->default_value(0),
              "N, the number of shards (array tasks); 0 = one per cell, at most 1000")(
       "partition", po::value(&o.partition), "Slurm partition (default: the cluster's)")(
@@ -34,8 +34,6 @@ int cmd_slurm(const Invocation& inv) {
       "CPUs per process; 0 = the cluster's default")(
       "sbatch", po::value(&o.sbatch)->composing(),
       "another sbatch option for both scripts, e.g. --sbatch=--account=proj; repeatable")(
-      "set", po::value(&o.sets)->composing(), "passed on to amptune run: key=value; repeatable")(
-      "only", po::value(&o.only)->composing(), "passed on to amptune run: key=value; repeatable")(
       "into", po::value(&o.into)->default_value(default_db()),
       "the database the merge job merges the shards into")(
       "out", po::value(&o.script), "the array job's script (default: slurm/<sweep>.sbatch)")(

@@ -1,6 +1,7 @@
 // The records the results database stores and returns (store.h): runs and what created them,
 // epochs, loss-scale events, diagnoses, merge reports. Plain values; the Store reads and writes
-// them. Timestamps are ISO-8601 UTC text, "" when unset; NaN doubles are stored as NULL.
+// them, and the error a write of a run by a process that lost its claim raises. Timestamps are
+// ISO-8601 UTC text, "" when unset; NaN doubles are stored as NULL.
 #pragma once
 
 #include <cstdint>
@@ -9,9 +10,17 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/process.h"
 
 namespace amptune::store {
+
+// A write by a process that no longer holds the run: another process claimed it (this one was
+// presumed dead). Nothing was written; the caller stops working on the run.
+class ClaimLostError : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
 
 // --- Runs ----------------------------------------------------------------------------------------
 

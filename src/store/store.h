@@ -26,13 +26,6 @@ struct sqlite3;
 
 namespace amptune::store {
 
-// A write by a process that no longer holds the run: another process claimed it (this one was
-// presumed dead). Nothing was written; the caller stops working on the run.
-class ClaimLostError : public StoreError {
- public:
-  using StoreError::StoreError;
-};
-
 // Seconds without heartbeat after which a run held by a process on another host is presumed
 // dead (the default of --stale-after, and what `amptune status` calls stale).
 constexpr double kDefaultStaleAfterSeconds = 60;
@@ -58,7 +51,7 @@ class Store {
   const std::string& path() const { return path_; }  // the file, or in_memory's name
   int schema_version() const;
   // This database's random id (32 hex characters, migration 14): what a checkpoint folder's
-  // marker names (train/retention.h claim_checkpoint_root).
+  // marker names (app/checkpoint_files.h claim_checkpoint_root).
   std::string database_id() const;
 
   // Creates the sweep or updates its description/yaml; returns its id.

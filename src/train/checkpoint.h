@@ -14,15 +14,15 @@
 // loaded: they are read only when AMPTUNE_TRUST_LEGACY_CHECKPOINTS=1 is set.
 #pragma once
 
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include <torch/nn/module.h>
-#include <torch/optim/optimizer.h>
-
 #include "core/error.h"
-#include "store/store.h"
+#include "store/records.h"
 
 namespace amptune::amp {
 class Engine;

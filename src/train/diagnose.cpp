@@ -68,27 +68,6 @@ double min_normal(const std::string& dtype) {
                          : 6.103515625e-05;  // 2^-14
 }
 
-// The epoch row whose checkpoint to diagnose; unset for the initial weights (a run without
-// checkpoints, when no epoch was asked for). CheckpointError as checkpoint_epochs throws it.
-std::optional<store::EpochRow> pick_checkpoint(const store::Store& store, const store::RunRow& run,
-                                               const DiagnoseOptions& o) {
-  const std::vector<store::EpochRow> rows = store.epochs(run.id);
-  int epoch = -1;
-  if (o.epoch) {
-    EvalOptions eval;
-    eval.epoch = o.epoch;
-    epoch = checkpoint_epochs(store, run, eval).back();  // names the saved epochs otherwise
-  } else {
-    for (const auto& row : rows) {
-      if (row.checkpoint) epoch = row.epoch;
-    }
-  }
-  for (const auto& row : rows) {
-    if (row.epoch == epoch) return row;
-  }
-  return std::nullopt;
-}
-
 std::string percent(double share) {
   std::ostringstream s;
   s.precision(3);
@@ -286,28 +265,160 @@ std::vector<store::DiagnosisAdvice> advise(const store::Diagnosis& d, const Advi
   return out;
 }
 
-store::Diagnosis diagnose(store::Store& store, const store::RunRow& run,
-                          const DiagnoseOptions& options) {
-  const auto start = std::chrono::steady_clock::now();
+void check_options(const DiagnoseOptions& options) {
   if (options.batches < 1) throw ConfigError("diagnose --batches must be at least 1");
   if (!(options.cosine_min > 0 && options.cosine_min <= 1)) {
     throw ConfigError("diagnose --cosine-min must be in (0, 1]");
   }
-  const Config config = Config::from_json(run.config_json, "run " + run.name);
-  Config reference = config;
-  try {
-    reference.set("amp.opt_level", options.against);
-  } catch (const ConfigError&) {
-    throw ConfigError("diagnose --against must be one of O0, O1, O2, O3, got '" + options.against +
-                      "'");
+  const std::string& a = options.against;
+  if (a != "O0" && a != "O1" && a != "O2" && a != "O3") {
+    throw ConfigError("diagnose --against must be one of O0, O1, O2, O3, got '" + a + "'");
   }
+}
+
+std::optional<store::EpochRow> pick_checkpoint(const store::RunRow& run,
+                                               const std::vector<store::EpochRow>& rows,
+                                               const DiagnoseOptions& options) {
+  int epoch = -1;
+  if (options.epoch) {
+    EvalOptions eval;
+    eval.epoch = options.epoch;
+    epoch = checkpoint_epochs(run, rows, eval).back();  // names the saved epochs otherwise
+  } else {
+    for (const auto& row : rows) {
+      if (row.checkpoint) epoch = row.epoch;
+    }
+  }
+  for (const auto& row : rows) {
+    if (row.epoch == epoch) return row;
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+// The reference: the run's config at opt level `against` with the amp keys at their defaults.
+Config reference_config(const Config& config, const std::string& against) {
+  Config reference = config;
+  reference.set("amp.opt_level", against);  // one of O0-O3 (check_options)
   for (const char* key : {"amp.keep_batchnorm_fp32", "amp.master_weights", "amp.loss_scale"}) {
     reference.set(key, "auto");
   }
   reference.set("amp.fp32_modules", nlohmann::json::array());
   reference.set("amp.combine_grad", false);
+  return reference;
+}
 
-  const std::optional<store::EpochRow> checkpoint = pick_checkpoint(store, run, options);
+// Which outputs and gradients of the run are low precision, and what the advice rules need to
+// know of its policy.
+struct PrecisionMap {
+  AdviceContext context;
+  std::string low;                      // "fp16" / "bf16"; "fp32" when the policy has none
+  std::set<std::string> fp32_outputs;   // modules kept in fp32
+  std::vector<std::string> grad_dtype;  // per parameter, in parameter order
+
+  std::string output_dtype(const std::string& module) const {
+    return fp32_outputs.count(module) ? std::string("fp32") : low;
+  }
+};
+
+// Not those of fp32 modules; BatchNorm parameters only when the policy holds them low
+// (BatchNorm computes in fp32 under O1).
+PrecisionMap map_precision(Session& session, Precision& precision) {
+  const amp::Policy& policy = precision.policy();
+  PrecisionMap map;
+  map.low = policy.low_precision() ? amp::to_string(policy.dtype) : "fp32";
+  AdviceContext& context = map.context;
+  context.opt_level = amp::to_string(policy.opt_level);
+  context.dtype = amp::to_string(policy.dtype);
+  context.loss_scale = policy.loss_scale_text();
+  context.cast_model = policy.cast_model;
+  context.batchnorm_low = policy.cast_model && !policy.keep_batchnorm_fp32;
+  const auto& modules = *precision.engine().modules();
+  std::set<const void*> batchnorm_params;
+  for (const auto& m : session.task->module().named_modules("", /*include_self=*/false)) {
+    if (const auto* entry = modules.find(*m.value()); entry && entry->fp32) {
+      map.fp32_outputs.insert(m.key());
+    }
+    if (!m.value()->as<torch::nn::BatchNorm2d>()) continue;
+    context.batchnorm_modules.insert(m.key());
+    for (const auto& p : m.value()->parameters(false)) {
+      batchnorm_params.insert(p.unsafeGetTensorImpl());
+    }
+  }
+  const auto params = session.task->module().parameters(true);
+  const auto& mask = precision.engine().low_precision_mask();
+  for (size_t i = 0; i < params.size(); ++i) {
+    bool is_low = policy.low_precision() && !modules.fp32_tensor(params[i]) &&
+                  !batchnorm_params.count(params[i].unsafeGetTensorImpl());
+    if (policy.cast_model) is_low = mask[i];
+    map.grad_dtype.push_back(is_low ? map.low : "fp32");
+  }
+  return map;
+}
+
+// The run under its policy and the reference, built from the same fp32 values.
+struct Sides {
+  Session& run;
+  Precision& run_precision;
+  Session& reference;
+  Precision& reference_precision;
+  const torch::Device& device;
+};
+
+// Appends to `d` the rows of batch `b`: every module output and every gradient of the run
+// against the reference's, and every int32 cast point's values against the uncast ones.
+void compare_batch(const Sides& sides, const data::Batch& batch, int b, const PrecisionMap& map,
+                   const Int32Casts& casts, store::Diagnosis& d) {
+  const Pass want = run_pass(sides.reference, sides.reference_precision, batch, sides.device);
+  const Pass got = run_pass(sides.run, sides.run_precision, batch, sides.device);
+  if (want.outputs.size() != got.outputs.size()) {
+    throw ModelError("diagnose: the reference ran " + std::to_string(want.outputs.size()) +
+                     " modules and the run's policy " + std::to_string(got.outputs.size()));
+  }
+  auto add = [&](store::DiagnosticRow r, const char* kind, int seq, const std::string& module,
+                 const std::string& dtype) {
+    r.kind = kind;
+    r.batch = b;
+    r.seq = seq;
+    r.module = module;
+    r.dtype = dtype;
+    d.rows.push_back(std::move(r));
+  };
+  for (size_t i = 0; i < got.outputs.size(); ++i) {
+    const std::string& name = got.outputs[i].first;
+    const std::string dtype = map.output_dtype(name);
+    add(compare_tensors(want.outputs[i].second, got.outputs[i].second, dtype), "forward",
+        static_cast<int>(i), name, dtype);
+  }
+  for (size_t i = 0; i < got.grads.size(); ++i) {
+    add(compare_tensors(want.grads[i].second, got.grads[i].second, map.grad_dtype[i], d.loss_scale),
+        "gradient", static_cast<int>(i), got.grads[i].first, map.grad_dtype[i]);
+  }
+  int seq = 0;
+  for (const auto& point : int32_cast_points()) {
+    if (!casts.has(point)) continue;
+    auto fields = batch.fields;
+    const Int32Casts one({point});
+    one.apply(fields, /*train=*/true);
+    one.apply(fields, /*train=*/false);
+    for (const auto& [field, cast] : fields) {
+      const torch::Tensor& original = batch.fields.at(field);
+      if (cast.is_same(original)) continue;
+      add(compare_tensors(original, cast, "int32"), "cast", seq++, point, "int32");
+    }
+  }
+}
+
+}  // namespace
+
+store::Diagnosis diagnose(const store::RunRow& run,
+                          const std::optional<store::EpochRow>& checkpoint,
+                          const DiagnoseOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  check_options(options);
+  const Config config = Config::from_json(run.config_json, "run " + run.name);
+  const Config reference = reference_config(config, options.against);
   const int epoch = checkpoint ? checkpoint->epoch : -1;
   torch::set_num_threads(resolve_threads(config, options.threads));
   const Settings settings = Settings::from(config);
@@ -321,44 +432,7 @@ store::Diagnosis diagnose(store::Store& store, const store::RunRow& run,
   const auto values = full_precision_state(session.task->module(), precision.engine());
   Precision ref_precision(Settings::from(reference).amp, device);
   Session ref = build_session(reference, device, ref_precision, &values, "run " + run.name);
-
-  const amp::Policy& policy = precision.policy();
-  const std::string low = policy.low_precision() ? amp::to_string(policy.dtype) : "fp32";
-  AdviceContext context;
-  context.opt_level = amp::to_string(policy.opt_level);
-  context.dtype = amp::to_string(policy.dtype);
-  context.loss_scale = policy.loss_scale_text();
-  context.cast_model = policy.cast_model;
-  context.batchnorm_low = policy.cast_model && !policy.keep_batchnorm_fp32;
-  // Which outputs and gradients are low precision: not those of fp32 modules; BatchNorm
-  // parameters only when the policy holds them low (BatchNorm computes in fp32 under O1).
-  const auto& modules = *precision.engine().modules();
-  std::set<std::string> fp32_outputs;
-  std::set<const void*> batchnorm_params;
-  for (const auto& m : session.task->module().named_modules("", /*include_self=*/false)) {
-    if (const auto* entry = modules.find(*m.value()); entry && entry->fp32) {
-      fp32_outputs.insert(m.key());
-    }
-    if (!m.value()->as<torch::nn::BatchNorm2d>()) continue;
-    context.batchnorm_modules.insert(m.key());
-    for (const auto& p : m.value()->parameters(false)) {
-      batchnorm_params.insert(p.unsafeGetTensorImpl());
-    }
-  }
-  auto output_dtype = [&](const std::string& module) {
-    return fp32_outputs.count(module) ? std::string("fp32") : low;
-  };
-  std::vector<std::string> grad_dtype;
-  {
-    const auto params = session.task->module().parameters(true);
-    const auto& mask = precision.engine().low_precision_mask();
-    for (size_t i = 0; i < params.size(); ++i) {
-      bool is_low = policy.low_precision() && !modules.fp32_tensor(params[i]) &&
-                    !batchnorm_params.count(params[i].unsafeGetTensorImpl());
-      if (policy.cast_model) is_low = mask[i];
-      grad_dtype.push_back(is_low ? low : "fp32");
-    }
-  }
+  const PrecisionMap map = map_precision(session, precision);
   const Int32Casts casts = Int32Casts::from_config(config);
 
   store::Diagnosis d;
@@ -375,67 +449,21 @@ store::Diagnosis diagnose(store::Store& store, const store::RunRow& run,
   data::Loader loader(train_set, opts);
   log::info("run " + run.name + ": diagnosing " +
             (epoch >= 0 ? "epoch " + std::to_string(epoch) : std::string("the initial weights")) +
-            " under " + context.opt_level + " " + low + " (" + amp::to_string(policy.backend) +
-            ") against " + options.against + " on " + std::to_string(options.batches) +
-            " training batch(es)");
+            " under " + map.context.opt_level + " " + map.low + " (" +
+            amp::to_string(precision.policy().backend) + ") against " + options.against + " on " +
+            std::to_string(options.batches) + " training batch(es)");
+  const Sides sides{session, precision, ref, ref_precision, device};
   int b = 0;
   while (auto batch = loader.next()) {
     if (!batch->images.defined() || batch->images.size(0) == 0) continue;
-    const Pass want = run_pass(ref, ref_precision, *batch, device);
-    const Pass got = run_pass(session, precision, *batch, device);
-    if (want.outputs.size() != got.outputs.size()) {
-      throw ModelError("diagnose: the reference ran " + std::to_string(want.outputs.size()) +
-                       " modules and the run's policy " + std::to_string(got.outputs.size()));
-    }
-    for (size_t i = 0; i < got.outputs.size(); ++i) {
-      const std::string& name = got.outputs[i].first;
-      store::DiagnosticRow r =
-          compare_tensors(want.outputs[i].second, got.outputs[i].second, output_dtype(name));
-      r.kind = "forward";
-      r.batch = b;
-      r.seq = static_cast<int>(i);
-      r.module = name;
-      r.dtype = output_dtype(name);
-      d.rows.push_back(std::move(r));
-    }
-    for (size_t i = 0; i < got.grads.size(); ++i) {
-      store::DiagnosticRow r =
-          compare_tensors(want.grads[i].second, got.grads[i].second, grad_dtype[i], d.loss_scale);
-      r.kind = "gradient";
-      r.batch = b;
-      r.seq = static_cast<int>(i);
-      r.module = got.grads[i].first;
-      r.dtype = grad_dtype[i];
-      d.rows.push_back(std::move(r));
-    }
-    int seq = 0;
-    for (const auto& point : int32_cast_points()) {
-      if (!casts.has(point)) continue;
-      auto fields = batch->fields;
-      const Int32Casts one({point});
-      one.apply(fields, /*train=*/true);
-      one.apply(fields, /*train=*/false);
-      for (const auto& [field, cast] : fields) {
-        const torch::Tensor& original = batch->fields.at(field);
-        if (cast.is_same(original)) continue;
-        store::DiagnosticRow r = compare_tensors(original, cast, "int32");
-        r.kind = "cast";
-        r.batch = b;
-        r.seq = seq++;
-        r.module = point;
-        r.dtype = "int32";
-        d.rows.push_back(std::move(r));
-      }
-    }
-    ++b;
+    compare_batch(sides, *batch, b++, map, casts, d);
   }
   if (b == 0) {
     throw DataError("diagnose: the training split of run " + run.name + " gave no batch");
   }
   d.batches = b;
-  d.advice = advise(d, context);
+  d.advice = advise(d, map.context);
   d.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  store.record_diagnosis(d);
   return d;
 }
 

@@ -7,7 +7,7 @@
 // compared (cosine, max absolute / relative error, shares of elements off by more than 1e-3 and
 // 5e-3, overflow and underflow shares of the low-precision tensors). The rows, the first module
 // that departs and the advice from documented rules are stored (diagnoses, diagnostics,
-// diagnosis_advice, view first_divergence). No torch in this header: the CLI includes it.
+// diagnosis_advice, view first_divergence). No torch in this header: the app layer includes it.
 #pragma once
 
 #include <optional>
@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "store/store.h"
+#include "store/records.h"
 
 namespace at {
 class Tensor;
@@ -70,10 +70,23 @@ std::optional<store::DiagnosticRow> first_divergence(const store::Diagnosis& d);
 // The advice rules (docs/AMP.md "Advice rules") over a diagnosis's rows, in priority order.
 std::vector<store::DiagnosisAdvice> advise(const store::Diagnosis& d, const AdviceContext& context);
 
-// Diagnoses `run` (see the top of this file), records the diagnosis (replacing an earlier one of
-// the same checkpoint) and returns it. Throws CheckpointError (no such checkpoint, unreadable),
-// ConfigError (bad options) or DataError as loading the run does.
-store::Diagnosis diagnose(store::Store& store, const store::RunRow& run,
+// Throws ConfigError naming the option (--batches, --cosine-min, --against) that cannot be used.
+void check_options(const DiagnoseOptions& options);
+
+// The epoch row of run `run` whose checkpoint to diagnose among `rows` (its epoch rows): the asked
+// epoch's, or the newest kept one; unset for the initial weights (a run without checkpoints, when
+// no epoch was asked for). Throws CheckpointError naming the saved epochs when the asked epoch
+// has no kept checkpoint.
+std::optional<store::EpochRow> pick_checkpoint(const store::RunRow& run,
+                                               const std::vector<store::EpochRow>& rows,
+                                               const DiagnoseOptions& options);
+
+// Diagnoses `run` (see the top of this file) at `checkpoint` (pick_checkpoint; unset: the
+// initial weights) and returns the diagnosis (the caller records it: app/checkpoints.h). Throws
+// CheckpointError (unreadable checkpoint), ConfigError (bad options) or DataError as loading the
+// run does.
+store::Diagnosis diagnose(const store::RunRow& run,
+                          const std::optional<store::EpochRow>& checkpoint,
                           const DiagnoseOptions& options);
 
 }  // namespace amptune::train

@@ -31,13 +31,6 @@ std::string saved_epochs(const std::vector<store::EpochRow>& rows) {
   return have.empty() ? "none" : have;
 }
 
-const store::EpochRow& row_of(const std::vector<store::EpochRow>& rows, int epoch) {
-  for (auto& r : rows) {
-    if (r.epoch == epoch) return r;
-  }
-  throw CheckpointError("internal: epoch " + std::to_string(epoch) + " vanished");
-}
-
 // Why `now` (this evaluation's metrics) must not silently replace the metrics stored in `row`:
 // they were computed on a set of another size (val_samples), or, when the stored row does not
 // say, with another number of batches. Empty when storing is safe (nothing to replace, or the
@@ -77,9 +70,9 @@ Session load_session(const Config& config, const store::RunRow& run, const store
   return session;
 }
 
-std::vector<int> checkpoint_epochs(const store::Store& store, const store::RunRow& run,
+std::vector<int> checkpoint_epochs(const store::RunRow& run,
+                                   const std::vector<store::EpochRow>& rows,
                                    const EvalOptions& options) {
-  const auto rows = store.epochs(run.id);
   std::vector<int> epochs;
   for (auto& r : rows) {
     if (r.checkpoint) epochs.push_back(r.epoch);
@@ -102,75 +95,85 @@ std::vector<int> checkpoint_epochs(const store::Store& store, const store::RunRo
   return epochs;
 }
 
-std::vector<EpochEvaluation> evaluate_checkpoints(store::Store& store, const store::RunRow& run,
-                                                  const EvalOptions& options) {
-  const std::vector<int> epochs = checkpoint_epochs(store, run, options);
-  const Config config = Config::from_json(run.config_json, "run " + run.name);
-  const Settings settings = Settings::from(config);
-  torch::set_num_threads(resolve_threads(config, options.threads));
-  const torch::Device device = pick_device(settings.device);
-  Precision precision(settings.amp, device);  // this thread's amp policy while evaluating
-  auto val_set = data::make_dataset(config, data::Split::kVal);
-  log::info("run " + run.name + ": evaluating " + std::to_string(epochs.size()) +
-            " checkpoint(s) on " + val_set->describe());
-
-  // The set training evaluated: its first eval_step_per_epoch batches (0: it did not evaluate).
-  const int64_t eval_steps = settings.schedule.eval_step_per_epoch;
-  const int64_t training_batches = eval_steps == 0 ? -1 : eval_steps;
-  const int64_t batches = options.max_batches.value_or(training_batches);
-
-  std::vector<EpochEvaluation> results;
-  for (const int epoch : epochs) {
-    EpochEvaluation result;
-    result.epoch = epoch;
-    const auto start = std::chrono::steady_clock::now();
-    try {
-      const auto rows = store.epochs(run.id);  // re-read: retention may have run meanwhile
-      const store::EpochRow& row = row_of(rows, epoch);
-      if (!row.checkpoint) {
-        throw CheckpointError("the checkpoint of epoch " + std::to_string(epoch) + " of run " +
-                              run.name + " was deleted while evaluating");
-      }
-      Session session = load_session(config, run, row, device, precision);
-      // The same loader as training-time evaluation (trainer.cpp).
-      data::LoaderOptions opts =
-          data::loader_options(config, data::Split::kVal, static_cast<uint64_t>(epoch));
-      opts.epoch = static_cast<uint64_t>(epoch);
-      opts.max_batches = batches;
-      data::Loader loader(val_set, opts);
-      session.task->module().eval();
-      {
-        auto autocast = precision.autocast();
-        result.metrics = session.task->evaluate(loader, device);
-      }
-      result.not_recorded = other_set(row, result.metrics, batches == training_batches);
-      if (result.not_recorded.empty() || options.replace) {
-        result.not_recorded.clear();
-        store.record_metrics(run.id, epoch, result.metrics);
-      }
-    } catch (const CheckpointError& e) {
-      result.error = e.what();
-      result.metrics.clear();
-      log::warn(result.error);
-    }
-    result.seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    results.push_back(std::move(result));
+struct CheckpointEvaluator::State {
+  State(const store::RunRow& r, const EvalOptions& o)
+      : run(r),
+        options(o),
+        config(Config::from_json(run.config_json, "run " + run.name)),
+        settings(Settings::from(config)),
+        device(pick_device(settings.device)),
+        precision(settings.amp, device),  // this thread's amp policy while evaluating
+        val_set(data::make_dataset(config, data::Split::kVal)) {
+    // The set training evaluated: its first eval_step_per_epoch batches (0: it did not evaluate).
+    const int64_t eval_steps = settings.schedule.eval_step_per_epoch;
+    training_batches = eval_steps == 0 ? -1 : eval_steps;
+    batches = options.max_batches.value_or(training_batches);
   }
-  return results;
+
+  const store::RunRow run;
+  const EvalOptions options;
+  const Config config;
+  const Settings settings;
+  const torch::Device device;
+  Precision precision;
+  std::shared_ptr<data::Dataset> val_set;
+  int64_t training_batches = -1;
+  int64_t batches = -1;
+};
+
+CheckpointEvaluator::CheckpointEvaluator(const store::RunRow& run, const EvalOptions& options) {
+  torch::set_num_threads(
+      resolve_threads(Config::from_json(run.config_json, "run " + run.name), options.threads));
+  state_ = std::make_unique<State>(run, options);
 }
 
-ExportResult export_checkpoint(store::Store& store, const store::RunRow& run, int epoch,
+CheckpointEvaluator::~CheckpointEvaluator() = default;
+
+std::string CheckpointEvaluator::describe() const { return state_->val_set->describe(); }
+
+EpochEvaluation CheckpointEvaluator::evaluate(const store::EpochRow& row) {
+  State& s = *state_;
+  EpochEvaluation result;
+  result.epoch = row.epoch;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    if (!row.checkpoint) {
+      throw CheckpointError("the checkpoint of epoch " + std::to_string(row.epoch) + " of run " +
+                            s.run.name + " was deleted while evaluating");
+    }
+    Session session = load_session(s.config, s.run, row, s.device, s.precision);
+    // The same loader as training-time evaluation (trainer.cpp).
+    data::LoaderOptions opts =
+        data::loader_options(s.config, data::Split::kVal, static_cast<uint64_t>(row.epoch));
+    opts.epoch = static_cast<uint64_t>(row.epoch);
+    opts.max_batches = s.batches;
+    data::Loader loader(s.val_set, opts);
+    session.task->module().eval();
+    {
+      auto autocast = s.precision.autocast();
+      result.metrics = session.task->evaluate(loader, s.device);
+    }
+    result.not_recorded = other_set(row, result.metrics, s.batches == s.training_batches);
+  } catch (const CheckpointError& e) {
+    result.error = e.what();
+    result.metrics.clear();
+    log::warn(result.error);
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+ExportResult export_checkpoint(const store::RunRow& run, const store::EpochRow& row,
                                const std::string& out) {
-  EvalOptions select;
-  select.epoch = epoch;
-  checkpoint_epochs(store, run, select);  // throws naming the saved epochs
-  const auto rows = store.epochs(run.id);
+  if (!row.checkpoint) {
+    throw CheckpointError("run " + run.name + " has no checkpoint of epoch " +
+                          std::to_string(row.epoch));
+  }
   const Config config = Config::from_json(run.config_json, "run " + run.name);
   const Settings settings = Settings::from(config);
   const torch::Device device = pick_device(settings.device);
   Precision precision(settings.amp, device);
-  Session session = load_session(config, run, row_of(rows, epoch), device, precision);
+  Session session = load_session(config, run, row, device, precision);
 
   const auto values = full_precision_state(session.task->module(), precision.engine());
   models::save_state_dict(values, out);

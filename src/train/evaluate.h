@@ -1,16 +1,18 @@
-// Evaluation and export of saved checkpoints (`amptune eval`, `amptune export`). The model is
-// built exactly as the trainer builds it (train/session.h: seed, task, amp policy, masters), so
-// O2/O3 runs evaluate with their low-precision weights under the run's autocast / emulation
-// policy, as training-time evaluation did. No torch in this header: the CLI includes it.
+// Evaluation and export of saved checkpoints (`amptune eval`, `amptune export`; the commands'
+// database side is app/checkpoints.h). The model is built exactly as the trainer builds it
+// (train/session.h: seed, task, amp policy, masters), so O2/O3 runs evaluate with their
+// low-precision weights under the run's autocast / emulation policy, as training-time evaluation
+// did. No torch in this header: the app layer includes it.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "store/store.h"
+#include "store/records.h"
 
 namespace amptune::train {
 
@@ -38,19 +40,35 @@ struct EpochEvaluation {
   double seconds = 0;
 };
 
-// The checkpoints `options` selects, ascending. Throws CheckpointError naming the run and its
-// saved epochs when the asked epoch has no kept checkpoint, or the run has none at all.
-std::vector<int> checkpoint_epochs(const store::Store& store, const store::RunRow& run,
+// The checkpoints `options` selects among `rows` (run `run`'s epoch rows), ascending. Throws
+// CheckpointError naming the run and its saved epochs when the asked epoch has no kept
+// checkpoint, or the run has none at all.
+std::vector<int> checkpoint_epochs(const store::RunRow& run,
+                                   const std::vector<store::EpochRow>& rows,
                                    const EvalOptions& options);
 
-// Evaluates the selected checkpoints of `run` on its configured evaluation split (data val split;
-// RootNet: the test set) and records each epoch's metrics with Store::record_metrics (replacing
-// those metric names, other metrics untouched) unless they would replace metrics computed on
-// another set (see EvalOptions::replace; val_samples says how many samples a set held). A checkpoint that is missing or corrupt
-// (CheckpointError naming file and epoch) is reported in its EpochEvaluation::error and the
-// others are still evaluated. Reads only the checkpoint files; writes only metrics rows.
-std::vector<EpochEvaluation> evaluate_checkpoints(store::Store& store, const store::RunRow& run,
-                                                  const EvalOptions& options);
+// Evaluates checkpoints of one run on its configured evaluation split (data val split; RootNet:
+// the test set): the data set, device and amp policy are set up once, each checkpoint loads into
+// a model built as the trainer builds it. Reads only the checkpoint files.
+class CheckpointEvaluator {
+ public:
+  CheckpointEvaluator(const store::RunRow& run, const EvalOptions& options);
+  ~CheckpointEvaluator();
+  CheckpointEvaluator(const CheckpointEvaluator&) = delete;
+  CheckpointEvaluator& operator=(const CheckpointEvaluator&) = delete;
+
+  // The evaluation split, as the data set describes itself ("... 1000 samples").
+  std::string describe() const;
+  // The metrics of `row`'s checkpoint (as Task::evaluate returns them) and, in not_recorded, why
+  // they must not replace the metrics stored in `row` (computed on another set: val_samples says
+  // how many samples a set held; "" when storing is safe). A checkpoint that is missing or
+  // corrupt (CheckpointError naming file and epoch) is reported in `error`, nothing thrown.
+  EpochEvaluation evaluate(const store::EpochRow& row);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 struct ExportResult {
   std::string path;
@@ -58,13 +76,13 @@ struct ExportResult {
   int64_t bytes = 0;    // size of the written file
 };
 
-// Writes the weights of `run`'s checkpoint of `epoch` to `out` as a plain {name: tensor} dict
-// that Python's torch.load reads, with torchvision's state-dict names (models/weights.h):
-// parameters at full precision (the fp32 masters of O2 runs; floating tensors as float32),
-// BatchNorm buffers including num_batches_tracked (int64). Atomic (temp file + rename). Throws
-// CheckpointError as checkpoint_epochs / load_checkpoint do, ModelError when `out` cannot be
-// written.
-ExportResult export_checkpoint(store::Store& store, const store::RunRow& run, int epoch,
+// Writes the weights of `run`'s checkpoint in `row` (one of its epoch rows) to `out` as a plain
+// {name: tensor} dict that Python's torch.load reads, with torchvision's state-dict names
+// (models/weights.h): parameters at full precision (the fp32 masters of O2 runs; floating tensors
+// as float32), BatchNorm buffers including num_batches_tracked (int64). Atomic (temp file +
+// rename). Throws CheckpointError as load_checkpoint does (or when `row` has no checkpoint),
+// ModelError when `out` cannot be written.
+ExportResult export_checkpoint(const store::RunRow& run, const store::EpochRow& row,
                                const std::string& out);
 
 }  // namespace amptune::train

@@ -306,16 +306,15 @@ std::string default_checkpoint_root(const std::string& db_path) {
   return (db.parent_path() / "checkpoints" / db.stem()).string();
 }
 
-std::string checkpoint_dir(const CheckpointSettings& checkpoint, const store::Store& store,
+std::string checkpoint_dir(const CheckpointSettings& checkpoint, const std::string& db_path,
                            int64_t run_id) {
   const std::string dir =
-      checkpoint.dir.empty() ? default_checkpoint_root(store.path()) : checkpoint.dir;
+      checkpoint.dir.empty() ? default_checkpoint_root(db_path) : checkpoint.dir;
   return (std::filesystem::path(dir) / std::to_string(run_id)).string();
 }
 
-std::string checkpoint_dir(const Config& config, const store::Store& store, int64_t run_id) {
-  return checkpoint_dir(Settings::from(config).checkpoint, store, run_id);
+std::string checkpoint_dir(const Config& config, const std::string& db_path, int64_t run_id) {
+  return checkpoint_dir(Settings::from(config).checkpoint, db_path, run_id);
 }
-
 
 }  // namespace amptune::train

@@ -18,10 +18,6 @@ class Config;
 struct CheckpointSettings;
 }
 
-namespace amptune::store {
-class Store;
-}
-
 namespace amptune::train {
 
 // The readable run columns (model, optimizer, lr, ...) and primary metric of a config.
@@ -36,10 +32,11 @@ std::string resolve_device(const Config& config);
 // (results/checkpoints/amptune for results/amptune.sqlite), so two databases in one directory never
 // share run directories.
 std::string default_checkpoint_root(const std::string& db_path);
-// Directory of a run's checkpoints: checkpoint.dir/<run id>, or default_checkpoint_root/<run id>.
-std::string checkpoint_dir(const CheckpointSettings& checkpoint, const store::Store& store,
+// Directory of a run's checkpoints: checkpoint.dir/<run id>, or default_checkpoint_root of the
+// database at `db_path`/<run id>.
+std::string checkpoint_dir(const CheckpointSettings& checkpoint, const std::string& db_path,
                            int64_t run_id);
-std::string checkpoint_dir(const Config& config, const store::Store& store, int64_t run_id);
+std::string checkpoint_dir(const Config& config, const std::string& db_path, int64_t run_id);
 
 // Everything about `config` that can refuse a run before it trains, without touching data: the
 // model, the amp policy (combinations apex refuses), the cast point names (and that the model has

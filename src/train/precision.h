@@ -3,6 +3,8 @@
 // trainer.cpp only (header-only, so it adds no translation unit).
 #pragma once
 
+#include <torch/torch.h>
+
 #include <algorithm>
 #include <functional>
 #include <memory>
@@ -10,13 +12,11 @@
 #include <string>
 #include <vector>
 
-#include <torch/torch.h>
-
 #include "amp/emulate.h"
 #include "amp/engine.h"
 #include "amp/policy.h"
 #include "core/settings.h"
-#include "store/store.h"
+#include "store/records.h"
 
 namespace amptune::train {
 

@@ -1,23 +1,14 @@
-// Checkpoint retention after each epoch (keep_last / keep_best / keep_epochs / fork parents) and
-// `amptune gc`: files under the checkpoint directories that the database does not reference.
+// Which checkpoints a run keeps (keep_last / keep_best / keep_epochs / fork parents), deleting
+// only inside a run's own folder, temp files of dead writers.
 #include "train/retention.h"
-
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <limits>
-#include <map>
 
-#include "core/config.h"
-#include "core/process.h"
-#include "core/error.h"
 #include "core/log.h"
-#include "core/settings.h"
-#include "train/plan.h"
+#include "core/process.h"
 
 namespace amptune::train {
 namespace fs = std::filesystem;
@@ -63,29 +54,8 @@ std::set<int> retained_epochs(const std::vector<store::EpochRow>& rows,
   return keep;
 }
 
-void apply_retention(store::Store& store, int64_t run_id, const CheckpointSettings& checkpoint,
-                     const std::string& primary, bool higher_is_better) {
-  RetentionPolicy policy;
-  policy.keep_last = checkpoint.keep_last;
-  policy.keep_best = checkpoint.keep_best;
-  policy.keep_epochs = checkpoint.keep_epochs;
-  policy.primary_metric = primary;
-  policy.higher_is_better = higher_is_better;
-  if (policy.keep_last == 0 && policy.keep_best == 0) return;
-  const auto rows = store.epochs(run_id);
-  const std::set<int> keep = retained_epochs(rows, policy, store.fork_epochs(run_id));
-  const std::string run_dir = checkpoint_dir(checkpoint, store, run_id);
-  for (auto& row : rows) {
-    if (!row.checkpoint || keep.count(row.epoch)) continue;
-    remove_own_checkpoint(row.checkpoint->path, run_dir);
-    store.forget_checkpoint(run_id, row.epoch);
-  }
-}
-
 namespace {
 
-// An absolute, normalised spelling of `p` (relative paths against the working directory), for
-// comparing recorded checkpoint paths with directory listings.
 std::string normal(const fs::path& p) {
   std::error_code ec;
   fs::path out = fs::weakly_canonical(fs::absolute(p), ec);
@@ -97,60 +67,7 @@ bool all_digits(const std::string& s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
-int64_t size_of(const fs::path& p) {
-  std::error_code ec;
-  auto n = fs::file_size(p, ec);
-  return ec ? 0 : static_cast<int64_t>(n);
-}
-
-// Temp files of write_file_atomic: "<name>.tmp.<pid>".
-bool is_temp(const std::string& name) { return name.find(".tmp.") != std::string::npos; }
-
 }  // namespace
-
-void claim_checkpoint_root(const CheckpointSettings& checkpoint, const store::Store& store) {
-  const std::string& configured = checkpoint.dir;
-  const fs::path root = configured.empty() ? fs::path(default_checkpoint_root(store.path()))
-                                           : fs::path(configured);
-  const fs::path marker = root / ".amptune-database";
-  const std::string id = store.database_id();
-  std::error_code ec;
-  fs::create_directories(root, ec);
-  const std::string text = id + " " + normal(store.path()) + "\n";
-  const int fd = ::open(marker.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd >= 0) {
-    const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-    ::close(fd);
-    if (written) return;
-    fs::remove(marker, ec);
-    throw CheckpointError("cannot write " + marker.string() + " (disk full?)");
-  }
-  std::ifstream in(marker);
-  std::string owner, owner_path;
-  in >> owner;
-  std::getline(in >> std::ws, owner_path);
-  if (!in && owner.empty()) {
-    throw CheckpointError("cannot read " + marker.string() + ", which says which database the "
-                          "checkpoint folder " + root.string() + " belongs to");
-  }
-  if (owner == id) return;
-  if (owner_path == normal(store.path())) {
-    // The database that claimed the folder was at this very path and is gone (deleted and made
-    // again): its files are nobody's now, and this database takes the folder over.
-    log::warn("the checkpoint folder " + root.string() + " belonged to an earlier database at " +
-              store.path() + "; this one takes it over");
-    const fs::path temp = root / (".amptune-database.tmp-" + std::to_string(::getpid()));
-    std::ofstream(temp) << text;
-    fs::rename(temp, marker, ec);
-    if (ec) throw CheckpointError("cannot replace " + marker.string() + ": " + ec.message());
-    return;
-  }
-  throw CheckpointError("the checkpoint folder " + root.string() + " belongs to the database " +
-                        (owner_path.empty() ? "with id " + owner : owner_path) +
-                        " (" + marker.string() + "), not to " + store.path() +
-                        ": give this database a checkpoint.dir of its own (or none: then its "
-                        "checkpoints go beside it)");
-}
 
 bool remove_own_checkpoint(const std::string& path, const std::string& run_dir) {
   std::error_code ec;
@@ -186,83 +103,6 @@ std::vector<std::string> remove_dead_temp_files(const std::string& dir) {
   return removed;
 }
 
-GcReport collect_garbage(store::Store& store, bool dry_run) {
-  GcReport report;
-  std::map<std::string, std::string> found;  // path -> reason
-  const auto runs = store.runs();
-  std::set<std::string> run_dirs;
-  std::set<int64_t> run_ids;
-  for (const auto& run : runs) {
-    run_ids.insert(run.id);
-    const Config config = Config::from_json(run.config_json, "run " + run.name);
-    const fs::path dir = checkpoint_dir(config, store, run.id);
-    run_dirs.insert(normal(dir));
-    std::error_code ec;
-    if (!fs::is_directory(dir, ec)) continue;
-    if (run.status == store::RunStatus::kRunning) {
-      report.skipped.push_back(dir.string() + ": run " + run.name +
-                               " is running (a save may be in flight; if its worker died, resume "
-                               "or reclaim it first)");
-      continue;
-    }
-    std::set<std::string> referenced;
-    std::string missing;
-    for (const auto& row : store.epochs(run.id)) {
-      if (!row.checkpoint) continue;
-      referenced.insert(normal(row.checkpoint->path));
-      if (!fs::exists(row.checkpoint->path, ec) && missing.empty()) missing = row.checkpoint->path;
-    }
-    if (!missing.empty()) {
-      report.skipped.push_back(dir.string() + ": run " + run.name + "'s recorded checkpoint " +
-                               missing +
-                               " is not there (moved, or a relative path recorded from another "
-                               "working directory); nothing in this directory is deleted");
-      continue;
-    }
-    for (const auto& entry : fs::directory_iterator(dir)) {
-      if (!entry.is_regular_file() || entry.is_symlink()) continue;
-      const std::string path = normal(entry.path());
-      if (referenced.count(path)) continue;
-      found[entry.path().string()] = is_temp(entry.path().filename().string())
-                                         ? "temp file of an interrupted save"
-                                         : "not referenced by the database";
-    }
-  }
-  // Directories of deleted runs, only under the database's own default root (a shared
-  // checkpoint.dir may hold other databases' runs).
-  std::vector<fs::path> stale_dirs;
-  const fs::path root = default_checkpoint_root(store.path());
-  std::error_code ec;
-  if (fs::is_directory(root, ec)) {
-    for (const auto& entry : fs::directory_iterator(root)) {
-      const std::string name = entry.path().filename().string();
-      if (!entry.is_directory() || entry.is_symlink() || !all_digits(name)) continue;
-      if (run_ids.count(std::stoll(name)) || run_dirs.count(normal(entry.path()))) continue;
-      stale_dirs.push_back(entry.path());
-      for (const auto& file : fs::directory_iterator(entry.path())) {
-        if (!file.is_regular_file() || file.is_symlink()) continue;
-        found[file.path().string()] = "run " + name + " does not exist";
-      }
-    }
-  }
-  for (const auto& [path, reason] : found) {
-    const int64_t bytes = size_of(path);
-    report.files.push_back({path, bytes, reason});
-    report.bytes += bytes;
-  }
-  if (dry_run) return report;
-  for (const auto& file : report.files) {
-    std::error_code rm;
-    if (!fs::remove(file.path, rm) && rm) {
-      throw CheckpointError("cannot delete " + file.path + ": " + rm.message() +
-                            " (check the directory's permissions)");
-    }
-  }
-  for (const auto& dir : stale_dirs) {
-    std::error_code rm;
-    if (fs::is_empty(dir, rm)) fs::remove(dir, rm);
-  }
-  return report;
-}
+std::string normal_path(const std::string& path) { return normal(path); }
 
 }  // namespace amptune::train

@@ -1,6 +1,9 @@
 // The training loop of one run as phases (train/phases.h), and the entry points of
-// train/trainer.h: the process that owns the run records through a StoreRecorder, the other
-// ranks of a data-parallel job through a FollowerRecorder.
+// train/trainer.h: the process that owns the run records through its recorder (the app's
+// StoreRecorder), the other ranks of a data-parallel job through a FollowerRecorder.
+#include "train/trainer.h"
+
+#include <torch/torch.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,9 +15,7 @@
 #include <filesystem>
 #include <limits>
 #include <mutex>
-
 #include <nlohmann/json.hpp>
-#include <torch/torch.h>
 
 #include "core/config.h"
 #include "core/error.h"
@@ -30,13 +31,11 @@
 #include "train/model_info.h"
 #include "train/optimizer.h"
 #include "train/phases.h"
+#include "train/plan.h"
 #include "train/precision.h"
 #include "train/profile.h"
-#include "train/plan.h"
-#include "train/trainer.h"
 #include "train/schedule.h"
 #include "train/session.h"
-#include "train/store_recorder.h"
 #include "train/task.h"
 
 namespace amptune::train {
@@ -724,22 +723,8 @@ RunResult train_run(Recorder& recorder, const store::RunRow& run, const RunOptio
   return result;
 }
 
-RunResult train_run(store::Store& store, const store::RunRow& run, const RunOptions& options) {
-  std::unique_ptr<Config> config;
-  std::unique_ptr<StoreRecorder> recorder;
-  try {
-    config = std::make_unique<Config>(Config::from_json(run.config_json, "run " + run.name));
-    recorder = std::make_unique<StoreRecorder>(store, run, *config, options.heartbeat_seconds);
-  } catch (const std::exception& e) {
-    try {
-      store.finish_run(run.id, store::RunStatus::kFailed, e.what(), "");
-    } catch (const std::exception& e2) {
-      log::warn(std::string("could not mark run failed: ") + e2.what());
-    }
-    return RunResult{Outcome::kFailed, e.what(), ""};
-  }
-  if (options.cluster) options.cluster->publish(run_message(run));  // the others follow it
-  return train_run(*recorder, run, options);
+void lead_run(dist::Cluster& cluster, const store::RunRow& run) {
+  cluster.publish(run_message(run));
 }
 
 RunResult follow_run(const store::RunRow& run, const RunOptions& options) {

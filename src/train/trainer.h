@@ -14,10 +14,6 @@ namespace amptune::dist {
 class Cluster;
 }
 
-namespace amptune::store {
-class Store;
-}
-
 namespace amptune::train {
 
 struct RunOptions {
@@ -50,13 +46,10 @@ struct RunResult {
 // ended before this returns.
 RunResult train_run(Recorder& recorder, const store::RunRow& run, const RunOptions& options);
 
-// Trains `run` (already claimed: status running) to the end of its schedule, recording every
-// epoch in `store` (a StoreRecorder, train/store_recorder.h). Errors inside training are caught
-// and reported as kFailed with a message; the run row is updated before returning.
-// With options.cluster, the calling process is the leader (rank 0): it tells the other ranks
-// which run to train (they call follow_run), hands them its restored state, and alone writes
-// the store and the checkpoints.
-RunResult train_run(store::Store& store, const store::RunRow& run, const RunOptions& options);
+// The leader of a data-parallel job (rank 0) tells the other ranks that `run` is next (they get
+// it from next_run and call follow_run); it then trains it with train_run, and hands them its
+// restored state from there. app::train_claimed_run (app/store_recorder.h) does both.
+void lead_run(dist::Cluster& cluster, const store::RunRow& run);
 
 // The other ranks of a data-parallel job: the next run the leader trains (nullopt when the
 // leader has finished; its exit code is then in *leader_exit), and its training without a

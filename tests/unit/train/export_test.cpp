@@ -1,15 +1,16 @@
 // `amptune export`'s export_checkpoint: the written state dict holds the checkpoint's weights at
 // full precision under torchvision's names (O2: the fp32 masters, not the fp16-grid copies the
 // model computes with), BatchNorm buffers included.
-#include <filesystem>
-#include <fstream>
-
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
 #include "core/config.h"
-#include "core/settings.h"
 #include "core/error.h"
+#include "core/settings.h"
 #include "models/weights.h"
 #include "store/store.h"
 #include "support/scratch.h"
@@ -83,6 +84,19 @@ class TrainExport : public ::testing::Test {
     return saved;
   }
 
+  // What `amptune export` does (app/checkpoints.h): the epoch must have a kept checkpoint among
+  // the run's rows (checkpoint_epochs names the saved ones otherwise), then its row is exported.
+  static ExportResult export_epoch(const store::Store& store, const store::RunRow& run, int epoch,
+                                   const std::string& out) {
+    EvalOptions select;
+    select.epoch = epoch;
+    const auto rows = store.epochs(run.id);
+    checkpoint_epochs(run, rows, select);
+    const auto row = std::find_if(rows.begin(), rows.end(),
+                                  [&](const store::EpochRow& r) { return r.epoch == epoch; });
+    return export_checkpoint(run, *row, out);
+  }
+
   fs::path dir_;
 };
 
@@ -92,7 +106,7 @@ TEST_F(TrainExport, O2ExportsTheFp32MastersAndBuffers) {
   ASSERT_FALSE(saved.masters.empty()) << "O2 should keep fp32 masters";
   const std::string out = (dir_ / "out" / "weights.pt").string();
   fs::create_directories(dir_ / "out");
-  auto result = export_checkpoint(store, saved.run, 0, out);
+  auto result = export_epoch(store, saved.run, 0, out);
   EXPECT_EQ(result.path, out);
   EXPECT_EQ(result.bytes, static_cast<int64_t>(fs::file_size(out)));
   const auto exported = models::read_state_dict(out);
@@ -122,14 +136,14 @@ TEST_F(TrainExport, O0ExportsTheModelAndMissingEpochsAreNamed) {
   const Saved saved = train_and_save(store, tiny("O0"));
   EXPECT_TRUE(saved.masters.empty());
   const std::string out = (dir_ / "w.pt").string();
-  export_checkpoint(store, saved.run, 0, out);
+  export_epoch(store, saved.run, 0, out);
   const auto exported = models::read_state_dict(out);
   for (auto& [name, value] : saved.model) {
     ASSERT_TRUE(exported.count(name)) << name;
     EXPECT_TRUE(torch::equal(exported.at(name), value)) << name;
   }
   try {
-    export_checkpoint(store, saved.run, 7, (dir_ / "x.pt").string());
+    export_epoch(store, saved.run, 7, (dir_ / "x.pt").string());
     FAIL() << "no CheckpointError for epoch 7";
   } catch (const CheckpointError& e) {
     EXPECT_NE(std::string(e.what()).find("saved epochs: 0"), std::string::npos) << e.what();
@@ -142,7 +156,7 @@ TEST_F(TrainExport, O0ExportsTheModelAndMissingEpochsAreNamed) {
     f.put('\x7f');
   }
   try {
-    export_checkpoint(store, saved.run, 0, (dir_ / "y.pt").string());
+    export_epoch(store, saved.run, 0, (dir_ / "y.pt").string());
     FAIL() << "no CheckpointError for a corrupt file";
   } catch (const CheckpointError& e) {
     EXPECT_NE(std::string(e.what()).find("epoch_0000.pt"), std::string::npos) << e.what();

@@ -1,6 +1,7 @@
 // The recorder of the process that owns a run (train/recorder.h): the run's rows in the results
 // database, its checkpoint folder (claimed for the database before anything is written there),
-// retention, and the claim's heartbeat from a thread of its own. No torch here.
+// retention, and the claim's heartbeat from a thread of its own; and the training of a claimed
+// run through it. No torch here.
 #pragma once
 
 #include <memory>
@@ -10,10 +11,11 @@
 #include "core/settings.h"
 #include "store/store.h"
 #include "train/recorder.h"
+#include "train/trainer.h"
 
-namespace amptune::train {
+namespace amptune::app {
 
-class StoreRecorder : public Recorder {
+class StoreRecorder : public train::Recorder {
  public:
   // Claims the checkpoint root of `config` for `store` (claim_checkpoint_root), removes temp
   // files of saves a dead process left in the run's folder, and starts the heartbeat (every
@@ -31,10 +33,11 @@ class StoreRecorder : public Recorder {
   void record_initial_metrics(const std::map<std::string, double>& metrics) override;
   void check_claim() override;
   void record_epoch(store::EpochRecord& record) override;
-  void end(Ending ending, const std::string& message, const std::string& summary_json) override;
+  void end(train::Ending ending, const std::string& message,
+           const std::string& summary_json) override;
 
  protected:
-  std::optional<StopRequest> own_stop_request() override;
+  std::optional<train::StopRequest> own_stop_request() override;
 
  private:
   class Heartbeat;
@@ -47,4 +50,14 @@ class StoreRecorder : public Recorder {
   std::unique_ptr<Heartbeat> heartbeat_;
 };
 
-}  // namespace amptune::train
+// Trains `run` (already claimed: status running) to the end of its schedule, recording every
+// epoch in `store` through a StoreRecorder. Errors inside training are caught and reported as
+// kFailed with a message; the run row is updated before returning (a recorder that cannot start,
+// e.g. a checkpoint root of another database, fails the run). With options.cluster, the calling
+// process is the leader (rank 0): it tells the other ranks which run to train (they call
+// train::follow_run), hands them its restored state, and alone writes the store and the
+// checkpoints.
+train::RunResult train_claimed_run(store::Store& store, const store::RunRow& run,
+                                   const train::RunOptions& options);
+
+}  // namespace amptune::app

@@ -1,16 +1,21 @@
-#include "train/store_recorder.h"
+// app/store_recorder.h: the owner's recorder and the training of a claimed run through it.
+#include "app/store_recorder.h"
 
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <thread>
 
+#include "app/checkpoint_files.h"
 #include "core/log.h"
 #include "train/model_info.h"
-#include "train/retention.h"
 #include "train/plan.h"
+#include "train/retention.h"
 
-namespace amptune::train {
+namespace amptune::app {
+using train::Ending;
+using train::Outcome;
+using train::StopRequest;
 namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
@@ -25,7 +30,9 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 class StoreRecorder::Heartbeat {
  public:
   Heartbeat(const std::string& db, int64_t run_id, double period_seconds)
-      : store_(db), run_id_(run_id), period_(std::max(0.05, period_seconds)),
+      : store_(db),
+        run_id_(run_id),
+        period_(std::max(0.05, period_seconds)),
         thread_([this] { loop(); }) {}
   ~Heartbeat() {
     {
@@ -80,12 +87,12 @@ StoreRecorder::StoreRecorder(store::Store& store, const store::RunRow& run, cons
     : store_(store), run_(run), checkpoint_(Settings::from(config).checkpoint) {
   heartbeat_ = std::make_unique<Heartbeat>(store.path(), run.id, heartbeat_seconds);
   claim_checkpoint_root(checkpoint_, store);  // before anything is written or deleted there
-  dir_ = train::checkpoint_dir(checkpoint_, store, run.id);
+  dir_ = train::checkpoint_dir(checkpoint_, store.path(), run.id);
   // Saves of this run that a killed process left half-written (it holds the run now).
-  for (const auto& file : remove_dead_temp_files(dir_)) {
+  for (const auto& file : train::remove_dead_temp_files(dir_)) {
     log::info("run " + run.name + ": removed " + file + " (a save interrupted by a crash)");
   }
-  const ModelInfo info = model_info(config);
+  const train::ModelInfo info = train::model_info(config);
   primary_metric_ = info.primary_metric;
   higher_is_better_ = info.higher_is_better;
 }
@@ -104,7 +111,9 @@ std::optional<store::RunRow> StoreRecorder::find_run(int64_t run_id) {
 
 void StoreRecorder::forget_after(int64_t epoch) {
   // Only files in the run's own folder are deleted (remove_own_checkpoint).
-  for (const auto& f : store_.truncate_after(run_.id, epoch)) remove_own_checkpoint(f.path, dir_);
+  for (const auto& f : store_.truncate_after(run_.id, epoch)) {
+    train::remove_own_checkpoint(f.path, dir_);
+  }
 }
 
 void StoreRecorder::note(const std::string& line, bool warning) {
@@ -169,4 +178,22 @@ void StoreRecorder::end(Ending ending, const std::string& message,
   }
 }
 
-}  // namespace amptune::train
+train::RunResult train_claimed_run(store::Store& store, const store::RunRow& run,
+                                   const train::RunOptions& options) {
+  std::unique_ptr<StoreRecorder> recorder;
+  try {
+    const Config config = Config::from_json(run.config_json, "run " + run.name);
+    recorder = std::make_unique<StoreRecorder>(store, run, config, options.heartbeat_seconds);
+  } catch (const std::exception& e) {
+    try {
+      store.finish_run(run.id, store::RunStatus::kFailed, e.what(), "");
+    } catch (const std::exception& e2) {
+      log::warn(std::string("could not mark run failed: ") + e2.what());
+    }
+    return train::RunResult{Outcome::kFailed, e.what(), ""};
+  }
+  if (options.cluster) train::lead_run(*options.cluster, run);  // the others follow it
+  return train::train_run(*recorder, run, options);
+}
+
+}  // namespace amptune::app
