@@ -221,129 +221,179 @@ std::string Cell::label() const {
   return out;
 }
 
+namespace {
+
+const std::string kForkExample =
+    "e.g. forks: [{from: {where: {optim.lr: 0.1}, epoch: 1}, grid: {amp.loss_scale: [dynamic, "
+    "128]}}]";
+
+// The blocks of one forks entry as written; reset_optimizer and name go straight to the fork.
+struct ForkBlocks {
+  YAML::Node from, grid, set;
+  bool have_from = false, have_grid = false, have_set = false;
+};
+
+ForkBlocks read_fork_keys(const Ctx& ctx, const YAML::Node& entry, ForkDecl& fork) {
+  ForkBlocks blocks;
+  for (const auto& item : entry) {
+    const std::string key = key_text(ctx, item.first);
+    const SourceLoc key_loc = ctx.loc(item.first);
+    if (key == "from") {
+      blocks.from = item.second;
+      blocks.have_from = true;
+    } else if (key == "grid") {
+      blocks.grid = item.second;
+      blocks.have_grid = true;
+    } else if (key == "set") {
+      blocks.set = item.second;
+      blocks.have_set = true;
+    } else if (key == "reset_optimizer") {
+      if (!item.second.IsScalar() ||
+          (item.second.Scalar() != "true" && item.second.Scalar() != "false")) {
+        fail(ctx.loc(item.second),
+             "reset_optimizer is true or false, got " + yaml_brief(item.second));
+      }
+      fork.reset_optimizer = item.second.Scalar() == "true";
+    } else if (key == "name") {
+      if (!item.second.IsScalar()) fail(ctx.loc(item.second), "name must be text");
+      fork.name = item.second.Scalar();
+    } else {
+      fail(key_loc, "unknown key " + key +
+                        " in a forks entry; the keys are from, grid, set, reset_optimizer, name");
+    }
+  }
+  return blocks;
+}
+
+// from: {where: {key: value}, epoch: N}
+void read_fork_from(const Ctx& ctx, const YAML::Node& from, ForkDecl& fork) {
+  bool have_epoch = false;
+  for (const auto& item : from) {
+    const std::string key = key_text(ctx, item.first);
+    if (key == "epoch") {
+      KeySpec spec{"epoch", "int", "", {}, {}, 0.0, std::nullopt};
+      fork.epoch = static_cast<int>(
+          ctx.schema.coerce(spec, item.second, ctx.loc(item.second)).get<int64_t>());
+      have_epoch = true;
+    } else if (key == "where") {
+      for (const Leaf& leaf : leaves_of(ctx, item.second, "forks.from.where")) {
+        fork.where.emplace_back(
+            leaf.key, ctx.schema.coerce(*ctx.schema.find(leaf.key), leaf.value, leaf.value_loc));
+      }
+    } else {
+      fail(ctx.loc(item.first), "unknown key " + key + " in from:; the keys are where and epoch");
+    }
+  }
+  if (!have_epoch) {
+    fail(ctx.loc(from),
+         "from: needs epoch: N (the 0-based epoch whose checkpoint the fork starts from)");
+  }
+}
+
+// Each override set of `fork` once per value of `key`.
+void multiply_override_sets(ForkDecl& fork, const std::string& key,
+                            const std::vector<nlohmann::json>& values) {
+  std::vector<std::vector<std::pair<std::string, nlohmann::json>>> next;
+  for (const auto& base : fork.override_sets) {
+    for (const auto& value : values) {
+      auto row = base;
+      row.emplace_back(key, value);
+      next.push_back(std::move(row));
+    }
+  }
+  fork.override_sets = std::move(next);
+}
+
+// The override sets: the fixed `set` values times the cartesian product of `grid`.
+void read_fork_overrides(const Ctx& ctx, const ForkBlocks& blocks, ForkDecl& fork) {
+  std::vector<std::pair<std::string, nlohmann::json>> fixed;
+  std::map<std::string, SourceLoc> seen;
+  auto check_key = [&](const Leaf& leaf) {
+    if (leaf.key.rfind("model.", 0) == 0) {
+      fail(leaf.key_loc, leaf.key +
+                             " cannot change in a fork (the checkpoint holds the parent's "
+                             "model); sweep it in grid: instead");
+    }
+    if (!seen.emplace(leaf.key, leaf.key_loc).second) {
+      fail(leaf.key_loc, leaf.key + " is given twice in this forks entry; keep one");
+    }
+  };
+  if (blocks.have_set) {
+    for (const Leaf& leaf : leaves_of(ctx, blocks.set, "forks.set")) {
+      check_key(leaf);
+      fixed.emplace_back(leaf.key,
+                         ctx.schema.coerce(*ctx.schema.find(leaf.key), leaf.value, leaf.value_loc));
+    }
+  }
+  if (!blocks.have_set && !blocks.have_grid) {
+    fail(fork.loc,
+         "a forks entry changes something: give set: {key: value} and/or grid: "
+         "{key: [values]} (a fork without changes is `amptune fork RUN --epoch N`)");
+  }
+  fork.override_sets.push_back(fixed);
+  if (!blocks.have_grid) return;
+  for (const Leaf& leaf : leaves_of(ctx, blocks.grid, "forks.grid")) {
+    check_key(leaf);
+    const auto values = axis_values(ctx, leaf, "forks.grid");
+    if (fork.override_sets.size() * values.size() > kMaxCells) {
+      fail(leaf.key_loc, "this forks entry's grid expands to more than " +
+                             std::to_string(kMaxCells) +
+                             " override sets; split it into several entries or use fewer "
+                             "values");
+    }
+    multiply_override_sets(fork, leaf.key, values);
+  }
+}
+
+// The cells `from.where` selects; each must train past `from.epoch`.
+void match_fork_cells(const Ctx& ctx, const YAML::Node& from, const std::vector<Cell>& cells,
+                      ForkDecl& fork) {
+  for (const Cell& cell : cells) {
+    bool match = true;
+    for (const auto& [key, value] : fork.where) match = match && cell.value(key) == value;
+    if (!match) continue;
+    const int64_t epochs = cell.value("schedule.epochs").get<int64_t>();
+    if (epochs == 0) {
+      fail(ctx.loc(from), "cell " + std::to_string(cell.index) +
+                              " is evaluation-only (schedule.epochs: 0) and saves no "
+                              "checkpoint to fork from; narrow from.where to trained cells");
+    }
+    if (fork.epoch + 1 >= epochs) {
+      fail(ctx.loc(from), "the fork starts after epoch " + std::to_string(fork.epoch) +
+                              " but cell " + std::to_string(cell.index) + " trains only " +
+                              std::to_string(epochs) +
+                              " epochs, so nothing is left to train; pick an earlier epoch");
+    }
+    fork.cells.push_back(cell.index);
+  }
+  if (fork.cells.empty()) fail(ctx.loc(from), "from.where matches no cell of the sweep");
+}
+
+ForkDecl parse_fork_entry(const Ctx& ctx, const YAML::Node& entry, const std::vector<Cell>& cells) {
+  ForkDecl fork;
+  fork.loc = ctx.loc(entry);
+  if (!entry.IsMap()) fail(fork.loc, "a forks entry is a mapping, " + kForkExample);
+  const ForkBlocks blocks = read_fork_keys(ctx, entry, fork);
+  if (!blocks.have_from || !blocks.from.IsMap()) {
+    fail(fork.loc, "a forks entry needs from: {where: {key: value}, epoch: N}");
+  }
+  read_fork_from(ctx, blocks.from, fork);
+  read_fork_overrides(ctx, blocks, fork);
+  match_fork_cells(ctx, blocks.from, cells, fork);
+  return fork;
+}
+
 // `forks:` entries (see sweep.h), checked against the expanded cells.
 std::vector<ForkDecl> parse_forks(const Ctx& ctx, const YAML::Node& node, const SourceLoc& loc,
                                   const std::vector<Cell>& cells) {
-  const std::string example =
-      "e.g. forks: [{from: {where: {optim.lr: 0.1}, epoch: 1}, grid: {amp.loss_scale: [dynamic, 128]}}]";
   if (!node.IsSequence() || node.size() == 0) {
-    fail(loc, "forks must be a list of fork entries, " + example + ", got " + yaml_brief(node));
+    fail(loc,
+         "forks must be a list of fork entries, " + kForkExample + ", got " + yaml_brief(node));
   }
   size_t planned_forks = 0;  // over all entries, capped like cells
   std::vector<ForkDecl> out;
   for (const auto& entry : node) {
-    ForkDecl fork;
-    fork.loc = ctx.loc(entry);
-    if (!entry.IsMap()) fail(fork.loc, "a forks entry is a mapping, " + example);
-    YAML::Node from, grid, set;
-    bool have_from = false, have_grid = false, have_set = false;
-    for (const auto& item : entry) {
-      const std::string key = key_text(ctx, item.first);
-      const SourceLoc key_loc = ctx.loc(item.first);
-      if (key == "from") {
-        from = item.second;
-        have_from = true;
-      } else if (key == "grid") {
-        grid = item.second;
-        have_grid = true;
-      } else if (key == "set") {
-        set = item.second;
-        have_set = true;
-      } else if (key == "reset_optimizer") {
-        if (!item.second.IsScalar() || (item.second.Scalar() != "true" && item.second.Scalar() != "false")) {
-          fail(ctx.loc(item.second), "reset_optimizer is true or false, got " + yaml_brief(item.second));
-        }
-        fork.reset_optimizer = item.second.Scalar() == "true";
-      } else if (key == "name") {
-        if (!item.second.IsScalar()) fail(ctx.loc(item.second), "name must be text");
-        fork.name = item.second.Scalar();
-      } else {
-        fail(key_loc, "unknown key " + key + " in a forks entry; the keys are from, grid, set, "
-                      "reset_optimizer, name");
-      }
-    }
-    if (!have_from || !from.IsMap()) {
-      fail(fork.loc, "a forks entry needs from: {where: {key: value}, epoch: N}");
-    }
-    bool have_epoch = false;
-    for (const auto& item : from) {
-      const std::string key = key_text(ctx, item.first);
-      if (key == "epoch") {
-        KeySpec spec{"epoch", "int", "", {}, {}, 0.0, std::nullopt};
-        fork.epoch = static_cast<int>(ctx.schema.coerce(spec, item.second, ctx.loc(item.second)).get<int64_t>());
-        have_epoch = true;
-      } else if (key == "where") {
-        for (const Leaf& leaf : leaves_of(ctx, item.second, "forks.from.where")) {
-          fork.where.emplace_back(leaf.key, ctx.schema.coerce(*ctx.schema.find(leaf.key), leaf.value, leaf.value_loc));
-        }
-      } else {
-        fail(ctx.loc(item.first), "unknown key " + key + " in from:; the keys are where and epoch");
-      }
-    }
-    if (!have_epoch) fail(ctx.loc(from), "from: needs epoch: N (the 0-based epoch whose checkpoint the fork starts from)");
-    // overrides: the fixed `set` values times the cartesian product of `grid`
-    std::vector<std::pair<std::string, nlohmann::json>> fixed;
-    std::map<std::string, SourceLoc> seen;
-    auto check_key = [&](const Leaf& leaf) {
-      if (leaf.key.rfind("model.", 0) == 0) {
-        fail(leaf.key_loc, leaf.key + " cannot change in a fork (the checkpoint holds the parent's "
-                           "model); sweep it in grid: instead");
-      }
-      if (!seen.emplace(leaf.key, leaf.key_loc).second) {
-        fail(leaf.key_loc, leaf.key + " is given twice in this forks entry; keep one");
-      }
-    };
-    if (have_set) {
-      for (const Leaf& leaf : leaves_of(ctx, set, "forks.set")) {
-        check_key(leaf);
-        fixed.emplace_back(leaf.key, ctx.schema.coerce(*ctx.schema.find(leaf.key), leaf.value, leaf.value_loc));
-      }
-    }
-    if (!have_set && !have_grid) {
-      fail(fork.loc, "a forks entry changes something: give set: {key: value} and/or grid: "
-                     "{key: [values]} (a fork without changes is `amptune fork RUN --epoch N`)");
-    }
-    fork.override_sets.push_back(fixed);
-    if (have_grid) {
-      for (const Leaf& leaf : leaves_of(ctx, grid, "forks.grid")) {
-        check_key(leaf);
-        const auto values = axis_values(ctx, leaf, "forks.grid");
-        if (fork.override_sets.size() * values.size() > kMaxCells) {
-          fail(leaf.key_loc, "this forks entry's grid expands to more than " +
-                                 std::to_string(kMaxCells) +
-                                 " override sets; split it into several entries or use fewer "
-                                 "values");
-        }
-        std::vector<std::vector<std::pair<std::string, nlohmann::json>>> next;
-        for (const auto& base : fork.override_sets) {
-          for (const auto& value : values) {
-            auto row = base;
-            row.emplace_back(leaf.key, value);
-            next.push_back(std::move(row));
-          }
-        }
-        fork.override_sets = std::move(next);
-      }
-    }
-    for (const Cell& cell : cells) {
-      bool match = true;
-      for (const auto& [key, value] : fork.where) match = match && cell.value(key) == value;
-      if (!match) continue;
-      const int64_t epochs = cell.value("schedule.epochs").get<int64_t>();
-      if (epochs == 0) {
-        fail(ctx.loc(from), "cell " + std::to_string(cell.index) +
-                                " is evaluation-only (schedule.epochs: 0) and saves no "
-                                "checkpoint to fork from; narrow from.where to trained cells");
-      }
-      if (fork.epoch + 1 >= epochs) {
-        fail(ctx.loc(from), "the fork starts after epoch " + std::to_string(fork.epoch) +
-                                " but cell " + std::to_string(cell.index) + " trains only " +
-                                std::to_string(epochs) +
-                                " epochs, so nothing is left to train; pick an earlier epoch");
-      }
-      fork.cells.push_back(cell.index);
-    }
-    if (fork.cells.empty()) fail(ctx.loc(from), "from.where matches no cell of the sweep");
+    ForkDecl fork = parse_fork_entry(ctx, entry, cells);
     planned_forks += fork.cells.size() * fork.override_sets.size();
     if (planned_forks > kMaxCells) {
       fail(fork.loc, "the forks: entries plan more than " + std::to_string(kMaxCells) +
@@ -354,8 +404,6 @@ std::vector<ForkDecl> parse_forks(const Ctx& ctx, const YAML::Node& node, const 
   }
   return out;
 }
-
-namespace {
 
 // A cell's hash, and the key that tells cells apart. Every cell's hash comes from one template
 // of the base (the keys the axes set) with the cell's values spliced in: most of a large sweep's
