@@ -11,7 +11,7 @@ data.std. Prints one JSON object:
     {"samples": N, "top1": hits, "top5": hits, "loss_sum": S, "acc1": 100*top1/N,
      "acc5": 100*top5/N, "val_loss": S/N}
 
-Example (the fixture of tests/integration/test_evalonly.cpp):
+Example (the fixture of tests/integration/evalonly_test.cpp):
 
     /usr/bin/python3 tools/eval_torchvision_idx.py \\
         --weights tests/fixtures/models/resnet50_w0.03125_small_weights.pt \\

@@ -3,7 +3,7 @@
 # called for packages that are missing.
 #   tools/install-deps.sh         the build, the tests and the quickstart
 #   tools/install-deps.sh slurm   Slurm and MUNGE alone, for the local Slurm test (label slurm,
-#                                 tests/integration/test_slurm.cpp installs them when missing)
+#                                 tests/integration/slurm_test.cpp installs them when missing)
 set -euo pipefail
 if [ "${1:-}" = slurm ]; then
   packages=(slurm-wlm munge)

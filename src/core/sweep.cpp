@@ -16,6 +16,8 @@
 namespace amptune {
 namespace {
 
+// The top-level keys of a sweep file, in the order messages list them; SweepReader reads each
+// (parse_sweep says how to add one).
 const std::vector<std::string> kTopLevel = {"name", "description", "base",   "grid",
                                             "zip",  "exclude",     "repeat", "forks"};
 constexpr size_t kMaxCells = 1000000;
@@ -219,129 +221,179 @@ std::string Cell::label() const {
   return out;
 }
 
+namespace {
+
+const std::string kForkExample =
+    "e.g. forks: [{from: {where: {optim.lr: 0.1}, epoch: 1}, grid: {amp.loss_scale: [dynamic, "
+    "128]}}]";
+
+// The blocks of one forks entry as written; reset_optimizer and name go straight to the fork.
+struct ForkBlocks {
+  YAML::Node from, grid, set;
+  bool have_from = false, have_grid = false, have_set = false;
+};
+
+ForkBlocks read_fork_keys(const Ctx& ctx, const YAML::Node& entry, ForkDecl& fork) {
+  ForkBlocks blocks;
+  for (const auto& item : entry) {
+    const std::string key = key_text(ctx, item.first);
+    const SourceLoc key_loc = ctx.loc(item.first);
+    if (key == "from") {
+      blocks.from = item.second;
+      blocks.have_from = true;
+    } else if (key == "grid") {
+      blocks.grid = item.second;
+      blocks.have_grid = true;
+    } else if (key == "set") {
+      blocks.set = item.second;
+      blocks.have_set = true;
+    } else if (key == "reset_optimizer") {
+      if (!item.second.IsScalar() ||
+          (item.second.Scalar() != "true" && item.second.Scalar() != "false")) {
+        fail(ctx.loc(item.second),
+             "reset_optimizer is true or false, got " + yaml_brief(item.second));
+      }
+      fork.reset_optimizer = item.second.Scalar() == "true";
+    } else if (key == "name") {
+      if (!item.second.IsScalar()) fail(ctx.loc(item.second), "name must be text");
+      fork.name = item.second.Scalar();
+    } else {
+      fail(key_loc, "unknown key " + key +
+                        " in a forks entry; the keys are from, grid, set, reset_optimizer, name");
+    }
+  }
+  return blocks;
+}
+
+// from: {where: {key: value}, epoch: N}
+void read_fork_from(const Ctx& ctx, const YAML::Node& from, ForkDecl& fork) {
+  bool have_epoch = false;
+  for (const auto& item : from) {
+    const std::string key = key_text(ctx, item.first);
+    if (key == "epoch") {
+      KeySpec spec{"epoch", "int", "", {}, {}, 0.0, std::nullopt};
+      fork.epoch = static_cast<int>(
+          ctx.schema.coerce(spec, item.second, ctx.loc(item.second)).get<int64_t>());
+      have_epoch = true;
+    } else if (key == "where") {
+      for (const Leaf& leaf : leaves_of(ctx, item.second, "forks.from.where")) {
+        fork.where.emplace_back(
+            leaf.key, ctx.schema.coerce(*ctx.schema.find(leaf.key), leaf.value, leaf.value_loc));
+      }
+    } else {
+      fail(ctx.loc(item.first), "unknown key " + key + " in from:; the keys are where and epoch");
+    }
+  }
+  if (!have_epoch) {
+    fail(ctx.loc(from),
+         "from: needs epoch: N (the 0-based epoch whose checkpoint the fork starts from)");
+  }
+}
+
+// Each override set of `fork` once per value of `key`.
+void multiply_override_sets(ForkDecl& fork, const std::string& key,
+                            const std::vector<nlohmann::json>& values) {
+  std::vector<std::vector<std::pair<std::string, nlohmann::json>>> next;
+  for (const auto& base : fork.override_sets) {
+    for (const auto& value : values) {
+      auto row = base;
+      row.emplace_back(key, value);
+      next.push_back(std::move(row));
+    }
+  }
+  fork.override_sets = std::move(next);
+}
+
+// The override sets: the fixed `set` values times the cartesian product of `grid`.
+void read_fork_overrides(const Ctx& ctx, const ForkBlocks& blocks, ForkDecl& fork) {
+  std::vector<std::pair<std::string, nlohmann::json>> fixed;
+  std::map<std::string, SourceLoc> seen;
+  auto check_key = [&](const Leaf& leaf) {
+    if (leaf.key.rfind("model.", 0) == 0) {
+      fail(leaf.key_loc, leaf.key +
+                             " cannot change in a fork (the checkpoint holds the parent's "
+                             "model); sweep it in grid: instead");
+    }
+    if (!seen.emplace(leaf.key, leaf.key_loc).second) {
+      fail(leaf.key_loc, leaf.key + " is given twice in this forks entry; keep one");
+    }
+  };
+  if (blocks.have_set) {
+    for (const Leaf& leaf : leaves_of(ctx, blocks.set, "forks.set")) {
+      check_key(leaf);
+      fixed.emplace_back(leaf.key,
+                         ctx.schema.coerce(*ctx.schema.find(leaf.key), leaf.value, leaf.value_loc));
+    }
+  }
+  if (!blocks.have_set && !blocks.have_grid) {
+    fail(fork.loc,
+         "a forks entry changes something: give set: {key: value} and/or grid: "
+         "{key: [values]} (a fork without changes is `amptune fork RUN --epoch N`)");
+  }
+  fork.override_sets.push_back(fixed);
+  if (!blocks.have_grid) return;
+  for (const Leaf& leaf : leaves_of(ctx, blocks.grid, "forks.grid")) {
+    check_key(leaf);
+    const auto values = axis_values(ctx, leaf, "forks.grid");
+    if (fork.override_sets.size() * values.size() > kMaxCells) {
+      fail(leaf.key_loc, "this forks entry's grid expands to more than " +
+                             std::to_string(kMaxCells) +
+                             " override sets; split it into several entries or use fewer "
+                             "values");
+    }
+    multiply_override_sets(fork, leaf.key, values);
+  }
+}
+
+// The cells `from.where` selects; each must train past `from.epoch`.
+void match_fork_cells(const Ctx& ctx, const YAML::Node& from, const std::vector<Cell>& cells,
+                      ForkDecl& fork) {
+  for (const Cell& cell : cells) {
+    bool match = true;
+    for (const auto& [key, value] : fork.where) match = match && cell.value(key) == value;
+    if (!match) continue;
+    const int64_t epochs = cell.value("schedule.epochs").get<int64_t>();
+    if (epochs == 0) {
+      fail(ctx.loc(from), "cell " + std::to_string(cell.index) +
+                              " is evaluation-only (schedule.epochs: 0) and saves no "
+                              "checkpoint to fork from; narrow from.where to trained cells");
+    }
+    if (fork.epoch + 1 >= epochs) {
+      fail(ctx.loc(from), "the fork starts after epoch " + std::to_string(fork.epoch) +
+                              " but cell " + std::to_string(cell.index) + " trains only " +
+                              std::to_string(epochs) +
+                              " epochs, so nothing is left to train; pick an earlier epoch");
+    }
+    fork.cells.push_back(cell.index);
+  }
+  if (fork.cells.empty()) fail(ctx.loc(from), "from.where matches no cell of the sweep");
+}
+
+ForkDecl parse_fork_entry(const Ctx& ctx, const YAML::Node& entry, const std::vector<Cell>& cells) {
+  ForkDecl fork;
+  fork.loc = ctx.loc(entry);
+  if (!entry.IsMap()) fail(fork.loc, "a forks entry is a mapping, " + kForkExample);
+  const ForkBlocks blocks = read_fork_keys(ctx, entry, fork);
+  if (!blocks.have_from || !blocks.from.IsMap()) {
+    fail(fork.loc, "a forks entry needs from: {where: {key: value}, epoch: N}");
+  }
+  read_fork_from(ctx, blocks.from, fork);
+  read_fork_overrides(ctx, blocks, fork);
+  match_fork_cells(ctx, blocks.from, cells, fork);
+  return fork;
+}
+
 // `forks:` entries (see sweep.h), checked against the expanded cells.
 std::vector<ForkDecl> parse_forks(const Ctx& ctx, const YAML::Node& node, const SourceLoc& loc,
                                   const std::vector<Cell>& cells) {
-  const std::string example =
-      "e.g. forks: [{from: {where: {optim.lr: 0.1}, epoch: 1}, grid: {amp.loss_scale: [dynamic, 128]}}]";
   if (!node.IsSequence() || node.size() == 0) {
-    fail(loc, "forks must be a list of fork entries, " + example + ", got " + yaml_brief(node));
+    fail(loc,
+         "forks must be a list of fork entries, " + kForkExample + ", got " + yaml_brief(node));
   }
   size_t planned_forks = 0;  // over all entries, capped like cells
   std::vector<ForkDecl> out;
   for (const auto& entry : node) {
-    ForkDecl fork;
-    fork.loc = ctx.loc(entry);
-    if (!entry.IsMap()) fail(fork.loc, "a forks entry is a mapping, " + example);
-    YAML::Node from, grid, set;
-    bool have_from = false, have_grid = false, have_set = false;
-    for (const auto& item : entry) {
-      const std::string key = key_text(ctx, item.first);
-      const SourceLoc key_loc = ctx.loc(item.first);
-      if (key == "from") {
-        from = item.second;
-        have_from = true;
-      } else if (key == "grid") {
-        grid = item.second;
-        have_grid = true;
-      } else if (key == "set") {
-        set = item.second;
-        have_set = true;
-      } else if (key == "reset_optimizer") {
-        if (!item.second.IsScalar() || (item.second.Scalar() != "true" && item.second.Scalar() != "false")) {
-          fail(ctx.loc(item.second), "reset_optimizer is true or false, got " + yaml_brief(item.second));
-        }
-        fork.reset_optimizer = item.second.Scalar() == "true";
-      } else if (key == "name") {
-        if (!item.second.IsScalar()) fail(ctx.loc(item.second), "name must be text");
-        fork.name = item.second.Scalar();
-      } else {
-        fail(key_loc, "unknown key " + key + " in a forks entry; the keys are from, grid, set, "
-                      "reset_optimizer, name");
-      }
-    }
-    if (!have_from || !from.IsMap()) {
-      fail(fork.loc, "a forks entry needs from: {where: {key: value}, epoch: N}");
-    }
-    bool have_epoch = false;
-    for (const auto& item : from) {
-      const std::string key = key_text(ctx, item.first);
-      if (key == "epoch") {
-        KeySpec spec{"epoch", "int", "", {}, {}, 0.0, std::nullopt};
-        fork.epoch = static_cast<int>(ctx.schema.coerce(spec, item.second, ctx.loc(item.second)).get<int64_t>());
-        have_epoch = true;
-      } else if (key == "where") {
-        for (const Leaf& leaf : leaves_of(ctx, item.second, "forks.from.where")) {
-          fork.where.emplace_back(leaf.key, ctx.schema.coerce(*ctx.schema.find(leaf.key), leaf.value, leaf.value_loc));
-        }
-      } else {
-        fail(ctx.loc(item.first), "unknown key " + key + " in from:; the keys are where and epoch");
-      }
-    }
-    if (!have_epoch) fail(ctx.loc(from), "from: needs epoch: N (the 0-based epoch whose checkpoint the fork starts from)");
-    // overrides: the fixed `set` values times the cartesian product of `grid`
-    std::vector<std::pair<std::string, nlohmann::json>> fixed;
-    std::map<std::string, SourceLoc> seen;
-    auto check_key = [&](const Leaf& leaf) {
-      if (leaf.key.rfind("model.", 0) == 0) {
-        fail(leaf.key_loc, leaf.key + " cannot change in a fork (the checkpoint holds the parent's "
-                           "model); sweep it in grid: instead");
-      }
-      if (!seen.emplace(leaf.key, leaf.key_loc).second) {
-        fail(leaf.key_loc, leaf.key + " is given twice in this forks entry; keep one");
-      }
-    };
-    if (have_set) {
-      for (const Leaf& leaf : leaves_of(ctx, set, "forks.set")) {
-        check_key(leaf);
-        fixed.emplace_back(leaf.key, ctx.schema.coerce(*ctx.schema.find(leaf.key), leaf.value, leaf.value_loc));
-      }
-    }
-    if (!have_set && !have_grid) {
-      fail(fork.loc, "a forks entry changes something: give set: {key: value} and/or grid: "
-                     "{key: [values]} (a fork without changes is `amptune fork RUN --epoch N`)");
-    }
-    fork.override_sets.push_back(fixed);
-    if (have_grid) {
-      for (const Leaf& leaf : leaves_of(ctx, grid, "forks.grid")) {
-        check_key(leaf);
-        const auto values = axis_values(ctx, leaf, "forks.grid");
-        if (fork.override_sets.size() * values.size() > kMaxCells) {
-          fail(leaf.key_loc, "this forks entry's grid expands to more than " +
-                                 std::to_string(kMaxCells) +
-                                 " override sets; split it into several entries or use fewer "
-                                 "values");
-        }
-        std::vector<std::vector<std::pair<std::string, nlohmann::json>>> next;
-        for (const auto& base : fork.override_sets) {
-          for (const auto& value : values) {
-            auto row = base;
-            row.emplace_back(leaf.key, value);
-            next.push_back(std::move(row));
-          }
-        }
-        fork.override_sets = std::move(next);
-      }
-    }
-    for (const Cell& cell : cells) {
-      bool match = true;
-      for (const auto& [key, value] : fork.where) match = match && cell.value(key) == value;
-      if (!match) continue;
-      const int64_t epochs = cell.value("schedule.epochs").get<int64_t>();
-      if (epochs == 0) {
-        fail(ctx.loc(from), "cell " + std::to_string(cell.index) +
-                                " is evaluation-only (schedule.epochs: 0) and saves no "
-                                "checkpoint to fork from; narrow from.where to trained cells");
-      }
-      if (fork.epoch + 1 >= epochs) {
-        fail(ctx.loc(from), "the fork starts after epoch " + std::to_string(fork.epoch) +
-                                " but cell " + std::to_string(cell.index) + " trains only " +
-                                std::to_string(epochs) +
-                                " epochs, so nothing is left to train; pick an earlier epoch");
-      }
-      fork.cells.push_back(cell.index);
-    }
-    if (fork.cells.empty()) fail(ctx.loc(from), "from.where matches no cell of the sweep");
+    ForkDecl fork = parse_fork_entry(ctx, entry, cells);
     planned_forks += fork.cells.size() * fork.override_sets.size();
     if (planned_forks > kMaxCells) {
       fail(fork.loc, "the forks: entries plan more than " + std::to_string(kMaxCells) +
@@ -353,184 +405,331 @@ std::vector<ForkDecl> parse_forks(const Ctx& ctx, const YAML::Node& node, const 
   return out;
 }
 
-Sweep parse_sweep(const std::string& yaml_text, const std::string& origin,
-                  const std::vector<std::string>& sets) {
-  const Schema& schema = Schema::builtin();
-  const Ctx ctx{origin, schema};
-  YAML::Node root;
-  try {
-    root = YAML::Load(yaml_text);
-  } catch (const YAML::Exception& e) {
-    fail(SourceLoc::from_mark(origin, e.mark.line, e.mark.column),
-         "YAML syntax error: " + e.msg + " (check indentation, brackets and quotes here)");
-  }
-  if (!root.IsDefined() || root.IsNull()) {
-    fail(SourceLoc{origin}, "the sweep file is empty; it needs at least `name:` (docs/CONFIG.md)");
-  }
-  if (!root.IsMap()) {
-    fail(ctx.loc(root), "a sweep file is a mapping with the keys " + join(kTopLevel, ", ") +
-                            ", got " + yaml_brief(root));
+// A cell's hash, and the key that tells cells apart. Every cell's hash comes from one template
+// of the base (the keys the axes set) with the cell's values spliced in: most of a large sweep's
+// planning time was building and printing each cell's identity JSON (docs/PERFORMANCE.md
+// "Planning large sweeps").
+class CellIdentity {
+ public:
+  CellIdentity(const Schema& schema, const Config& base, const std::vector<std::string>& axis_keys)
+      : axis_keys_(axis_keys),
+        hash_template_(base.hash_template(axis_keys)),
+        values_(axis_keys.size()) {
+    // Swept paths of data (identity: content) are not in the config hash, but cells that read
+    // different paths are different cells (their data, and so their runs, may differ).
+    for (const std::string& key : axis_keys) {
+      if (schema.find(key)->identity == KeySpec::Identity::kContent) content_axes_.push_back(key);
+    }
   }
 
-  // Top-level keys, in file order (the order of grid / zip / repeat decides the axis order).
-  std::vector<std::pair<std::string, YAML::Node>> sections;
-  std::map<std::string, SourceLoc> section_loc;
-  for (const auto& item : root) {
-    const std::string key = key_text(ctx, item.first);
-    const SourceLoc loc = ctx.loc(item.first);
-    if (std::find(kTopLevel.begin(), kTopLevel.end(), key) == kTopLevel.end()) {
-      std::string message = "unknown top-level key " + key;
-      std::string close = suggest_among(key, kTopLevel);
-      if (schema.find(key) || schema.is_group(key)) {
-        message += "; config keys go under base: (or grid:/zip: to sweep them)";
-      } else if (!close.empty()) {
-        message += "; did you mean " + close + "?";
-      } else {
-        message += "; the top-level keys are " + join(kTopLevel, ", ");
+  // Sets `hash` to work.hash() and returns it followed by the swept paths of data.
+  std::string key(const Config& work, std::string& hash) {
+    if (hash_template_) {
+      for (size_t k = 0; k < axis_keys_.size(); ++k) values_[k] = &work.at(axis_keys_[k]);
+      hash = hash_template_->hash(values_);
+    } else {
+      hash = work.hash();
+    }
+    std::string out = hash;
+    for (const std::string& content : content_axes_) out += "|" + work.at(content).dump();
+    return out;
+  }
+
+ private:
+  const std::vector<std::string>& axis_keys_;
+  const std::optional<HashTemplate> hash_template_;
+  std::vector<const nlohmann::json*> values_;  // reused: the values of axis_keys_ in a cell
+  std::vector<std::string> content_axes_;
+};
+
+// Reads one sweep file into a Sweep, a top-level block per member; parse_sweep runs them in
+// order. What a later block needs (the blocks by key, the axes, the swept keys, the exclude
+// entries) is kept here between the steps.
+class SweepReader {
+ public:
+  SweepReader(const std::string& yaml_text, const std::string& origin)
+      : schema_(Schema::builtin()), ctx_{origin, schema_} {
+    sweep_.source_path = origin;
+    sweep_.yaml_text = yaml_text;
+  }
+
+  // The top-level keys, in file order (the order of grid / zip / repeat decides the axis order).
+  void read_top_level_keys() {
+    for (const auto& item : load_root()) {
+      const std::string key = key_text(ctx_, item.first);
+      const SourceLoc loc = ctx_.loc(item.first);
+      if (std::find(kTopLevel.begin(), kTopLevel.end(), key) == kTopLevel.end()) {
+        fail_unknown_top_level_key(key, loc);
       }
-      fail(loc, message);
+      if (block_loc_.count(key)) {
+        fail(loc, "top-level key " + key + " is given twice (first at " + block_loc_[key].str() +
+                      "); keep one");
+      }
+      block_loc_[key] = loc;
+      blocks_.emplace_back(key, item.second);
     }
-    if (section_loc.count(key)) {
-      fail(loc, "top-level key " + key + " is given twice (first at " + section_loc[key].str() +
-                    "); keep one");
-    }
-    section_loc[key] = loc;
-    sections.emplace_back(key, item.second);
   }
-  // The node of a top-level key; IsDefined() is false when the file does not have it.
-  auto section = [&](const std::string& key) {
-    for (const auto& s : sections) {
-      if (s.first == key) return s.second;
-    }
-    return YAML::Node(YAML::NodeType::Undefined);
-  };
 
-  Sweep sweep;
-  sweep.source_path = origin;
-  sweep.yaml_text = yaml_text;
+  void read_name() {
+    const YAML::Node name = block("name");
+    if (!name.IsDefined()) {
+      fail(SourceLoc{ctx_.file},
+           "the sweep has no name; add `name: my_sweep` (letters, digits, _ . -)");
+    }
+    static const std::regex kName("[A-Za-z0-9_.-]+");
+    if (!name.IsScalar() || !std::regex_match(name.Scalar(), kName)) {
+      fail(name.IsNull() ? block_loc("name") : ctx_.loc(name),
+           "name must be letters, digits, '_', '.' or '-' (it names runs and rows), got " +
+               yaml_brief(name));
+    }
+    sweep_.name = name.Scalar();
+  }
 
-  const YAML::Node name = section("name");
-  if (!name.IsDefined()) {
-    fail(SourceLoc{origin}, "the sweep has no name; add `name: my_sweep` (letters, digits, _ . -)");
-  }
-  static const std::regex kName("[A-Za-z0-9_.-]+");
-  if (!name.IsScalar() || !std::regex_match(name.Scalar(), kName)) {
-    fail(name.IsNull() ? section_loc["name"] : ctx.loc(name),
-         "name must be letters, digits, '_', '.' or '-' (it names runs and rows), got " +
-             yaml_brief(name));
-  }
-  sweep.name = name.Scalar();
-  const YAML::Node description = section("description");
-  if (description.IsDefined() && !description.IsNull()) {
+  void read_description() {
+    const YAML::Node description = block("description");
+    if (!description.IsDefined() || description.IsNull()) return;
     if (!description.IsScalar()) {
-      fail(ctx.loc(description), "description must be text, got " + yaml_brief(description));
+      fail(ctx_.loc(description), "description must be text, got " + yaml_brief(description));
     }
-    sweep.description = description.Scalar();
+    sweep_.description = description.Scalar();
   }
 
-  // base
-  const YAML::Node base = section("base");
-  if (base.IsDefined() && !base.IsNull()) {
-    for (const Leaf& leaf : leaves_of(ctx, base, "base")) {
-      sweep.base.set(leaf.key, schema.coerce(*schema.find(leaf.key), leaf.value, leaf.value_loc));
-      sweep.key_locs[leaf.key] = leaf.key_loc;
+  void read_base() {
+    const YAML::Node base = block("base");
+    if (!base.IsDefined() || base.IsNull()) return;
+    for (const Leaf& leaf : leaves_of(ctx_, base, "base")) {
+      sweep_.base.set(leaf.key,
+                      schema_.coerce(*schema_.find(leaf.key), leaf.value, leaf.value_loc));
+      sweep_.key_locs[leaf.key] = leaf.key_loc;
     }
   }
 
   // Axes in declaration order; repeat's seeds are filled in after --set (they start at seed).
-  std::vector<Axis> axes;
-  std::map<std::string, std::pair<std::string, SourceLoc>> swept;  // key -> (section, where)
-  auto add_axis = [&](Axis axis) {
-    for (size_t k = 0; k < axis.keys.size(); ++k) {
-      auto it = swept.find(axis.keys[k]);
-      if (it != swept.end()) {
-        fail(axis.key_locs[k], axis.keys[k] + " is swept twice: in " + it->second.first + " at " +
-                                   it->second.second.str() + " and in " + axis.section +
-                                   "; sweep each key once (keys that advance together go in one "
-                                   "zip group)");
+  void read_axes() {
+    for (const auto& [key, node] : blocks_) {
+      if (key == "grid") {
+        read_grid(node, block_loc(key));
+      } else if (key == "zip") {
+        read_zip(node, block_loc(key));
+      } else if (key == "repeat") {
+        declare_repeat(node, block_loc(key));
       }
-      swept.emplace(axis.keys[k], std::make_pair(axis.section, axis.key_locs[k]));
-      sweep.key_locs[axis.keys[k]] = axis.key_locs[k];
-    }
-    axes.push_back(std::move(axis));
-  };
-  size_t repeat_axis = SIZE_MAX;
-  YAML::Node repeat_node;
-  for (const auto& [key, node] : sections) {
-    const SourceLoc loc = section_loc[key];
-    if (key == "grid") {
-      if (!node.IsMap() || node.size() == 0) {
-        fail(loc,
-             "grid must map swept keys to lists of values, e.g. grid: {optim.lr: [0.05, 0.1]}"
-             ", got " +
-                 yaml_brief(node));
-      }
-      for (const Leaf& leaf : leaves_of(ctx, node, "grid")) add_axis(parse_grid_key(ctx, leaf));
-    } else if (key == "zip") {
-      if (!node.IsSequence() || node.size() == 0) {
-        fail(loc,
-             "zip must be a list of groups, e.g. zip: [{optim.lr: [0.1, 0.2], "
-             "data.batch_size: [128, 256]}], got " +
-                 yaml_brief(node));
-      }
-      for (size_t g = 0; g < node.size(); ++g) add_axis(parse_zip_group(ctx, node[g], g + 1));
-    } else if (key == "repeat") {
-      if (!schema.find("seed")) fail(loc, "repeat needs the config key seed in the schema");
-      repeat_node = node;
-      repeat_axis = axes.size();
-      add_axis(Axis{"repeat", {"seed"}, {loc}, {}});
     }
   }
-  const bool repeat_count = repeat_axis != SIZE_MAX && repeat_node.IsScalar();
 
   // --set changes base only; a swept key would be overwritten by every cell.
-  for (const std::string& text : sets) {
-    auto [key, value] = split_assignment(text);
-    const SourceLoc where{"--set " + text};
-    auto it = swept.find(key);
-    if (it != swept.end() && !(key == "seed" && repeat_count)) {
-      fail(where, key + " is swept by " + it->second.first + " at " + it->second.second.str() +
-                      "; --set changes the base only; to run some of its cells use --only " + key +
-                      "=<value>");
+  void apply_sets(const std::vector<std::string>& sets) {
+    for (const std::string& text : sets) {
+      auto [key, value] = split_assignment(text);
+      const SourceLoc where{"--set " + text};
+      auto it = swept_.find(key);
+      if (it != swept_.end() && !(key == "seed" && repeat_is_count())) {
+        fail(where, key + " is swept by " + it->second.first + " at " + it->second.second.str() +
+                        "; --set changes the base only; to run some of its cells use --only " +
+                        key + "=<value>");
+      }
+      sweep_.base.set_yaml(key, value, where);
+      sweep_.key_locs[key] = where;
     }
-    sweep.base.set_yaml(key, value, where);
-    sweep.key_locs[key] = where;
   }
 
-  if (repeat_axis != SIZE_MAX) {
-    Axis& axis = axes[repeat_axis];
-    const KeySpec& seed = *schema.find("seed");
-    const SourceLoc loc = repeat_node.IsNull() ? section_loc["repeat"] : ctx.loc(repeat_node);
+  // repeat: a count (seeds seed+0, seed+1, ... of the base after --set) or a list of seeds.
+  void read_repeat_seeds() {
+    if (repeat_axis_ == SIZE_MAX) return;
+    Axis& axis = axes_[repeat_axis_];
+    const KeySpec& seed = *schema_.find("seed");
+    const SourceLoc loc = repeat_node_.IsNull() ? block_loc("repeat") : ctx_.loc(repeat_node_);
     std::vector<std::vector<SourceLoc>> locs;
-    if (repeat_count) {
+    if (repeat_is_count()) {
       KeySpec count{"repeat", "int", "", {}, {}, 1.0, std::nullopt};
-      const int64_t n = schema.coerce(count, repeat_node, loc).get<int64_t>();
+      const int64_t n = schema_.coerce(count, repeat_node_, loc).get<int64_t>();
       if (n > static_cast<int64_t>(kMaxCells)) fail(loc, "repeat is too large");
-      const int64_t first = sweep.base.at("seed").get<int64_t>();
+      const int64_t first = sweep_.base.at("seed").get<int64_t>();
       for (int64_t i = 0; i < n; ++i) {
-        axis.rows.push_back({schema.coerce(seed, nlohmann::json(first + i), loc)});
+        axis.rows.push_back({schema_.coerce(seed, nlohmann::json(first + i), loc)});
         locs.push_back({loc});
       }
-    } else if (repeat_node.IsSequence() && repeat_node.size() > 0) {
-      for (const auto& item : repeat_node) {
-        const SourceLoc item_loc = ctx.loc(item);
-        axis.rows.push_back({schema.coerce(seed, item, item_loc)});
+    } else if (repeat_node_.IsSequence() && repeat_node_.size() > 0) {
+      for (const auto& item : repeat_node_) {
+        const SourceLoc item_loc = ctx_.loc(item);
+        axis.rows.push_back({schema_.coerce(seed, item, item_loc)});
         locs.push_back({item_loc});
       }
     } else {
       fail(loc,
            "repeat must be a count (e.g. 3: seeds seed+0..seed+2) or a non-empty list of "
            "seeds (e.g. [0, 7]), got " +
-               yaml_brief(repeat_node));
+               yaml_brief(repeat_node_));
     }
     check_unique_rows(axis, locs);
   }
 
-  for (const Axis& axis : axes) {
-    sweep.axis_keys.insert(sweep.axis_keys.end(), axis.keys.begin(), axis.keys.end());
+  void read_exclude() {
+    const YAML::Node exclude = block("exclude");
+    if (!exclude.IsDefined() || exclude.IsNull()) return;
+    if (!exclude.IsSequence()) {
+      fail(block_loc("exclude"),
+           "exclude must be a list of partial cells, e.g. exclude: "
+           "[{optim.lr: 0.2, data.batch_size: 64}], got " +
+               yaml_brief(exclude));
+    }
+    for (size_t e = 0; e < exclude.size(); ++e) {
+      excludes_.push_back(read_exclude_entry(exclude[e], "exclude entry " + std::to_string(e + 1)));
+    }
   }
-  auto axis_value_list = [&](const std::string& key) {
-    for (const Axis& axis : axes) {
+
+  // Expansion: mixed-radix counting with the last axis fastest.
+  void expand_cells() {
+    const size_t total = count_cells();
+    // One working config: every cell sets the same keys, so each cell's values overwrite the
+    // previous cell's and no per-cell copy of the base is made.
+    auto shared_base = std::make_shared<const Config>(sweep_.base);
+    Config work = sweep_.base;
+    CellIdentity identity(schema_, work, sweep_.axis_keys);
+    std::unordered_map<std::string, size_t> by_hash;
+    by_hash.reserve(total);
+    for (size_t n = 0; n < total; ++n) {
+      Cell cell;
+      cell.base = shared_base;
+      nlohmann::json flat = set_cell_values(n, work, cell);
+      if (excluded(flat)) continue;
+      cell.index = static_cast<int>(sweep_.cells.size());
+      auto [it, inserted] = by_hash.emplace(identity.key(work, cell.hash), sweep_.cells.size());
+      if (!inserted) fail_duplicate_cells(sweep_.cells[it->second], cell);
+      sweep_.cells.push_back(std::move(cell));
+    }
+    check_exclude_hits(total);
+  }
+
+  void read_forks() {
+    const YAML::Node forks = block("forks");
+    if (!forks.IsDefined()) return;
+    sweep_.forks = parse_forks(ctx_, forks, block_loc("forks"), sweep_.cells);
+  }
+
+  Sweep take() { return std::move(sweep_); }
+
+ private:
+  YAML::Node load_root() const {
+    YAML::Node root;
+    try {
+      root = YAML::Load(sweep_.yaml_text);
+    } catch (const YAML::Exception& e) {
+      fail(SourceLoc::from_mark(ctx_.file, e.mark.line, e.mark.column),
+           "YAML syntax error: " + e.msg + " (check indentation, brackets and quotes here)");
+    }
+    if (!root.IsDefined() || root.IsNull()) {
+      fail(SourceLoc{ctx_.file},
+           "the sweep file is empty; it needs at least `name:` (docs/CONFIG.md)");
+    }
+    if (!root.IsMap()) {
+      fail(ctx_.loc(root), "a sweep file is a mapping with the keys " + join(kTopLevel, ", ") +
+                               ", got " + yaml_brief(root));
+    }
+    return root;
+  }
+
+  [[noreturn]] void fail_unknown_top_level_key(const std::string& key, const SourceLoc& loc) const {
+    std::string message = "unknown top-level key " + key;
+    std::string close = suggest_among(key, kTopLevel);
+    if (schema_.find(key) || schema_.is_group(key)) {
+      message += "; config keys go under base: (or grid:/zip: to sweep them)";
+    } else if (!close.empty()) {
+      message += "; did you mean " + close + "?";
+    } else {
+      message += "; the top-level keys are " + join(kTopLevel, ", ");
+    }
+    fail(loc, message);
+  }
+
+  // The node of a top-level key; IsDefined() is false when the file does not have it.
+  YAML::Node block(const std::string& key) const {
+    for (const auto& b : blocks_) {
+      if (b.first == key) return b.second;
+    }
+    return YAML::Node(YAML::NodeType::Undefined);
+  }
+
+  // Where a top-level key is; no position when the file does not have it.
+  SourceLoc block_loc(const std::string& key) const {
+    auto it = block_loc_.find(key);
+    return it != block_loc_.end() ? it->second : SourceLoc{};
+  }
+
+  void read_grid(const YAML::Node& node, const SourceLoc& loc) {
+    if (!node.IsMap() || node.size() == 0) {
+      fail(loc,
+           "grid must map swept keys to lists of values, e.g. grid: {optim.lr: [0.05, 0.1]}"
+           ", got " +
+               yaml_brief(node));
+    }
+    for (const Leaf& leaf : leaves_of(ctx_, node, "grid")) add_axis(parse_grid_key(ctx_, leaf));
+  }
+
+  void read_zip(const YAML::Node& node, const SourceLoc& loc) {
+    if (!node.IsSequence() || node.size() == 0) {
+      fail(loc,
+           "zip must be a list of groups, e.g. zip: [{optim.lr: [0.1, 0.2], "
+           "data.batch_size: [128, 256]}], got " +
+               yaml_brief(node));
+    }
+    for (size_t g = 0; g < node.size(); ++g) add_axis(parse_zip_group(ctx_, node[g], g + 1));
+  }
+
+  // The repeat axis takes its place now; its seeds come in read_repeat_seeds.
+  void declare_repeat(const YAML::Node& node, const SourceLoc& loc) {
+    if (!schema_.find("seed")) fail(loc, "repeat needs the config key seed in the schema");
+    repeat_node_ = node;
+    repeat_axis_ = axes_.size();
+    add_axis(Axis{"repeat", {"seed"}, {loc}, {}});
+  }
+
+  bool repeat_is_count() const { return repeat_axis_ != SIZE_MAX && repeat_node_.IsScalar(); }
+
+  void add_axis(Axis axis) {
+    for (size_t k = 0; k < axis.keys.size(); ++k) {
+      auto it = swept_.find(axis.keys[k]);
+      if (it != swept_.end()) {
+        fail(axis.key_locs[k], axis.keys[k] + " is swept twice: in " + it->second.first + " at " +
+                                   it->second.second.str() + " and in " + axis.section +
+                                   "; sweep each key once (keys that advance together go in one "
+                                   "zip group)");
+      }
+      swept_.emplace(axis.keys[k], std::make_pair(axis.section, axis.key_locs[k]));
+      sweep_.key_locs[axis.keys[k]] = axis.key_locs[k];
+      sweep_.axis_keys.push_back(axis.keys[k]);
+    }
+    axes_.push_back(std::move(axis));
+  }
+
+  ExcludeEntry read_exclude_entry(const YAML::Node& entry, const std::string& name) const {
+    if (!entry.IsMap() || entry.size() == 0) {
+      fail(ctx_.loc(entry),
+           name + " must be a non-empty mapping of swept keys to values, got " + yaml_brief(entry));
+    }
+    ExcludeEntry parsed{ctx_.loc(entry), {}, 0};
+    for (const Leaf& leaf : leaves_of(ctx_, entry, name)) {
+      if (!swept_.count(leaf.key)) {
+        std::string message = name + " names " + leaf.key + ", which is not swept; exclude " +
+                              "can only name swept keys: " + join(sweep_.axis_keys, ", ");
+        std::string close = suggest_among(leaf.key, sweep_.axis_keys);
+        if (!close.empty()) message += " (did you mean " + close + "?)";
+        fail(leaf.key_loc, message);
+      }
+      nlohmann::json value = schema_.coerce(*schema_.find(leaf.key), leaf.value, leaf.value_loc);
+      const auto values = swept_values(leaf.key);
+      if (std::find(values.begin(), values.end(), value_text(value)) == values.end()) {
+        fail(leaf.value_loc, name + ": " + leaf.key + "=" + value_text(value) +
+                                 " is not one of its swept values " + join(values, ", "));
+      }
+      parsed.match.emplace_back(leaf.key, std::move(value));
+    }
+    return parsed;
+  }
+
+  // The values an axis gives `key`, as text.
+  std::vector<std::string> swept_values(const std::string& key) const {
+    for (const Axis& axis : axes_) {
       for (size_t k = 0; k < axis.keys.size(); ++k) {
         if (axis.keys[k] != key) continue;
         std::vector<std::string> out;
@@ -538,135 +737,108 @@ Sweep parse_sweep(const std::string& yaml_text, const std::string& origin,
         return out;
       }
     }
-    return std::vector<std::string>{};
-  };
-
-  // exclude
-  std::vector<ExcludeEntry> excludes;
-  const YAML::Node exclude = section("exclude");
-  if (exclude.IsDefined() && !exclude.IsNull()) {
-    if (!exclude.IsSequence()) {
-      fail(section_loc["exclude"],
-           "exclude must be a list of partial cells, e.g. exclude: "
-           "[{optim.lr: 0.2, data.batch_size: 64}], got " +
-               yaml_brief(exclude));
-    }
-    for (size_t e = 0; e < exclude.size(); ++e) {
-      const std::string name = "exclude entry " + std::to_string(e + 1);
-      const YAML::Node entry = exclude[e];
-      if (!entry.IsMap() || entry.size() == 0) {
-        fail(ctx.loc(entry), name + " must be a non-empty mapping of swept keys to values, got " +
-                                 yaml_brief(entry));
-      }
-      ExcludeEntry parsed{ctx.loc(entry), {}, 0};
-      for (const Leaf& leaf : leaves_of(ctx, entry, name)) {
-        if (!swept.count(leaf.key)) {
-          std::string message = name + " names " + leaf.key + ", which is not swept; exclude " +
-                                "can only name swept keys: " + join(sweep.axis_keys, ", ");
-          std::string close = suggest_among(leaf.key, sweep.axis_keys);
-          if (!close.empty()) message += " (did you mean " + close + "?)";
-          fail(leaf.key_loc, message);
-        }
-        nlohmann::json value = schema.coerce(*schema.find(leaf.key), leaf.value, leaf.value_loc);
-        const auto values = axis_value_list(leaf.key);
-        if (std::find(values.begin(), values.end(), value_text(value)) == values.end()) {
-          fail(leaf.value_loc, name + ": " + leaf.key + "=" + value_text(value) +
-                                   " is not one of its swept values " + join(values, ", "));
-        }
-        parsed.match.emplace_back(leaf.key, std::move(value));
-      }
-      excludes.push_back(std::move(parsed));
-    }
+    return {};
   }
 
-  // Expansion: mixed-radix counting with the last axis fastest.
-  size_t total = 1;
-  for (const Axis& axis : axes) {
-    total *= axis.rows.size();
-    if (total > kMaxCells) {
-      fail(SourceLoc{origin}, "the sweep expands to more than " + std::to_string(kMaxCells) +
-                                  " cells; split it or use zip instead of grid");
+  // The number of cells before exclude: the product of the axes' lengths.
+  size_t count_cells() const {
+    size_t total = 1;
+    for (const Axis& axis : axes_) {
+      total *= axis.rows.size();
+      if (total > kMaxCells) {
+        fail(SourceLoc{ctx_.file}, "the sweep expands to more than " + std::to_string(kMaxCells) +
+                                       " cells; split it or use zip instead of grid");
+      }
     }
+    return total;
   }
-  // One working config: every cell sets the same keys, so each cell's values overwrite the
-  // previous cell's and no per-cell copy of the base is made.
-  auto shared_base = std::make_shared<const Config>(sweep.base);
-  Config work = sweep.base;
-  std::unordered_map<std::string, size_t> by_hash;
-  by_hash.reserve(total);
-  // Every cell's hash from one template of the base (the keys the axes set), with the cell's
-  // values spliced in: most of a large sweep's planning time was building and printing each
-  // cell's identity JSON (docs/PERFORMANCE.md "Planning large sweeps").
-  std::vector<std::string> axis_keys;
-  for (const Axis& axis : axes) axis_keys.insert(axis_keys.end(), axis.keys.begin(), axis.keys.end());
-  const std::optional<HashTemplate> hash_template = work.hash_template(axis_keys);
-  std::vector<const nlohmann::json*> axis_values(axis_keys.size());
-  // Swept paths of data (identity: content) are not in the config hash, but cells that read
-  // different paths are different cells (their data, and so their runs, may differ).
-  std::vector<std::string> content_axes;
-  for (const std::string& key : axis_keys) {
-    if (schema.find(key)->identity == KeySpec::Identity::kContent) content_axes.push_back(key);
-  }
-  for (size_t n = 0; n < total; ++n) {
-    Cell cell;
-    cell.base = shared_base;
+
+  // Sets cell n's swept values in `work` and `cell`; returns them as one flat object.
+  nlohmann::json set_cell_values(size_t n, Config& work, Cell& cell) const {
     cell.axes = nlohmann::ordered_json::object();
     size_t rest = n;
-    std::vector<size_t> position(axes.size());
-    for (size_t a = axes.size(); a-- > 0;) {
-      position[a] = rest % axes[a].rows.size();
-      rest /= axes[a].rows.size();
+    std::vector<size_t> position(axes_.size());
+    for (size_t a = axes_.size(); a-- > 0;) {
+      position[a] = rest % axes_[a].rows.size();
+      rest /= axes_[a].rows.size();
     }
     nlohmann::json flat = nlohmann::json::object();
-    for (size_t a = 0; a < axes.size(); ++a) {
-      for (size_t k = 0; k < axes[a].keys.size(); ++k) {
-        const nlohmann::json& value = axes[a].rows[position[a]][k];
-        work.set(axes[a].keys[k], value);
-        cell.axes[axes[a].keys[k]] = nlohmann::ordered_json(value);
-        flat[axes[a].keys[k]] = value;
+    for (size_t a = 0; a < axes_.size(); ++a) {
+      for (size_t k = 0; k < axes_[a].keys.size(); ++k) {
+        const nlohmann::json& value = axes_[a].rows[position[a]][k];
+        work.set(axes_[a].keys[k], value);
+        cell.axes[axes_[a].keys[k]] = nlohmann::ordered_json(value);
+        flat[axes_[a].keys[k]] = value;
       }
     }
-    bool excluded = false;
-    for (ExcludeEntry& entry : excludes) {
+    return flat;
+  }
+
+  // Whether an exclude entry drops the cell; counts each entry's hits.
+  bool excluded(nlohmann::json& flat) {
+    bool dropped = false;
+    for (ExcludeEntry& entry : excludes_) {
       bool all = true;
       for (const auto& [key, value] : entry.match) all = all && flat[key] == value;
       if (all) {
         ++entry.hits;
-        excluded = true;
+        dropped = true;
       }
     }
-    if (excluded) continue;
-    cell.index = static_cast<int>(sweep.cells.size());
-    if (hash_template) {
-      for (size_t k = 0; k < axis_keys.size(); ++k) axis_values[k] = &work.at(axis_keys[k]);
-      cell.hash = hash_template->hash(axis_values);
-    } else {
-      cell.hash = work.hash();
-    }
-    std::string cell_key = cell.hash;
-    for (const std::string& key : content_axes) cell_key += "|" + work.at(key).dump();
-    auto [it, inserted] = by_hash.emplace(std::move(cell_key), sweep.cells.size());
-    if (!inserted) {
-      fail(SourceLoc{origin}, "duplicate cell: cells " + std::to_string(it->second) + " (" +
-                                  sweep.cells[it->second].label() + ") and " +
-                                  std::to_string(cell.index) + " (" + cell.label() +
-                                  ") have the same config; remove one of the values");
-    }
-    sweep.cells.push_back(std::move(cell));
+    return dropped;
   }
-  if (sweep.cells.empty()) {
-    fail(section_loc["exclude"],
-         "exclude drops all " + std::to_string(total) + " cells; nothing would run");
+
+  [[noreturn]] void fail_duplicate_cells(const Cell& first, const Cell& second) const {
+    fail(SourceLoc{ctx_.file}, "duplicate cell: cells " + std::to_string(first.index) + " (" +
+                                   first.label() + ") and " + std::to_string(second.index) + " (" +
+                                   second.label() +
+                                   ") have the same config; remove one of the values");
   }
-  for (size_t e = 0; e < excludes.size(); ++e) {
-    if (excludes[e].hits == 0) {
-      log::warn(excludes[e].loc.prefix() + "exclude entry " + std::to_string(e + 1) +
-                " matches no cell");
+
+  void check_exclude_hits(size_t total) const {
+    if (sweep_.cells.empty()) {
+      fail(block_loc("exclude"),
+           "exclude drops all " + std::to_string(total) + " cells; nothing would run");
+    }
+    for (size_t e = 0; e < excludes_.size(); ++e) {
+      if (excludes_[e].hits == 0) {
+        log::warn(excludes_[e].loc.prefix() + "exclude entry " + std::to_string(e + 1) +
+                  " matches no cell");
+      }
     }
   }
-  const YAML::Node forks = section("forks");
-  if (forks.IsDefined()) sweep.forks = parse_forks(ctx, forks, section_loc["forks"], sweep.cells);
-  return sweep;
+
+  const Schema& schema_;
+  const Ctx ctx_;
+  Sweep sweep_;
+  std::vector<std::pair<std::string, YAML::Node>> blocks_;  // the top-level keys, in file order
+  std::map<std::string, SourceLoc> block_loc_;
+  std::vector<Axis> axes_;
+  std::map<std::string, std::pair<std::string, SourceLoc>> swept_;  // key -> (section, where)
+  size_t repeat_axis_ = SIZE_MAX;  // index in axes_, SIZE_MAX without repeat:
+  YAML::Node repeat_node_;
+  std::vector<ExcludeEntry> excludes_;
+};
+
+}  // namespace
+
+// The blocks are read in the order they depend on each other: --set changes base and so the
+// first seed of repeat; exclude names the swept values; forks select among the cells. A new
+// top-level block is its key in kTopLevel, one read_* member of SweepReader and one call here.
+Sweep parse_sweep(const std::string& yaml_text, const std::string& origin,
+                  const std::vector<std::string>& sets) {
+  SweepReader reader(yaml_text, origin);
+  reader.read_top_level_keys();
+  reader.read_name();
+  reader.read_description();
+  reader.read_base();
+  reader.read_axes();  // grid, zip and repeat, in file order
+  reader.apply_sets(sets);
+  reader.read_repeat_seeds();
+  reader.read_exclude();
+  reader.expand_cells();
+  reader.read_forks();
+  return reader.take();
 }
 
 Sweep load_sweep(const std::string& path, const std::vector<std::string>& sets) {

@@ -244,6 +244,8 @@ class Merger {
   }
 
  private:
+  class RunMerge;  // merge_runs's work on one input (below)
+
   const std::vector<Column>& target_columns(const std::string& table) {
     auto it = target_columns_.find(table);
     if (it == target_columns_.end()) {
@@ -344,154 +346,10 @@ class Merger {
     return hash;
   }
 
+  // The input's runs into the target (RunMerge); sets copied_ for copy_children.
   void merge_runs(sqlite3* in, const std::string& input,
                   const std::unordered_map<int64_t, int64_t>& sweeps, MergeCount& count,
-                  int version) {
-    const std::vector<Column>& target = target_columns("runs");
-    const std::vector<Column> input_columns = columns_of(in, "runs");
-    const auto names = shared_columns(target, input_columns, {"id"});
-    bool forks = false;  // migration 4
-    for (const Column& c : input_columns) forks = forks || c.name == "parent_run_id";
-    // Columns an older input lacks: a replaced copy gets their defaults.
-    std::string defaults;
-    for (const Column& c : target) {
-      if (c.name == "id" || index_of(names, c.name) >= 0) continue;
-      if (c.not_null && c.default_sql.empty()) continue;  // cannot happen for ADD COLUMN
-      defaults += ", " + quote_identifier(c.name) + " = " +
-                  (c.default_sql.empty() ? "NULL" : c.default_sql);
-    }
-    std::string assignments;
-    for (size_t c = 0; c < names.size(); ++c) {
-      assignments += (c ? ", " : "") + quote_identifier(names[c]) + " = ?";
-    }
-    Statement insert(db_, "INSERT INTO runs (" + column_list(names) + ") VALUES (" +
-                              placeholders(names.size()) + ")");
-    Statement update(db_, "UPDATE runs SET " + assignments + defaults + " WHERE id = ?");
-    Statement find(db_,
-                   "SELECT r.id, r.name, r.status, COALESCE(r.started_at, ''), "
-                   "(SELECT COUNT(*) FROM epochs e WHERE e.run_id = r.id), "
-                   "(SELECT COALESCE(MAX(e.recorded_at), '') FROM epochs e WHERE e.run_id = r.id) "
-                   "FROM runs r WHERE r.sweep_id = ? AND r.config_hash = ?");
-    Statement same_name(db_, "SELECT config_hash FROM runs WHERE name = ? AND id IS NOT ?");
-    Statement drop_epochs(db_, "DELETE FROM epochs WHERE run_id = ?");
-    Statement drop_params(db_, "DELETE FROM run_params WHERE run_id = ?");
-    Statement drop_diagnoses(db_, "DELETE FROM diagnoses WHERE run_id = ?");
-    Statement drop_initial(db_, "DELETE FROM initial_metrics WHERE run_id = ?");
-    Statement select(in, std::string("SELECT r.id, ") + (forks ? "r.parent_run_id" : "NULL") +
-                             ", COALESCE(r.started_at, ''), "
-                             "(SELECT COUNT(*) FROM epochs e WHERE e.run_id = r.id), "
-                             "(SELECT COALESCE(MAX(e.recorded_at), '') FROM epochs e "
-                             "WHERE e.run_id = r.id), " +
-                             column_list(names) + " FROM runs r ORDER BY r.id");
-    constexpr int kFirst = 5;  // of the shared columns in `select`
-    auto at = [&](const std::string& name) { return kFirst + index_of(names, name); };
-
-    std::unordered_map<int64_t, int64_t> ids;          // every input run -> its target run
-    std::vector<std::pair<int64_t, int64_t>> copied;   // input run, target run: rows to copy
-    std::vector<std::pair<int64_t, int64_t>> parents;  // target run, input parent run
-    std::unordered_map<int64_t, std::string> identities;  // input run -> identity
-    std::set<std::string> taken;                          // identity_of's
-    Statement set_legacy(db_, "UPDATE runs SET legacy_config_hash = ? WHERE id = ?");
-    while (select.step()) {
-      Copy mine;
-      mine.id = select.column_int(0);
-      mine.started_at = select.column_text(2);
-      mine.epochs = static_cast<int>(select.column_int(3));
-      mine.last_recorded = select.column_text(4);
-      mine.name = select.column_text(at("name"));
-      mine.status = select.column_text(at("status"));
-      const auto sweep = sweeps.find(select.column_int(at("sweep_id")));
-      if (sweep == sweeps.end()) {
-        throw StoreError(input + ": run " + mine.name + " belongs to no sweep of the file");
-      }
-      const std::string hash = identity_of(select, names, kFirst, version, identities, taken);
-      find.bind_all(sweep->second, hash);
-      std::optional<Copy> theirs;
-      if (find.step()) {
-        theirs =
-            Copy{find.column_int(0),  find.column_text(1), find.column_text(2),
-                 find.column_text(3), find.column_text(5), static_cast<int>(find.column_int(4))};
-      }
-      bool take = !theirs;
-      if (theirs) {
-        ids[mine.id] = theirs->id;
-        if (mine.same_as(*theirs)) {
-          ++count.runs_unchanged;
-          continue;
-        }
-        take = mine.epochs > theirs->epochs ||
-               (mine.epochs == theirs->epochs && mine.finished() && !theirs->finished());
-        const auto origin = origins_.find(theirs->id);
-        const std::string their_file = origin == origins_.end() ? path_ : origin->second;
-        MergeConflict conflict;
-        conflict.run = take ? mine.name : theirs->name;
-        conflict.kept_from = take ? input : their_file;
-        conflict.dropped_from = take ? their_file : input;
-        conflict.kept_epochs = take ? mine.epochs : theirs->epochs;
-        conflict.dropped_epochs = take ? theirs->epochs : mine.epochs;
-        conflict.kept_status = take ? mine.status : theirs->status;
-        conflict.dropped_status = take ? theirs->status : mine.status;
-        report_.conflicts.push_back(conflict);
-        if (!take) {
-          ++count.runs_kept;
-          continue;
-        }
-      }
-      same_name.bind_all(mine.name, theirs ? theirs->id : int64_t{-1});
-      if (same_name.step()) {
-        throw StoreError("run " + mine.name + " of " + input + " and a run of the same name in " +
-                         path_ + " have different configurations (config hash " +
-                         hash + " vs " + same_name.column_text(0) +
-                         "); they cannot be merged into one file");
-      }
-      Statement& write = theirs ? update : insert;
-      write.reset();
-      for (size_t c = 0; c < names.size(); ++c) {
-        const int param = static_cast<int>(c) + 1;
-        if (names[c] == "sweep_id") {
-          write.bind(param, sweep->second);
-        } else if (names[c] == "config_hash") {
-          write.bind(param, hash);
-        } else if (names[c] == "parent_run_id") {
-          write.bind_null(param);  // set below, once every run of the input has its target id
-        } else {
-          write.bind_column(param, select, kFirst + static_cast<int>(c));
-        }
-      }
-      int64_t target_id = 0;
-      if (theirs) {
-        target_id = theirs->id;
-        write.bind(static_cast<int>(names.size()) + 1, target_id).run();
-        drop_epochs.bind_all(target_id).run();  // metrics, loss-scale events cascade
-        drop_params.bind_all(target_id).run();
-        drop_diagnoses.bind_all(target_id).run();  // their rows and advice cascade
-        drop_initial.bind_all(target_id).run();
-        ++count.runs_replaced;
-      } else {
-        write.run();
-        target_id = sqlite3_last_insert_rowid(db_);
-        ++count.runs_added;
-      }
-      if (hash != select.column_text(at("config_hash"))) {  // re-hashed as migration 12 does
-        set_legacy.bind_all(select.column_text(at("config_hash")), target_id).run();
-      }
-      ids[mine.id] = target_id;
-      origins_[target_id] = input;
-      copied.emplace_back(mine.id, target_id);
-      if (!select.is_null(1)) parents.emplace_back(target_id, select.column_int(1));
-    }
-
-    Statement set_parent(db_, "UPDATE runs SET parent_run_id = ? WHERE id = ?");
-    for (const auto& [target_id, parent] : parents) {
-      const auto found = ids.find(parent);
-      if (found == ids.end()) {
-        throw StoreError(input + ": a fork's parent run " + std::to_string(parent) +
-                         " is not in the file (is it corrupt?)");
-      }
-      set_parent.bind_all(found->second, target_id).run();
-    }
-    copied_ = std::move(copied);
-  }
+                  int version);
 
   // run_params, epochs (with their checkpoint references), metrics, loss-scale events, initial
   // metrics and diagnoses of the copied runs; tables before the tables that reference them.
@@ -548,6 +406,236 @@ class Merger {
   // Input run, target run: the runs of the current input whose rows merge_runs took.
   std::vector<std::pair<int64_t, int64_t>> copied_;
 };
+
+// The columns of runs an older input lacks, as ", col = DEFAULT" assignments: a copy that
+// replaces a target run gets their defaults.
+std::string missing_column_defaults(const std::vector<Column>& target,
+                                    const std::vector<std::string>& names) {
+  std::string defaults;
+  for (const Column& c : target) {
+    if (c.name == "id" || index_of(names, c.name) >= 0) continue;
+    if (c.not_null && c.default_sql.empty()) continue;  // cannot happen for ADD COLUMN
+    defaults +=
+        ", " + quote_identifier(c.name) + " = " + (c.default_sql.empty() ? "NULL" : c.default_sql);
+  }
+  return defaults;
+}
+
+std::string assignments(const std::vector<std::string>& names) {
+  std::string out;
+  for (size_t c = 0; c < names.size(); ++c) {
+    out += (c ? ", " : "") + quote_identifier(names[c]) + " = ?";
+  }
+  return out;
+}
+
+// The input's runs, each with its parent (NULL before migration 4), started_at, epoch count and
+// last epoch time, then the columns `names` (RunMerge::kFirst on).
+std::string input_runs_sql(const std::vector<Column>& input,
+                           const std::vector<std::string>& names) {
+  bool forks = false;  // migration 4
+  for (const Column& c : input) forks = forks || c.name == "parent_run_id";
+  return std::string("SELECT r.id, ") + (forks ? "r.parent_run_id" : "NULL") +
+         ", COALESCE(r.started_at, ''), "
+         "(SELECT COUNT(*) FROM epochs e WHERE e.run_id = r.id), "
+         "(SELECT COALESCE(MAX(e.recorded_at), '') FROM epochs e "
+         "WHERE e.run_id = r.id), " +
+         column_list(names) + " FROM runs r ORDER BY r.id";
+}
+
+// One input's runs into the target. Each input run is added, replaces the target's copy of its
+// cell (same sweep, same identity) or loses to it (a MergeConflict either way); forks are linked
+// to their parents once every input run has its target id.
+class Merger::RunMerge {
+ public:
+  RunMerge(Merger& merger, sqlite3* in, const std::string& input,
+           const std::unordered_map<int64_t, int64_t>& sweeps, MergeCount& count, int version)
+      : merger_(merger),
+        input_(input),
+        sweeps_(sweeps),
+        count_(count),
+        version_(version),
+        target_(merger.target_columns("runs")),
+        input_columns_(columns_of(in, "runs")),
+        names_(shared_columns(target_, input_columns_, {"id"})),
+        insert_(merger.db_, "INSERT INTO runs (" + column_list(names_) + ") VALUES (" +
+                                placeholders(names_.size()) + ")"),
+        update_(merger.db_, "UPDATE runs SET " + assignments(names_) +
+                                missing_column_defaults(target_, names_) + " WHERE id = ?"),
+        find_(merger.db_,
+              "SELECT r.id, r.name, r.status, COALESCE(r.started_at, ''), "
+              "(SELECT COUNT(*) FROM epochs e WHERE e.run_id = r.id), "
+              "(SELECT COALESCE(MAX(e.recorded_at), '') FROM epochs e WHERE e.run_id = r.id) "
+              "FROM runs r WHERE r.sweep_id = ? AND r.config_hash = ?"),
+        same_name_(merger.db_, "SELECT config_hash FROM runs WHERE name = ? AND id IS NOT ?"),
+        drop_epochs_(merger.db_, "DELETE FROM epochs WHERE run_id = ?"),
+        drop_params_(merger.db_, "DELETE FROM run_params WHERE run_id = ?"),
+        drop_diagnoses_(merger.db_, "DELETE FROM diagnoses WHERE run_id = ?"),
+        drop_initial_(merger.db_, "DELETE FROM initial_metrics WHERE run_id = ?"),
+        select_(in, input_runs_sql(input_columns_, names_)),
+        set_legacy_(merger.db_, "UPDATE runs SET legacy_config_hash = ? WHERE id = ?") {}
+
+  // Returns the input run, target run pairs whose rows copy_children copies.
+  std::vector<std::pair<int64_t, int64_t>> merge() {
+    while (select_.step()) merge_run();
+    link_forks();
+    return std::move(copied_);
+  }
+
+ private:
+  static constexpr int kFirst = 5;  // of the shared columns in select_
+  int at(const std::string& name) const { return kFirst + index_of(names_, name); }
+
+  // The input run select_ is on.
+  void merge_run() {
+    const Copy mine = input_copy();
+    const auto sweep = sweeps_.find(select_.column_int(at("sweep_id")));
+    if (sweep == sweeps_.end()) {
+      throw StoreError(input_ + ": run " + mine.name + " belongs to no sweep of the file");
+    }
+    const std::string hash = identity_of(select_, names_, kFirst, version_, identities_, taken_);
+    const std::optional<Copy> theirs = target_copy(sweep->second, hash);
+    if (theirs) {
+      ids_[mine.id] = theirs->id;
+      if (mine.same_as(*theirs)) {
+        ++count_.runs_unchanged;
+        return;
+      }
+      if (!settle_conflict(mine, *theirs)) {
+        ++count_.runs_kept;
+        return;
+      }
+    }
+    check_name_is_free(mine, theirs, hash);
+    const int64_t target_id = write_run(theirs, sweep->second, hash);
+    if (hash != select_.column_text(at("config_hash"))) {  // re-hashed as migration 12 does
+      set_legacy_.bind_all(select_.column_text(at("config_hash")), target_id).run();
+    }
+    ids_[mine.id] = target_id;
+    merger_.origins_[target_id] = input_;
+    copied_.emplace_back(mine.id, target_id);
+    if (!select_.is_null(1)) parents_.emplace_back(target_id, select_.column_int(1));
+  }
+
+  Copy input_copy() const {
+    Copy mine;
+    mine.id = select_.column_int(0);
+    mine.started_at = select_.column_text(2);
+    mine.epochs = static_cast<int>(select_.column_int(3));
+    mine.last_recorded = select_.column_text(4);
+    mine.name = select_.column_text(at("name"));
+    mine.status = select_.column_text(at("status"));
+    return mine;
+  }
+
+  // The target's copy of the cell (sweep, identity), if it has one.
+  std::optional<Copy> target_copy(int64_t sweep_id, const std::string& hash) {
+    find_.bind_all(sweep_id, hash);
+    if (!find_.step()) return std::nullopt;
+    return Copy{find_.column_int(0),  find_.column_text(1), find_.column_text(2),
+                find_.column_text(3), find_.column_text(5), static_cast<int>(find_.column_int(4))};
+  }
+
+  // Two different copies of one cell: the one with more epochs is kept, at equal epochs a
+  // finished one over an unfinished one, else the target's. Reports the conflict; true when the
+  // input's copy is kept.
+  bool settle_conflict(const Copy& mine, const Copy& theirs) {
+    const bool take = mine.epochs > theirs.epochs ||
+                      (mine.epochs == theirs.epochs && mine.finished() && !theirs.finished());
+    const auto origin = merger_.origins_.find(theirs.id);
+    const std::string their_file =
+        origin == merger_.origins_.end() ? merger_.path_ : origin->second;
+    MergeConflict conflict;
+    conflict.run = take ? mine.name : theirs.name;
+    conflict.kept_from = take ? input_ : their_file;
+    conflict.dropped_from = take ? their_file : input_;
+    conflict.kept_epochs = take ? mine.epochs : theirs.epochs;
+    conflict.dropped_epochs = take ? theirs.epochs : mine.epochs;
+    conflict.kept_status = take ? mine.status : theirs.status;
+    conflict.dropped_status = take ? theirs.status : mine.status;
+    merger_.report_.conflicts.push_back(conflict);
+    return take;
+  }
+
+  // A run name names one cell: refuses another target run of the input run's name.
+  void check_name_is_free(const Copy& mine, const std::optional<Copy>& theirs,
+                          const std::string& hash) {
+    same_name_.bind_all(mine.name, theirs ? theirs->id : int64_t{-1});
+    if (same_name_.step()) {
+      throw StoreError("run " + mine.name + " of " + input_ + " and a run of the same name in " +
+                       merger_.path_ + " have different configurations (config hash " + hash +
+                       " vs " + same_name_.column_text(0) +
+                       "); they cannot be merged into one file");
+    }
+  }
+
+  // Inserts the input run, or overwrites `theirs` with it and drops its rows; returns its id.
+  int64_t write_run(const std::optional<Copy>& theirs, int64_t sweep_id, const std::string& hash) {
+    Statement& write = theirs ? update_ : insert_;
+    write.reset();
+    for (size_t c = 0; c < names_.size(); ++c) {
+      const int param = static_cast<int>(c) + 1;
+      if (names_[c] == "sweep_id") {
+        write.bind(param, sweep_id);
+      } else if (names_[c] == "config_hash") {
+        write.bind(param, hash);
+      } else if (names_[c] == "parent_run_id") {
+        write.bind_null(param);  // set in link_forks, once every run of the input has its id
+      } else {
+        write.bind_column(param, select_, kFirst + static_cast<int>(c));
+      }
+    }
+    if (!theirs) {
+      write.run();
+      ++count_.runs_added;
+      return sqlite3_last_insert_rowid(merger_.db_);
+    }
+    write.bind(static_cast<int>(names_.size()) + 1, theirs->id).run();
+    drop_epochs_.bind_all(theirs->id).run();  // metrics, loss-scale events cascade
+    drop_params_.bind_all(theirs->id).run();
+    drop_diagnoses_.bind_all(theirs->id).run();  // their rows and advice cascade
+    drop_initial_.bind_all(theirs->id).run();
+    ++count_.runs_replaced;
+    return theirs->id;
+  }
+
+  void link_forks() {
+    Statement set_parent(merger_.db_, "UPDATE runs SET parent_run_id = ? WHERE id = ?");
+    for (const auto& [target_id, parent] : parents_) {
+      const auto found = ids_.find(parent);
+      if (found == ids_.end()) {
+        throw StoreError(input_ + ": a fork's parent run " + std::to_string(parent) +
+                         " is not in the file (is it corrupt?)");
+      }
+      set_parent.bind_all(found->second, target_id).run();
+    }
+  }
+
+  Merger& merger_;
+  const std::string& input_;
+  const std::unordered_map<int64_t, int64_t>& sweeps_;  // input sweep id -> target sweep id
+  MergeCount& count_;
+  const int version_;
+  const std::vector<Column>& target_;
+  const std::vector<Column> input_columns_;
+  const std::vector<std::string> names_;  // the columns of runs both have, without id
+  // Prepared in the members' order; select_ reads the input, the others the target.
+  Statement insert_, update_, find_, same_name_;
+  Statement drop_epochs_, drop_params_, drop_diagnoses_, drop_initial_;
+  Statement select_;  // the input's runs (input_runs_sql)
+  Statement set_legacy_;
+  std::unordered_map<int64_t, int64_t> ids_;             // every input run -> its target run
+  std::vector<std::pair<int64_t, int64_t>> copied_;      // input run, target run: rows to copy
+  std::vector<std::pair<int64_t, int64_t>> parents_;     // target run, input parent run
+  std::unordered_map<int64_t, std::string> identities_;  // input run -> identity
+  std::set<std::string> taken_;                          // identity_of's
+};
+
+void Merger::merge_runs(sqlite3* in, const std::string& input,
+                        const std::unordered_map<int64_t, int64_t>& sweeps, MergeCount& count,
+                        int version) {
+  copied_ = RunMerge(*this, in, input, sweeps, count, version).merge();
+}
 
 // The SQLite types (typeof) each column merge reads may hold in an input, where the column exists
 // (older schemas lack some). A TEXT in an INTEGER column passes SQLite's CHECKs ('abc' >= 0 is

@@ -1,7 +1,7 @@
 // app/slurm.h: the batch scripts of `amptune slurm`. Their text is checked, bash checks their
 // syntax, and the array script is run by bash with /bin/echo in place of amptune, which prints
 // the command line each array task would run. A real Slurm runs them in
-// tests/integration/test_slurm.cpp (label slurm).
+// tests/integration/slurm_test.cpp (label slurm).
 #include "app/slurm.h"
 
 #include <gtest/gtest.h>
