@@ -138,25 +138,27 @@ void decide_median(const PruneTable& table, const PruneSettings& s, const PruneC
                    PruneDecision& d) {
   d.others = others_at(table, d.cell_id, d.epoch, s.higher_is_better);
   const std::string at = " at epoch " + std::to_string(d.epoch);
-  const int n = static_cast<int>(d.others.size());
-  if (n < s.min_cells) {
-    d.basis = Basis::kTooFewCells;
-    d.reason = "only " + std::to_string(n) + " other " + (n == 1 ? "cell has " : "cells have ") +
-               metric_name(s) + at + ", the median rule needs min_cells " +
-               std::to_string(s.min_cells);
-    return;
-  }
   // The cell's best value so far, as Optuna's MedianPruner takes it (nanmax / nanmin over the
   // reported steps): a dip does not stop a cell that was good before.
   double best = kNaN;
   for (auto it = cell.values.begin(); it != cell.values.end() && it->first <= d.epoch; ++it) {
     if (better(it->second, best, s.higher_is_better)) best = it->second;
   }
+  // A cell with no finite value stops whatever the others, as it does at an ASHA rung (Optuna
+  // waits for n_startup_trials completed trials first).
   if (!ranked(best)) {
     d.basis = Basis::kNotFinite;
     d.stop = true;
     d.reason = metric_name(s) + " has no finite value up to epoch " + std::to_string(d.epoch) +
                ": a NaN or infinite value ranks worst";
+    return;
+  }
+  const int n = static_cast<int>(d.others.size());
+  if (n < s.min_cells) {
+    d.basis = Basis::kTooFewCells;
+    d.reason = "only " + std::to_string(n) + " other " + (n == 1 ? "cell has " : "cells have ") +
+               metric_name(s) + at + ", the median rule needs min_cells " +
+               std::to_string(s.min_cells);
     return;
   }
   d.value = best;

@@ -337,12 +337,21 @@ std::vector<Difference> differences() {
                            {{{0.5, 0.5}}, {{0.25, 0.25}}, {{0.375, 0.375}}}),
                  "0@1 keep, 0@2 keep, 1@1 stop, 2@1 stop | promotable:",
                  "0@1 keep, 0@2 keep, 1@1 stop, 2@1 keep, 2@2 stop | promotable:"});
-  // 5. A NaN among the others ranks worst in the median (0.5 of 0.6, 0.5, NaN); Optuna ignores
-  //    it (nanpercentile: 0.55 of 0.6, 0.5).
-  out.push_back({make_case("median_nan_other_ranks_worst", settings(M, true, 1, 3, 3),
-                           {{{kNaN}}, {{0.6}}, {{0.5}}, {{0.52}}}),
-                 "0@1 keep, 1@1 keep, 2@1 keep, 3@1 stop | promotable:",
-                 "0@1 keep, 1@1 keep, 2@1 keep, 3@1 keep | promotable:", false});
+  // 5. A NaN among the others ranks worst in the median (0.5 of 0.6, 0.5, NaN at epoch 1; trial 0
+  //    went on, its best so far being 0.9); Optuna ignores it (nanpercentile: 0.55 of 0.6, 0.5).
+  out.push_back({make_case("median_nan_other_ranks_worst", settings(M, true, 2, 3, 3),
+                           {{{0.9, kNaN}}, {{0.6, 0.6}}, {{0.5, 0.5}}, {{0.52, 0.52}}}),
+                 "0@1 keep, 0@2 keep, 1@1 keep, 1@2 keep, 2@1 keep, 2@2 keep, 3@1 keep, 3@2 stop "
+                 "| promotable:",
+                 "0@1 keep, 0@2 keep, 1@1 keep, 1@2 keep, 2@1 keep, 2@2 keep, 3@1 keep, 3@2 keep "
+                 "| promotable:",
+                 false});
+  // 6. A cell with no finite value stops at the first decision point whatever the others (as at
+  //    an ASHA rung); Optuna waits for n_startup_trials completed trials.
+  out.push_back(
+      {make_case("median_nan_own_stops_at_once", settings(M, true, 1, 3, 2),
+                 {{{kNaN, kNaN}}, {{0.5}}}),
+       "0@1 keep, 0@2 keep, 1@1 keep | promotable:", "0@1 stop, 1@1 keep | promotable:", false});
   return out;
 }
 

@@ -287,6 +287,29 @@ TEST(PruneAsha, AStoppedCellIsPromotedOnceEnoughWorseCellsReachItsRung) {
   EXPECT_TRUE(promotable_cells(t, asha(3)).empty());
 }
 
+TEST(PruneAsha, TheExampleOfDocsPruning) {
+  // docs/PRUNING.md "ASHA": eta 3, cells A..F (ids 1..6) reach rung 0 in this order.
+  const std::vector<double> acc1 = {0.5, 0.4, 0.6, 0.3, 0.2, 0.1};
+  const std::vector<int> keep = {1, 1, 1, 1, 1, 2};
+  const std::vector<double> threshold = {0.5, 0.5, 0.6, 0.6, 0.6, 0.5};
+  const std::vector<bool> stop = {false, true, false, true, true, true};
+  PruneTable t;
+  for (int i = 0; i < 6; ++i) {
+    t.push_back(cell(i + 1, {acc1[i]}));
+    const PruneDecision d = decide_prune(t, asha(3), i + 1, 0);
+    EXPECT_EQ(d.keep, keep[i]) << i;
+    EXPECT_EQ(d.threshold, threshold[i]) << i;
+    EXPECT_EQ(d.stop, stop[i]) << i;
+    if (d.stop) t.back().status = Status::kPruned;
+  }
+  EXPECT_TRUE(promotable_cells(t, asha(3)).empty());  // B waits
+  for (int i = 7; i <= 9; ++i) t.push_back(cell(i, {0.1}, Status::kPruned));
+  const std::vector<PruneDecision> p = promotable_cells(t, asha(3));
+  ASSERT_EQ(ids_of(p), (Ids{2}));
+  EXPECT_EQ(p[0].keep, 3);
+  EXPECT_EQ(p[0].threshold, 0.4);
+}
+
 TEST(PruneAsha, PromotionJudgesTheLastRungACellReached) {
   // Cell 1 was stopped at epoch 4 by other settings (no rung of grace 1, eta 3: epochs 0, 2, 8):
   // it is judged at rung 1 (epoch 2), where it is the best of three.
@@ -434,6 +457,9 @@ TEST(PruneMedian, NanValuesRankWorst) {
   EXPECT_EQ(d.basis, Basis::kNotFinite);
   t[0] = cell(1, {0.6, kNaN});
   EXPECT_FALSE(decide_prune(t, median(3), 1, 1).stop);
+  // Stopped whatever the other cells, even with none (after grace_epochs).
+  EXPECT_TRUE(decide_prune({cell(1, {kNaN})}, median(3), 1, 0).stop);
+  EXPECT_EQ(decide_prune({cell(1, {kNaN, kNaN})}, median(3, 2), 1, 0).basis, Basis::kBeforeGrace);
 }
 
 TEST(PruneMedian, LowerIsBetter) {
