@@ -683,3 +683,39 @@ CREATE TABLE database_identity (
   id TEXT NOT NULL CHECK (length(id) = 32)
 );
 INSERT INTO database_identity (id) VALUES (lower(hex(randomblob(16))));
+
+-- migration: 15
+-- Pruning (docs/PRUNING.md): a sweep's prune: rule stops losing cells early. Such a run has status
+-- 'pruned' (it keeps its checkpoints and continues when the rule, a changed rule or --no-prune
+-- lets it). SQLite cannot alter a CHECK constraint, so when this migration is applied the code
+-- widens the one on runs.status to take 'pruned' by SQLite's documented procedure for schema
+-- changes that leave every stored row valid (writable_schema, schema_version + 1,
+-- integrity_check), in this migration's transaction.
+-- prune_decisions: every decision to stop a run, or to continue a pruned one, with its evidence:
+-- the rule, the rung (asha), the run's value, the threshold it had to reach and the runs it was
+-- compared with (compared_json: [{"run_id": 3, "value": 0.41}, ...], best first).
+CREATE TABLE prune_decisions (
+  id            INTEGER PRIMARY KEY,
+  run_id        INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  epoch         INTEGER NOT NULL CHECK (epoch >= 0),
+  action        TEXT NOT NULL CHECK (action IN ('stop', 'continue')),
+  rule          TEXT NOT NULL CHECK (rule IN ('asha', 'median', 'none')),
+  metric        TEXT NOT NULL,
+  rung          INTEGER CHECK (rung IS NULL OR rung >= 0),
+  value         REAL,
+  threshold     REAL,
+  compared_json TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(compared_json)),
+  reason        TEXT NOT NULL DEFAULT '',
+  decided_at    TEXT NOT NULL
+);
+CREATE INDEX prune_decisions_by_run ON prune_decisions(run_id, id);
+
+-- The runs a prune: rule stopped, with where and why (their last decision to stop).
+CREATE VIEW pruned_runs AS
+  SELECT s.name AS sweep, r.id AS run_id, r.name AS run, r.label, d.epoch AS stopped_after_epoch,
+         d.rule, d.rung, d.metric, d.value, d.threshold, d.reason, d.decided_at
+  FROM runs r JOIN sweeps s ON s.id = r.sweep_id
+  JOIN prune_decisions d ON d.id = (SELECT max(id) FROM prune_decisions
+                                    WHERE run_id = r.id AND action = 'stop')
+  WHERE r.status = 'pruned'
+  ORDER BY s.name, r.cell_index;

@@ -32,6 +32,7 @@ RunDetails show_run(const std::string& db, const std::string& ref) {
   details.run = find_run(store, ref);
   details.epochs = store.epochs(details.run.id);
   details.initial_metrics = store.initial_metrics(details.run.id);
+  details.prune_decisions = store.prune_decisions(details.run.id);
   return details;
 }
 

@@ -25,12 +25,14 @@ store::RunRow find_run(const store::Store& store, const std::string& ref);
 // (list_runs, app/status.h).
 std::vector<RunLine> list_runs(const std::string& db, const std::optional<std::string>& sweep);
 
-// `amptune show`: one run of the database `db` (find_run) with its epochs (ascending) and the
-// evaluation of its initial weights (empty when it has none).
+// `amptune show`: one run of the database `db` (find_run) with its epochs (ascending), the
+// evaluation of its initial weights (empty when it has none) and the decisions a prune rule made
+// about it.
 struct RunDetails {
   store::RunRow run;
   std::vector<store::EpochRow> epochs;
   std::map<std::string, double> initial_metrics;
+  std::vector<store::PruneDecisionRow> prune_decisions;  // oldest first (docs/PRUNING.md)
 };
 RunDetails show_run(const std::string& db, const std::string& ref);
 

@@ -110,24 +110,58 @@ void decide_asha(const PruneTable& table, const PruneSettings& s, int rung, doub
     d.reason = at + ": a NaN or infinite value ranks worst";
     return;
   }
-  // Optuna's _is_trial_promotable_to_next_rung: with n cells at the rung (this one included),
-  // the best n / eta continue, and when that is 0 (fewer than eta cells so far) the best one.
+  // With n cells at the rung (this one included) the best n / eta continue (ASHA's promotion
+  // rule), ties with the last of them too. While `arriving` cells (running or pending, below the
+  // rung) may still reach it, a cell continues at once only when it stays within the top 1/eta
+  // however they do: rank + arriving <= (n + arriving) / eta; otherwise it waits (stops) and is
+  // promoted when that holds or none can arrive any more. So a decision to continue is never
+  // wrong against the final database, whatever order the cells come in. Once none can arrive,
+  // at least the best continues. Optuna (wait_for_arrivals false) never resumes a stopped trial
+  // and lets the best so far continue: max(1, n / eta) at every arrival.
   std::vector<PruneComparand> rung_cells = d.others;
   rung_cells.push_back({d.cell_id, own});
   sort_best_first(rung_cells, s.higher_is_better);
   const int n = static_cast<int>(rung_cells.size());
+  int arriving = 0;
+  for (const PruneCell& cell : table) {
+    if (cell.id == d.cell_id || cell.status != PruneCell::Status::kRunning) continue;
+    arriving += cell.values.empty() || cell.values.rbegin()->first < d.epoch;
+  }
+  if (!s.wait_for_arrivals) arriving = 0;
   d.basis = Basis::kCompared;
-  d.keep = std::max(1, n / s.eta);
-  const double last_kept = rung_cells[d.keep - 1].value;
-  d.threshold = ranked(last_kept) ? last_kept : kNaN;
   d.rank = 1;
   for (const PruneComparand& c : d.others) d.rank += better(c.value, own, s.higher_is_better);
-  // Ties with the last kept cell continue too (Optuna compares with >= / <=).
-  d.stop = better(last_kept, own, s.higher_is_better);
   const std::string of = "the top 1/" + std::to_string(s.eta) + " of " + std::to_string(n) +
                          (n == 1 ? " cell" : " cells") + " there";
-  const std::string how = n < s.eta ? "fewer than eta there, only the best continues"
-                                    : "the best " + std::to_string(d.keep) + " continue";
+  if (arriving > 0) {
+    // The best (n + arriving) / eta at the end; `arriving` of them may come: the cell must be
+    // within the first (n + arriving) / eta - arriving of those here.
+    d.keep = std::max(0, (n + arriving) / s.eta - arriving);
+    if (d.keep == 0 || better(rung_cells[d.keep - 1].value, own, s.higher_is_better)) {
+      d.stop = true;
+      d.threshold = d.keep == 0 || !ranked(rung_cells[d.keep - 1].value)
+                        ? kNaN
+                        : rung_cells[d.keep - 1].value;
+      d.reason = at + " waits: rank " + std::to_string(d.rank) + " of " + std::to_string(n) +
+                 " there with " + std::to_string(arriving) + (arriving == 1 ? " cell" : " cells") +
+                 " still to come; it goes on once it is sure to stay in the top 1/" +
+                 std::to_string(s.eta);
+      return;
+    }
+  } else {
+    d.keep = std::max(1, n / s.eta);
+  }
+  const double last_kept = rung_cells[d.keep - 1].value;
+  d.threshold = ranked(last_kept) ? last_kept : kNaN;
+  // Ties with the last kept cell continue too (Optuna compares with >= / <=).
+  d.stop = better(last_kept, own, s.higher_is_better);
+  const std::string how =
+      arriving > 0
+          ? "the best " + std::to_string(d.keep) + " stay in the top 1/" + std::to_string(s.eta) +
+                " whatever the " + std::to_string(arriving) + " still to come do"
+      : n >= s.eta          ? "the best " + std::to_string(d.keep) + " continue"
+      : s.wait_for_arrivals ? "fewer than eta there and none to come, the best continues"
+                            : "fewer than eta there, only the best continues";
   const std::string needs = std::string(s.higher_is_better ? ">= " : "<= ") +
                             (ranked(last_kept) ? num(last_kept) : "NaN (ranks worst)");
   d.reason = at + (d.stop ? " is not in " : " is in ") + of + ": rank " + std::to_string(d.rank) +

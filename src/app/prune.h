@@ -13,8 +13,10 @@
 // grace_epochs * eta^k trained epochs, i.e. at epoch grace_epochs * eta^k - 1. The exact rules,
 // their ties, NaN handling and the differences from Optuna are in docs/PRUNING.md; in short:
 //  - asha: at a rung, the cells with a value there (this one included, whatever their status)
-//    are ranked; with n of them the best max(1, n / eta) (integer division) continue, and so does
-//    every cell that ties with the last of them (Optuna's SuccessiveHalvingPruner).
+//    are ranked; with n of them the best n / eta (integer division) continue, and so does every
+//    cell that ties with the last of them; when n / eta is 0 the cell waits (stops, promoted
+//    later) while other cells may still reach the rung, and the best continues once none can
+//    (Optuna's SuccessiveHalvingPruner always lets the best so far continue: wait_for_arrivals).
 //  - median: from grace_epochs trained epochs on, when at least min_cells other cells have a value
 //    at this epoch, the cell stops when its best value so far is worse than the median of theirs
 //    at this epoch (Optuna's MedianPruner, over every cell that reached the epoch).
@@ -42,6 +44,11 @@ struct PruneSettings {
   int grace_epochs = 1;          // >= 1: no decision before this many trained epochs
   int eta = 3;                   // >= 2, asha: the top 1/eta continue at each rung
   int min_cells = 3;             // >= 1, median: other cells needed at the epoch
+  // asha: while cells may still reach a rung (running or pending ones below it), only the best
+  // n / eta of the n there continue, none while n < eta: the others wait (stop, and are promoted
+  // once enough worse cells have arrived); once none can arrive, at least the best continues.
+  // false: Optuna's rule, which never resumes a stopped trial - the best so far always continues.
+  bool wait_for_arrivals = true;
 };
 // Throws ConfigError ("prune.eta must be >= 2, got 1") for a value out of range; decide_prune
 // and promotable_cells call it.

@@ -30,7 +30,12 @@ namespace fs = std::filesystem;
 
 // --- the model ----------------------------------------------------------------------------------
 
-std::string run_title(const store::RunRow& run) { return run.label.empty() ? run.name : run.label; }
+// A pruned run says where its prune rule stopped it.
+std::string run_title(const store::RunRow& run) {
+  const std::string title = run.label.empty() ? run.name : run.label;
+  if (run.status != store::RunStatus::kPruned) return title;
+  return title + " (pruned after epoch " + std::to_string(run.epochs_done - 1) + ")";
+}
 
 // Metric and train loss along each run's lineage, one series per run (by run id).
 void lineage_series(const store::Store& store, const std::map<int64_t, const store::RunRow*>& runs,

@@ -4,11 +4,13 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <map>
 #include <optional>
 #include <set>
 #include <thread>
 #include <unordered_set>
 
+#include "app/pruning.h"
 #include "app/store_recorder.h"
 #include "core/child.h"
 #include "core/error.h"
@@ -182,6 +184,7 @@ Plan plan_sweep(const std::string& path, const std::vector<std::string>& sets,
   }
   std::unordered_set<std::string> data_checked;
   size_t position = 0;  // of the visited cell in plan.cells
+  PrunePlanner pruner(sweep.prune);
 
   for_each_config(plan.cells, [&](const Cell& cell, const Config& config) {
     try {
@@ -190,6 +193,7 @@ Plan plan_sweep(const std::string& path, const std::vector<std::string>& sets,
     } catch (const ConfigError& e) {
       throw ConfigError(cell_error(cell, e.what()));
     }
+    pruner.add(config);  // names prune.metric's line itself
     if (data) {
       nlohmann::json key = nlohmann::json::array();
       for (const auto& k : data_axes) key.push_back(cell.value(k));
@@ -228,6 +232,7 @@ Plan plan_sweep(const std::string& path, const std::vector<std::string>& sets,
   // Forks in declaration order, then cell order (for_each_config visits cell by cell).
   std::stable_sort(plan.forks.begin(), plan.forks.end(),
                    [](const PlannedFork& a, const PlannedFork& b) { return a.decl < b.decl; });
+  plan.prune = pruner.settings();
   return plan;
 }
 
@@ -239,6 +244,9 @@ void Tally::add(const train::RunResult& result) {
     case train::Outcome::kFailed: ++failed; break;
     case train::Outcome::kLost: ++lost; break;
     case train::Outcome::kRankLost: ++rank_lost; break;
+    case train::Outcome::kPruned:
+      ++pruned;
+      break;
   }
 }
 
@@ -253,6 +261,7 @@ std::string Tally::summary() const {
   return std::to_string(done) + " trained, " + std::to_string(skipped) + " skipped, " +
          std::to_string(diverged) + " diverged, " + std::to_string(failed) + " failed, " +
          std::to_string(interrupted) + " interrupted" +
+         (pruned ? ", " + std::to_string(pruned) + " pruned" : "") +
          (lost ? ", " + std::to_string(lost) + " taken over by another process" : "") +
          (rank_lost ? ", " + std::to_string(rank_lost) + " stopped by a lost process (resumable)"
                     : "");
@@ -262,12 +271,13 @@ namespace {
 
 // Trains one claimed run, logs its outcome and counts it.
 void train_claimed(store::Store& store, const store::RunRow& run, const SweepOptions& options,
-                   Tally& tally) {
-  const train::RunResult result = train_claimed_run(store, run, options.training);
+                   Tally& tally, const PruneSettings& prune = {}) {
+  const train::RunResult result = train_claimed_run(store, run, options.training, prune);
   tally.add(result);
   switch (result.outcome) {
     case train::Outcome::kDone:
     case train::Outcome::kDiverged:
+    case train::Outcome::kPruned:  // the recorder logged the decision
       break;
     case train::Outcome::kInterrupted:
       log::info("run " + run.name + ": " + result.message + "; it continues from its last "
@@ -333,6 +343,27 @@ Tally run_sweep(store::Store& store, const Plan& plan, const SweepOptions& optio
     log::info(line);
     ++counter;
   };
+  const PruneSettings prune = options.no_prune ? PruneSettings{} : plan.prune;
+  std::set<int64_t> in_work;
+  for (const Item& item : work) in_work.insert(item.run_id);
+  // The pruned cells of the work that the rule lets go on now (prune_promotions) become pending,
+  // all at once, so that each counts as still to come in the others' decisions; returns whether
+  // there was one.
+  auto promote = [&] {
+    bool any = false;
+    for (store::PruneDecisionRow& row : prune_promotions(store, sweep.name, prune)) {
+      if (!in_work.count(row.run_id)) continue;
+      if (options.no_prune) row.reason = "--no-prune: the prune rule is off for this run";
+      if (!store.promote_run(row)) continue;  // another process did
+      const store::RunRow run = *store.find_run(row.run_id);
+      log::info("run " + run.name + " [" + run.label + "] continues from epoch " +
+                std::to_string(run.epochs_done - 1) + ": " + row.reason);
+      attempted.erase(row.run_id);
+      any = true;
+    }
+    return any;
+  };
+  promote();
   const auto& stop_after = options.training.stop_after_epoch;
   for (;;) {
     // Another process trains a run of the work, or a fork's parent: poll until it is finished
@@ -340,8 +371,15 @@ Tally run_sweep(store::Store& store, const Plan& plan, const SweepOptions& optio
     bool waiting = false;
     for (const Item& item : work) {
       if (train::stop_requested()) break;
-      if (attempted.count(item.run_id)) continue;  // once per invocation (a failure stays failed)
       store::RunRow run = *store.find_run(item.run_id);
+      if (run.status == store::RunStatus::kPruned) {
+        report_once(run.id,
+                    "run " + run.name + " [" + run.label + "] is pruned (" + run.message +
+                        "), skipped; --no-prune continues it",
+                    tally.pruned);
+        continue;
+      }
+      if (attempted.count(item.run_id)) continue;  // once per invocation (a failure stays failed)
       if (stop_after && run.epochs_done > *stop_after) {
         // stopped at --stop-after-epoch by another worker: leave it there
         report_once(run.id, "run " + run.name + " has reached epoch " +
@@ -395,10 +433,12 @@ Tally run_sweep(store::Store& store, const Plan& plan, const SweepOptions& optio
       reported.insert(run.id);
       attempted.insert(run.id);
       warn_if_not_bitwise(run, provenance(options, config));
-      train_claimed(store, *store.find_run(run.id), options, tally);
+      train_claimed(store, *store.find_run(run.id), options, tally, prune);
       if (tally.rank_lost) return tally;  // the job lost a process: no run can train now
     }
-    if (!waiting || train::stop_requested()) break;
+    if (train::stop_requested()) break;
+    if (promote()) continue;  // cells trained since let a pruned one go on
+    if (!waiting) break;
     std::this_thread::sleep_for(std::chrono::duration<double>(options.poll_seconds));
   }
   return tally;
@@ -439,7 +479,8 @@ Tally resume_run(store::Store& store, const store::RunRow& run, std::optional<in
       run.status == store::RunStatus::kDone || run.status == store::RunStatus::kDiverged;
   if (finished) {
     store.mark_running(run.id, prov);  // explicit request to train a finished run again
-  } else if (!store.claim_run(run.id, prov, options.stale_after, true)) {
+  } else if (!store.claim_run(run.id, prov, options.stale_after, true,
+                              /*continue_pruned=*/true)) {  // an explicit request
     throw UsageError("run " + run.name + " is being trained by " + holder_text(run) +
                      " (heartbeat " + run.heartbeat_at + "); wait for it, or stop that process");
   }

@@ -12,13 +12,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "app/prune.h"
 #include "app/shard.h"
 #include "core/child.h"
 #include "core/sweep.h"
@@ -46,6 +46,9 @@ struct Plan {
   // When the data were read (plan_sweep with data): the fingerprint of each cell's data
   // (train::data_fingerprint), parallel to cells; empty otherwise.
   std::vector<std::string> fingerprints;
+  // The sweep's prune: block resolved against its cells' models (app/pruning.h PrunePlanner;
+  // rule none without a block).
+  PruneSettings prune;
 };
 
 // Reads and expands the sweep file at `path` (with --set `sets`, --only `only`) and checks every
@@ -78,6 +81,8 @@ struct SweepOptions {
   // binary; host, threads, device and command line are filled here).
   store::Provenance provenance;
   bool retry_failed = false;   // train failed runs again (they are skipped otherwise)
+  // --no-prune: the plan's prune rule is off; pruned cells continue from their newest checkpoint.
+  bool no_prune = false;
   double stale_after = store::kDefaultStaleAfterSeconds;  // Store::claim_run
   double poll_seconds = 2;     // while waiting for runs other processes hold
   // Called when this process has trained a run to an outcome (the CLI prints the end-of-run
@@ -88,6 +93,7 @@ struct SweepOptions {
 // What one invocation did with its runs.
 struct Tally {
   int done = 0, diverged = 0, failed = 0, skipped = 0, interrupted = 0, lost = 0;
+  int pruned = 0;     // stopped by the prune rule here, or left pruned (exit code 0 either way)
   int rank_lost = 0;  // stopped because a process of the data-parallel job was lost
   // resume_run / fork_run of a run that is already finished: what to tell the user.
   std::string note;
@@ -103,8 +109,11 @@ struct Tally {
 // hash, whatever its index) and trains each one this process can claim: cells, then forks once
 // their parent's checkpoint exists. Finished runs are skipped, failed ones too unless
 // retry_failed; runs other processes hold are waited for (polling) until they finish or their
-// holder is gone (then this process takes them over). Each run is tried at most once per call.
-// Stops early on train::stop_requested().
+// holder is gone (then this process takes them over). The plan's prune rule may stop a cell after
+// an epoch (status pruned); a pruned cell continues, from its newest checkpoint, once the rule
+// lets it (prune_promotions: asha's late promotion, a changed rule, --no-prune), also after it
+// was stopped in this call. Otherwise each run is tried at most once per call. Stops early on
+// train::stop_requested().
 Tally run_sweep(store::Store& store, const Plan& plan, const SweepOptions& options);
 
 // `amptune resume`: continues `run` from its newest valid checkpoint (or `from_epoch`'s). A

@@ -101,7 +101,7 @@ std::vector<SweepStatus> build_status(const store::Store& store,
       s.sweep = run.sweep_name;
       for (auto status :
            {store::RunStatus::kPending, store::RunStatus::kRunning, store::RunStatus::kDone,
-            store::RunStatus::kFailed, store::RunStatus::kDiverged}) {
+            store::RunStatus::kFailed, store::RunStatus::kDiverged, store::RunStatus::kPruned}) {
         s.counts[status] = 0;
       }
       sweeps.push_back(s);

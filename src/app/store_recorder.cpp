@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "app/checkpoint_files.h"
+#include "app/pruning.h"
 #include "core/log.h"
 #include "train/model_info.h"
 #include "train/plan.h"
@@ -92,6 +93,7 @@ StoreRecorder::StoreRecorder(store::Store& store, const store::RunRow& run, cons
   for (const auto& file : train::remove_dead_temp_files(dir_)) {
     log::info("run " + run.name + ": removed " + file + " (a save interrupted by a crash)");
   }
+  epochs_ = Settings::from(config).schedule.epochs;
   const train::ModelInfo info = train::model_info(config);
   primary_metric_ = info.primary_metric;
   higher_is_better_ = info.higher_is_better;
@@ -147,6 +149,10 @@ void StoreRecorder::record_epoch(store::EpochRecord& record) {
   record.run_id = run_.id;
   store_.record_epoch(record);  // advances the heartbeat in the same transaction
   apply_retention(store_, run_.id, checkpoint_, primary_metric_, higher_is_better_);
+  if (record.epoch + 1 < epochs_ && !pruned_) {  // a run that has finished is not pruned
+    pruned_ = decide_after_epoch(store_, run_, record.epoch, prune_);
+    if (pruned_) request_stop(StopRequest{Outcome::kPruned, pruned_->reason});
+  }
   store_.set_epoch_db_seconds(run_.id, record.epoch, seconds_since(db_start));
 }
 
@@ -162,13 +168,19 @@ void StoreRecorder::end(Ending ending, const std::string& message,
       return;
     case Ending::kUntouched:
       return;
+    case Ending::kPruned:
+      if (!pruned_) break;  // cannot happen: only this recorder's decision prunes
+      store_.prune_run(*pruned_);
+      log::info("run " + run_.name + " pruned after epoch " + std::to_string(pruned_->epoch) +
+                ": " + pruned_->reason);
+      return;
     case Ending::kFailed:
     case Ending::kPending:
       break;
   }
   // The run's outcome is decided: a store error is logged, not thrown.
   try {
-    if (ending == Ending::kFailed) {
+    if (ending == Ending::kFailed || ending == Ending::kPruned) {
       store_.finish_run(run_.id, store::RunStatus::kFailed, message, "");
     } else {
       store_.release_run(run_.id, message);
@@ -179,11 +191,12 @@ void StoreRecorder::end(Ending ending, const std::string& message,
 }
 
 train::RunResult train_claimed_run(store::Store& store, const store::RunRow& run,
-                                   const train::RunOptions& options) {
+                                   const train::RunOptions& options, const PruneSettings& prune) {
   std::unique_ptr<StoreRecorder> recorder;
   try {
     const Config config = Config::from_json(run.config_json, "run " + run.name);
     recorder = std::make_unique<StoreRecorder>(store, run, config, options.heartbeat_seconds);
+    recorder->set_prune(prune);
   } catch (const std::exception& e) {
     try {
       store.finish_run(run.id, store::RunStatus::kFailed, e.what(), "");

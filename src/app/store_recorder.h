@@ -5,8 +5,10 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "app/prune.h"
 #include "core/config.h"
 #include "core/settings.h"
 #include "store/store.h"
@@ -22,6 +24,10 @@ class StoreRecorder : public train::Recorder {
   // `heartbeat_seconds`). Throws CheckpointError when the root belongs to another database.
   StoreRecorder(store::Store& store, const store::RunRow& run, const Config& config,
                 double heartbeat_seconds);
+  // After each recorded epoch but the last, the sweep's prune rule decides about the run
+  // (decide_after_epoch); a decision to stop is a stop request (kPruned) and is recorded with
+  // the run's end (Store::prune_run). Rule none (the default) never stops.
+  void set_prune(const PruneSettings& settings) { prune_ = settings; }
   ~StoreRecorder() override;
 
   std::vector<store::EpochRow> epochs() override;
@@ -48,6 +54,9 @@ class StoreRecorder : public train::Recorder {
   std::string primary_metric_;
   bool higher_is_better_ = true;
   std::unique_ptr<Heartbeat> heartbeat_;
+  int64_t epochs_ = 0;  // schedule.epochs
+  PruneSettings prune_;
+  std::optional<store::PruneDecisionRow> pruned_;  // the decision that stopped the run
 };
 
 // Trains `run` (already claimed: status running) to the end of its schedule, recording every
@@ -57,7 +66,9 @@ class StoreRecorder : public train::Recorder {
 // process is the leader (rank 0): it tells the other ranks which run to train (they call
 // train::follow_run), hands them its restored state, and alone writes the store and the
 // checkpoints.
+// With `prune`, its rule may stop the run after an epoch (StoreRecorder::set_prune).
 train::RunResult train_claimed_run(store::Store& store, const store::RunRow& run,
-                                   const train::RunOptions& options);
+                                   const train::RunOptions& options,
+                                   const PruneSettings& prune = {});
 
 }  // namespace amptune::app

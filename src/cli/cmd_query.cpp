@@ -62,6 +62,27 @@ int cmd_list(const Invocation& inv) {
   return 0;
 }
 
+// Why a prune rule stopped the run, or let a pruned run continue (docs/PRUNING.md), with the
+// runs each decision compared it with.
+static void print_prune_decisions(const std::vector<store::PruneDecisionRow>& decisions) {
+  if (decisions.empty()) return;
+  std::cout << "prune decisions:\n";
+  app::Table table(
+      {"epoch", "action", "rule", "rung", "value", "threshold", "compared with", "reason"});
+  for (const auto& d : decisions) {
+    std::string compared;
+    for (const auto& other : nlohmann::json::parse(d.compared_json)) {
+      compared +=
+          (compared.empty() ? "" : " ") + std::to_string(other.at("run_id").get<int64_t>()) + ":" +
+          (other.at("value").is_null() ? "nan" : app::fixed(other.at("value").get<double>(), 4));
+    }
+    table.add({std::to_string(d.epoch), d.action, d.rule, d.rung < 0 ? "-" : std::to_string(d.rung),
+               app::fixed(d.value, 4), app::fixed(d.threshold, 4),
+               compared.empty() ? "-" : compared, log::printable(d.reason)});
+  }
+  table.print(std::cout);
+}
+
 int cmd_show(const Invocation& inv) {
   std::string db, run_ref;
   Options opts("show", "usage: amptune show RUN [options]\n\nRUN is a run id or name.\n");
@@ -117,6 +138,7 @@ int cmd_show(const Invocation& inv) {
     std::cout << "\n";
   }
   print_time_breakdown(details.epochs);
+  print_prune_decisions(details.prune_decisions);
   if (!run.summary_json.empty()) std::cout << run.summary_json << "\n";
   return 0;
 }

@@ -89,13 +89,17 @@ int cmd_run(const Invocation& inv) {
                "is checked (config, amp policy, cast points, data) before anything is written.");
   opts.positional(&sweep_path).db(&db).quiet().sweep_selection(&sets, &only).stale_after(
       &stale_after);
-  opts.add()("dry-run", "check and print the cells (index, config hash, axis values); train nothing")(
+  opts.add()("dry-run",
+             "check and print the cells (index, config hash, axis values); train nothing")(
       "skip-data",
       "with --dry-run: do not check that the data sets open (planning on a machine "
       "without the data)")(
       "workers", po::value(&workers)->default_value(1),
       "worker processes training cells of the sweep at the same time (each claims cells)")(
       "retry-failed", "train failed runs again (they are skipped otherwise)")(
+      "no-prune",
+      "switch the sweep's prune: rule off: no cell is stopped early, and pruned cells continue "
+      "from their newest checkpoint (docs/PRUNING.md)")(
       "no-progress", "no per-step progress lines (epoch lines stay)")(
       "shard", po::value(&shard),
       "K/N: train only shard K (0-based) of N of the cells, into "
@@ -114,6 +118,7 @@ int cmd_run(const Invocation& inv) {
   }
   app::SweepOptions options = sweep_options(opts, inv, threads, stop_after);
   options.retry_failed = opts.has("retry-failed");
+  options.no_prune = opts.has("no-prune");
   options.stale_after = stale_after;
   if (opts.has("skip-data") && !opts.has("dry-run")) {
     throw UsageError("--skip-data goes with --dry-run: a run needs its data");

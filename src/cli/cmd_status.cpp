@@ -1,6 +1,6 @@
-// `amptune status`: per sweep, how many runs are done / running / pending / failed / diverged,
-// and for each running run its epoch, heartbeat age and ETA. The model is app::build_status
-// (app/status.h).
+// `amptune status`: per sweep, how many runs are done / running / pending / failed / diverged /
+// pruned, and for each running run its epoch, heartbeat age and ETA. The model is
+// app::build_status (app/status.h).
 #include <cmath>
 #include <iostream>
 
@@ -41,7 +41,7 @@ void print_sweep(const app::SweepStatus& sweep, std::ostream& out) {
       << count(store::RunStatus::kDone) << ", running " << count(store::RunStatus::kRunning)
       << ", pending " << count(store::RunStatus::kPending) << ", failed "
       << count(store::RunStatus::kFailed) << ", diverged " << count(store::RunStatus::kDiverged)
-      << "\n";
+      << ", pruned " << count(store::RunStatus::kPruned) << "\n";
   if (sweep.running.empty()) return;
   app::Table running({"run", "label", "epoch", "heartbeat", "eta"});
   for (const auto& run : sweep.running) {
@@ -59,13 +59,14 @@ void print_sweep(const app::SweepStatus& sweep, std::ostream& out) {
 int cmd_status(const Invocation& inv) {
   std::vector<std::string> dbs;
   std::string sweep;
-  Options opts("status",
-               "usage: amptune status [options]\n\n"
-               "Per sweep: done / running / pending / failed / diverged counts; for each running\n"
-               "run its epoch, heartbeat age and ETA (mean epoch seconds x epochs left). A\n"
-               "running run whose process on this host is gone, or (another host) whose\n"
-               "heartbeat is older than " +
-                   app::fixed(store::kDefaultStaleAfterSeconds, 0) + " s, is shown as stale.\n");
+  Options opts(
+      "status",
+      "usage: amptune status [options]\n\n"
+      "Per sweep: done / running / pending / failed / diverged / pruned counts; for each running\n"
+      "run its epoch, heartbeat age and ETA (mean epoch seconds x epochs left). A\n"
+      "running run whose process on this host is gone, or (another host) whose\n"
+      "heartbeat is older than " +
+          app::fixed(store::kDefaultStaleAfterSeconds, 0) + " s, is shown as stale.\n");
   opts.dbs(&dbs);
   opts.add()("sweep", po::value(&sweep), "only this sweep");
   if (!opts.parse(inv.args)) return 0;

@@ -22,7 +22,8 @@ commands:
   fork RUN --epoch N  a new run from RUN's epoch-N checkpoint with changed settings (--set k=v)
   list                runs as a table
   show RUN            one run's settings and epochs
-  status              per sweep: done / running / pending / failed / diverged, ETA of running runs
+  status              per sweep: done / running / pending / failed / diverged / pruned, ETA of
+                      running runs
                       (--db takes several databases or a glob: shards before they are merged)
   compare --sweep S   pivot table of a sweep (--by keys, --metric, --epoch, --baseline, --format)
   report --sweep S --out DIR

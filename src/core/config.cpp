@@ -347,6 +347,12 @@ const Schema& Schema::builtin() {
   return schema;
 }
 
+const Schema& Schema::sweep_blocks() {
+  static const Schema schema =
+      Schema::parse(amptune::embedded::sweep_yaml, "schemas/sweep.yaml (compiled in)");
+  return schema;
+}
+
 Schema Schema::parse(std::string_view yaml_text, const std::string& origin) {
   static const std::regex kKeyName("[a-z][a-z0-9_]*(\\.[a-z][a-z0-9_]*)*");
   static const std::set<std::string> kFields = {"type", "default", "doc", "choices",

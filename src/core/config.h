@@ -53,6 +53,8 @@ class Schema {
  public:
   // The schema compiled into the binary (schemas/config.yaml).
   static const Schema& builtin();
+  // The keys of a sweep file's own blocks (prune:), compiled in (schemas/sweep.yaml).
+  static const Schema& sweep_blocks();
   // Parses a schema document; throws ConfigError naming `origin` on a malformed entry.
   // Each top-level key is a dotted config key mapping to {type, default, doc[, choices, min, max]};
   // every default must satisfy its own type and bounds; no key may be a prefix group of another.

@@ -4,5 +4,6 @@
 
 namespace amptune::embedded {
 extern const std::string_view config_yaml;  // schemas/config.yaml
+extern const std::string_view sweep_yaml;   // schemas/sweep.yaml
 extern const std::string_view store_sql;    // schemas/store.sql
 }  // namespace amptune::embedded

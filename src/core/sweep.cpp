@@ -18,8 +18,8 @@ namespace {
 
 // The top-level keys of a sweep file, in the order messages list them; SweepReader reads each
 // (parse_sweep says how to add one).
-const std::vector<std::string> kTopLevel = {"name", "description", "base",   "grid",
-                                            "zip",  "exclude",     "repeat", "forks"};
+const std::vector<std::string> kTopLevel = {"name",    "description", "base",  "grid", "zip",
+                                            "exclude", "repeat",      "forks", "prune"};
 constexpr size_t kMaxCells = 1000000;
 
 [[noreturn]] void fail(const SourceLoc& where, const std::string& message) {
@@ -607,6 +607,42 @@ class SweepReader {
     sweep_.forks = parse_forks(ctx_, forks, block_loc("forks"), sweep_.cells);
   }
 
+  // prune: (schemas/sweep.yaml), nested ({rule: asha}) or dotted (prune.rule under the block).
+  void read_prune() {
+    const YAML::Node node = block("prune");
+    if (!node.IsDefined() || node.IsNull()) return;
+    const Schema& schema = Schema::sweep_blocks();
+    const Ctx ctx{ctx_.file, schema};
+    if (!node.IsMap()) {
+      fail(ctx.loc(node),
+           "prune must be a mapping of its keys (rule, metric, grace_epochs, eta, "
+           "min_cells), got " +
+               yaml_brief(node));
+    }
+    std::vector<Leaf> leaves;
+    std::map<std::string, SourceLoc> seen;
+    collect_leaves(ctx, node, "prune", "prune", leaves, seen);
+    PruneBlock p;
+    p.loc = block_loc("prune");
+    p.metric_loc = p.loc;
+    auto value = [&](const std::string& key) {
+      const KeySpec& spec = *schema.find(key);
+      for (const Leaf& leaf : leaves) {
+        if (leaf.key == key) return schema.coerce(spec, leaf.value, leaf.value_loc);
+      }
+      return spec.default_value;
+    };
+    p.rule = value("prune.rule").get<std::string>();
+    p.metric = value("prune.metric").get<std::string>();
+    p.grace_epochs = value("prune.grace_epochs").get<int64_t>();
+    p.eta = value("prune.eta").get<int64_t>();
+    p.min_cells = value("prune.min_cells").get<int64_t>();
+    for (const Leaf& leaf : leaves) {
+      if (leaf.key == "prune.metric") p.metric_loc = leaf.value_loc;
+    }
+    sweep_.prune = p;
+  }
+
   Sweep take() { return std::move(sweep_); }
 
  private:
@@ -838,6 +874,7 @@ Sweep parse_sweep(const std::string& yaml_text, const std::string& origin,
   reader.read_exclude();
   reader.expand_cells();
   reader.read_forks();
+  reader.read_prune();
   return reader.take();
 }
 

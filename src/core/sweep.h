@@ -20,6 +20,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -54,6 +55,19 @@ struct ForkDecl {
   std::vector<int> cells;  // indices of the matching cells
 };
 
+// The sweep's prune: block (schemas/sweep.yaml; docs/PRUNING.md): which rule stops losing cells
+// early. Values are checked against the schema; the metric against the model when the sweep is
+// planned (app/runner.h plan_sweep).
+struct PruneBlock {
+  std::string rule = "none";  // none | asha | median
+  std::string metric;         // "" = the model's primary metric
+  int64_t grace_epochs = 1;
+  int64_t eta = 3;
+  int64_t min_cells = 3;
+  SourceLoc loc;         // the block's key
+  SourceLoc metric_loc;  // prune.metric's value (the block's key when not given)
+};
+
 struct Sweep {
   std::string name;
   std::string description;
@@ -63,6 +77,7 @@ struct Sweep {
   std::vector<std::string> axis_keys;  // grid, zip and repeat keys in declaration order
   std::vector<Cell> cells;
   std::vector<ForkDecl> forks;
+  std::optional<PruneBlock> prune;  // unset: no prune: block
   // Where each key of base, of an axis or of a --set was given (the last place wins), so a
   // check made after expansion can name the line.
   std::map<std::string, SourceLoc> key_locs;

@@ -73,6 +73,13 @@ void touch_heartbeat(sqlite3* db, int64_t run_id, const std::string& now);
 constexpr int kRehashMigration = 12;
 void rehash_runs(sqlite3* db, const std::string& path);
 
+// Migration 15's code part (store/pruning.cpp): the CHECK constraint on runs.status widened to
+// take 'pruned', by SQLite's documented procedure for schema changes that leave every stored row
+// valid (writable_schema, schema_version + 1, integrity_check). Runs inside the migration's
+// transaction; StoreError when the runs table's definition is not the one amptune wrote.
+constexpr int kPrunedStatusMigration = 15;
+void allow_pruned_status(sqlite3* db, const std::string& path);
+
 // A fork as its identity needs it.
 struct ForkOf {
   std::string parent_identity;  // the parent's identity after migration 12

@@ -133,7 +133,7 @@ struct Copy {
   int64_t id = 0;
   std::string name, status, started_at, last_recorded;
   int epochs = 0;
-  bool finished() const { return status == "done" || status == "diverged"; }
+  bool finished() const { return status == "done" || status == "diverged" || status == "pruned"; }
   bool same_as(const Copy& o) const {
     return epochs == o.epochs && status == o.status && started_at == o.started_at &&
            last_recorded == o.last_recorded;
@@ -368,10 +368,13 @@ class Merger {
                      "UPDATE epochs SET checkpoint_deleted_at = ? WHERE run_id = ? AND epoch = ?");
     for (const std::string table :
          {"run_params", "epochs", "metrics", "loss_scale_events", "initial_metrics", "diagnoses",
-          "diagnostics", "diagnosis_advice"}) {
+          "diagnostics", "diagnosis_advice", "prune_decisions"}) {
       const std::vector<Column> input = columns_of(in, table);
       if (input.empty()) continue;  // an older schema
-      const auto names = shared_columns(target_columns(table), input);
+      // prune_decisions rows get new ids here (their order, by id, is kept).
+      const auto names = shared_columns(
+          target_columns(table), input,
+          table == "prune_decisions" ? std::vector<std::string>{"id"} : std::vector<std::string>{});
       ChildCopier copier(in, db_, table, names);
       const int path_at = index_of(names, "checkpoint_path");
       const int deleted_at = index_of(names, "checkpoint_deleted_at");
@@ -472,6 +475,7 @@ class Merger::RunMerge {
         drop_params_(merger.db_, "DELETE FROM run_params WHERE run_id = ?"),
         drop_diagnoses_(merger.db_, "DELETE FROM diagnoses WHERE run_id = ?"),
         drop_initial_(merger.db_, "DELETE FROM initial_metrics WHERE run_id = ?"),
+        drop_decisions_(merger.db_, "DELETE FROM prune_decisions WHERE run_id = ?"),
         select_(in, input_runs_sql(input_columns_, names_)),
         set_legacy_(merger.db_, "UPDATE runs SET legacy_config_hash = ? WHERE id = ?") {}
 
@@ -595,6 +599,7 @@ class Merger::RunMerge {
     drop_params_.bind_all(theirs->id).run();
     drop_diagnoses_.bind_all(theirs->id).run();  // their rows and advice cascade
     drop_initial_.bind_all(theirs->id).run();
+    drop_decisions_.bind_all(theirs->id).run();
     ++count_.runs_replaced;
     return theirs->id;
   }
@@ -621,7 +626,7 @@ class Merger::RunMerge {
   const std::vector<std::string> names_;  // the columns of runs both have, without id
   // Prepared in the members' order; select_ reads the input, the others the target.
   Statement insert_, update_, find_, same_name_;
-  Statement drop_epochs_, drop_params_, drop_diagnoses_, drop_initial_;
+  Statement drop_epochs_, drop_params_, drop_diagnoses_, drop_initial_, drop_decisions_;
   Statement select_;  // the input's runs (input_runs_sql)
   Statement set_legacy_;
   std::unordered_map<int64_t, int64_t> ids_;             // every input run -> its target run
@@ -674,13 +679,18 @@ constexpr ColumnTypes kColumnTypes[] = {
     {"loss_scale_events", "run_id", "'integer'"},
     {"initial_metrics", "run_id", "'integer'"},
     {"diagnoses", "run_id", "'integer'"},
+    {"prune_decisions", "run_id", "'integer'"},
+    {"prune_decisions", "epoch", "'integer'"},
 };
 
 // The tables merge reads; each one an input has must be a table (a view could be recursive).
-constexpr const char* kReadTables[] = {"sweeps",          "runs",        "run_params",
-                                       "epochs",          "metrics",     "loss_scale_events",
-                                       "metric_info",     "initial_metrics", "diagnoses",
-                                       "diagnostics",     "diagnosis_advice", "schema_version"};
+constexpr const char* kReadTables[] = {"sweeps",           "runs",
+                                       "run_params",       "epochs",
+                                       "metrics",          "loss_scale_events",
+                                       "metric_info",      "initial_metrics",
+                                       "diagnoses",        "diagnostics",
+                                       "diagnosis_advice", "prune_decisions",
+                                       "schema_version"};
 
 // Refuses an input whose structure merge cannot trust (check_merge_input): a table it reads that
 // is a view or other object, a column value of the wrong type, an id twice, a fork whose

@@ -24,7 +24,9 @@ class ClaimLostError : public StoreError {
 
 // --- Runs ----------------------------------------------------------------------------------------
 
-enum class RunStatus { kPending, kRunning, kDone, kFailed, kDiverged };
+// kPruned: a sweep's prune: rule stopped the run early (docs/PRUNING.md); it keeps its
+// checkpoints and continues when the rule (or --no-prune) lets it.
+enum class RunStatus { kPending, kRunning, kDone, kFailed, kDiverged, kPruned };
 std::string to_string(RunStatus status);
 RunStatus parse_status(const std::string& text);  // throws StoreError on an unknown word
 
@@ -206,6 +208,24 @@ struct Diagnosis {
   double seconds = 0;
   std::vector<DiagnosticRow> rows;
   std::vector<DiagnosisAdvice> advice;
+};
+
+// --- Pruning (docs/PRUNING.md) ------------------------------------------------------------------
+
+// A decision of a sweep's prune: rule about one run (table prune_decisions): why it stopped, or
+// why a stopped run continued (promoted by asha, --no-prune, a changed rule), with the evidence.
+struct PruneDecisionRow {
+  int64_t run_id = 0;
+  int epoch = 0;         // the epoch decided at (0-based; the run's last recorded one)
+  std::string action;    // "stop" | "continue"
+  std::string rule;      // asha | median | none
+  std::string metric;    // the metric compared
+  int rung = -1;         // asha: the rung's index k (it stands after grace * eta^k epochs); -1
+  double value = 0;      // the run's value (NaN: none or not finite)
+  double threshold = 0;  // the value it had to reach (NaN: none)
+  std::string compared_json = "[]";  // [{"run_id": 3, "value": 0.41}, ...], best first
+  std::string reason;                // one line for people
+  std::string decided_at;            // ISO-8601 UTC; set by the store
 };
 
 // --- Merging databases (amptune merge; docs/DATABASE.md "Merging databases") ------------------

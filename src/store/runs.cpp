@@ -254,6 +254,8 @@ std::string to_string(RunStatus status) {
     case RunStatus::kDone: return "done";
     case RunStatus::kFailed: return "failed";
     case RunStatus::kDiverged: return "diverged";
+    case RunStatus::kPruned:
+      return "pruned";
   }
   throw StoreError("unknown run status value " + std::to_string(static_cast<int>(status)));
 }
@@ -264,8 +266,9 @@ RunStatus parse_status(const std::string& text) {
   if (text == "done") return RunStatus::kDone;
   if (text == "failed") return RunStatus::kFailed;
   if (text == "diverged") return RunStatus::kDiverged;
+  if (text == "pruned") return RunStatus::kPruned;
   throw StoreError("unknown run status '" + text +
-                   "'; expected pending, running, done, failed or diverged");
+                   "'; expected pending, running, done, failed, diverged or pruned");
 }
 
 namespace detail {
@@ -446,13 +449,14 @@ void Store::mark_running(int64_t run_id, const Provenance& provenance) {
 }
 
 bool Store::claim_run(int64_t run_id, const Provenance& provenance, double stale_after_seconds,
-                      bool retry_failed) {
+                      bool retry_failed, bool continue_pruned) {
   const std::string action = "claiming run " + std::to_string(run_id);
   // In an IMMEDIATE transaction no other writer can interleave between the read and the write.
   return guarded_write(path_, db_, action, [&] {
     const Holding h = read_holding(db_, path_, run_id, action);
     const auto now = std::chrono::system_clock::now();
-    bool claimable = h.status == "pending" || (retry_failed && h.status == "failed");
+    bool claimable = h.status == "pending" || (retry_failed && h.status == "failed") ||
+                     (continue_pruned && h.status == "pruned");
     if (h.status == "running") {
       const std::optional<bool> alive = h.holder ? alive_if_local(*h.holder) : std::nullopt;
       if (alive) {
@@ -481,8 +485,10 @@ void Store::heartbeat(int64_t run_id) {
 void Store::finish_run(int64_t run_id, RunStatus status, const std::string& message,
                        const std::string& summary_json) {
   const std::string action = "finishing run " + std::to_string(run_id) + " as " + to_string(status);
-  if (status == RunStatus::kPending || status == RunStatus::kRunning) {
-    throw StoreError(path_ + ": " + action + ": a run finishes as done, failed or diverged");
+  if (status == RunStatus::kPending || status == RunStatus::kRunning ||
+      status == RunStatus::kPruned) {
+    throw StoreError(path_ + ": " + action +
+                     ": a run finishes as done, failed, diverged or pruned (prune_run)");
   }
   if (!summary_json.empty() && !json::accept(summary_json)) {
     throw StoreError(path_ + ": " + action + ": the summary is not valid JSON: " + summary_json);

@@ -203,6 +203,9 @@ Store::Store(const std::string& open_path, const std::string& name) : path_(name
           if (migration.version <= current) return;
           exec(db_, migration.sql);
           if (migration.version == detail::kRehashMigration) detail::rehash_runs(db_, path_);
+          if (migration.version == detail::kPrunedStatusMigration) {
+            detail::allow_pruned_status(db_, path_);
+          }
           sql::run(db_, "INSERT INTO schema_version (version, applied_at) VALUES (?, ?)",
                    migration.version, now_utc());
           current = migration.version;

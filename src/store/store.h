@@ -89,14 +89,26 @@ class Store {
   // Returns whether this caller won the run (false: someone else holds it or it is finished). A
   // reclaimed run keeps started_at; message and finished_at are cleared. Throws StoreError when
   // no run has that id.
+  // A pruned run is claimable only with `continue_pruned` (the prune rule lets it continue).
   bool claim_run(int64_t run_id, const Provenance& provenance, double stale_after_seconds,
-                 bool retry_failed = false);
+                 bool retry_failed = false, bool continue_pruned = false);
   // heartbeat_at = now. ClaimLostError when another process holds the run.
   void heartbeat(int64_t run_id);
-  // status -> done / failed / diverged with a message and the final summary JSON.
+  // status -> done / failed / diverged with a message and the final summary JSON (pruned:
+  // prune_run).
   // ClaimLostError when another process holds the run.
   void finish_run(int64_t run_id, RunStatus status, const std::string& message,
                   const std::string& summary_json);
+
+  // status -> pruned with the decision's reason as message, and the decision (action "stop")
+  // recorded, in one transaction. ClaimLostError when another process holds the run.
+  void prune_run(const PruneDecisionRow& decision);
+  // A pruned run the rule lets continue: status pruned -> pending (message: the reason) and the
+  // decision (action "continue") recorded, in one transaction; false, writing nothing, when the
+  // run is not pruned (another process promoted it first). StoreError when it does not exist.
+  bool promote_run(const PruneDecisionRow& decision);
+  // The run's decisions, oldest first.
+  std::vector<PruneDecisionRow> prune_decisions(int64_t run_id) const;
 
   // status -> pending with a message ("interrupted in epoch 3"): the run stopped on purpose and
   // continues from its last checkpoint next time. ClaimLostError when another process holds it.

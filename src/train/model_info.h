@@ -18,6 +18,17 @@ struct ModelInfo {
   bool higher_is_better = true;
 };
 
+// A per-epoch metric a model's runs record, and its direction.
+struct MetricDef {
+  std::string name;
+  bool higher_is_better = true;
+};
+
+// The per-epoch metrics runs of `config`'s model record (its task's evaluation metrics, then
+// train_loss, which every run records), with their directions: what a sweep's prune: rule may
+// compare. ConfigError naming the registered models for an unknown model.name.
+std::vector<MetricDef> recorded_metrics(const Config& config);
+
 // The registered model's info for `config` (its model.name and settings): e.g. acc1 for
 // ResNets, mrpe for RootNet, and ap_root_25 for RootNet tested on MuPoTS. ConfigError naming the
 // registered models for an unknown model.name.

@@ -25,8 +25,9 @@ namespace amptune::train {
 
 // kLost: another process took the run over while this one trained it (this one was presumed
 // dead); nothing more was written. kRankLost: a process of a data-parallel job stopped
-// answering; the run is left resumable (pending) and the job stops.
-enum class Outcome { kDone, kDiverged, kFailed, kInterrupted, kLost, kRankLost };
+// answering; the run is left resumable (pending) and the job stops. kPruned: the recorder's
+// prune rule stopped the run after an epoch (status pruned, resumable).
+enum class Outcome { kDone, kDiverged, kFailed, kInterrupted, kLost, kRankLost, kPruned };
 
 // How a run's row ends up when the loop returns.
 enum class Ending {
@@ -34,11 +35,13 @@ enum class Ending {
   kDiverged,  // status diverged, with the message
   kFailed,    // status failed, with the message
   kPending,   // back to pending with the message: the next command continues it
+  kPruned,    // status pruned: a prune rule stopped it (the recorder holds the decision)
   kUntouched  // written by another process now: nothing more is written (a takeover)
 };
 
 // A stop before the schedule ends. kInterrupted puts the run back to pending (a signal, a
-// stop after an epoch asked for); kLost writes nothing more (a takeover).
+// stop after an epoch asked for); kLost writes nothing more (a takeover); kPruned ends it as
+// pruned (a prune rule's decision).
 struct StopRequest {
   Outcome outcome = Outcome::kInterrupted;
   std::string message;  // "" : the loop says where it stopped

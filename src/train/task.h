@@ -74,6 +74,7 @@ struct ModelEntry {
   std::function<std::unique_ptr<Task>(const Config&)> make_task;
   std::function<ModelInfo(const Config&)> info;
   std::vector<std::string> headline_metrics;  // model_info.h
+  std::vector<MetricDef> metrics;             // its evaluation metrics (recorded_metrics)
 };
 
 // Every registered model: the built-in ones in table order (tasks.cpp), then those added with

@@ -113,8 +113,11 @@ ModelEntry classifier(const std::string& name, BuildClassifier build) {
   return ModelEntry{
       name,
       [build](const Config& config) { return std::make_unique<ClassificationTask>(build(config)); },
-      [](const Config&) { return ModelInfo{"acc1", true}; },
-      {"acc1", "acc5"}};
+      [](const Config&) {
+        return ModelInfo{"acc1", true};
+      },
+      {"acc1", "acc5"},
+      {{"acc1", true}, {"acc5", true}, {"val_loss", false}}};
 }
 
 namespace {
@@ -127,7 +130,16 @@ std::vector<ModelEntry>& registry() {
       classifier("resnet50", build_resnet),
       classifier("resnet101", build_resnet),
       classifier("resnet152", build_resnet),
-      {"rootnet", make_rootnet_task, rootnet_info, {"mrpe", "ap_root_25"}},
+      {"rootnet",
+       make_rootnet_task,
+       rootnet_info,
+       {"mrpe", "ap_root_25"},
+       {{"mrpe", false},
+        {"mrpe_x", false},
+        {"mrpe_y", false},
+        {"mrpe_z", false},
+        {"ap_root_25", true},
+        {"val_loss", false}}},
   };
   return models;
 }
@@ -156,6 +168,12 @@ const ModelEntry& model_entry(const std::string& name) {
 
 ModelInfo model_info(const Config& config) {
   return model_entry(config.get_string("model.name")).info(config);
+}
+
+std::vector<MetricDef> recorded_metrics(const Config& config) {
+  std::vector<MetricDef> metrics = model_entry(config.get_string("model.name")).metrics;
+  metrics.push_back({"train_loss", false});
+  return metrics;
 }
 
 const std::vector<std::string>& headline_metrics(const std::string& model_name) {

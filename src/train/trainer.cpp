@@ -448,10 +448,10 @@ double RunTraining::parallel_step(const data::Batch& batch, int64_t n, int64_t e
                                          ? own
                                          : "rank 0 lost its claim on run " + run_.name);
   }
-  if (v[4] > 0) {
-    throw RunStopped(Outcome::kInterrupted, vote.stop && !own.empty()
-                                                ? own
-                                                : "interrupted in epoch " + std::to_string(epoch));
+  if (v[4] > 0) {  // the ranks stop together; the one that asked says why (a prune decision)
+    throw RunStopped(
+        vote.stop ? request->outcome : Outcome::kInterrupted,
+        vote.stop && !own.empty() ? own : "interrupted in epoch " + std::to_string(epoch));
   }
   if (v[2] > 0) {
     const double nan = std::numeric_limits<double>::quiet_NaN();
@@ -695,6 +695,7 @@ RunResult train_run(Recorder& recorder, const store::RunRow& run, const RunOptio
     result = RunResult{e.outcome, e.what(), ""};
     ending = e.outcome == Outcome::kLost       ? Ending::kUntouched
              : e.outcome == Outcome::kDiverged ? Ending::kDiverged
+             : e.outcome == Outcome::kPruned   ? Ending::kPruned
                                                : Ending::kPending;
   } catch (const store::ClaimLostError& e) {
     // Another process took the run over (this one was presumed dead): it owns the run's rows

@@ -83,6 +83,7 @@ std::vector<int> round_robin(const std::vector<Trial>& trials) {
 
 PruneSettings settings(PruneRule rule, bool higher, int grace, int eta, int min_cells) {
   PruneSettings s;
+  s.wait_for_arrivals = false;  // Optuna never resumes a stopped trial (docs/PRUNING.md)
   s.rule = rule;
   s.metric = "m";
   s.higher_is_better = higher;

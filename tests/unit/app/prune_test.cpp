@@ -37,6 +37,7 @@ PruneCell cell(int64_t id, std::vector<double> values, Status status = Status::k
 
 PruneSettings asha(int eta = 3, int grace = 1, bool higher_is_better = true) {
   PruneSettings s;
+  s.wait_for_arrivals = false;  // the rule as Optuna has it; asha_waiting: amptune's default
   s.rule = PruneRule::kAsha;
   s.metric = higher_is_better ? "acc1" : "mrpe";
   s.higher_is_better = higher_is_better;
@@ -565,6 +566,95 @@ TEST(PruneTableCheck, ACellWithoutAValueAtTheEpochIsNotDecided) {
   EXPECT_EQ(d.reason, "no acc1 value at epoch 1");
   d = decide_prune(t, asha(3), 1, 4);  // epoch 4 is no rung: not a missing value
   EXPECT_EQ(d.basis, Basis::kBetweenRungs);
+}
+
+}  // namespace
+}  // namespace amptune::app
+
+namespace amptune::app {
+namespace {
+
+// amptune's asha (wait_for_arrivals, the default): while cells may still reach a rung, a cell
+// goes on only when it is sure to stay in the top 1/eta however they do; the waiting cells are
+// promoted as cells arrive, and the best continues once none can arrive.
+TEST(PruneAshaWaiting, FewerThanEtaCellsWaitWhileOthersMayStillArrive) {
+  PruneSettings s;
+  s.rule = PruneRule::kAsha;
+  s.metric = "acc1";
+  s.eta = 3;
+  PruneTable t = {cell(1, {0.5}), cell(2, {}), cell(3, {})};  // 2 and 3 have not trained yet
+  PruneDecision d = decide_prune(t, s, 1, 0);
+  EXPECT_TRUE(d.stop) << "the best of one cell waits: two more may come";
+  EXPECT_EQ(d.keep, 0);
+  EXPECT_TRUE(std::isnan(d.threshold));
+  EXPECT_EQ(d.reason,
+            "acc1 0.5 after 1 epoch (rung 0) waits: rank 1 of 1 there with 2 cells still to "
+            "come; it goes on once it is sure to stay in the top 1/3");
+  t[0].status = Status::kPruned;
+  t[1].values[0] = 0.3;
+  EXPECT_TRUE(decide_prune(t, s, 2, 0).stop);
+  t[1].status = Status::kPruned;
+  EXPECT_TRUE(promotable_cells(t, s).empty()) << "cell 3 may still arrive";
+  // The third arrives: 3 / 3 = 1 continues, the best of the three.
+  t[2].values[0] = 0.4;
+  d = decide_prune(t, s, 3, 0);
+  EXPECT_TRUE(d.stop);
+  EXPECT_EQ(d.keep, 1);
+  EXPECT_EQ(d.threshold, 0.5);
+  t[2].status = Status::kPruned;
+  const std::vector<PruneDecision> promoted = promotable_cells(t, s);
+  ASSERT_EQ(promoted.size(), 1u);
+  EXPECT_EQ(promoted[0].cell_id, 1);
+  EXPECT_FALSE(promoted[0].stop);
+}
+
+TEST(PruneAshaWaiting, ACompleteRungLetsTheBestContinue) {
+  PruneSettings s;
+  s.rule = PruneRule::kAsha;
+  s.metric = "mrpe";
+  s.higher_is_better = false;
+  s.eta = 3;
+  // Two cells at rung 1 (epoch 2), the third stopped at rung 0 and done ones elsewhere: none
+  // can arrive, so the best of the two (lower mrpe) continues.
+  const PruneTable t = {cell(1, {90, 80, 70}, Status::kPruned), cell(2, {95, 85, 60}),
+                        cell(3, {99}, Status::kPruned)};
+  const PruneDecision d = decide_prune(t, s, 2, 2);
+  EXPECT_FALSE(d.stop);
+  EXPECT_EQ(d.keep, 1);
+  EXPECT_EQ(d.threshold, 60);
+  const std::vector<PruneDecision> none = promotable_cells(t, s);
+  EXPECT_TRUE(none.empty()) << "cell 1 is second of two at rung 1, cell 3 third of three at 0";
+}
+
+TEST(PruneAshaWaiting, ACellSureToStayInTheTopGoesOnBeforeTheOthersArrive) {
+  PruneSettings s;
+  s.rule = PruneRule::kAsha;
+  s.metric = "acc1";
+  s.eta = 3;
+  // Nine cells, seven at rung 0, two to come: the final top 1/3 is 3 cells, so the best of the
+  // seven is sure to stay in it (1 + 2 <= 3), the second is not (2 + 2 > 3).
+  PruneTable t;
+  for (int i = 1; i <= 7; ++i) t.push_back(cell(i, {0.1 * i}));
+  t.push_back(cell(8, {}));
+  t.push_back(cell(9, {}));
+  PruneDecision d = decide_prune(t, s, 7, 0);
+  EXPECT_FALSE(d.stop) << d.reason;
+  EXPECT_EQ(d.keep, 1);
+  d = decide_prune(t, s, 6, 0);
+  EXPECT_TRUE(d.stop) << d.reason;
+  EXPECT_NE(d.reason.find("waits"), std::string::npos) << d.reason;
+  // Sorted arrivals, each better than all before it (the order in which Optuna's rule trains
+  // every cell on): the first six wait; the seventh, eighth and ninth are each sure to stay in
+  // the final top 3 and go on, and no waiting cell is promotable after that.
+  PruneTable sorted;
+  for (int i = 1; i <= 9; ++i) sorted.push_back(cell(i, {}));
+  for (int i = 1; i <= 9; ++i) {
+    sorted[i - 1].values[0] = 0.1 * i;
+    const PruneDecision at = decide_prune(sorted, s, i, 0);
+    EXPECT_EQ(at.stop, i < 7) << at.reason;
+    if (at.stop) sorted[i - 1].status = Status::kPruned;
+  }
+  EXPECT_TRUE(promotable_cells(sorted, s).empty());
 }
 
 }  // namespace

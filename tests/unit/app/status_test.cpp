@@ -48,12 +48,17 @@ class StatusTest : public AppTest {
 
 TEST_F(StatusTest, CountsEveryStatusPerSweep) {
   Run run;
-  for (RunStatus status : {RunStatus::kDone, RunStatus::kDone, RunStatus::kFailed,
-                           RunStatus::kDiverged, RunStatus::kPending, RunStatus::kRunning}) {
+  for (RunStatus status :
+       {RunStatus::kDone, RunStatus::kDone, RunStatus::kFailed, RunStatus::kDiverged,
+        RunStatus::kPending, RunStatus::kRunning, RunStatus::kPruned}) {
     const int64_t id = add_run(run);
     ++run.cell;
     if (status == RunStatus::kRunning) store_.mark_running(id, store::Provenance{});
-    if (status != RunStatus::kPending && status != RunStatus::kRunning) finish(id, status);
+    if (status == RunStatus::kPruned) set_run(id, "status = 'pruned'");
+    if (status != RunStatus::kPending && status != RunStatus::kRunning &&
+        status != RunStatus::kPruned) {
+      finish(id, status);
+    }
   }
   Run other;
   other.sweep = "other";
@@ -62,12 +67,13 @@ TEST_F(StatusTest, CountsEveryStatusPerSweep) {
   const auto sweeps = build_status(store_, std::nullopt);
   ASSERT_EQ(sweeps.size(), 2u);
   EXPECT_EQ(sweeps[0].sweep, "grid");
-  EXPECT_EQ(sweeps[0].runs, 6);
+  EXPECT_EQ(sweeps[0].runs, 7);
   EXPECT_EQ(sweeps[0].counts, (std::map<RunStatus, int>{{RunStatus::kPending, 1},
                                                         {RunStatus::kRunning, 1},
                                                         {RunStatus::kDone, 2},
                                                         {RunStatus::kFailed, 1},
-                                                        {RunStatus::kDiverged, 1}}));
+                                                        {RunStatus::kDiverged, 1},
+                                                        {RunStatus::kPruned, 1}}));
   EXPECT_EQ(sweeps[0].running.size(), 1u);
   EXPECT_EQ(sweeps[1].sweep, "other");
   EXPECT_EQ(sweeps[1].counts.at(RunStatus::kPending), 1);

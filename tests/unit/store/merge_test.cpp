@@ -354,6 +354,53 @@ TEST_F(MergeTest, DiagnosesComeWithTheirRunAndAReplacedCopyBringsItsOwn) {
   EXPECT_EQ(target.integrity_check(), "ok");
 }
 
+// A pruned run comes with its prune decisions (new ids, the same order); a replaced copy brings
+// its own and drops the target's.
+TEST_F(MergeTest, PrunedRunsComeWithTheirDecisions) {
+  const std::string a = path("a.sqlite"), b = path("b.sqlite"), into = path("into.sqlite");
+  auto decision = [](int64_t run, int epoch, const std::string& action, const std::string& why) {
+    PruneDecisionRow d;
+    d.run_id = run;
+    d.epoch = epoch;
+    d.action = action;
+    d.rule = "asha";
+    d.metric = "acc1";
+    d.value = 1;
+    d.threshold = 2;
+    d.reason = why;
+    return d;
+  };
+  {
+    Shard s(a);
+    const int64_t id = s.add(0, 1, RunStatus::kRunning);
+    s.store().prune_run(decision(id, 0, "stop", "a stops"));
+    ASSERT_TRUE(s.store().promote_run(decision(id, 0, "continue", "a promotes")));
+    s.store().mark_running(id, Provenance{});
+    s.store().prune_run(decision(id, 0, "stop", "a stops again"));
+    s.add(1, 1);
+  }
+  {
+    Shard s(b);
+    const int64_t id = s.add(2, 3, RunStatus::kRunning);
+    s.store().prune_run(decision(id, 2, "stop", "b stops"));
+  }
+  Store target(into);
+  target.merge({b, a});
+  const auto pruned = target.find_run("grid/0-cell0000");
+  ASSERT_TRUE(pruned);
+  EXPECT_EQ(pruned->status, RunStatus::kPruned);
+  std::vector<std::string> reasons;
+  for (const auto& d : target.prune_decisions(pruned->id)) reasons.push_back(d.reason);
+  EXPECT_EQ(reasons, (std::vector<std::string>{"a stops", "a promotes", "a stops again"}));
+  EXPECT_EQ(target.prune_decisions(target.find_run("grid/2-cell2000")->id).size(), 1u);
+  EXPECT_EQ(target.query("SELECT run, stopped_after_epoch FROM pruned_runs ORDER BY run").rows,
+            (std::vector<std::vector<std::optional<std::string>>>{{"grid/0-cell0000", "0"},
+                                                                  {"grid/2-cell2000", "2"}}));
+  target.merge({a, b});  // again: nothing changes
+  EXPECT_EQ(target.query("SELECT COUNT(*) FROM prune_decisions").rows[0][0], "4");
+  EXPECT_EQ(target.integrity_check(), "ok");
+}
+
 TEST_F(MergeTest, BadInputsAreNamedAndNothingIsWritten) {
   const std::string good = path("good.sqlite"), into = path("into.sqlite");
   Shard(good).add(0, 1);

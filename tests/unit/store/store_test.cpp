@@ -314,6 +314,38 @@ TEST_F(StoreTest, MigratesAVersionOneDatabaseKeepingItsRows) {
   EXPECT_EQ(raw.integer("SELECT COUNT(*) FROM schema_version"), latest_version());
 }
 
+// Migration 15 widens the CHECK on runs.status in place (writable_schema): a version-14 database
+// keeps its rows, takes 'pruned' and still refuses other words.
+TEST_F(StoreTest, MigrationFifteenLetsRunsBePrunedAndKeepsTheirRows) {
+  const std::string path = db_path();
+  const auto migrations = parse_migrations(embedded::store_sql);
+  ASSERT_GE(migrations.size(), 15u);
+  {
+    RawDb raw(path);
+    raw.exec("PRAGMA journal_mode = WAL");
+    std::string sql =
+        "BEGIN; CREATE TABLE schema_version (version INTEGER NOT NULL, applied_at TEXT NOT NULL);";
+    for (int v = 1; v <= 14; ++v) {
+      sql += migrations[v - 1].sql + "\nINSERT INTO schema_version VALUES (" + std::to_string(v) +
+             ", 't');";
+    }
+    raw.exec(sql + "COMMIT;");
+    raw.exec(
+        "INSERT INTO sweeps (name, created_at, updated_at) VALUES ('old', 't', 't');"
+        "INSERT INTO runs (sweep_id, name, cell_index, label, status, config_json, config_hash, "
+        "created_at) VALUES (1, 'old/0-aaaaaaaa', 0, 'base', 'done', '{}', 'aaaaaaaaaaaa', 't');");
+    EXPECT_THROW(raw.exec("UPDATE runs SET status = 'pruned'"), std::runtime_error);
+  }
+  Store store(path);
+  EXPECT_EQ(store.schema_version(), latest_version());
+  EXPECT_EQ(store.find_run("old/0-aaaaaaaa")->status, RunStatus::kDone);
+  EXPECT_EQ(store.integrity_check(), "ok");
+  RawDb raw(path);
+  raw.exec("UPDATE runs SET status = 'pruned'");
+  EXPECT_THROW(raw.exec("UPDATE runs SET status = 'finished'"), std::runtime_error);
+  EXPECT_EQ(store.find_run("old/0-aaaaaaaa")->status, RunStatus::kPruned);
+}
+
 // --- sweeps and runs ---------------------------------------------------------------------------
 
 TEST_F(StoreTest, EnsureSweepIsIdempotentAndUpdatesText) {
@@ -570,9 +602,64 @@ TEST_F(StoreTest, OnlyTheHolderWritesARun) {
   EXPECT_EQ(store.epochs(id).size(), 2u);
 }
 
+// prune_run ends a held run as pruned with its decision; a pruned run is claimable only to
+// continue it (continue_pruned), and promote_run puts it back to pending once, with the decision.
+TEST_F(StoreTest, PrunedRunsStopWithTheirDecisionAndArePromotedOnce) {
+  Store store(db_path());
+  const int64_t id = store.ensure_run(store.ensure_sweep("s", "", "", ""), spec("s", 0, "a")).id;
+  ASSERT_TRUE(store.claim_run(id, provenance("a"), 3600));
+  EpochRecord r;
+  r.run_id = id;
+  r.epoch = 0;
+  r.metrics["acc1"] = 10;
+  store.record_epoch(r);
+  PruneDecisionRow stop;
+  stop.run_id = id;
+  stop.epoch = 0;
+  stop.action = "stop";
+  stop.rule = "asha";
+  stop.metric = "acc1";
+  stop.rung = 0;
+  stop.value = 10;
+  stop.threshold = std::numeric_limits<double>::quiet_NaN();
+  stop.compared_json = R"([{"run_id":7,"value":12.5}])";
+  stop.reason = "waits";
+  PruneDecisionRow wrong = stop;
+  wrong.action = "continue";
+  EXPECT_THROW(store.prune_run(wrong), StoreError);
+  store.prune_run(stop);
+  RunRow pruned = *store.find_run(id);
+  EXPECT_EQ(pruned.status, RunStatus::kPruned);
+  EXPECT_EQ(pruned.message, "waits");
+  EXPECT_FALSE(pruned.finished_at.empty());
+  EXPECT_FALSE(store.claim_run(id, provenance("a"), 3600, /*retry_failed=*/true));
+  PruneDecisionRow go = stop;
+  go.action = "continue";
+  go.threshold = 9;
+  go.rung = -1;
+  go.reason = "promoted";
+  EXPECT_TRUE(store.promote_run(go));
+  EXPECT_FALSE(store.promote_run(go)) << "promoted once";
+  EXPECT_EQ(store.find_run(id)->status, RunStatus::kPending);
+  EXPECT_EQ(store.find_run(id)->message, "promoted");
+  const auto decisions = store.prune_decisions(id);
+  ASSERT_EQ(decisions.size(), 2u);
+  EXPECT_EQ(decisions[0].action, "stop");
+  EXPECT_EQ(decisions[0].rung, 0);
+  EXPECT_TRUE(std::isnan(decisions[0].threshold));
+  EXPECT_EQ(decisions[0].compared_json, R"([{"run_id":7,"value":12.5}])");
+  EXPECT_FALSE(decisions[0].decided_at.empty());
+  EXPECT_EQ(decisions[1].action, "continue");
+  EXPECT_EQ(decisions[1].rung, -1);
+  EXPECT_EQ(decisions[1].threshold, 9);
+  // A pruned run is claimable to continue it (amptune resume).
+  store.prune_run(stop);  // this process still holds the claim
+  EXPECT_TRUE(store.claim_run(id, provenance("a"), 3600, false, /*continue_pruned=*/true));
+}
+
 TEST_F(StoreTest, StatusWordsRoundTrip) {
   for (RunStatus status : {RunStatus::kPending, RunStatus::kRunning, RunStatus::kDone,
-                           RunStatus::kFailed, RunStatus::kDiverged}) {
+                           RunStatus::kFailed, RunStatus::kDiverged, RunStatus::kPruned}) {
     EXPECT_EQ(parse_status(to_string(status)), status);
   }
   EXPECT_THROW(parse_status("finished"), StoreError);

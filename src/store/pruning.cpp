@@ -1,0 +1,123 @@
+// Store: the decisions of a sweep's prune: rule (table prune_decisions, migration 15) and the
+// pruned status they give a run.
+#include <string>
+#include <vector>
+
+#include "store/internal.h"
+#include "store/sqlite.h"
+#include "store/store.h"
+
+namespace amptune::store {
+
+using sql::Statement;
+
+namespace {
+
+void insert_decision(sqlite3* db, const PruneDecisionRow& d) {
+  sql::run(db,
+           "INSERT INTO prune_decisions (run_id, epoch, action, rule, metric, rung, value, "
+           "threshold, compared_json, reason, decided_at) "
+           "VALUES (?, ?, ?, ?, ?, NULLIF(?, -1), ?, ?, ?, ?, ?)",
+           d.run_id, d.epoch, d.action, d.rule, d.metric, d.rung, d.value, d.threshold,
+           d.compared_json, d.reason, detail::now_utc());
+}
+
+}  // namespace
+
+void Store::prune_run(const PruneDecisionRow& decision) {
+  const std::string action = "pruning run " + std::to_string(decision.run_id);
+  if (decision.action != "stop") {
+    throw StoreError(path_ + ": " + action + ": a run is pruned by a decision to stop");
+  }
+  detail::guarded_write(path_, db_, action, [&] {
+    detail::require_holder(db_, path_, decision.run_id, action);
+    insert_decision(db_, decision);
+    sql::run(db_,
+             "UPDATE runs SET status = 'pruned', message = ?1, finished_at = ?2, "
+             "heartbeat_at = ?2 WHERE id = ?3",
+             decision.reason, detail::now_utc(), decision.run_id);
+  });
+}
+
+bool Store::promote_run(const PruneDecisionRow& decision) {
+  const std::string action = "continuing pruned run " + std::to_string(decision.run_id);
+  if (decision.action != "continue") {
+    throw StoreError(path_ + ": " + action + ": a pruned run continues by a decision to continue");
+  }
+  return detail::guarded_write(path_, db_, action, [&] {
+    detail::require_run(db_, path_, decision.run_id, action);
+    const bool pruned =
+        sql::exists(db_, "SELECT 1 FROM runs WHERE id = ? AND status = 'pruned'", decision.run_id);
+    if (!pruned) return false;
+    insert_decision(db_, decision);
+    sql::run(db_,
+             "UPDATE runs SET status = 'pending', message = ?, finished_at = NULL WHERE id = ?",
+             decision.reason, decision.run_id);
+    return true;
+  });
+}
+
+std::vector<PruneDecisionRow> Store::prune_decisions(int64_t run_id) const {
+  return detail::guarded(
+      path_, "reading the prune decisions of run " + std::to_string(run_id), [&] {
+        Statement select(db_,
+                         "SELECT run_id, epoch, action, rule, metric, coalesce(rung, -1), value, "
+                         "threshold, compared_json, reason, decided_at FROM prune_decisions "
+                         "WHERE run_id = ? ORDER BY id",
+                         run_id);
+        return sql::read_rows(select, [](const Statement& row) {
+          PruneDecisionRow d;
+          d.run_id = row.column_int(0);
+          d.epoch = static_cast<int>(row.column_int(1));
+          d.action = row.column_text(2);
+          d.rule = row.column_text(3);
+          d.metric = row.column_text(4);
+          d.rung = static_cast<int>(row.column_int(5));
+          d.value = row.column_double(6);
+          d.threshold = row.column_double(7);
+          d.compared_json = row.column_text(8);
+          d.reason = row.column_text(9);
+          d.decided_at = row.column_text(10);
+          return d;
+        });
+      });
+}
+
+namespace detail {
+
+void allow_pruned_status(sqlite3* db, const std::string& path) {
+  const std::string before = "'failed', 'diverged')";
+  const std::string after = "'failed', 'diverged', 'pruned')";
+  const std::string table =
+      sql::query_one<std::string>(db,
+                                  "SELECT sql FROM sqlite_master WHERE type = 'table' AND "
+                                  "name = 'runs'")
+          .value_or("");
+  const size_t at = table.find(before);
+  if (at == std::string::npos || table.find(before, at + 1) != std::string::npos) {
+    throw StoreError(path +
+                     ": migration 15: the runs table's status constraint is not the one "
+                     "amptune created (" +
+                     before + " not found once); the database was edited");
+  }
+  const int64_t version = sql::query_one<int64_t>(db, "PRAGMA schema_version").value();
+  sql::exec(db, "PRAGMA writable_schema = ON");
+  try {
+    sql::run(db, "UPDATE sqlite_master SET sql = ? WHERE type = 'table' AND name = 'runs'",
+             table.substr(0, at) + after + table.substr(at + before.size()));
+    sql::exec(db, "PRAGMA schema_version = " + std::to_string(version + 1));
+  } catch (...) {
+    sql::exec(db, "PRAGMA writable_schema = OFF");
+    throw;
+  }
+  sql::exec(db, "PRAGMA writable_schema = OFF");
+  const std::string check =
+      sql::query_one<std::string>(db, "PRAGMA integrity_check").value_or("no answer");
+  if (check != "ok") {
+    throw StoreError(path + ": migration 15 left the schema inconsistent: " + check);
+  }
+}
+
+}  // namespace detail
+
+}  // namespace amptune::store
