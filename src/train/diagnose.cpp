@@ -314,12 +314,12 @@ store::Diagnosis diagnose(store::Store& store, const store::RunRow& run,
   const torch::Device device = pick_device(settings.device);
 
   // The run as it trained, from its checkpoint (or its initial weights).
-  Precision precision(settings.amp, device);
+  Precision precision(amp::resolve_policy(settings.amp, device.is_cuda()));
   Session session = checkpoint ? load_session(config, run, *checkpoint, device, precision)
                                : build_session(config, device, precision);
   // The reference from the same fp32 values (O2 runs: the masters).
   const auto values = full_precision_state(session.task->module(), precision.engine());
-  Precision ref_precision(Settings::from(reference).amp, device);
+  Precision ref_precision(amp::resolve_policy(Settings::from(reference).amp, device.is_cuda()));
   Session ref = build_session(reference, device, ref_precision, &values, "run " + run.name);
 
   const amp::Policy& policy = precision.policy();

@@ -109,7 +109,8 @@ std::vector<EpochEvaluation> evaluate_checkpoints(store::Store& store, const sto
   const Settings settings = Settings::from(config);
   torch::set_num_threads(resolve_threads(config, options.threads));
   const torch::Device device = pick_device(settings.device);
-  Precision precision(settings.amp, device);  // this thread's amp policy while evaluating
+  // this thread's amp policy while evaluating
+  Precision precision(amp::resolve_policy(settings.amp, device.is_cuda()));
   auto val_set = data::make_dataset(config, data::Split::kVal);
   log::info("run " + run.name + ": evaluating " + std::to_string(epochs.size()) +
             " checkpoint(s) on " + val_set->describe());
@@ -169,7 +170,7 @@ ExportResult export_checkpoint(store::Store& store, const store::RunRow& run, in
   const Config config = Config::from_json(run.config_json, "run " + run.name);
   const Settings settings = Settings::from(config);
   const torch::Device device = pick_device(settings.device);
-  Precision precision(settings.amp, device);
+  Precision precision(amp::resolve_policy(settings.amp, device.is_cuda()));
   Session session = load_session(config, run, row_of(rows, epoch), device, precision);
 
   const auto values = full_precision_state(session.task->module(), precision.engine());

@@ -5,10 +5,11 @@
 
 #include <torch/torch.h>
 
+#include "amp/policy.h"
 #include "core/config.h"
-#include "core/settings.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/settings.h"
 #include "train/checkpoint.h"
 #include "train/phases.h"
 #include "train/precision.h"
@@ -45,7 +46,8 @@ Start start_from_parent(Recorder& recorder, const store::RunRow& run, const Conf
   std::unique_ptr<torch::optim::Optimizer> parent_optimizer;
   {
     // This thread's amp policy until the end.
-    Precision parent_precision(Settings::from(parent_config).amp, device);
+    Precision parent_precision(
+        amp::resolve_policy(Settings::from(parent_config).amp, device.is_cuda()));
     Session ps = build_session(parent_config, device, parent_precision);
     load_checkpoint(*row->checkpoint, ps.task->module(), *ps.optimizer, owner_hashes(*parent),
                     &parent_precision.engine());

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "amp/policy.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -201,7 +202,8 @@ void RunTraining::set_up() {
   fault_ = injected_overflow();
   shown_metrics_ = headline_metrics(s.model.name);
   try {
-    precision_ = std::make_unique<Precision>(s.amp, device_);  // amp.*: policy, scaler, masters
+    // amp.*: the policy (resolved once for the run), scaler, masters
+    precision_ = std::make_unique<Precision>(amp::resolve_policy(s.amp, device_.is_cuda()));
     session_ = build_session(config, device_, *precision_);
     if (!eval_only_) {
       train_set_ = data::make_dataset(config, data::Split::kTrain);

@@ -48,7 +48,7 @@ class TrainExport : public ::testing::Test {
     Saved saved;
     saved.run = store.ensure_run(store.ensure_sweep("s", "", "", ""), spec);
     const torch::Device cpu(torch::kCPU);
-    Precision precision(Settings::from(config).amp, cpu);
+    Precision precision(amp::resolve_policy(Settings::from(config).amp, cpu.is_cuda()));
     Session s = build_session(config, cpu, precision);
     s.task->module().train();
     torch::manual_seed(11);
