@@ -368,9 +368,10 @@ store::Diagnosis diagnose(store::Store& store, const store::RunRow& run,
   d.cosine_min = options.cosine_min;
   d.loss_scale = precision.engine().scaler().scale();
 
-  auto train_set = data::make_dataset(config, data::Split::kTrain);
-  data::LoaderOptions opts =
-      data::loader_options(config, data::Split::kTrain, static_cast<uint64_t>(epoch + 1));
+  auto train_set = data::make_dataset(settings.data, settings.rootnet,
+                                      settings.model.in_channels, data::Split::kTrain);
+  data::LoaderOptions opts = data::loader_options(settings.data, settings.seed, data::Split::kTrain,
+                                                  static_cast<uint64_t>(epoch + 1));
   opts.max_batches = options.batches;
   data::Loader loader(train_set, opts);
   log::info("run " + run.name + ": diagnosing " +

@@ -111,7 +111,8 @@ std::vector<EpochEvaluation> evaluate_checkpoints(store::Store& store, const sto
   const torch::Device device = pick_device(settings.device);
   // this thread's amp policy while evaluating
   Precision precision(amp::resolve_policy(settings.amp, device.is_cuda()));
-  auto val_set = data::make_dataset(config, data::Split::kVal);
+  auto val_set = data::make_dataset(settings.data, settings.rootnet, settings.model.in_channels,
+                                    data::Split::kVal);
   log::info("run " + run.name + ": evaluating " + std::to_string(epochs.size()) +
             " checkpoint(s) on " + val_set->describe());
 
@@ -134,8 +135,9 @@ std::vector<EpochEvaluation> evaluate_checkpoints(store::Store& store, const sto
       }
       Session session = load_session(config, run, row, device, precision);
       // The same loader as training-time evaluation (trainer.cpp).
-      data::LoaderOptions opts =
-          data::loader_options(config, data::Split::kVal, static_cast<uint64_t>(epoch));
+      data::LoaderOptions opts = data::loader_options(settings.data, settings.seed,
+                                                      data::Split::kVal,
+                                                      static_cast<uint64_t>(epoch));
       opts.epoch = static_cast<uint64_t>(epoch);
       opts.max_batches = batches;
       data::Loader loader(val_set, opts);

@@ -137,11 +137,12 @@ void check_world_size(const data::Dataset& train_set, int64_t batch_size, int wo
 void check_data(const Config& config, int world_size) {
   const Settings s = Settings::from(config);
   if (s.schedule.epochs > 0) {  // an evaluation-only run reads no training split
-    auto train_set = data::make_dataset(config, data::Split::kTrain);
+    auto train_set =
+        data::make_dataset(s.data, s.rootnet, s.model.in_channels, data::Split::kTrain);
     check_world_size(*train_set, s.data.batch_size, world_size);
   }
   if (s.schedule.eval_step_per_epoch != 0) {
-    (void)data::make_dataset(config, data::Split::kVal);
+    (void)data::make_dataset(s.data, s.rootnet, s.model.in_channels, data::Split::kVal);
   }
 }
 

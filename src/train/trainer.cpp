@@ -206,20 +206,22 @@ void RunTraining::set_up() {
     precision_ = std::make_unique<Precision>(amp::resolve_policy(s.amp, device_.is_cuda()));
     session_ = build_session(config, device_, *precision_);
     if (!eval_only_) {
-      train_set_ = data::make_dataset(config, data::Split::kTrain);
+      train_set_ = data::make_dataset(s.data, s.rootnet, s.model.in_channels, data::Split::kTrain);
       check_world_size(*train_set_, batch_size_, world_);
     }
-    if (eval_steps_ != 0) val_set_ = data::make_dataset(config, data::Split::kVal);
+    if (eval_steps_ != 0) {
+      val_set_ = data::make_dataset(s.data, s.rootnet, s.model.in_channels, data::Split::kVal);
+    }
   } catch (const std::exception& e) {
     if (!group_) throw;
     setup_error_ = e.what();  // shared with the other ranks once restore has run
   }
 
-  train_opts_ = data::loader_options(config, data::Split::kTrain, 0);
+  train_opts_ = data::loader_options(s.data, s.seed, data::Split::kTrain, 0);
   train_opts_.max_batches = s.schedule.training_step_per_epoch;
   train_opts_.rank = rank_;
   train_opts_.world = world_;
-  val_opts_ = data::loader_options(config, data::Split::kVal, 0);
+  val_opts_ = data::loader_options(s.data, s.seed, data::Split::kVal, 0);
   val_opts_.max_batches = eval_steps_;
   val_opts_.rank = rank_;
   val_opts_.world = world_;

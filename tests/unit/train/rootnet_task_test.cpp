@@ -12,6 +12,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "core/settings.h"
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "data/rootnet_data.h"
@@ -137,8 +138,14 @@ data::LoaderOptions eval_options(int rank = 0, int world = 1) {
   return lo;
 }
 
+// make_dataset from the sections of `config` it reads.
+std::shared_ptr<data::Dataset> dataset_of(const Config& config, data::Split split) {
+  const Settings s = Settings::from(config);
+  return data::make_dataset(s.data, s.rootnet, s.model.in_channels, split);
+}
+
 std::map<std::string, double> evaluate(Task& task, const Config& c) {
-  auto val = data::make_dataset(c, data::Split::kVal);
+  auto val = dataset_of(c, data::Split::kVal);
   data::Loader loader(val, eval_options());
   task.module().eval();
   return task.evaluate(loader, torch::kCPU);
@@ -241,7 +248,7 @@ TEST(RootNetTask, TrainsAndEvaluatesOnMupots) {
   Config c = tiny_rootnet_config(dir, "mupots");
   torch::manual_seed(0);
   auto task = make_task(c);
-  auto train = data::make_dataset(c, data::Split::kTrain);
+  auto train = dataset_of(c, data::Split::kTrain);
   data::LoaderOptions lo;
   lo.batch_size = 4;
   lo.workers = 0;
@@ -285,7 +292,7 @@ TEST(RootNetTask, ShardedEvaluationEqualsOneProcessBitwise) {
   torch::manual_seed(0);
   auto task = make_task(c);
   const auto single = evaluate(*task, c);
-  auto val = data::make_dataset(c, data::Split::kVal);
+  auto val = dataset_of(c, data::Split::kVal);
   std::vector<EvalBatch> all;
   for (int rank = 0; rank < 2; ++rank) {
     data::Loader loader(val, eval_options(rank, 2));
