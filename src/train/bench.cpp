@@ -49,7 +49,7 @@ BenchResult bench(const Config& config, int64_t steps, int64_t warmup, int threa
   r.loader_fps = timed([](const data::Batch&) {}).first;
 
   torch::manual_seed(static_cast<uint64_t>(settings.seed));
-  auto task = make_task(config);
+  auto task = make_task(settings);
   task->place(device);
   task->module().train();
   auto optimizer = make_optimizer(settings.optim, task->module().parameters());

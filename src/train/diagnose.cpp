@@ -315,12 +315,13 @@ store::Diagnosis diagnose(store::Store& store, const store::RunRow& run,
 
   // The run as it trained, from its checkpoint (or its initial weights).
   Precision precision(amp::resolve_policy(settings.amp, device.is_cuda()));
-  Session session = checkpoint ? load_session(config, run, *checkpoint, device, precision)
-                               : build_session(config, device, precision);
+  Session session = checkpoint ? load_session(settings, run, *checkpoint, device, precision)
+                               : build_session(settings, device, precision);
   // The reference from the same fp32 values (O2 runs: the masters).
   const auto values = full_precision_state(session.task->module(), precision.engine());
-  Precision ref_precision(amp::resolve_policy(Settings::from(reference).amp, device.is_cuda()));
-  Session ref = build_session(reference, device, ref_precision, &values, "run " + run.name);
+  const Settings ref_settings = Settings::from(reference);
+  Precision ref_precision(amp::resolve_policy(ref_settings.amp, device.is_cuda()));
+  Session ref = build_session(ref_settings, device, ref_precision, &values, "run " + run.name);
 
   const amp::Policy& policy = precision.policy();
   const std::string low = policy.low_precision() ? amp::to_string(policy.dtype) : "fp32";
@@ -359,7 +360,7 @@ store::Diagnosis diagnose(store::Store& store, const store::RunRow& run,
       grad_dtype.push_back(is_low ? low : "fp32");
     }
   }
-  const Int32Casts casts = Int32Casts::from_config(config);
+  const Int32Casts casts(settings.casts.int32);
 
   store::Diagnosis d;
   d.run_id = run.id;

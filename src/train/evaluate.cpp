@@ -63,9 +63,10 @@ std::string other_set(const store::EpochRow& row, const std::map<std::string, do
 
 }  // namespace
 
-Session load_session(const Config& config, const store::RunRow& run, const store::EpochRow& row,
-                     const torch::Device& device, Precision& precision) {
-  Session session = build_session(config, device, precision);
+Session load_session(const Settings& settings, const store::RunRow& run,
+                     const store::EpochRow& row, const torch::Device& device,
+                     Precision& precision) {
+  Session session = build_session(settings, device, precision);
   try {
     load_checkpoint(*row.checkpoint, session.task->module(), *session.optimizer, owner_hashes(run),
                     &precision.engine());
@@ -133,7 +134,7 @@ std::vector<EpochEvaluation> evaluate_checkpoints(store::Store& store, const sto
         throw CheckpointError("the checkpoint of epoch " + std::to_string(epoch) + " of run " +
                               run.name + " was deleted while evaluating");
       }
-      Session session = load_session(config, run, row, device, precision);
+      Session session = load_session(settings, run, row, device, precision);
       // The same loader as training-time evaluation (trainer.cpp).
       data::LoaderOptions opts = data::loader_options(settings.data, settings.seed,
                                                       data::Split::kVal,
@@ -173,7 +174,7 @@ ExportResult export_checkpoint(store::Store& store, const store::RunRow& run, in
   const Settings settings = Settings::from(config);
   const torch::Device device = pick_device(settings.device);
   Precision precision(amp::resolve_policy(settings.amp, device.is_cuda()));
-  Session session = load_session(config, run, row_of(rows, epoch), device, precision);
+  Session session = load_session(settings, run, row_of(rows, epoch), device, precision);
 
   const auto values = full_precision_state(session.task->module(), precision.engine());
   models::save_state_dict(values, out);

@@ -69,11 +69,12 @@ struct Start {
 };
 
 // Loads the newest valid checkpoint the recorder knows (at most options.from_epoch) into
-// `session`, or a fork's parent's checkpoint when the run has none (restore.cpp). Later epochs
-// are forgotten. Any CheckpointError (missing, corrupt, malformed, mismatched) falls back to the
-// previous checkpoint, except LegacyCheckpointError (an old-format file without the opt-in),
-// which stops with nothing deleted, and an explicit from_epoch, which must load.
-Start restore_run(Recorder& recorder, const store::RunRow& run, const Config& config,
+// `session` (rebuilt from the run's `settings` when a load fails half-way), or a fork's parent's
+// checkpoint when the run has none (restore.cpp). Later epochs are forgotten. Any
+// CheckpointError (missing, corrupt, malformed, mismatched) falls back to the previous
+// checkpoint, except LegacyCheckpointError (an old-format file without the opt-in), which stops
+// with nothing deleted, and an explicit from_epoch, which must load.
+Start restore_run(Recorder& recorder, const store::RunRow& run, const Settings& settings,
                   const torch::Device& device, const RunOptions& options, Session& session);
 
 class RunTraining {

@@ -31,8 +31,10 @@ namespace amptune::train {
 namespace {
 
 // amp.fp32_modules: every glob names a module of the model. The names of each model
-// configuration are read once (the model is built without its weights files).
-void check_fp32_modules(const Config& config, const std::vector<std::string>& globs) {
+// configuration (the model.* keys of `config`, whose settings are `s`) are read once (the model
+// is built without its weights files).
+void check_fp32_modules(const Config& config, const Settings& s) {
+  const std::vector<std::string>& globs = s.amp.fp32_modules;
   if (globs.empty()) return;
   static std::mutex mutex;
   static std::map<std::string, std::vector<std::string>> names_of;
@@ -45,7 +47,10 @@ void check_fp32_modules(const Config& config, const std::vector<std::string>& gl
     std::lock_guard<std::mutex> lock(mutex);
     auto it = names_of.find(key);
     if (it == names_of.end()) {
-      auto task = make_task(shape);
+      Settings without_weights = s;
+      without_weights.model.weights.clear();
+      without_weights.model.backbone_weights.clear();
+      auto task = make_task(without_weights);
       it = names_of.emplace(key, amp::ModuleMap(task->module(), {}).names()).first;
     }
     names = it->second;
@@ -53,9 +58,8 @@ void check_fp32_modules(const Config& config, const std::vector<std::string>& gl
   amp::check_fp32_globs(names, globs);
 }
 
-// run_columns of `config`, whose settings are `s`.
-std::map<std::string, std::string> columns_of(const Config& config, const Settings& s) {
-  auto info = model_info(config);
+std::map<std::string, std::string> columns_of(const Settings& s) {
+  auto info = model_info(s);
   const amp::Policy policy = amp::resolve_policy(
       s.amp, s.device == "cuda" || (s.device == "auto" && torch::cuda::is_available()));
   return {
@@ -83,9 +87,9 @@ std::map<std::string, std::string> columns_of(const Config& config, const Settin
 
 void validate_config(const Config& config) {
   const Settings s = Settings::from(config);
-  (void)model_info(config);   // the model and its task exist
-  check_fp32_modules(config, s.amp.fp32_modules);
-  (void)columns_of(config, s);     // the amp policy: combinations apex refuses
+  (void)model_info(s);  // the model and its task exist
+  check_fp32_modules(config, s);
+  (void)columns_of(s);             // the amp policy: combinations apex refuses
   (void)profile_steps(s.profile);  // [first, last] or []
   const auto& casts = s.casts.int32;
   (void)Int32Casts(casts);  // known cast point names
@@ -288,7 +292,7 @@ store::RunSpec plan_fork(const store::RunRow& parent, int epoch,
 }
 
 std::map<std::string, std::string> run_columns(const Config& config) {
-  return columns_of(config, Settings::from(config));
+  return columns_of(Settings::from(config));
 }
 
 int resolve_threads(const Config& config, int override_threads) {

@@ -85,7 +85,7 @@ StoreRecorder::StoreRecorder(store::Store& store, const store::RunRow& run, cons
   for (const auto& file : remove_dead_temp_files(dir_)) {
     log::info("run " + run.name + ": removed " + file + " (a save interrupted by a crash)");
   }
-  const ModelInfo info = model_info(config);
+  const ModelInfo info = model_info(Settings::from(config));
   primary_metric_ = info.primary_metric;
   higher_is_better_ = info.higher_is_better;
 }

@@ -204,7 +204,7 @@ void RunTraining::set_up() {
   try {
     // amp.*: the policy (resolved once for the run), scaler, masters
     precision_ = std::make_unique<Precision>(amp::resolve_policy(s.amp, device_.is_cuda()));
-    session_ = build_session(config, device_, *precision_);
+    session_ = build_session(s, device_, *precision_);
     if (!eval_only_) {
       train_set_ = data::make_dataset(s.data, s.rootnet, s.model.in_channels, data::Split::kTrain);
       check_world_size(*train_set_, batch_size_, world_);
@@ -231,7 +231,7 @@ void RunTraining::set_up() {
 void RunTraining::restore() {
   if (setup_error_.empty()) {
     try {
-      start_ = restore_run(recorder_, run_, *config_, device_, options_, session_);
+      start_ = restore_run(recorder_, run_, settings_, device_, options_, session_);
     } catch (const std::exception& e) {
       if (!group_) throw;
       setup_error_ = e.what();
