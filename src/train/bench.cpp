@@ -19,9 +19,9 @@ BenchResult bench(const Config& config, int64_t steps, int64_t warmup, int threa
   using Clock = std::chrono::steady_clock;
   BenchResult r;
   const Settings settings = Settings::from(config);
-  r.threads = resolve_threads(config, threads_override);
+  r.threads = resolve_threads(settings, threads_override);
   torch::set_num_threads(r.threads);
-  const torch::Device device(resolve_device(config));
+  const torch::Device device(resolve_device(settings));
   auto dataset = data::make_dataset(settings.data, settings.rootnet, settings.model.in_channels,
                                     data::Split::kTrain);
   data::LoaderOptions opts =

@@ -309,8 +309,8 @@ store::Diagnosis diagnose(store::Store& store, const store::RunRow& run,
 
   const std::optional<store::EpochRow> checkpoint = pick_checkpoint(store, run, options);
   const int epoch = checkpoint ? checkpoint->epoch : -1;
-  torch::set_num_threads(resolve_threads(config, options.threads));
   const Settings settings = Settings::from(config);
+  torch::set_num_threads(resolve_threads(settings, options.threads));
   const torch::Device device = pick_device(settings.device);
 
   // The run as it trained, from its checkpoint (or its initial weights).

@@ -106,9 +106,9 @@ std::vector<int> checkpoint_epochs(const store::Store& store, const store::RunRo
 std::vector<EpochEvaluation> evaluate_checkpoints(store::Store& store, const store::RunRow& run,
                                                   const EvalOptions& options) {
   const std::vector<int> epochs = checkpoint_epochs(store, run, options);
-  const Config config = Config::from_json(run.config_json, "run " + run.name);
-  const Settings settings = Settings::from(config);
-  torch::set_num_threads(resolve_threads(config, options.threads));
+  const Settings settings =
+      Settings::from(Config::from_json(run.config_json, "run " + run.name));
+  torch::set_num_threads(resolve_threads(settings, options.threads));
   const torch::Device device = pick_device(settings.device);
   // this thread's amp policy while evaluating
   Precision precision(amp::resolve_policy(settings.amp, device.is_cuda()));
@@ -170,8 +170,8 @@ ExportResult export_checkpoint(store::Store& store, const store::RunRow& run, in
   select.epoch = epoch;
   checkpoint_epochs(store, run, select);  // throws naming the saved epochs
   const auto rows = store.epochs(run.id);
-  const Config config = Config::from_json(run.config_json, "run " + run.name);
-  const Settings settings = Settings::from(config);
+  const Settings settings =
+      Settings::from(Config::from_json(run.config_json, "run " + run.name));
   const torch::Device device = pick_device(settings.device);
   Precision precision(amp::resolve_policy(settings.amp, device.is_cuda()));
   Session session = load_session(settings, run, row_of(rows, epoch), device, precision);

@@ -75,9 +75,9 @@ class StoreRecorder::Heartbeat {
   std::thread thread_;  // last: starts once the members above exist
 };
 
-StoreRecorder::StoreRecorder(store::Store& store, const store::RunRow& run, const Config& config,
-                             double heartbeat_seconds)
-    : store_(store), run_(run), checkpoint_(Settings::from(config).checkpoint) {
+StoreRecorder::StoreRecorder(store::Store& store, const store::RunRow& run,
+                             const Settings& settings, double heartbeat_seconds)
+    : store_(store), run_(run), checkpoint_(settings.checkpoint) {
   heartbeat_ = std::make_unique<Heartbeat>(store.path(), run.id, heartbeat_seconds);
   claim_checkpoint_root(checkpoint_, store);  // before anything is written or deleted there
   dir_ = train::checkpoint_dir(checkpoint_, store, run.id);
@@ -85,7 +85,7 @@ StoreRecorder::StoreRecorder(store::Store& store, const store::RunRow& run, cons
   for (const auto& file : remove_dead_temp_files(dir_)) {
     log::info("run " + run.name + ": removed " + file + " (a save interrupted by a crash)");
   }
-  const ModelInfo info = model_info(Settings::from(config));
+  const ModelInfo info = model_info(settings);
   primary_metric_ = info.primary_metric;
   higher_is_better_ = info.higher_is_better;
 }

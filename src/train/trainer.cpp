@@ -172,17 +172,19 @@ struct StepVote {
 // ---------------------------------------------------------------------------------------------
 // Phases
 
-RunTraining::RunTraining(Recorder& recorder, const store::RunRow& run, const RunOptions& options)
-    : recorder_(recorder), run_(run), options_(options), began_(Clock::now()) {}
+RunTraining::RunTraining(Recorder& recorder, const store::RunRow& run, Settings settings,
+                         const RunOptions& options)
+    : recorder_(recorder),
+      run_(run),
+      options_(options),
+      began_(Clock::now()),
+      settings_(std::move(settings)) {}
 
 RunTraining::~RunTraining() = default;
 
 void RunTraining::set_up() {
-  config_ = std::make_unique<Config>(Config::from_json(run_.config_json, "run " + run_.name));
-  const Config& config = *config_;
-  settings_ = Settings::from(config);
   const Settings& s = settings_;
-  threads_ = resolve_threads(config, options_.threads);
+  threads_ = resolve_threads(s, options_.threads);
   torch::set_num_threads(threads_);
   device_ = pick_device(s.device);
   if (options_.cluster) {
@@ -668,9 +670,15 @@ bool stop_requested() { return amptune::stop_requested(); }
 
 namespace {
 
-RunResult train_phases(Recorder& recorder, const store::RunRow& run, const RunOptions& options,
-                       Ending& ending) {
-  RunTraining training(recorder, run, options);
+// The settings of run.config_json.
+Settings run_settings(const store::RunRow& run) {
+  return Settings::from(Config::from_json(run.config_json, "run " + run.name));
+}
+
+// `settings`: the run's, or null to read them from run.config_json.
+RunResult train_phases(Recorder& recorder, const store::RunRow& run, const Settings* settings,
+                       const RunOptions& options, Ending& ending) {
+  RunTraining training(recorder, run, settings ? *settings : run_settings(run), options);
   training.set_up();
   training.restore();
   training.evaluate_initial();
@@ -688,14 +696,14 @@ RunResult train_phases(Recorder& recorder, const store::RunRow& run, const RunOp
   return RunResult{Outcome::kDone, "", training.finish()};
 }
 
-}  // namespace
-
-RunResult train_run(Recorder& recorder, const store::RunRow& run, const RunOptions& options) {
+// train_run with the run's settings, or null to read them inside (a failure is the run's).
+RunResult train_run_guarded(Recorder& recorder, const store::RunRow& run,
+                            const Settings* settings, const RunOptions& options) {
   const GracefulStop graceful;  // a signal stops the run at the next step (process.h)
   RunResult result;
   Ending ending = Ending::kFailed;
   try {
-    result = train_phases(recorder, run, options, ending);
+    result = train_phases(recorder, run, settings, options, ending);
   } catch (const RunStopped& e) {
     result = RunResult{e.outcome, e.what(), ""};
     ending = e.outcome == Outcome::kLost       ? Ending::kUntouched
@@ -728,12 +736,23 @@ RunResult train_run(Recorder& recorder, const store::RunRow& run, const RunOptio
   return result;
 }
 
+}  // namespace
+
+RunResult train_run(Recorder& recorder, const store::RunRow& run, const Settings& settings,
+                    const RunOptions& options) {
+  return train_run_guarded(recorder, run, &settings, options);
+}
+
+RunResult train_run(Recorder& recorder, const store::RunRow& run, const RunOptions& options) {
+  return train_run_guarded(recorder, run, nullptr, options);
+}
+
 RunResult train_run(store::Store& store, const store::RunRow& run, const RunOptions& options) {
-  std::unique_ptr<Config> config;
+  Settings settings;  // the run's config, read once for the recorder and the training
   std::unique_ptr<StoreRecorder> recorder;
   try {
-    config = std::make_unique<Config>(Config::from_json(run.config_json, "run " + run.name));
-    recorder = std::make_unique<StoreRecorder>(store, run, *config, options.heartbeat_seconds);
+    settings = Settings::from(Config::from_json(run.config_json, "run " + run.name));
+    recorder = std::make_unique<StoreRecorder>(store, run, settings, options.heartbeat_seconds);
   } catch (const std::exception& e) {
     try {
       store.finish_run(run.id, store::RunStatus::kFailed, e.what(), "");
@@ -743,7 +762,7 @@ RunResult train_run(store::Store& store, const store::RunRow& run, const RunOpti
     return RunResult{Outcome::kFailed, e.what(), ""};
   }
   if (options.cluster) options.cluster->publish(run_message(run));  // the others follow it
-  return train_run(*recorder, run, options);
+  return train_run(*recorder, run, settings, options);
 }
 
 RunResult follow_run(const store::RunRow& run, const RunOptions& options) {

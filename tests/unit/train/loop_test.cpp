@@ -68,7 +68,10 @@ class TrainLoop : public ::testing::Test {
 // Each phase on its own: what it leaves behind is what the next one needs.
 TEST_F(TrainLoop, PhasesOneByOne) {
   MemoryRecorder recorder(folder("ckpt"));
-  RunTraining training(recorder, tiny_run(data()), quiet());
+  const store::RunRow run = tiny_run(data());
+  RunTraining training(recorder, run,
+                       Settings::from(Config::from_json(run.config_json, "run " + run.name)),
+                       quiet());
   training.set_up();
   training.restore();
   EXPECT_EQ(training.first_epoch(), 0);
