@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/settings.h"
 #include "train/model_info.h"
 
 namespace amptune::app {
@@ -21,8 +22,9 @@ PrunePlanner::PrunePlanner(const std::optional<PruneBlock>& block) : block_(bloc
 
 void PrunePlanner::add(const Config& config) {
   if (!block_ || settings_.rule == PruneRule::kNone) return;
-  const std::string model = config.get_string("model.name");
-  const train::ModelInfo info = train::model_info(config);
+  const Settings run = Settings::from(config);
+  const std::string& model = run.model.name;
+  const train::ModelInfo info = train::model_info(run);
   const std::string metric = block_->metric.empty() ? info.primary_metric : block_->metric;
   if (resolved_ && metric != settings_.metric) {
     throw ConfigError(block_->metric_loc.prefix() +
@@ -32,7 +34,7 @@ void PrunePlanner::add(const Config& config) {
                       "): name the one to compare with prune.metric");
   }
   std::string recorded;
-  for (const train::MetricDef& def : train::recorded_metrics(config)) {
+  for (const train::MetricDef& def : train::recorded_metrics(run)) {
     if (def.name == metric) {
       settings_.metric = metric;
       settings_.higher_is_better = def.higher_is_better;

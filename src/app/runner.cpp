@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/process.h"
+#include "core/settings.h"
 #include "dist/cluster.h"
 
 namespace amptune::app {
@@ -41,9 +42,9 @@ void warn_if_not_bitwise(const store::RunRow& run, const store::Provenance& now)
 
 // A run continued outside its sweep (resume) reads the data paths it recorded: they must hold
 // the data it trained on.
-void check_same_data(const store::RunRow& run, const Config& config) {
+void check_same_data(const store::RunRow& run, const Settings& settings) {
   if (run.data_fingerprint.empty()) return;  // recorded before fingerprints
-  const std::string now = train::data_fingerprint(config);
+  const std::string now = train::data_fingerprint(settings);
   if (now == run.data_fingerprint) return;
   throw DataError("run " + run.name + " trained on other data than its data paths hold now " +
                   "(fingerprint " + now.substr(0, 12) + ", recorded " +
@@ -51,17 +52,22 @@ void check_same_data(const store::RunRow& run, const Config& config) {
                   "the data it trained on back, or run its sweep with --set pointing at them");
 }
 
-store::Provenance provenance(const SweepOptions& options, const Config& config) {
+store::Provenance provenance(const SweepOptions& options, const Settings& settings) {
   store::Provenance p = options.provenance;
   char host[256] = {0};
   ::gethostname(host, sizeof host - 1);
   p.host = host;
-  p.threads = train::resolve_threads(config, options.training.threads);
-  p.device = train::resolve_device(config);
+  p.threads = train::resolve_threads(settings, options.training.threads);
+  p.device = train::resolve_device(settings);
   p.command_line = options.training.command_line;
   p.world_size = options.training.cluster ? options.training.cluster->size() : 1;
-  p.global_batch = config.get_int("data.batch_size") * p.world_size;
+  p.global_batch = settings.data.batch_size * p.world_size;
   return p;
+}
+
+// The settings of a run's stored config.
+Settings settings_of(const store::RunRow& run, const std::string& origin) {
+  return Settings::from(Config::from_json(run.config_json, origin));
 }
 
 // The place to name for an error about a cell: where the first key the message names was set.
@@ -142,7 +148,7 @@ store::RunSpec cell_spec(const Sweep& sweep, const Cell& cell, const Config& con
   spec.data_fingerprint = data_fingerprint;
   spec.config_key = cell.hash;
   spec.axes_json = cell.axes.dump();
-  spec.columns = train::run_columns(config);
+  spec.columns = train::run_columns(Settings::from(config));
   return spec;
 }
 
@@ -189,17 +195,19 @@ Plan plan_sweep(const std::string& path, const std::vector<std::string>& sets,
   for_each_config(plan.cells, [&](const Cell& cell, const Config& config) {
     try {
       train::validate_config(config);
-      train::check_parallel(config, world_size);
+      // (its settings read only for a data-parallel job: a large sweep plans without them)
+      if (world_size > 1) train::check_parallel(Settings::from(config), world_size);
     } catch (const ConfigError& e) {
       throw ConfigError(cell_error(cell, e.what()));
     }
     pruner.add(config);  // names prune.metric's line itself
     if (data) {
+      const Settings settings = Settings::from(config);
       nlohmann::json key = nlohmann::json::array();
       for (const auto& k : data_axes) key.push_back(cell.value(k));
       try {
-        if (data_checked.insert(key.dump()).second) train::check_data(config, world_size);
-        plan.fingerprints.push_back(train::data_fingerprint(config));
+        if (data_checked.insert(key.dump()).second) train::check_data(settings, world_size);
+        plan.fingerprints.push_back(train::data_fingerprint(settings));
       } catch (const DataError& e) {
         throw DataError(cell_error(cell, e.what()));
       } catch (const ConfigError& e) {
@@ -417,8 +425,8 @@ Tally run_sweep(store::Store& store, const Plan& plan, const SweepOptions& optio
           continue;
         }
       }
-      const Config config = Config::from_json(run.config_json, run.name);
-      if (!store.claim_run(run.id, provenance(options, config), options.stale_after,
+      const Settings settings = settings_of(run, run.name);
+      if (!store.claim_run(run.id, provenance(options, settings), options.stale_after,
                            options.retry_failed)) {
         if (!reported.count(run.id)) {
           log::info("run " + run.name + " is being trained by " + holder_text(run) +
@@ -432,7 +440,7 @@ Tally run_sweep(store::Store& store, const Plan& plan, const SweepOptions& optio
       }
       reported.insert(run.id);
       attempted.insert(run.id);
-      warn_if_not_bitwise(run, provenance(options, config));
+      warn_if_not_bitwise(run, provenance(options, settings));
       train_claimed(store, *store.find_run(run.id), options, tally, prune);
       if (tally.rank_lost) return tally;  // the job lost a process: no run can train now
     }
@@ -471,9 +479,9 @@ Tally resume_run(store::Store& store, const store::RunRow& run, std::optional<in
   }
   // checked before the run is claimed: a typo must not touch the run
   if (from_epoch) require_checkpoint(store, run, *from_epoch);
-  const Config config = Config::from_json(run.config_json, "run " + run.name);
-  check_same_data(run, config);
-  const auto prov = provenance(options, config);
+  const Settings settings = settings_of(run, "run " + run.name);
+  check_same_data(run, settings);
+  const auto prov = provenance(options, settings);
   warn_if_not_bitwise(run, prov);
   const bool finished =
       run.status == store::RunStatus::kDone || run.status == store::RunStatus::kDiverged;
@@ -505,8 +513,8 @@ Tally fork_run(store::Store& store, const store::RunRow& parent, int epoch,
     ++tally.skipped;
     return tally;
   }
-  const Config config = Config::from_json(run.config_json, "run " + run.name);
-  if (!store.claim_run(run.id, provenance(options, config), options.stale_after, true)) {
+  if (!store.claim_run(run.id, provenance(options, settings_of(run, "run " + run.name)),
+                       options.stale_after, true)) {
     throw UsageError("fork " + run.name + " is being trained by " + holder_text(run) +
                      " (heartbeat " + run.heartbeat_at + "); wait for it, or stop that process");
   }

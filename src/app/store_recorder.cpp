@@ -8,6 +8,7 @@
 
 #include "app/checkpoint_files.h"
 #include "app/pruning.h"
+#include "core/config.h"
 #include "core/log.h"
 #include "train/model_info.h"
 #include "train/plan.h"
@@ -83,9 +84,9 @@ class StoreRecorder::Heartbeat {
   std::thread thread_;  // last: starts once the members above exist
 };
 
-StoreRecorder::StoreRecorder(store::Store& store, const store::RunRow& run, const Config& config,
-                             double heartbeat_seconds)
-    : store_(store), run_(run), checkpoint_(Settings::from(config).checkpoint) {
+StoreRecorder::StoreRecorder(store::Store& store, const store::RunRow& run,
+                             const Settings& settings, double heartbeat_seconds)
+    : store_(store), run_(run), checkpoint_(settings.checkpoint) {
   heartbeat_ = std::make_unique<Heartbeat>(store.path(), run.id, heartbeat_seconds);
   claim_checkpoint_root(checkpoint_, store);  // before anything is written or deleted there
   dir_ = train::checkpoint_dir(checkpoint_, store.path(), run.id);
@@ -93,8 +94,8 @@ StoreRecorder::StoreRecorder(store::Store& store, const store::RunRow& run, cons
   for (const auto& file : train::remove_dead_temp_files(dir_)) {
     log::info("run " + run.name + ": removed " + file + " (a save interrupted by a crash)");
   }
-  epochs_ = Settings::from(config).schedule.epochs;
-  const train::ModelInfo info = train::model_info(config);
+  epochs_ = settings.schedule.epochs;
+  const train::ModelInfo info = train::model_info(settings);
   primary_metric_ = info.primary_metric;
   higher_is_better_ = info.higher_is_better;
 }
@@ -192,10 +193,11 @@ void StoreRecorder::end(Ending ending, const std::string& message,
 
 train::RunResult train_claimed_run(store::Store& store, const store::RunRow& run,
                                    const train::RunOptions& options, const PruneSettings& prune) {
+  Settings settings;  // the run's config, read once for the recorder and the training
   std::unique_ptr<StoreRecorder> recorder;
   try {
-    const Config config = Config::from_json(run.config_json, "run " + run.name);
-    recorder = std::make_unique<StoreRecorder>(store, run, config, options.heartbeat_seconds);
+    settings = Settings::from(Config::from_json(run.config_json, "run " + run.name));
+    recorder = std::make_unique<StoreRecorder>(store, run, settings, options.heartbeat_seconds);
     recorder->set_prune(prune);
   } catch (const std::exception& e) {
     try {
@@ -206,7 +208,7 @@ train::RunResult train_claimed_run(store::Store& store, const store::RunRow& run
     return train::RunResult{Outcome::kFailed, e.what(), ""};
   }
   if (options.cluster) train::lead_run(*options.cluster, run);  // the others follow it
-  return train::train_run(*recorder, run, options);
+  return train::train_run(*recorder, run, settings, options);
 }
 
 }  // namespace amptune::app

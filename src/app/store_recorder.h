@@ -9,7 +9,6 @@
 #include <string>
 
 #include "app/prune.h"
-#include "core/config.h"
 #include "core/settings.h"
 #include "store/store.h"
 #include "train/recorder.h"
@@ -19,10 +18,12 @@ namespace amptune::app {
 
 class StoreRecorder : public train::Recorder {
  public:
-  // Claims the checkpoint root of `config` for `store` (claim_checkpoint_root), removes temp
-  // files of saves a dead process left in the run's folder, and starts the heartbeat (every
-  // `heartbeat_seconds`). Throws CheckpointError when the root belongs to another database.
-  StoreRecorder(store::Store& store, const store::RunRow& run, const Config& config,
+  // Claims the checkpoint root of the run's `settings` (checkpoint.*) for `store`
+  // (claim_checkpoint_root), removes temp files of saves a dead process left in the run's
+  // folder, and starts the heartbeat (every `heartbeat_seconds`); retention ranks by the model's
+  // primary metric (model_info of `settings`). Throws CheckpointError when the root belongs to
+  // another database.
+  StoreRecorder(store::Store& store, const store::RunRow& run, const Settings& settings,
                 double heartbeat_seconds);
   // After each recorded epoch but the last, the sweep's prune rule decides about the run
   // (decide_after_epoch); a decision to stop is a stop request (kPruned) and is recorded with

@@ -16,7 +16,8 @@
 #include "data/transforms.h"
 
 namespace amptune {
-class Config;
+struct DataSettings;
+struct RootNetSettings;
 }
 
 namespace amptune::data {
@@ -46,11 +47,15 @@ class Dataset {
 
 enum class Split { kTrain, kVal };
 
-// The data set a config describes (data.format, data.root, ...). Throws DataError naming the
-// expected path and format when files are missing or malformed.
-std::shared_ptr<Dataset> make_dataset(const Config& config, Split split);
+// The data set a run's settings describe: data.format, data.root, the split's name, the
+// transform (transform_options of `data` and `in_channels`, model.in_channels), and for
+// data.format rootnet the rootnet.* section (make_rootnet_dataset). Throws ConfigError naming
+// the key for an unusable value, DataError naming the expected path and format when files are
+// missing or malformed.
+std::shared_ptr<Dataset> make_dataset(const DataSettings& data, const RootNetSettings& rootnet,
+                                      int64_t in_channels, Split split);
 
-// The readers behind make_dataset, for callers that do not hold a Config.
+// The readers behind make_dataset, for callers that hold no settings.
 //
 // IDX (MNIST / Fashion-MNIST): ROOT/SPLIT-images-idx3-ubyte[.gz] + ROOT/SPLIT-labels-idx1-ubyte[.gz],
 // loaded into memory once. Sample: image [channels, rows, cols] = (pixel/255 - mean) / std (grey

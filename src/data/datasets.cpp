@@ -8,9 +8,9 @@
 
 #include <torch/torch.h>
 
-#include "core/config.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/settings.h"
 #include "data/dataset.h"
 #include "data/idx.h"
 #include "data/image.h"
@@ -272,15 +272,14 @@ std::shared_ptr<Dataset> make_imagefolder_dataset(const std::string& root,
   return std::make_shared<ImageFolderDataset>(root, split, options);
 }
 
-std::shared_ptr<Dataset> make_dataset(const Config& config, Split split) {
-  const TransformOptions options = transform_options(config);
-  const std::string format = config.get_string("data.format");
-  const std::string root = config.get_string("data.root");
-  const std::string name = config.get_string(split == Split::kTrain ? "data.train_split"
-                                                                    : "data.val_split");
-  if (format == "idx") return make_idx_dataset(root, name, options);
-  if (format == "imagefolder") return make_imagefolder_dataset(root, name, options);
-  if (format == "rootnet") return make_rootnet_dataset(config, split);
+std::shared_ptr<Dataset> make_dataset(const DataSettings& data, const RootNetSettings& rootnet,
+                                      int64_t in_channels, Split split) {
+  const TransformOptions options = transform_options(data, in_channels);
+  const std::string& format = data.format;
+  const std::string& name = split == Split::kTrain ? data.train_split : data.val_split;
+  if (format == "idx") return make_idx_dataset(data.root, name, options);
+  if (format == "imagefolder") return make_imagefolder_dataset(data.root, name, options);
+  if (format == "rootnet") return make_rootnet_dataset(data, rootnet, split);
   throw ConfigError("data.format '" + format +
                     "' is not supported; use imagefolder, idx or rootnet");
 }

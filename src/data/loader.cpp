@@ -6,8 +6,8 @@
 
 #include <torch/torch.h>
 
-#include "core/config.h"
 #include "core/error.h"
+#include "core/settings.h"
 #include "data/image.h"
 
 namespace amptune::data {
@@ -76,19 +76,17 @@ Batch collate(int64_t index, std::vector<std::optional<Sample>>& samples) {
 
 }  // namespace
 
-LoaderOptions loader_options(const Config& config, Split split, uint64_t epoch) {
+LoaderOptions loader_options(const DataSettings& data, int64_t seed, Split split, uint64_t epoch) {
   LoaderOptions o;
   const bool train = split == Split::kTrain;
-  o.batch_size = config.get_int("data.batch_size");
-  if (!train && config.get_int("data.eval_batch_size") > 0) {
-    o.batch_size = config.get_int("data.eval_batch_size");
-  }
-  o.workers = static_cast<int>(config.get_int("data.workers"));
-  o.prefetch = static_cast<int>(config.get_int("data.prefetch"));
+  o.batch_size = data.batch_size;
+  if (!train && data.eval_batch_size > 0) o.batch_size = data.eval_batch_size;
+  o.workers = static_cast<int>(data.workers);
+  o.prefetch = static_cast<int>(data.prefetch);
   o.shuffle = train;
   o.train = train;
   o.drop_last = train;
-  o.seed = static_cast<uint64_t>(config.get_int("seed"));
+  o.seed = static_cast<uint64_t>(seed);
   o.epoch = epoch;
   return o;
 }

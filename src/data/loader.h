@@ -45,9 +45,10 @@ struct Batch {
   int64_t skipped = 0;                          // corrupt samples left out of this batch
 };
 
-// Loader options of a split from the config: data.batch_size (val: data.eval_batch_size when
-// > 0), data.workers, data.prefetch, seed; train = shuffle + augmentation + drop_last, val = none.
-LoaderOptions loader_options(const Config& config, Split split, uint64_t epoch);
+// Loader options of a split from the data.* section and the run's `seed`: data.batch_size (val:
+// data.eval_batch_size when > 0), data.workers, data.prefetch; train = shuffle + augmentation +
+// drop_last, val = none.
+LoaderOptions loader_options(const DataSettings& data, int64_t seed, Split split, uint64_t epoch);
 
 // The sample order of an epoch: 0..n-1, or when `shuffle` a Fisher-Yates permutation drawn from
 // sample_rng(seed, epoch, 2^64 - 1) (that index is reserved for the order).

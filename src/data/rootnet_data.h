@@ -12,7 +12,8 @@
 #include "data/rootnet_geometry.h"
 
 namespace amptune {
-class Config;
+struct DataSettings;
+struct RootNetSettings;
 }
 
 namespace amptune::data {
@@ -80,9 +81,11 @@ struct SynthStats {
 SynthStats synth_rootnet(const SynthOptions& options);
 
 // The torch data set for data.format rootnet: training = the rootnet.train_sets mixed as the
-// original's MultipleDatasets; evaluation = rootnet.test_set. Sample fields (float32 unless
+// original's MultipleDatasets; evaluation = rootnet.test_set. Reads the rootnet.* section and
+// data.mean, data.std (three values, 0..255 pixels), data.augment. Sample fields (float32 unless
 // stated): coord [3] (x, y heatmap pixels, root Z mm), vis [1], have_depth [1], k_value [1],
 // bbox [4] (processed box), f [2], c [2], root_cam [3], score [1], image_id int64, action int64.
-std::shared_ptr<Dataset> make_rootnet_dataset(const Config& config, Split split);
+std::shared_ptr<Dataset> make_rootnet_dataset(const DataSettings& data,
+                                              const RootNetSettings& rootnet, Split split);
 
 }  // namespace amptune::data

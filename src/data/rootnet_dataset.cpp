@@ -5,9 +5,9 @@
 
 #include <torch/torch.h>
 
-#include "core/config.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/settings.h"
 #include "data/dataset.h"
 #include "data/image.h"
 #include "data/rootnet_data.h"
@@ -133,39 +133,40 @@ class RootNetDataset : public Dataset {
 
 }  // namespace
 
-std::shared_ptr<Dataset> make_rootnet_dataset(const Config& config, Split split) {
+std::shared_ptr<Dataset> make_rootnet_dataset(const DataSettings& data,
+                                              const RootNetSettings& rootnet, Split split) {
   PipelineOptions o;
-  o.input_size = static_cast<int>(config.get_int("rootnet.input_size"));
+  o.input_size = static_cast<int>(rootnet.input_size);
   if (o.input_size % 32 != 0) {
     throw ConfigError("rootnet.input_size must be a multiple of 32, got " +
                       std::to_string(o.input_size));
   }
-  auto real = config.get_double_list("rootnet.bbox_real");
+  const std::vector<double>& real = rootnet.bbox_real;
   if (real.size() != 2) throw ConfigError("rootnet.bbox_real must hold two values (mm)");
   o.real_x = real[0];
   o.real_y = real[1];
-  o.mean = config.get_double_list("data.mean");
-  o.std = config.get_double_list("data.std");
+  o.mean = data.mean;
+  o.std = data.std;
   if (o.mean.size() != 3 || o.std.size() != 3) {
     throw ConfigError("rootnet needs three values in data.mean and data.std (RGB)");
   }
-  o.augment = config.get_bool("data.augment");
-  o.rot_factor = config.get_double("rootnet.rot_factor");
-  o.rot_prob = config.get_double("rootnet.rot_prob");
-  o.flip_prob = config.get_double("rootnet.flip_prob");
-  o.color_factor = config.get_double("rootnet.color_factor");
-  const int protocol = static_cast<int>(config.get_int("rootnet.h36m_protocol"));
+  o.augment = data.augment;
+  o.rot_factor = rootnet.rot_factor;
+  o.rot_prob = rootnet.rot_prob;
+  o.flip_prob = rootnet.flip_prob;
+  o.color_factor = rootnet.color_factor;
+  const int protocol = static_cast<int>(rootnet.h36m_protocol);
   std::vector<std::vector<RootEntry>> groups;
   std::vector<std::string> names;
   if (split == Split::kTrain) {
-    for (const auto& name : config.get_string_list("rootnet.train_sets")) {
+    for (const auto& name : rootnet.train_sets) {
       if (name == "h36m") {
-        groups.push_back(read_h36m(config.get_string("rootnet.h36m_root"), protocol, true,
-                                   static_cast<int>(config.get_int("rootnet.h36m_train_every"))));
+        groups.push_back(read_h36m(rootnet.h36m_root, protocol, true,
+                                   static_cast<int>(rootnet.h36m_train_every)));
       } else if (name == "muco") {
-        groups.push_back(read_muco(config.get_string("rootnet.muco_root")));
+        groups.push_back(read_muco(rootnet.muco_root));
       } else if (name == "mpii") {
-        groups.push_back(read_mpii(config.get_string("rootnet.mpii_root")));
+        groups.push_back(read_mpii(rootnet.mpii_root));
       } else {
         throw ConfigError("rootnet.train_sets: unknown set '" + name + "' (h36m, muco, mpii)");
       }
@@ -173,13 +174,12 @@ std::shared_ptr<Dataset> make_rootnet_dataset(const Config& config, Split split)
     }
     if (groups.empty()) throw ConfigError("rootnet.train_sets is empty");
   } else {
-    const std::string name = config.get_string("rootnet.test_set");
+    const std::string& name = rootnet.test_set;
     if (name == "h36m") {
-      groups.push_back(read_h36m(config.get_string("rootnet.h36m_root"), protocol, false,
-                                 static_cast<int>(config.get_int("rootnet.h36m_test_every"))));
+      groups.push_back(read_h36m(rootnet.h36m_root, protocol, false,
+                                 static_cast<int>(rootnet.h36m_test_every)));
     } else if (name == "mupots") {
-      groups.push_back(read_mupots(config.get_string("rootnet.mupots_root"),
-                                   config.get_string("rootnet.mupots_bbox_file")));
+      groups.push_back(read_mupots(rootnet.mupots_root, rootnet.mupots_bbox_file));
     } else {
       throw ConfigError("rootnet.test_set: unknown set '" + name + "' (h36m, mupots)");
     }

@@ -2,8 +2,8 @@
 
 #include <string>
 
-#include "core/config.h"
 #include "core/error.h"
+#include "core/settings.h"
 
 namespace amptune::data {
 namespace {
@@ -21,40 +21,37 @@ std::vector<double> per_channel(const std::vector<double>& values, int channels)
   return values;
 }
 
-TransformOptions transform_options(const Config& config) {
+TransformOptions transform_options(const DataSettings& data, int64_t in_channels) {
   TransformOptions o;
-  const int64_t channels = config.get_int("model.in_channels");
-  if (channels != 1 && channels != 3) {
+  if (in_channels != 1 && in_channels != 3) {
     throw ConfigError("model.in_channels must be 1 (grey) or 3 (RGB) for image data, got " +
-                      std::to_string(channels));
+                      std::to_string(in_channels));
   }
-  o.channels = static_cast<int>(channels);
-  o.image_size = static_cast<int>(config.get_int("data.image_size"));
-  o.resize_size = static_cast<int>(config.get_int("data.resize_size"));
-  o.augment = config.get_bool("data.augment");
-  const std::vector<double> scale = config.get_double_list("data.crop_scale");
+  o.channels = static_cast<int>(in_channels);
+  o.image_size = static_cast<int>(data.image_size);
+  o.resize_size = static_cast<int>(data.resize_size);
+  o.augment = data.augment;
+  const std::vector<double>& scale = data.crop_scale;
   if (scale.size() != 2 || !(scale[0] > 0.0) || scale[0] > scale[1] || scale[1] > 1.0) {
     throw ConfigError("data.crop_scale must be [lo, hi] with 0 < lo <= hi <= 1, got " +
                       list_str(scale));
   }
   o.scale_lo = scale[0];
   o.scale_hi = scale[1];
-  for (const char* key : {"data.mean", "data.std"}) {
-    const std::vector<double> v = config.get_double_list(key);
-    if (v.size() != 1 && v.size() != static_cast<size_t>(channels)) {
+  // data.mean / data.std: one value per channel, or a single value for all of them.
+  auto channel_values = [&](const char* key, const std::vector<double>& v) {
+    if (v.size() != 1 && v.size() != static_cast<size_t>(in_channels)) {
       throw ConfigError(std::string(key) + " has " + std::to_string(v.size()) +
-                        " values but model.in_channels is " + std::to_string(channels) +
+                        " values but model.in_channels is " + std::to_string(in_channels) +
                         ": give one value per channel or a single value (Fashion-MNIST: " +
                         "data.mean [0.2860], data.std [0.3530])");
     }
-    if (std::string(key) == "data.std") {
-      for (double s : v) {
-        if (!(s > 0.0)) throw ConfigError("data.std values must be > 0, got " + list_str(v));
-      }
-      o.std = per_channel(v, o.channels);
-    } else {
-      o.mean = per_channel(v, o.channels);
-    }
+    return per_channel(v, o.channels);
+  };
+  o.mean = channel_values("data.mean", data.mean);
+  o.std = channel_values("data.std", data.std);
+  for (double s : data.std) {
+    if (!(s > 0.0)) throw ConfigError("data.std values must be > 0, got " + list_str(data.std));
   }
   return o;
 }

@@ -9,7 +9,7 @@
 #include "data/image.h"
 
 namespace amptune {
-class Config;
+struct DataSettings;
 }
 
 namespace amptune::data {
@@ -27,10 +27,10 @@ struct TransformOptions {
   std::vector<double> std{0.229, 0.224, 0.225};
 };
 
-// Reads the data.* / model.in_channels keys. Throws ConfigError naming the key when a value is
-// unusable: in_channels not 1 or 3, mean/std with neither 1 value nor one per channel, a
-// crop_scale that is not [lo, hi] with 0 < lo <= hi <= 1.
-TransformOptions transform_options(const Config& config);
+// From the data.* section and `in_channels` (model.in_channels). Throws ConfigError naming the
+// key when a value is unusable: in_channels not 1 or 3, mean/std with neither 1 value nor one per
+// channel, a crop_scale that is not [lo, hi] with 0 < lo <= hi <= 1.
+TransformOptions transform_options(const DataSettings& data, int64_t in_channels);
 
 // Training transform: RandomResizedCrop(image_size, crop_scale, ratio) with bilinear resampling,
 // then horizontal flip with probability 0.5. All draws come from `rng`, in that order.

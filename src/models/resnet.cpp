@@ -215,22 +215,21 @@ int resnet_depth_from_name(const std::string& name) {
 
 }  // namespace
 
-ResNetOptions resnet_options(const Config& config) {
+ResNetOptions resnet_options(const ModelSettings& model) {
   ResNetOptions options;
-  options.depth = resnet_depth_from_name(config.get_string("model.name"));
-  options.num_classes = config.get_int("model.num_classes");
-  options.in_channels = config.get_int("model.in_channels");
-  options.width = config.get_double("model.width");
-  options.small_input = config.get_bool("model.small_input");
+  options.depth = resnet_depth_from_name(model.name);
+  options.num_classes = model.num_classes;
+  options.in_channels = model.in_channels;
+  options.width = model.width;
+  options.small_input = model.small_input;
   options.include_top = true;
   return options;
 }
 
-ResNet build_classifier(const Config& config) {
-  ResNet model(resnet_options(config));
-  const std::string weights = config.get_string("model.weights");
-  if (!weights.empty()) load_state_dict(*model, weights);
-  return model;
+ResNet build_classifier(const ModelSettings& model) {
+  ResNet classifier(resnet_options(model));
+  if (!model.weights.empty()) load_state_dict(*classifier, model.weights);
+  return classifier;
 }
 
 }  // namespace amptune::models

@@ -6,7 +6,6 @@
 #include <torch/torch.h>
 
 #include "amp/emulate.h"
-#include "core/config.h"
 #include "core/error.h"
 #include "models/batchnorm.h"
 #include "models/from_config.h"
@@ -105,26 +104,24 @@ torch::Tensor rootnet_loss(const torch::Tensor& coord, const torch::Tensor& targ
   return per_sample.mean();
 }
 
-RootNetOptions rootnet_options(const Config& config) {
+RootNetOptions rootnet_options(const ModelSettings& model) {
   RootNetOptions o;
-  o.backbone_depth = static_cast<int>(config.get_int("model.backbone_depth"));
-  o.width = config.get_double("model.width");
-  o.in_channels = config.get_int("model.in_channels");
+  o.backbone_depth = static_cast<int>(model.backbone_depth);
+  o.width = model.width;
+  o.in_channels = model.in_channels;
   o.head_channels = std::max<int64_t>(1, std::lround(256.0 * o.width));
   return o;
 }
 
-RootNet build_rootnet(const Config& config) {
-  RootNet model(rootnet_options(config));
-  const std::string backbone = config.get_string("model.backbone_weights");
-  if (!backbone.empty()) {
+RootNet build_rootnet(const ModelSettings& model) {
+  RootNet net(rootnet_options(model));
+  if (!model.backbone_weights.empty()) {
     LoadOptions skip_fc;
     skip_fc.skip_prefixes = {"fc."};
-    load_state_dict(*model->backbone(), backbone, skip_fc);
+    load_state_dict(*net->backbone(), model.backbone_weights, skip_fc);
   }
-  const std::string weights = config.get_string("model.weights");
-  if (!weights.empty()) load_state_dict(*model, weights);
-  return model;
+  if (!model.weights.empty()) load_state_dict(*net, model.weights);
+  return net;
 }
 
 }  // namespace amptune::models

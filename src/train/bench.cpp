@@ -18,11 +18,14 @@ namespace amptune::train {
 BenchResult bench(const Config& config, int64_t steps, int64_t warmup, int threads_override) {
   using Clock = std::chrono::steady_clock;
   BenchResult r;
-  r.threads = resolve_threads(config, threads_override);
+  const Settings settings = Settings::from(config);
+  r.threads = resolve_threads(settings, threads_override);
   torch::set_num_threads(r.threads);
-  const torch::Device device(resolve_device(config));
-  auto dataset = data::make_dataset(config, data::Split::kTrain);
-  data::LoaderOptions opts = data::loader_options(config, data::Split::kTrain, 0);
+  const torch::Device device(resolve_device(settings));
+  auto dataset = data::make_dataset(settings.data, settings.rootnet, settings.model.in_channels,
+                                    data::Split::kTrain);
+  data::LoaderOptions opts =
+      data::loader_options(settings.data, settings.seed, data::Split::kTrain, 0);
   opts.max_batches = warmup + steps;
 
   auto timed = [&](auto&& per_batch) {
@@ -45,9 +48,8 @@ BenchResult bench(const Config& config, int64_t steps, int64_t warmup, int threa
 
   r.loader_fps = timed([](const data::Batch&) {}).first;
 
-  const Settings settings = Settings::from(config);
   torch::manual_seed(static_cast<uint64_t>(settings.seed));
-  auto task = make_task(config);
+  auto task = make_task(settings);
   task->place(device);
   task->module().train();
   auto optimizer = make_optimizer(settings.optim, task->module().parameters());

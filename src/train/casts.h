@@ -13,10 +13,6 @@
 
 #include <torch/types.h>
 
-namespace amptune {
-class Config;
-}
-
 namespace amptune::train {
 
 // All cast point names, train side first.
@@ -25,9 +21,9 @@ const std::vector<std::string>& int32_cast_points();
 class Int32Casts {
  public:
   Int32Casts() = default;
-  // Throws ConfigError naming casts.int32 and the known names for an unknown name.
+  // `names`: casts.int32 (CastSettings::int32). Throws ConfigError naming casts.int32 and the
+  // known names for an unknown name.
   explicit Int32Casts(const std::vector<std::string>& names);
-  static Int32Casts from_config(const Config& config);  // casts.int32
 
   bool has(const std::string& name) const { return names_.count(name) > 0; }
   // Applies the train (`train` true) or test cast points to a batch's fields in place; fields a

@@ -420,20 +420,21 @@ store::Diagnosis diagnose(const store::RunRow& run,
   const Config config = Config::from_json(run.config_json, "run " + run.name);
   const Config reference = reference_config(config, options.against);
   const int epoch = checkpoint ? checkpoint->epoch : -1;
-  torch::set_num_threads(resolve_threads(config, options.threads));
   const Settings settings = Settings::from(config);
+  torch::set_num_threads(resolve_threads(settings, options.threads));
   const torch::Device device = pick_device(settings.device);
 
   // The run as it trained, from its checkpoint (or its initial weights).
-  Precision precision(settings.amp, device);
-  Session session = checkpoint ? load_session(config, run, *checkpoint, device, precision)
-                               : build_session(config, device, precision);
+  Precision precision(amp::resolve_policy(settings.amp, device.is_cuda()));
+  Session session = checkpoint ? load_session(settings, run, *checkpoint, device, precision)
+                               : build_session(settings, device, precision);
   // The reference from the same fp32 values (O2 runs: the masters).
   const auto values = full_precision_state(session.task->module(), precision.engine());
-  Precision ref_precision(Settings::from(reference).amp, device);
-  Session ref = build_session(reference, device, ref_precision, &values, "run " + run.name);
+  const Settings ref_settings = Settings::from(reference);
+  Precision ref_precision(amp::resolve_policy(ref_settings.amp, device.is_cuda()));
+  Session ref = build_session(ref_settings, device, ref_precision, &values, "run " + run.name);
   const PrecisionMap map = map_precision(session, precision);
-  const Int32Casts casts = Int32Casts::from_config(config);
+  const Int32Casts casts(settings.casts.int32);
 
   store::Diagnosis d;
   d.run_id = run.id;
@@ -442,9 +443,10 @@ store::Diagnosis diagnose(const store::RunRow& run,
   d.cosine_min = options.cosine_min;
   d.loss_scale = precision.engine().scaler().scale();
 
-  auto train_set = data::make_dataset(config, data::Split::kTrain);
-  data::LoaderOptions opts =
-      data::loader_options(config, data::Split::kTrain, static_cast<uint64_t>(epoch + 1));
+  auto train_set = data::make_dataset(settings.data, settings.rootnet,
+                                      settings.model.in_channels, data::Split::kTrain);
+  data::LoaderOptions opts = data::loader_options(settings.data, settings.seed, data::Split::kTrain,
+                                                  static_cast<uint64_t>(epoch + 1));
   opts.max_batches = options.batches;
   data::Loader loader(train_set, opts);
   log::info("run " + run.name + ": diagnosing " +

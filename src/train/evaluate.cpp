@@ -56,9 +56,10 @@ std::string other_set(const store::EpochRow& row, const std::map<std::string, do
 
 }  // namespace
 
-Session load_session(const Config& config, const store::RunRow& run, const store::EpochRow& row,
-                     const torch::Device& device, Precision& precision) {
-  Session session = build_session(config, device, precision);
+Session load_session(const Settings& settings, const store::RunRow& run,
+                     const store::EpochRow& row, const torch::Device& device,
+                     Precision& precision) {
+  Session session = build_session(settings, device, precision);
   try {
     load_checkpoint(*row.checkpoint, session.task->module(), *session.optimizer, owner_hashes(run),
                     &precision.engine());
@@ -96,14 +97,15 @@ std::vector<int> checkpoint_epochs(const store::RunRow& run,
 }
 
 struct CheckpointEvaluator::State {
-  State(const store::RunRow& r, const EvalOptions& o)
+  State(const store::RunRow& r, const EvalOptions& o, Settings s)
       : run(r),
         options(o),
-        config(Config::from_json(run.config_json, "run " + run.name)),
-        settings(Settings::from(config)),
+        settings(std::move(s)),
         device(pick_device(settings.device)),
-        precision(settings.amp, device),  // this thread's amp policy while evaluating
-        val_set(data::make_dataset(config, data::Split::kVal)) {
+        // this thread's amp policy while evaluating
+        precision(amp::resolve_policy(settings.amp, device.is_cuda())),
+        val_set(data::make_dataset(settings.data, settings.rootnet, settings.model.in_channels,
+                                   data::Split::kVal)) {
     // The set training evaluated: its first eval_step_per_epoch batches (0: it did not evaluate).
     const int64_t eval_steps = settings.schedule.eval_step_per_epoch;
     training_batches = eval_steps == 0 ? -1 : eval_steps;
@@ -112,7 +114,6 @@ struct CheckpointEvaluator::State {
 
   const store::RunRow run;
   const EvalOptions options;
-  const Config config;
   const Settings settings;
   const torch::Device device;
   Precision precision;
@@ -122,9 +123,9 @@ struct CheckpointEvaluator::State {
 };
 
 CheckpointEvaluator::CheckpointEvaluator(const store::RunRow& run, const EvalOptions& options) {
-  torch::set_num_threads(
-      resolve_threads(Config::from_json(run.config_json, "run " + run.name), options.threads));
-  state_ = std::make_unique<State>(run, options);
+  Settings settings = Settings::from(Config::from_json(run.config_json, "run " + run.name));
+  torch::set_num_threads(resolve_threads(settings, options.threads));
+  state_ = std::make_unique<State>(run, options, std::move(settings));
 }
 
 CheckpointEvaluator::~CheckpointEvaluator() = default;
@@ -141,10 +142,11 @@ EpochEvaluation CheckpointEvaluator::evaluate(const store::EpochRow& row) {
       throw CheckpointError("the checkpoint of epoch " + std::to_string(row.epoch) + " of run " +
                             s.run.name + " was deleted while evaluating");
     }
-    Session session = load_session(s.config, s.run, row, s.device, s.precision);
+    Session session = load_session(s.settings, s.run, row, s.device, s.precision);
     // The same loader as training-time evaluation (trainer.cpp).
-    data::LoaderOptions opts =
-        data::loader_options(s.config, data::Split::kVal, static_cast<uint64_t>(row.epoch));
+    data::LoaderOptions opts = data::loader_options(s.settings.data, s.settings.seed,
+                                                    data::Split::kVal,
+                                                    static_cast<uint64_t>(row.epoch));
     opts.epoch = static_cast<uint64_t>(row.epoch);
     opts.max_batches = s.batches;
     data::Loader loader(s.val_set, opts);
@@ -169,11 +171,10 @@ ExportResult export_checkpoint(const store::RunRow& run, const store::EpochRow& 
     throw CheckpointError("run " + run.name + " has no checkpoint of epoch " +
                           std::to_string(row.epoch));
   }
-  const Config config = Config::from_json(run.config_json, "run " + run.name);
-  const Settings settings = Settings::from(config);
+  const Settings settings = Settings::from(Config::from_json(run.config_json, "run " + run.name));
   const torch::Device device = pick_device(settings.device);
-  Precision precision(settings.amp, device);
-  Session session = load_session(config, run, row, device, precision);
+  Precision precision(amp::resolve_policy(settings.amp, device.is_cuda()));
+  Session session = load_session(settings, run, row, device, precision);
 
   const auto values = full_precision_state(session.task->module(), precision.engine());
   models::save_state_dict(values, out);

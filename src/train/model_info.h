@@ -7,7 +7,7 @@
 #include <vector>
 
 namespace amptune {
-class Config;
+struct Settings;
 }
 
 namespace amptune::train {
@@ -24,15 +24,15 @@ struct MetricDef {
   bool higher_is_better = true;
 };
 
-// The per-epoch metrics runs of `config`'s model record (its task's evaluation metrics, then
+// The per-epoch metrics a run of `settings` records (its model's evaluation metrics, then
 // train_loss, which every run records), with their directions: what a sweep's prune: rule may
 // compare. ConfigError naming the registered models for an unknown model.name.
-std::vector<MetricDef> recorded_metrics(const Config& config);
+std::vector<MetricDef> recorded_metrics(const Settings& settings);
 
-// The registered model's info for `config` (its model.name and settings): e.g. acc1 for
-// ResNets, mrpe for RootNet, and ap_root_25 for RootNet tested on MuPoTS. ConfigError naming the
-// registered models for an unknown model.name.
-ModelInfo model_info(const Config& config);
+// The registered model's info for a run's `settings` (its model.name and the rest): e.g. acc1
+// for ResNets, mrpe for RootNet, and ap_root_25 for RootNet tested on MuPoTS. ConfigError naming
+// the registered models for an unknown model.name.
+ModelInfo model_info(const Settings& settings);
 
 // The metrics a model's papers report, which `amptune report` shows beside the primary metric
 // when the runs recorded them: acc1, acc5 for ResNets; mrpe, ap_root_25 for RootNet. Empty for a

@@ -1,6 +1,8 @@
-// The training of one run as named phases, in the order train() (train/trainer.cpp) calls them:
+// The training of one run as named phases, in the order train() (train/trainer.cpp) calls them,
+// over the run's settings (core/settings.h), read once per run and given to RunTraining:
 //
-//   set_up            config, threads, device, process group, precision, model + optimizer, data
+//   set_up            threads, device, process group, amp policy (resolved once) and precision,
+//                     model + optimizer, data
 //   restore           resume from the newest valid checkpoint, or a fork's start from its parent's;
 //                     in a data-parallel job the leader's state is then sent to every rank
 //   evaluate_initial  the initial weights (an evaluation-only run's one epoch, eval_initial)
@@ -26,7 +28,6 @@
 
 #include <torch/torch.h>
 
-#include "core/config.h"
 #include "core/settings.h"
 #include "data/loader.h"
 #include "train/recorder.h"
@@ -69,16 +70,19 @@ struct Start {
 };
 
 // Loads the newest valid checkpoint the recorder knows (at most options.from_epoch) into
-// `session`, or a fork's parent's checkpoint when the run has none (restore.cpp). Later epochs
-// are forgotten. Any CheckpointError (missing, corrupt, malformed, mismatched) falls back to the
-// previous checkpoint, except LegacyCheckpointError (an old-format file without the opt-in),
-// which stops with nothing deleted, and an explicit from_epoch, which must load.
-Start restore_run(Recorder& recorder, const store::RunRow& run, const Config& config,
+// `session` (rebuilt from the run's `settings` when a load fails half-way), or a fork's parent's
+// checkpoint when the run has none (restore.cpp). Later epochs are forgotten. Any
+// CheckpointError (missing, corrupt, malformed, mismatched) falls back to the previous
+// checkpoint, except LegacyCheckpointError (an old-format file without the opt-in), which stops
+// with nothing deleted, and an explicit from_epoch, which must load.
+Start restore_run(Recorder& recorder, const store::RunRow& run, const Settings& settings,
                   const torch::Device& device, const RunOptions& options, Session& session);
 
 class RunTraining {
  public:
-  RunTraining(Recorder& recorder, const store::RunRow& run, const RunOptions& options);
+  // `settings`: those of run.config_json (Settings::from), read once for the whole run.
+  RunTraining(Recorder& recorder, const store::RunRow& run, Settings settings,
+              const RunOptions& options);
   ~RunTraining();
   RunTraining(const RunTraining&) = delete;
   RunTraining& operator=(const RunTraining&) = delete;
@@ -94,7 +98,7 @@ class RunTraining {
   // The epochs still to train: first_epoch() .. epochs() - 1.
   int64_t first_epoch() const { return start_.epoch + 1; }
   int64_t epochs() const { return epochs_; }
-  const Config& config() const { return *config_; }
+  const Settings& settings() const { return settings_; }
   Session& session() { return session_; }
 
  private:
@@ -124,8 +128,7 @@ class RunTraining {
   const RunOptions options_;
   const std::chrono::steady_clock::time_point began_;
 
-  std::unique_ptr<Config> config_;
-  Settings settings_;  // config_'s typed sections, read once in set_up
+  const Settings settings_;  // the run's config as typed sections
   int threads_ = 1;
   torch::Device device_{torch::kCPU};
   std::unique_ptr<dist::ProcessGroup> group_;  // null for one process

@@ -31,8 +31,10 @@ namespace amptune::train {
 namespace {
 
 // amp.fp32_modules: every glob names a module of the model. The names of each model
-// configuration are read once (the model is built without its weights files).
-void check_fp32_modules(const Config& config, const std::vector<std::string>& globs) {
+// configuration (the model.* keys of `config`, whose settings are `s`) are read once (the model
+// is built without its weights files).
+void check_fp32_modules(const Config& config, const Settings& s) {
+  const std::vector<std::string>& globs = s.amp.fp32_modules;
   if (globs.empty()) return;
   static std::mutex mutex;
   static std::map<std::string, std::vector<std::string>> names_of;
@@ -45,7 +47,10 @@ void check_fp32_modules(const Config& config, const std::vector<std::string>& gl
     std::lock_guard<std::mutex> lock(mutex);
     auto it = names_of.find(key);
     if (it == names_of.end()) {
-      auto task = make_task(shape);
+      Settings without_weights = s;
+      without_weights.model.weights.clear();
+      without_weights.model.backbone_weights.clear();
+      auto task = make_task(without_weights);
       it = names_of.emplace(key, amp::ModuleMap(task->module(), {}).names()).first;
     }
     names = it->second;
@@ -53,9 +58,8 @@ void check_fp32_modules(const Config& config, const std::vector<std::string>& gl
   amp::check_fp32_globs(names, globs);
 }
 
-// run_columns of `config`, whose settings are `s`.
-std::map<std::string, std::string> columns_of(const Config& config, const Settings& s) {
-  auto info = model_info(config);
+std::map<std::string, std::string> columns_of(const Settings& s) {
+  auto info = model_info(s);
   const amp::Policy policy = amp::resolve_policy(
       s.amp, s.device == "cuda" || (s.device == "auto" && torch::cuda::is_available()));
   return {
@@ -79,13 +83,12 @@ std::map<std::string, std::string> columns_of(const Config& config, const Settin
   };
 }
 
-}  // namespace
-
-void validate_config(const Config& config) {
-  const Settings s = Settings::from(config);
-  (void)model_info(config);   // the model and its task exist
-  check_fp32_modules(config, s.amp.fp32_modules);
-  (void)columns_of(config, s);     // the amp policy: combinations apex refuses
+// validate_config of `config`, whose settings are `s`; returns run_columns(s) (which resolves
+// the amp policy: combinations apex refuses).
+std::map<std::string, std::string> validated_columns(const Config& config, const Settings& s) {
+  (void)model_info(s);  // the model and its task exist
+  check_fp32_modules(config, s);
+  std::map<std::string, std::string> columns = columns_of(s);
   (void)profile_steps(s.profile);  // [first, last] or []
   const auto& casts = s.casts.int32;
   (void)Int32Casts(casts);  // known cast point names
@@ -114,12 +117,18 @@ void validate_config(const Config& config) {
           "batches, or remove schedule.eval_initial");
     }
   }
+  return columns;
 }
 
-void check_parallel(const Config& config, int world_size) {
+}  // namespace
+
+void validate_config(const Config& config) {
+  (void)validated_columns(config, Settings::from(config));
+}
+
+void check_parallel(const Settings& settings, int world_size) {
   if (world_size <= 1) return;
-  const Settings s = Settings::from(config);
-  (void)dist::resolve_backend(s.dist.backend, pick_device(s.device));
+  (void)dist::resolve_backend(settings.dist.backend, pick_device(settings.device));
 }
 
 void check_world_size(const data::Dataset& train_set, int64_t batch_size, int world_size) {
@@ -134,14 +143,14 @@ void check_world_size(const data::Dataset& train_set, int64_t batch_size, int wo
   }
 }
 
-void check_data(const Config& config, int world_size) {
-  const Settings s = Settings::from(config);
+void check_data(const Settings& s, int world_size) {
   if (s.schedule.epochs > 0) {  // an evaluation-only run reads no training split
-    auto train_set = data::make_dataset(config, data::Split::kTrain);
+    auto train_set =
+        data::make_dataset(s.data, s.rootnet, s.model.in_channels, data::Split::kTrain);
     check_world_size(*train_set, s.data.batch_size, world_size);
   }
   if (s.schedule.eval_step_per_epoch != 0) {
-    (void)data::make_dataset(config, data::Split::kVal);
+    (void)data::make_dataset(s.data, s.rootnet, s.model.in_channels, data::Split::kVal);
   }
 }
 
@@ -164,8 +173,7 @@ std::string cached_fingerprint(const std::string& path, bool tree) {
 
 }  // namespace
 
-std::string data_fingerprint(const Config& config) {
-  const Settings s = Settings::from(config);
+std::string data_fingerprint(const Settings& s) {
   const bool trains = s.schedule.epochs > 0;
   const bool evaluates = s.schedule.eval_step_per_epoch != 0;
   std::string parts;  // "<what> <fingerprint>" lines, in a fixed order
@@ -225,7 +233,8 @@ store::RunSpec plan_fork(const store::RunRow& parent, int epoch,
                          bool reset_optimizer, const std::string& name, bool read_data) {
   if (epoch < 0) throw UsageError("a fork needs an epoch >= 0, got " + std::to_string(epoch));
   refuse_evaluation_only(parent, "to fork from");
-  Config config = Config::from_json(parent.config_json, "run " + parent.name);
+  const Config parent_config = Config::from_json(parent.config_json, "run " + parent.name);
+  Config config = parent_config;
   nlohmann::ordered_json applied = nlohmann::ordered_json::object();
   std::string changes, short_changes;
   for (const auto& [key, value] : overrides) {
@@ -243,8 +252,7 @@ store::RunSpec plan_fork(const store::RunRow& parent, int epoch,
                      (after.is_string() ? after.get<std::string>() : after.dump());
   }
   const Settings s = Settings::from(config);
-  const std::string parent_optim =
-      Settings::from(Config::from_json(parent.config_json, "run " + parent.name)).optim.name;
+  const std::string parent_optim = Settings::from(parent_config).optim.name;
   if (!reset_optimizer && s.optim.name != parent_optim) {
     throw ConfigError("fork of " + parent.name + ": optim.name changes from " + parent_optim +
                       " to " + s.optim.name +
@@ -263,7 +271,7 @@ store::RunSpec plan_fork(const store::RunRow& parent, int epoch,
   spec.sweep_name = parent.sweep_name;
   spec.cell_index = parent.cell_index;
   spec.config_json = config.canonical_json();
-  spec.data_fingerprint = read_data ? data_fingerprint(config) : parent.data_fingerprint;
+  spec.data_fingerprint = read_data ? data_fingerprint(s) : parent.data_fingerprint;
   const bool other_data =
       !parent.data_fingerprint.empty() && spec.data_fingerprint != parent.data_fingerprint;
   spec.config_hash = fork_identity(config.hash(), parent.config_hash, epoch, reset_optimizer,
@@ -280,26 +288,24 @@ store::RunSpec plan_fork(const store::RunRow& parent, int epoch,
                                     : nlohmann::ordered_json::parse(parent.axes_json);
   for (const auto& [key, value] : applied.items()) axes[key] = value;
   spec.axes_json = axes.dump();
-  validate_config(config);  // what no run can take (amp combinations, cast points, ...)
-  spec.columns = run_columns(config);
+  // What no run can take (amp combinations, cast points, ...); the columns resolve the amp
+  // policy once for both.
+  spec.columns = validated_columns(config, s);
   spec.fork = store::ForkOrigin{parent.id, epoch, applied.dump(), changes, reset_optimizer};
   return spec;
 }
 
-std::map<std::string, std::string> run_columns(const Config& config) {
-  return columns_of(config, Settings::from(config));
+std::map<std::string, std::string> run_columns(const Settings& settings) {
+  return columns_of(settings);
 }
 
-int resolve_threads(const Config& config, int override_threads) {
-  int threads =
-      override_threads > 0 ? override_threads : static_cast<int>(Settings::from(config).threads);
+int resolve_threads(const Settings& settings, int override_threads) {
+  int threads = override_threads > 0 ? override_threads : static_cast<int>(settings.threads);
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return threads;
 }
 
-std::string resolve_device(const Config& config) {
-  return pick_device(Settings::from(config).device).str();
-}
+std::string resolve_device(const Settings& settings) { return pick_device(settings.device).str(); }
 
 std::string default_checkpoint_root(const std::string& db_path) {
   const std::filesystem::path db(db_path);

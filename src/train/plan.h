@@ -1,6 +1,8 @@
 // What a run is before it trains: its readable columns, threads and device, where its
 // checkpoints go, the checks that refuse it before anything runs, its data fingerprint, a
-// fork's spec (plan.cpp). No torch in this header: the app and CLI layers include it.
+// fork's spec (plan.cpp). Functions read a run's settings (core/settings.h: Settings::from of its
+// config, read once by the caller); validate_config and plan_fork take the Config itself. No
+// torch in this header: the app and CLI layers include it.
 #pragma once
 
 #include <cstdint>
@@ -16,17 +18,19 @@
 namespace amptune {
 class Config;
 struct CheckpointSettings;
+struct Settings;
 }
 
 namespace amptune::train {
 
-// The readable run columns (model, optimizer, lr, ...) and primary metric of a config.
-std::map<std::string, std::string> run_columns(const Config& config);
+// The readable run columns (model, optimizer, lr, ...), primary metric and resolved amp policy
+// of a run's settings. Throws ConfigError for an amp combination apex refuses.
+std::map<std::string, std::string> run_columns(const Settings& settings);
 
-// Threads a run of `config` uses: `override` > 0, else config `threads`, else all cores.
-int resolve_threads(const Config& config, int override_threads);
-// "cpu" or "cuda:0": where a run of `config` trains on this machine.
-std::string resolve_device(const Config& config);
+// Threads a run uses: `override` > 0, else its setting `threads`, else all cores.
+int resolve_threads(const Settings& settings, int override_threads);
+// "cpu" or "cuda:0": where a run trains on this machine (its setting `device`).
+std::string resolve_device(const Settings& settings);
 
 // Where a database keeps its runs' checkpoints by default: <db dir>/checkpoints/<db file stem>
 // (results/checkpoints/amptune for results/amptune.sqlite), so two databases in one directory never
@@ -40,25 +44,26 @@ std::string checkpoint_dir(const Config& config, const std::string& db_path, int
 
 // Everything about `config` that can refuse a run before it trains, without touching data: the
 // model, the amp policy (combinations apex refuses), the cast point names (and that the model has
-// them), schedule values that cannot train. Throws ConfigError naming the key.
+// them), schedule values that cannot train. Throws ConfigError naming the key. (The Config
+// itself: its model.* keys name the model whose module names amp.fp32_modules is checked
+// against, built once per model configuration.)
 void validate_config(const Config& config);
-// What a data-parallel run of `config` with `world_size` processes needs besides its data: a
-// process group for its device (dist.backend: nccl needs CUDA, gloo a build with Gloo). Throws
-// ConfigError naming dist.backend, EnvironmentError for a build without it. Nothing for one
-// process.
-void check_parallel(const Config& config, int world_size);
-// The data sets a run of `config` reads open: the training split, and the evaluation split when
-// the run evaluates; with `world_size` processes every one gets a batch. Throws DataError naming
-// the expected path and format.
-void check_data(const Config& config, int world_size = 1);
+// What a data-parallel run with `world_size` processes needs besides its data: a process group
+// for its device (dist.backend: nccl needs CUDA, gloo a build with Gloo). Throws ConfigError
+// naming dist.backend, EnvironmentError for a build without it. Nothing for one process.
+void check_parallel(const Settings& settings, int world_size);
+// The data sets a run reads open: the training split, and the evaluation split when the run
+// evaluates; with `world_size` processes every one gets a batch. Throws DataError naming the
+// expected path and format.
+void check_data(const Settings& settings, int world_size = 1);
 
-// The fingerprint of the data a run of `config` reads (docs/CONFIG.md "Identity"), which enters
+// The fingerprint of the data a run reads (docs/CONFIG.md "Identity"), which enters
 // its identity (run_identity) instead of the paths: the training split when it trains, the
 // evaluation split when it evaluates (imagefolder: the split's folder; idx: its two files;
 // rootnet: the root folder of each set read, and the detector boxes file), and model.weights /
 // model.backbone_weights when set. Each file or folder is read once per process. Throws
 // DataError naming a path that is missing or unreadable.
-std::string data_fingerprint(const Config& config);
+std::string data_fingerprint(const Settings& settings);
 
 // Throws CheckpointError saying that `run` is evaluation-only (schedule.epochs: 0) and has no
 // checkpoint `purpose` ("to evaluate", "to fork from"); returns for any other run.

@@ -10,20 +10,21 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "amp/emulate.h"
 #include "amp/engine.h"
 #include "amp/policy.h"
-#include "core/settings.h"
 #include "store/records.h"
 
 namespace amptune::train {
 
 class Precision {
  public:
-  Precision(const AmpSettings& amp, const torch::Device& device)
-      : policy_(amp::resolve_policy(amp, device.is_cuda())), scope_(policy_) {}
+  // `policy`: the run's amp.* resolved for its device (amp::resolve_policy), once per run; it is
+  // this thread's policy (amp::ScopedPolicy) while the Precision lives.
+  explicit Precision(amp::Policy policy) : policy_(std::move(policy)), scope_(policy_) {}
 
   const amp::Policy& policy() const { return policy_; }
   amp::Engine& engine() { return *engine_; }

@@ -5,10 +5,11 @@
 
 #include <torch/torch.h>
 
+#include "amp/policy.h"
 #include "core/config.h"
-#include "core/settings.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/settings.h"
 #include "train/checkpoint.h"
 #include "train/phases.h"
 #include "train/precision.h"
@@ -22,7 +23,7 @@ namespace {
 // its full-precision weights (fp32 masters where the parent had them) and buffers seed a session
 // of the fork's config. Unless reset_optimizer, the optimizer state carries over, and the loss
 // scaler's state when both runs scale dynamically; the RNG continues from the parent's.
-Start start_from_parent(Recorder& recorder, const store::RunRow& run, const Config& config,
+Start start_from_parent(Recorder& recorder, const store::RunRow& run, const Settings& settings,
                         const torch::Device& device, Session& session) {
   const store::ForkOrigin& fork = *run.fork;
   auto parent = recorder.find_run(fork.parent_run_id);
@@ -38,15 +39,16 @@ Start start_from_parent(Recorder& recorder, const store::RunRow& run, const Conf
                           ", which " + (row ? "was deleted (retention)" : "is not recorded yet") +
                           "; train the parent that far (amptune resume " + parent->name + ")");
   }
-  const Config parent_config = Config::from_json(parent->config_json, "run " + parent->name);
+  const Settings parent_settings =
+      Settings::from(Config::from_json(parent->config_json, "run " + parent->name));
   std::map<std::string, torch::Tensor> values;
   torch::Tensor rng;
   std::optional<amp::ScalerState> scaler;
   std::unique_ptr<torch::optim::Optimizer> parent_optimizer;
   {
     // This thread's amp policy until the end.
-    Precision parent_precision(Settings::from(parent_config).amp, device);
-    Session ps = build_session(parent_config, device, parent_precision);
+    Precision parent_precision(amp::resolve_policy(parent_settings.amp, device.is_cuda()));
+    Session ps = build_session(parent_settings, device, parent_precision);
     load_checkpoint(*row->checkpoint, ps.task->module(), *ps.optimizer, owner_hashes(*parent),
                     &parent_precision.engine());
     {
@@ -61,7 +63,7 @@ Start start_from_parent(Recorder& recorder, const store::RunRow& run, const Conf
     if (!fork.reset_optimizer) parent_optimizer = std::move(ps.optimizer);
   }
   const std::string origin = "checkpoint " + row->checkpoint->path + " of run " + parent->name;
-  session = build_session(config, device, *session.precision, &values, origin);
+  session = build_session(settings, device, *session.precision, &values, origin);
   Start start;
   start.epoch = fork.parent_epoch;
   start.global_step = row->global_step;
@@ -83,15 +85,15 @@ Start start_from_parent(Recorder& recorder, const store::RunRow& run, const Conf
 
 }  // namespace
 
-Start restore_run(Recorder& recorder, const store::RunRow& run, const Config& config,
+Start restore_run(Recorder& recorder, const store::RunRow& run, const Settings& settings,
                   const torch::Device& device, const RunOptions& options, Session& session) {
   std::vector<store::EpochRow> rows = recorder.epochs();
   auto from_scratch = [&]() {
-    if (run.fork) return start_from_parent(recorder, run, config, device, session);
+    if (run.fork) return start_from_parent(recorder, run, settings, device, session);
     return Start{};
   };
   // An evaluation-only run saved no checkpoint: running it again evaluates again.
-  if (options.fresh || rows.empty() || config.get_int("schedule.epochs") == 0) {
+  if (options.fresh || rows.empty() || settings.schedule.epochs == 0) {
     if (!rows.empty()) recorder.forget_after(-1);
     return from_scratch();
   }
@@ -124,7 +126,7 @@ Start restore_run(Recorder& recorder, const store::RunRow& run, const Config& co
     } catch (const CheckpointError& e) {
       if (options.from_epoch) throw;
       log::warn(std::string(e.what()) + "; falling back to the previous checkpoint");
-      session = build_session(config, device, *session.precision);  // undo a half-done load
+      session = build_session(settings, device, *session.precision);  // undo a half-done load
     }
   }
   log::warn("run " + run.name + ": no valid checkpoint left, starting again from " +

@@ -10,7 +10,6 @@
 
 #include <torch/torch.h>
 
-#include "core/config.h"
 #include "core/error.h"
 #include "core/settings.h"
 #include "train/optimizer.h"
@@ -63,17 +62,16 @@ inline void copy_values(torch::nn::Module& model, const std::map<std::string, to
   for (auto& b : model.named_buffers(true)) copy(b.key(), b.value());
 }
 
-// Seeds torch with the run's seed, builds and initialises the task's model on `device` (with
-// `initial` values when given: a fork), attaches `precision` (which must outlive the session)
-// and builds the optimizer over what it steps.
-inline Session build_session(const Config& config, const torch::Device& device,
+// Seeds torch with the run's seed, builds and initialises the task's model (make_task of the
+// run's `settings`) on `device` (with `initial` values when given: a fork), attaches `precision`
+// (which must outlive the session) and builds the optimizer (optim.*) over what it steps.
+inline Session build_session(const Settings& settings, const torch::Device& device,
                              Precision& precision,
                              const std::map<std::string, torch::Tensor>* initial = nullptr,
                              const std::string& initial_origin = "") {
-  const Settings settings = Settings::from(config);
   torch::manual_seed(static_cast<uint64_t>(settings.seed));
   Session s;
-  s.task = make_task(config);
+  s.task = make_task(settings);
   if (initial) copy_values(s.task->module(), *initial, initial_origin);
   s.task->place(device);
   s.precision = &precision;
@@ -84,8 +82,9 @@ inline Session build_session(const Config& config, const torch::Device& device,
 
 // build_session, then the checkpoint of `row` (size, sha256 and config identity verified) loaded
 // into it, on `device`. CheckpointError naming the epoch and run (evaluate.cpp).
-Session load_session(const Config& config, const store::RunRow& run, const store::EpochRow& row,
-                     const torch::Device& device, Precision& precision);
+Session load_session(const Settings& settings, const store::RunRow& run,
+                     const store::EpochRow& row, const torch::Device& device,
+                     Precision& precision);
 
 // The module's weights at full precision by state-dict name, as CPU tensors: the fp32 master of
 // each parameter that has one (O2), the parameter otherwise, and every buffer; floating tensors

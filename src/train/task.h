@@ -18,7 +18,7 @@
 #include "train/model_info.h"
 
 namespace amptune {
-class Config;
+struct Settings;
 }
 
 namespace amptune::train {
@@ -62,17 +62,18 @@ class Task {
   }
 
  private:
-  friend std::unique_ptr<Task> make_task(const Config& config);
+  friend std::unique_ptr<Task> make_task(const Settings& settings);
   std::string memory_format_setting_ = "auto";  // model.memory_format
   torch::MemoryFormat memory_format_ = torch::MemoryFormat::Contiguous;
 };
 
-// One registered model.
+// One registered model. Its functions take the run's settings (core/settings.h), read once per
+// run, and read the sections they need.
 struct ModelEntry {
   std::string name;  // the value of model.name
   // Builds and initialises the model and its task (torch's RNG must be seeded by the caller).
-  std::function<std::unique_ptr<Task>(const Config&)> make_task;
-  std::function<ModelInfo(const Config&)> info;
+  std::function<std::unique_ptr<Task>(const Settings&)> make_task;
+  std::function<ModelInfo(const Settings&)> info;
   std::vector<std::string> headline_metrics;  // model_info.h
   std::vector<MetricDef> metrics;             // its evaluation metrics (recorded_metrics)
 };
@@ -84,16 +85,17 @@ const std::vector<ModelEntry>& registered_models();
 // locked); UsageError when the name is taken.
 void register_model(ModelEntry entry);
 
-// A classifier: builds the module from the run's config (seeded by the caller; model.num_classes,
-// model.in_channels ...). Its forward takes [B, C, H, W] images and returns [B, classes] logits.
-using BuildClassifier = std::function<torch::nn::AnyModule(const Config&)>;
+// A classifier: builds the module from the run's settings (seeded by the caller;
+// settings.model.num_classes, model.in_channels ...). Its forward takes [B, C, H, W] images and
+// returns [B, classes] logits.
+using BuildClassifier = std::function<torch::nn::AnyModule(const Settings&)>;
 // The entry of a classification model: cross-entropy training, acc1 / acc5 / val_loss, judged
 // by acc1 (higher is better). A new classifier is its file (the module and its BuildClassifier)
 // plus one line in the registry of tasks.cpp: classifier("name", build).
 ModelEntry classifier(const std::string& name, BuildClassifier build);
 // The entry of model.name; ConfigError naming the registered models for an unknown name.
 const ModelEntry& model_entry(const std::string& name);
-// model_entry(config's model.name).make_task(config).
-std::unique_ptr<Task> make_task(const Config& config);
+// model_entry(settings.model.name).make_task(settings), with model.memory_format.
+std::unique_ptr<Task> make_task(const Settings& settings);
 
 }  // namespace amptune::train

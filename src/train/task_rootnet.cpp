@@ -3,8 +3,8 @@
 
 #include <torch/torch.h>
 
-#include "core/config.h"
 #include "core/error.h"
+#include "core/settings.h"
 #include "data/rootnet_data.h"
 #include "eval/rootnet_metrics.h"
 #include "models/from_config.h"
@@ -27,14 +27,13 @@ constexpr CastPoint kCastPoints[] = {
 
 class RootNetTask : public Task {
  public:
-  explicit RootNetTask(const Config& config)
-      : model_(models::build_rootnet(config)),
-        casts_(Int32Casts::from_config(config)),
-        test_set_(config.get_string("rootnet.test_set")) {
-    const std::string bbox_file = config.get_string("rootnet.mupots_bbox_file");
-    if (test_set_ == "mupots" && !bbox_file.empty()) {
+  explicit RootNetTask(const Settings& settings)
+      : model_(models::build_rootnet(settings.model)),
+        casts_(settings.casts.int32),
+        test_set_(settings.rootnet.test_set) {
+    if (test_set_ == "mupots" && !settings.rootnet.mupots_bbox_file.empty()) {
       // Detector boxes carry no ground truth: AP matches against the annotation file's roots.
-      for (const auto& e : data::read_mupots(config.get_string("rootnet.mupots_root"), "")) {
+      for (const auto& e : data::read_mupots(settings.rootnet.mupots_root, "")) {
         mupots_gt_.push_back({e.image_id, e.valid, {e.root_cam[0], e.root_cam[1], e.root_cam[2]}});
       }
       detector_boxes_ = true;
@@ -197,10 +196,6 @@ Int32Casts::Int32Casts(const std::vector<std::string>& names) {
   }
 }
 
-Int32Casts Int32Casts::from_config(const Config& config) {
-  return Int32Casts(config.get_string_list("casts.int32"));
-}
-
 torch::Tensor int32_roundtrip(const torch::Tensor& t) {
   return t.to(torch::kInt32).to(t.scalar_type());
 }
@@ -213,13 +208,13 @@ void Int32Casts::apply(std::map<std::string, torch::Tensor>& fields, bool train)
   }
 }
 
-ModelInfo rootnet_info(const Config& config) {
-  if (config.get_string("rootnet.test_set") == "mupots") return ModelInfo{"ap_root_25", true};
+ModelInfo rootnet_info(const Settings& settings) {
+  if (settings.rootnet.test_set == "mupots") return ModelInfo{"ap_root_25", true};
   return ModelInfo{"mrpe", false};
 }
 
-std::unique_ptr<Task> make_rootnet_task(const Config& config) {
-  return std::make_unique<RootNetTask>(config);
+std::unique_ptr<Task> make_rootnet_task(const Settings& settings) {
+  return std::make_unique<RootNetTask>(settings);
 }
 
 }  // namespace amptune::train

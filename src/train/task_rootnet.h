@@ -11,8 +11,10 @@
 
 namespace amptune::train {
 
-std::unique_ptr<Task> make_rootnet_task(const Config& config);
-// mrpe (lower is better) on Human3.6M; ap_root_25 (higher is better) on MuPoTS.
-ModelInfo rootnet_info(const Config& config);
+// From model.* (the network, its weights), rootnet.test_set, rootnet.mupots_root and
+// rootnet.mupots_bbox_file (detector boxes: AP against the annotation file's roots), casts.int32.
+std::unique_ptr<Task> make_rootnet_task(const Settings& settings);
+// mrpe (lower is better) on Human3.6M; ap_root_25 (higher is better) on MuPoTS (rootnet.test_set).
+ModelInfo rootnet_info(const Settings& settings);
 
 }  // namespace amptune::train

@@ -6,8 +6,8 @@
 
 #include <torch/torch.h>
 
-#include "core/config.h"
 #include "core/error.h"
+#include "core/settings.h"
 #include "eval/classification_metrics.h"
 #include "models/from_config.h"
 #include "train/task.h"
@@ -72,8 +72,8 @@ class ClassificationTask : public Task {
   torch::nn::AnyModule model_;  // forward: [B, C, H, W] -> logits [B, classes]
 };
 
-torch::nn::AnyModule build_resnet(const Config& config) {
-  return torch::nn::AnyModule(models::build_classifier(config));
+torch::nn::AnyModule build_resnet(const Settings& settings) {
+  return torch::nn::AnyModule(models::build_classifier(settings.model));
 }
 
 }  // namespace
@@ -112,10 +112,10 @@ std::vector<EvalBatch> decode_eval_batches(const std::string& bytes) {
 ModelEntry classifier(const std::string& name, BuildClassifier build) {
   return ModelEntry{
       name,
-      [build](const Config& config) { return std::make_unique<ClassificationTask>(build(config)); },
-      [](const Config&) {
-        return ModelInfo{"acc1", true};
+      [build](const Settings& settings) {
+        return std::make_unique<ClassificationTask>(build(settings));
       },
+      [](const Settings&) { return ModelInfo{"acc1", true}; },
       {"acc1", "acc5"},
       {{"acc1", true}, {"acc5", true}, {"val_loss", false}}};
 }
@@ -166,12 +166,12 @@ const ModelEntry& model_entry(const std::string& name) {
   throw ConfigError("model.name must be one of " + names + ", got '" + name + "'");
 }
 
-ModelInfo model_info(const Config& config) {
-  return model_entry(config.get_string("model.name")).info(config);
+ModelInfo model_info(const Settings& settings) {
+  return model_entry(settings.model.name).info(settings);
 }
 
-std::vector<MetricDef> recorded_metrics(const Config& config) {
-  std::vector<MetricDef> metrics = model_entry(config.get_string("model.name")).metrics;
+std::vector<MetricDef> recorded_metrics(const Settings& settings) {
+  std::vector<MetricDef> metrics = model_entry(settings.model.name).metrics;
   metrics.push_back({"train_loss", false});
   return metrics;
 }
@@ -184,9 +184,9 @@ const std::vector<std::string>& headline_metrics(const std::string& model_name) 
   return kNone;
 }
 
-std::unique_ptr<Task> make_task(const Config& config) {
-  auto task = model_entry(config.get_string("model.name")).make_task(config);
-  task->memory_format_setting_ = config.get_string("model.memory_format");
+std::unique_ptr<Task> make_task(const Settings& settings) {
+  auto task = model_entry(settings.model.name).make_task(settings);
+  task->memory_format_setting_ = settings.model.memory_format;
   return task;
 }
 

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "amp/policy.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -170,17 +171,19 @@ struct StepVote {
 // ---------------------------------------------------------------------------------------------
 // Phases
 
-RunTraining::RunTraining(Recorder& recorder, const store::RunRow& run, const RunOptions& options)
-    : recorder_(recorder), run_(run), options_(options), began_(Clock::now()) {}
+RunTraining::RunTraining(Recorder& recorder, const store::RunRow& run, Settings settings,
+                         const RunOptions& options)
+    : recorder_(recorder),
+      run_(run),
+      options_(options),
+      began_(Clock::now()),
+      settings_(std::move(settings)) {}
 
 RunTraining::~RunTraining() = default;
 
 void RunTraining::set_up() {
-  config_ = std::make_unique<Config>(Config::from_json(run_.config_json, "run " + run_.name));
-  const Config& config = *config_;
-  settings_ = Settings::from(config);
   const Settings& s = settings_;
-  threads_ = resolve_threads(config, options_.threads);
+  threads_ = resolve_threads(s, options_.threads);
   torch::set_num_threads(threads_);
   device_ = pick_device(s.device);
   if (options_.cluster) {
@@ -200,23 +203,26 @@ void RunTraining::set_up() {
   fault_ = injected_overflow();
   shown_metrics_ = headline_metrics(s.model.name);
   try {
-    precision_ = std::make_unique<Precision>(s.amp, device_);  // amp.*: policy, scaler, masters
-    session_ = build_session(config, device_, *precision_);
+    // amp.*: the policy (resolved once for the run), scaler, masters
+    precision_ = std::make_unique<Precision>(amp::resolve_policy(s.amp, device_.is_cuda()));
+    session_ = build_session(s, device_, *precision_);
     if (!eval_only_) {
-      train_set_ = data::make_dataset(config, data::Split::kTrain);
+      train_set_ = data::make_dataset(s.data, s.rootnet, s.model.in_channels, data::Split::kTrain);
       check_world_size(*train_set_, batch_size_, world_);
     }
-    if (eval_steps_ != 0) val_set_ = data::make_dataset(config, data::Split::kVal);
+    if (eval_steps_ != 0) {
+      val_set_ = data::make_dataset(s.data, s.rootnet, s.model.in_channels, data::Split::kVal);
+    }
   } catch (const std::exception& e) {
     if (!group_) throw;
     setup_error_ = e.what();  // shared with the other ranks once restore has run
   }
 
-  train_opts_ = data::loader_options(config, data::Split::kTrain, 0);
+  train_opts_ = data::loader_options(s.data, s.seed, data::Split::kTrain, 0);
   train_opts_.max_batches = s.schedule.training_step_per_epoch;
   train_opts_.rank = rank_;
   train_opts_.world = world_;
-  val_opts_ = data::loader_options(config, data::Split::kVal, 0);
+  val_opts_ = data::loader_options(s.data, s.seed, data::Split::kVal, 0);
   val_opts_.max_batches = eval_steps_;
   val_opts_.rank = rank_;
   val_opts_.world = world_;
@@ -226,7 +232,7 @@ void RunTraining::set_up() {
 void RunTraining::restore() {
   if (setup_error_.empty()) {
     try {
-      start_ = restore_run(recorder_, run_, *config_, device_, options_, session_);
+      start_ = restore_run(recorder_, run_, settings_, device_, options_, session_);
     } catch (const std::exception& e) {
       if (!group_) throw;
       setup_error_ = e.what();
@@ -663,9 +669,15 @@ bool stop_requested() { return amptune::stop_requested(); }
 
 namespace {
 
-RunResult train_phases(Recorder& recorder, const store::RunRow& run, const RunOptions& options,
-                       Ending& ending) {
-  RunTraining training(recorder, run, options);
+// The settings of run.config_json.
+Settings run_settings(const store::RunRow& run) {
+  return Settings::from(Config::from_json(run.config_json, "run " + run.name));
+}
+
+// `settings`: the run's, or null to read them from run.config_json.
+RunResult train_phases(Recorder& recorder, const store::RunRow& run, const Settings* settings,
+                       const RunOptions& options, Ending& ending) {
+  RunTraining training(recorder, run, settings ? *settings : run_settings(run), options);
   training.set_up();
   training.restore();
   training.evaluate_initial();
@@ -683,14 +695,14 @@ RunResult train_phases(Recorder& recorder, const store::RunRow& run, const RunOp
   return RunResult{Outcome::kDone, "", training.finish()};
 }
 
-}  // namespace
-
-RunResult train_run(Recorder& recorder, const store::RunRow& run, const RunOptions& options) {
+// train_run with the run's settings, or null to read them inside (a failure is the run's).
+RunResult train_run_guarded(Recorder& recorder, const store::RunRow& run,
+                            const Settings* settings, const RunOptions& options) {
   const GracefulStop graceful;  // a signal stops the run at the next step (process.h)
   RunResult result;
   Ending ending = Ending::kFailed;
   try {
-    result = train_phases(recorder, run, options, ending);
+    result = train_phases(recorder, run, settings, options, ending);
   } catch (const RunStopped& e) {
     result = RunResult{e.outcome, e.what(), ""};
     ending = e.outcome == Outcome::kLost       ? Ending::kUntouched
@@ -722,6 +734,17 @@ RunResult train_run(Recorder& recorder, const store::RunRow& run, const RunOptio
     recorder.end(Ending::kFailed, result.message, "");
   }
   return result;
+}
+
+}  // namespace
+
+RunResult train_run(Recorder& recorder, const store::RunRow& run, const Settings& settings,
+                    const RunOptions& options) {
+  return train_run_guarded(recorder, run, &settings, options);
+}
+
+RunResult train_run(Recorder& recorder, const store::RunRow& run, const RunOptions& options) {
+  return train_run_guarded(recorder, run, nullptr, options);
 }
 
 void lead_run(dist::Cluster& cluster, const store::RunRow& run) {

@@ -10,6 +10,10 @@
 #include "store/records.h"
 #include "train/recorder.h"
 
+namespace amptune {
+struct Settings;
+}
+
 namespace amptune::dist {
 class Cluster;
 }
@@ -43,7 +47,11 @@ struct RunResult {
 // Trains `run` to the end of its schedule in the phases of train/phases.h, recording through
 // `recorder` (train/recorder.h) and stopping early when it holds a stop request. Errors inside
 // training are caught and reported as kFailed with a message; the recorder is told how the run
-// ended before this returns.
+// ended before this returns. `settings` are those of run.config_json (Settings::from of
+// Config::from_json), read once by the caller; the overload without reads them itself (a
+// config that does not parse is then a failed run).
+RunResult train_run(Recorder& recorder, const store::RunRow& run, const Settings& settings,
+                    const RunOptions& options);
 RunResult train_run(Recorder& recorder, const store::RunRow& run, const RunOptions& options);
 
 // The leader of a data-parallel job (rank 0) tells the other ranks that `run` is next (they get

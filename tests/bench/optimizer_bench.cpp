@@ -53,10 +53,11 @@ int main(int argc, char** argv) {
               "ratio");
   for (const std::string name : {"sgd", "adam"}) {
     const Config config = quickstart(name);
-    const amptune::OptimSettings optim = amptune::Settings::from(config).optim;
+    const amptune::Settings settings = amptune::Settings::from(config);
+    const amptune::OptimSettings& optim = settings.optim;
     torch::manual_seed(0);
-    auto model_u = amptune::models::build_classifier(config);
-    auto model_f = amptune::models::build_classifier(config);
+    auto model_u = amptune::models::build_classifier(settings.model);
+    auto model_f = amptune::models::build_classifier(settings.model);
     int64_t numel = 0;
     for (auto& p : model_u->parameters()) numel += p.numel();
     std::vector<std::unique_ptr<torch::optim::Optimizer>> opts;

@@ -8,6 +8,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "core/settings.h"
 #include "data/dataset.h"
 #include "data/idx.h"
 #include "data_util.h"
@@ -155,6 +156,12 @@ TEST(IdxDataset, ThreeChannelsReplicateGreyWithPerChannelNormalisation) {
   }
 }
 
+// make_dataset from the sections of `config` it reads.
+std::shared_ptr<Dataset> dataset_of(const Config& config, Split split) {
+  const Settings s = Settings::from(config);
+  return make_dataset(s.data, s.rootnet, s.model.in_channels, split);
+}
+
 TEST(MakeDataset, ReadsConfigKeys) {
   Config c;
   c.set("data.format", "idx");
@@ -164,12 +171,12 @@ TEST(MakeDataset, ReadsConfigKeys) {
   c.set("model.in_channels", 1);
   c.set("data.mean", nlohmann::json::array({0.3}));
   c.set("data.std", nlohmann::json::array({0.3}));
-  EXPECT_EQ(make_dataset(c, Split::kTrain)->size(), 30u);
-  EXPECT_EQ(make_dataset(c, Split::kVal)->size(), 24u);
+  EXPECT_EQ(dataset_of(c, Split::kTrain)->size(), 30u);
+  EXPECT_EQ(dataset_of(c, Split::kVal)->size(), 24u);
   // Three means for one channel: a ConfigError naming the key.
   c.set("data.mean", nlohmann::json::array({0.4, 0.4, 0.4}));
   try {
-    make_dataset(c, Split::kTrain);
+    dataset_of(c, Split::kTrain);
     FAIL() << "expected ConfigError";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("data.mean"), std::string::npos) << e.what();

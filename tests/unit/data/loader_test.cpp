@@ -13,6 +13,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "core/settings.h"
 #include "data/dataset.h"
 #include "data/export.h"
 #include "data/idx.h"
@@ -398,13 +399,14 @@ TEST(Loader, OptionsFromConfig) {
   c.set("data.eval_batch_size", 100);
   c.set("data.workers", 3);
   c.set("seed", 9);
-  const LoaderOptions t = loader_options(c, Split::kTrain, 2);
+  const Settings s = Settings::from(c);
+  const LoaderOptions t = loader_options(s.data, s.seed, Split::kTrain, 2);
   EXPECT_EQ(t.batch_size, 64);
   EXPECT_TRUE(t.shuffle && t.train && t.drop_last);
   EXPECT_EQ(t.workers, 3);
   EXPECT_EQ(t.seed, 9u);
   EXPECT_EQ(t.epoch, 2u);
-  const LoaderOptions v = loader_options(c, Split::kVal, 2);
+  const LoaderOptions v = loader_options(s.data, s.seed, Split::kVal, 2);
   EXPECT_EQ(v.batch_size, 100);
   EXPECT_FALSE(v.shuffle || v.train || v.drop_last);
 }

@@ -12,6 +12,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "core/settings.h"
 #include "data/dataset.h"
 #include "data/rootnet_data.h"
 #include "data_util.h"
@@ -210,6 +211,12 @@ Config rootnet_config(const std::string& muco, const std::string& mpii,
   return c;
 }
 
+// make_dataset from the sections of `config` it reads.
+std::shared_ptr<Dataset> dataset_of(const Config& config, Split split) {
+  const Settings s = Settings::from(config);
+  return make_dataset(s.data, s.rootnet, s.model.in_channels, split);
+}
+
 TEST(RootNetData, PipelineTargetsAndMixing) {
   const std::string muco = scratch_dir("muco"), mupots = scratch_dir("mupots"),
                     mpii = scratch_dir("mpii");
@@ -217,10 +224,10 @@ TEST(RootNetData, PipelineTargetsAndMixing) {
   synth("mupots", mupots, 4);
   synth("mpii", mpii, 3);
   Config c = rootnet_config(muco, mpii, mupots);
-  auto train = make_dataset(c, Split::kTrain);
+  auto train = dataset_of(c, Split::kTrain);
   const size_t n_muco = read_muco(muco).size();
   EXPECT_EQ(train->size(), 2 * std::max<size_t>(n_muco, 3));
-  auto test = make_dataset(c, Split::kVal);
+  auto test = dataset_of(c, Split::kVal);
   auto entries = read_mupots(mupots, "");
   ASSERT_EQ(test->size(), entries.size());
   Rng rng(1);
@@ -259,7 +266,7 @@ TEST(RootNetData, VisIsClearedWhenTheRootLeavesThePatch) {
   for (auto& row : doc["annotations"][0]["keypoints_img"]) row = {1000.0, 1000.0};
   write_text(dir + "/data/MuPoTS-3D.json", doc.dump());
   Config c = rootnet_config(dir, dir, dir);
-  auto test = make_dataset(c, Split::kVal);
+  auto test = dataset_of(c, Split::kVal);
   Rng rng(1);
   auto s = test->get(0, rng, false);
   ASSERT_TRUE(s);

@@ -1,4 +1,4 @@
-// build_classifier / resnet_options from the run configuration (model.* keys).
+// build_classifier / resnet_options from the run's model.* section (ModelSettings).
 #include "models/from_config.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +8,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "core/settings.h"
 #include "models/weights.h"
 #include "support/scratch.h"
 #include "support/tiny_config.h"
@@ -15,8 +16,10 @@
 namespace amptune::models {
 namespace {
 
+ModelSettings model_of(const Config& config) { return Settings::from(config).model; }
+
 TEST(ModelsRegistry, BuildsTheConfiguredResNet) {
-  ResNet model = build_classifier(testing::tiny_config());
+  ResNet model = build_classifier(model_of(testing::tiny_config()));
   const ResNetOptions& o = model->options();
   EXPECT_EQ(o.depth, 18);
   EXPECT_EQ(o.num_classes, 4);
@@ -29,7 +32,7 @@ TEST(ModelsRegistry, BuildsTheConfiguredResNet) {
 }
 
 TEST(ModelsRegistry, DefaultsAreResnet50ForImageNet) {
-  const ResNetOptions o = resnet_options(Config());
+  const ResNetOptions o = resnet_options(model_of(Config()));
   EXPECT_EQ(o.depth, 50);
   EXPECT_EQ(o.num_classes, 1000);
   EXPECT_EQ(o.in_channels, 3);
@@ -40,11 +43,11 @@ TEST(ModelsRegistry, EveryDepthOfTheSchemaIsBuildable) {
   for (const char* name : {"resnet18", "resnet34", "resnet50", "resnet101", "resnet152"}) {
     Config config;
     config.set("model.name", name);
-    EXPECT_EQ("resnet" + std::to_string(resnet_options(config).depth), name);
+    EXPECT_EQ("resnet" + std::to_string(resnet_options(model_of(config)).depth), name);
   }
   Config vgg;
   vgg.set("model.name", "vgg16");
-  EXPECT_THROW(resnet_options(vgg), ConfigError);
+  EXPECT_THROW(resnet_options(model_of(vgg)), ConfigError);
 }
 
 TEST(ModelsRegistry, LoadsModelWeights) {
@@ -53,18 +56,18 @@ TEST(ModelsRegistry, LoadsModelWeights) {
 
   Config config = testing::tiny_config();
   torch::manual_seed(5);
-  ResNet source = build_classifier(config);
+  ResNet source = build_classifier(model_of(config));
   save_state_dict(*source, file);
 
   config.set("model.weights", file);
   torch::manual_seed(6);
-  ResNet loaded = build_classifier(config);
+  ResNet loaded = build_classifier(model_of(config));
   EXPECT_TRUE(torch::equal(state_dict(*loaded).at("layer4.1.conv2.weight"),
                            state_dict(*source).at("layer4.1.conv2.weight")));
 
   config.set("model.num_classes", 5);  // weights no longer fit: the error names file and key
   try {
-    build_classifier(config);
+    build_classifier(model_of(config));
     ADD_FAILURE() << "no ModelError";
   } catch (const ModelError& e) {
     EXPECT_NE(std::string(e.what()).find("fc.weight: expected [5, 32], got [4, 32]"),

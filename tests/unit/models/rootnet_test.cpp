@@ -116,7 +116,7 @@ TEST(RootNetModel, OptionsAndBackboneWeights) {
   config.set("model.name", "rootnet");
   config.set("model.backbone_depth", 18);
   config.set("model.width", 0.125);
-  EXPECT_EQ(rootnet_options(config).head_channels, 32);
+  EXPECT_EQ(rootnet_options(Settings::from(config).model).head_channels, 32);
 
   // A torchvision-style classifier's weights (with fc.*) load into the backbone.
   torch::manual_seed(3);
@@ -128,7 +128,7 @@ TEST(RootNetModel, OptionsAndBackboneWeights) {
   const std::string path = testing::scratch_dir() + "/rootnet_backbone_r18.pt";
   save_state_dict(*classifier, path);
   config.set("model.backbone_weights", path);
-  RootNet net = build_rootnet(config);
+  RootNet net = build_rootnet(Settings::from(config).model);
   EXPECT_TRUE(torch::equal(state_dict(*net)["backbone.conv1.weight"],
                            state_dict(*classifier)["conv1.weight"]));
 }

@@ -49,8 +49,9 @@ class TrainExport : public ::testing::Test {
     Saved saved;
     saved.run = store.ensure_run(store.ensure_sweep("s", "", "", ""), spec);
     const torch::Device cpu(torch::kCPU);
-    Precision precision(Settings::from(config).amp, cpu);
-    Session s = build_session(config, cpu, precision);
+    const Settings settings = Settings::from(config);
+    Precision precision(amp::resolve_policy(settings.amp, cpu.is_cuda()));
+    Session s = build_session(settings, cpu, precision);
     s.task->module().train();
     torch::manual_seed(11);
     for (int step = 0; step < 3; ++step) {

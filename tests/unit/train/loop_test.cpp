@@ -12,6 +12,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "core/settings.h"
 #include "support/scratch.h"
 #include "support/tiny_config.h"
 #include "support/tiny_data.h"
@@ -67,7 +68,10 @@ class TrainLoop : public ::testing::Test {
 // Each phase on its own: what it leaves behind is what the next one needs.
 TEST_F(TrainLoop, PhasesOneByOne) {
   MemoryRecorder recorder(folder("ckpt"));
-  RunTraining training(recorder, tiny_run(data()), quiet());
+  const store::RunRow run = tiny_run(data());
+  RunTraining training(recorder, run,
+                       Settings::from(Config::from_json(run.config_json, "run " + run.name)),
+                       quiet());
   training.set_up();
   training.restore();
   EXPECT_EQ(training.first_epoch(), 0);
@@ -153,10 +157,9 @@ TEST_F(TrainLoop, AStoppedRunContinuesFromItsCheckpointBitwise) {
 
 // A classifier that is not a ResNet, in the test alone: a two-layer perceptron over the pixels.
 struct TinyMlpImpl : torch::nn::Module {
-  explicit TinyMlpImpl(const Config& config)
-      : fc1(register_module("fc1", torch::nn::Linear(12 * 12 * config.get_int("model.in_channels"),
-                                                     32))),
-        fc2(register_module("fc2", torch::nn::Linear(32, config.get_int("model.num_classes")))) {}
+  explicit TinyMlpImpl(const ModelSettings& model)
+      : fc1(register_module("fc1", torch::nn::Linear(12 * 12 * model.in_channels, 32))),
+        fc2(register_module("fc2", torch::nn::Linear(32, model.num_classes))) {}
   torch::Tensor forward(const torch::Tensor& x) {
     return fc2->forward(torch::relu(fc1->forward(x.flatten(1))));
   }
@@ -169,7 +172,7 @@ TORCH_MODULE(TinyMlp);
 TEST_F(TrainLoop, ANewClassifierIsItsModuleAndOneRegistration) {
   static const bool registered = [] {
     register_model(classifier(
-        "test_mlp", [](const Config& c) { return torch::nn::AnyModule(TinyMlp(c)); }));
+        "test_mlp", [](const Settings& s) { return torch::nn::AnyModule(TinyMlp(s.model)); }));
     return true;
   }();
   ASSERT_TRUE(registered);
@@ -193,7 +196,7 @@ TEST_F(TrainLoop, ANewClassifierIsItsModuleAndOneRegistration) {
   EXPECT_EQ(staged.epochs()[1].metrics.at("val_loss"), whole.epochs()[1].metrics.at("val_loss"));
 
   Config config = Config::from_json(tiny_run(data(), 2, "test_mlp").config_json, "test");
-  EXPECT_EQ(model_info(config).primary_metric, "acc1");
+  EXPECT_EQ(model_info(Settings::from(config)).primary_metric, "acc1");
   EXPECT_EQ(headline_metrics("test_mlp"), (std::vector<std::string>{"acc1", "acc5"}));
 }
 

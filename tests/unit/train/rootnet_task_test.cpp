@@ -12,6 +12,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "core/settings.h"
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "data/rootnet_data.h"
@@ -137,8 +138,14 @@ data::LoaderOptions eval_options(int rank = 0, int world = 1) {
   return lo;
 }
 
+// make_dataset from the sections of `config` it reads.
+std::shared_ptr<data::Dataset> dataset_of(const Config& config, data::Split split) {
+  const Settings s = Settings::from(config);
+  return data::make_dataset(s.data, s.rootnet, s.model.in_channels, split);
+}
+
 std::map<std::string, double> evaluate(Task& task, const Config& c) {
-  auto val = data::make_dataset(c, data::Split::kVal);
+  auto val = dataset_of(c, data::Split::kVal);
   data::Loader loader(val, eval_options());
   task.module().eval();
   return task.evaluate(loader, torch::kCPU);
@@ -157,9 +164,9 @@ TEST(ModelRegistry, EveryRegisteredModelBuildsAndIsJudgedByItsMetric) {
     c.set("model.backbone_depth", 18);
     c.set("rootnet.test_set", "h36m");
     torch::manual_seed(0);
-    auto task = make_task(c);
+    auto task = make_task(Settings::from(c));
     EXPECT_GT(task->module().parameters().size(), 10u) << name;
-    const ModelInfo info = model_info(c);
+    const ModelInfo info = model_info(Settings::from(c));
     EXPECT_EQ(info.primary_metric, name == "rootnet" ? "mrpe" : "acc1") << name;
     EXPECT_EQ(info.higher_is_better, name != "rootnet") << name;
     // The headline metrics: what its papers report (and its evaluation records).
@@ -172,12 +179,12 @@ TEST(ModelRegistry, EveryRegisteredModelBuildsAndIsJudgedByItsMetric) {
   Config mupots;
   mupots.set("model.name", "rootnet");
   mupots.set("rootnet.test_set", "mupots");
-  EXPECT_EQ(model_info(mupots).primary_metric, "ap_root_25");
-  EXPECT_TRUE(model_info(mupots).higher_is_better);
+  EXPECT_EQ(model_info(Settings::from(mupots)).primary_metric, "ap_root_25");
+  EXPECT_TRUE(model_info(Settings::from(mupots)).higher_is_better);
   Config vgg;
   vgg.set("model.name", "vgg16");
   try {
-    model_info(vgg);
+    model_info(Settings::from(vgg));
     ADD_FAILURE() << "an unregistered model";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("one of resnet18, resnet34, resnet50, resnet101, "
@@ -193,10 +200,10 @@ TEST(ModelRegistry, EveryRegisteredModelBuildsAndIsJudgedByItsMetric) {
 TEST(TaskLayout, AutoIsChannelsLastOnACpuAndComputesTheSame) {
   Config c = testing::tiny_config();
   torch::manual_seed(0);
-  auto nhwc = make_task(c);
+  auto nhwc = make_task(Settings::from(c));
   c.set("model.memory_format", "contiguous");
   torch::manual_seed(0);
-  auto nchw = make_task(c);
+  auto nchw = make_task(Settings::from(c));
 
   auto weight = [](Task& t) { return t.module().named_parameters()["layer1.0.conv1.weight"]; };
   const torch::Tensor held = weight(*nhwc);  // as an optimizer holds it
@@ -240,8 +247,8 @@ TEST(RootNetTask, TrainsAndEvaluatesOnMupots) {
   synth("mupots", dir + "/MuPoTS", 5);
   Config c = tiny_rootnet_config(dir, "mupots");
   torch::manual_seed(0);
-  auto task = make_task(c);
-  auto train = data::make_dataset(c, data::Split::kTrain);
+  auto task = make_task(Settings::from(c));
+  auto train = dataset_of(c, data::Split::kTrain);
   data::LoaderOptions lo;
   lo.batch_size = 4;
   lo.workers = 0;
@@ -283,9 +290,9 @@ TEST(RootNetTask, ShardedEvaluationEqualsOneProcessBitwise) {
   synth("mupots", dir + "/MuPoTS", 7);
   Config c = tiny_rootnet_config(dir, "mupots");
   torch::manual_seed(0);
-  auto task = make_task(c);
+  auto task = make_task(Settings::from(c));
   const auto single = evaluate(*task, c);
-  auto val = data::make_dataset(c, data::Split::kVal);
+  auto val = dataset_of(c, data::Split::kVal);
   std::vector<EvalBatch> all;
   for (int rank = 0; rank < 2; ++rank) {
     data::Loader loader(val, eval_options(rank, 2));
@@ -310,7 +317,7 @@ TEST(RootNetTask, H36mGivesPerActionMrpe) {
   synth("mpii", dir + "/MPII", 2);
   Config c = tiny_rootnet_config(dir, "h36m");
   torch::manual_seed(0);
-  auto task = make_task(c);
+  auto task = make_task(Settings::from(c));
   auto m = evaluate(*task, c);
   EXPECT_FALSE(m.count("ap_root_25"));
   int per_action = 0;
@@ -320,7 +327,7 @@ TEST(RootNetTask, H36mGivesPerActionMrpe) {
   // Test-time casts change the figures only through the named tensors.
   c.set("casts.int32", nlohmann::json::array({"cam_param", "test_bbox"}));
   torch::manual_seed(0);
-  auto cast_task = make_task(c);
+  auto cast_task = make_task(Settings::from(c));
   auto mc = evaluate(*cast_task, c);
   EXPECT_NE(mc["mrpe"], m["mrpe"]);
   EXPECT_NEAR(mc["mrpe"], m["mrpe"], 0.05 * m["mrpe"]);
