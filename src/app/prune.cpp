@@ -306,8 +306,15 @@ std::vector<PruneDecision> promotable_cells(const PruneTable& table,
                                             const PruneSettings& settings) {
   validate(settings);
   check_ids(table);
-  std::vector<PruneDecision> out;
-  for (const PruneCell& cell : table) {
+  // Each pruned cell is judged at its last rung (asha) or epoch, lowest first: a cell promoted
+  // at a lower rung will reach the higher ones, so it counts as still to come there.
+  struct Waiting {
+    size_t index;
+    int at;
+  };
+  std::vector<Waiting> waiting;
+  for (size_t i = 0; i < table.size(); ++i) {
+    const PruneCell& cell = table[i];
     if (cell.status != PruneCell::Status::kPruned) continue;
     const int last = cell.values.empty() ? -1 : cell.values.rbegin()->first;
     int at = last;
@@ -315,9 +322,22 @@ std::vector<PruneDecision> promotable_cells(const PruneTable& table,
       const std::vector<int> rungs = rung_epochs(settings, last + 1);
       if (!rungs.empty()) at = rungs.back();
     }
-    PruneDecision d = decide(table, settings, cell, at);
-    if (!d.stop) out.push_back(std::move(d));
+    waiting.push_back({i, at});
   }
+  std::stable_sort(waiting.begin(), waiting.end(),
+                   [](const Waiting& a, const Waiting& b) { return a.at < b.at; });
+  PruneTable now = table;
+  std::vector<std::pair<size_t, PruneDecision>> promoted;
+  for (const Waiting& w : waiting) {
+    PruneDecision d = decide(now, settings, now[w.index], w.at);
+    if (d.stop) continue;
+    now[w.index].status = PruneCell::Status::kRunning;
+    promoted.emplace_back(w.index, std::move(d));
+  }
+  std::sort(promoted.begin(), promoted.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<PruneDecision> out;
+  for (auto& [index, d] : promoted) out.push_back(std::move(d));
   return out;
 }
 

@@ -107,7 +107,9 @@ PruneDecision decide_prune(const PruneTable& table, const PruneSettings& setting
                            int epoch);
 
 // The cells with status kPruned that the rule, applied now to `table`, lets continue from where
-// each stopped, in table order, each with the decision that promotes it. asha: the decision at
+// each stopped, in table order, each with the decision that promotes it. They are judged from
+// the lowest rung (epoch) up, and one promoted at a lower rung counts as still to come at the
+// higher ones. asha: the decision at
 // the last rung the cell reached (a cell stopped at a rung is promoted once enough worse cells
 // have reached that rung since; one that reached no rung continues); median: the decision at its
 // last epoch (later cells may have lowered the median there); none: every pruned cell. A

@@ -305,20 +305,18 @@ void train_claimed(store::Store& store, const store::RunRow& run, const SweepOpt
   if (options.on_result) options.on_result(run, result);
 }
 
-}  // namespace
+// One run of run_sweep's work: a cell, or a fork of a cell with its parent and epoch.
+struct WorkItem {
+  int64_t run_id;
+  int64_t parent_id = 0;  // forks
+  int parent_epoch = -1;
+};
 
-Tally run_sweep(store::Store& store, const Plan& plan, const SweepOptions& options) {
+// The plan's runs in `store` (ensure_run: created pending, or found again): every selected cell,
+// then every fork of a selected cell.
+std::vector<WorkItem> ensure_runs(store::Store& store, const Plan& plan, int64_t sweep_id) {
   const Sweep& sweep = plan.sweep;
-  const int64_t sweep_id =
-      store.ensure_sweep(sweep.name, sweep.description, sweep.yaml_text, sweep.source_path);
-
-  // The work: every selected cell, then every fork of a selected cell.
-  struct Item {
-    int64_t run_id;
-    int64_t parent_id = 0;  // forks
-    int parent_epoch = -1;
-  };
-  std::vector<Item> work;
+  std::vector<WorkItem> work;
   std::vector<store::RunRow> cell_runs;
   cell_runs.reserve(plan.cells.size());
   if (plan.fingerprints.size() != plan.cells.size()) {
@@ -342,7 +340,36 @@ Tally run_sweep(store::Store& store, const Plan& plan, const SweepOptions& optio
     store::RunRow run = store.ensure_run(sweep_id, spec);
     work.push_back({run.id, parent.id, decl.epoch});
   }
-  cell_runs.clear();
+  return work;
+}
+
+// The pruned cells of `work` that `prune` lets go on now (prune_promotions) become pending, all
+// at once, so that each counts as still to come in the others' decisions. Returns their ids.
+std::vector<int64_t> promote_runs(store::Store& store, const std::string& sweep,
+                                  const std::vector<WorkItem>& work, const PruneSettings& prune,
+                                  bool no_prune) {
+  std::set<int64_t> in_work;
+  for (const WorkItem& item : work) in_work.insert(item.run_id);
+  std::vector<int64_t> promoted;
+  for (store::PruneDecisionRow& row : prune_promotions(store, sweep, prune)) {
+    if (!in_work.count(row.run_id)) continue;
+    if (no_prune) row.reason = "--no-prune: the prune rule is off for this run";
+    if (!store.promote_run(row)) continue;  // another process did
+    const store::RunRow run = *store.find_run(row.run_id);
+    log::info("run " + run.name + " [" + run.label + "] continues from epoch " +
+              std::to_string(run.epochs_done - 1) + ": " + row.reason);
+    promoted.push_back(row.run_id);
+  }
+  return promoted;
+}
+
+}  // namespace
+
+Tally run_sweep(store::Store& store, const Plan& plan, const SweepOptions& options) {
+  const Sweep& sweep = plan.sweep;
+  const int64_t sweep_id =
+      store.ensure_sweep(sweep.name, sweep.description, sweep.yaml_text, sweep.source_path);
+  const std::vector<WorkItem> work = ensure_runs(store, plan, sweep_id);
 
   Tally tally;
   std::set<int64_t> reported, attempted;
@@ -352,24 +379,11 @@ Tally run_sweep(store::Store& store, const Plan& plan, const SweepOptions& optio
     ++counter;
   };
   const PruneSettings prune = options.no_prune ? PruneSettings{} : plan.prune;
-  std::set<int64_t> in_work;
-  for (const Item& item : work) in_work.insert(item.run_id);
-  // The pruned cells of the work that the rule lets go on now (prune_promotions) become pending,
-  // all at once, so that each counts as still to come in the others' decisions; returns whether
-  // there was one.
-  auto promote = [&] {
-    bool any = false;
-    for (store::PruneDecisionRow& row : prune_promotions(store, sweep.name, prune)) {
-      if (!in_work.count(row.run_id)) continue;
-      if (options.no_prune) row.reason = "--no-prune: the prune rule is off for this run";
-      if (!store.promote_run(row)) continue;  // another process did
-      const store::RunRow run = *store.find_run(row.run_id);
-      log::info("run " + run.name + " [" + run.label + "] continues from epoch " +
-                std::to_string(run.epochs_done - 1) + ": " + row.reason);
-      attempted.erase(row.run_id);
-      any = true;
-    }
-    return any;
+  auto promote = [&] {  // promoted runs may train again in this call
+    const std::vector<int64_t> promoted =
+        promote_runs(store, sweep.name, work, prune, options.no_prune);
+    for (const int64_t id : promoted) attempted.erase(id);
+    return !promoted.empty();
   };
   promote();
   const auto& stop_after = options.training.stop_after_epoch;
@@ -377,7 +391,7 @@ Tally run_sweep(store::Store& store, const Plan& plan, const SweepOptions& optio
     // Another process trains a run of the work, or a fork's parent: poll until it is finished
     // or its holder is gone (then this process takes it over).
     bool waiting = false;
-    for (const Item& item : work) {
+    for (const WorkItem& item : work) {
       if (train::stop_requested()) break;
       store::RunRow run = *store.find_run(item.run_id);
       if (run.status == store::RunStatus::kPruned) {

@@ -626,6 +626,31 @@ TEST(PruneAshaWaiting, ACompleteRungLetsTheBestContinue) {
   EXPECT_TRUE(none.empty()) << "cell 1 is second of two at rung 1, cell 3 third of three at 0";
 }
 
+// Cells promoted at a lower rung are still to come at the higher ones: the best cell waiting at
+// rung 1 is not promoted alongside the two that go on from rung 0 (it would have gone on alone).
+TEST(PruneAshaWaiting, CellsPromotedAtALowerRungAreStillToComeHigherUp) {
+  PruneSettings s;
+  s.rule = PruneRule::kAsha;
+  s.metric = "acc1";
+  s.eta = 3;
+  PruneTable t;
+  t.push_back(cell(1, {0.9, 0.5, 0.6}, Status::kPruned));  // waited at rung 1 (epoch 2)
+  t.push_back(cell(2, {0.8}, Status::kPruned));            // second and third at rung 0
+  t.push_back(cell(3, {0.7}, Status::kPruned));
+  for (int i = 4; i <= 9; ++i) t.push_back(cell(i, {0.1 * (i - 3)}, Status::kPruned));
+  std::vector<int64_t> promoted;
+  for (const PruneDecision& p : promotable_cells(t, s)) promoted.push_back(p.cell_id);
+  EXPECT_EQ(promoted, (Ids{2, 3}));
+  // Once they have reached rung 1 and are worse there, cell 1 goes on.
+  t[1].values[1] = 0.1;
+  t[1].values[2] = 0.2;
+  t[2].values[1] = 0.1;
+  t[2].values[2] = 0.3;
+  promoted.clear();
+  for (const PruneDecision& p : promotable_cells(t, s)) promoted.push_back(p.cell_id);
+  EXPECT_EQ(promoted, (Ids{1}));
+}
+
 TEST(PruneAshaWaiting, ACellSureToStayInTheTopGoesOnBeforeTheOthersArrive) {
   PruneSettings s;
   s.rule = PruneRule::kAsha;
