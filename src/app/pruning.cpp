@@ -2,7 +2,6 @@
 #include "app/pruning.h"
 
 #include <cmath>
-#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -71,25 +70,21 @@ PruneCell::Status cell_status(store::RunStatus status) {
 PruneTable prune_table(const store::Store& store, const std::string& sweep,
                        const PruneSettings& settings) {
   std::map<int64_t, PruneCell> cells;
-  std::map<int64_t, int> epochs_done;
   for (const store::RunRow& run : store.runs(sweep)) {
     if (run.fork) continue;
     PruneCell& cell = cells[run.id];
     cell.id = run.id;
     cell.status = cell_status(run.status);
-    epochs_done[run.id] = run.epochs_done;
   }
-  for (const auto& v : store.metric_values(sweep, settings.metric)) {
-    if (const auto it = cells.find(v.run_id); it != cells.end())
+  // NULL values (NaN: a diverged evaluation) count, as NaN; an epoch without the metric (not
+  // evaluated) has no value and is not decided at.
+  for (const auto& v : store.metric_values(sweep, settings.metric, /*with_nulls=*/true)) {
+    if (const auto it = cells.find(v.run_id); it != cells.end()) {
       it->second.values[v.epoch] = v.value;
+    }
   }
   PruneTable table;
-  for (auto& [id, cell] : cells) {
-    for (int e = 0; e < epochs_done[id]; ++e) {  // recorded without a value: NULL (NaN)
-      cell.values.emplace(e, std::numeric_limits<double>::quiet_NaN());
-    }
-    table.push_back(std::move(cell));
-  }
+  for (auto& [id, cell] : cells) table.push_back(std::move(cell));
   return table;
 }
 

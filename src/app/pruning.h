@@ -37,8 +37,8 @@ class PrunePlanner {
 };
 
 // The rule's view of the sweep `sweep` in `store`: every run of it that is a cell (forks are
-// not pruned), its status and its values of settings.metric per recorded epoch (NaN for an
-// epoch recorded without one: a diverged evaluation).
+// not pruned), its status and its values of settings.metric per epoch that has one (NaN where
+// it was stored as NULL: a diverged evaluation; none for an epoch that was not evaluated).
 PruneTable prune_table(const store::Store& store, const std::string& sweep,
                        const PruneSettings& settings);
 

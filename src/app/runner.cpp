@@ -4,7 +4,6 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
-#include <map>
 #include <optional>
 #include <set>
 #include <thread>

@@ -131,24 +131,27 @@ std::vector<std::string> Store::metric_names(const std::string& sweep) const {
 }
 
 std::vector<Store::MetricValue> Store::metric_values(const std::string& sweep,
-                                                     const std::string& metric) const {
+                                                     const std::string& metric,
+                                                     bool with_nulls) const {
   return guarded(path_, "reading " + metric + " of sweep '" + sweep + "'", [&] {
     // The column name spliced in is one of epoch_value_columns(), never the caller's text.
     const auto column = epoch_value_columns().find(metric);
     const std::string sql =
         column != epoch_value_columns().end()
-            ? "SELECT e.run_id, e.epoch, e." + *column + " FROM epochs e WHERE e." + *column +
-                  " IS NOT NULL AND e.run_id IN " + kRunsOfSweep + " ORDER BY e.run_id, e.epoch"
+            ? "SELECT e.run_id, e.epoch, e." + *column + " FROM epochs e WHERE (e." + *column +
+                  " IS NOT NULL OR ?3) AND e.run_id IN " + kRunsOfSweep +
+                  " ORDER BY e.run_id, e.epoch"
             : std::string(
                   "SELECT m.run_id, m.epoch, m.value FROM metrics m WHERE m.name = ?2 "
-                  "AND m.value IS NOT NULL AND m.run_id IN ") +
+                  "AND (m.value IS NOT NULL OR ?3) AND m.run_id IN ") +
                   kRunsOfSweep + " ORDER BY m.run_id, m.epoch";
     Statement select(db_, sql);
     select.bind(1, sweep);
-    if (column == epoch_value_columns().end()) select.bind(2, metric);
+    select.bind(2, column == epoch_value_columns().end() ? metric : std::string());
+    select.bind(3, static_cast<int64_t>(with_nulls));
     return sql::read_rows(select, [](const Statement& row) {
       return MetricValue{row.column_int(0), static_cast<int>(row.column_int(1)),
-                         row.column_double(2)};
+                         row.column_double(2)};  // NULL (a NaN stored) -> NaN
     });
   });
 }

@@ -228,7 +228,9 @@ class Store {
   // `metric` is a metric name or one of the epochs columns metric_names lists; a name nothing
   // recorded gives no rows. Reads the tables (not the epoch_values view, whose UNION ALL does not
   // use the metrics_by_run_name index).
-  std::vector<MetricValue> metric_values(const std::string& sweep, const std::string& metric) const;
+  // With `with_nulls`, values stored as NULL (NaN: a diverged evaluation) come back too, as NaN.
+  std::vector<MetricValue> metric_values(const std::string& sweep, const std::string& metric,
+                                         bool with_nulls = false) const;
 
   // What a run's epochs add up to. Aggregates over no (non-NULL) value are unset.
   struct RunTotals {

@@ -657,6 +657,35 @@ TEST_F(StoreTest, PrunedRunsStopWithTheirDecisionAndArePromotedOnce) {
   EXPECT_TRUE(store.claim_run(id, provenance("a"), 3600, false, /*continue_pruned=*/true));
 }
 
+// metric_values reads a sweep's values of one metric; with_nulls adds the NaNs stored as NULL (the
+// prune rules rank them worst) and, for an epochs column, the NULL ones too.
+TEST_F(StoreTest, MetricValuesWithAndWithoutTheNaNs) {
+  Store store(db_path());
+  const int64_t id = store.ensure_run(store.ensure_sweep("s", "", "", ""), spec("s", 0, "a")).id;
+  EpochRecord r;
+  r.run_id = id;
+  r.epoch = 0;
+  r.train_loss = 2;
+  r.metrics["acc1"] = 5;
+  store.record_epoch(r);
+  r.epoch = 1;
+  r.train_loss = std::numeric_limits<double>::quiet_NaN();
+  r.metrics["acc1"] = std::numeric_limits<double>::quiet_NaN();
+  store.record_epoch(r);
+  r.epoch = 2;
+  r.metrics.clear();  // not evaluated: no row at all
+  store.record_epoch(r);
+  for (const char* metric : {"acc1", "train_loss"}) {
+    const auto finite = store.metric_values("s", metric);
+    ASSERT_EQ(finite.size(), 1u) << metric;
+    const auto all = store.metric_values("s", metric, /*with_nulls=*/true);
+    const size_t expected = std::string(metric) == "acc1" ? 2u : 3u;  // epoch 2 has a loss row
+    ASSERT_EQ(all.size(), expected) << metric;
+    EXPECT_EQ(all[0].epoch, 0);
+    EXPECT_TRUE(std::isnan(all[1].value)) << metric;
+  }
+}
+
 TEST_F(StoreTest, StatusWordsRoundTrip) {
   for (RunStatus status : {RunStatus::kPending, RunStatus::kRunning, RunStatus::kDone,
                            RunStatus::kFailed, RunStatus::kDiverged, RunStatus::kPruned}) {
