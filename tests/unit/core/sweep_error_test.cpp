@@ -47,6 +47,18 @@ TEST_F(CoreSweepError, UnknownTopLevelKey) {
   EXPECT_HAS(error("name: t\nname: u\n"), "x.yaml:2:1: top-level key name is given twice");
 }
 
+// prune: (schemas/sweep.yaml) is checked key by key against its schema, naming file:line:column.
+TEST_F(CoreSweepError, PruneBlock) {
+  EXPECT_HAS(error("name: t\nprune: {rule: hyperband}\n"),
+             "x.yaml:2:15: prune.rule must be one of none, asha, median, got \"hyperband\"");
+  EXPECT_HAS(error("name: t\nprune:\n  rule: asha\n  eta: 1\n"), "x.yaml:4:8: ");
+  EXPECT_HAS(error("name: t\nprune:\n  rule: asha\n  eta: 1\n"), "prune.eta");
+  EXPECT_HAS(error("name: t\nprune:\n  etta: 3\n"),
+             "x.yaml:3:3: unknown config key prune.etta (in prune); did you mean prune.eta?");
+  EXPECT_HAS(error("name: t\nprune: asha\n"), "x.yaml:2:8: prune must be a mapping");
+  EXPECT_HAS(error("name: t\nprune: {grace_epochs: 0}\n"), "prune.grace_epochs");
+}
+
 TEST_F(CoreSweepError, UnknownConfigKeyWithDidYouMean) {
   EXPECT_HAS(error("name: t\nbase:\n  optim:\n    lrr: 0.1\n"),
              "x.yaml:4:5: unknown config key optim.lrr (in base); did you mean optim.lr?");

@@ -32,6 +32,34 @@ TEST(CoreSweep, NameOnlyIsOneBaseCellAtTheDefaults) {
 
 // Paths of data are not in a cell's config hash (their contents enter the run's identity when
 // the data are read), yet a grid over them has one cell per path, not a duplicate.
+// Every key of schemas/sweep.yaml's prune: block is read, nested or dotted, and the defaults are
+// the schema's when the block leaves a key out.
+TEST(CoreSweep, ThePruneBlockReadsEveryKeyOfItsSchema) {
+  std::vector<std::string> keys;
+  for (const KeySpec& spec : Schema::sweep_blocks().keys()) keys.push_back(spec.key);
+  EXPECT_EQ(keys, (std::vector<std::string>{"prune.rule", "prune.metric", "prune.grace_epochs",
+                                            "prune.eta", "prune.min_cells"}))
+      << "a new key of schemas/sweep.yaml needs its field in PruneBlock and read_prune";
+  const Sweep set = parse_sweep(
+      "name: p\nprune:\n  rule: median\n  metric: val_loss\n  grace_epochs: 2\n  eta: 4\n"
+      "  min_cells: 5\n",
+      "<string>");
+  ASSERT_TRUE(set.prune);
+  EXPECT_EQ(set.prune->rule, "median");
+  EXPECT_EQ(set.prune->metric, "val_loss");
+  EXPECT_EQ(set.prune->grace_epochs, 2);
+  EXPECT_EQ(set.prune->eta, 4);
+  EXPECT_EQ(set.prune->min_cells, 5);
+  EXPECT_EQ(set.prune->metric_loc.line, 4);
+  const Sweep defaults = parse_sweep("name: p\nprune: {rule: asha}\n", "<string>");
+  ASSERT_TRUE(defaults.prune);
+  EXPECT_EQ(defaults.prune->metric, "");
+  EXPECT_EQ(defaults.prune->grace_epochs, 1);
+  EXPECT_EQ(defaults.prune->eta, 3);
+  EXPECT_EQ(defaults.prune->min_cells, 3);
+  EXPECT_FALSE(parse_sweep("name: p\n", "<string>").prune);
+}
+
 TEST(CoreSweep, AGridOverDataPathsHasOneCellPerPath) {
   const Sweep sweep =
       parse_sweep("name: d\ngrid:\n  data.root: [/data/a, /data/b]\n  seed: [1, 2]\n", "<string>");
