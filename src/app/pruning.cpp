@@ -19,17 +19,14 @@ PrunePlanner::PrunePlanner(const std::optional<PruneBlock>& block) : block_(bloc
   settings_.min_cells = static_cast<int>(block_->min_cells);
 }
 
-void PrunePlanner::add(const Config& config) {
-  if (!block_ || settings_.rule == PruneRule::kNone) return;
-  const Settings run = Settings::from(config);
+void PrunePlanner::add(const Settings& run) {
+  if (!checks_cells()) return;
   const std::string& model = run.model.name;
   const train::ModelInfo info = train::model_info(run);
   const std::string metric = block_->metric.empty() ? info.primary_metric : block_->metric;
   if (resolved_ && metric != settings_.metric) {
-    throw ConfigError(block_->metric_loc.prefix() +
-                      "the cells' models are judged by different "
-                      "metrics (" +
-                      settings_.metric + ", " + metric + " for " + model +
+    throw ConfigError(block_->metric_loc.prefix() + "the cells' models are judged by different " +
+                      "metrics (" + settings_.metric + ", " + metric + " for " + model +
                       "): name the one to compare with prune.metric");
   }
   std::string recorded;

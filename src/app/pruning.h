@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "app/prune.h"
-#include "core/config.h"
+#include "core/settings.h"
 #include "core/sweep.h"
 #include "store/store.h"
 
@@ -23,10 +23,12 @@ namespace amptune::app {
 class PrunePlanner {
  public:
   explicit PrunePlanner(const std::optional<PruneBlock>& block);
-  // Checks a planned cell's config. Throws ConfigError naming prune.metric's file:line when the
+  // Whether add has anything to check: a block whose rule is not none.
+  bool checks_cells() const { return block_ && settings_.rule != PruneRule::kNone; }
+  // Checks a planned cell's settings. Throws ConfigError naming prune.metric's file:line when the
   // cell's model does not record the metric (listing those it records), or when the cells'
   // models are judged by different primary metrics and the block names none.
-  void add(const Config& config);
+  void add(const Settings& cell);
   // The settings (rule none without a block, or when no cell was added).
   PruneSettings settings() const { return settings_; }
 

@@ -192,16 +192,22 @@ Plan plan_sweep(const std::string& path, const std::vector<std::string>& sets,
   PrunePlanner pruner(sweep.prune);
 
   for_each_config(plan.cells, [&](const Cell& cell, const Config& config) {
+    // The cell's settings, read once and only when a check needs them: a large sweep without data
+    // checks, parallel job or prune rule plans without them.
+    std::optional<Settings> read;
+    auto settings_of_cell = [&]() -> const Settings& {
+      if (!read) read = Settings::from(config);
+      return *read;
+    };
     try {
       train::validate_config(config);
-      // (its settings read only for a data-parallel job: a large sweep plans without them)
-      if (world_size > 1) train::check_parallel(Settings::from(config), world_size);
+      if (world_size > 1) train::check_parallel(settings_of_cell(), world_size);
     } catch (const ConfigError& e) {
       throw ConfigError(cell_error(cell, e.what()));
     }
-    pruner.add(config);  // names prune.metric's line itself
+    if (pruner.checks_cells()) pruner.add(settings_of_cell());  // names prune.metric's line
     if (data) {
-      const Settings settings = Settings::from(config);
+      const Settings& settings = settings_of_cell();
       nlohmann::json key = nlohmann::json::array();
       for (const auto& k : data_axes) key.push_back(cell.value(k));
       try {
