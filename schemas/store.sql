@@ -719,3 +719,83 @@ CREATE VIEW pruned_runs AS
                                     WHERE run_id = r.id AND action = 'stop')
   WHERE r.status = 'pruned'
   ORDER BY s.name, r.cell_index;
+
+-- migration: 16
+-- Tuning (amptune tune, docs/TUNE.md): a search for the lowest-precision setting within a
+-- tolerance of a reference. One tune_searches row per sweep and tune: block (block_json, its
+-- canonical JSON: a changed block is a new search that reuses the runs already trained); its
+-- rounds (a start run, the epoch its candidates fork from, the diagnosis the moves came from)
+-- and their candidates (one move each: the keys it changes, why, the advice row it came from,
+-- its run, how far successive halving let it train and how it ended). status 'searching' until
+-- the search answers (answer_run_id, answer_yaml: the changed keys, ready for base:) or ends
+-- without a solution ('exhausted': budget spent or no move left; note says which).
+CREATE TABLE tune_searches (
+  id               INTEGER PRIMARY KEY,
+  sweep_id         INTEGER NOT NULL REFERENCES sweeps(id) ON DELETE CASCADE,
+  block_json       TEXT NOT NULL CHECK (json_valid(block_json)),
+  metric           TEXT NOT NULL,
+  higher_is_better INTEGER NOT NULL CHECK (higher_is_better IN (0, 1)),
+  reference_run_id INTEGER NOT NULL REFERENCES runs(id),
+  start_run_id     INTEGER NOT NULL REFERENCES runs(id),
+  status           TEXT NOT NULL DEFAULT 'searching'
+                   CHECK (status IN ('searching', 'answered', 'exhausted')),
+  answer_run_id    INTEGER REFERENCES runs(id),
+  answer_yaml      TEXT NOT NULL DEFAULT '',
+  answer_value     REAL,
+  reference_value  REAL,
+  epochs_spent     INTEGER,   -- epochs the search's runs trained (the reference and start too)
+  grid_epochs      INTEGER,   -- what the full grid of the moves it tried would have trained
+  note             TEXT NOT NULL DEFAULT '',
+  created_at       TEXT NOT NULL,
+  finished_at      TEXT,
+  UNIQUE (sweep_id, block_json)
+);
+
+CREATE TABLE tune_rounds (
+  search_id       INTEGER NOT NULL REFERENCES tune_searches(id) ON DELETE CASCADE,
+  round           INTEGER NOT NULL CHECK (round >= 1),
+  kind            TEXT NOT NULL CHECK (kind IN ('search', 'bisect')),
+  start_run_id    INTEGER NOT NULL REFERENCES runs(id),
+  fork_epoch      INTEGER NOT NULL CHECK (fork_epoch >= -1),  -- -1: fresh runs
+  diagnosis_epoch INTEGER CHECK (diagnosis_epoch IS NULL OR diagnosis_epoch >= -1),
+  note            TEXT NOT NULL DEFAULT '',
+  PRIMARY KEY (search_id, round)
+);
+
+CREATE TABLE tune_candidates (
+  search_id       INTEGER NOT NULL,
+  round           INTEGER NOT NULL,
+  seq             INTEGER NOT NULL CHECK (seq >= 0),
+  move            TEXT NOT NULL,  -- loss_scale | casts | keep_batchnorm_fp32 | fp32_modules |
+                                  -- opt_level | lr_dec_epoch
+  change_json     TEXT NOT NULL CHECK (json_valid(change_json)),  -- {"amp.loss_scale": "dynamic"}
+  reason          TEXT NOT NULL,
+  advice_rule     TEXT,           -- the diagnosis_advice row the move came from (NULL: the order)
+  advice_module   TEXT,
+  run_id          INTEGER NOT NULL REFERENCES runs(id),
+  parent_run_id   INTEGER REFERENCES runs(id),  -- the run it continues; NULL: a fresh run
+  fork_epoch      INTEGER NOT NULL CHECK (fork_epoch >= -1),
+  rung            INTEGER,        -- the last rung it reached (0-based); NULL before the first
+  value           REAL,           -- its metric at the last decision about it
+  reference_value REAL,           -- the reference's at that epoch
+  outcome         TEXT NOT NULL DEFAULT 'pending'
+                  CHECK (outcome IN ('pending', 'within', 'outside', 'pruned', 'diverged',
+                                     'failed')),
+  PRIMARY KEY (search_id, round, seq),
+  FOREIGN KEY (search_id, round) REFERENCES tune_rounds(search_id, round) ON DELETE CASCADE
+);
+
+-- The decision path of every search: round by round, each candidate's move, why, and how it
+-- ended; is_answer marks the answer's run.
+CREATE VIEW tune_path AS
+  SELECT s.name AS sweep, t.id AS search_id, c.round, k.kind, st.name AS round_start,
+         k.fork_epoch, c.seq, c.move, c.change_json, c.reason, c.advice_rule, c.advice_module,
+         r.name AS run, c.rung, c.value, c.reference_value, c.outcome,
+         coalesce(t.answer_run_id = c.run_id, 0) AS is_answer
+  FROM tune_candidates c
+  JOIN tune_rounds k ON k.search_id = c.search_id AND k.round = c.round
+  JOIN tune_searches t ON t.id = c.search_id
+  JOIN sweeps s ON s.id = t.sweep_id
+  JOIN runs r ON r.id = c.run_id
+  JOIN runs st ON st.id = k.start_run_id
+  ORDER BY s.name, t.id, c.round, c.seq;

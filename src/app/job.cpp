@@ -51,8 +51,9 @@ int run_as_job(const JobLaunch& launch, SweepOptions& options, const std::functi
   return lead_job(options, command);
 }
 
-std::vector<std::string> worker_args(const std::vector<std::string>& args) {
-  std::vector<std::string> out = {"run"};
+std::vector<std::string> worker_args(const std::vector<std::string>& args,
+                                     const std::string& subcommand) {
+  std::vector<std::string> out = {subcommand};
   bool no_progress = false;
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--workers") {

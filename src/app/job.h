@@ -31,10 +31,12 @@ struct JobLaunch {
 int run_as_job(const JobLaunch& launch, SweepOptions& options, const std::function<int()>& command,
                const std::function<void()>& check = nullptr);
 
-// The arguments of a worker process of `run --workers N` whose arguments were `args`: the same
+// The arguments of a worker process of `run --workers N` (or `tune`: `subcommand`) whose
+// arguments were `args`: the same
 // command line without --workers, with --no-progress (workers share one stderr) unless it is
 // there already.
-std::vector<std::string> worker_args(const std::vector<std::string>& args);
+std::vector<std::string> worker_args(const std::vector<std::string>& args,
+                                     const std::string& subcommand = "run");
 
 // `amptune run` once planned (and not a dry run): with `workers` > 1, records the sweep in the
 // database `db` and runs the workers (run_workers with worker_args(args)); otherwise trains the

@@ -283,8 +283,9 @@ std::string Tally::summary() const {
 namespace {
 
 // Trains one claimed run, logs its outcome and counts it.
-void train_claimed(store::Store& store, const store::RunRow& run, const SweepOptions& options,
-                   Tally& tally, const PruneSettings& prune = {}) {
+train::RunResult train_claimed(store::Store& store, const store::RunRow& run,
+                               const SweepOptions& options, Tally& tally,
+                               const PruneSettings& prune = {}) {
   const train::RunResult result = train_claimed_run(store, run, options.training, prune);
   tally.add(result);
   switch (result.outcome) {
@@ -293,8 +294,13 @@ void train_claimed(store::Store& store, const store::RunRow& run, const SweepOpt
     case train::Outcome::kPruned:  // the recorder logged the decision
       break;
     case train::Outcome::kInterrupted:
-      log::info("run " + run.name + ": " + result.message + "; it continues from its last "
-                "checkpoint when the command is run again");
+      if (!train::stop_requested() && options.training.stop_after_epoch) {
+        log::info("run " + run.name + ": " + result.message);
+      } else {
+        log::info("run " + run.name + ": " + result.message +
+                  "; it continues from its last "
+                  "checkpoint when the command is run again");
+      }
       break;
     case train::Outcome::kFailed:
       log::warn("run " + run.name + " failed: " + result.message);
@@ -308,6 +314,7 @@ void train_claimed(store::Store& store, const store::RunRow& run, const SweepOpt
       break;
   }
   if (options.on_result) options.on_result(run, result);
+  return result;
 }
 
 // One run of run_sweep's work: a cell, or a fork of a cell with its parent and epoch.
@@ -469,6 +476,15 @@ Tally run_sweep(store::Store& store, const Plan& plan, const SweepOptions& optio
     std::this_thread::sleep_for(std::chrono::duration<double>(options.poll_seconds));
   }
   return tally;
+}
+
+std::optional<train::RunResult> train_if_claimed(store::Store& store, const store::RunRow& run,
+                                                 const SweepOptions& options, Tally& tally) {
+  const Settings settings = settings_of(run, run.name);
+  const store::Provenance prov = provenance(options, settings);
+  if (!store.claim_run(run.id, prov, options.stale_after)) return std::nullopt;
+  warn_if_not_bitwise(run, prov);
+  return train_claimed(store, *store.find_run(run.id), options, tally);
 }
 
 void require_checkpoint(const store::Store& store, const store::RunRow& run, int epoch) {

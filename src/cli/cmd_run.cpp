@@ -16,9 +16,7 @@
 #include "dist/cluster.h"
 
 namespace amptune::cli {
-namespace {
 
-// Options shared by run / resume / fork: training options and the binary's provenance.
 app::SweepOptions sweep_options(const Options& opts, const Invocation& inv, int threads,
                                 int stop_after) {
   app::SweepOptions o;
@@ -46,6 +44,8 @@ void add_training_options(Options& opts, int* threads, int* stop_after, int* npr
       "data-parallel training with N processes on this machine (as torchrun --standalone "
       "--nproc_per_node N); torchrun and srun launches need no option (docs/DISTRIBUTED.md)");
 }
+
+namespace {
 
 // What `subcommand` starts (app/job.h): ranks with --nproc, a rank's part in a launched job.
 app::JobLaunch job_launch(const std::string& subcommand, const Invocation& inv, int nproc,

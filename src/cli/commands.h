@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "app/runner.h"
 #include "cli/options.h"
 
 namespace amptune::cli {
@@ -17,6 +18,13 @@ struct Invocation {
 };
 
 int cmd_run(const Invocation& inv);
+int cmd_tune(const Invocation& inv);  // cmd_tune.cpp
+// Options shared by the commands that train (run, resume, fork, tune; cmd_run.cpp): training
+// options and the binary's provenance; --threads, --stop-after-epoch and --nproc.
+app::SweepOptions sweep_options(const Options& opts, const Invocation& inv, int threads,
+                                int stop_after);
+void add_training_options(Options& opts, int* threads, int* stop_after, int* nproc,
+                          const char* stop_help);
 int cmd_resume(const Invocation& inv);
 int cmd_fork(const Invocation& inv);
 int cmd_list(const Invocation& inv);

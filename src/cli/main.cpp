@@ -20,6 +20,9 @@ commands:
   run SWEEP.yaml      train every cell of a sweep (skips finished cells, resumes interrupted ones)
   resume RUN          continue one run from its newest (or --from-epoch N) checkpoint
   fork RUN --epoch N  a new run from RUN's epoch-N checkpoint with changed settings (--set k=v)
+  tune SWEEP.yaml     search for the lowest-precision setting within a tolerance of fp32 (the
+                      sweep's tune: block): diagnose, change one knob, fork, compare, repeat
+                      (--status: the decision path so far)
   list                runs as a table
   show RUN            one run's settings and epochs
   status              per sweep: done / running / pending / failed / diverged / pruned, ETA of
@@ -69,6 +72,7 @@ int main(int argc, char** argv) {
   std::signal(SIGXFSZ, SIG_IGN);
   try {
     if (command == "run") return cli::cmd_run(inv);
+    if (command == "tune") return cli::cmd_tune(inv);
     if (command == "resume") return cli::cmd_resume(inv);
     if (command == "fork") return cli::cmd_fork(inv);
     if (command == "list") return cli::cmd_list(inv);

@@ -18,8 +18,8 @@ namespace {
 
 // The top-level keys of a sweep file, in the order messages list them; SweepReader reads each
 // (parse_sweep says how to add one).
-const std::vector<std::string> kTopLevel = {"name",    "description", "base",  "grid", "zip",
-                                            "exclude", "repeat",      "forks", "prune"};
+const std::vector<std::string> kTopLevel = {"name",    "description", "base",  "grid",  "zip",
+                                            "exclude", "repeat",      "forks", "prune", "tune"};
 constexpr size_t kMaxCells = 1000000;
 
 [[noreturn]] void fail(const SourceLoc& where, const std::string& message) {
@@ -643,6 +643,116 @@ class SweepReader {
     sweep_.prune = p;
   }
 
+  // tune: (schemas/sweep.yaml; docs/TUNE.md): its own keys against the sweep-block schema, its
+  // reference: and start: against the config schema, as base: is read.
+  void read_tune() {
+    const YAML::Node node = block("tune");
+    if (!node.IsDefined()) return;
+    const SourceLoc loc = block_loc("tune");
+    for (const char* other : {"grid", "zip", "exclude", "repeat", "forks", "prune"}) {
+      if (block(other).IsDefined()) {
+        fail(block_loc(other),
+             std::string("a sweep with a tune: block (line ") + std::to_string(loc.line) +
+                 ") makes its own runs from base: " + other +
+                 " cannot go with it; put the tune: block in a file of " + "its own");
+      }
+    }
+    const Schema& schema = Schema::sweep_blocks();
+    const Ctx ctx{ctx_.file, schema};
+    if (!node.IsMap()) {
+      fail(node.IsNull() ? loc : ctx.loc(node),
+           "tune must be a mapping of its keys (metric, tolerance, reference, start, moves, "
+           "fork_from, budget, halving, objective, diagnose), got " +
+               yaml_brief(node));
+    }
+    TuneBlock t;
+    t.loc = t.metric_loc = t.budget_loc = t.start_loc = loc;
+    nlohmann::json canonical = nlohmann::json::object();
+    std::vector<Leaf> leaves;
+    std::map<std::string, SourceLoc> seen;
+    bool have_reference = false, have_start = false;
+    for (const auto& item : node) {
+      const std::string word = key_text(ctx, item.first);
+      if (word == "reference" || word == "start") {
+        TuneBlock::Overrides& overrides = word == "start" ? t.start : t.reference;
+        (word == "start" ? have_start : have_reference) = true;
+        if (word == "start") t.start_loc = ctx.loc(item.first);
+        if (item.second.IsNull()) continue;  // the base itself
+        for (const Leaf& leaf : leaves_of(ctx_, item.second, "tune." + word)) {
+          overrides.emplace_back(
+              leaf.key, schema_.coerce(*schema_.find(leaf.key), leaf.value, leaf.value_loc));
+          canonical[word][leaf.key] = overrides.back().second;
+        }
+        continue;
+      }
+      YAML::Node one(YAML::NodeType::Map);
+      one.force_insert(item.first, item.second);
+      collect_leaves(ctx, one, "tune", "tune", leaves, seen);
+    }
+    if (!have_reference || !have_start) {
+      fail(loc, std::string("tune needs ") + (have_reference ? "start" : "reference") +
+                    ": the config keys (over base) of " +
+                    (have_reference ? "the setting the search starts from, e.g. start: "
+                                      "{amp.opt_level: O2}"
+                                    : "the fp32 run it compares with, e.g. reference: "
+                                      "{amp.opt_level: O0}"));
+    }
+    auto value = [&](const std::string& key) {
+      const KeySpec& spec = *schema.find(key);
+      for (const Leaf& leaf : leaves) {
+        if (leaf.key == key) return schema.coerce(spec, leaf.value, leaf.value_loc);
+      }
+      return spec.default_value;
+    };
+    auto where = [&](const std::string& key) {
+      for (const Leaf& leaf : leaves) {
+        if (leaf.key == key) return leaf.value_loc;
+      }
+      return loc;
+    };
+    t.metric = value("tune.metric").get<std::string>();
+    t.metric_loc = where("tune.metric");
+    t.tolerance_abs = value("tune.tolerance.abs").get<double>();
+    t.tolerance_rel = value("tune.tolerance.rel").get<double>();
+    const bool abs_given = seen.count("tune.tolerance.abs") > 0;
+    const bool rel_given = seen.count("tune.tolerance.rel") > 0;
+    if (abs_given == rel_given) {
+      fail(abs_given ? where("tune.tolerance.rel") : loc,
+           abs_given ? "tune.tolerance takes abs or rel, not both"
+                     : "tune needs a tolerance: tolerance: {abs: 0.01} (metric units) or "
+                       "tolerance: {rel: 0.01} (a share of the reference's value)");
+    }
+    const std::string tolerance_key = abs_given ? "tune.tolerance.abs" : "tune.tolerance.rel";
+    if (!(value(tolerance_key).get<double>() > 0)) {
+      fail(where(tolerance_key), tolerance_key + " must be > 0, got " +
+                                     value(tolerance_key).dump() +
+                                     " (a run never equals the reference exactly)");
+    }
+    t.moves = value("tune.moves").get<std::vector<std::string>>();
+    if (t.moves.empty()) fail(where("tune.moves"), "tune.moves must name at least one move");
+    const std::string fork_from = value("tune.fork_from").get<std::string>();
+    if (fork_from != "auto") {
+      static const std::regex kEpoch("[0-9]{1,6}");
+      if (!std::regex_match(fork_from, kEpoch)) {
+        fail(where("tune.fork_from"),
+             "tune.fork_from must be auto or an epoch number (0-based), got '" + fork_from + "'");
+      }
+      t.fork_from = std::stoi(fork_from);
+    }
+    t.budget_epochs = value("tune.budget.epochs").get<int64_t>();
+    t.budget_loc = where("tune.budget.epochs");
+    t.eta = value("tune.halving.eta").get<int64_t>();
+    t.min_epochs = value("tune.halving.min_epochs").get<int64_t>();
+    t.objective = value("tune.objective").get<std::string>();
+    t.diagnose_batches = value("tune.diagnose.batches").get<int64_t>();
+    t.cosine_min = value("tune.diagnose.cosine_min").get<double>();
+    for (const KeySpec& spec : schema.keys()) {
+      if (spec.key.rfind("tune.", 0) == 0) canonical[spec.key] = value(spec.key);
+    }
+    t.canonical = canonical.dump();
+    sweep_.tune = std::move(t);
+  }
+
   Sweep take() { return std::move(sweep_); }
 
  private:
@@ -875,6 +985,7 @@ Sweep parse_sweep(const std::string& yaml_text, const std::string& origin,
   reader.expand_cells();
   reader.read_forks();
   reader.read_prune();
+  reader.read_tune();
   return reader.take();
 }
 

@@ -12,6 +12,8 @@
 //       grid: {amp.loss_scale: [dynamic, 128]}      # and/or set: {key: value}
 //       reset_optimizer: false
 //       name: label                                 # optional
+//   prune: {rule: asha}      # stop losing cells early (docs/PRUNING.md)
+//   tune: {...}              # what `amptune tune` searches (docs/TUNE.md); alone with base:
 //
 // Axes are the grid keys, each zip group and repeat, in the order the file declares them; cells
 // are their cartesian product with the first axis varying slowest. docs/CONFIG.md has the rules
@@ -68,6 +70,25 @@ struct PruneBlock {
   SourceLoc metric_loc;  // prune.metric's value (the block's key when not given)
 };
 
+// The sweep's tune: block (schemas/sweep.yaml; docs/TUNE.md): the search `amptune tune` runs from
+// the base. Values are checked against the schemas here; the metric, the budget and the
+// reference / start configs when the search is planned (app/tune.h plan_tune).
+struct TuneBlock {
+  using Overrides = std::vector<std::pair<std::string, nlohmann::json>>;  // key -> coerced value
+  std::string metric;                           // "" = the model's primary metric
+  double tolerance_abs = 0, tolerance_rel = 0;  // exactly one > 0
+  Overrides reference, start;
+  std::vector<std::string> moves;
+  std::optional<int> fork_from;  // unset: auto
+  int64_t budget_epochs = 0;     // 0: 8 x schedule.epochs
+  int64_t eta = 3, min_epochs = 1;
+  std::string objective = "precision";
+  int64_t diagnose_batches = 2;
+  double cosine_min = 0.99;
+  std::string canonical;  // the block as canonical JSON (the search's identity)
+  SourceLoc loc, metric_loc, budget_loc, start_loc;  // of the keys (the block's when not given)
+};
+
 struct Sweep {
   std::string name;
   std::string description;
@@ -78,6 +99,7 @@ struct Sweep {
   std::vector<Cell> cells;
   std::vector<ForkDecl> forks;
   std::optional<PruneBlock> prune;  // unset: no prune: block
+  std::optional<TuneBlock> tune;    // unset: no tune: block
   // Where each key of base, of an axis or of a --set was given (the last place wins), so a
   // check made after expansion can name the line.
   std::map<std::string, SourceLoc> key_locs;

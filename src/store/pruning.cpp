@@ -39,6 +39,24 @@ void Store::prune_run(const PruneDecisionRow& decision) {
   });
 }
 
+bool Store::prune_pending_run(const PruneDecisionRow& decision) {
+  const std::string action = "pruning run " + std::to_string(decision.run_id);
+  if (decision.action != "stop") {
+    throw StoreError(path_ + ": " + action + ": a run is pruned by a decision to stop");
+  }
+  return detail::guarded_write(path_, db_, action, [&] {
+    detail::require_run(db_, path_, decision.run_id, action);
+    if (!sql::exists(db_, "SELECT 1 FROM runs WHERE id = ? AND status = 'pending'",
+                     decision.run_id)) {
+      return false;
+    }
+    insert_decision(db_, decision);
+    sql::run(db_, "UPDATE runs SET status = 'pruned', message = ?1, finished_at = ?2 WHERE id = ?3",
+             decision.reason, detail::now_utc(), decision.run_id);
+    return true;
+  });
+}
+
 bool Store::promote_run(const PruneDecisionRow& decision) {
   const std::string action = "continuing pruned run " + std::to_string(decision.run_id);
   if (decision.action != "continue") {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -226,6 +227,56 @@ struct PruneDecisionRow {
   std::string compared_json = "[]";  // [{"run_id": 3, "value": 0.41}, ...], best first
   std::string reason;                // one line for people
   std::string decided_at;            // ISO-8601 UTC; set by the store
+};
+
+// --- Tuning (amptune tune; docs/TUNE.md) -------------------------------------------------------
+
+// A search (table tune_searches): one per sweep and tune: block.
+struct TuneSearchRow {
+  int64_t id = 0;
+  int64_t sweep_id = 0;
+  std::string sweep_name;  // read back; not written
+  std::string block_json;  // the tune: block as canonical JSON
+  std::string metric;
+  bool higher_is_better = true;
+  int64_t reference_run_id = 0, start_run_id = 0;
+  std::string status = "searching";  // searching | answered | exhausted
+  int64_t answer_run_id = 0;         // 0: none
+  std::string answer_yaml;           // the answer's changed keys, one "key: value" line each
+  double answer_value = std::numeric_limits<double>::quiet_NaN();
+  double reference_value = std::numeric_limits<double>::quiet_NaN();
+  int epochs_spent = 0, grid_epochs = 0;
+  std::string note;  // how it ended, for people
+  std::string created_at, finished_at;
+};
+
+// A round (table tune_rounds): candidates made from one start run.
+struct TuneRoundRow {
+  int64_t search_id = 0;
+  int round = 0;                // 1, 2, ...
+  std::string kind = "search";  // search | bisect
+  int64_t start_run_id = 0;
+  int fork_epoch = -1;                 // -1: the candidates are fresh runs
+  std::optional<int> diagnosis_epoch;  // the start's diagnosed checkpoint (-1: initial weights)
+  std::string note;
+};
+
+// A candidate (table tune_candidates): one move over its round's start, and its run.
+struct TuneCandidateRow {
+  int64_t search_id = 0;
+  int round = 0;
+  int seq = 0;
+  std::string move;
+  std::string change_json = "{}";  // the keys it changes over the round's start
+  std::string reason;
+  std::string advice_rule, advice_module;  // "" when the move came from the order
+  int64_t run_id = 0;
+  int64_t parent_run_id = 0;  // 0: a fresh run
+  int fork_epoch = -1;
+  int rung = -1;  // the last rung reached; -1 none
+  double value = std::numeric_limits<double>::quiet_NaN();
+  double reference_value = std::numeric_limits<double>::quiet_NaN();
+  std::string outcome = "pending";  // pending | within | outside | pruned | diverged | failed
 };
 
 // --- Merging databases (amptune merge; docs/DATABASE.md "Merging databases") ------------------

@@ -107,8 +107,33 @@ class Store {
   // decision (action "continue") recorded, in one transaction; false, writing nothing, when the
   // run is not pruned (another process promoted it first). StoreError when it does not exist.
   bool promote_run(const PruneDecisionRow& decision);
+  // A run no process holds now (status pending: stopped at an epoch on purpose) stopped by a
+  // decision about it (amptune tune's rungs): status pruned with the decision recorded, in one
+  // transaction, whoever held it last; false, writing nothing, when it is not pending (another
+  // process pruned it first).
+  bool prune_pending_run(const PruneDecisionRow& decision);
   // The run's decisions, oldest first.
   std::vector<PruneDecisionRow> prune_decisions(int64_t run_id) const;
+
+  // --- Tuning (amptune tune; docs/TUNE.md). Every write here may be repeated by any process
+  // running the same search: a row already there is left as it is (the search is a function of
+  // the database, so each process would write the same one).
+
+  // The search of row.sweep_id with row.block_json, created (status searching) when absent;
+  // returns it as stored.
+  TuneSearchRow ensure_tune_search(const TuneSearchRow& row);
+  // The searches of `sweep`, oldest first.
+  std::vector<TuneSearchRow> tune_searches(const std::string& sweep) const;
+  // Sets status, answer, values, epochs, note and finished_at of search row.id.
+  void finish_tune_search(const TuneSearchRow& row);
+  void record_tune_round(const TuneRoundRow& round);              // kept when already there
+  void record_tune_candidate(const TuneCandidateRow& candidate);  // kept when already there
+  // Sets rung, value, reference_value and outcome of the candidate (search_id, round, seq).
+  void update_tune_candidate(const TuneCandidateRow& candidate);
+  std::vector<TuneRoundRow> tune_rounds(int64_t search_id) const;          // by round
+  std::vector<TuneCandidateRow> tune_candidates(int64_t search_id) const;  // by round, seq
+  // The advice of the diagnosis of (run_id, epoch) in order; unset when there is none.
+  std::optional<std::vector<DiagnosisAdvice>> diagnosis_advice(int64_t run_id, int epoch) const;
 
   // status -> pending with a message ("interrupted in epoch 3"): the run stopped on purpose and
   // continues from its last checkpoint next time. ClaimLostError when another process holds it.

@@ -59,6 +59,43 @@ TEST_F(CoreSweepError, PruneBlock) {
   EXPECT_HAS(error("name: t\nprune: {grace_epochs: 0}\n"), "prune.grace_epochs");
 }
 
+TEST_F(CoreSweepError, TuneBlock) {
+  const std::string head = "name: t\ntune:\n  reference: {amp.opt_level: O0}\n";
+  EXPECT_HAS(error(head + "  start: {amp.opt_level: O1}\n  moves: [loss_scale, fp64]\n"
+                          "  tolerance: {abs: 1}\n"),
+             "x.yaml:5:");
+  EXPECT_HAS(error(head + "  start: {amp.opt_level: O1}\n  moves: [loss_scale, fp64]\n"
+                          "  tolerance: {abs: 1}\n"),
+             "tune.moves[1] must be one of loss_scale, keep_batchnorm_fp32, fp32_modules");
+  EXPECT_HAS(error(head + "  start: {amp.opt_level: O1}\n  tolerance: {abs: 0}\n"),
+             "x.yaml:5:20: tune.tolerance.abs must be > 0, got 0.0");
+  EXPECT_HAS(error(head + "  start: {amp.opt_level: O1}\n  tolerance: {abs: -1}\n"),
+             "x.yaml:5:20: tune.tolerance.abs must be >= 0");
+  EXPECT_HAS(error(head + "  start: {amp.opt_level: O1}\n  tolerance: {abs: 1, rel: 0.1}\n"),
+             "x.yaml:5:28: tune.tolerance takes abs or rel, not both");
+  EXPECT_HAS(error(head + "  start: {amp.opt_level: O1}\n"), "x.yaml:2:1: tune needs a tolerance");
+  EXPECT_HAS(error("name: t\ntune:\n  start: {amp.opt_level: O1}\n  tolerance: {abs: 1}\n"),
+             "x.yaml:2:1: tune needs reference");
+  EXPECT_HAS(error(head + "  start: {amp.opt_lvl: O1}\n  tolerance: {abs: 1}\n"),
+             "x.yaml:4:11: unknown config key amp.opt_lvl (in tune.start); did you mean "
+             "amp.opt_level?");
+  EXPECT_HAS(error(head + "  start: {amp.opt_level: O1}\n  tolerance: {abs: 1}\n"
+                          "  fork_from: later\n"),
+             "x.yaml:6:14: tune.fork_from must be auto or an epoch number");
+  EXPECT_HAS(error(head + "  start: {amp.opt_level: O1}\n  tolerance: {abs: 1}\n"
+                          "  budget: {epoch: 4}\n"),
+             "x.yaml:6:12: unknown config key tune.budget.epoch (in tune); did you mean "
+             "tune.budget.epochs?");
+  EXPECT_HAS(error(head + "  start: {amp.opt_level: O1}\n  tolerance: {abs: 1}\n"
+                          "  halving: {eta: 1}\n"),
+             "tune.halving.eta");
+  EXPECT_HAS(error("name: t\ngrid: {optim.lr: [0.1, 0.2]}\n" + head.substr(8) +
+                   "  start: {amp.opt_level: O1}\n  tolerance: {abs: 1}\n"),
+             "x.yaml:2:1: a sweep with a tune: block (line 3) makes its own runs from base: grid "
+             "cannot go with it");
+  EXPECT_HAS(error("name: t\ntune: [a]\n"), "x.yaml:2:7: tune must be a mapping");
+}
+
 TEST_F(CoreSweepError, UnknownConfigKeyWithDidYouMean) {
   EXPECT_HAS(error("name: t\nbase:\n  optim:\n    lrr: 0.1\n"),
              "x.yaml:4:5: unknown config key optim.lrr (in base); did you mean optim.lr?");

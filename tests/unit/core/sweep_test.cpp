@@ -36,7 +36,9 @@ TEST(CoreSweep, NameOnlyIsOneBaseCellAtTheDefaults) {
 // the schema's when the block leaves a key out.
 TEST(CoreSweep, ThePruneBlockReadsEveryKeyOfItsSchema) {
   std::vector<std::string> keys;
-  for (const KeySpec& spec : Schema::sweep_blocks().keys()) keys.push_back(spec.key);
+  for (const KeySpec& spec : Schema::sweep_blocks().keys()) {
+    if (spec.key.rfind("prune.", 0) == 0) keys.push_back(spec.key);
+  }
   EXPECT_EQ(keys, (std::vector<std::string>{"prune.rule", "prune.metric", "prune.grace_epochs",
                                             "prune.eta", "prune.min_cells"}))
       << "a new key of schemas/sweep.yaml needs its field in PruneBlock and read_prune";
@@ -58,6 +60,65 @@ TEST(CoreSweep, ThePruneBlockReadsEveryKeyOfItsSchema) {
   EXPECT_EQ(defaults.prune->eta, 3);
   EXPECT_EQ(defaults.prune->min_cells, 3);
   EXPECT_FALSE(parse_sweep("name: p\n", "<string>").prune);
+}
+
+TEST(CoreSweep, TheTuneBlockReadsEveryKeyOfItsSchema) {
+  std::vector<std::string> keys;
+  for (const KeySpec& spec : Schema::sweep_blocks().keys()) {
+    if (spec.key.rfind("tune.", 0) == 0) keys.push_back(spec.key);
+  }
+  EXPECT_EQ(keys, (std::vector<std::string>{"tune.metric", "tune.tolerance.abs",
+                                            "tune.tolerance.rel", "tune.moves", "tune.fork_from",
+                                            "tune.budget.epochs", "tune.halving.eta",
+                                            "tune.halving.min_epochs", "tune.objective",
+                                            "tune.diagnose.batches", "tune.diagnose.cosine_min"}))
+      << "a new key of schemas/sweep.yaml needs its field in TuneBlock and read_tune";
+  const Sweep set = parse_sweep(
+      "name: t\nbase: {schedule.epochs: 4}\ntune:\n  metric: mrpe\n  tolerance: {rel: 0.02}\n"
+      "  reference: {amp.opt_level: O0}\n"
+      "  start:\n    amp: {opt_level: O2, loss_scale: 128}\n    casts.int32: [k_value]\n"
+      "  moves: [loss_scale, casts]\n  fork_from: 2\n  budget: {epochs: 40}\n"
+      "  halving: {eta: 2, min_epochs: 3}\n  objective: speed\n"
+      "  diagnose: {batches: 3, cosine_min: 0.9}\n",
+      "<string>");
+  ASSERT_TRUE(set.tune);
+  const TuneBlock& t = *set.tune;
+  EXPECT_EQ(t.metric, "mrpe");
+  EXPECT_EQ(t.metric_loc.line, 4);
+  EXPECT_EQ(t.tolerance_rel, 0.02);
+  EXPECT_EQ(t.tolerance_abs, 0);
+  ASSERT_EQ(t.reference.size(), 1u);
+  EXPECT_EQ(t.reference[0], (std::pair<std::string, nlohmann::json>{"amp.opt_level", "O0"}));
+  ASSERT_EQ(t.start.size(), 3u);
+  EXPECT_EQ(t.start[1].first, "amp.loss_scale");
+  EXPECT_EQ(t.start[1].second, 128.0);
+  EXPECT_EQ(t.start[2].second, (nlohmann::json{"k_value"}));
+  EXPECT_EQ(t.moves, (std::vector<std::string>{"loss_scale", "casts"}));
+  EXPECT_EQ(t.fork_from, 2);
+  EXPECT_EQ(t.budget_epochs, 40);
+  EXPECT_EQ(t.budget_loc.line, 12);
+  EXPECT_EQ(t.eta, 2);
+  EXPECT_EQ(t.min_epochs, 3);
+  EXPECT_EQ(t.objective, "speed");
+  EXPECT_EQ(t.diagnose_batches, 3);
+  EXPECT_EQ(t.cosine_min, 0.9);
+  // Defaults; the canonical block names every key, so a changed default is another search.
+  const Sweep defaults = parse_sweep(
+      "name: t\ntune: {tolerance: {abs: 1}, reference: {amp.opt_level: O0}, start: {}}\n",
+      "<string>");
+  ASSERT_TRUE(defaults.tune);
+  EXPECT_FALSE(defaults.tune->fork_from);
+  EXPECT_EQ(defaults.tune->moves,
+            (std::vector<std::string>{"loss_scale", "casts", "keep_batchnorm_fp32", "fp32_modules",
+                                      "opt_level"}));
+  EXPECT_EQ(defaults.tune->budget_epochs, 0);
+  EXPECT_EQ(defaults.tune->objective, "precision");
+  EXPECT_TRUE(defaults.tune->start.empty());
+  const auto canonical = nlohmann::json::parse(defaults.tune->canonical);
+  EXPECT_EQ(canonical.at("tune.halving.eta"), 3);
+  EXPECT_EQ(canonical.at("reference").at("amp.opt_level"), "O0");
+  EXPECT_NE(canonical, nlohmann::json::parse(set.tune->canonical));
+  EXPECT_FALSE(parse_sweep("name: p\n", "<string>").tune);
 }
 
 TEST(CoreSweep, AGridOverDataPathsHasOneCellPerPath) {

@@ -657,6 +657,119 @@ TEST_F(StoreTest, PrunedRunsStopWithTheirDecisionAndArePromotedOnce) {
   EXPECT_TRUE(store.claim_run(id, provenance("a"), 3600, false, /*continue_pruned=*/true));
 }
 
+// prune_pending_run stops a run released at an epoch (held last by another process) once: a
+// second process deciding the same finds it pruned and writes nothing.
+TEST_F(StoreTest, PrunePendingRunStopsAReleasedRunOnce) {
+  Store store(db_path());
+  const int64_t id = store.ensure_run(store.ensure_sweep("s", "", "", ""), spec("s", 0, "a")).id;
+  PruneDecisionRow stop;
+  stop.run_id = id;
+  stop.epoch = 0;
+  stop.action = "stop";
+  stop.rule = "asha";
+  stop.metric = "acc1";
+  stop.reason = "tune round 1";
+  ASSERT_TRUE(store.claim_run(id, provenance("a"), 3600));
+  EXPECT_FALSE(store.prune_pending_run(stop)) << "a running run is not pruned this way";
+  store.release_run(id, "stopped after epoch 0 as asked");
+  EXPECT_TRUE(store.prune_pending_run(stop));
+  EXPECT_FALSE(store.prune_pending_run(stop));
+  EXPECT_EQ(store.find_run(id)->status, RunStatus::kPruned);
+  EXPECT_EQ(store.prune_decisions(id).size(), 1u);
+}
+
+// The rows of a tune search (migration 16): written once whoever writes them first, read back
+// in order, the view tune_path joining them with the runs.
+TEST_F(StoreTest, TuneSearchRoundsAndCandidatesAndTheirPath) {
+  Store store(db_path());
+  const int64_t sweep = store.ensure_sweep("t", "", "", "");
+  const int64_t ref = store.ensure_run(sweep, spec("t", 0, "ref")).id;
+  const int64_t start = store.ensure_run(sweep, spec("t", 1, "start")).id;
+  const int64_t cand = store.ensure_run(sweep, spec("t", 2, "cand")).id;
+  TuneSearchRow row;
+  row.sweep_id = sweep;
+  row.block_json = R"({"tune.metric":"acc1"})";
+  row.metric = "acc1";
+  row.reference_run_id = ref;
+  row.start_run_id = start;
+  const TuneSearchRow first = store.ensure_tune_search(row);
+  EXPECT_GT(first.id, 0);
+  EXPECT_EQ(first.status, "searching");
+  EXPECT_EQ(first.sweep_name, "t");
+  EXPECT_EQ(store.ensure_tune_search(row).id, first.id) << "found again";
+  row.block_json = R"({"tune.metric":"acc5"})";
+  EXPECT_NE(store.ensure_tune_search(row).id, first.id) << "another block, another search";
+  store.record_tune_round({first.id, 1, "search", start, 0, 1, "note"});
+  store.record_tune_round({first.id, 1, "search", start, 5, 5, "ignored"});  // already there
+  store.record_tune_round({first.id, 2, "bisect", cand, -1, std::nullopt, ""});
+  TuneCandidateRow c;
+  c.search_id = first.id;
+  c.round = 1;
+  c.seq = 0;
+  c.move = "fp32_modules";
+  c.change_json = R"({"amp.fp32_modules":["conv1"]})";
+  c.reason = "overflow";
+  c.advice_rule = "activation_overflow";
+  c.advice_module = "conv1";
+  c.run_id = cand;
+  c.parent_run_id = start;
+  c.fork_epoch = 0;
+  store.record_tune_candidate(c);
+  c.value = 0.5;
+  c.reference_value = 0.6;
+  c.rung = 1;
+  c.outcome = "within";
+  store.update_tune_candidate(c);
+  TuneCandidateRow bad = c;
+  bad.round = 9;  // no such round
+  EXPECT_THROW(store.record_tune_candidate(bad), StoreError);
+  const auto rounds = store.tune_rounds(first.id);
+  ASSERT_EQ(rounds.size(), 2u);
+  EXPECT_EQ(rounds[0].note, "note");
+  EXPECT_EQ(rounds[0].diagnosis_epoch, 1);
+  EXPECT_FALSE(rounds[1].diagnosis_epoch);
+  EXPECT_EQ(rounds[1].kind, "bisect");
+  const auto candidates = store.tune_candidates(first.id);
+  ASSERT_EQ(candidates.size(), 1u);
+  EXPECT_EQ(candidates[0].outcome, "within");
+  EXPECT_EQ(candidates[0].rung, 1);
+  EXPECT_EQ(candidates[0].value, 0.5);
+  EXPECT_EQ(candidates[0].advice_module, "conv1");
+  EXPECT_EQ(candidates[0].parent_run_id, start);
+  TuneSearchRow done = first;
+  done.status = "answered";
+  done.answer_run_id = cand;
+  done.answer_yaml = "amp.fp32_modules: [conv1]\n";
+  done.epochs_spent = 9;
+  done.grid_epochs = 15;
+  store.finish_tune_search(done);
+  const auto searches = store.tune_searches("t");
+  ASSERT_EQ(searches.size(), 2u);
+  EXPECT_EQ(searches[0].status, "answered");
+  EXPECT_EQ(searches[0].answer_run_id, cand);
+  EXPECT_EQ(searches[0].grid_epochs, 15);
+  EXPECT_FALSE(searches[0].finished_at.empty());
+  const auto path = store.query(
+      "SELECT round, move, advice_module, run, outcome, is_answer FROM tune_path "
+      "WHERE sweep = 't'");
+  ASSERT_EQ(path.rows.size(), 1u);
+  EXPECT_EQ(path.rows[0][1], "fp32_modules");
+  EXPECT_EQ(path.rows[0][4], "within");
+  EXPECT_EQ(path.rows[0][5], "1");
+  // The advice of a diagnosis: unset without one, in order with one.
+  EXPECT_FALSE(store.diagnosis_advice(start, 0));
+  Diagnosis d;
+  d.run_id = start;
+  d.epoch = 0;
+  d.batches = 1;
+  d.advice = {{"activation_overflow", "conv1", "keep it"}, {"cast_point", "bbox", "remove it"}};
+  store.record_diagnosis(d);
+  const auto advice = store.diagnosis_advice(start, 0);
+  ASSERT_TRUE(advice);
+  ASSERT_EQ(advice->size(), 2u);
+  EXPECT_EQ((*advice)[1].module, "bbox");
+}
+
 // metric_values reads a sweep's values of one metric; with_nulls adds the NaNs stored as NULL (the
 // prune rules rank them worst) and, for an epochs column, the NULL ones too.
 TEST_F(StoreTest, MetricValuesWithAndWithoutTheNaNs) {

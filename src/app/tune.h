@@ -1,0 +1,68 @@
+// `amptune tune`: the search for the lowest-precision setting that keeps a metric within a
+// tolerance of an fp32 reference (a sweep's tune: block; docs/TUNE.md has every step):
+//
+//   app::TunePlan plan = app::plan_tune("experiments/tune_planted.yaml", sets);  // writes nothing
+//   store::Store store(db);
+//   app::TuneOutcome out = app::run_tune(store, plan, options);
+//
+// The search trains the reference and the start (reused by identity when trained), diagnoses the
+// start where it leaves the tolerance band, turns the advice and the move order into candidates
+// (forks of the start from that epoch), runs successive halving over them (losers stop as
+// pruned), and repeats from the best candidate until one ends within tolerance; a solution's
+// fp32 modules are then bisected. Every step is a function of the database: several processes
+// (--workers) run the same search and share its training through the store's claims, and a
+// search stopped at any point continues from the database with the same answer. No torch.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "app/runner.h"
+#include "app/tune_moves.h"
+#include "core/sweep.h"
+#include "store/store.h"
+
+namespace amptune::app {
+
+struct TunePlan {
+  Sweep sweep;       // its tune block is set
+  Config base;       // the sweep's base, checkpoints every epoch, all kept (forks need them)
+  Config reference;  // base + tune.reference
+  Config start;      // base + tune.start
+  std::string reference_fingerprint, start_fingerprint;  // of their data (planned with data)
+  std::string metric;
+  Tolerance tolerance;
+  int epochs = 0;  // schedule.epochs of the reference and the start
+  int budget = 0;  // tune.budget.epochs resolved
+  const TuneBlock& block() const { return *sweep.tune; }
+};
+
+// Reads the sweep file at `path` (with --set `sets`) and checks its tune: block before anything
+// is written: the reference's and the start's configs (train::validate_config), that they
+// differ, train the same number of epochs (at least 2) and record the metric (listing those the
+// model records), that tune.fork_from is an epoch of them, that the budget covers the reference
+// and the start, and with `data` that their data open. Throws ConfigError naming file:line and
+// the key, UsageError when the sweep has no tune: block.
+TunePlan plan_tune(const std::string& path, const std::vector<std::string>& sets, bool data = true);
+
+// A search as the database holds it.
+struct TuneOutcome {
+  store::TuneSearchRow search;
+  std::vector<store::TuneRoundRow> rounds;
+  std::vector<store::TuneCandidateRow> candidates;
+  std::map<int64_t, store::RunRow> runs;  // the reference, the start and every candidate's run
+  Tally tally;                            // what this process trained
+  bool stopped = false;                   // a signal stopped it: it continues when run again
+};
+
+// Runs (or continues) the search of `plan` on `store` and returns it as stored. Training
+// failures are the candidates' outcomes; a failed or diverged reference ends the search
+// (exhausted, with the reason in its note).
+TuneOutcome run_tune(store::Store& store, const TunePlan& plan, const SweepOptions& options);
+
+// The newest search of `sweep` in `store`; unset when it has none.
+std::optional<TuneOutcome> tune_status(const store::Store& store, const std::string& sweep);
+
+}  // namespace amptune::app

@@ -1,0 +1,210 @@
+// `amptune tune`: options and output; app/tune.h does the search.
+#include <cmath>
+#include <iostream>
+
+#include "app/inspect.h"
+#include "app/job.h"
+#include "app/table.h"
+#include "app/tune.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "store/store.h"
+
+namespace amptune::cli {
+namespace {
+
+std::string value_text(double v) { return std::isfinite(v) ? app::significant(v, 4) : "-"; }
+
+std::string run_name(const app::TuneOutcome& out, int64_t id) {
+  auto it = out.runs.find(id);
+  return it == out.runs.end() ? "run " + std::to_string(id) : it->second.name;
+}
+
+// The change as "key=value key=value".
+std::string change_text(const std::string& change_json) {
+  std::string out;
+  const nlohmann::json change = nlohmann::json::parse(change_json);
+  for (const auto& [key, value] : change.items()) {
+    out += (out.empty() ? "" : " ") + key + "=" + app::flow_yaml(value);
+  }
+  return out;
+}
+
+void print_path(const app::TuneOutcome& out, std::ostream& os) {
+  const store::TuneSearchRow& s = out.search;
+  os << "reference " << run_name(out, s.reference_run_id) << ", start "
+     << run_name(out, s.start_run_id) << "; metric " << s.metric << " ("
+     << (s.higher_is_better ? "higher" : "lower") << " is better)\n";
+  for (const store::TuneRoundRow& r : out.rounds) {
+    os << "\nround " << r.round << " (" << r.kind << ") from " << run_name(out, r.start_run_id);
+    if (r.fork_epoch >= 0)
+      os << ", candidates fork from epoch " << r.fork_epoch;
+    else
+      os << ", candidates train from scratch";
+    if (r.diagnosis_epoch) {
+      os << "; diagnosis at "
+         << (*r.diagnosis_epoch >= 0 ? "epoch " + std::to_string(*r.diagnosis_epoch)
+                                     : std::string("the initial weights"));
+    }
+    os << "\n";
+    app::Table table({"move", "change", "from", "run", "rung", s.metric, "reference", "outcome"});
+    for (const store::TuneCandidateRow& c : out.candidates) {
+      if (c.round != r.round) continue;
+      table.add({c.move, change_text(c.change_json),
+                 c.advice_rule.empty() ? "move order" : c.advice_rule + " " + c.advice_module,
+                 run_name(out, c.run_id), c.rung >= 0 ? std::to_string(c.rung) : "-",
+                 value_text(c.value), value_text(c.reference_value),
+                 c.outcome + (c.run_id != s.answer_run_id ? ""
+                              : s.status == "answered"    ? " (answer)"
+                                                          : " (closest)")});
+    }
+    table.print(os);
+  }
+}
+
+void print_outcome(const app::TuneOutcome& out, const std::string& db, std::ostream& os) {
+  const store::TuneSearchRow& s = out.search;
+  print_path(out, os);
+  os << "\n";
+  if (s.status == "searching") {
+    os << "the search is not finished; run the command again to continue it\n";
+  } else if (s.status == "answered") {
+    os << "answer: " << run_name(out, s.answer_run_id) << ", " << s.metric << " "
+       << value_text(s.answer_value) << " against the reference's " << value_text(s.reference_value)
+       << " (" << s.note << ")\n";
+    os << "paste into base:\n";
+    std::string yaml = s.answer_yaml.empty() ? "{}  # the base itself\n" : s.answer_yaml;
+    size_t at = 0;
+    while (at < yaml.size()) {
+      const size_t end = yaml.find('\n', at);
+      os << "  " << yaml.substr(at, end - at) << "\n";
+      at = end == std::string::npos ? yaml.size() : end + 1;
+    }
+  } else {
+    os << "no answer: " << s.note << "\n";
+    if (s.answer_run_id) {
+      os << "closest: " << run_name(out, s.answer_run_id) << ", " << s.metric << " "
+         << value_text(s.answer_value) << " against the reference's "
+         << value_text(s.reference_value) << "\n";
+    }
+  }
+  if (s.status != "searching") {
+    os << "epochs: " << s.epochs_spent << " trained by the search; the full grid of the moves it "
+       << "tried: " << s.grid_epochs << "\n";
+  }
+  os << "path: sqlite3 -header -column " << db << " \"SELECT * FROM tune_path WHERE sweep = '"
+     << log::printable(s.sweep_name) << "'\"\n";
+}
+
+void print_plan(const app::TunePlan& plan, std::ostream& os) {
+  const TuneBlock& b = plan.block();
+  std::vector<std::string> keys;
+  for (const KeySpec& spec : plan.base.schema().keys()) keys.push_back(spec.key);
+  auto block = [&](const char* what, const Config& config) {
+    const std::string yaml = app::changed_yaml(config, plan.base, keys);
+    os << what << (yaml.empty() ? " the base\n" : ":\n");
+    size_t at = 0;
+    while (at < yaml.size()) {
+      const size_t end = yaml.find('\n', at);
+      os << "  " << yaml.substr(at, end - at) << "\n";
+      at = end + 1;
+    }
+  };
+  block("reference", plan.reference);
+  block("start", plan.start);
+  os << "metric " << plan.metric << " (" << (plan.tolerance.higher_is_better ? "higher" : "lower")
+     << " is better), tolerance "
+     << (b.tolerance_abs > 0 ? "abs " + app::significant(b.tolerance_abs, 6)
+                             : "rel " + app::significant(b.tolerance_rel, 6))
+     << "; moves " << app::flow_yaml(nlohmann::json(b.moves)) << "; fork_from "
+     << (b.fork_from ? std::to_string(*b.fork_from) : std::string("auto")) << "\n";
+  os << plan.epochs << " epochs per run; budget " << plan.budget << " epochs; halving eta " << b.eta
+     << ", first rung " << b.min_epochs << " epochs past the fork; objective " << b.objective
+     << "\n";
+  os << "sweep " << plan.sweep.name << " checked (dry run: nothing trained or written)\n";
+}
+
+}  // namespace
+
+int cmd_tune(const Invocation& inv) {
+  std::string sweep_path, db;
+  std::vector<std::string> sets, only;
+  int threads = 0, stop_after = -1, workers = 1, nproc = 1;
+  double stale_after = store::kDefaultStaleAfterSeconds;
+  Options opts("tune",
+               "usage: amptune tune SWEEP.yaml [options]\n\nSearches for the lowest-precision "
+               "setting whose metric stays within the sweep's tune: block's tolerance of the "
+               "reference (docs/TUNE.md): trains the reference and the start, diagnoses the "
+               "start, forks one candidate per move, stops losing candidates early, repeats "
+               "from the best, bisects fp32 modules, and prints the answer as keys for base:. "
+               "Every step is stored; running it again continues the search.");
+  opts.positional(&sweep_path)
+      .db(&db)
+      .quiet()
+      .sweep_selection(&sets, &only)
+      .stale_after(&stale_after);
+  opts.add()("dry-run", "check the tune: block and print the plan; train and write nothing")(
+      "status",
+      "print the newest search of the sweep from the database (its decision path and "
+      "answer); train nothing")(
+      "workers", po::value(&workers)->default_value(1),
+      "processes running the search together: each trains the candidates it claims")(
+      "no-progress", "no per-step progress lines (epoch lines stay)")(
+      "as-worker", "(set by --workers for its processes) print no summary at the end");
+  add_training_options(opts, &threads, &stop_after, &nproc, "not used by tune");
+  if (!opts.parse(inv.args)) return 0;
+  if (sweep_path.empty())
+    throw UsageError("amptune tune needs a sweep file: amptune tune SWEEP.yaml");
+  if (!only.empty())
+    throw UsageError("amptune tune searches from the base: --only has no cells to select");
+  if (stop_after >= 0)
+    throw UsageError("amptune tune decides where each run stops: no --stop-after-epoch");
+  if (workers < 1) throw UsageError("--workers must be at least 1, got " + std::to_string(workers));
+  if (nproc != 1 && workers > 1) {
+    throw UsageError("--nproc and --workers do not go together");
+  }
+  if (opts.has("status")) {
+    const Sweep sweep = load_sweep(sweep_path, sets);
+    store::Store store = app::open_existing(db);
+    const auto out = app::tune_status(store, sweep.name);
+    if (!out) {
+      std::cout << "sweep " << sweep.name << " has no tune search in " << db << "\n";
+      return 0;
+    }
+    print_outcome(*out, db, std::cout);
+    return 0;
+  }
+  app::SweepOptions options = sweep_options(opts, inv, threads, -1);
+  options.stale_after = stale_after;
+  const bool dry = opts.has("dry-run");
+  const app::JobLaunch launch{"tune", inv.args, nproc, workers, !dry};
+  return app::run_as_job(
+      launch, options,
+      [&] {
+        const app::TunePlan plan = app::plan_tune(sweep_path, sets);
+        if (dry) {
+          print_plan(plan, std::cout);
+          return 0;
+        }
+        store::Store store(db);
+        if (workers > 1) {
+          store.ensure_sweep(plan.sweep.name, plan.sweep.description, plan.sweep.yaml_text,
+                             plan.sweep.source_path);
+          std::vector<std::string> args = app::worker_args(inv.args, "tune");
+          args.push_back("--as-worker");
+          const int code = app::run_workers(args, workers, db, plan.sweep.name);
+          if (const auto out = app::tune_status(store, plan.sweep.name)) {
+            print_outcome(*out, db, std::cout);
+          }
+          return code;
+        }
+        const app::TuneOutcome out = app::run_tune(store, plan, options);
+        if (!opts.has("as-worker")) print_outcome(out, db, std::cout);
+        if (out.stopped) return static_cast<int>(ExitCode::kInterrupted);
+        return out.tally.exit_code();
+      },
+      [&] { (void)app::plan_tune(sweep_path, sets); });
+}
+
+}  // namespace amptune::cli

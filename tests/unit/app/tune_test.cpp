@@ -1,0 +1,179 @@
+// The rules of amptune tune (app/tune_moves.h) on hand-made configs and advice: the tolerance
+// band, the moves and their order, the rungs, the bisection, the objective and the answer's YAML.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "app/tune_moves.h"
+
+namespace amptune::app {
+namespace {
+
+const double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+Config config(const Overrides& overrides) {
+  Config c;
+  for (const auto& [key, value] : overrides) c.set(key, value);
+  return c;
+}
+
+// "move key=value key=value" per move, in order.
+std::vector<std::string> describe(const std::vector<TuneMove>& moves) {
+  std::vector<std::string> out;
+  for (const TuneMove& m : moves) {
+    std::string line = m.move;
+    for (const auto& [key, value] : m.change) line += " " + key + "=" + flow_yaml(value);
+    out.push_back(line);
+  }
+  return out;
+}
+
+const std::vector<std::string> kAll = {"loss_scale", "keep_batchnorm_fp32", "fp32_modules",
+                                       "casts",      "opt_level",           "lr_dec_epoch"};
+
+TEST(AppTune, ToleranceBandInBothDirections) {
+  const Tolerance acc{5.0, 0, true};
+  EXPECT_EQ(acc.limit(70), 65);
+  EXPECT_TRUE(acc.within(65, 70));
+  EXPECT_TRUE(acc.within(90, 70));  // better than the reference
+  EXPECT_FALSE(acc.within(64.9, 70));
+  EXPECT_FALSE(acc.within(kNaN, 70));
+  EXPECT_FALSE(acc.within(70, kNaN));
+  EXPECT_EQ(acc.shortfall(60, 70), 10);
+  EXPECT_TRUE(std::isinf(acc.shortfall(kNaN, 70)));
+  const Tolerance mrpe{0, 0.1, false};  // 10 % worse at most, lower is better
+  EXPECT_DOUBLE_EQ(mrpe.limit(120), 132);
+  EXPECT_TRUE(mrpe.within(131, 120));
+  EXPECT_FALSE(mrpe.within(133, 120));
+  EXPECT_EQ(mrpe.shortfall(100, 120), -20);
+  const std::map<int, double> ref = {{0, 50}, {1, 60}, {2, 70}};
+  EXPECT_EQ(first_exit({{0, 49}, {1, 50}, {2, 70}}, ref, acc), 1);
+  EXPECT_EQ(first_exit({{0, kNaN}}, ref, acc), 0);
+  EXPECT_FALSE(first_exit({{0, 48}, {1, 58}, {2, 66}, {7, 0}}, ref, acc));  // 7: no reference
+}
+
+TEST(AppTune, ADiagnosedOverflowUnderO1KeepsTheModuleInFp32) {
+  const Config c = config({{"amp.opt_level", "O1"}, {"amp.loss_scale", "dynamic"}});
+  const std::vector<store::DiagnosisAdvice> advice = {{"activation_overflow", "conv1", "..."},
+                                                      {"first_departure", "conv1", "..."}};
+  const auto moves = candidate_moves(c, advice, kAll, 0, false);
+  EXPECT_EQ(describe(moves), (std::vector<std::string>{"fp32_modules amp.fp32_modules=[conv1]"}))
+      << "the same change twice is one candidate; O1 has no cheaper move left";
+  EXPECT_EQ(moves[0].advice_rule, "activation_overflow");
+  EXPECT_EQ(moves[0].advice_module, "conv1");
+  EXPECT_TRUE(candidate_moves(c, advice, {"loss_scale", "opt_level"}, 0, false).empty());
+}
+
+// The seed's port: O2, static 128, int32 casts. The advice comes first, in its order (under O2 an
+// overflowing module's enclosing block), then the move order, cheapest first.
+TEST(AppTune, TheSeedPortGetsAdviceMovesThenTheMoveOrder) {
+  const Config c = config({{"amp.opt_level", "O2"},
+                           {"amp.loss_scale", 128.0},
+                           {"casts.int32", {"k_value", "cam_param"}},
+                           {"schedule.epochs", 6},
+                           {"schedule.lr_dec_epoch", {2, 5}}});
+  const std::vector<store::DiagnosisAdvice> advice = {
+      {"activation_overflow", "layer1.0.conv1", ""},
+      {"gradient_underflow", "fc.weight", ""},
+      {"cast_point", "k_value", ""},
+      {"batchnorm_low_precision", "bn1", ""}};  // BatchNorm is fp32 under O2: not a move
+  EXPECT_EQ(describe(candidate_moves(c, advice, kAll, 1, false)),
+            (std::vector<std::string>{
+                "fp32_modules amp.fp32_modules=[layer1.0]",
+                "loss_scale amp.loss_scale=dynamic",
+                "casts casts.int32=[cam_param]",
+                "casts casts.int32=[]",
+                "lr_dec_epoch schedule.lr_dec_epoch=[3, 5]",
+                "opt_level amp.opt_level=O1 amp.keep_batchnorm_fp32=auto amp.master_weights=auto",
+            }));
+  // lr_dec_epoch once per path; no decay after the fork epoch: no move.
+  EXPECT_EQ(describe(candidate_moves(c, {}, {"lr_dec_epoch"}, 1, true)).size(), 0u);
+  EXPECT_EQ(describe(candidate_moves(c, {}, {"lr_dec_epoch"}, 4, false)).size(), 0u);
+  // O3: its auto scale is static 1.0, BatchNorm is low precision.
+  const Config o3 = config({{"amp.opt_level", "O3"}});
+  EXPECT_EQ(describe(candidate_moves(o3, {{"batchnorm_low_precision", "bn1", ""}}, kAll, 0, false)),
+            (std::vector<std::string>{"keep_batchnorm_fp32 amp.keep_batchnorm_fp32=\"true\"",
+                                      "loss_scale amp.loss_scale=dynamic",
+                                      "opt_level amp.opt_level=O2"}));
+}
+
+TEST(AppTune, RungsStandMinEpochsTimesEtaPowersPastTheFork) {
+  EXPECT_EQ(tune_rungs(-1, 2, 3, 1), (std::vector<int>{0, 2}));
+  EXPECT_EQ(tune_rungs(0, 8, 3, 1), (std::vector<int>{1, 3, 8}));
+  EXPECT_EQ(tune_rungs(0, 8, 2, 2), (std::vector<int>{2, 4, 8}));
+  EXPECT_EQ(tune_rungs(5, 6, 3, 1), (std::vector<int>{6}));
+}
+
+// Runs the bisection against `needed`: a probe stays within tolerance when it keeps them all.
+std::vector<std::string> bisect_with(const std::vector<std::string>& modules,
+                                     const std::set<std::string>& needed, int* probes_made) {
+  std::vector<std::pair<std::vector<std::string>, bool>> probes;
+  std::vector<std::string> kept;
+  while (auto chunk = next_bisect_probe(modules, probes, kept)) {
+    std::set<std::string> left(kept.begin(), kept.end());
+    for (const auto& m : *chunk) left.erase(m);
+    bool within = true;
+    for (const auto& m : needed) within = within && left.count(m);
+    probes.emplace_back(*chunk, within);
+  }
+  *probes_made = static_cast<int>(probes.size());
+  return kept;
+}
+
+TEST(AppTune, BisectionKeepsTheModulesThatMatter) {
+  int probes = 0;
+  EXPECT_EQ(bisect_with({"conv1", "layer1", "layer2", "fc"}, {"conv1"}, &probes),
+            (std::vector<std::string>{"conv1"}));
+  EXPECT_EQ(probes, 4);  // [conv1 layer1] out, [conv1] out, [layer1] in, [layer2 fc] in
+  EXPECT_EQ(bisect_with({"a", "b", "c", "d", "e"}, {"b", "e"}, &probes),
+            (std::vector<std::string>{"b", "e"}));
+  EXPECT_EQ(bisect_with({"a", "b"}, {}, &probes), (std::vector<std::string>{}));
+  EXPECT_EQ(bisect_with({"a"}, {"a"}, &probes), (std::vector<std::string>{"a"}));
+  EXPECT_EQ(probes, 0);  // one module: nothing to bisect
+}
+
+TEST(AppTune, PrecisionRankPutsLessFp32WorkFirst) {
+  const auto o2 = precision_rank(config({{"amp.opt_level", "O2"}}));
+  const auto o2_bn_low =
+      precision_rank(config({{"amp.opt_level", "O2"}, {"amp.keep_batchnorm_fp32", "false"}}));
+  const auto o1 = precision_rank(config({{"amp.opt_level", "O1"}}));
+  const auto o1_conv1 =
+      precision_rank(config({{"amp.opt_level", "O1"}, {"amp.fp32_modules", {"conv1"}}}));
+  const auto o0 = precision_rank(config({}));
+  EXPECT_LT(o2_bn_low, o2);
+  EXPECT_LT(o2, o1);
+  EXPECT_LT(o1, o1_conv1);
+  EXPECT_LT(o1_conv1, o0);
+}
+
+TEST(AppTune, TheAnswerIsYamlOfTheChangedKeys) {
+  EXPECT_EQ(flow_yaml("dynamic"), "dynamic");
+  EXPECT_EQ(flow_yaml("true"), "\"true\"");
+  EXPECT_EQ(flow_yaml("a b"), "\"a b\"");
+  EXPECT_EQ(flow_yaml(nlohmann::json{"conv1", "layer4.*"}), "[conv1, layer4.*]");
+  EXPECT_EQ(flow_yaml(128.0), "128.0");
+  const Config base = config({{"amp.loss_scale", "dynamic"}});
+  const Config answer = config(
+      {{"amp.loss_scale", "dynamic"}, {"amp.opt_level", "O1"}, {"amp.fp32_modules", {"conv1"}}});
+  EXPECT_EQ(changed_yaml(answer, base,
+                         {"amp.opt_level", "amp.loss_scale", "amp.fp32_modules", "amp.opt_level"}),
+            "amp.opt_level: O1\namp.fp32_modules: [conv1]\n");
+}
+
+TEST(AppTune, TheGridOfTriedMovesCountsEachDistinctChange) {
+  std::vector<store::TuneCandidateRow> rows(3);
+  rows[0].move = "loss_scale";
+  rows[0].change_json = R"({"amp.loss_scale":"dynamic"})";
+  rows[1] = rows[0];  // the same change in a later round: one value of the axis
+  rows[2].move = "fp32_modules";
+  rows[2].change_json = R"({"amp.fp32_modules":["conv1"]})";
+  EXPECT_EQ(grid_epochs(rows, 3), (2 * 2 + 1) * 3);  // 4 cells and the reference
+  EXPECT_EQ(grid_epochs({}, 3), 2 * 3);
+}
+
+}  // namespace
+}  // namespace amptune::app
