@@ -175,7 +175,10 @@ class Search {
                               const std::string& label);
   // Trains each run until it has recorded `epoch` or ended; false when a signal stopped it.
   bool train_to(const std::vector<int64_t>& ids, int epoch);
-  bool spend(int epochs, const std::string& what);
+  // Whether `epochs` more fit the budget (stop_reason_ says why not).
+  bool affordable(int epochs, const std::string& what);
+  // Adds to the ledger the epochs `id` recorded itself after `after`, up to `upto`.
+  void count_trained(int64_t id, int after, int upto);
   std::map<int, double> own_values(int64_t run_id);
   std::map<int, double> lineage_values(int64_t run_id);
   double final_value(int64_t run_id) { return value_at(run_id, plan_.epochs - 1); }
@@ -299,15 +302,18 @@ bool Search::train_to(const std::vector<int64_t>& ids, int epoch) {
   }
 }
 
-bool Search::spend(int epochs, const std::string& what) {
-  if (spent_ + epochs > plan_.budget) {
-    stop_reason_ = "the budget of " + std::to_string(plan_.budget) + " epochs is spent (" +
-                   std::to_string(spent_) + " spent; " + what + " needs " + std::to_string(epochs) +
-                   " more)";
-    return false;
+bool Search::affordable(int epochs, const std::string& what) {
+  if (spent_ + epochs <= plan_.budget) return true;
+  stop_reason_ = "the budget of " + std::to_string(plan_.budget) + " epochs is spent (" +
+                 std::to_string(spent_) + " spent; " + what + " needs up to " +
+                 std::to_string(epochs) + " more)";
+  return false;
+}
+
+void Search::count_trained(int64_t id, int after, int upto) {
+  for (const store::EpochRow& row : store_.epochs(id)) {
+    spent_ += row.epoch > after && row.epoch <= upto;
   }
-  spent_ += epochs;
-  return true;
 }
 
 std::map<int, double> Search::own_values(int64_t run_id) {
@@ -387,14 +393,17 @@ bool Search::halve(std::vector<Candidate>& round, int fork_epoch) {
     std::vector<int64_t> ids;
     for (Candidate* c : alive) {
       cost += rung - reached[c->run_id];
-      reached[c->run_id] = rung;
       ids.push_back(c->run_id);
     }
-    if (!spend(cost, "rung " + std::to_string(k) + " (epoch " + std::to_string(rung) + ") of " +
-                         std::to_string(alive.size()) + " candidates")) {
+    if (!affordable(cost, "rung " + std::to_string(k) + " (epoch " + std::to_string(rung) +
+                              ") of " + std::to_string(alive.size()) + " candidates")) {
       return false;
     }
     if (!train_to(ids, rung)) return false;
+    for (Candidate* c : alive) {
+      count_trained(c->run_id, reached[c->run_id], rung);
+      reached[c->run_id] = rung;
+    }
     // Those that ended early (diverged, failed) are out.
     std::vector<Candidate*> running;
     for (Candidate* c : alive) {
@@ -513,8 +522,9 @@ std::optional<Search::Candidate> Search::bisect(const Candidate& solution, int& 
     c.parent_run_id = probe.fork ? probe.fork->parent_run_id : 0;
     c.fork_epoch = fork_epoch;
     store_.record_tune_candidate(c);
-    if (!spend(plan_.epochs - 1 - c.fork_epoch, "a bisection probe")) break;
+    if (!affordable(plan_.epochs - 1 - c.fork_epoch, "a bisection probe")) break;
     if (!train_to({probe.id}, plan_.epochs - 1)) break;
+    count_trained(probe.id, c.fork_epoch, plan_.epochs - 1);
     judge_final(c);
     const bool within = c.outcome == "within";
     probes.emplace_back(*chunk, within);
@@ -575,8 +585,10 @@ TuneOutcome Search::run() {
   if (search_.status != "searching") return outcome();
   const int last = plan_.epochs - 1;
 
-  spend(2 * plan_.epochs, "the reference and the start");  // plan_tune checked the budget
+  // plan_tune checked that the budget covers the reference and the start.
   if (!train_to({reference.id, start.id}, last)) return outcome();
+  count_trained(reference.id, -1, last);
+  count_trained(start.id, -1, last);
   reference_ = own_values(reference.id);
   if (!std::isfinite(ref_value(last))) {
     const store::RunRow r = *store_.find_run(reference.id);
