@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include <gtest/gtest.h>
 
@@ -183,6 +184,65 @@ TEST(RootNetCli, ResumeEqualsStraight) {
   }
   ASSERT_TRUE(a.back().checkpoint && b.back().checkpoint);
   EXPECT_EQ(a.back().checkpoint->sha256, b.back().checkpoint->sha256);
+}
+
+// amptune tune from the seed's port (O2, static loss scale 128, int32 casts of k_value and
+// cam_param) against O0 on synthetic RootNet data: the static scale lets RootNet's depth
+// gradients overflow (the start diverges), the search ends within the MRPE tolerance, and every
+// move on its path is explained by a stored diagnosis row or by the move order.
+TEST(RootNetCli, TuneFromTheSeedPortEndsWithinTheMrpeTolerance) {
+  RnSweep s;
+  s.dir = scratch_dir();
+  s.yaml = s.dir + "/sweep.yaml";
+  s.db = s.dir + "/results/amptune.sqlite";
+  fs::create_directories(s.dir + "/results");
+  std::string text = make_data(s.dir);
+  auto replace = [&](const std::string& from, const std::string& to) {
+    const size_t at = text.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    text.replace(at, from.size(), to);
+  };
+  replace("batch_size: 8", "batch_size: 4");  // 13 steps per epoch
+  replace("epochs: 2, skip_steps: 1, training_step_per_epoch: 3", "epochs: 3, skip_steps: 1");
+  write_file(s.yaml, text +
+                         "  amp: {max_loss_scale: 1024}\n"
+                         "tune:\n"
+                         "  metric: mrpe\n"
+                         "  tolerance: {rel: 0.1}\n"
+                         "  reference: {amp.opt_level: O0}\n"
+                         "  start: {amp.opt_level: O2, amp.loss_scale: 128, "
+                         "casts.int32: [k_value, cam_param]}\n"
+                         "  moves: [loss_scale, keep_batchnorm_fp32, fp32_modules, casts, "
+                         "opt_level, lr_dec_epoch]\n");
+  const Result r = run_amptune({"tune", s.yaml, "--db", s.db, "--no-progress"}, s.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  store::Store store(s.db);
+  const auto searches = store.tune_searches("rn");
+  ASSERT_EQ(searches.size(), 1u);
+  const store::TuneSearchRow& search = searches[0];
+  ASSERT_EQ(search.status, "answered") << search.note << "\n" << r.out;
+  EXPECT_LE(search.answer_value, search.reference_value * 1.1);
+  const auto answer = nlohmann::json::parse(store.find_run(search.answer_run_id)->config_json);
+  EXPECT_EQ(answer.at("amp").at("loss_scale"), "dynamic") << r.out;
+  EXPECT_EQ(store.find_run(search.start_run_id)->status, store::RunStatus::kDiverged);
+  std::map<int, store::TuneRoundRow> rounds;
+  for (const auto& round : store.tune_rounds(search.id)) rounds[round.round] = round;
+  const auto candidates = store.tune_candidates(search.id);
+  ASSERT_FALSE(candidates.empty());
+  for (const auto& c : candidates) {
+    if (c.advice_rule.empty()) {
+      EXPECT_EQ(c.reason.rfind("move order: ", 0), 0u) << c.reason;
+      continue;
+    }
+    const store::TuneRoundRow& round = rounds.at(c.round);
+    ASSERT_TRUE(round.diagnosis_epoch);
+    const auto advice = store.diagnosis_advice(round.start_run_id, *round.diagnosis_epoch);
+    ASSERT_TRUE(advice) << "the diagnosis of round " << c.round << " is stored";
+    bool found = false;
+    for (const auto& a : *advice) found = found || (a.rule == c.advice_rule && a.module == c.advice_module);
+    EXPECT_TRUE(found) << c.advice_rule << " " << c.advice_module;
+  }
+  EXPECT_NE(r.out.find("paste into base:\n"), std::string::npos) << r.out;
 }
 
 }  // namespace

@@ -225,6 +225,21 @@ TEST(TuneCli, ASearchKilledInARoundContinuesWithTheSameAnswerAndTwoWorkersAgree)
   EXPECT_NE(shared.out.find("(answer)"), std::string::npos) << shared.out;
 }
 
+// --nproc 2: every run of the search is a data-parallel job of two processes (rank 0 plans,
+// diagnoses and records; the ranks train together).
+TEST(TuneCli, EachRunOfTheSearchTrainsWithNprocRanks) {
+  const TinySweep f = tune_sweep(kSeedStart, "nproc");
+  const Result r = run_amptune(tune_args(f, true, {"--nproc", "2"}), f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Search s = search_of(f.db);
+  EXPECT_EQ(s.row.status, "answered") << s.row.note;
+  EXPECT_EQ(s.answer_modules, R"(["conv1"])");
+  store::Store store(f.db);
+  for (const auto& run : store.runs("tuned")) {
+    EXPECT_EQ(run.provenance.world_size, 2) << run.name;
+  }
+}
+
 // Each bad block: exit 3, a message naming the place, no database written.
 TEST(TuneCli, BadTuneBlocksAreRefusedBeforeAnythingIsWritten) {
   struct Case {
