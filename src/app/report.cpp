@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -156,6 +157,93 @@ void add_module_errors(const store::Store& store, const std::vector<store::RunRo
 
 }  // namespace
 
+// `run_id`'s values of `metric` along its lineage (a fork's epochs up to its parent's epoch are
+// its ancestors'), from the sweep's `values`.
+std::vector<std::pair<double, double>> lineage_of(
+    const store::Store& store, int64_t run_id,
+    const std::vector<store::Store::MetricValue>& values) {
+  std::map<int, double> points;
+  int upto = std::numeric_limits<int>::max();
+  for (int depth = 0; depth < 1000; ++depth) {  // a cycle of parent links cannot loop forever
+    for (const auto& v : values) {
+      if (v.run_id == run_id && v.epoch <= upto) points.emplace(v.epoch, v.value);
+    }
+    const auto run = store.find_run(run_id);
+    if (!run || !run->fork) break;
+    upto = std::min(upto, run->fork->parent_epoch);
+    run_id = run->fork->parent_run_id;
+  }
+  return {points.begin(), points.end()};
+}
+
+void add_tune_tree(const store::Store& store, const std::string& sweep, ReportModel* model) {
+  const auto searches = store.tune_searches(sweep);
+  if (searches.empty()) return;
+  const store::TuneSearchRow& s = searches.back();
+  TuneTree tree;
+  tree.status = s.status;
+  tree.metric = s.metric;
+  tree.note = s.note;
+  tree.answer_yaml = s.answer_yaml;
+  tree.reference_value = s.reference_value;
+  tree.epochs_spent = s.epochs_spent;
+  tree.grid_epochs = s.grid_epochs;
+  auto name = [&](int64_t id) {
+    const auto run = store.find_run(id);
+    return run ? run->name : "run " + std::to_string(id);
+  };
+  tree.reference = name(s.reference_run_id);
+  const auto values = store.metric_values(sweep, s.metric, /*with_nulls=*/true);
+  tree.root.run_id = s.start_run_id;
+  tree.root.run = name(s.start_run_id);
+  tree.root.outcome = "start";
+  tree.root.answer = s.status == "answered" && s.answer_run_id == s.start_run_id;
+  const auto start_curve = lineage_of(store, s.start_run_id, values);
+  tree.root.value =
+      start_curve.empty() ? std::numeric_limits<double>::quiet_NaN() : start_curve.back().second;
+  // Nodes are added round by round; a run's newest node is where its own rounds hang.
+  std::map<int64_t, std::vector<size_t>> path_of;  // run id -> child indices from the root
+  path_of[s.start_run_id] = {};
+  auto node_at = [&](const std::vector<size_t>& path) {
+    TuneNode* node = &tree.root;
+    for (const size_t i : path) node = &node->children[i];
+    return node;
+  };
+  std::map<int, int64_t> round_start;
+  for (const auto& r : store.tune_rounds(s.id)) round_start[r.round] = r.start_run_id;
+  for (const auto& c : store.tune_candidates(s.id)) {
+    const auto parent = path_of.find(round_start[c.round]);
+    if (parent == path_of.end()) continue;  // a round whose start is not in the tree
+    TuneNode node;
+    node.run_id = c.run_id;
+    node.run = name(c.run_id);
+    node.move = c.move;
+    const nlohmann::json change = nlohmann::json::parse(c.change_json);
+    for (const auto& [key, value] : change.items()) {
+      node.move += " " + key + "=" + (value.is_string() ? value.get<std::string>() : value.dump());
+    }
+    node.reason = c.reason;
+    node.outcome = c.outcome;
+    node.round = c.round;
+    node.value = c.value;
+    node.answer = s.status == "answered" && s.answer_run_id == c.run_id;
+    std::vector<size_t> path = parent->second;
+    TuneNode* at = node_at(path);
+    at->children.push_back(std::move(node));
+    path.push_back(at->children.size() - 1);
+    path_of[c.run_id] = path;
+  }
+  tree.curves.push_back({s.reference_run_id, "reference " + tree.reference,
+                         lineage_of(store, s.reference_run_id, values)});
+  tree.curves.push_back({s.start_run_id, "start " + tree.root.run, start_curve});
+  if (s.answer_run_id && s.answer_run_id != s.start_run_id) {
+    tree.curves.push_back(
+        {s.answer_run_id, (s.status == "answered" ? "answer " : "closest ") + name(s.answer_run_id),
+         lineage_of(store, s.answer_run_id, values)});
+  }
+  model->tune = std::move(tree);
+}
+
 ReportModel build_report(const store::Store& store, const std::string& sweep) {
   ReportModel model;
   model.sweep = sweep;
@@ -193,6 +281,7 @@ ReportModel build_report(const store::Store& store, const std::string& sweep) {
     model.loss_scale.push_back(std::move(scale));
   }
   add_module_errors(store, runs, &model);
+  add_tune_tree(store, sweep, &model);
   return model;
 }
 
@@ -631,6 +720,24 @@ void bar_plots(const ReportModel& model, const fs::path& dir, std::ostream& scri
 
 // Writes the data files and returns the gnuplot script with one PNG per plot that has data;
 // `plots` gets every plot of the page.
+void tune_plot(const ReportModel& model, const fs::path& dir, std::ostream& script,
+               std::vector<Plot>* plots) {
+  if (!model.tune) return;
+  const std::string caption = model.tune->metric + " of the tune search's reference, start and " +
+                              (model.tune->status == "answered" ? "answer" : "closest run");
+  const std::string plot = line_plot(dir, "tune_curves", model.tune->curves, "linespoints");
+  if (plot.empty()) {
+    plots->push_back(
+        {"", caption, "no run of the search has a value of " + model.tune->metric + " yet", {}});
+    return;
+  }
+  script << line_frame(model.tune->curves) << "set output 'tune_curves.png'\nset title "
+         << gp_string(caption) << "\nset xlabel 'epoch'\nset xtics 1\nset ylabel "
+         << gp_string(model.tune->metric) << "\n"
+         << plot << "unset output\n";
+  plots->push_back({"tune_curves.png", caption, "", {}});
+}
+
 std::string plot_script(const ReportModel& model, const fs::path& dir, std::vector<Plot>* plots) {
   std::ostringstream script;
   script << "# Generated by amptune report for sweep " << one_line(model.sweep) << "\n"
@@ -638,6 +745,7 @@ std::string plot_script(const ReportModel& model, const fs::path& dir, std::vect
   epoch_plots(model, dir, script, plots);
   loss_scale_plot(model, dir, script, plots);
   module_error_plot(model, dir, script, plots);
+  tune_plot(model, dir, script, plots);
   bar_plots(model, dir, script, plots);
   return script.str();
 }
@@ -682,6 +790,44 @@ void comparison_table(const CompareTable& table, std::ostream& html) {
   html << "</table></div>\n";
 }
 
+// One node of the tune tree and its children, as nested lists.
+void tune_node(const TuneNode& node, std::ostream& html) {
+  html << "<li>";
+  if (!node.move.empty()) {
+    html << "<span class=\"move\" title=\"" << html_escape(node.reason) << "\">round " << node.round
+         << ": " << html_escape(node.move) << "</span> &rarr; ";
+  }
+  html << "<span class=\"node " << html_escape(node.outcome) << (node.answer ? " answer" : "")
+       << "\">" << html_escape(node.run) << " " << html_escape(node.outcome);
+  if (std::isfinite(node.value)) html << " " << significant(node.value, 4);
+  if (node.answer) html << " (answer)";
+  html << "</span>";
+  if (!node.children.empty()) {
+    html << "\n<ul>\n";
+    for (const TuneNode& child : node.children) tune_node(child, html);
+    html << "</ul>";
+  }
+  html << "</li>\n";
+}
+
+void tune_section(const TuneTree& tree, std::ostream& html) {
+  html << "<h2>Tune search</h2>\n<p>" << html_escape(tree.status) << ": " << html_escape(tree.note)
+       << ". Metric <b>" << html_escape(tree.metric) << "</b>; reference "
+       << html_escape(tree.reference) << " "
+       << (std::isfinite(tree.reference_value) ? significant(tree.reference_value, 4) : "-");
+  if (tree.status != "searching") {
+    html << "; " << tree.epochs_spent << " epochs trained, the grid of the tried moves "
+         << tree.grid_epochs;
+  }
+  html << ". Each edge is a move (hover: why), each node a run coloured by its outcome.</p>\n"
+       << "<ul class=\"tree\">\n";
+  tune_node(tree.root, html);
+  html << "</ul>\n";
+  if (!tree.answer_yaml.empty() && tree.status == "answered") {
+    html << "<p>The answer, for base:</p>\n<pre>" << html_escape(tree.answer_yaml) << "</pre>\n";
+  }
+}
+
 // The page: inline CSS, local images only.
 std::string page(const ReportModel& model, const std::vector<Plot>& plots,
                  const std::string& written_by) {
@@ -695,7 +841,12 @@ std::string page(const ReportModel& model, const std::vector<Plot>& plots,
        << "th,td{border:1px solid #ccc;padding:0.25em 0.5em;text-align:right}"
        << "th{background:#f0f0f0}.t{text-align:left}td.t{max-width:24em}"
        << ".note{color:#666;font-style:italic}"
-       << "img{max-width:100%;border:1px solid #eee;margin:0.5em 0}\n</style>\n</head>\n<body>\n"
+       << "img{max-width:100%;border:1px solid #eee;margin:0.5em 0}"
+       << ".node{padding:0 0.3em;border-radius:3px}.within{background:#c8ecc8}"
+       << ".outside{background:#f8dcb0}.pruned{background:#ddd;color:#555}"
+       << ".diverged,.failed{background:#f4c0c0}.start{background:#dde6f6}"
+       << ".answer{font-weight:bold;border:2px solid #282}.move{color:#444}"
+       << "ul.tree ul{margin:0.2em 0}\n</style>\n</head>\n<body>\n"
        << "<h1>Sweep " << html_escape(model.sweep) << "</h1>\n<p>" << model.runs
        << " runs; metric <b>" << html_escape(table.metric) << "</b> (" << direction(table)
        << "), best epoch of each run, mean over runs with the same settings";
@@ -706,6 +857,7 @@ std::string page(const ReportModel& model, const std::vector<Plot>& plots,
   }
   html << ". Database " << html_escape(model.database) << ".</p>\n<h2>Comparison</h2>\n";
   comparison_table(table, html);
+  if (model.tune) tune_section(*model.tune, html);
   if (model.truncated) {
     html << "<p class=\"note\">The line plots show the first " << kMaxPlottedRuns
          << " runs only.</p>\n";

@@ -4,7 +4,9 @@
 // epoch (a fork continues its parent's line, from the lineage), loss scale per global step,
 // mean training img/s per run, where the epochs' time went per run, links to the runs' profile
 // traces, and for diagnosed runs (amptune diagnose) each module's error in execution order,
-// named, with the first module that departs marked.
+// named, with the first module that departs marked; for a sweep searched by `amptune tune`, the
+// search's decision tree (each run a node coloured by its outcome, each edge the move that made
+// it) beside the metric curves of the reference, the start and the answer.
 //
 // build_report reads the data of the page into plain structs (no files, no gnuplot);
 // write_report turns them into files.
@@ -72,6 +74,29 @@ struct TraceLink {
   std::string path;
 };
 
+// The newest tune search of the sweep (docs/TUNE.md) as a tree of runs: the start at the root,
+// each candidate a child of its round's start (a bisection probe of the solution it bisects).
+struct TuneNode {
+  int64_t run_id = 0;
+  std::string run;      // the run's name
+  std::string move;     // the edge from the parent: "fp32_modules amp.fp32_modules=[conv1]"
+  std::string reason;   // why the move was tried (the advice row, or the move order)
+  std::string outcome;  // start | within | outside | pruned | diverged | failed | pending
+  int round = 0;        // 0 for the start
+  double value = 0;     // its metric at the last decision (NaN: none)
+  bool answer = false;
+  std::vector<TuneNode> children;  // in round, then candidate order
+};
+struct TuneTree {
+  std::string status, metric, note, answer_yaml;
+  std::string reference;  // the reference run's name
+  double reference_value = 0;
+  int epochs_spent = 0, grid_epochs = 0;
+  TuneNode root;  // the start
+  // Along their lineage, epoch -> the search's metric of the reference, the start and the answer.
+  std::vector<Series> curves;
+};
+
 struct ReportModel {
   std::string sweep;
   std::string database;  // the database path, as the page names it
@@ -94,6 +119,7 @@ struct ReportModel {
   // Runs with a time breakdown, in cell order, at most kMaxPlottedRuns; their traces.
   std::vector<TimeBar> times;
   std::vector<TraceLink> traces;
+  std::optional<TuneTree> tune;  // the sweep's newest tune search, when it has one
 };
 
 // Reads the report of `sweep`. Throws what build_compare throws (UsageError for an unknown

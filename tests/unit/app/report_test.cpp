@@ -109,6 +109,94 @@ TEST_F(ReportTest, AForkContinuesItsParentsLine) {
   EXPECT_FALSE(model.truncated);
 }
 
+// A tune search as a tree: the start at the root, round 1's candidates under it, round 2's under
+// the candidate it started from; the curves of the reference, the start and the answer (a fork:
+// its parent's epochs up to the fork, then its own). The page shows the tree.
+TEST_F(ReportTest, ATuneSearchIsATreeOfRunsWithItsCurves) {
+  auto run = [&](const std::string& label, std::optional<store::ForkOrigin> fork = std::nullopt) {
+    Run r;
+    r.sweep = "t";
+    r.label = label;
+    r.fork = fork;
+    return add_run(r);
+  };
+  const int64_t ref = run("reference");
+  const int64_t start = run("start");
+  add_epochs(ref, "acc1", {50, 60, 70});
+  add_epochs(start, "acc1", {50, 20, 10});
+  const int64_t pruned = run("r1 casts");
+  add_epochs(pruned, "acc1", {5});
+  const int64_t best = run("r1 loss_scale");
+  add_epochs(best, "acc1", {30, 40, 50});
+  store::ForkOrigin from_best{best, 0, R"({"amp.fp32_modules":["conv1"]})", "", false};
+  const int64_t answer = run("r2 fp32", from_best);
+  for (int epoch = 1; epoch < 3; ++epoch) {
+    Epoch e;
+    e.metrics["acc1"] = epoch == 1 ? 62 : 68;
+    add_epoch(answer, epoch, e);
+  }
+  store::TuneSearchRow row;
+  row.sweep_id = store_.find_run(ref)->sweep_id;
+  row.block_json = "{}";
+  row.metric = "acc1";
+  row.reference_run_id = ref;
+  row.start_run_id = start;
+  row = store_.ensure_tune_search(row);
+  store_.record_tune_round({row.id, 1, "search", start, -1, -1, ""});
+  store_.record_tune_round({row.id, 2, "search", best, 0, 0, ""});
+  auto candidate = [&](int round, int seq, const std::string& move, int64_t run,
+                       const std::string& outcome) {
+    store::TuneCandidateRow c;
+    c.search_id = row.id;
+    c.round = round;
+    c.seq = seq;
+    c.move = move;
+    c.change_json = R"({"k":"v"})";
+    c.reason = "why " + move;
+    c.run_id = run;
+    c.outcome = outcome;
+    c.value = 1;
+    store_.record_tune_candidate(c);
+  };
+  candidate(1, 0, "casts", pruned, "pruned");
+  candidate(1, 1, "loss_scale", best, "outside");
+  candidate(2, 0, "fp32_modules", answer, "within");
+  row.status = "answered";
+  row.answer_run_id = answer;
+  row.answer_yaml = "amp.fp32_modules: [conv1]\n";
+  store_.finish_tune_search(row);
+
+  const ReportModel model = build_report(store_, "t");
+  ASSERT_TRUE(model.tune);
+  const TuneTree& tree = *model.tune;
+  EXPECT_EQ(tree.root.run_id, start);
+  EXPECT_EQ(tree.root.outcome, "start");
+  ASSERT_EQ(tree.root.children.size(), 2u);
+  EXPECT_EQ(tree.root.children[0].outcome, "pruned");
+  EXPECT_EQ(tree.root.children[0].move, "casts k=v");
+  const TuneNode& second = tree.root.children[1];
+  EXPECT_EQ(second.run_id, best);
+  ASSERT_EQ(second.children.size(), 1u);
+  EXPECT_EQ(second.children[0].run_id, answer);
+  EXPECT_TRUE(second.children[0].answer);
+  EXPECT_FALSE(second.answer);
+  ASSERT_EQ(tree.curves.size(), 3u);
+  EXPECT_EQ(tree.curves[0].points, (Points{{0, 50}, {1, 60}, {2, 70}}));
+  EXPECT_EQ(tree.curves[2].run_id, answer);
+  EXPECT_EQ(tree.curves[2].points, (Points{{0, 30}, {1, 62}, {2, 68}}));
+  const ReportFiles files = write_report(model, {(dir_.path() / "out").string(), "gnuplot", "t"});
+  const std::string html = testing::read_file(files.index);
+  EXPECT_NE(html.find("round 2: fp32_modules k=v</span> &rarr; <span class=\"node within "
+                      "answer\">"),
+            std::string::npos)
+      << html;
+  EXPECT_NE(html.find("tune_curves.png"), std::string::npos);
+  Run other;
+  other.sweep = "other";
+  add_run(other);
+  EXPECT_FALSE(build_report(store_, "other").tune) << "a sweep without a search has no tree";
+}
+
 TEST_F(ReportTest, LossScaleStepsHoldTheLastScaleToTheLastStep) {
   add_fork_sweep();
   const ReportModel model = build_report(store_, "grid");
