@@ -297,7 +297,10 @@ bool Search::train_to(const std::vector<int64_t>& ids, int epoch) {
       }
     }
     if (!waiting) return true;
-    nap(options_.poll_seconds);
+    // Poll in short naps: a signal stops the wait within a tenth of a second.
+    for (double slept = 0; slept < options_.poll_seconds && !stop_requested(); slept += 0.1) {
+      nap(0.1);
+    }
     values_stale_ = true;
   }
 }
