@@ -1,11 +1,12 @@
 // The model registry (task.h) and the classification task of any classifier (the ResNet family,
 // or a model registered with classifier()): cross-entropy training, acc1/acc5/val_loss from
 // eval::ClassificationCounts.
+#include <torch/torch.h>
+
 #include <cstring>
 #include <stdexcept>
 
-#include <torch/torch.h>
-
+#include "compat/torch_compat.h"
 #include "core/error.h"
 #include "core/settings.h"
 #include "eval/classification_metrics.h"
@@ -190,9 +191,41 @@ std::unique_ptr<Task> make_task(const Settings& settings) {
   return task;
 }
 
+namespace {
+
+// The first convolution of `model` that this LibTorch's oneDNN cannot run in channels_last on the
+// CPU (compat::cpu_channels_last_conv_safe), described for a message; "" when there is none.
+std::string channels_last_hazard(torch::nn::Module& model) {
+  for (const auto& item : model.named_modules()) {
+    const auto* conv = item.value()->as<torch::nn::Conv2d>();
+    if (conv == nullptr) continue;
+    const auto& o = conv->options;
+    const auto k = *o.kernel_size();
+    const auto s = *o.stride();
+    if (!compat::cpu_channels_last_conv_safe(o.in_channels(), k[0], k[1], s[0], s[1])) {
+      return item.key() + " (1x1, stride " + std::to_string(s[0]) + ", " +
+             std::to_string(o.in_channels()) + " input channels)";
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
 void Task::place(const torch::Device& device) {
-  const bool channels_last = memory_format_setting_ == "channels_last" ||
-                             (memory_format_setting_ == "auto" && device.is_cpu());
+  bool channels_last = memory_format_setting_ == "channels_last" ||
+                       (memory_format_setting_ == "auto" && device.is_cpu());
+  if (channels_last && device.is_cpu()) {
+    const std::string hazard = channels_last_hazard(module());
+    if (!hazard.empty() && memory_format_setting_ == "channels_last") {
+      throw ConfigError("model.memory_format: channels_last - this LibTorch (" TORCH_VERSION
+                        ")'s oneDNN corrupts memory in the backward of convolution " +
+                        hazard +
+                        " on the CPU; use model.memory_format: auto (NCHW for such a model) or "
+                        "contiguous, or a model.width with at least 8 channels there");
+    }
+    if (!hazard.empty()) channels_last = false;  // auto: NCHW, which oneDNN runs correctly
+  }
   memory_format_ = channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
   torch::nn::Module& model = module();
   model.to(device);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -258,7 +259,12 @@ TEST(Identity, ADatabaseOfThePreviousReleaseContinuesWithItsRunsAndCheckpoints) 
     EXPECT_EQ(fork.fork->parent_run_id, 1);
     EXPECT_EQ(store.find_run(1)->data_fingerprint.size(), 64u);  // the cells met their data
   }
-  // Run 2's epoch 1 continued from the old release's checkpoint of epoch 0: as a fresh run.
+  // Run 2's epoch 1 continued from the old release's checkpoint of epoch 0: as a fresh run, up to
+  // float rounding. The fixture's epoch 0 was computed on another machine and in channels_last;
+  // this binary may compute it in NCHW (the oneDNN of LibTorch 1.13 cannot run this model's
+  // 4-channel 1x1 stride-2 convolutions in channels_last, docs/MODELS.md) or with other CPU
+  // kernels, so the weights it continues from differ from a fresh run's in the last bits. Bitwise
+  // continuation within one binary is Cli.ResumeEqualsStraight's and the other resume tests'.
   r = run_amptune({"run", "sweep.yaml", "--only", "optim.lr=0.2", "--db", "results/fresh.sqlite",
                    "-q"},
                   dir);
@@ -267,7 +273,7 @@ TEST(Identity, ADatabaseOfThePreviousReleaseContinuesWithItsRunsAndCheckpoints) 
   const auto fresh = epochs_of(dir + "/results/fresh.sqlite", "1");
   ASSERT_EQ(resumed.size(), 2u);
   ASSERT_EQ(fresh.size(), 2u);
-  EXPECT_EQ(resumed[1].train_loss, fresh[1].train_loss);
+  EXPECT_NEAR(resumed[1].train_loss, fresh[1].train_loss, 1e-4 * std::abs(fresh[1].train_loss));
   EXPECT_EQ(resumed[1].metrics.at("acc1"), fresh[1].metrics.at("acc1"));
 
   // The same fork again is the migrated one; its old checkpoint evaluates to what it recorded.

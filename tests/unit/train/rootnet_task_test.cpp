@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "compat/torch_compat.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/settings.h"
@@ -199,6 +200,7 @@ TEST(ModelRegistry, EveryRegisteredModelBuildsAndIsJudgedByItsMetric) {
 // model computes up to float rounding; contiguous keeps NCHW.
 TEST(TaskLayout, AutoIsChannelsLastOnACpuAndComputesTheSame) {
   Config c = testing::tiny_config();
+  c.set("model.width", 0.125);  // 8 channels and more: every LibTorch runs it in channels_last
   torch::manual_seed(0);
   auto nhwc = make_task(Settings::from(c));
   c.set("model.memory_format", "contiguous");
@@ -238,6 +240,48 @@ TEST(TaskLayout, AutoIsChannelsLastOnACpuAndComputesTheSame) {
   const auto ga = weight(*nhwc).grad(), gb = weight(*nchw).grad();
   EXPECT_TRUE(ga.is_contiguous(torch::MemoryFormat::ChannelsLast));
   EXPECT_LT((ga - gb).abs().max().item<double>(), 1e-4 * gb.abs().max().item<double>());
+}
+
+// A model with a 1x1 stride-2 convolution of fewer than 8 input channels (ResNet's downsampling at
+// model.width 0.0625: layer2.0.downsample.0 has 4): the oneDNN of LibTorch 1.13 corrupts memory in
+// its channels_last weight gradient (compat::cpu_channels_last_conv_safe), so auto keeps such a
+// model in NCHW there and an explicit channels_last is refused naming the convolution; LibTorch
+// 2.x runs it in channels_last.
+TEST(TaskLayout, ChannelsLastIsAvoidedWhereThisOneDnnCorruptsMemory) {
+  Config c = testing::tiny_config();  // width 0.0625
+  const bool safe = compat::cpu_channels_last_conv_safe(4, 1, 1, 2, 2);
+  EXPECT_TRUE(compat::cpu_channels_last_conv_safe(8, 1, 1, 2, 2));
+  EXPECT_TRUE(compat::cpu_channels_last_conv_safe(4, 3, 3, 2, 2));
+  EXPECT_TRUE(compat::cpu_channels_last_conv_safe(4, 1, 1, 1, 1));
+  EXPECT_EQ(safe,
+            TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1));
+  auto automatic = make_task(Settings::from(c));
+  automatic->place(torch::kCPU);
+  EXPECT_EQ(automatic->memory_format(),
+            safe ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous);
+  for (const auto& p : automatic->module().parameters()) {
+    if (p.dim() == 4) {
+      EXPECT_TRUE(p.is_contiguous(automatic->memory_format()));
+    }
+  }
+  c.set("model.memory_format", "channels_last");
+  auto forced = make_task(Settings::from(c));
+  if (safe) {
+    forced->place(torch::kCPU);
+    EXPECT_EQ(forced->memory_format(), torch::MemoryFormat::ChannelsLast);
+  } else {
+    try {
+      forced->place(torch::kCPU);
+      ADD_FAILURE() << "channels_last accepted for a convolution this oneDNN corrupts";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("model.memory_format: channels_last"),
+                std::string::npos);
+      EXPECT_NE(
+          std::string(e.what()).find("layer2.0.downsample.0 (1x1, stride 2, 4 input channels)"),
+          std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 TEST(RootNetTask, TrainsAndEvaluatesOnMupots) {

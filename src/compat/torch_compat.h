@@ -1,0 +1,91 @@
+// Every API difference between the LibTorch versions amptune builds against (Debian's 1.13 and
+// PyTorch 2.x; README.md "Building against another LibTorch"), in one place: the code elsewhere calls
+// these and never tests TORCH_VERSION itself. Header-only; included by the torch libraries'
+// sources that need it (not by torch-free headers).
+#pragma once
+
+#include <ATen/autocast_mode.h>
+#include <torch/version.h>
+
+#include <cstdint>
+
+// LibTorch 2.x splits a c10d process group into a front and per-device backends; the backends
+// (ProcessGroupGloo, ProcessGroupNCCL) keep the collective API of 1.13's ProcessGroup. (Declared
+// here; dist/group.cpp includes the c10d headers.)
+#if TORCH_VERSION_MAJOR >= 2
+namespace c10d {
+class Backend;
+}
+namespace amptune::compat {
+using C10dBackend = c10d::Backend;
+}
+#else
+namespace c10d {
+class ProcessGroup;
+}
+namespace amptune::compat {
+using C10dBackend = c10d::ProcessGroup;
+}
+#endif
+
+namespace amptune::compat {
+
+// Native autocast state of the CPU or CUDA: LibTorch 2.4 replaced the per-device setters with
+// set_autocast_enabled(DeviceType, bool) and set_autocast_dtype(DeviceType, ScalarType); 1.13
+// has set_cpu_enabled / set_enabled (CUDA) and set_autocast_cpu_dtype / set_autocast_gpu_dtype.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+inline bool autocast_enabled(bool cuda) {
+  return at::autocast::is_autocast_enabled(cuda ? at::kCUDA : at::kCPU);
+}
+inline void set_autocast_enabled(bool cuda, bool on) {
+  at::autocast::set_autocast_enabled(cuda ? at::kCUDA : at::kCPU, on);
+}
+inline at::ScalarType autocast_dtype(bool cuda) {
+  return at::autocast::get_autocast_dtype(cuda ? at::kCUDA : at::kCPU);
+}
+inline void set_autocast_dtype(bool cuda, at::ScalarType t) {
+  at::autocast::set_autocast_dtype(cuda ? at::kCUDA : at::kCPU, t);
+}
+#else
+inline bool autocast_enabled(bool cuda) {
+  return cuda ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
+}
+inline void set_autocast_enabled(bool cuda, bool on) {
+  if (cuda) {
+    at::autocast::set_enabled(on);
+  } else {
+    at::autocast::set_cpu_enabled(on);
+  }
+}
+inline at::ScalarType autocast_dtype(bool cuda) {
+  return cuda ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
+}
+inline void set_autocast_dtype(bool cuda, at::ScalarType t) {
+  if (cuda) {
+    at::autocast::set_autocast_gpu_dtype(t);
+  } else {
+    at::autocast::set_autocast_cpu_dtype(t);
+  }
+}
+#endif
+
+// Whether oneDNN's CPU convolution is safe in channels_last for a convolution of this shape.
+// The oneDNN 2.6 of Debian's LibTorch 1.13 writes past its buffers in the weight gradient of a
+// 1x1 convolution with a stride above 1 and fewer than 8 input channels in channels_last
+// (jit_1x1:avx2 backward_weights; glibc then aborts with "corrupted size vs. prev_size"; seen on
+// an AVX2 CPU, reproduced in Debian's python3-torch with torch.nn.Conv2d(4, 8, 1, stride=2));
+// ResNet's downsampling convolutions at model.width 0.0625 are such. PyTorch 2.11's oneDNN 3.10
+// is clean (valgrind, same shapes). train/tasks.cpp keeps such models in NCHW on the CPU.
+#if TORCH_VERSION_MAJOR < 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR < 1)
+inline bool cpu_channels_last_conv_safe(int64_t in_channels, int64_t kernel_h, int64_t kernel_w,
+                                        int64_t stride_h, int64_t stride_w) {
+  const bool one_by_one = kernel_h == 1 && kernel_w == 1;
+  return !(one_by_one && (stride_h > 1 || stride_w > 1) && in_channels < 8);
+}
+#else
+inline bool cpu_channels_last_conv_safe(int64_t, int64_t, int64_t, int64_t, int64_t) {
+  return true;
+}
+#endif
+
+}  // namespace amptune::compat
