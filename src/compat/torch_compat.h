@@ -7,8 +7,6 @@
 #include <ATen/autocast_mode.h>
 #include <torch/version.h>
 
-#include <cstdint>
-
 // LibTorch 2.x splits a c10d process group into a front and per-device backends; the backends
 // (ProcessGroupGloo, ProcessGroupNCCL) keep the collective API of 1.13's ProcessGroup. (Declared
 // here; dist/group.cpp includes the c10d headers.)
@@ -66,25 +64,6 @@ inline void set_autocast_dtype(bool cuda, at::ScalarType t) {
   } else {
     at::autocast::set_autocast_cpu_dtype(t);
   }
-}
-#endif
-
-// Whether oneDNN's CPU convolution is safe in channels_last for a convolution of this shape.
-// The oneDNN 2.6 of Debian's LibTorch 1.13 writes past its buffers in the weight gradient of a
-// 1x1 convolution with a stride above 1 and fewer than 8 input channels in channels_last
-// (jit_1x1:avx2 backward_weights; glibc then aborts with "corrupted size vs. prev_size"; seen on
-// an AVX2 CPU, reproduced in Debian's python3-torch with torch.nn.Conv2d(4, 8, 1, stride=2));
-// ResNet's downsampling convolutions at model.width 0.0625 are such. PyTorch 2.11's oneDNN 3.10
-// is clean (valgrind, same shapes). train/tasks.cpp keeps such models in NCHW on the CPU.
-#if TORCH_VERSION_MAJOR < 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR < 1)
-inline bool cpu_channels_last_conv_safe(int64_t in_channels, int64_t kernel_h, int64_t kernel_w,
-                                        int64_t stride_h, int64_t stride_w) {
-  const bool one_by_one = kernel_h == 1 && kernel_w == 1;
-  return !(one_by_one && (stride_h > 1 || stride_w > 1) && in_channels < 8);
-}
-#else
-inline bool cpu_channels_last_conv_safe(int64_t, int64_t, int64_t, int64_t, int64_t) {
-  return true;
 }
 #endif
 

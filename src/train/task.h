@@ -35,13 +35,23 @@ struct EvalBatch {
 std::string encode_eval_batches(const std::vector<EvalBatch>& batches);
 std::vector<EvalBatch> decode_eval_batches(const std::string& bytes);
 
+// Whether oneDNN runs a CPU convolution of this shape correctly in channels_last. Its AVX2
+// kernel for the weight gradient of a 1x1 convolution (jit_avx2_1x1_convolution_bwd_weights)
+// writes past its buffers in channels_last when the stride is above 1 and there are fewer than 8
+// input channels (valgrind; glibc aborts "corrupted size vs. prev_size"), in the oneDNN 2.6 of
+// Debian's LibTorch 1.13 and the 3.10 of PyTorch 2.11 alike. ResNet's downsampling convolutions
+// at model.width 0.0625 are such (docs/MODELS.md).
+bool cpu_channels_last_conv_safe(int64_t in_channels, int64_t kernel_h, int64_t kernel_w,
+                                 int64_t stride_h, int64_t stride_w);
+
 class Task {
  public:
   virtual ~Task() = default;
   virtual torch::nn::Module& module() = 0;
   // Moves the model to `device` in the memory format model.memory_format resolves to there
-  // (auto: channels_last on a CPU, contiguous on CUDA): every 4-d parameter and buffer. Again
-  // after loading a checkpoint, which brings the layout it was saved in.
+  // (auto: channels_last on a CPU unless a convolution is not cpu_channels_last_conv_safe,
+  // contiguous on CUDA): every 4-d parameter and buffer. Again after loading a checkpoint, which
+  // brings the layout it was saved in. ConfigError: channels_last asked for such a model.
   void place(const torch::Device& device);
   // A batch of images on `device` in the model's memory format (4-d inputs; others as they are).
   torch::Tensor input(const torch::Tensor& images, const torch::Device& device) const;

@@ -6,7 +6,6 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "compat/torch_compat.h"
 #include "core/error.h"
 #include "core/settings.h"
 #include "eval/classification_metrics.h"
@@ -191,10 +190,16 @@ std::unique_ptr<Task> make_task(const Settings& settings) {
   return task;
 }
 
+bool cpu_channels_last_conv_safe(int64_t in_channels, int64_t kernel_h, int64_t kernel_w,
+                                 int64_t stride_h, int64_t stride_w) {
+  const bool one_by_one = kernel_h == 1 && kernel_w == 1;
+  return !(one_by_one && (stride_h > 1 || stride_w > 1) && in_channels < 8);
+}
+
 namespace {
 
-// The first convolution of `model` that this LibTorch's oneDNN cannot run in channels_last on the
-// CPU (compat::cpu_channels_last_conv_safe), described for a message; "" when there is none.
+// The first convolution of `model` that oneDNN cannot run in channels_last on the CPU
+// (cpu_channels_last_conv_safe), described for a message; "" when there is none.
 std::string channels_last_hazard(torch::nn::Module& model) {
   for (const auto& item : model.named_modules()) {
     const auto* conv = item.value()->as<torch::nn::Conv2d>();
@@ -202,7 +207,7 @@ std::string channels_last_hazard(torch::nn::Module& model) {
     const auto& o = conv->options;
     const auto k = *o.kernel_size();
     const auto s = *o.stride();
-    if (!compat::cpu_channels_last_conv_safe(o.in_channels(), k[0], k[1], s[0], s[1])) {
+    if (!cpu_channels_last_conv_safe(o.in_channels(), k[0], k[1], s[0], s[1])) {
       return item.key() + " (1x1, stride " + std::to_string(s[0]) + ", " +
              std::to_string(o.in_channels()) + " input channels)";
     }
@@ -218,11 +223,13 @@ void Task::place(const torch::Device& device) {
   if (channels_last && device.is_cpu()) {
     const std::string hazard = channels_last_hazard(module());
     if (!hazard.empty() && memory_format_setting_ == "channels_last") {
-      throw ConfigError("model.memory_format: channels_last - this LibTorch (" TORCH_VERSION
-                        ")'s oneDNN corrupts memory in the backward of convolution " +
-                        hazard +
-                        " on the CPU; use model.memory_format: auto (NCHW for such a model) or "
-                        "contiguous, or a model.width with at least 8 channels there");
+      throw ConfigError(
+          "model.memory_format: channels_last - oneDNN corrupts memory in the "
+          "backward of convolution " +
+          hazard +
+          " in channels_last on the CPU; use "
+          "model.memory_format: auto (NCHW for such a model) or contiguous, or a "
+          "model.width that gives it at least 8 input channels");
     }
     if (!hazard.empty()) channels_last = false;  // auto: NCHW, which oneDNN runs correctly
   }

@@ -261,8 +261,8 @@ TEST(Identity, ADatabaseOfThePreviousReleaseContinuesWithItsRunsAndCheckpoints) 
   }
   // Run 2's epoch 1 continued from the old release's checkpoint of epoch 0: as a fresh run, up to
   // float rounding. The fixture's epoch 0 was computed on another machine and in channels_last;
-  // this binary may compute it in NCHW (the oneDNN of LibTorch 1.13 cannot run this model's
-  // 4-channel 1x1 stride-2 convolutions in channels_last, docs/MODELS.md) or with other CPU
+  // this binary computes it in NCHW (oneDNN cannot run this model's 4-channel 1x1
+  // stride-2 convolutions in channels_last, docs/MODELS.md) or with other CPU
   // kernels, so the weights it continues from differ from a fresh run's in the last bits. Bitwise
   // continuation within one binary is Cli.ResumeEqualsStraight's and the other resume tests'.
   r = run_amptune({"run", "sweep.yaml", "--only", "optim.lr=0.2", "--db", "results/fresh.sqlite",
