@@ -16,6 +16,20 @@ function(amptune_target_options target)
   endif()
 endfunction()
 
+# amptune_libstdcxx_first(<executable>): with a LibTorch that exports std::filesystem functions
+# of a statically linked libstdc++ from libtorch.so (PyTorch wheels since 2.5,
+# pytorch/pytorch#133437; AMPTUNE_TORCH_EXPORTS_STDFS, cmake/torch.cmake), the executable binds
+# its own std::filesystem calls to those copies when libtorch.so comes before libstdc++.so.6 in
+# its DT_NEEDED list, and they crash (remove_all calls through a null pointer). Call it before
+# any other target_link_libraries of the executable: libstdc++.so.6 is then needed first, and
+# the dynamic linker finds the system's functions before LibTorch's.
+function(amptune_libstdcxx_first target)
+  if(AMPTUNE_TORCH_EXPORTS_STDFS)
+    target_link_libraries(${target} PRIVATE "-Wl,--push-state,--no-as-needed" stdc++
+                          "-Wl,--pop-state")
+  endif()
+endfunction()
+
 # amptune_library(<name> SOURCES ... [PLAIN ...] DEPS ... [TORCH])
 # A static library of one layer. TORCH libraries reuse one precompiled <torch/torch.h>, except
 # for their PLAIN sources, which include no torch header: loading the precompiled header costs
@@ -62,6 +76,7 @@ endfunction()
 function(amptune_test name)
   cmake_parse_arguments(ARG "TORCH" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
+  amptune_libstdcxx_first(${name})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
   target_compile_definitions(${name} PRIVATE
@@ -102,6 +117,7 @@ function(amptune_bench name)
   else()
     add_executable(${name} ${ARG_SOURCES})
   endif()
+  amptune_libstdcxx_first(${name})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS})
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
   amptune_target_options(${name})

@@ -107,6 +107,15 @@ function(amptune_torch_exports var target text)
   endif()
 endfunction()
 
+# PyTorch wheels since 2.5 export std::filesystem functions of a statically linked libstdc++ from
+# libtorch.so (pytorch/pytorch#133437): amptune's executables then need libstdc++ first
+# (amptune_libstdcxx_first, cmake/amptune.cmake).
+amptune_torch_exports(AMPTUNE_TORCH_EXPORTS_STDFS torch "_ZNSt10filesystem")
+if(AMPTUNE_TORCH_EXPORTS_STDFS)
+  message(STATUS "amptune: libtorch.so exports std::filesystem functions; libstdc++ goes first "
+                 "in the executables' DT_NEEDED")
+endif()
+
 set(_python_site "")
 if(TORCH_INSTALL_PREFIX)
   get_filename_component(_python_site "${TORCH_INSTALL_PREFIX}/.." ABSOLUTE)

@@ -4,17 +4,15 @@
 #include <immintrin.h>
 #endif
 
+#include <ATen/Parallel.h>
+#include <c10/util/Half.h>
 #include <fnmatch.h>
+#include <torch/torch.h>
 
 #include <cstdint>
 #include <cstring>
 
-#include <ATen/Parallel.h>
-#include <ATen/autocast_mode.h>
-#include <c10/util/Half.h>
-#include <torch/torch.h>
-#include <torch/version.h>
-
+#include "compat/torch_compat.h"
 #include "core/error.h"
 
 namespace amptune::amp {
@@ -198,47 +196,11 @@ torch::Tensor model_output(const torch::Tensor& y) {
   return y;
 }
 
-// ---- native autocast ----------------------------------------------------------------------
-// LibTorch 2.4 replaced the per-device setters with set_autocast_enabled(DeviceType, bool) and
-// set_autocast_dtype(DeviceType, ScalarType); 1.13 has set_cpu_enabled / set_enabled (CUDA) and
-// set_autocast_cpu_dtype / set_autocast_gpu_dtype.
-namespace {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-bool autocast_enabled(bool cuda) {
-  return at::autocast::is_autocast_enabled(cuda ? at::kCUDA : at::kCPU);
-}
-void set_autocast_enabled(bool cuda, bool on) {
-  at::autocast::set_autocast_enabled(cuda ? at::kCUDA : at::kCPU, on);
-}
-at::ScalarType autocast_dtype(bool cuda) {
-  return at::autocast::get_autocast_dtype(cuda ? at::kCUDA : at::kCPU);
-}
-void set_autocast_dtype(bool cuda, at::ScalarType t) {
-  at::autocast::set_autocast_dtype(cuda ? at::kCUDA : at::kCPU, t);
-}
-#else
-bool autocast_enabled(bool cuda) {
-  return cuda ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
-}
-void set_autocast_enabled(bool cuda, bool on) {
-  if (cuda) {
-    at::autocast::set_enabled(on);
-  } else {
-    at::autocast::set_cpu_enabled(on);
-  }
-}
-at::ScalarType autocast_dtype(bool cuda) {
-  return cuda ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
-}
-void set_autocast_dtype(bool cuda, at::ScalarType t) {
-  if (cuda) {
-    at::autocast::set_autocast_gpu_dtype(t);
-  } else {
-    at::autocast::set_autocast_cpu_dtype(t);
-  }
-}
-#endif
-}  // namespace
+// ---- native autocast: compat/torch_compat.h ------------------------------------------------
+using compat::autocast_dtype;
+using compat::autocast_enabled;
+using compat::set_autocast_dtype;
+using compat::set_autocast_enabled;
 
 // ---- modules in fp32, observation ----------------------------------------------------------
 

@@ -1,7 +1,6 @@
 #include "dist/group.h"
 
 #include <torch/torch.h>
-#include <torch/version.h>
 
 #include <algorithm>
 #include <chrono>
@@ -15,19 +14,14 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include "compat/torch_compat.h"
 #include "core/error.h"
 #include "dist/cluster_impl.h"
 
 namespace amptune::dist {
 namespace {
 
-// LibTorch 2.x splits a process group into a front and per-device backends; the backends
-// (ProcessGroupGloo, ProcessGroupNCCL) keep the collective API of 1.13's ProcessGroup.
-#if TORCH_VERSION_MAJOR >= 2
-using Backend = c10d::Backend;
-#else
-using Backend = c10d::ProcessGroup;
-#endif
+using Backend = compat::C10dBackend;  // 1.13's ProcessGroup, 2.x's Backend
 
 std::string first_line(const std::string& text) {
   const auto nl = text.find('\n');
@@ -68,6 +62,12 @@ std::string resolve_backend(const std::string& backend, const torch::Device& dev
     if (!device.is_cuda()) {
       throw ConfigError("dist.backend: nccl needs CUDA tensors, but this run trains on " +
                         device.str() + "; use dist.backend: gloo (or auto)");
+    }
+    if (!torch::cuda::is_available()) {  // before c10d's constructor, which would throw
+      throw ConfigError("dist.backend: nccl needs CUDA devices, and this machine has none (" +
+                        device.str() +
+                        " asked for); train on a GPU machine, or on the CPU "
+                        "with dist.backend: gloo");
     }
     if (!have_nccl()) {
       throw ConfigError(

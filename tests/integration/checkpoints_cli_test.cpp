@@ -1,14 +1,14 @@
 // End-to-end tests of `amptune eval`, `amptune export`, `amptune gc`, checkpoint.keep_epochs, the
 // fallback past a malformed checkpoint and Python's reading of checkpoint files, with the real
 // binary on tiny IDX data. Each test works in its own scratch directory.
+#include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <tuple>
-
-#include <gtest/gtest.h>
 
 #include "core/hash.h"
 #include "integration/harness.h"
@@ -315,6 +315,44 @@ TEST(CheckpointsCli, RetentionNeverDeletesACheckpointAForkStartsFrom) {
   EXPECT_TRUE(fs::exists(rows[0].checkpoint->path));
   store::Store s(f.db);
   EXPECT_EQ(s.integrity_check(), "ok");
+}
+
+// Runs `binary` (the other LibTorch build's amptune) with `args` in `cwd`; its exit code.
+int run_binary(const std::string& binary, std::vector<std::string> args, const std::string& cwd) {
+  args.insert(args.begin(), binary);
+  return wait_exit_code(spawn_program(args, cwd, SpawnOptions({}, "other")));
+}
+
+// A checkpoint written by one LibTorch build continues in the other, both ways: Debian's 1.13
+// and PyTorch 2.x from pip (AMPTUNE_OTHER_BINARY: tools/test.sh --torch pip sets it to build/'s
+// binary; skipped without it). Checkpoints are safetensors tensors with JSON metadata, written
+// and read by amptune's own code, so the LibTorch version does not enter the format.
+TEST(CheckpointsCli, CrossVersionCheckpointsResumeInTheOtherBuild) {
+  const char* other = std::getenv("AMPTUNE_OTHER_BINARY");
+  if (!other || !*other) {
+    GTEST_SKIP() << "AMPTUNE_OTHER_BINARY is not set (tools/test.sh --torch pip sets it to the "
+                    "Debian build's amptune)";
+  }
+  for (const bool other_first : {true, false}) {
+    SCOPED_TRACE(other_first ? "other build first" : "this build first");
+    const Fixture f = make(2);
+    const std::vector<std::string> first = {"run", f.yaml, "--db", f.db, "-q", "--stop-after-epoch",
+                                            "0"};
+    ASSERT_EQ(other_first ? run_binary(other, first, f.dir) : run_amptune(first, f.dir).exit_code,
+              0)
+        << read_file(f.dir + "/other.err");
+    const std::vector<std::string> rest = {"run", f.yaml, "--db", f.db, "-q"};
+    const int code =
+        other_first ? run_amptune(rest, f.dir).exit_code : run_binary(other, rest, f.dir);
+    ASSERT_EQ(code, 0) << read_file(f.dir + "/other.err");
+    store::Store s(f.db);
+    const auto runs = s.runs();
+    ASSERT_EQ(runs.size(), 1u);
+    EXPECT_EQ(runs[0].status, store::RunStatus::kDone) << runs[0].message;
+    const auto epochs = s.epochs(runs[0].id);
+    ASSERT_EQ(epochs.size(), 2u);
+    EXPECT_TRUE(std::isfinite(epochs[1].train_loss));
+  }
 }
 
 TEST(CheckpointsCli, HelpAndUsageErrors) {

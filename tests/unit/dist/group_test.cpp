@@ -241,6 +241,19 @@ TEST(DistGroup, BackendChoices) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("dist.backend: nccl needs CUDA"), std::string::npos);
   }
+  // The group's constructor resolves its backend first: with no GPU, NCCL is refused as a config
+  // error (exit 3) in every build, before c10d's ProcessGroupNCCL (built in with a CUDA LibTorch)
+  // would throw from inside.
+  if (!torch::cuda::is_available()) {
+    try {
+      resolve_backend("nccl", torch::Device(torch::kCUDA, 0));
+      ADD_FAILURE() << "nccl without a CUDA device accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("nccl needs CUDA devices, and this machine has none"),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 }  // namespace
