@@ -8,7 +8,7 @@
 # args] builds against PyTorch 2.x from pip (tools/torch-pip.sh: the pinned wheel, CUDA and NCCL
 # on, into .deps/) into build-torch2 and runs its unit and integration tiers (default ctest args
 # -L 'unit|integration'); with build/ (Debian's 1.13) built too, checkpoints cross between them
-# (Checkpoints.CrossVersion*).
+# (CheckpointsCli.CrossVersion*).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # --sanitize (first argument): build into build-asan with AddressSanitizer and
