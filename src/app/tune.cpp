@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <set>
+#include <sstream>
 
 #include "app/prune.h"
 #include "app/pruning.h"
@@ -55,6 +56,14 @@ TuneOutcome load_outcome(const store::Store& store, const store::TuneSearchRow& 
     if (auto run = store.find_run(c.run_id)) out.runs[c.run_id] = *run;
   }
   return out;
+}
+
+// 0.0312 -> "3.12 %".
+std::string percent_text(double share) {
+  std::ostringstream out;
+  out.precision(3);
+  out << share * 100 << " %";
+  return out.str();
 }
 
 bool ended(const store::RunRow& run) {
@@ -195,6 +204,9 @@ class Search {
   void judge_final(Candidate& c);
   std::optional<Candidate> bisect(const Candidate& solution, int& round);
   bool better_answer(const Candidate& a, const Candidate& b);
+  // The share of run `id`'s forward multiply-accumulates in fp32 (train::forward_work), measured
+  // once per run; NaN (with a warning) when its model or data cannot be loaded here.
+  double fp32_share(int64_t id);
   TuneOutcome finish(const std::string& status, const std::optional<Candidate>& answer,
                      const std::string& note);
   TuneOutcome outcome();
@@ -210,6 +222,7 @@ class Search {
   bool stopped_ = false;             // a signal
   Tally tally_;
   std::vector<store::Store::MetricValue> values_;  // the sweep's values of the metric, as last read
+  std::map<int64_t, double> shares_;               // fp32_share by run id
   bool values_stale_ = true;
 };
 
@@ -480,13 +493,27 @@ bool Search::better_answer(const Candidate& a, const Candidate& b) {
       fps[t.run_id] = t.mean_fps.value_or(0);
     if (fps[a.run_id] != fps[b.run_id]) return fps[a.run_id] > fps[b.run_id];
   } else {
-    const auto ra = precision_rank(config(a)), rb = precision_rank(config(b));
+    const auto ra = precision_rank(config(a), fp32_share(a.run_id));
+    const auto rb = precision_rank(config(b), fp32_share(b.run_id));
     if (ra != rb) return ra < rb;
   }
   const double sa = plan_.tolerance.shortfall(a.value, a.reference_value);
   const double sb = plan_.tolerance.shortfall(b.value, b.reference_value);
   if (sa != sb) return sa < sb;
   return std::make_pair(a.round, a.seq) < std::make_pair(b.round, b.seq);
+}
+
+double Search::fp32_share(int64_t id) {
+  if (auto it = shares_.find(id); it != shares_.end()) return it->second;
+  const store::RunRow run = *store_.find_run(id);
+  double share = kNaN;
+  try {
+    share = train::forward_work(Config::from_json(run.config_json, "run " + run.name)).fp32_share();
+  } catch (const std::exception& e) {
+    log::warn("tune: cannot count the forward work of run " + run.name + " (" + e.what() +
+              "); it is ranked as if all of it ran in fp32");
+  }
+  return shares_[id] = share;
 }
 
 // Bisects the fp32 modules of `solution`; returns the smallest solution found (unset: none
@@ -553,6 +580,12 @@ TuneOutcome Search::finish(const std::string& status, const std::optional<Candid
   search_.reference_value = ref_value(plan_.epochs - 1);
   if (answer) {
     const store::RunRow run = *store_.find_run(answer->run_id);
+    if (status == "answered" && block_.objective == "precision") {
+      const double share = fp32_share(run.id);
+      if (!std::isnan(share)) {
+        search_.note += "; " + percent_text(share) + " of the forward multiply-accumulates in fp32";
+      }
+    }
     search_.answer_run_id = run.id;
     search_.answer_value = answer->value;
     search_.answer_yaml = changed_yaml(Config::from_json(run.config_json, run.name), plan_.base,

@@ -228,11 +228,12 @@ std::optional<std::vector<std::string>> next_bisect_probe(
   return queue.back();
 }
 
-std::vector<int> precision_rank(const Config& config) {
+std::vector<double> precision_rank(const Config& config, double fp32_share) {
   const int level = level_of(config.get_string("amp.opt_level"));
   const bool cast_model = level >= 2;
-  return {3 - level, static_cast<int>(config.get_string_list("amp.fp32_modules").size()),
-          cast_model && batchnorm_fp32(config) ? 1 : 0};
+  return {std::isnan(fp32_share) ? 1.0 : fp32_share, static_cast<double>(3 - level),
+          static_cast<double>(config.get_string_list("amp.fp32_modules").size()),
+          cast_model && batchnorm_fp32(config) ? 1.0 : 0.0};
 }
 
 std::string flow_yaml(const nlohmann::json& value) {

@@ -80,9 +80,11 @@ std::optional<std::vector<std::string>> next_bisect_probe(
     const std::vector<std::pair<std::vector<std::string>, bool>>& probes,
     std::vector<std::string>& kept);
 
-// The objective "precision" as a key to sort by, smaller = less fp32 work: the opt level (O3 <
-// O2 < O1 < O0), then the number of amp.fp32_modules, then BatchNorm held in fp32 under O2/O3.
-std::vector<int> precision_rank(const Config& config);
+// The objective "precision" as a key to sort by, smaller = less fp32 work: `fp32_share`, the
+// share of the forward pass's multiply-accumulates run in fp32 (train::forward_work; NaN when it
+// could not be measured, ranked as 1), then the opt level (O3 < O2 < O1 < O0), then the number of
+// amp.fp32_modules, then BatchNorm held in fp32 under O2/O3.
+std::vector<double> precision_rank(const Config& config, double fp32_share);
 
 // The keys of `config` that differ from `base`, among `keys`, as YAML lines ready for base:
 // ("amp.fp32_modules: [conv1]\n"), in the order of `keys` (each once).

@@ -469,4 +469,80 @@ store::Diagnosis diagnose(const store::RunRow& run,
   return d;
 }
 
+namespace {
+
+// The multiply-accumulates of one call of `module` that gave `y`: a convolution's outputs each
+// take in_channels / groups * kh * kw of them, a linear layer's in_features; a transposed
+// convolution's input elements each feed out_channels / groups * kh * kw outputs, counted here
+// as its outputs' share (exact when the output is the stride times the input, as in RootNet's
+// deconvolutions). 0 for every other module (elementwise work, or a container whose children
+// count their own).
+double module_macs(const torch::nn::Module& module, const torch::Tensor& y) {
+  const double outputs = static_cast<double>(y.numel());
+  if (const auto* conv = dynamic_cast<const torch::nn::Conv2dImpl*>(&module)) {
+    const torch::Tensor& w = conv->weight;  // [out, in / groups, kh, kw]
+    return outputs * static_cast<double>(w.numel() / w.size(0));
+  }
+  if (const auto* linear = dynamic_cast<const torch::nn::LinearImpl*>(&module)) {
+    return outputs * static_cast<double>(linear->weight.size(1));
+  }
+  if (const auto* deconv = dynamic_cast<const torch::nn::ConvTranspose2dImpl*>(&module)) {
+    const torch::Tensor& w = deconv->weight;  // [in, out / groups, kh, kw]
+    const auto& stride = deconv->options.stride();
+    const double per_output = static_cast<double>(w.size(0) / deconv->options.groups()) *
+                              static_cast<double>(w.size(2) * w.size(3));
+    return outputs * per_output / static_cast<double>((*stride)[0] * (*stride)[1]);
+  }
+  return 0.0;
+}
+
+}  // namespace
+
+ForwardWork forward_work(const Config& config) {
+  const Settings settings = Settings::from(config);
+  torch::manual_seed(static_cast<uint64_t>(settings.seed));
+  const std::unique_ptr<Task> task = make_task(settings);
+  torch::nn::Module& model = task->module();
+  // The marks of amp.fp32_modules (a glob that matches nothing is a ConfigError here too).
+  const auto modules = std::make_shared<const amp::ModuleMap>(model, settings.amp.fp32_modules);
+  std::map<std::string, const torch::nn::Module*> by_name;
+  for (const auto& m : model.named_modules("", /*include_self=*/true)) {
+    by_name.emplace(m.key(), m.value().get());
+  }
+  auto train_set = data::make_dataset(settings.data, settings.rootnet, settings.model.in_channels,
+                                      data::Split::kTrain);
+  data::LoaderOptions opts =
+      data::loader_options(settings.data, settings.seed, data::Split::kTrain, 0);
+  opts.batch_size = 1;
+  opts.drop_last = false;
+  opts.shuffle = false;
+  opts.workers = 0;
+  data::Loader loader(train_set, opts);
+  std::optional<data::Batch> sample;
+  while ((sample = loader.next()) && (!sample->images.defined() || sample->images.size(0) == 0)) {
+  }
+  if (!sample) {
+    throw DataError("the training split of " + settings.data.root +
+                    " has no readable sample to count the forward pass's work on");
+  }
+  ForwardWork work;
+  const bool all_fp32 = settings.amp.opt_level == "O0";
+  {
+    // No policy: every op computes in fp32; the module map names the calls and marks them.
+    amp::ScopedModules scope(modules);
+    amp::ScopedObserver observer([&](const std::string& name, const torch::Tensor& y) {
+      auto it = by_name.find(name);
+      if (it == by_name.end()) return;
+      const double macs = module_macs(*it->second, y);
+      work.macs += macs;
+      const amp::ModuleMap::Entry* entry = modules->find(*it->second);
+      if (all_fp32 || (entry && entry->fp32)) work.fp32_macs += macs;
+    });
+    torch::NoGradGuard no_grad;
+    model.eval();
+    task->train_loss(*sample, torch::Device(torch::kCPU));
+  }
+  return work;
+}
+
 }  // namespace amptune::train

@@ -21,6 +21,10 @@ namespace at {
 class Tensor;
 }
 
+namespace amptune {
+class Config;
+}
+
 namespace amptune::train {
 
 struct DiagnoseOptions {
@@ -88,5 +92,19 @@ std::optional<store::EpochRow> pick_checkpoint(const store::RunRow& run,
 store::Diagnosis diagnose(const store::RunRow& run,
                           const std::optional<store::EpochRow>& checkpoint,
                           const DiagnoseOptions& options);
+
+// The work of one training sample's forward pass: the multiply-accumulates of its convolutions,
+// transposed convolutions and linear layers (the ops autocast runs in low precision; the rest is
+// elementwise), and those of them that run in fp32 under the config's amp policy - all under O0,
+// those inside amp.fp32_modules under O1-O3. The objective "precision" of amptune tune ranks
+// solutions by the fp32 share (docs/TUNE.md). Builds the model and runs it once, in fp32 on the
+// CPU, on the first sample of the training split; throws ConfigError / DataError as loading the
+// run's model and data does.
+struct ForwardWork {
+  double macs = 0;
+  double fp32_macs = 0;
+  double fp32_share() const { return macs > 0 ? fp32_macs / macs : 0.0; }
+};
+ForwardWork forward_work(const Config& config);
 
 }  // namespace amptune::train

@@ -137,17 +137,34 @@ TEST(AppTune, BisectionKeepsTheModulesThatMatter) {
 }
 
 TEST(AppTune, PrecisionRankPutsLessFp32WorkFirst) {
-  const auto o2 = precision_rank(config({{"amp.opt_level", "O2"}}));
+  // Equal measured shares: the opt level, then the modules, then BatchNorm decide.
+  const auto o2 = precision_rank(config({{"amp.opt_level", "O2"}}), 0.0);
   const auto o2_bn_low =
-      precision_rank(config({{"amp.opt_level", "O2"}, {"amp.keep_batchnorm_fp32", "false"}}));
-  const auto o1 = precision_rank(config({{"amp.opt_level", "O1"}}));
+      precision_rank(config({{"amp.opt_level", "O2"}, {"amp.keep_batchnorm_fp32", "false"}}), 0.0);
+  const auto o1 = precision_rank(config({{"amp.opt_level", "O1"}}), 0.0);
   const auto o1_conv1 =
-      precision_rank(config({{"amp.opt_level", "O1"}, {"amp.fp32_modules", {"conv1"}}}));
-  const auto o0 = precision_rank(config({}));
+      precision_rank(config({{"amp.opt_level", "O1"}, {"amp.fp32_modules", {"conv1"}}}), 0.0);
+  const auto o0 = precision_rank(config({}), 1.0);
   EXPECT_LT(o2_bn_low, o2);
   EXPECT_LT(o2, o1);
   EXPECT_LT(o1, o1_conv1);
   EXPECT_LT(o1_conv1, o0);
+  // The measured share comes first: two small modules in fp32 before one large one, O1 with
+  // less fp32 work before O2 with more.
+  const auto two_small = precision_rank(
+      config({{"amp.opt_level", "O1"}, {"amp.fp32_modules", {"conv1", "fc"}}}), 0.01);
+  const auto one_large =
+      precision_rank(config({{"amp.opt_level", "O1"}, {"amp.fp32_modules", {"layer1"}}}), 0.25);
+  const auto o2_large =
+      precision_rank(config({{"amp.opt_level", "O2"}, {"amp.fp32_modules", {"layer1"}}}), 0.25);
+  EXPECT_LT(two_small, one_large);
+  EXPECT_LT(o2_large, one_large);
+  EXPECT_LT(two_small, o2_large);
+  // Not measured (NaN): ranked as all of it in fp32, behind every measured share, before O0.
+  const auto unknown =
+      precision_rank(config({{"amp.opt_level", "O1"}, {"amp.fp32_modules", {"conv1"}}}), kNaN);
+  EXPECT_LT(one_large, unknown);
+  EXPECT_LT(unknown, o0);
 }
 
 TEST(AppTune, TheAnswerIsYamlOfTheChangedKeys) {

@@ -1,11 +1,18 @@
-// The comparison metrics of `amptune diagnose` on hand-made tensors with known answers, and the
-// first-divergence and advice rules on hand-made rows.
+// The comparison metrics of `amptune diagnose` on hand-made tensors with known answers, the
+// first-divergence and advice rules on hand-made rows, and the forward work tune's objective
+// ranks by, counted by hand on a tiny ResNet.
 #include "train/diagnose.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <cmath>
+#include <string>
+
+#include "core/config.h"
+#include "support/scratch.h"
+#include "support/tiny_config.h"
+#include "support/tiny_data.h"
 
 namespace amptune::train {
 namespace {
@@ -148,6 +155,45 @@ TEST(DiagnoseRules, AdviceForOverflowUnderflowAndBatchNorm) {
   EXPECT_NE(advice[1].advice.find("dynamic"), std::string::npos);
   EXPECT_EQ(advice[2].rule, "batchnorm_low_precision");
   EXPECT_NE(advice[2].advice.find("keep_batchnorm_fp32: true"), std::string::npos);
+}
+
+// ResNet-18 at width 1/16 with the small-input stem on 12 x 12 one-channel images: conv1 is a
+// 3x3 convolution from 1 to 4 channels at 144 positions (5184 multiply-accumulates), layer1 four
+// 3x3 convolutions from 4 to 4 channels there (4 * 144 * 4 * 4 * 9 = 82944), fc maps 32 features
+// to 4 classes (128).
+TEST(ForwardWork, CountsConvolutionsAndLinearLayersAndTheOnesKeptInFp32) {
+  const std::string dir = testing::scratch_dir();
+  testing::write_tiny_idx(dir + "/data", 8, 4);
+  Config c = testing::tiny_config();
+  c.set("data.format", "idx");
+  c.set("data.root", dir + "/data");
+  c.set("data.val_split", "t10k");
+  c.set("data.mean", nlohmann::json::array({0.3}));
+  c.set("data.std", nlohmann::json::array({0.3}));
+  c.set("data.batch_size", 4);
+  c.set("amp.opt_level", "O1");
+  const ForwardWork low = forward_work(c);
+  EXPECT_GT(low.macs, 82944 + 5184 + 128);
+  EXPECT_EQ(low.fp32_macs, 0);
+  EXPECT_EQ(low.fp32_share(), 0);
+
+  c.set("amp.fp32_modules", nlohmann::json::array({"conv1"}));
+  EXPECT_EQ(forward_work(c).fp32_macs, 5184);
+  c.set("amp.fp32_modules", nlohmann::json::array({"layer1"}));
+  EXPECT_EQ(forward_work(c).fp32_macs, 82944);
+  c.set("amp.fp32_modules", nlohmann::json::array({"fc", "conv1"}));
+  const ForwardWork two = forward_work(c);
+  EXPECT_EQ(two.fp32_macs, 128 + 5184);
+  EXPECT_EQ(two.macs, low.macs);
+  // The top-level modules cover all of it; O0 runs all of it in fp32.
+  c.set("amp.fp32_modules",
+        nlohmann::json::array({"conv1", "layer1", "layer2", "layer3", "layer4", "fc"}));
+  EXPECT_EQ(forward_work(c).fp32_share(), 1.0);
+  c.set("amp.fp32_modules", nlohmann::json::array());
+  c.set("amp.opt_level", "O0");
+  const ForwardWork all = forward_work(c);
+  EXPECT_EQ(all.fp32_macs, low.macs);
+  EXPECT_EQ(all.fp32_share(), 1.0);
 }
 
 }  // namespace

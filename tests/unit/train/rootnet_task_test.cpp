@@ -19,6 +19,7 @@
 #include "support/scratch.h"
 #include "support/tiny_config.h"
 #include "train/casts.h"
+#include "train/diagnose.h"
 #include "train/schedule.h"
 #include "train/task.h"
 
@@ -267,6 +268,23 @@ TEST(TaskLayout, ChannelsLastIsAvoidedWhereOneDnnCorruptsMemory) {
               std::string::npos)
         << e.what();
   }
+}
+
+// tune's forward work (train::forward_work) counts a transposed convolution by its inputs: at
+// 64x64 patches the backbone (ResNet-18 at width 1/8) leaves 2x2 maps of 64 channels, and the
+// three 4x4 stride-2 deconvolutions to 32 channels take 4*64*32*16 + 16*32*32*16 + 64*32*32*16
+// = 1441792 multiply-accumulates.
+TEST(RootNetTask, ForwardWorkCountsTheDeconvolutionsByTheirInputs) {
+  const std::string dir = amptune::testing::scratch_dir();
+  synth("muco", dir + "/MuCo", 2);
+  synth("mpii", dir + "/MPII", 2);
+  synth("mupots", dir + "/MuPoTS", 2);
+  Config c = tiny_rootnet_config(dir, "mupots");
+  c.set("amp.opt_level", "O1");
+  c.set("amp.fp32_modules", nlohmann::json::array({"deconv"}));
+  const ForwardWork work = forward_work(c);
+  EXPECT_EQ(work.fp32_macs, 1441792);
+  EXPECT_GT(work.macs, work.fp32_macs);
 }
 
 TEST(RootNetTask, TrainsAndEvaluatesOnMupots) {
