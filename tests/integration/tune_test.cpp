@@ -36,11 +36,14 @@ const std::string kTune =
     "  tolerance: {abs: 0.1}\n"
     "  reference: {amp.opt_level: O0}\n";
 
-TinySweep tune_sweep(const std::string& start, const std::string& tag,
-                     const std::string& more = "") {
+// `test_n`: test images evaluated after every epoch (the metric is the training loss, so they
+// change no result, only how long an epoch takes).
+TinySweep tune_sweep(const std::string& start, const std::string& tag, const std::string& more = "",
+                     int test_n = 32) {
   TinyOptions o = quick_tiny(kTune + "  start: " + start + "\n" + more, 3);
   o.name = "tuned";
   o.dir_tag = tag;
+  o.test_n = test_n;
   o.base = "  amp: {loss_scale: dynamic, max_loss_scale: 1024}\n";
   return make_tiny_sweep(o);
 }
@@ -171,14 +174,19 @@ std::map<std::pair<std::string, int>, std::string> epoch_stamps(const std::strin
   return out;
 }
 
+// Each epoch evaluates 5000 test images (about 0.7 s here), so the round the child is
+// killed in still has seconds to run when the poll below sees its first epoch: with 32, the
+// whole round took a quarter of a second and a loaded machine could let the child finish first.
+const int kSlowEpochTestImages = 5000;
+
 TEST(TuneCli, ASearchKilledInARoundContinuesWithTheSameAnswerAndTwoWorkersAgree) {
-  const TinySweep whole = tune_sweep(kSeedStart, "whole");
+  const TinySweep whole = tune_sweep(kSeedStart, "whole", "", kSlowEpochTestImages);
   ASSERT_EQ(run_amptune(tune_args(whole, true), whole.dir).exit_code, 0);
   const Search expected = search_of(whole.db);
   ASSERT_EQ(expected.row.status, "answered");
 
   // SIGKILL once a candidate of round 1 has recorded an epoch.
-  const TinySweep killed = tune_sweep(kSeedStart, "killed");
+  const TinySweep killed = tune_sweep(kSeedStart, "killed", "", kSlowEpochTestImages);
   const pid_t pid = spawn_amptune(tune_args(killed, true), killed.dir);
   {
     StopOnExit guard(pid);
@@ -197,7 +205,8 @@ TEST(TuneCli, ASearchKilledInARoundContinuesWithTheSameAnswerAndTwoWorkersAgree)
     }
     ASSERT_TRUE(in_round) << read_file(killed.dir + "/child.err");
     ASSERT_EQ(::kill(pid, SIGKILL), 0);
-    EXPECT_EQ(wait_exit_code(pid), 128 + SIGKILL);
+    ASSERT_EQ(wait_exit_code(pid), 128 + SIGKILL)
+        << "the search finished before it could be killed";
   }
   const auto before = epoch_stamps(killed.db);
   const Result rerun = run_amptune(tune_args(killed, true), killed.dir);
@@ -214,7 +223,7 @@ TEST(TuneCli, ASearchKilledInARoundContinuesWithTheSameAnswerAndTwoWorkersAgree)
   }
 
   // Two worker processes share the search: the same runs, the same answer.
-  const TinySweep two = tune_sweep(kSeedStart, "workers");
+  const TinySweep two = tune_sweep(kSeedStart, "workers", "", kSlowEpochTestImages);
   const Result shared = run_amptune(tune_args(two, true, {"--workers", "2"}), two.dir);
   ASSERT_EQ(shared.exit_code, 0) << shared.err;
   const Search by_two = search_of(two.db);
