@@ -15,9 +15,19 @@
 # in .deps, 2-3 minutes of download.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Both name a folder this script replaces (.deps/torch-VERSION) and go to pip: release numbers
+# only, checked before any use.
+release() {
+  [[ $1 =~ ^[0-9]+\.[0-9]+(\.[0-9]+)?$ ]] || {
+    echo "torch-pip: $2 '$1' is not a release number such as 2.11.0" >&2
+    exit 2
+  }
+}
 version=${AMPTUNE_TORCH_VERSION:-2.11.0}
+release "$version" AMPTUNE_TORCH_VERSION
 minor=$(echo "$version" | cut -d. -f2)
 vision=${AMPTUNE_TORCHVISION_VERSION:-0.$((minor + 15)).0}
+release "$vision" AMPTUNE_TORCHVISION_VERSION
 if [ "${1:-}" = --python ]; then
   python=${2:?usage: tools/torch-pip.sh --python PYTHON}
 else
