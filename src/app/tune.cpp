@@ -201,9 +201,16 @@ class Search {
   // A round's candidates through successive halving; the survivors' final outcomes. False when
   // stopped (signal, budget).
   bool halve(std::vector<Candidate>& round, int fork_epoch);
+  // Round `round`'s candidates, one run per move from the fork point `at` of the run of
+  // `config`, recorded in order.
+  std::vector<Candidate> record_candidates(int round, const ForkPoint& at, const Config& config,
+                                           const std::vector<TuneMove>& moves);
   void judge_final(Candidate& c);
   std::optional<Candidate> bisect(const Candidate& solution, int& round);
   bool better_answer(const Candidate& a, const Candidate& b);
+  // The best of `solutions` by the objective, its fp32 modules bisected (rounds after `round`);
+  // finishes the search as answered.
+  TuneOutcome answer(const std::vector<Candidate>& solutions, int round);
   // The share of run `id`'s forward multiply-accumulates in fp32 (train::forward_work), measured
   // once per run; NaN (with a warning) when its model or data cannot be loaded here.
   double fp32_share(int64_t id);
@@ -676,31 +683,7 @@ TuneOutcome Search::run() {
                              " advice rows";
     store_.record_tune_round({search_.id, round, "search", run.id, candidates_fork,
                               diagnosed.owner ? diagnosed.epoch : -1, note});
-    std::vector<Candidate> candidates;
-    for (size_t i = 0; i < moves.size(); ++i) {
-      const TuneMove& m = moves[i];
-      std::string label = "tune r" + std::to_string(round) + " " + m.move + ":";
-      nlohmann::json change = nlohmann::json::object();
-      for (const auto& [key, value] : m.change) {
-        change[key] = value;
-        label += " " + key + "=" + flow_yaml(value);
-      }
-      const store::RunRow r = candidate_run(at, config, m.change, label);
-      Candidate c;
-      c.search_id = search_.id;
-      c.round = round;
-      c.seq = static_cast<int>(i);
-      c.move = m.move;
-      c.change_json = change.dump();
-      c.reason = m.reason;
-      c.advice_rule = m.advice_rule;
-      c.advice_module = m.advice_module;
-      c.run_id = r.id;
-      c.parent_run_id = r.fork ? r.fork->parent_run_id : 0;
-      c.fork_epoch = r.fork ? r.fork->parent_epoch : -1;
-      store_.record_tune_candidate(c);
-      candidates.push_back(c);
-    }
+    std::vector<Candidate> candidates = record_candidates(round, at, config, moves);
     if (!halve(candidates, candidates_fork)) break;
     std::optional<Candidate> best;
     for (const Candidate& c : candidates) {
@@ -725,23 +708,58 @@ TuneOutcome Search::run() {
     if (!stop_reason_.empty()) end_note = stop_reason_;
     return finish("exhausted", closest, "no setting within tolerance: " + end_note);
   }
-  Candidate answer = solutions.front();
+  return answer(solutions, round);
+}
+
+std::vector<Search::Candidate> Search::record_candidates(int round, const ForkPoint& at,
+                                                         const Config& config,
+                                                         const std::vector<TuneMove>& moves) {
+  std::vector<Candidate> candidates;
+  for (size_t i = 0; i < moves.size(); ++i) {
+    const TuneMove& m = moves[i];
+    std::string label = "tune r" + std::to_string(round) + " " + m.move + ":";
+    nlohmann::json change = nlohmann::json::object();
+    for (const auto& [key, value] : m.change) {
+      change[key] = value;
+      label += " " + key + "=" + flow_yaml(value);
+    }
+    const store::RunRow r = candidate_run(at, config, m.change, label);
+    Candidate c;
+    c.search_id = search_.id;
+    c.round = round;
+    c.seq = static_cast<int>(i);
+    c.move = m.move;
+    c.change_json = change.dump();
+    c.reason = m.reason;
+    c.advice_rule = m.advice_rule;
+    c.advice_module = m.advice_module;
+    c.run_id = r.id;
+    c.parent_run_id = r.fork ? r.fork->parent_run_id : 0;
+    c.fork_epoch = r.fork ? r.fork->parent_epoch : -1;
+    store_.record_tune_candidate(c);
+    candidates.push_back(c);
+  }
+  return candidates;
+}
+
+TuneOutcome Search::answer(const std::vector<Candidate>& solutions, int round) {
+  Candidate best = solutions.front();
   for (const Candidate& c : solutions) {
-    if (better_answer(c, answer)) answer = c;
+    if (better_answer(c, best)) best = c;
   }
   std::string note =
-      "round " + std::to_string(answer.round) +
-      (answer.move.empty() ? " (the start is within tolerance)" : ", move " + answer.move);
-  if (auto smaller = bisect(answer, round)) {
-    answer = *smaller;
+      "round " + std::to_string(best.round) +
+      (best.move.empty() ? " (the start is within tolerance)" : ", move " + best.move);
+  if (auto smaller = bisect(best, round)) {
+    best = *smaller;
     note +=
         "; bisection kept " +
-        std::to_string(nlohmann::json::parse(answer.change_json).at("amp.fp32_modules").size()) +
+        std::to_string(nlohmann::json::parse(best.change_json).at("amp.fp32_modules").size()) +
         " fp32 modules";
   }
   if (stopped_) return outcome();
   if (!stop_reason_.empty()) note += "; " + stop_reason_ + " before bisection ended";
-  return finish("answered", answer, note);
+  return finish("answered", best, note);
 }
 
 }  // namespace
