@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <iterator>
 #include <sstream>
 #include <thread>
 #include <string>
@@ -122,6 +123,46 @@ bool catches_stop_signals(pid_t pid) {
 // SIGINT / SIGTERM end long work within a second with exit code 130, leaving nothing
 // half-written: a merge of a large input (one transaction: the target stays as it was) and the
 // planning of a 1,000,000-cell sweep (nothing written yet).
+// tools/torch-pip.sh replaces the folder .deps/torch-VERSION and hands the versions to pip and
+// to a Python check: an override that is not a release number stops it before any of that, so
+// neither a path that climbs out of .deps nor a quote reaches them. A copy of the script in a
+// scratch tree (it works in the tree it lies in); the torchvision case runs the --python path,
+// which installs nothing whatever happens.
+TEST(Untrusted, TorchPipTakesReleaseNumbersOnly) {
+  const std::string dir = scratch_dir();
+  fs::create_directories(dir + "/tools");
+  fs::copy_file(std::string(AMPTUNE_SOURCE_DIR) + "/tools/torch-pip.sh",
+                dir + "/tools/torch-pip.sh");
+  fs::create_directories(dir + "/.deps/torch-x");
+  const std::string victim = dir + "/victim/keep.txt";
+  write_file(victim, "not amptune's");
+  struct Case {
+    std::string var, value;
+    std::vector<std::string> args;
+  };
+  const std::vector<Case> cases = {
+      {"AMPTUNE_TORCH_VERSION", "x/../../victim", {}},
+      {"AMPTUNE_TORCH_VERSION", "2.11.0' != '' or open('victim/keep.txt', 'w') and '", {}},
+      {"AMPTUNE_TORCHVISION_VERSION", "0.26.0 numpy==0", {"--python", "/nonexistent/python"}},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> argv = {"bash", "tools/torch-pip.sh"};
+    argv.insert(argv.end(), c.args.begin(), c.args.end());
+    const pid_t pid = spawn_program(argv, dir, SpawnOptions({{c.var, c.value}}, "pip"));
+    StopOnExit stop(pid);
+    EXPECT_EQ(wait_exit_code(pid, 60), 2) << c.var << "=" << c.value;
+    EXPECT_NE(read_file(dir + "/pip.err")
+                  .find("torch-pip: " + c.var + " '" + c.value +
+                        "' is not a release number such as 2.11.0"),
+              std::string::npos)
+        << read_file(dir + "/pip.err");
+    EXPECT_EQ(read_file(victim), "not amptune's");
+    EXPECT_EQ(read_file(dir + "/pip.out"), "");
+  }
+  EXPECT_TRUE(fs::is_empty(dir + "/.deps/torch-x"));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir + "/.deps"), fs::directory_iterator()), 1);
+}
+
 TEST(Untrusted, SignalsStopLongWorkAtOnce) {
   const TinySweep f = make_tiny_sweep(quick_tiny("", 1));
   ASSERT_EQ(run_amptune({"run", f.yaml, "-q"}, f.dir).exit_code, 0);
