@@ -123,6 +123,45 @@ bool catches_stop_signals(pid_t pid) {
 // SIGINT / SIGTERM end long work within a second with exit code 130, leaving nothing
 // half-written: a merge of a large input (one transaction: the target stays as it was) and the
 // planning of a 1,000,000-cell sweep (nothing written yet).
+TEST(Untrusted, SignalsStopLongWorkAtOnce) {
+  const TinySweep f = make_tiny_sweep(quick_tiny("", 1));
+  ASSERT_EQ(run_amptune({"run", f.yaml, "-q"}, f.dir).exit_code, 0);
+  const std::string big = f.dir + "/results/big.sqlite";
+  fs::copy_file(f.db, big);
+  // 400,000 more epochs of 5 metrics each in run 1 of the input.
+  sql(big, "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 400000) "
+           "INSERT INTO epochs (run_id, epoch, global_step, recorded_at) "
+           "SELECT 1, i, i, '2026-01-01T00:00:00.000Z' FROM n;"
+           "INSERT INTO metrics (run_id, epoch, name, value) SELECT run_id, epoch, m.name, 1.0 "
+           "FROM epochs, (SELECT 'a' AS name UNION SELECT 'b' UNION SELECT 'c' UNION SELECT 'd' "
+           "UNION SELECT 'e') m WHERE epoch > 0");
+  ASSERT_EQ(run_amptune({"merge", f.db, "--into", "results/into.sqlite"}, f.dir).exit_code, 0);
+  const auto before = epochs_of(f.dir + "/results/into.sqlite", "1").size();
+  for (const int sig : {SIGINT, SIGTERM}) {
+    const pid_t pid = spawn_amptune({"merge", big, "--into", "results/into.sqlite"}, f.dir);
+    StopOnExit stop(pid);
+    ASSERT_TRUE(catches_stop_signals(pid));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // into the merge
+    ::kill(pid, sig);
+    EXPECT_EQ(wait_exit_code(pid, 5), 130) << read_file(f.dir + "/child.err");
+    EXPECT_EQ(epochs_of(f.dir + "/results/into.sqlite", "1").size(), before);
+    EXPECT_EQ(store::Store(f.dir + "/results/into.sqlite").integrity_check(), "ok");
+  }
+
+  // A sweep of 1,000,000 cells plans for many seconds.
+  std::string seeds;
+  for (int i = 0; i < 100000; ++i) seeds += (i ? "," : "") + std::to_string(i);
+  write_file(f.dir + "/huge.yaml", read_file(f.yaml) + "grid:\n  optim.lr: [0.1, 0.2, 0.3, 0.4, "
+                                   "0.5, 0.6, 0.7, 0.8, 0.9, 1.0]\n  seed: [" + seeds + "]\n");
+  const pid_t pid = spawn_amptune({"run", "huge.yaml", "--db", "results/huge.sqlite"}, f.dir);
+  StopOnExit stop(pid);
+  ASSERT_TRUE(catches_stop_signals(pid));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // into the planning
+  ::kill(pid, SIGTERM);
+  EXPECT_EQ(wait_exit_code(pid, 5), 130) << read_file(f.dir + "/child.err");
+  EXPECT_FALSE(fs::exists(f.dir + "/results/huge.sqlite"));
+}
+
 // tools/torch-pip.sh replaces the folder .deps/torch-VERSION and hands the versions to pip and
 // to a Python check: an override that is not a release number stops it before any of that, so
 // neither a path that climbs out of .deps nor a quote reaches them. A copy of the script in a
@@ -161,45 +200,6 @@ TEST(Untrusted, TorchPipTakesReleaseNumbersOnly) {
   }
   EXPECT_TRUE(fs::is_empty(dir + "/.deps/torch-x"));
   EXPECT_EQ(std::distance(fs::directory_iterator(dir + "/.deps"), fs::directory_iterator()), 1);
-}
-
-TEST(Untrusted, SignalsStopLongWorkAtOnce) {
-  const TinySweep f = make_tiny_sweep(quick_tiny("", 1));
-  ASSERT_EQ(run_amptune({"run", f.yaml, "-q"}, f.dir).exit_code, 0);
-  const std::string big = f.dir + "/results/big.sqlite";
-  fs::copy_file(f.db, big);
-  // 400,000 more epochs of 5 metrics each in run 1 of the input.
-  sql(big, "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 400000) "
-           "INSERT INTO epochs (run_id, epoch, global_step, recorded_at) "
-           "SELECT 1, i, i, '2026-01-01T00:00:00.000Z' FROM n;"
-           "INSERT INTO metrics (run_id, epoch, name, value) SELECT run_id, epoch, m.name, 1.0 "
-           "FROM epochs, (SELECT 'a' AS name UNION SELECT 'b' UNION SELECT 'c' UNION SELECT 'd' "
-           "UNION SELECT 'e') m WHERE epoch > 0");
-  ASSERT_EQ(run_amptune({"merge", f.db, "--into", "results/into.sqlite"}, f.dir).exit_code, 0);
-  const auto before = epochs_of(f.dir + "/results/into.sqlite", "1").size();
-  for (const int sig : {SIGINT, SIGTERM}) {
-    const pid_t pid = spawn_amptune({"merge", big, "--into", "results/into.sqlite"}, f.dir);
-    StopOnExit stop(pid);
-    ASSERT_TRUE(catches_stop_signals(pid));
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // into the merge
-    ::kill(pid, sig);
-    EXPECT_EQ(wait_exit_code(pid, 5), 130) << read_file(f.dir + "/child.err");
-    EXPECT_EQ(epochs_of(f.dir + "/results/into.sqlite", "1").size(), before);
-    EXPECT_EQ(store::Store(f.dir + "/results/into.sqlite").integrity_check(), "ok");
-  }
-
-  // A sweep of 1,000,000 cells plans for many seconds.
-  std::string seeds;
-  for (int i = 0; i < 100000; ++i) seeds += (i ? "," : "") + std::to_string(i);
-  write_file(f.dir + "/huge.yaml", read_file(f.yaml) + "grid:\n  optim.lr: [0.1, 0.2, 0.3, 0.4, "
-                                   "0.5, 0.6, 0.7, 0.8, 0.9, 1.0]\n  seed: [" + seeds + "]\n");
-  const pid_t pid = spawn_amptune({"run", "huge.yaml", "--db", "results/huge.sqlite"}, f.dir);
-  StopOnExit stop(pid);
-  ASSERT_TRUE(catches_stop_signals(pid));
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // into the planning
-  ::kill(pid, SIGTERM);
-  EXPECT_EQ(wait_exit_code(pid, 5), 130) << read_file(f.dir + "/child.err");
-  EXPECT_FALSE(fs::exists(f.dir + "/results/huge.sqlite"));
 }
 
 }  // namespace
