@@ -13,6 +13,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "core/log.h"
 #include "core/settings.h"
 #include "train/plan.h"
@@ -91,10 +92,7 @@ void claim_checkpoint_root(const CheckpointSettings& checkpoint, const store::St
     // again): its files are nobody's now, and this database takes the folder over.
     log::warn("the checkpoint folder " + root.string() + " belonged to an earlier database at " +
               store.path() + "; this one takes it over");
-    const fs::path temp = root / (".amptune-database.tmp-" + std::to_string(::getpid()));
-    std::ofstream(temp) << text;
-    fs::rename(temp, marker, ec);
-    if (ec) throw CheckpointError("cannot replace " + marker.string() + ": " + ec.message());
+    write_file_atomic(marker.string(), text);
     return;
   }
   throw CheckpointError("the checkpoint folder " + root.string() + " belongs to the database " +

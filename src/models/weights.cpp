@@ -2,19 +2,19 @@
 // the same zip container that torch.save/torch.load use.
 #include "models/weights.h"
 
-#include <fcntl.h>
 #include <torch/serialize.h>
 #include <torch/torch.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 #include <sstream>
+#include <string_view>
 #include <utility>
 
 #include "core/error.h"
+#include "core/files.h"
 
 namespace amptune::models {
 namespace {
@@ -60,49 +60,6 @@ std::vector<std::pair<std::string, torch::Tensor>> ordered_state(const torch::nn
 }
 
 std::string errno_text() { return std::strerror(errno); }
-
-void write_atomically(const std::vector<char>& bytes, const std::string& path) {
-  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
-  // A file of this name is a temp of an earlier process with this pid (gone) or something
-  // planted: removed (a link itself, never its target), then made anew, never through a link.
-  ::unlink(tmp.c_str());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    throw ModelError("cannot create " + tmp + " to save weights: " + errno_text() +
-                     " (check that the directory exists and is writable)");
-  }
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const std::string why = errno_text();
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw ModelError("cannot write " + tmp + ": " + why + " (disk full?)");
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    const std::string why = errno_text();
-    ::unlink(tmp.c_str());
-    throw ModelError("cannot flush " + tmp + ": " + why);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = errno_text();
-    ::unlink(tmp.c_str());
-    throw ModelError("cannot rename " + tmp + " to " + path + ": " + why);
-  }
-  // Make the rename itself durable.
-  const auto slash = path.find_last_of('/');
-  const std::string dir =
-      slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-}
 
 }  // namespace
 
@@ -211,7 +168,7 @@ void save_ordered(const std::vector<std::pair<std::string, torch::Tensor>>& tens
   } catch (const c10::Error& e) {
     throw ModelError("cannot serialise weights for " + path + ": " + e.what_without_backtrace());
   }
-  write_atomically(bytes, path);
+  write_file_atomic(path, std::string_view(bytes.data(), bytes.size()));
 }
 
 }  // namespace

@@ -39,8 +39,9 @@ void load_state_dict(torch::nn::Module& module, const std::string& path,
                      const LoadOptions& options = {});
 
 // Writes the module's state dict as a plain dict that Python's torch.load(path) returns as
-// {name: tensor} (tensors moved to CPU, contiguous). Atomic: temp file in the same directory,
-// fsync, rename. Throws ModelError naming the path on an I/O failure.
+// {name: tensor} (tensors moved to CPU, contiguous). Atomic (core/files.h write_file_atomic);
+// throws EnvironmentError naming the path on an I/O failure, ModelError when the tensors cannot
+// be serialised.
 void save_state_dict(const torch::nn::Module& module, const std::string& path);
 void save_state_dict(const std::map<std::string, torch::Tensor>& tensors, const std::string& path);
 

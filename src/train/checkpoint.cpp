@@ -1,10 +1,6 @@
 #include "train/checkpoint.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
@@ -19,6 +15,7 @@
 #include <torch/torch.h>
 
 #include "amp/engine.h"
+#include "core/files.h"
 #include "core/hash.h"
 #include "train/optimizer.h"
 #include "train/safetensors.h"
@@ -29,11 +26,6 @@ namespace fs = std::filesystem;
 namespace {
 using Named = std::vector<std::pair<std::string, torch::Tensor>>;
 using Tensors = std::map<std::string, torch::Tensor>;
-
-[[noreturn]] void fail_io(const std::string& what, const std::string& path) {
-  throw CheckpointError(what + " " + path + ": " + std::strerror(errno) +
-                        " (check free disk space and permissions)");
-}
 
 bool starts_with(const std::string& s, std::string_view prefix) {
   return s.compare(0, prefix.size(), prefix) == 0;
@@ -539,52 +531,6 @@ void copy_optimizer_state(const torch::optim::Optimizer& from, torch::optim::Opt
     }
   }
   set_optimizer_state(to, Tensors(state.begin(), state.end()));
-}
-
-void write_file_atomic(const std::string& path, const std::string& bytes) {
-  const fs::path target(path);
-  std::error_code ec;
-  fs::create_directories(target.parent_path(), ec);
-  if (ec) {
-    throw CheckpointError("cannot create directory " + target.parent_path().string() + ": " +
-                          ec.message());
-  }
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  // A file of this name is a temp of an earlier process with this pid (gone) or something
-  // planted: removed (a link itself, never its target), then made anew, never through a link.
-  ::unlink(tmp.c_str());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) fail_io("cannot create", tmp);
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int saved = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      errno = saved;
-      fail_io("cannot write", tmp);
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    int saved = errno;
-    ::unlink(tmp.c_str());
-    errno = saved;
-    fail_io("cannot flush", tmp);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int saved = errno;
-    ::unlink(tmp.c_str());
-    errno = saved;
-    fail_io("cannot rename into", path);
-  }
-  int dfd = ::open(target.parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
 }
 
 std::string checkpoint_bytes(const torch::nn::Module& model,

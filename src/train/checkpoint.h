@@ -1,7 +1,7 @@
 // Checkpoint files: model parameters and buffers, optimizer state, amp state, position in training
 // and RNG state as named tensors in the safetensors layout (train/safetensors.h), data only, so
-// loading one runs no code (docs/SECURITY.md "Checkpoints"). Files are written atomically (temp
-// file, fsync, rename, fsync of the directory) and identified by their sha256, which the database
+// loading one runs no code (docs/SECURITY.md "Checkpoints"). Files are written atomically
+// (core/files.h write_file_atomic) and identified by their sha256, which the database
 // records.
 //
 // Tensor names: model.<parameter or buffer name>; optim.p<i>.momentum_buffer (SGD),
@@ -49,8 +49,8 @@ class LegacyCheckpointError : public CheckpointError {
 
 // Serialises the training state and writes it atomically to `path`; returns path, size, sha256.
 // `amp`, when given, adds the mixed-precision state (fp32 masters, loss scale and clean-step
-// counter). Throws CheckpointError naming the path (e.g. disk full); no partial file is left
-// behind.
+// counter). Throws EnvironmentError naming the path (e.g. disk full: exit code 9, an unwritable
+// output); no partial file is left behind.
 store::CheckpointFile save_checkpoint(const std::string& path, const torch::nn::Module& model,
                                       const torch::optim::Optimizer& optimizer,
                                       const CheckpointMeta& meta,
@@ -88,8 +88,5 @@ CheckpointMeta load_checkpoint_bytes(const std::string& bytes, const std::string
 // `to`, matched by parameter order; the options (lr, momentum, ...) of `to` stay. For a fork that
 // keeps its parent's optimizer state. Throws CheckpointError when the kinds or shapes differ.
 void copy_optimizer_state(const torch::optim::Optimizer& from, torch::optim::Optimizer& to);
-
-// Writes bytes to path atomically (temp + fsync + rename + directory fsync).
-void write_file_atomic(const std::string& path, const std::string& bytes);
 
 }  // namespace amptune::train

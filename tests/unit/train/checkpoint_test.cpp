@@ -565,27 +565,5 @@ TEST_F(CraftedCheckpoint, OldFormatNeedsTheOptIn) {
   ::unsetenv(kTrustLegacyEnv);
 }
 
-TEST(TrainCheckpoint, AtomicWriteLeavesNoTempFileAndReportsUnwritablePaths) {
-  const std::string d = dir();
-  write_file_atomic(d + "/x/y.bin", "hello");
-  std::ifstream in(d + "/x/y.bin");
-  std::string s;
-  in >> s;
-  EXPECT_EQ(s, "hello");
-  int files = 0;
-  for (auto& e : fs::directory_iterator(d + "/x")) {
-    (void)e;
-    ++files;
-  }
-  EXPECT_EQ(files, 1);
-  // A path below a regular file cannot be created.
-  try {
-    write_file_atomic(d + "/x/y.bin/z.bin", "data");
-    ADD_FAILURE() << "no error";
-  } catch (const CheckpointError& e) {
-    EXPECT_NE(std::string(e.what()).find("y.bin"), std::string::npos) << e.what();
-  }
-}
-
 }  // namespace
 }  // namespace amptune::train
