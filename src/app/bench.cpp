@@ -54,8 +54,9 @@ ParallelBench bench_data_parallel(const Config& config, int nproc, int64_t steps
   spec.name = "the " + std::to_string(nproc) + "-process job";
   spec.stdout_path = "/dev/null";
   spec.stderr_path = log;
-  spec.die_with_parent = true;  // its scratch directory goes with this process
-  ForwardSignals forwarding;     // Ctrl-C stops the job, then this process
+  // The job and its ranks die with this process (core/child.h): none writes on in the scratch
+  // directory once this process is gone.
+  ForwardSignals forwarding;  // Ctrl-C stops the job, then this process
   Child job = Child::start(spec);
   if (job.start_error()) throw EnvironmentError("bench: " + job.start_failure());
   const ChildEnd end = job.wait(&forwarding);

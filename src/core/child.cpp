@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -24,7 +25,7 @@ namespace amptune {
 namespace {
 
 // What failed in the child before its program ran (the first int of its report).
-enum Stage : int { kOpenStdout = 1, kOpenStderr, kRedirect, kEnterDir, kExec };
+enum Stage : int { kOpenStdout = 1, kOpenStderr, kRedirect, kEnterDir, kExec, kTieToParent };
 
 // Set while a ForwardSignals lives: its counts, and the actions it replaced (which a child gets
 // back before exec).
@@ -77,8 +78,7 @@ struct Prepared {
   int capture_fd = -1;  // the pipe's write end for a captured stdout
   int report_fd = -1;   // the close-on-exec pipe that tells the parent what failed
   bool search_path = true;
-  bool die_with_parent = false;
-  pid_t parent = 0;
+  pid_t parent = 0;  // this process, whose death the child follows
 };
 
 // The child after fork: async-signal-safe calls only. Never returns.
@@ -90,15 +90,15 @@ struct Prepared {
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  if (p.die_with_parent) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != p.parent) ::_exit(128 + SIGKILL);  // the parent is gone already
-  }
   const auto fail = [&](int stage) {
     const int report[2] = {stage, errno};
     [[maybe_unused]] const ssize_t ignored = ::write(p.report_fd, report, sizeof report);
     ::_exit(127);
   };
+  // SIGKILL when the parent's forking thread ends. The kernel watches from this call on: a
+  // parent that died since fork left this child to another (getppid changed); it must not run.
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail(kTieToParent);
+  if (::getppid() != p.parent) ::_exit(128 + SIGKILL);
   const auto redirect = [&](const char* path, int stage, int target) {
     const int fd = ::open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) fail(stage);
@@ -192,6 +192,13 @@ std::string ChildEnd::describe() const {
 }
 
 Child Child::start(const ChildSpec& spec) {
+  // PR_SET_PDEATHSIG follows the forking thread: from a thread that may end first, the child
+  // would be killed with it (child.h).
+  if (::syscall(SYS_gettid) != ::getpid()) {
+    throw std::logic_error(
+        "Child::start called from a thread other than the main one: the child would be killed "
+        "when that thread ends");
+  }
   if (spec.argv.empty() || (spec.program.empty() && spec.argv[0].empty())) {
     throw UsageError("cannot start a child process: no program given");
   }
@@ -215,7 +222,6 @@ Child Child::start(const ChildSpec& spec) {
   p.same_file = p.stdout_path && spec.stdout_path == spec.stderr_path;
   p.dir = spec.dir.empty() ? nullptr : spec.dir.c_str();
   p.search_path = spec.search_path;
-  p.die_with_parent = spec.die_with_parent;
   p.parent = ::getpid();
 
   // The child's report (what failed, errno) comes back through a close-on-exec pipe; a
@@ -304,6 +310,9 @@ std::string Child::start_failure() const {
       break;
     case kEnterDir:
       what = "cannot enter directory " + dir_;
+      break;
+    case kTieToParent:
+      what = "cannot make " + program_ + " die with amptune (prctl PR_SET_PDEATHSIG)";
       break;
     default:
       what = "cannot execute " + program_;

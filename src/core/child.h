@@ -1,8 +1,18 @@
 // Child processes: start a program (environment, directory, standard streams), pass SIGINT /
 // SIGTERM on to it while waiting, wait with a timeout, stop it (SIGTERM, then SIGKILL), and say
-// how it ended. The one way amptune starts processes: `run --workers` (app/runner.cpp), the
-// --nproc ranks (dist/launch.cpp), bench's data-parallel jobs (app/bench.cpp), gnuplot and
-// sbatch (app/program.cpp). Linux. No torch.
+// how it ended. The one way amptune starts processes: the workers of `run --workers` and `tune
+// --workers` (app/runner.cpp run_workers), the --nproc ranks (dist/launch.cpp), bench's
+// data-parallel jobs (app/bench.cpp), gnuplot and sbatch (app/program.cpp). Linux. No torch.
+//
+// Every child dies with its parent: it gets SIGKILL when the process that started it ends, even
+// by SIGKILL (PR_SET_PDEATHSIG, set between fork and exec; a parent that died before that is
+// seen by the child, which then exits at once). So killing the top of a tree (`bench --nproc 2`:
+// bench, its job, the job's ranks) ends every level. The kernel ties that signal to the *thread*
+// that forked, not to the process: Child::start must be called from the main thread, which lives
+// as long as the process (any other throws std::logic_error), never from a worker thread or a
+// std::async that could end before the child. A set-user-ID program loses the tie at exec;
+// amptune starts none. Tested by Child.DiesWithItsParentEvenBySigkill and
+// tests/integration/children_test.cpp.
 //
 //   ForwardSignals forwarding;                 // SIGINT / SIGTERM are now for the children
 //   ChildSpec spec;
@@ -64,8 +74,6 @@ struct ChildSpec {
   // always this process's.
   std::string stdout_path, stderr_path;
   bool capture_stdout = false;
-  // The child gets SIGKILL when this thread ends (PR_SET_PDEATHSIG), even by SIGKILL.
-  bool die_with_parent = false;
 };
 
 class ForwardSignals;
@@ -77,9 +85,10 @@ class Child {
   Child() = default;  // no process
   // Forks and executes `spec`, and returns once the program runs or could not be started
   // (start_error). The child gets the SIGINT / SIGTERM actions a ForwardSignals in scope
-  // replaced, and no blocked signals. Only async-signal-safe calls happen between fork and exec.
-  // Throws EnvironmentError ("cannot start <name>: fork: ...") when no process can be made, and
-  // UsageError for an empty argv.
+  // replaced, and no blocked signals, and dies with this process (above). Only async-signal-safe
+  // calls happen between fork and exec. Throws EnvironmentError ("cannot start <name>: fork:
+  // ...") when no process can be made, UsageError for an empty argv, std::logic_error when
+  // called from a thread other than the main one.
   static Child start(const ChildSpec& spec);
 
   Child(Child&& other) noexcept;

@@ -434,8 +434,6 @@ std::vector<ChildSpec> rank_specs(const SpawnOptions& options, const std::string
     spec.env = launcher_vars;
     spec.env.insert(options.extra_env.begin(), options.extra_env.end());  // launcher's win
     spec.unset_env = {"MASTER_PORT"};
-    // A rank whose launcher dies (even by SIGKILL) dies too.
-    spec.die_with_parent = true;
   }
   return specs;
 }

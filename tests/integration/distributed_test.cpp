@@ -24,6 +24,7 @@
 #include "dist/launch.h"
 #include "harness.h"
 #include "store/store.h"
+#include "support/processes.h"  // children_of
 
 namespace amptune::testing {
 namespace {
@@ -242,23 +243,6 @@ TEST(Distributed, TorchrunNprocAndSrunGiveTheSameRunsAndEvaluationIsExact) {
     EXPECT_EQ(before.metrics.at(m), after.metrics.at(m)) << m;
   }
   EXPECT_EQ(after.metrics.at("val_samples"), 44);
-}
-
-// The processes whose parent is `parent` (from /proc/<pid>/stat).
-std::vector<pid_t> children_of(pid_t parent) {
-  std::vector<pid_t> out;
-  for (const auto& entry : fs::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const std::string stat = read_file("/proc/" + name + "/stat");  // "" when it just ended
-    const auto close = stat.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(stat.substr(close + 1));
-    std::string state;
-    pid_t ppid = 0;
-    if (rest >> state >> ppid && ppid == parent) out.push_back(std::stoi(name));
-  }
-  return out;
 }
 
 // The TCP sockets that `pids` hold, as "STATE LOCAL" with /proc/net/tcp{,6}'s notation: state

@@ -22,6 +22,7 @@
 
 #include "integration/harness.h"
 #include "store/store.h"
+#include "support/processes.h"  // children_of
 
 namespace amptune::testing {
 namespace {
@@ -300,25 +301,6 @@ TEST(Workers, ASweepThatGainedValuesTrainsOnlyTheNewCells) {
   EXPECT_EQ(std::vector<std::vector<std::string>>(after.begin(), after.begin() + 2), first);
   EXPECT_EQ(query(f.db, "SELECT label, status FROM runs ORDER BY id"),
             (std::vector<std::vector<std::string>>{{"optim.lr=0.05", "done"}, {"optim.lr=0.1", "done"}}));
-}
-
-// The processes whose parent is `pid` (from /proc/*/stat).
-std::vector<pid_t> children_of(pid_t pid) {
-  std::vector<pid_t> out;
-  for (auto& e : fs::directory_iterator("/proc")) {
-    const std::string name = e.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream in(e.path() / "stat");
-    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const size_t close = stat.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(stat.substr(close + 2));
-    char state;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid == pid) out.push_back(static_cast<pid_t>(std::stoi(name)));
-  }
-  return out;
 }
 
 TEST(Workers, AKilledWorkersRunIsTakenOverAndEndsAsIfUninterrupted) {

@@ -1,6 +1,7 @@
 // Child processes with real children (/bin/sh): how they end and how that is said, a program
 // that cannot start, redirection, environment and directory, signals passed on while waiting,
-// a wait that times out, SIGTERM then SIGKILL, and no child left behind.
+// a wait that times out, SIGTERM then SIGKILL, no child left behind, none outliving its parent
+// (even killed by SIGKILL) and none started from a thread that may end first.
 #include "core/child.h"
 
 #include <gtest/gtest.h>
@@ -15,8 +16,10 @@
 #include <filesystem>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "core/error.h"
+#include "support/processes.h"
 #include "support/scratch.h"
 
 namespace amptune {
@@ -187,31 +190,45 @@ TEST(Child, SignalsAreForwardedWhileWaitingAndHandlersRestored) {
   EXPECT_EQ(g_marker_calls.load(), 0);
 }
 
-TEST(Child, DiesWithItsParentWhenAsked) {
-  // A middle process starts the child and ends; the child must follow it.
+// The rule of child.h: every child dies with the process that started it, even when that one is
+// killed by SIGKILL (no destructor runs). A middle process starts the child and is killed.
+TEST(Child, DiesWithItsParentEvenBySigkill) {
   const std::string dir = testing::scratch_dir();
   const pid_t middle = ::fork();
   ASSERT_GE(middle, 0);
   if (middle == 0) {
-    ChildSpec spec = shell("echo $$ > " + dir + "/pid.tmp; mv " + dir + "/pid.tmp " + dir +
-                           "/pid; exec sleep 30");
-    spec.die_with_parent = true;
-    Child child = Child::start(spec);
-    while (!fs::exists(dir + "/pid")) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    ::_exit(0);  // no destructor: the kernel's PR_SET_PDEATHSIG does it
+    try {
+      Child child = Child::start(shell("echo $$ > " + dir + "/pid.tmp; mv " + dir + "/pid.tmp " +
+                                       dir + "/pid; exec sleep 30"));
+      for (;;) ::pause();  // until killed
+    } catch (...) {
+      ::_exit(1);  // never on into the rest of the tests
+    }
   }
+  testing::KillOnExit guard;
+  guard.watch(middle);
+  const bool started = wait_for_file(dir + "/pid");
+  if (started) guard.watch(std::atoi(testing::read_file(dir + "/pid").c_str()));
+  ASSERT_EQ(guard.living().size(), 2u) << "the middle process or its child is missing";
+  ASSERT_EQ(::kill(middle, SIGKILL), 0);
   int status = 0;
   ASSERT_EQ(::waitpid(middle, &status, 0), middle);
-  const pid_t child = std::atoi(testing::read_file(dir + "/pid").c_str());
-  ASSERT_GT(child, 0);
-  bool gone = false;
-  for (int i = 0; i < 500 && !gone; ++i) {
-    gone = !alive(child) || testing::read_file("/proc/" + std::to_string(child) + "/stat")
-                                    .find(") Z") != std::string::npos;
-    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  if (!gone) ::kill(child, SIGKILL);
-  EXPECT_TRUE(gone);
+  EXPECT_EQ(guard.survivors(5.0), std::vector<pid_t>{}) << "the child outlived its parent";
+}
+
+// PR_SET_PDEATHSIG follows the forking thread: a child started from a thread that ends first
+// would be killed with it, so Child refuses any thread but the main one.
+TEST(Child, StartsFromTheMainThreadOnly) {
+  std::string refused;
+  std::thread other([&] {
+    try {
+      Child child = Child::start(shell("exit 0"));
+    } catch (const std::logic_error& e) {
+      refused = e.what();
+    }
+  });
+  other.join();
+  EXPECT_NE(refused.find("thread other than the main one"), std::string::npos) << refused;
 }
 
 }  // namespace
