@@ -51,6 +51,11 @@ int run_as_job(const JobLaunch& launch, SweepOptions& options, const std::functi
   return lead_job(options, command);
 }
 
+int job_size(const SweepOptions& options, int nproc) {
+  const dist::Cluster* cluster = options.training.cluster;
+  return cluster ? cluster->size() : nproc;
+}
+
 std::vector<std::string> worker_args(const std::vector<std::string>& args,
                                      const std::string& subcommand) {
   std::vector<std::string> out = {subcommand};

@@ -31,6 +31,10 @@ struct JobLaunch {
 int run_as_job(const JobLaunch& launch, SweepOptions& options, const std::function<int()>& command,
                const std::function<void()>& check = nullptr);
 
+// The processes that train each run: the launched job's (options.training.cluster set by
+// run_as_job), else `nproc`.
+int job_size(const SweepOptions& options, int nproc);
+
 // The arguments of a worker process of `run --workers N` (or `tune`: `subcommand`) whose
 // arguments were `args`: the same
 // command line without --workers, with --no-progress (workers share one stderr) unless it is

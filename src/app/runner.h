@@ -75,6 +75,10 @@ std::vector<std::string> cell_hashes(const std::vector<Cell>& cells);
 store::RunSpec cell_spec(const Sweep& sweep, const Cell& cell, const Config& config,
                          const std::string& data_fingerprint);
 
+// --stale-after's default: a run held by a process on another host that has not beaten its
+// heartbeat for this long is presumed dead (Store::claim_run).
+constexpr double kDefaultStaleAfterSeconds = store::kDefaultStaleAfterSeconds;
+
 struct SweepOptions {
   train::RunOptions training;  // threads, progress, command line, stop after epoch
   // Version fields of the provenance recorded with each claim (the CLI fills them from the
@@ -83,7 +87,7 @@ struct SweepOptions {
   bool retry_failed = false;   // train failed runs again (they are skipped otherwise)
   // --no-prune: the plan's prune rule is off; pruned cells continue from their newest checkpoint.
   bool no_prune = false;
-  double stale_after = store::kDefaultStaleAfterSeconds;  // Store::claim_run
+  double stale_after = kDefaultStaleAfterSeconds;  // Store::claim_run
   double poll_seconds = 2;     // while waiting for runs other processes hold
   // Called when this process has trained a run to an outcome (the CLI prints the end-of-run
   // JSON line of a done run).

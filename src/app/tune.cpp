@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "app/prune.h"
+#include "app/inspect.h"
 #include "app/pruning.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -772,6 +773,27 @@ std::optional<TuneOutcome> tune_status(const store::Store& store, const std::str
   const auto searches = store.tune_searches(sweep);
   if (searches.empty()) return std::nullopt;
   return load_outcome(store, searches.back());
+}
+
+std::optional<TuneOutcome> tune_status(const std::string& db, const std::string& sweep) {
+  return tune_status(open_existing(db), sweep);
+}
+
+TuneCommand tune_database(const std::string& db, const TunePlan& plan, const SweepOptions& options,
+                          int workers, const std::vector<std::string>& worker_args) {
+  store::Store store(db);
+  TuneCommand command;
+  if (workers > 1) {
+    store.ensure_sweep(plan.sweep.name, plan.sweep.description, plan.sweep.yaml_text,
+                       plan.sweep.source_path);
+    command.exit_code = run_workers(worker_args, workers, db, plan.sweep.name);
+    command.outcome = tune_status(store, plan.sweep.name);
+    return command;
+  }
+  command.outcome = run_tune(store, plan, options);
+  command.exit_code = command.outcome->stopped ? static_cast<int>(ExitCode::kInterrupted)
+                                               : command.outcome->tally.exit_code();
+  return command;
 }
 
 }  // namespace amptune::app

@@ -64,5 +64,18 @@ TuneOutcome run_tune(store::Store& store, const TunePlan& plan, const SweepOptio
 
 // The newest search of `sweep` in `store`; unset when it has none.
 std::optional<TuneOutcome> tune_status(const store::Store& store, const std::string& sweep);
+// The same from the existing database at `db` (open_existing: exit 5 when there is none).
+std::optional<TuneOutcome> tune_status(const std::string& db, const std::string& sweep);
+
+// `amptune tune` on the database at `db` (made when missing). One process (`workers` 1): the
+// search itself (run_tune), exit code 130 when a signal stopped it, else its tally's. With
+// `workers` > 1: the sweep is registered and `workers` processes of `worker_args` share the
+// search (run_workers); their exit code, and the search as they stored it.
+struct TuneCommand {
+  int exit_code = 0;
+  std::optional<TuneOutcome> outcome;  // unset only when workers stored no search
+};
+TuneCommand tune_database(const std::string& db, const TunePlan& plan, const SweepOptions& options,
+                          int workers, const std::vector<std::string>& worker_args);
 
 }  // namespace amptune::app

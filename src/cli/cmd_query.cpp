@@ -8,7 +8,6 @@
 #include "app/table.h"
 #include "cli/commands.h"
 #include "core/log.h"
-#include "store/store.h"
 
 namespace amptune::cli {
 namespace {

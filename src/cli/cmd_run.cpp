@@ -13,7 +13,6 @@
 #include "core/log.h"
 #include "core/process.h"
 #include "core/version.h"
-#include "dist/cluster.h"
 
 namespace amptune::cli {
 
@@ -82,7 +81,7 @@ int cmd_run(const Invocation& inv) {
   std::string sweep_path, db, shard;
   std::vector<std::string> sets, only;
   int threads = 0, stop_after = -1, workers = 1, nproc = 1;
-  double stale_after = store::kDefaultStaleAfterSeconds;
+  double stale_after = app::kDefaultStaleAfterSeconds;
   Options opts("run",
                "usage: amptune run SWEEP.yaml [options]\n\nTrains every cell of the sweep, then "
                "its forks; running it again skips finished runs and resumes the rest. Every cell "
@@ -134,8 +133,7 @@ int cmd_run(const Invocation& inv) {
   return app::run_as_job(
       launch, options,
       [&] {
-        const dist::Cluster* cluster = options.training.cluster;
-        const app::Plan plan = plan_it(cluster ? cluster->size() : nproc);
+        const app::Plan plan = plan_it(app::job_size(options, nproc));
         if (plan.shard && opts.vm()["db"].defaulted()) {
           db = app::shard_db_path(plan.sweep.name, *plan.shard);  // one database per shard
         }
@@ -151,7 +149,7 @@ int cmd_run(const Invocation& inv) {
 int cmd_resume(const Invocation& inv) {
   std::string run_ref, db;
   int from_epoch = -1, threads = 0, stop_after = -1, nproc = 1;
-  double stale_after = store::kDefaultStaleAfterSeconds;
+  double stale_after = app::kDefaultStaleAfterSeconds;
   Options opts("resume",
                "usage: amptune resume RUN [options]\n\nRUN is a run id or name (amptune list). "
                "Continues from the newest valid checkpoint.");

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <iostream>
 
+#include "app/runner.h"
 #include "app/status.h"
 #include "app/table.h"
 #include "cli/commands.h"
@@ -66,7 +67,7 @@ int cmd_status(const Invocation& inv) {
       "run its epoch, heartbeat age and ETA (mean epoch seconds x epochs left). A\n"
       "running run whose process on this host is gone, or (another host) whose\n"
       "heartbeat is older than " +
-          app::fixed(store::kDefaultStaleAfterSeconds, 0) + " s, is shown as stale.\n");
+          app::fixed(app::kDefaultStaleAfterSeconds, 0) + " s, is shown as stale.\n");
   opts.dbs(&dbs);
   opts.add()("sweep", po::value(&sweep), "only this sweep");
   if (!opts.parse(inv.args)) return 0;

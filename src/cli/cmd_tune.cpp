@@ -9,7 +9,6 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "store/store.h"
 
 namespace amptune::cli {
 namespace {
@@ -131,7 +130,7 @@ int cmd_tune(const Invocation& inv) {
   std::string sweep_path, db;
   std::vector<std::string> sets, only;
   int threads = 0, stop_after = -1, workers = 1, nproc = 1;
-  double stale_after = store::kDefaultStaleAfterSeconds;
+  double stale_after = app::kDefaultStaleAfterSeconds;
   Options opts("tune",
                "usage: amptune tune SWEEP.yaml [options]\n\nSearches for the lowest-precision "
                "setting whose metric stays within the sweep's tune: block's tolerance of the "
@@ -166,8 +165,7 @@ int cmd_tune(const Invocation& inv) {
   }
   if (opts.has("status")) {
     const Sweep sweep = load_sweep(sweep_path, sets);
-    store::Store store = app::open_existing(db);
-    const auto out = app::tune_status(store, sweep.name);
+    const auto out = app::tune_status(db, sweep.name);
     if (!out) {
       std::cout << "sweep " << sweep.name << " has no tune search in " << db << "\n";
       return 0;
@@ -187,22 +185,14 @@ int cmd_tune(const Invocation& inv) {
           print_plan(plan, std::cout);
           return 0;
         }
-        store::Store store(db);
+        std::vector<std::string> args;
         if (workers > 1) {
-          store.ensure_sweep(plan.sweep.name, plan.sweep.description, plan.sweep.yaml_text,
-                             plan.sweep.source_path);
-          std::vector<std::string> args = app::worker_args(inv.args, "tune");
+          args = app::worker_args(inv.args, "tune");
           args.push_back("--as-worker");
-          const int code = app::run_workers(args, workers, db, plan.sweep.name);
-          if (const auto out = app::tune_status(store, plan.sweep.name)) {
-            print_outcome(*out, db, std::cout);
-          }
-          return code;
         }
-        const app::TuneOutcome out = app::run_tune(store, plan, options);
-        if (!opts.has("as-worker")) print_outcome(out, db, std::cout);
-        if (out.stopped) return static_cast<int>(ExitCode::kInterrupted);
-        return out.tally.exit_code();
+        const app::TuneCommand done = app::tune_database(db, plan, options, workers, args);
+        if (done.outcome && !opts.has("as-worker")) print_outcome(*done.outcome, db, std::cout);
+        return done.exit_code;
       },
       [&] { (void)app::plan_tune(sweep_path, sets); });
 }

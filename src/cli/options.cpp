@@ -7,6 +7,7 @@
 
 #include <boost/program_options/parsers.hpp>
 
+#include "app/runner.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -80,7 +81,7 @@ Options& Options::sweep_selection(std::vector<std::string>* sets,
 
 Options& Options::stale_after(double* seconds) {
   desc_.add_options()(
-      "stale-after", po::value(seconds)->default_value(store::kDefaultStaleAfterSeconds),
+      "stale-after", po::value(seconds)->default_value(app::kDefaultStaleAfterSeconds),
       "seconds without heartbeat after which a run held by a process on another host is taken "
       "over (presumed dead); a holder on this host is taken over as soon as its process is gone");
   return *this;

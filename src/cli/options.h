@@ -21,7 +21,6 @@
 #include <boost/program_options/value_semantic.hpp>
 #include <boost/program_options/variables_map.hpp>
 
-#include "store/store.h"
 
 namespace amptune::cli {
 
@@ -47,7 +46,7 @@ class Options {
   Options& threads(int* threads);  // --threads N, default 0: the config's `threads`
   // --set key=value and --only key=value of a sweep file, repeatable (run, bench).
   Options& sweep_selection(std::vector<std::string>* sets, std::vector<std::string>* only);
-  // --stale-after SECONDS, default store::kDefaultStaleAfterSeconds (run, resume).
+  // --stale-after SECONDS, default app::kDefaultStaleAfterSeconds (run, resume).
   Options& stale_after(double* seconds);
 
   // False when --help was asked for (printed to stdout): the command returns 0.
