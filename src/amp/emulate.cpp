@@ -43,13 +43,7 @@ torch::Tensor low(const torch::Tensor& x) {
   return round_through(x, t_policy->dtype);
 }
 
-// The alternative T of a variant, or nullptr; LibTorch 1.13 uses c10::variant, 2.x std::variant.
-template <class T, class V>
-const T* alternative(const V& v) {
-  using namespace std;
-  using namespace c10;
-  return get_if<T>(&v);
-}
+using compat::alternative;
 
 std::vector<int64_t> padding2d(const torch::nn::detail::conv_padding_t<2>& padding,
                                const char* what) {

@@ -7,6 +7,8 @@
 #include <ATen/autocast_mode.h>
 #include <torch/version.h>
 
+#include <variant>
+
 // LibTorch 2.x splits a c10d process group into a front and per-device backends; the backends
 // (ProcessGroupGloo, ProcessGroupNCCL) keep the collective API of 1.13's ProcessGroup. (Declared
 // here; dist/group.cpp includes the c10d headers.)
@@ -66,5 +68,15 @@ inline void set_autocast_dtype(bool cuda, at::ScalarType t) {
   }
 }
 #endif
+
+// The alternative T of a variant (a module option such as a convolution's padding), or nullptr:
+// LibTorch 1.13's options hold c10::variant, 2.x's std::variant; the unqualified get_if finds
+// the one that fits.
+template <class T, class V>
+const T* alternative(const V& v) {
+  using namespace std;
+  using namespace c10;
+  return get_if<T>(&v);
+}
 
 }  // namespace amptune::compat
