@@ -37,4 +37,14 @@ std::string printable(const std::string& text, bool keep_lines) {
   }
   return out;
 }
+
+std::string clipped(std::string_view text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return std::string(text);
+  size_t keep = max_bytes;
+  // Back to the start of a character: UTF-8 continuation bytes are 10xxxxxx.
+  while (keep > 0 && (static_cast<unsigned char>(text[keep]) & 0xc0) == 0x80) --keep;
+  const size_t cut = text.size() - keep;
+  return std::string(text.substr(0, keep)) + "... (" + std::to_string(cut) +
+         (cut == 1 ? " byte cut)" : " bytes cut)");
+}
 }  // namespace amptune::log

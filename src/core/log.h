@@ -1,6 +1,8 @@
 // Plain log lines on stderr: "amptune: <message>" / "amptune: warning: <message>".
 #pragma once
+#include <cstddef>
 #include <string>
+#include <string_view>
 
 namespace amptune::log {
 void info(const std::string& message);
@@ -13,4 +15,16 @@ void set_quiet(bool quiet);  // info lines off (warnings stay)
 // lines). info and warn print their messages through it with keep_lines; tables print every cell
 // through it.
 std::string printable(const std::string& text, bool keep_lines = false);
+
+// The most bytes of a message that is stored (runs.message) or of a piece of a file's or a
+// database's text quoted in a message (docs/SECURITY.md "Checkpoints"): enough for any message
+// amptune writes itself and any name it gives, small enough that a hostile file cannot turn one
+// error into megabytes of output or of database.
+constexpr size_t kMessageBytes = 4096;
+constexpr size_t kQuotedBytes = 256;
+
+// `text` whole when it has at most `max_bytes` bytes; else its first `max_bytes` bytes (fewer
+// where the cut would split a UTF-8 character) and "... (N bytes cut)". For text from elsewhere
+// (a tensor name, a metadata value, a stored message) put into a message.
+std::string clipped(std::string_view text, size_t max_bytes);
 }  // namespace amptune::log

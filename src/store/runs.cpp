@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "core/process.h"
 #include "store/internal.h"
 #include "store/sqlite.h"
@@ -474,7 +475,8 @@ void Store::finish_run(int64_t run_id, RunStatus status, const std::string& mess
     sql::run(db_,
              "UPDATE runs SET status = ?1, message = ?2, summary_json = NULLIF(?3, ''), "
              "finished_at = ?4, heartbeat_at = ?4 WHERE id = ?5",
-             to_string(status), message, summary_json, now_utc(), run_id);
+             to_string(status), log::clipped(message, log::kMessageBytes), summary_json, now_utc(),
+             run_id);
   });
 }
 
@@ -484,7 +486,7 @@ void Store::release_run(int64_t run_id, const std::string& message) {
     require_holder(db_, path_, run_id, action);
     sql::run(db_,
              "UPDATE runs SET status = 'pending', message = ?1, heartbeat_at = ?2 WHERE id = ?3",
-             message, now_utc(), run_id);
+             log::clipped(message, log::kMessageBytes), now_utc(), run_id);
   });
 }
 

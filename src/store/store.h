@@ -94,8 +94,8 @@ class Store {
                  bool retry_failed = false, bool continue_pruned = false);
   // heartbeat_at = now. ClaimLostError when another process holds the run.
   void heartbeat(int64_t run_id);
-  // status -> done / failed / diverged with a message and the final summary JSON (pruned:
-  // prune_run).
+  // status -> done / failed / diverged with a message (its first log::kMessageBytes kept) and
+  // the final summary JSON (pruned: prune_run).
   // ClaimLostError when another process holds the run.
   void finish_run(int64_t run_id, RunStatus status, const std::string& message,
                   const std::string& summary_json);
@@ -135,8 +135,8 @@ class Store {
   // The advice of the diagnosis of (run_id, epoch) in order; unset when there is none.
   std::optional<std::vector<DiagnosisAdvice>> diagnosis_advice(int64_t run_id, int epoch) const;
 
-  // status -> pending with a message ("interrupted in epoch 3"): the run stopped on purpose and
-  // continues from its last checkpoint next time. ClaimLostError when another process holds it.
+  // status -> pending with a message ("interrupted in epoch 3"; clipped so too): the run stopped
+  // on purpose and continues from its last checkpoint. ClaimLostError when another process has it.
   void release_run(int64_t run_id, const std::string& message);
 
   // Replaces the epoch row of (run_id, epoch) and its metrics, all or nothing, and advances the

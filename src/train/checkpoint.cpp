@@ -17,7 +17,9 @@
 #include "amp/engine.h"
 #include "core/files.h"
 #include "core/hash.h"
+#include "core/log.h"
 #include "train/optimizer.h"
+#include "train/phases.h"
 #include "train/safetensors.h"
 
 namespace amptune::train {
@@ -205,7 +207,8 @@ std::vector<std::string> check_listing(const Listing& found, const torch::nn::Mo
     const auto it = wants.find(name);
     if (it == wants.end()) {
       if (!amp && starts_with(name, "amp.")) continue;
-      throw CheckpointError("checkpoint " + origin + " holds tensor " + name +
+      throw CheckpointError("checkpoint " + origin + " holds tensor " +
+                            log::clipped(name, log::kQuotedBytes) +
                             ", which this run does not have" + hint(name));
     }
     if (shape.dtype != it->second.shape.dtype || shape.sizes != it->second.shape.sizes) {
@@ -267,7 +270,7 @@ int64_t meta_int(const std::map<std::string, std::string>& metadata, const std::
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec != std::errc() || end != text.data() + text.size()) {
     throw CheckpointError("checkpoint " + origin + ": __metadata__." + key +
-                          " is not an integer: \"" + text + "\"");
+                          " is not an integer: \"" + log::clipped(text, log::kQuotedBytes) + "\"");
   }
   return value;
 }
@@ -280,7 +283,8 @@ Contents read_safetensors(std::string_view bytes, const std::string& origin,
   Contents c;
   c.meta.format = meta_field(metadata, "format", origin);
   if (c.meta.format != CheckpointMeta().format) {
-    throw CheckpointError("checkpoint " + origin + " is of format \"" + c.meta.format +
+    throw CheckpointError("checkpoint " + origin + " is of format \"" +
+                          log::clipped(c.meta.format, log::kQuotedBytes) +
                           "\", this amptune reads " + CheckpointMeta().format +
                           " (written by a newer amptune?)");
   }
@@ -290,9 +294,9 @@ Contents read_safetensors(std::string_view bytes, const std::string& origin,
   check_owner(c.meta, owners, origin);
   const std::string kind = meta_field(metadata, "optimizer", origin);
   if (kind != optimizer_kind(optimizer)) {
-    throw CheckpointError("checkpoint " + origin + " holds the state of optimizer " + kind +
-                          ", this run uses " + optimizer_kind(optimizer) +
-                          " (another optim.name?)");
+    throw CheckpointError("checkpoint " + origin + " holds the state of optimizer " +
+                          log::clipped(kind, log::kQuotedBytes) + ", this run uses " +
+                          optimizer_kind(optimizer) + " (another optim.name?)");
   }
   Listing found;
   for (const auto& [name, e] : view.entries()) found[name] = Shape{e.dtype, e.shape};
@@ -483,18 +487,39 @@ void apply(const Contents& c, torch::nn::Module& model, torch::optim::Optimizer&
   gen.set_state(required(c.tensors, "rng.cpu"));
 }
 
-// Reads, checks and applies; every failure on the way is a CheckpointError naming `origin`.
+// The position a file names must be the one its database row records: a file copied over
+// another's (another run's, an older epoch's) or written by hand must not move training to an
+// epoch or step the database does not know, nor to a negative one.
+void check_position(const CheckpointMeta& meta, const store::EpochRow& row,
+                    const std::string& origin) {
+  if (meta.epoch == row.epoch && meta.global_step == row.global_step && meta.epoch >= 0 &&
+      meta.global_step >= 0) {
+    return;
+  }
+  throw CheckpointError("checkpoint " + origin + " says it ends epoch " +
+                        std::to_string(meta.epoch) + " at step " +
+                        std::to_string(meta.global_step) + ", its database row epoch " +
+                        std::to_string(row.epoch) + " at step " + std::to_string(row.global_step) +
+                        " (a file of another epoch or run copied in its place?)");
+}
+
+// Reads, checks (against `row` when given) and applies; every failure on the way is a
+// CheckpointError naming `origin`, but for a stop (RunStopped), which passes through.
 CheckpointMeta load_from(std::string_view bytes, const std::string& origin,
-                         torch::nn::Module& model, torch::optim::Optimizer& optimizer,
-                         const std::vector<std::string>& owners, amp::Engine* amp) {
+                         const store::EpochRow* row, torch::nn::Module& model,
+                         torch::optim::Optimizer& optimizer, const std::vector<std::string>& owners,
+                         amp::Engine* amp) {
   const std::string what = "checkpoint " + origin + " cannot be read: ";
   try {
     const Contents c = is_legacy(bytes)
                            ? read_legacy(bytes, origin, model, optimizer, owners, amp)
                            : read_safetensors(bytes, origin, model, optimizer, owners, amp);
+    if (row) check_position(c.meta, *row, origin);
     apply(c, model, optimizer, amp, origin);
     return c.meta;
   } catch (const Error&) {
+    throw;
+  } catch (const RunStopped&) {
     throw;
   } catch (const c10::Error& e) {
     throw CheckpointError(what + e.what_without_backtrace());
@@ -562,12 +587,16 @@ std::vector<std::string> owner_hashes(const store::RunRow& run) {
 CheckpointMeta load_checkpoint_bytes(const std::string& bytes, const std::string& origin,
                                      torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                                      const std::vector<std::string>& owners, amp::Engine* amp) {
-  return load_from(bytes, origin, model, optimizer, owners, amp);
+  return load_from(bytes, origin, nullptr, model, optimizer, owners, amp);
 }
 
-CheckpointMeta load_checkpoint(const store::CheckpointFile& expected, torch::nn::Module& model,
+CheckpointMeta load_checkpoint(const store::EpochRow& row, torch::nn::Module& model,
                                torch::optim::Optimizer& optimizer,
                                const std::vector<std::string>& owners, amp::Engine* amp) {
+  if (!row.checkpoint) {
+    throw CheckpointError("epoch " + std::to_string(row.epoch) + " has no checkpoint recorded");
+  }
+  const store::CheckpointFile& expected = *row.checkpoint;
   const std::string& path = expected.path;
   const safetensors::MappedFile file(path, "checkpoint " + path);
   const std::string_view bytes = file.bytes();
@@ -579,7 +608,7 @@ CheckpointMeta load_checkpoint(const store::CheckpointFile& expected, torch::nn:
   if (!expected.sha256.empty() && sha256_hex(bytes) != expected.sha256) {
     throw CheckpointError("checkpoint " + path + " does not match its recorded sha256 (corrupt)");
   }
-  return load_from(bytes, path, model, optimizer, owners, amp);
+  return load_from(bytes, path, &row, model, optimizer, owners, amp);
 }
 
 }  // namespace amptune::train

@@ -60,16 +60,19 @@ store::CheckpointFile save_checkpoint(const std::string& path, const torch::nn::
 // and the identity it had before migration 12 re-hashed it, for checkpoints written before.
 std::vector<std::string> owner_hashes(const store::RunRow& run);
 
-// Maps the file read-only, verifies size and sha256 against `expected` (skipped when
-// expected.sha256 is empty), validates the layout and that every tensor this model, optimizer and
+// Loads the checkpoint file epoch row `row` names (row.checkpoint, which must be set). Maps the
+// file read-only, verifies size and sha256 against the row's (skipped when its sha256 is empty),
+// validates the layout, that the metadata's epoch and global_step are the row's (>= 0: the row,
+// not the file, says where training stands), and that every tensor this model, optimizer and
 // engine need is there with their shape and dtype (and no other), and only then loads into
 // `model` (its tensors keep their device), `optimizer` and `amp` (when given: masters and scaler
 // state) and restores the CPU generator state. Throws CheckpointError naming the path and the
-// problem (missing, truncated, hash mismatch, malformed, a tensor missing, unexpected or
-// mis-shaped, a config hash not among `owners` when that is not empty; LibTorch errors and
-// allocation failures included); LegacyCheckpointError for an old-format file without the
-// opt-in. On an error before the load the model, optimizer and engine are unchanged.
-CheckpointMeta load_checkpoint(const store::CheckpointFile& expected, torch::nn::Module& model,
+// problem (missing, truncated, hash mismatch, malformed, another position than the row's, a
+// tensor missing, unexpected or mis-shaped, a config hash not among `owners` when that is not
+// empty; LibTorch errors and allocation failures included); LegacyCheckpointError for an
+// old-format file without the opt-in; RunStopped (train/phases.h) when a stop is requested while
+// the header is read. On an error before the load the model, optimizer and engine are unchanged.
+CheckpointMeta load_checkpoint(const store::EpochRow& row, torch::nn::Module& model,
                                torch::optim::Optimizer& optimizer,
                                const std::vector<std::string>& owners,
                                amp::Engine* amp = nullptr);

@@ -61,7 +61,7 @@ Session load_session(const Settings& settings, const store::RunRow& run,
                      Precision& precision) {
   Session session = build_session(settings, device, precision);
   try {
-    load_checkpoint(*row.checkpoint, session.task->module(), *session.optimizer, owner_hashes(run),
+    load_checkpoint(row, session.task->module(), *session.optimizer, owner_hashes(run),
                     &precision.engine());
   } catch (const CheckpointError& e) {
     throw CheckpointError("epoch " + std::to_string(row.epoch) + " of run " + run.name + ": " +

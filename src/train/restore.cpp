@@ -49,7 +49,7 @@ Start start_from_parent(Recorder& recorder, const store::RunRow& run, const Sett
     // This thread's amp policy until the end.
     Precision parent_precision(amp::resolve_policy(parent_settings.amp, device.is_cuda()));
     Session ps = build_session(parent_settings, device, parent_precision);
-    load_checkpoint(*row->checkpoint, ps.task->module(), *ps.optimizer, owner_hashes(*parent),
+    load_checkpoint(*row, ps.task->module(), *ps.optimizer, owner_hashes(*parent),
                     &parent_precision.engine());
     {
       auto gen = at::detail::getDefaultCPUGenerator();
@@ -114,7 +114,7 @@ Start restore_run(Recorder& recorder, const store::RunRow& run, const Settings& 
     if (!it->checkpoint) continue;
     if (options.from_epoch && it->epoch > *options.from_epoch) continue;
     try {
-      auto meta = load_checkpoint(*it->checkpoint, session.task->module(), *session.optimizer,
+      auto meta = load_checkpoint(*it, session.task->module(), *session.optimizer,
                                   owner_hashes(run), &session.precision->engine());
       session.task->place(device);
       recorder.forget_after(it->epoch);

@@ -10,11 +10,15 @@
 #include <cstring>
 #include <set>
 #include <tuple>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include "core/error.h"
+#include "core/log.h"
+#include "core/process.h"
+#include "train/phases.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "safetensors files are little-endian; tensors are written as they are in memory");
@@ -39,77 +43,218 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-// Rejects repeated keys at any depth (nlohmann keeps the last one silently) and nesting deeper
-// than any safetensors header needs (a header of 100 MB of '[' must not exhaust anything).
-class KeyChecker {
+// Text of the file quoted in an error, cut to a readable length.
+std::string in_quotes(std::string_view text) {
+  return "\"" + log::clipped(text, log::kQuotedBytes) + "\"";
+}
+
+// The header read from nlohmann's SAX events straight into entries and metadata: each event
+// costs O(log entries) and nothing is built that View does not keep. (The DOM parser with a
+// callback, used before, scans the whole parent object at the end of every object it keeps:
+// quadratic in the entries, 39 s and more for 80,000 of them.) Every bound is checked at the event
+// that crosses it: a name repeated, the kMaxEntries+1-th tensor, the kMaxRank+1-th dimension, a
+// value of the wrong kind (so nothing nests deeper than the format). Polls for a stop
+// (core/process.h) at every tensor.
+class HeaderReader {
  public:
-  explicit KeyChecker(const std::string& origin) : origin_(origin) {}
-  bool operator()(int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    using E = nlohmann::json::parse_event_t;
-    if (depth > 4) {
-      throw CheckpointError(origin_ + ": header nests deeper than a safetensors header");
-    }
-    if (event == E::object_start) keys_.emplace_back();
-    if (event == E::object_end && !keys_.empty()) keys_.pop_back();
-    if (event == E::key && !keys_.back().insert(parsed.get<std::string>()).second) {
-      throw CheckpointError(origin_ + ": header names \"" + parsed.get<std::string>() + "\" twice");
-    }
-    return true;
+  using json = nlohmann::json;
+  HeaderReader(const std::string& origin, std::map<std::string, Entry>& entries,
+               std::map<std::string, std::string>& metadata)
+      : origin_(origin), entries_(entries), metadata_(metadata) {}
+
+  bool null() { return value(); }
+  bool boolean(bool) { return value(); }
+  bool number_integer(json::number_integer_t) { return value(); }  // negative
+  bool number_unsigned(json::number_unsigned_t v);
+  bool number_float(json::number_float_t, const json::string_t&) { return value(); }
+  bool string(json::string_t& text);
+  bool binary(json::binary_t&) { return value(); }
+  bool start_object(std::size_t);
+  bool key(json::string_t& name);
+  bool end_object();
+  bool start_array(std::size_t);
+  bool end_array();
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) {
+    // e.what() ends with the token read so far, which can be most of the header.
+    throw CheckpointError(origin_ + ": header is not valid JSON (" +
+                          log::clipped(e.what(), log::kQuotedBytes) + ")");
   }
 
  private:
+  enum class At { kStart, kHeader, kEntry, kShape, kOffsets, kMetadata, kEnd };
+  enum class Field { kNone, kDtype, kShape, kOffsets };
+
+  CheckpointError bad(const std::string& why) const {
+    return CheckpointError(origin_ + ": tensor " + in_quotes(name_) + " " + why);
+  }
+  CheckpointError twice(const std::string& name) const {
+    return CheckpointError(origin_ + ": header names " + in_quotes(name) + " twice");
+  }
+  bool value();  // any value that is not a structure, or one where it does not belong
+  void end_entry();
+
   const std::string& origin_;
-  std::vector<std::set<std::string>> keys_;
+  std::map<std::string, Entry>& entries_;
+  std::map<std::string, std::string>& metadata_;
+  At at_ = At::kStart;
+  Field field_ = Field::kNone;
+  bool metadata_seen_ = false;
+  std::string name_;  // the tensor being read, or the __metadata__ key
+  Entry entry_;
+  bool has_dtype_ = false, has_shape_ = false;
+  std::vector<uint64_t> offsets_;
+  std::string dtype_;
 };
 
-// A non-negative integer that fits in int64 (a shape dimension or an offset).
-bool non_negative_int(const nlohmann::json& v) {
-  if (v.is_number_unsigned()) return v.get<uint64_t>() <= uint64_t(INT64_MAX);
-  return v.is_number_integer() && v.get<int64_t>() >= 0;
+constexpr const char* kNoOffsets = "has no data_offsets [begin, end] of non-negative integers";
+constexpr const char* kBadDim = "has a shape entry that is not a non-negative integer";
+
+bool HeaderReader::value() {
+  switch (at_) {
+    case At::kStart:
+      throw CheckpointError(origin_ + ": header is not a JSON object");
+    case At::kHeader:
+      if (name_ == "__metadata__") {
+        throw CheckpointError(origin_ + ": __metadata__ is not an object");
+      }
+      throw bad("is not described by an object");
+    case At::kEntry:
+      throw bad(field_ == Field::kDtype   ? "has no dtype"
+                : field_ == Field::kShape ? "has no shape"
+                                          : kNoOffsets);
+    case At::kShape:
+      throw bad(kBadDim);
+    case At::kOffsets:
+      throw bad(kNoOffsets);
+    case At::kMetadata:
+      throw CheckpointError(origin_ + ": __metadata__." + log::clipped(name_, log::kQuotedBytes) +
+                            " is not a string");
+    case At::kEnd:
+      break;
+  }
+  throw CheckpointError(origin_ + ": header has content after its end");
 }
 
-Entry parse_entry(const std::string& name, const nlohmann::json& j, const std::string& origin) {
-  auto bad = [&](const std::string& why) {
-    return CheckpointError(origin + ": tensor \"" + name + "\" " + why);
-  };
-  if (!j.is_object()) throw bad("is not described by an object");
-  for (const auto& field : j.items()) {
-    const std::string& key = field.key();
-    if (key != "dtype" && key != "shape" && key != "data_offsets") {
-      throw bad("has an unknown field \"" + key + "\"");
+bool HeaderReader::number_unsigned(json::number_unsigned_t v) {
+  if (at_ == At::kShape) {
+    if (v > uint64_t(INT64_MAX)) throw bad(kBadDim);
+    if (entry_.shape.size() == kMaxRank) {
+      throw bad("has more than " + std::to_string(kMaxRank) + " dimensions");
     }
+    entry_.shape.push_back(static_cast<int64_t>(v));
+    return true;
   }
-  Entry e;
-  if (!j.contains("dtype") || !j["dtype"].is_string()) throw bad("has no dtype");
-  const std::string dtype = j["dtype"].get<std::string>();
+  if (at_ == At::kOffsets && v <= uint64_t(INT64_MAX) && offsets_.size() < 2) {
+    offsets_.push_back(v);
+    return true;
+  }
+  return value();
+}
+
+bool HeaderReader::string(json::string_t& text) {
+  if (at_ == At::kMetadata) {
+    metadata_.emplace(name_, std::move(text));
+    return true;
+  }
+  if (at_ != At::kEntry || field_ != Field::kDtype) return value();
   const auto* known = std::find_if(std::begin(kDtypes), std::end(kDtypes),
-                                   [&](const DtypeName& d) { return dtype == d.name; });
-  if (known == std::end(kDtypes)) throw bad("has unknown dtype \"" + dtype + "\"");
-  e.dtype = known->dtype;
-  if (!j.contains("shape") || !j["shape"].is_array()) throw bad("has no shape");
+                                   [&](const DtypeName& d) { return text == d.name; });
+  if (known == std::end(kDtypes)) throw bad("has unknown dtype " + in_quotes(text));
+  entry_.dtype = known->dtype;
+  dtype_ = text;
+  has_dtype_ = true;
+  return true;
+}
+
+bool HeaderReader::start_object(std::size_t) {
+  if (at_ == At::kStart) {
+    at_ = At::kHeader;
+  } else if (at_ == At::kHeader && name_ == "__metadata__") {
+    at_ = At::kMetadata;
+  } else if (at_ == At::kHeader) {
+    at_ = At::kEntry;
+    entry_ = Entry{};
+    has_dtype_ = has_shape_ = false;
+    offsets_.clear();
+  } else {
+    return value();
+  }
+  return true;
+}
+
+bool HeaderReader::key(json::string_t& name) {
+  if (at_ == At::kMetadata) {
+    if (metadata_.count(name)) throw twice(name);
+    name_ = std::move(name);
+    return true;
+  }
+  if (at_ == At::kEntry) {
+    const bool seen = (name == "dtype" && has_dtype_) || (name == "shape" && has_shape_) ||
+                      (name == "data_offsets" && !offsets_.empty());
+    if (seen) throw twice(name);
+    field_ = name == "dtype"          ? Field::kDtype
+             : name == "shape"        ? Field::kShape
+             : name == "data_offsets" ? Field::kOffsets
+                                      : Field::kNone;
+    if (field_ == Field::kNone) throw bad("has an unknown field " + in_quotes(name));
+    return true;
+  }
+  // At::kHeader: a tensor's name or __metadata__.
+  if (stop_requested()) {
+    throw RunStopped(Outcome::kInterrupted, "stopped while reading the header of " + origin_);
+  }
+  if (name == "__metadata__" ? std::exchange(metadata_seen_, true) : entries_.count(name) > 0) {
+    throw twice(name);
+  }
+  if (name != "__metadata__" && entries_.size() == kMaxEntries) {
+    throw CheckpointError(origin_ + ": header describes more than " + std::to_string(kMaxEntries) +
+                          " tensors, the most a checkpoint may hold");
+  }
+  name_ = std::move(name);
+  return true;
+}
+
+bool HeaderReader::start_array(std::size_t) {
+  if (at_ != At::kEntry || field_ == Field::kDtype) return value();
+  at_ = field_ == Field::kShape ? At::kShape : At::kOffsets;
+  has_shape_ = has_shape_ || field_ == Field::kShape;
+  return true;
+}
+
+bool HeaderReader::end_array() {
+  if (at_ == At::kOffsets && offsets_.size() != 2) throw bad(kNoOffsets);
+  if (at_ == At::kOffsets && offsets_[1] < offsets_[0]) throw bad("ends before it begins");
+  at_ = At::kEntry;
+  return true;
+}
+
+bool HeaderReader::end_object() {
+  if (at_ == At::kEntry) end_entry();
+  at_ = at_ == At::kHeader ? At::kEnd : At::kHeader;
+  name_.clear();
+  return true;
+}
+
+// The element count times the element size must be the offsets' span, without overflow.
+void HeaderReader::end_entry() {
+  if (!has_dtype_) throw bad("has no dtype");
+  if (!has_shape_) throw bad("has no shape");
+  if (offsets_.size() != 2) throw bad(kNoOffsets);
+  entry_.begin = offsets_[0];
+  entry_.end = offsets_[1];
   uint64_t count = 1;
   bool overflow = false;
-  for (const auto& d : j["shape"]) {
-    if (!non_negative_int(d)) throw bad("has a shape entry that is not a non-negative integer");
-    e.shape.push_back(d.get<int64_t>());
-    overflow = __builtin_mul_overflow(count, d.get<uint64_t>(), &count) || overflow;
+  for (const int64_t d : entry_.shape) {
+    overflow = __builtin_mul_overflow(count, uint64_t(d), &count) || overflow;
   }
-  const auto& off = j.contains("data_offsets") ? j["data_offsets"] : nlohmann::json();
-  if (!off.is_array() || off.size() != 2 || !non_negative_int(off[0]) ||
-      !non_negative_int(off[1])) {
-    throw bad("has no data_offsets [begin, end] of non-negative integers");
-  }
-  e.begin = off[0].get<uint64_t>();
-  e.end = off[1].get<uint64_t>();
-  if (e.end < e.begin) throw bad("ends before it begins");
   uint64_t bytes = 0;
-  overflow = __builtin_mul_overflow(count, c10::elementSize(e.dtype), &bytes) || overflow;
-  if (overflow || bytes != e.end - e.begin) {
-    throw bad("of shape " + shape_text(e.shape) + " and dtype " + dtype + " needs " +
+  overflow = __builtin_mul_overflow(count, c10::elementSize(entry_.dtype), &bytes) || overflow;
+  if (overflow || bytes != entry_.end - entry_.begin) {
+    throw bad("of shape " + shape_text(entry_.shape) + " and dtype " + dtype_ + " needs " +
               (overflow ? "more than 2^64" : std::to_string(bytes)) + " bytes, its offsets span " +
-              std::to_string(e.end - e.begin));
+              std::to_string(entry_.end - entry_.begin));
   }
-  return e;
+  entries_.emplace(std::move(name_), std::move(entry_));
 }
 
 // Tensors in offset order must tile the data area: no overlap, no gap, nothing past the end.
@@ -118,7 +263,7 @@ void check_layout(const std::map<std::string, Entry>& entries, uint64_t data_siz
   std::vector<std::pair<const std::string*, const Entry*>> order;
   for (const auto& [name, e] : entries) {
     if (e.end > data_size) {
-      throw CheckpointError(origin + ": tensor \"" + name + "\" ends at byte " +
+      throw CheckpointError(origin + ": tensor " + in_quotes(name) + " ends at byte " +
                             std::to_string(e.end) + ", past the end of the data (" +
                             std::to_string(data_size) + " bytes; truncated?)");
     }
@@ -131,8 +276,8 @@ void check_layout(const std::map<std::string, Entry>& entries, uint64_t data_siz
   const std::string* previous = nullptr;
   for (const auto& [name, e] : order) {
     if (e->begin < next) {
-      throw CheckpointError(origin + ": tensors \"" + *previous + "\" and \"" + *name +
-                            "\" overlap");
+      throw CheckpointError(origin + ": tensors " + in_quotes(*previous) + " and " +
+                            in_quotes(*name) + " overlap");
     }
     if (e->begin > next) {
       throw CheckpointError(origin + ": bytes " + std::to_string(next) + " to " +
@@ -205,26 +350,8 @@ View::View(std::string_view bytes, const std::string& origin) : origin_(origin) 
                                                      " bytes that follow (truncated?)"));
   }
   const std::string_view text = bytes.substr(8, n);
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(text.begin(), text.end(), KeyChecker(origin_));
-  } catch (const nlohmann::json::exception& e) {
-    throw CheckpointError(origin + ": header is not valid JSON (" + e.what() + ")");
-  }
-  if (!header.is_object()) throw CheckpointError(origin + ": header is not a JSON object");
-  for (const auto& [name, value] : header.items()) {
-    if (name != "__metadata__") {
-      entries_.emplace(name, parse_entry(name, value, origin));
-      continue;
-    }
-    if (!value.is_object()) throw CheckpointError(origin + ": __metadata__ is not an object");
-    for (const auto& [key, v] : value.items()) {
-      if (!v.is_string()) {
-        throw CheckpointError(origin + ": __metadata__." + key + " is not a string");
-      }
-      metadata_.emplace(key, v.get<std::string>());
-    }
-  }
+  HeaderReader reader(origin_, entries_, metadata_);
+  nlohmann::json::sax_parse(text.begin(), text.end(), &reader);
   data_ = bytes.substr(8 + n);
   check_layout(entries_, data_.size(), origin);
 }

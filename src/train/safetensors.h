@@ -21,8 +21,11 @@
 
 namespace amptune::train::safetensors {
 
-// Upper bound of the JSON header's length (the Python package's limit).
-constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+// Bounds of a header (docs/SECURITY.md "Checkpoints" gives the reasons): its length in bytes,
+// the tensors it describes, the dimensions of one tensor's shape.
+constexpr uint64_t kMaxHeaderBytes = 16'000'000;
+constexpr size_t kMaxEntries = 10'000;
+constexpr size_t kMaxRank = 16;
 
 struct Entry {
   torch::ScalarType dtype = torch::kFloat;
@@ -42,10 +45,13 @@ std::string serialize(const std::vector<std::pair<std::string, torch::Tensor>>& 
 
 // A validated header over bytes the caller keeps alive. The constructor checks everything that
 // does not depend on what the reader expects: the header length (at most kMaxHeaderBytes and the
-// bytes present), a JSON object with no repeated key, known dtypes, non-negative shapes whose
-// element count times element size equals end - begin (no overflow), offsets inside the data
-// area, tensors neither overlapping nor leaving gaps and covering the data area exactly,
-// __metadata__ an object of strings.
+// bytes present), a JSON object with no repeated key, at most kMaxEntries tensors, known dtypes,
+// shapes of at most kMaxRank non-negative dimensions whose element count times element size
+// equals end - begin (no overflow), offsets inside the data area, tensors neither overlapping nor
+// leaving gaps and covering the data area exactly, __metadata__ an object of strings. Time and
+// memory are linear in the header; text of the file quoted in an error is clipped
+// (log::clipped). Throws RunStopped (train/phases.h) when a stop is requested (core/process.h)
+// while it reads: a signal is not damage.
 class View {
  public:
   View(std::string_view bytes, const std::string& origin);

@@ -6,8 +6,10 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <tuple>
 
 #include "core/hash.h"
@@ -68,26 +70,45 @@ std::vector<std::vector<std::string>> query(const std::string& db, const std::st
 
 std::string sha_of(const std::string& path) { return sha256_hex(read_file(path)); }
 
+// Puts `bytes` in the place of epoch `epoch`'s checkpoint of run `run`, with the row's size and
+// sha256 made to match (a file replaced together with its row, or merged in from elsewhere).
+void replace_checkpoint(const Fixture& f, const std::string& run, int epoch,
+                        const std::string& bytes) {
+  const auto rows = epochs_of(f.db, run);
+  ASSERT_TRUE(rows.at(static_cast<size_t>(epoch)).checkpoint);
+  const std::string path = rows[static_cast<size_t>(epoch)].checkpoint->path;
+  write_file(path, bytes);
+  store::raw_exec(f.db, "UPDATE epochs SET checkpoint_bytes = " + std::to_string(bytes.size()) +
+                            ", checkpoint_sha256 = '" + sha_of(path) + "' WHERE run_id = " + run +
+                            " AND epoch = " + std::to_string(epoch));
+}
+
+// Trains `f` (3 epochs) and stops after epoch 1: `run` is its run's id, `rows` its two epoch
+// rows, each with a checkpoint.
+void train_two_of_three(const Fixture& f, std::string& run, std::vector<store::EpochRow>& rows) {
+  const auto r = run_amptune({"run", f.yaml, "--db", f.db, "-q", "--stop-after-epoch", "1"}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  run = std::to_string(only_run(f));
+  rows = epochs_of(f.db, run);
+  ASSERT_EQ(rows.size(), 2u);
+}
+
 // A newest checkpoint whose header is malformed while its recorded size and sha256 match (a file
 // replaced together with its row, or merged in): resume refuses it as a CheckpointError, falls
 // back to the epoch before, and trains the same epoch again to the same bytes.
 TEST(CheckpointsCli, MalformedNewestCheckpointWithAMatchingHashFallsBack) {
   auto f = make(3);
-  auto r = run_amptune({"run", f.yaml, "--db", f.db, "-q", "--stop-after-epoch", "1"}, f.dir);
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  const std::string run = std::to_string(only_run(f));
-  const auto before = epochs_of(f.db, run);
-  ASSERT_EQ(before.size(), 2u);
+  std::string run;
+  std::vector<store::EpochRow> before;
+  ASSERT_NO_FATAL_FAILURE(train_two_of_three(f, run, before));
   const std::string newest = before[1].checkpoint->path;
   std::string bytes = read_file(newest);
   const size_t at = bytes.find("\"F32\"");
   ASSERT_NE(at, std::string::npos);
   bytes.replace(at, 5, "\"F99\"");
-  write_file(newest, bytes);
-  store::raw_exec(f.db, "UPDATE epochs SET checkpoint_sha256 = '" + sha_of(newest) +
-                     "' WHERE run_id = " + run + " AND epoch = 1");
+  replace_checkpoint(f, run, 1, bytes);
 
-  r = run_amptune({"resume", run, "--db", f.db}, f.dir);
+  auto r = run_amptune({"resume", run, "--db", f.db}, f.dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find(newest + ": tensor"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("unknown dtype \"F99\"; falling back to the previous checkpoint"),
@@ -100,6 +121,72 @@ TEST(CheckpointsCli, MalformedNewestCheckpointWithAMatchingHashFallsBack) {
   EXPECT_EQ(after[1].metrics.at("acc1"), before[1].metrics.at("acc1"));
   ASSERT_TRUE(after[1].checkpoint);
   EXPECT_EQ(after[1].checkpoint->sha256, before[1].checkpoint->sha256);  // the same file again
+}
+
+// A checkpoint whose metadata names another position than its row (epoch 0's file copied over
+// epoch 1's, row updated to match): eval refuses it with exit 6 instead of evaluating epoch 0's
+// weights as epoch 1's; resume falls back to epoch 0 instead of continuing after the file's epoch.
+TEST(CheckpointsCli, ACheckpointOfAnotherEpochIsRefused) {
+  auto f = make(3);
+  std::string run;
+  std::vector<store::EpochRow> before;
+  ASSERT_NO_FATAL_FAILURE(train_two_of_three(f, run, before));
+  replace_checkpoint(f, run, 1, read_file(before[0].checkpoint->path));
+
+  auto r = run_amptune({"eval", run, "--epoch", "1", "--db", f.db}, f.dir);
+  EXPECT_EQ(r.exit_code, 6) << r.err;
+  EXPECT_NE(
+      r.err.find("says it ends epoch 0 at step " + std::to_string(before[0].global_step) +
+                 ", its database row epoch 1 at step " + std::to_string(before[1].global_step)),
+      std::string::npos)
+      << r.err;
+  EXPECT_EQ(epochs_of(f.db, run)[1].metrics, before[1].metrics);  // nothing stored
+
+  r = run_amptune({"resume", run, "--db", f.db}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("falling back to the previous checkpoint"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("continuing after epoch 0"), std::string::npos) << r.err;
+  const auto after = epochs_of(f.db, run);
+  ASSERT_EQ(after.size(), 3u);
+  EXPECT_EQ(after[1].train_loss, before[1].train_loss);  // epoch 1 trained again, the same
+}
+
+// A tensor whose shape has a million dimensions (of 1, so the bytes still match): refused at the
+// 17th dimension with a short message, by eval (exit 6) and by a resume from that epoch, whose
+// failure message stored in runs.message stays short too. (It cost 1.9 GB and a message of
+// megabytes, stored whole, before.)
+TEST(CheckpointsCli, AShapeOfAMillionDimensionsGivesAShortRefusal) {
+  auto f = make(2);
+  auto r = run_amptune({"run", f.yaml, "--db", f.db, "-q"}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string run = std::to_string(only_run(f));
+  const std::string bytes = read_file(epochs_of(f.db, run).at(1).checkpoint->path);
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  auto header = nlohmann::json::parse(bytes.substr(8, n));
+  auto& shape = header.at("model.fc.bias").at("shape");
+  for (int i = 0; i < 1'000'000; ++i) shape.push_back(1);
+  const std::string text = header.dump();
+  std::string crafted(8, '\0');
+  const uint64_t length = text.size();
+  std::memcpy(crafted.data(), &length, 8);
+  replace_checkpoint(f, run, 1, crafted + text + bytes.substr(8 + n));
+
+  r = run_amptune({"eval", run, "--epoch", "1", "--db", f.db}, f.dir);
+  EXPECT_EQ(r.exit_code, 6) << r.err.substr(0, 2000);
+  EXPECT_NE(r.err.find("tensor \"model.fc.bias\" has more than 16 dimensions"), std::string::npos)
+      << r.err.substr(0, 2000);
+  EXPECT_LT(r.err.size(), 2000u) << r.err.substr(0, 2000);
+
+  r = run_amptune({"resume", run, "--from-epoch", "1", "--db", f.db}, f.dir);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_LT(r.err.size(), 4000u) << r.err.substr(0, 2000);
+  const auto message = query(f.db, "SELECT status, message FROM runs WHERE id = " + run);
+  ASSERT_EQ(message.size(), 1u);
+  EXPECT_EQ(message[0][0], "failed");
+  EXPECT_NE(message[0][1].find("more than 16 dimensions"), std::string::npos)
+      << message[0][1].substr(0, 2000);
+  EXPECT_LT(message[0][1].size(), 1000u) << message[0][1].substr(0, 2000);
 }
 
 bool python_safetensors() {

@@ -19,6 +19,7 @@
 
 #include "core/embedded.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "store/migrations.h"
 #include "store/store.h"
 #include "support/errors.h"
@@ -511,6 +512,12 @@ TEST_F(StoreTest, RunLifecycleRoundTrips) {
   EXPECT_EQ(failed.status, RunStatus::kFailed);
   EXPECT_EQ(failed.message, "loader crashed");
   EXPECT_TRUE(is_iso_utc(failed.finished_at));
+  // A message quoting text from elsewhere (a crafted checkpoint's) is stored clipped.
+  const size_t huge = 1 << 20;
+  store.finish_run(id, RunStatus::kFailed, std::string(huge, 'x'), "");
+  EXPECT_EQ(store.find_run(id)->message, std::string(log::kMessageBytes, 'x') + "... (" +
+                                             std::to_string(huge - log::kMessageBytes) +
+                                             " bytes cut)");
 
   // Resuming keeps the first start time and clears the failure.
   store.mark_running(id, provenance("beta"));

@@ -42,6 +42,15 @@ struct Net : torch::nn::Module {
 
 std::string dir() { return testing::scratch_dir(); }
 
+// The epoch row that names `file` as the database records it: its epoch and global step.
+store::EpochRow row_of(const store::CheckpointFile& file, int epoch, int64_t global_step) {
+  store::EpochRow row;
+  row.epoch = epoch;
+  row.global_step = global_step;
+  row.checkpoint = file;
+  return row;
+}
+
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -91,7 +100,7 @@ TEST(TrainCheckpoint, RoundTripRestoresModelOptimizerAndContinuesIdentically) {
   torch::manual_seed(2);  // different init: everything must come from the file
   Net b;
   torch::optim::Adam opt_b(b.parameters(), torch::optim::AdamOptions(0.01));
-  auto meta = load_checkpoint(file, b, opt_b, {"cfg"});
+  auto meta = load_checkpoint(row_of(file, 4, 3), b, opt_b, {"cfg"});
   EXPECT_TRUE(torch::equal(torch::rand({4}), next_draw));  // the generator's state came back
   EXPECT_EQ(meta.epoch, 4);
   EXPECT_EQ(meta.global_step, 3);
@@ -120,7 +129,7 @@ TEST(TrainCheckpoint, SgdMomentumSurvives) {
   torch::optim::SGD opt_b(b.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
   train_some(a, opt_a, 2);
   auto file = save_checkpoint(d + "/s.safetensors", a, opt_a, CheckpointMeta{0, 2, "h"});
-  load_checkpoint(file, b, opt_b, {"h"});
+  load_checkpoint(row_of(file, 0, 2), b, opt_b, {"h"});
   EXPECT_EQ(opt_b.state().size(), 4u);  // fc.weight, fc.bias, bn.weight, bn.bias
   train_some(a, opt_a, 2);
   train_some(b, opt_b, 2);
@@ -128,7 +137,7 @@ TEST(TrainCheckpoint, SgdMomentumSurvives) {
   // The state of another optimizer kind is refused (and says why).
   torch::optim::Adam adam(b.parameters(), torch::optim::AdamOptions(0.01));
   try {
-    load_checkpoint(file, b, adam, {"h"});
+    load_checkpoint(row_of(file, 0, 2), b, adam, {"h"});
     ADD_FAILURE() << "an SGD checkpoint loaded into Adam";
   } catch (const CheckpointError& e) {
     EXPECT_NE(std::string(e.what()).find("another optim.name"), std::string::npos) << e.what();
@@ -204,7 +213,7 @@ TEST(TrainCheckpoint, AmpMastersAndScalerRoundTripAndMismatchesAreRefused) {
   }
   const auto file =
       save_checkpoint(d + "/o2.safetensors", a, opt_a, CheckpointMeta{0, 1, "h"}, &ea);
-  load_checkpoint(file, b, opt_b, {"h"}, &eb);
+  load_checkpoint(row_of(file, 0, 1), b, opt_b, {"h"}, &eb);
   EXPECT_EQ(eb.scaler().scale(), 2048.0);
   EXPECT_EQ(eb.scaler().state().unskipped, 5);
   ASSERT_TRUE(eb.masters()[0].defined());
@@ -214,7 +223,7 @@ TEST(TrainCheckpoint, AmpMastersAndScalerRoundTripAndMismatchesAreRefused) {
   auto expect_refused = [&](const store::CheckpointFile& f, torch::nn::Module& m,
                             torch::optim::Optimizer& o, amp::Engine& e, const std::string& needle) {
     try {
-      load_checkpoint(f, m, o, {"h"}, &e);
+      load_checkpoint(row_of(f, 0, 1), m, o, {"h"}, &e);
       ADD_FAILURE() << "no error for " << needle;
     } catch (const CheckpointError& err) {
       EXPECT_NE(std::string(err.what()).find(needle), std::string::npos) << err.what();
@@ -249,7 +258,7 @@ TEST(TrainCheckpoint, MovesBetweenCpuAndCuda) {
   Net gpu_net;
   gpu_net.to(cuda);
   torch::optim::SGD gpu_opt(gpu_net.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
-  load_checkpoint(from_cpu, gpu_net, gpu_opt, {"h"});
+  load_checkpoint(row_of(from_cpu, 0, 2), gpu_net, gpu_opt, {"h"});
   for (const auto& p : gpu_net.parameters()) EXPECT_TRUE(p.is_cuda());
   for (const auto& b : gpu_net.buffers()) EXPECT_TRUE(b.is_cuda());
   EXPECT_TRUE(momentum_device(gpu_opt).is_cuda());
@@ -265,7 +274,7 @@ TEST(TrainCheckpoint, MovesBetweenCpuAndCuda) {
   Net cpu_again;
   torch::optim::SGD cpu_again_opt(cpu_again.parameters(),
                                   torch::optim::SGDOptions(0.1).momentum(0.9));
-  load_checkpoint(from_gpu, cpu_again, cpu_again_opt, {"h"});
+  load_checkpoint(row_of(from_gpu, 1, 3), cpu_again, cpu_again_opt, {"h"});
   for (const auto& p : cpu_again.parameters()) EXPECT_FALSE(p.is_cuda());
   EXPECT_FALSE(momentum_device(cpu_again_opt).is_cuda());
   for (auto& p : gpu_net.named_parameters()) {
@@ -282,7 +291,7 @@ TEST(TrainCheckpoint, MissingTruncatedCorruptAndForeignFilesAreErrors) {
   auto expect_error = [&](const store::CheckpointFile& f, const std::string& hash,
                           const std::string& needle) {
     try {
-      load_checkpoint(f, a, opt, {hash});
+      load_checkpoint(row_of(f, 0, 0), a, opt, {hash});
       ADD_FAILURE() << "no error for " << needle;
     } catch (const CheckpointError& e) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
@@ -355,9 +364,10 @@ class CraftedCheckpoint : public ::testing::Test {
     return safetensors::serialize(tensors, view.metadata());
   }
 
-  // Writes `bytes` to <case>.safetensors and loads it as a row without a recorded size or hash.
-  void expect_refused(const std::string& name, const std::string& bytes,
-                      const std::string& needle) {
+  // Writes `bytes` to <case>.safetensors and loads it as a row without a recorded size or hash,
+  // of the good file's epoch and step unless `epoch` and `step` say otherwise.
+  void expect_refused(const std::string& name, const std::string& bytes, const std::string& needle,
+                      int epoch = 1, int64_t step = 2) {
     SCOPED_TRACE(name);
     const std::string path = d_ + "/" + name + ".safetensors";
     write_bytes(path, bytes);
@@ -366,7 +376,7 @@ class CraftedCheckpoint : public ::testing::Test {
     for (const auto& t : net_.buffers()) before.push_back(t.detach().clone());
     const size_t states = opt_.state().size();
     try {
-      load_checkpoint(store::CheckpointFile{path, 0, ""}, net_, opt_, {"mine"});
+      load_checkpoint(row_of({path, 0, ""}, epoch, step), net_, opt_, {"mine"});
       ADD_FAILURE() << "no error for " << name;
     } catch (const CheckpointError& e) {
       std::string what = e.what();
@@ -391,8 +401,7 @@ class CraftedCheckpoint : public ::testing::Test {
 TEST_F(CraftedCheckpoint, TheGoodFileLoads) {
   write_bytes(d_ + "/copy.safetensors", good_);
   EXPECT_EQ(
-      load_checkpoint(store::CheckpointFile{d_ + "/copy.safetensors", 0, ""}, net_, opt_, {"mine"})
-          .epoch,
+      load_checkpoint(row_of({d_ + "/copy.safetensors", 0, ""}, 1, 2), net_, opt_, {"mine"}).epoch,
       1);
   // The same bytes in memory, as a data-parallel leader sends them.
   EXPECT_EQ(load_checkpoint_bytes(good_, "rank 0's state", net_, opt_, {"mine"}).global_step, 2);
@@ -411,7 +420,10 @@ TEST_F(CraftedCheckpoint, BrokenLayoutsAreRefused) {
   expect_refused("not_json", join("{\"model.fc.weight\": nope", data_), "not valid JSON");
   expect_refused("not_an_object", join("[1, 2, 3]", data_), "not a JSON object");
   expect_refused("deep", join(std::string(1000, '[') + std::string(1000, ']'), data_),
-                 "nests deeper");
+                 "not a JSON object");
+  expect_refused("deep_shape",
+                 join(R"({"model.fc.weight": {"shape": )" + std::string(1000, '['), data_),
+                 "has a shape entry that is not a non-negative integer");
   expect_refused("trailing_bytes", good_ + "1234", "the tensors cover");
 
   nlohmann::json h = header_;
@@ -443,6 +455,22 @@ TEST_F(CraftedCheckpoint, BrokenLayoutsAreRefused) {
   const std::string other = "\"model.bn.weight\"";
   text.replace(text.find(other), other.size(), "\"model.fc.bias\"");
   expect_refused("repeated_name", join(text, data_), "names \"model.fc.bias\" twice");
+}
+
+// The epoch row, not the file, says where training stands: a file whose metadata names another
+// epoch or step (another epoch's file copied in its place, a crafted one) is refused, as are
+// negative positions even where a crafted row agrees.
+TEST_F(CraftedCheckpoint, APositionOtherThanTheRowsIsRefused) {
+  expect_refused("other_epoch", good_, "says it ends epoch 1 at step 2, its database row epoch 2",
+                 2, 2);
+  expect_refused("other_step", good_, "its database row epoch 1 at step 7", 1, 7);
+  for (const auto& [epoch, step] : {std::pair<int, int64_t>{-5, 2}, {1, -1}}) {
+    nlohmann::json h = header_;
+    h["__metadata__"]["epoch"] = std::to_string(epoch);
+    h["__metadata__"]["global_step"] = std::to_string(step);
+    expect_refused("negative_" + std::to_string(epoch), with_header(h), "says it ends epoch", epoch,
+                   step);
+  }
 }
 
 TEST_F(CraftedCheckpoint, TensorsTheRunDoesNotExpectAreRefused) {
@@ -538,7 +566,7 @@ TEST_F(CraftedCheckpoint, OldFormatNeedsTheOptIn) {
   Net other;
   torch::optim::SGD other_opt(other.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
   try {
-    load_checkpoint(store::CheckpointFile{path, 0, ""}, other, other_opt, {"mine"});
+    load_checkpoint(row_of({path, 0, ""}, 3, 9), other, other_opt, {"mine"});
     ADD_FAILURE() << "an old-format checkpoint loaded without the opt-in";
   } catch (const LegacyCheckpointError& e) {
     EXPECT_EQ(
@@ -552,7 +580,7 @@ TEST_F(CraftedCheckpoint, OldFormatNeedsTheOptIn) {
                  "AMPTUNE_TRUST_LEGACY_CHECKPOINTS=1");
 
   ::setenv(kTrustLegacyEnv, "1", 1);
-  const auto meta = load_checkpoint(store::CheckpointFile{path, 0, ""}, other, other_opt, {"mine"});
+  const auto meta = load_checkpoint(row_of({path, 0, ""}, 3, 9), other, other_opt, {"mine"});
   EXPECT_EQ(meta.epoch, 3);
   EXPECT_EQ(meta.global_step, 9);
   EXPECT_EQ(meta.format, "amptune-checkpoint-1");

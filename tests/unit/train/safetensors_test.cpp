@@ -1,6 +1,7 @@
 // The safetensors layout on its own: what serialize writes, View reads back bit for bit, with
-// each tensor aligned to its element size; a minimal file by hand; MappedFile's errors. (Crafted
-// broken files: checkpoint_test.cpp, through the checkpoint reader that uses View.)
+// each tensor aligned to its element size; a minimal file by hand; the bounds of a header, each
+// refused at its crossing, with short messages; a stop while reading; MappedFile's errors.
+// (Crafted broken files: checkpoint_test.cpp, through the checkpoint reader that uses View.)
 #include <cstring>
 #include <fstream>
 
@@ -9,11 +10,46 @@
 #include <torch/torch.h>
 
 #include "core/error.h"
+#include "core/log.h"
+#include "core/process.h"
 #include "support/scratch.h"
+#include "train/phases.h"
 #include "train/safetensors.h"
 
 namespace amptune::train::safetensors {
 namespace {
+
+// A file of header text `header` (padded to `length` bytes with spaces when longer) and `data`.
+std::string file_of(const std::string& header, const std::string& data, size_t length = 0) {
+  std::string text = header;
+  if (length > text.size()) text.append(length - text.size(), ' ');
+  std::string bytes(8, '\0');
+  const uint64_t n = text.size();
+  std::memcpy(bytes.data(), &n, 8);
+  return bytes + text + data;
+}
+
+// A header of `n` one-byte tensors "t0", "t1", ... tiling n bytes of data.
+std::string many_tensors(size_t n) {
+  std::string header = "{";
+  for (size_t i = 0; i < n; ++i) {
+    header += (i ? ",\"t" : "\"t") + std::to_string(i) +
+              "\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[" + std::to_string(i) + "," +
+              std::to_string(i + 1) + "]}";
+  }
+  return header + "}";
+}
+
+// The message of the CheckpointError that reading `bytes` throws ("" and a failure when none).
+std::string refusal(const std::string& bytes) {
+  try {
+    View view(bytes, "crafted");
+    ADD_FAILURE() << "read without an error";
+  } catch (const CheckpointError& e) {
+    return e.what();
+  }
+  return "";
+}
 
 TEST(Safetensors, RoundTripOfEveryDtypeIsExactAndAligned) {
   torch::manual_seed(5);
@@ -77,6 +113,72 @@ TEST(Safetensors, AHandWrittenFileReads) {
   std::memcpy(bad.data(), &m, 8);
   bad += bool_header + std::string("\x01\x07", 2);
   EXPECT_THROW(View(bad, "bool").copy("t"), CheckpointError);
+}
+
+// docs/SECURITY.md "Checkpoints": the header's length, its tensors and a shape's dimensions are
+// bounded, each refused at the bound and read just below it, before anything grows with the
+// input (a shape of a million dimensions cost memory and a message of megabytes before).
+TEST(Safetensors, HeaderBoundsAreRefusedWhereTheyAreCrossed) {
+  EXPECT_EQ(View(file_of(many_tensors(kMaxEntries), std::string(kMaxEntries, '\0')), "at")
+                .entries()
+                .size(),
+            kMaxEntries);
+  EXPECT_NE(refusal(file_of(many_tensors(kMaxEntries + 1), std::string(kMaxEntries + 1, '\0')))
+                .find("header describes more than 10000 tensors"),
+            std::string::npos);
+
+  const std::string one = R"({"t":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})";
+  EXPECT_EQ(View(file_of(one, "x", kMaxHeaderBytes), "at").entries().size(), 1u);
+  EXPECT_NE(refusal(file_of(one, "x", kMaxHeaderBytes + 1))
+                .find("header length 16000001 exceeds the limit of 16000000"),
+            std::string::npos);
+
+  auto shape_of_ones = [](size_t rank) {
+    std::string dims = "1";
+    for (size_t i = 1; i < rank; ++i) dims += ",1";
+    return R"({"t":{"dtype":"U8","shape":[)" + dims + R"(],"data_offsets":[0,1]}})";
+  };
+  EXPECT_EQ(View(file_of(shape_of_ones(kMaxRank), "x"), "at").entries().at("t").shape.size(),
+            kMaxRank);
+  const std::string deep = refusal(file_of(shape_of_ones(1'000'000), "x"));
+  EXPECT_NE(deep.find("tensor \"t\" has more than 16 dimensions"), std::string::npos) << deep;
+  EXPECT_NE(refusal(file_of(R"({"t":{"shape":[)" + std::string(100000, '['), "x"))
+                .find("has a shape entry that is not a non-negative integer"),
+            std::string::npos);
+}
+
+// Text of the file quoted in an error is clipped: a name of a megabyte gives a short message.
+TEST(Safetensors, ErrorsQuoteAtMostAFewHundredBytesOfTheFile) {
+  const std::string name(1 << 20, 'n');
+  for (const std::string& header :
+       {R"({")" + name + R"(":{"dtype":"F99","shape":[1],"data_offsets":[0,1]}})",
+        R"({"t":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"__metadata__":{")" + name +
+            R"(":1}})",
+        R"({"t":{")" + name + R"(":1}})", R"({")" + name}) {  // the last one: not JSON
+    const std::string what = refusal(file_of(header, "x"));
+    EXPECT_LT(what.size(), log::kQuotedBytes + 200) << what.substr(0, 300);
+    EXPECT_NE(what.find(" bytes cut)"), std::string::npos) << what.substr(0, 300);
+  }
+}
+
+// A stop asked for (a signal inside a run, core/process.h) ends the reading of a header with
+// RunStopped, not a CheckpointError (a resume would take that for damage and fall back). In a
+// child process: the stop flag stays set for the rest of a process.
+TEST(Safetensors, AStopRequestedEndsTheReadingAsAStop) {
+  const std::string bytes = file_of(many_tensors(100), std::string(100, '\0'));
+  EXPECT_EXIT(
+      {
+        request_stop();
+        try {
+          View view(bytes, "stopped");
+        } catch (const RunStopped& e) {
+          std::exit(e.outcome == Outcome::kInterrupted ? 0 : 2);
+        } catch (...) {
+          std::exit(3);
+        }
+        std::exit(4);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 TEST(Safetensors, MappedFileNamesWhatItCannotOpen) {
