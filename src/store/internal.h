@@ -46,7 +46,13 @@ std::string now_utc();
 // An SQL identifier in double quotes, inner quotes doubled.
 std::string quote_identifier(const std::string& name);
 
-// Whether the main schema of `db` has that table.
+// Whether two table or column names name the same thing to SQLite: equal but for the case of
+// ASCII letters (SQLite's rule, and COLLATE NOCASE's). Every comparison of a name read from a
+// database with one of amptune's goes through this or `= ? COLLATE NOCASE`: a case-sensitive
+// one misses a view "EPOCHS" that every query of epochs then reads.
+bool same_name(const std::string& a, const std::string& b);
+
+// Whether the main schema of `db` has that table (an ordinary one, not a view).
 bool table_exists(sqlite3* db, const std::string& name);
 // The highest version recorded in schema_version; 0 without that table.
 int read_schema_version(sqlite3* db);

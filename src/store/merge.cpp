@@ -31,6 +31,7 @@ using sql::exec;
 using sql::SqliteError;
 using sql::Statement;
 using detail::quote_identifier;
+using detail::same_name;
 
 // A read-only connection to an input database.
 class Input {
@@ -101,9 +102,9 @@ std::vector<std::string> shared_columns(const std::vector<Column>& target,
   std::vector<std::string> names;
   for (const Column& c : target) {
     bool in_input = false;
-    for (const Column& i : input) in_input = in_input || i.name == c.name;
+    for (const Column& i : input) in_input = in_input || same_name(i.name, c.name);
     bool skipped = false;
-    for (const std::string& s : skip) skipped = skipped || s == c.name;
+    for (const std::string& s : skip) skipped = skipped || same_name(s, c.name);
     if (in_input && !skipped) names.push_back(c.name);
   }
   return names;
@@ -123,7 +124,7 @@ std::string placeholders(size_t n) {
 
 int index_of(const std::vector<std::string>& names, const std::string& name) {
   for (size_t i = 0; i < names.size(); ++i) {
-    if (names[i] == name) return static_cast<int>(i);
+    if (same_name(names[i], name)) return static_cast<int>(i);
   }
   return -1;
 }
@@ -437,7 +438,7 @@ std::string assignments(const std::vector<std::string>& names) {
 std::string input_runs_sql(const std::vector<Column>& input,
                            const std::vector<std::string>& names) {
   bool forks = false;  // migration 4
-  for (const Column& c : input) forks = forks || c.name == "parent_run_id";
+  for (const Column& c : input) forks = forks || same_name(c.name, "parent_run_id");
   return std::string("SELECT r.id, ") + (forks ? "r.parent_run_id" : "NULL") +
          ", COALESCE(r.started_at, ''), "
          "(SELECT COUNT(*) FROM epochs e WHERE e.run_id = r.id), "
@@ -683,7 +684,9 @@ constexpr ColumnTypes kColumnTypes[] = {
     {"prune_decisions", "epoch", "'integer'"},
 };
 
-// The tables merge reads; each one an input has must be a table (a view could be recursive).
+// The tables merge reads; each one an input has must be an ordinary table: a view (a recursive
+// one returns rows forever) or a virtual table would run code of the input's choosing whenever
+// merge reads it. SQLite finds "EPOCHS" for epochs, so the names are looked up as it does.
 constexpr const char* kReadTables[] = {"sweeps",           "runs",
                                        "run_params",       "epochs",
                                        "metrics",          "loss_scale_events",
@@ -692,22 +695,38 @@ constexpr const char* kReadTables[] = {"sweeps",           "runs",
                                        "diagnosis_advice", "prune_decisions",
                                        "schema_version"};
 
-// Refuses an input whose structure merge cannot trust (check_merge_input): a table it reads that
-// is a view or other object, a column value of the wrong type, an id twice, a fork whose
-// parents lead back to itself. Throws StoreError naming the file, the table and the row.
-void check_structure(sqlite3* in, const std::string& path) {
-  auto fail = [&](const std::string& what) {
-    throw StoreError(path + " cannot be merged: " + what +
-                     " (an amptune database never holds that; it was edited or crafted)");
-  };
+// The refusal of an input that holds what an amptune database never does.
+[[noreturn]] void crafted(const std::string& path, const std::string& what) {
+  throw StoreError(path + " cannot be merged: " + what +
+                   " (an amptune database never holds that; it was edited or crafted)");
+}
+
+// Refuses an input where a table merge reads is a view, a virtual table or another object
+// (before anything reads one of them: a recursive view returns rows forever).
+void check_tables_are_tables(sqlite3* in, const std::string& path) {
   for (const char* table : kReadTables) {
-    Statement kind(in, "SELECT type FROM sqlite_master WHERE name = ?", table);
-    if (kind.step() && kind.column_text(0) != "table") {
-      fail(std::string(table) + " is a " + kind.column_text(0) + ", not a table");
+    Statement kind(in,
+                   "SELECT type, name, sql LIKE 'CREATE VIRTUAL%' FROM sqlite_master "
+                   "WHERE name = ? COLLATE NOCASE",
+                   table);
+    while (kind.step()) {
+      const std::string what = kind.column_int(2) ? "virtual table" : kind.column_text(0);
+      if (what != "table") {
+        crafted(path, std::string(table) + " is a " + what + ", not a table (\"" +
+                          kind.column_text(1) + "\" in its schema)");
+      }
     }
   }
+}
+
+// Refuses an input whose structure merge cannot trust (check_merge_input, after
+// check_tables_are_tables): a column value of the wrong type, an id twice, a fork whose parents
+// lead back to itself. Throws StoreError naming the file, the table and the row.
+void check_structure(sqlite3* in, const std::string& path) {
+  auto fail = [&](const std::string& what) { crafted(path, what); };
   for (const ColumnTypes& c : kColumnTypes) {
-    if (!sql::exists(in, "SELECT 1 FROM pragma_table_info(?) WHERE name = ?", c.table, c.column)) {
+    if (!sql::exists(in, "SELECT 1 FROM pragma_table_info(?) WHERE name = ? COLLATE NOCASE",
+                     c.table, c.column)) {
       continue;
     }
     const std::string column = quote_identifier(c.column);
@@ -725,7 +744,8 @@ void check_structure(sqlite3* in, const std::string& path) {
       fail(std::string(table) + " has id " + std::to_string(twice.column_int(0)) + " twice");
     }
   }
-  if (!sql::exists(in, "SELECT 1 FROM pragma_table_info('runs') WHERE name = 'parent_run_id'")) {
+  if (!sql::exists(in, "SELECT 1 FROM pragma_table_info('runs') "
+                      "WHERE name = 'parent_run_id' COLLATE NOCASE")) {
     return;
   }
   std::unordered_map<int64_t, int64_t> parent;
@@ -766,6 +786,7 @@ int check_merge_input(const std::string& path) {
       throw StoreError(path + " is corrupt (quick_check: " + problems +
                        "); it cannot be merged: restore it or leave it out");
     }
+    check_tables_are_tables(in.db(), path);
     const int version = detail::read_schema_version(in.db());
     if (version < 1 || !detail::table_exists(in.db(), "runs")) {
       throw StoreError(path +

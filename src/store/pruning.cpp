@@ -109,7 +109,7 @@ void allow_pruned_status(sqlite3* db, const std::string& path) {
   const std::string table =
       sql::query_one<std::string>(db,
                                   "SELECT sql FROM sqlite_master WHERE type = 'table' AND "
-                                  "name = 'runs'")
+                                  "name = 'runs' COLLATE NOCASE")
           .value_or("");
   const size_t at = table.find(before);
   if (at == std::string::npos || table.find(before, at + 1) != std::string::npos) {
@@ -121,7 +121,8 @@ void allow_pruned_status(sqlite3* db, const std::string& path) {
   const int64_t version = sql::query_one<int64_t>(db, "PRAGMA schema_version").value();
   sql::exec(db, "PRAGMA writable_schema = ON");
   try {
-    sql::run(db, "UPDATE sqlite_master SET sql = ? WHERE type = 'table' AND name = 'runs'",
+    sql::run(db, "UPDATE sqlite_master SET sql = ? WHERE type = 'table' AND "
+             "name = 'runs' COLLATE NOCASE",
              table.substr(0, at) + after + table.substr(at + before.size()));
     sql::exec(db, "PRAGMA schema_version = " + std::to_string(version + 1));
   } catch (...) {

@@ -5,6 +5,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -93,8 +95,16 @@ std::string quote_identifier(const std::string& name) {
   return out + "\"";
 }
 
+bool same_name(const std::string& a, const std::string& b) {
+  return a.size() == b.size() &&
+         std::equal(a.begin(), a.end(), b.begin(), [](unsigned char x, unsigned char y) {
+           return std::tolower(x) == std::tolower(y);
+         });
+}
+
 bool table_exists(sqlite3* db, const std::string& name) {
-  return sql::exists(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", name);
+  return sql::exists(
+      db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ? COLLATE NOCASE", name);
 }
 
 int read_schema_version(sqlite3* db) {
