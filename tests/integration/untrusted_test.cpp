@@ -107,6 +107,36 @@ TEST(Untrusted, AViewInPlaceOfATableIsRefusedWhateverItsCase) {
   EXPECT_EQ(store::Store(f.dir + "/results/into.sqlite").runs().size(), 1u);
 }
 
+// Values of another type or shape in a database edited or crafted, opened directly: show prints
+// a number where a setting's string was, and exits 5 naming the table, the row and the column
+// for a config that is not JSON or a prune decision's compared_json of another shape (it
+// crashed with exit 1).
+TEST(Untrusted, ShowRefusesValuesOfAnotherShape) {
+  const TinySweep f = make_tiny_sweep(quick_tiny("", 1));
+  ASSERT_EQ(run_amptune({"run", f.yaml, "-q"}, f.dir).exit_code, 0);
+  sql(f.db, "UPDATE runs SET backend = 3");
+  Result shown = run_amptune({"show", "1"}, f.dir);
+  EXPECT_EQ(shown.exit_code, 0) << shown.err;
+  EXPECT_NE(shown.out.find("amp backend 3"), std::string::npos) << shown.out;
+  sql(f.db, "PRAGMA ignore_check_constraints = ON; UPDATE runs SET config_json = 'oops'");
+  shown = run_amptune({"show", "1", "--config"}, f.dir);
+  EXPECT_EQ(shown.exit_code, 5) << shown.err;
+  EXPECT_NE(shown.err.find("table runs, row 1, column config_json is not JSON"),
+            std::string::npos)
+      << shown.err;
+  EXPECT_EQ(shown.out, "");
+  sql(f.db, "UPDATE runs SET config_json = '{}';"
+            "INSERT INTO prune_decisions (run_id, epoch, action, rule, metric, compared_json, "
+            "decided_at) VALUES (1, 0, 'stop', 'asha', 'acc1', '[{\"run_id\": \"1\", "
+            "\"value\": 0.5}]', '2026-01-01T00:00:00.000Z')");
+  const Result r = run_amptune({"show", "1"}, f.dir);
+  EXPECT_EQ(r.exit_code, 5) << r.err;
+  EXPECT_NE(r.err.find("table prune_decisions, row 1, column compared_json entry 0"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.out, "");
+}
+
 // Two databases given one checkpoint.dir: the folder is the first one's, the second is refused
 // before it writes or deletes anything there.
 TEST(Untrusted, ACheckpointFolderBelongsToOneDatabase) {
