@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -144,13 +145,19 @@ struct Copy {
 // Copies the rows of one run's dependent table (run_params, epochs, ...) from an input.
 class ChildCopier {
  public:
+  // Called with each input row (its rowid last) and the insert it is bound to, before it runs:
+  // rebinds what the target must hold otherwise.
+  using Rewrite = std::function<void(const Statement& row, int64_t rowid, Statement& insert)>;
+
   ChildCopier(sqlite3* in, sqlite3* out, const std::string& table,
-              const std::vector<std::string>& columns)
-      : select_(in, "SELECT " + column_list(columns) + " FROM " + table + " WHERE run_id = ?"),
+              const std::vector<std::string>& columns, Rewrite rewrite = nullptr)
+      : select_(in, "SELECT " + column_list(columns) + ", rowid FROM " + table +
+                        " WHERE run_id = ?"),
         insert_(out, "INSERT INTO " + table + " (" + column_list(columns) + ") VALUES (" +
                          placeholders(columns.size()) + ")"),
         columns_(columns),
-        run_column_(index_of(columns, "run_id")) {}
+        run_column_(index_of(columns, "run_id")),
+        rewrite_(std::move(rewrite)) {}
 
   // Copies the rows of input run `from` as rows of target run `to`; calls row(select) for each.
   template <class F>
@@ -167,6 +174,7 @@ class ChildCopier {
           insert_.bind_column(at + 1, select_, at);
         }
       }
+      if (rewrite_) rewrite_(select_, select_.column_int(static_cast<int>(columns_.size())), insert_);
       insert_.run();
       row(select_);
       ++rows;
@@ -178,6 +186,7 @@ class ChildCopier {
   Statement select_, insert_;
   std::vector<std::string> columns_;
   int run_column_;
+  Rewrite rewrite_;
 };
 
 // An absolute, lexically normal spelling of `path` (relative to the working directory).
@@ -352,6 +361,27 @@ class Merger {
                   const std::unordered_map<int64_t, int64_t>& sweeps, MergeCount& count,
                   int version);
 
+  // For prune_decisions (columns `names`): compared_json checked (detail::compared_runs) and its
+  // run ids, the input's, turned into the target's; a run the input does not have is refused.
+  ChildCopier::Rewrite remap_compared(const std::string& input,
+                                      const std::vector<std::string>& names) const {
+    const int at = index_of(names, "compared_json");
+    if (at < 0 || index_of(names, "rung") < 0) return nullptr;  // not prune_decisions
+    return [this, &input, at](const Statement& row, int64_t rowid, Statement& insert) {
+      const detail::Cell cell{"prune_decisions", rowid, "compared_json"};
+      nlohmann::json compared = detail::compared_runs(input, cell, row.column_text(at));
+      for (nlohmann::json& entry : compared) {
+        const auto found = run_ids_.find(entry["run_id"].get<int64_t>());
+        if (found == run_ids_.end()) {
+          detail::bad_value(input, cell, "names run " + entry["run_id"].dump() +
+                                             ", which the file does not have");
+        }
+        entry["run_id"] = found->second;
+      }
+      insert.bind(at + 1, compared.dump());
+    };
+  }
+
   // run_params, epochs (with their checkpoint references), metrics, loss-scale events, initial
   // metrics and diagnoses of the copied runs; tables before the tables that reference them.
   void copy_children(sqlite3* in, const std::string& input, MergeCount& count) {
@@ -370,13 +400,13 @@ class Merger {
     for (const std::string table :
          {"run_params", "epochs", "metrics", "loss_scale_events", "initial_metrics", "diagnoses",
           "diagnostics", "diagnosis_advice", "prune_decisions"}) {
-      const std::vector<Column> input = columns_of(in, table);
-      if (input.empty()) continue;  // an older schema
+      const std::vector<Column> columns = columns_of(in, table);
+      if (columns.empty()) continue;  // an older schema
       // prune_decisions rows get new ids here (their order, by id, is kept).
       const auto names = shared_columns(
-          target_columns(table), input,
+          target_columns(table), columns,
           table == "prune_decisions" ? std::vector<std::string>{"id"} : std::vector<std::string>{});
-      ChildCopier copier(in, db_, table, names);
+      ChildCopier copier(in, db_, table, names, remap_compared(input, names));
       const int path_at = index_of(names, "checkpoint_path");
       const int deleted_at = index_of(names, "checkpoint_deleted_at");
       const int epoch_at = index_of(names, "epoch");
@@ -409,6 +439,8 @@ class Merger {
   std::unordered_map<int64_t, std::string> origins_;
   // Input run, target run: the runs of the current input whose rows merge_runs took.
   std::vector<std::pair<int64_t, int64_t>> copied_;
+  // Every run of the current input -> its target run (copied, kept or unchanged).
+  std::unordered_map<int64_t, int64_t> run_ids_;
 };
 
 // The columns of runs an older input lacks, as ", col = DEFAULT" assignments: a copy that
@@ -486,6 +518,8 @@ class Merger::RunMerge {
     link_forks();
     return std::move(copied_);
   }
+  // Every input run -> its target run; after merge().
+  const std::unordered_map<int64_t, int64_t>& ids() const { return ids_; }
 
  private:
   static constexpr int kFirst = 5;  // of the shared columns in select_
@@ -640,7 +674,9 @@ class Merger::RunMerge {
 void Merger::merge_runs(sqlite3* in, const std::string& input,
                         const std::unordered_map<int64_t, int64_t>& sweeps, MergeCount& count,
                         int version) {
-  copied_ = RunMerge(*this, in, input, sweeps, count, version).merge();
+  RunMerge runs(*this, in, input, sweeps, count, version);
+  copied_ = runs.merge();
+  run_ids_ = runs.ids();
 }
 
 // The SQLite types (typeof) each column merge reads may hold in an input, where the column exists
@@ -682,6 +718,10 @@ constexpr ColumnTypes kColumnTypes[] = {
     {"diagnoses", "run_id", "'integer'"},
     {"prune_decisions", "run_id", "'integer'"},
     {"prune_decisions", "epoch", "'integer'"},
+    {"prune_decisions", "rung", "'integer', 'null'"},
+    {"prune_decisions", "value", "'real', 'integer', 'null'"},
+    {"prune_decisions", "threshold", "'real', 'integer', 'null'"},
+    {"prune_decisions", "compared_json", "'text'"},
 };
 
 // The tables merge reads; each one an input has must be an ordinary table: a view (a recursive

@@ -417,6 +417,60 @@ TEST_F(MergeTest, PrunedRunsComeWithTheirDecisions) {
   EXPECT_EQ(target.integrity_check(), "ok");
 }
 
+// The runs a decision compared its run with (compared_json) are input run ids: they follow their
+// runs to the target's ids. A compared_json of another shape, a run the input lacks, or a rung
+// of another type is refused naming the file, the table, the row and the column.
+TEST_F(MergeTest, PruneDecisionsNameTheComparedRunsByTheirTargetIds) {
+  const std::string a = path("a.sqlite"), into = path("into.sqlite");
+  {
+    Shard s(into);  // the target's ids 1 and 2 are taken
+    s.add(7, 1);
+    s.add(8, 1);
+  }
+  int64_t pruned = 0, other = 0;
+  {
+    Shard s(a);
+    other = s.add(1, 2);
+    pruned = s.add(2, 1, RunStatus::kRunning);
+    PruneDecisionRow d;
+    d.run_id = pruned;
+    d.action = "stop";
+    d.rule = "median";
+    d.metric = "acc1";
+    d.compared_json = "[{\"run_id\":" + std::to_string(other) + ",\"value\":11.0}]";
+    s.store().prune_run(d);
+  }
+  const auto before = snapshot(into);
+  const std::string c = path("c.sqlite");
+  fs::copy_file(a, c);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"UPDATE prune_decisions SET compared_json = '[{\"run_id\": 99, \"value\": 1}]'",
+       "table prune_decisions, row 1, column compared_json names run 99, which the file does "
+       "not have"},
+      {"UPDATE prune_decisions SET compared_json = '{\"run_id\": 1}'",
+       "table prune_decisions, row 1, column compared_json is not a JSON array"},
+      {"UPDATE prune_decisions SET rung = 'abc'", "prune_decisions.rung holds a text value (row 1)"},
+  };
+  for (const auto& [change, expected] : cases) {
+    fs::copy_file(c, a, fs::copy_options::overwrite_existing);
+    raw_exec(a, change);
+    const std::string message = testing::message_of<StoreError>([&] { Store(into).merge({a}); });
+    EXPECT_NE(message.find(a), std::string::npos) << message;
+    EXPECT_NE(message.find(expected), std::string::npos) << change << ": " << message;
+    EXPECT_EQ(snapshot(into), before) << change;
+  }
+  fs::copy_file(c, a, fs::copy_options::overwrite_existing);
+  Store target(into);
+  target.merge({a});
+  const int64_t merged = target.find_run("grid/2-cell2000")->id;
+  const int64_t compared = target.find_run("grid/1-cell1000")->id;
+  ASSERT_NE(compared, other);
+  const auto decisions = target.prune_decisions(merged);
+  ASSERT_EQ(decisions.size(), 1u);
+  EXPECT_EQ(decisions[0].compared_json,
+            "[{\"run_id\":" + std::to_string(compared) + ",\"value\":11.0}]");
+}
+
 TEST_F(MergeTest, BadInputsAreNamedAndNothingIsWritten) {
   const std::string good = path("good.sqlite"), into = path("into.sqlite");
   Shard(good).add(0, 1);
