@@ -39,6 +39,13 @@ void print_time_breakdown(const std::vector<store::EpochRow>& epochs) {
   table.print(std::cout);
 }
 
+// A setting column's value (store::RunRow::columns, JSON text) as shown: a string without its
+// quotes, anything else (a number in a database edited by hand) as it is.
+std::string setting_text(const std::string& json_text) {
+  const nlohmann::json value = nlohmann::json::parse(json_text, nullptr, false);
+  return value.is_string() ? value.get<std::string>() : json_text;
+}
+
 }  // namespace
 
 int cmd_list(const Invocation& inv) {
@@ -90,6 +97,12 @@ int cmd_show(const Invocation& inv) {
   if (!opts.parse(inv.args)) return 0;
   const app::RunDetails details = app::show_run(db, run_ref);
   const store::RunRow& run = details.run;
+  // Checked before anything is printed (the store's CHECK json_valid, unless the file was edited).
+  const nlohmann::json config = nlohmann::json::parse(run.config_json, nullptr, false);
+  if (opts.has("config") && config.is_discarded()) {
+    throw StoreError(db + ": table runs, row " + std::to_string(run.id) +
+                     ", column config_json is not JSON; correct the row or leave it out");
+  }
   std::cout << "run " << run.id << " " << log::printable(run.name) << "  ["
             << log::printable(run.label) << "]\n"
             << "status " << store::to_string(run.status)
@@ -100,10 +113,10 @@ int cmd_show(const Invocation& inv) {
             << "  finished " << (run.finished_at.empty() ? "-" : run.finished_at) << "\n";
   if (auto it = run.columns.find("backend"); it != run.columns.end()) {
     auto reason = run.columns.find("backend_reason");
-    std::cout << "amp backend " << nlohmann::json::parse(it->second).get<std::string>()
+    std::cout << "amp backend " << log::printable(setting_text(it->second))
               << (reason == run.columns.end()
                       ? ""
-                      : " (" + nlohmann::json::parse(reason->second).get<std::string>() + ")")
+                      : " (" + log::printable(setting_text(reason->second)) + ")")
               << "\n";
   }
   if (!run.provenance.host.empty()) {
@@ -114,7 +127,7 @@ int cmd_show(const Invocation& inv) {
               << (p.allocator.empty() ? "" : ", malloc " + p.allocator) << "\n";
   }
   if (opts.has("config")) {
-    std::cout << nlohmann::json::parse(run.config_json).dump(2) << "\n";
+    std::cout << config.dump(2) << "\n";
   }
   app::Table table({"epoch", "lr", "train_loss", "acc1", "acc5", "val_loss", "img/s", "seconds",
                     "skipped", "checkpoint"});

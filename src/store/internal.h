@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "store/sqlite.h"
 
 namespace amptune::store::detail {
@@ -46,12 +48,46 @@ std::string now_utc();
 // An SQL identifier in double quotes, inner quotes doubled.
 std::string quote_identifier(const std::string& name);
 
-// Whether the main schema of `db` has that table.
+// Whether two table or column names name the same thing to SQLite: equal but for the case of
+// ASCII letters (SQLite's rule, and COLLATE NOCASE's). Every comparison of a name read from a
+// database with one of amptune's goes through this or `= ? COLLATE NOCASE`: a case-sensitive
+// one misses a view "EPOCHS" that every query of epochs then reads.
+bool same_name(const std::string& a, const std::string& b);
+
+// Whether the main schema of `db` has that table (an ordinary one, not a view).
 bool table_exists(sqlite3* db, const std::string& name);
 // The highest version recorded in schema_version; 0 without that table.
 int read_schema_version(sqlite3* db);
 // The last migration of schemas/store.sql (what this build creates).
 int latest_schema_version();
+
+// --- values read back (store.cpp) ---
+// Every number and JSON text the store hands on is checked for type and range as it is read (a
+// database from elsewhere, or edited by hand, may hold anything its columns' affinity lets in);
+// a bad one is a StoreError naming the table, the row and the column, never a crash further up.
+
+// A value of the database: its table, row (the id, or the rowid) and column.
+struct Cell {
+  std::string table;
+  int64_t row = 0;
+  std::string column;
+};
+// StoreError "<path>: table T, row R, column C <what>; ..." for a value amptune never writes.
+[[noreturn]] void bad_value(const std::string& path, const Cell& cell, const std::string& what);
+// Column `column` of `row`: an INTEGER in [min, max], else bad_value.
+int64_t int_column(const std::string& path, const sql::Statement& row, int column,
+                   const Cell& cell, int64_t min, int64_t max);
+// Column `column` of `row` as a number: REAL or INTEGER; NULL reads as NaN; else bad_value.
+double real_column(const std::string& path, const sql::Statement& row, int column,
+                   const Cell& cell);
+// The JSON text `text` of `cell` parsed; bad_value when it is not JSON.
+nlohmann::json json_column(const std::string& path, const Cell& cell, const std::string& text);
+
+// --- prune decisions (store/pruning.cpp) ---
+
+// compared_json of a prune_decisions row, parsed and checked to be what amptune writes: an
+// array of objects {"run_id": <integer>, "value": <number or null>}; else bad_value.
+nlohmann::json compared_runs(const std::string& path, const Cell& cell, const std::string& text);
 
 // --- runs (store/runs.cpp) ---
 

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -31,6 +32,7 @@ using sql::exec;
 using sql::SqliteError;
 using sql::Statement;
 using detail::quote_identifier;
+using detail::same_name;
 
 // A read-only connection to an input database.
 class Input {
@@ -101,9 +103,9 @@ std::vector<std::string> shared_columns(const std::vector<Column>& target,
   std::vector<std::string> names;
   for (const Column& c : target) {
     bool in_input = false;
-    for (const Column& i : input) in_input = in_input || i.name == c.name;
+    for (const Column& i : input) in_input = in_input || same_name(i.name, c.name);
     bool skipped = false;
-    for (const std::string& s : skip) skipped = skipped || s == c.name;
+    for (const std::string& s : skip) skipped = skipped || same_name(s, c.name);
     if (in_input && !skipped) names.push_back(c.name);
   }
   return names;
@@ -123,7 +125,7 @@ std::string placeholders(size_t n) {
 
 int index_of(const std::vector<std::string>& names, const std::string& name) {
   for (size_t i = 0; i < names.size(); ++i) {
-    if (names[i] == name) return static_cast<int>(i);
+    if (same_name(names[i], name)) return static_cast<int>(i);
   }
   return -1;
 }
@@ -143,13 +145,19 @@ struct Copy {
 // Copies the rows of one run's dependent table (run_params, epochs, ...) from an input.
 class ChildCopier {
  public:
+  // Called with each input row (its rowid last) and the insert it is bound to, before it runs:
+  // rebinds what the target must hold otherwise.
+  using Rewrite = std::function<void(const Statement& row, int64_t rowid, Statement& insert)>;
+
   ChildCopier(sqlite3* in, sqlite3* out, const std::string& table,
-              const std::vector<std::string>& columns)
-      : select_(in, "SELECT " + column_list(columns) + " FROM " + table + " WHERE run_id = ?"),
+              const std::vector<std::string>& columns, Rewrite rewrite = nullptr)
+      : select_(in, "SELECT " + column_list(columns) + ", rowid FROM " + table +
+                        " WHERE run_id = ?"),
         insert_(out, "INSERT INTO " + table + " (" + column_list(columns) + ") VALUES (" +
                          placeholders(columns.size()) + ")"),
         columns_(columns),
-        run_column_(index_of(columns, "run_id")) {}
+        run_column_(index_of(columns, "run_id")),
+        rewrite_(std::move(rewrite)) {}
 
   // Copies the rows of input run `from` as rows of target run `to`; calls row(select) for each.
   template <class F>
@@ -166,6 +174,7 @@ class ChildCopier {
           insert_.bind_column(at + 1, select_, at);
         }
       }
+      if (rewrite_) rewrite_(select_, select_.column_int(static_cast<int>(columns_.size())), insert_);
       insert_.run();
       row(select_);
       ++rows;
@@ -177,6 +186,7 @@ class ChildCopier {
   Statement select_, insert_;
   std::vector<std::string> columns_;
   int run_column_;
+  Rewrite rewrite_;
 };
 
 // An absolute, lexically normal spelling of `path` (relative to the working directory).
@@ -351,6 +361,27 @@ class Merger {
                   const std::unordered_map<int64_t, int64_t>& sweeps, MergeCount& count,
                   int version);
 
+  // For prune_decisions (columns `names`): compared_json checked (detail::compared_runs) and its
+  // run ids, the input's, turned into the target's; a run the input does not have is refused.
+  ChildCopier::Rewrite remap_compared(const std::string& input,
+                                      const std::vector<std::string>& names) const {
+    const int at = index_of(names, "compared_json");
+    if (at < 0 || index_of(names, "rung") < 0) return nullptr;  // not prune_decisions
+    return [this, &input, at](const Statement& row, int64_t rowid, Statement& insert) {
+      const detail::Cell cell{"prune_decisions", rowid, "compared_json"};
+      nlohmann::json compared = detail::compared_runs(input, cell, row.column_text(at));
+      for (nlohmann::json& entry : compared) {
+        const auto found = run_ids_.find(entry["run_id"].get<int64_t>());
+        if (found == run_ids_.end()) {
+          detail::bad_value(input, cell, "names run " + entry["run_id"].dump() +
+                                             ", which the file does not have");
+        }
+        entry["run_id"] = found->second;
+      }
+      insert.bind(at + 1, compared.dump());
+    };
+  }
+
   // run_params, epochs (with their checkpoint references), metrics, loss-scale events, initial
   // metrics and diagnoses of the copied runs; tables before the tables that reference them.
   void copy_children(sqlite3* in, const std::string& input, MergeCount& count) {
@@ -369,13 +400,13 @@ class Merger {
     for (const std::string table :
          {"run_params", "epochs", "metrics", "loss_scale_events", "initial_metrics", "diagnoses",
           "diagnostics", "diagnosis_advice", "prune_decisions"}) {
-      const std::vector<Column> input = columns_of(in, table);
-      if (input.empty()) continue;  // an older schema
+      const std::vector<Column> columns = columns_of(in, table);
+      if (columns.empty()) continue;  // an older schema
       // prune_decisions rows get new ids here (their order, by id, is kept).
       const auto names = shared_columns(
-          target_columns(table), input,
+          target_columns(table), columns,
           table == "prune_decisions" ? std::vector<std::string>{"id"} : std::vector<std::string>{});
-      ChildCopier copier(in, db_, table, names);
+      ChildCopier copier(in, db_, table, names, remap_compared(input, names));
       const int path_at = index_of(names, "checkpoint_path");
       const int deleted_at = index_of(names, "checkpoint_deleted_at");
       const int epoch_at = index_of(names, "epoch");
@@ -408,6 +439,8 @@ class Merger {
   std::unordered_map<int64_t, std::string> origins_;
   // Input run, target run: the runs of the current input whose rows merge_runs took.
   std::vector<std::pair<int64_t, int64_t>> copied_;
+  // Every run of the current input -> its target run (copied, kept or unchanged).
+  std::unordered_map<int64_t, int64_t> run_ids_;
 };
 
 // The columns of runs an older input lacks, as ", col = DEFAULT" assignments: a copy that
@@ -437,7 +470,7 @@ std::string assignments(const std::vector<std::string>& names) {
 std::string input_runs_sql(const std::vector<Column>& input,
                            const std::vector<std::string>& names) {
   bool forks = false;  // migration 4
-  for (const Column& c : input) forks = forks || c.name == "parent_run_id";
+  for (const Column& c : input) forks = forks || same_name(c.name, "parent_run_id");
   return std::string("SELECT r.id, ") + (forks ? "r.parent_run_id" : "NULL") +
          ", COALESCE(r.started_at, ''), "
          "(SELECT COUNT(*) FROM epochs e WHERE e.run_id = r.id), "
@@ -485,6 +518,8 @@ class Merger::RunMerge {
     link_forks();
     return std::move(copied_);
   }
+  // Every input run -> its target run; after merge().
+  const std::unordered_map<int64_t, int64_t>& ids() const { return ids_; }
 
  private:
   static constexpr int kFirst = 5;  // of the shared columns in select_
@@ -639,7 +674,9 @@ class Merger::RunMerge {
 void Merger::merge_runs(sqlite3* in, const std::string& input,
                         const std::unordered_map<int64_t, int64_t>& sweeps, MergeCount& count,
                         int version) {
-  copied_ = RunMerge(*this, in, input, sweeps, count, version).merge();
+  RunMerge runs(*this, in, input, sweeps, count, version);
+  copied_ = runs.merge();
+  run_ids_ = runs.ids();
 }
 
 // The SQLite types (typeof) each column merge reads may hold in an input, where the column exists
@@ -681,9 +718,15 @@ constexpr ColumnTypes kColumnTypes[] = {
     {"diagnoses", "run_id", "'integer'"},
     {"prune_decisions", "run_id", "'integer'"},
     {"prune_decisions", "epoch", "'integer'"},
+    {"prune_decisions", "rung", "'integer', 'null'"},
+    {"prune_decisions", "value", "'real', 'integer', 'null'"},
+    {"prune_decisions", "threshold", "'real', 'integer', 'null'"},
+    {"prune_decisions", "compared_json", "'text'"},
 };
 
-// The tables merge reads; each one an input has must be a table (a view could be recursive).
+// The tables merge reads; each one an input has must be an ordinary table: a view (a recursive
+// one returns rows forever) or a virtual table would run code of the input's choosing whenever
+// merge reads it. SQLite finds "EPOCHS" for epochs, so the names are looked up as it does.
 constexpr const char* kReadTables[] = {"sweeps",           "runs",
                                        "run_params",       "epochs",
                                        "metrics",          "loss_scale_events",
@@ -692,22 +735,38 @@ constexpr const char* kReadTables[] = {"sweeps",           "runs",
                                        "diagnosis_advice", "prune_decisions",
                                        "schema_version"};
 
-// Refuses an input whose structure merge cannot trust (check_merge_input): a table it reads that
-// is a view or other object, a column value of the wrong type, an id twice, a fork whose
-// parents lead back to itself. Throws StoreError naming the file, the table and the row.
-void check_structure(sqlite3* in, const std::string& path) {
-  auto fail = [&](const std::string& what) {
-    throw StoreError(path + " cannot be merged: " + what +
-                     " (an amptune database never holds that; it was edited or crafted)");
-  };
+// The refusal of an input that holds what an amptune database never does.
+[[noreturn]] void crafted(const std::string& path, const std::string& what) {
+  throw StoreError(path + " cannot be merged: " + what +
+                   " (an amptune database never holds that; it was edited or crafted)");
+}
+
+// Refuses an input where a table merge reads is a view, a virtual table or another object
+// (before anything reads one of them: a recursive view returns rows forever).
+void check_tables_are_tables(sqlite3* in, const std::string& path) {
   for (const char* table : kReadTables) {
-    Statement kind(in, "SELECT type FROM sqlite_master WHERE name = ?", table);
-    if (kind.step() && kind.column_text(0) != "table") {
-      fail(std::string(table) + " is a " + kind.column_text(0) + ", not a table");
+    Statement kind(in,
+                   "SELECT type, name, sql LIKE 'CREATE VIRTUAL%' FROM sqlite_master "
+                   "WHERE name = ? COLLATE NOCASE",
+                   table);
+    while (kind.step()) {
+      const std::string what = kind.column_int(2) ? "virtual table" : kind.column_text(0);
+      if (what != "table") {
+        crafted(path, std::string(table) + " is a " + what + ", not a table (\"" +
+                          kind.column_text(1) + "\" in its schema)");
+      }
     }
   }
+}
+
+// Refuses an input whose structure merge cannot trust (check_merge_input, after
+// check_tables_are_tables): a column value of the wrong type, an id twice, a fork whose parents
+// lead back to itself. Throws StoreError naming the file, the table and the row.
+void check_structure(sqlite3* in, const std::string& path) {
+  auto fail = [&](const std::string& what) { crafted(path, what); };
   for (const ColumnTypes& c : kColumnTypes) {
-    if (!sql::exists(in, "SELECT 1 FROM pragma_table_info(?) WHERE name = ?", c.table, c.column)) {
+    if (!sql::exists(in, "SELECT 1 FROM pragma_table_info(?) WHERE name = ? COLLATE NOCASE",
+                     c.table, c.column)) {
       continue;
     }
     const std::string column = quote_identifier(c.column);
@@ -725,7 +784,8 @@ void check_structure(sqlite3* in, const std::string& path) {
       fail(std::string(table) + " has id " + std::to_string(twice.column_int(0)) + " twice");
     }
   }
-  if (!sql::exists(in, "SELECT 1 FROM pragma_table_info('runs') WHERE name = 'parent_run_id'")) {
+  if (!sql::exists(in, "SELECT 1 FROM pragma_table_info('runs') "
+                      "WHERE name = 'parent_run_id' COLLATE NOCASE")) {
     return;
   }
   std::unordered_map<int64_t, int64_t> parent;
@@ -766,6 +826,7 @@ int check_merge_input(const std::string& path) {
       throw StoreError(path + " is corrupt (quick_check: " + problems +
                        "); it cannot be merged: restore it or leave it out");
     }
+    check_tables_are_tables(in.db(), path);
     const int version = detail::read_schema_version(in.db());
     if (version < 1 || !detail::table_exists(in.db(), "runs")) {
       throw StoreError(path +

@@ -1,5 +1,6 @@
 // Store: the decisions of a sweep's prune: rule (table prune_decisions, migration 15) and the
 // pruned status they give a run.
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -75,33 +76,66 @@ bool Store::promote_run(const PruneDecisionRow& decision) {
   });
 }
 
+namespace {
+
+constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+
+// A prune_decisions row of `path` (id, run_id, epoch, action, rule, metric, rung, value,
+// threshold, compared_json, reason, decided_at), its numbers and JSON checked as they are read.
+PruneDecisionRow read_decision(const std::string& path, const Statement& row) {
+  const int64_t id = row.column_int(0);
+  auto cell = [&](const char* column) { return detail::Cell{"prune_decisions", id, column}; };
+  PruneDecisionRow d;
+  d.run_id = row.column_int(1);
+  d.epoch = static_cast<int>(detail::int_column(path, row, 2, cell("epoch"), 0, kIntMax));
+  d.action = row.column_text(3);
+  d.rule = row.column_text(4);
+  d.metric = row.column_text(5);
+  d.rung = row.is_null(6)
+               ? -1
+               : static_cast<int>(detail::int_column(path, row, 6, cell("rung"), 0, kIntMax));
+  d.value = detail::real_column(path, row, 7, cell("value"));
+  d.threshold = detail::real_column(path, row, 8, cell("threshold"));
+  d.compared_json = row.column_text(9);
+  detail::compared_runs(path, cell("compared_json"), d.compared_json);
+  d.reason = row.column_text(10);
+  d.decided_at = row.column_text(11);
+  return d;
+}
+
+}  // namespace
+
 std::vector<PruneDecisionRow> Store::prune_decisions(int64_t run_id) const {
   return detail::guarded(
       path_, "reading the prune decisions of run " + std::to_string(run_id), [&] {
         Statement select(db_,
-                         "SELECT run_id, epoch, action, rule, metric, coalesce(rung, -1), value, "
+                         "SELECT id, run_id, epoch, action, rule, metric, rung, value, "
                          "threshold, compared_json, reason, decided_at FROM prune_decisions "
                          "WHERE run_id = ? ORDER BY id",
                          run_id);
-        return sql::read_rows(select, [](const Statement& row) {
-          PruneDecisionRow d;
-          d.run_id = row.column_int(0);
-          d.epoch = static_cast<int>(row.column_int(1));
-          d.action = row.column_text(2);
-          d.rule = row.column_text(3);
-          d.metric = row.column_text(4);
-          d.rung = static_cast<int>(row.column_int(5));
-          d.value = row.column_double(6);
-          d.threshold = row.column_double(7);
-          d.compared_json = row.column_text(8);
-          d.reason = row.column_text(9);
-          d.decided_at = row.column_text(10);
-          return d;
-        });
+        return sql::read_rows(select,
+                              [&](const Statement& row) { return read_decision(path_, row); });
       });
 }
 
 namespace detail {
+
+nlohmann::json compared_runs(const std::string& path, const Cell& cell, const std::string& text) {
+  nlohmann::json compared = json_column(path, cell, text);
+  if (!compared.is_array()) bad_value(path, cell, "is not a JSON array: '" + text.substr(0, 40) + "'");
+  for (size_t i = 0; i < compared.size(); ++i) {
+    const nlohmann::json& entry = compared[i];
+    const bool ok = entry.is_object() && entry.size() == 2 && entry.contains("run_id") &&
+                    entry["run_id"].is_number_integer() && entry.contains("value") &&
+                    (entry["value"].is_number() || entry["value"].is_null());
+    if (!ok) {
+      bad_value(path, cell,
+                "entry " + std::to_string(i) + " is not {\"run_id\": <integer>, \"value\": "
+                "<number or null>}: '" + entry.dump().substr(0, 40) + "'");
+    }
+  }
+  return compared;
+}
 
 void allow_pruned_status(sqlite3* db, const std::string& path) {
   const std::string before = "'failed', 'diverged')";
@@ -109,7 +143,7 @@ void allow_pruned_status(sqlite3* db, const std::string& path) {
   const std::string table =
       sql::query_one<std::string>(db,
                                   "SELECT sql FROM sqlite_master WHERE type = 'table' AND "
-                                  "name = 'runs'")
+                                  "name = 'runs' COLLATE NOCASE")
           .value_or("");
   const size_t at = table.find(before);
   if (at == std::string::npos || table.find(before, at + 1) != std::string::npos) {
@@ -121,7 +155,8 @@ void allow_pruned_status(sqlite3* db, const std::string& path) {
   const int64_t version = sql::query_one<int64_t>(db, "PRAGMA schema_version").value();
   sql::exec(db, "PRAGMA writable_schema = ON");
   try {
-    sql::run(db, "UPDATE sqlite_master SET sql = ? WHERE type = 'table' AND name = 'runs'",
+    sql::run(db, "UPDATE sqlite_master SET sql = ? WHERE type = 'table' AND "
+             "name = 'runs' COLLATE NOCASE",
              table.substr(0, at) + after + table.substr(at + before.size()));
     sql::exec(db, "PRAGMA schema_version = " + std::to_string(version + 1));
   } catch (...) {

@@ -49,6 +49,13 @@ std::string upper(std::string text) {
   return text;
 }
 
+// A column name as amptune spells it: SQLite's names do not tell case apart (internal.h
+// same_name), so a database whose runs table says "CONFIG_JSON" is read as amptune's.
+std::string lower(std::string text) {
+  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return text;
+}
+
 bool is_json_type(const std::string& declared) { return upper(declared).find("JSON") != std::string::npos; }
 bool is_bool_type(const std::string& declared) { return upper(declared).find("BOOL") != std::string::npos; }
 
@@ -101,9 +108,10 @@ constexpr const char* kRunSelect =
 
 RunRow read_run(const Statement& row, const SettingColumns& setting_columns) {
   RunRow run;
-  std::map<std::string, std::string> declared(setting_columns.begin(), setting_columns.end());
+  std::map<std::string, std::string> declared;
+  for (const auto& [name, type] : setting_columns) declared[lower(name)] = type;
   for (int column = 0; column < row.column_count(); ++column) {
-    const std::string name = row.column_name(column);
+    const std::string name = lower(row.column_name(column));
     if (name == "id") run.id = row.column_int(column);
     else if (name == "sweep_id") run.sweep_id = row.column_int(column);
     else if (name == "sweep_name") run.sweep_name = row.column_text(column);
@@ -160,7 +168,7 @@ RunRow read_run(const Statement& row, const SettingColumns& setting_columns) {
   }
   if (run.fork) {
     for (int column = 0; column < row.column_count(); ++column) {
-      const std::string name = row.column_name(column);
+      const std::string name = lower(row.column_name(column));
       if (name == "parent_epoch") run.fork->parent_epoch = static_cast<int>(row.column_int(column));
       else if (name == "fork_overrides") run.fork->overrides_json = row.column_text(column);
       else if (name == "fork_changes") run.fork->changes = row.column_text(column);
@@ -169,7 +177,7 @@ RunRow read_run(const Statement& row, const SettingColumns& setting_columns) {
   }
   if (run.holder) {
     for (int column = 0; column < row.column_count(); ++column) {
-      const std::string name = row.column_name(column);
+      const std::string name = lower(row.column_name(column));
       if (name == "claim_machine") run.holder->machine = row.column_text(column);
       else if (name == "claim_pid_start") run.holder->start_ticks = row.column_int(column);
     }
@@ -255,7 +263,7 @@ SettingColumns read_setting_columns(sqlite3* db) {
   Statement info(db, "SELECT name, type FROM pragma_table_info('runs') ORDER BY cid");
   while (info.step()) {
     std::string name = info.column_text(0);
-    if (!reserved_run_columns().count(name)) columns.emplace_back(name, info.column_text(1));
+    if (!reserved_run_columns().count(lower(name))) columns.emplace_back(name, info.column_text(1));
   }
   return columns;
 }

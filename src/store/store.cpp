@@ -5,6 +5,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -93,8 +95,50 @@ std::string quote_identifier(const std::string& name) {
   return out + "\"";
 }
 
+bool same_name(const std::string& a, const std::string& b) {
+  return a.size() == b.size() &&
+         std::equal(a.begin(), a.end(), b.begin(), [](unsigned char x, unsigned char y) {
+           return std::tolower(x) == std::tolower(y);
+         });
+}
+
 bool table_exists(sqlite3* db, const std::string& name) {
-  return sql::exists(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", name);
+  return sql::exists(
+      db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ? COLLATE NOCASE", name);
+}
+
+[[noreturn]] void bad_value(const std::string& path, const Cell& cell, const std::string& what) {
+  throw StoreError(path + ": table " + cell.table + ", row " + std::to_string(cell.row) +
+                   ", column " + cell.column + " " + what +
+                   " (amptune never writes that: the database was edited or crafted); correct "
+                   "or delete that row, or leave the database out");
+}
+
+int64_t int_column(const std::string& path, const Statement& row, int column, const Cell& cell,
+                   int64_t min, int64_t max) {
+  if (row.column_type(column) != SQLITE_INTEGER) {
+    bad_value(path, cell, "holds '" + row.column_text(column).substr(0, 40) + "', not an integer");
+  }
+  const int64_t value = row.column_int(column);
+  if (value < min || value > max) {
+    bad_value(path, cell, "holds " + std::to_string(value) + ", outside [" +
+                              std::to_string(min) + ", " + std::to_string(max) + "]");
+  }
+  return value;
+}
+
+double real_column(const std::string& path, const Statement& row, int column, const Cell& cell) {
+  const int type = row.column_type(column);
+  if (type != SQLITE_FLOAT && type != SQLITE_INTEGER && type != SQLITE_NULL) {
+    bad_value(path, cell, "holds '" + row.column_text(column).substr(0, 40) + "', not a number");
+  }
+  return row.column_double(column);
+}
+
+nlohmann::json json_column(const std::string& path, const Cell& cell, const std::string& text) {
+  nlohmann::json value = nlohmann::json::parse(text, nullptr, false);
+  if (value.is_discarded()) bad_value(path, cell, "is not JSON: '" + text.substr(0, 40) + "'");
+  return value;
 }
 
 int read_schema_version(sqlite3* db) {

@@ -77,6 +77,66 @@ TEST(Untrusted, NamesWithTerminalEscapesPrintEscaped) {
   }
 }
 
+// A database from elsewhere whose epochs table is a view spelled "EPOCHS" (SQLite reads it for
+// epochs) that returns rows forever: merge and status over several files refuse it, exit 5,
+// naming the file and the table, instead of reading it forever; the target stays as it was.
+TEST(Untrusted, AViewInPlaceOfATableIsRefusedWhateverItsCase) {
+  const TinySweep f = make_tiny_sweep(quick_tiny("", 1));
+  ASSERT_EQ(run_amptune({"run", f.yaml, "-q"}, f.dir).exit_code, 0);
+  ASSERT_EQ(run_amptune({"merge", f.db, "--into", "results/into.sqlite"}, f.dir).exit_code, 0);
+  const std::string crafted = f.dir + "/results/crafted.sqlite";
+  fs::copy_file(f.db, crafted);
+  sql(crafted, "PRAGMA foreign_keys = OFF;"
+               "DROP TABLE loss_scale_events; DROP TABLE metrics; DROP TABLE epochs;"
+               "CREATE VIEW EPOCHS AS WITH RECURSIVE x(n) AS (SELECT 1 UNION ALL "
+               "SELECT n + 1 FROM x) SELECT n AS run_id, n AS epoch, n AS global_step FROM x");
+  const std::vector<std::vector<std::string>> commands = {
+      {"merge", crafted, "--into", "results/into.sqlite"},
+      {"status", "--db", f.db, crafted},
+  };
+  for (const auto& args : commands) {
+    const pid_t pid = spawn_amptune(args, f.dir);
+    StopOnExit stop(pid);
+    EXPECT_EQ(wait_exit_code(pid, 60), 5) << args[0];
+    const std::string err = read_file(f.dir + "/child.err");
+    EXPECT_NE(err.find(crafted + " cannot be merged: epochs is a view, not a table (\"EPOCHS\""),
+              std::string::npos)
+        << args[0] << ": " << err;
+  }
+  EXPECT_EQ(epochs_of(f.dir + "/results/into.sqlite", "1").size(), 1u);
+  EXPECT_EQ(store::Store(f.dir + "/results/into.sqlite").runs().size(), 1u);
+}
+
+// Values of another type or shape in a database edited or crafted, opened directly: show prints
+// a number where a setting's string was, and exits 5 naming the table, the row and the column
+// for a config that is not JSON or a prune decision's compared_json of another shape (it
+// crashed with exit 1).
+TEST(Untrusted, ShowRefusesValuesOfAnotherShape) {
+  const TinySweep f = make_tiny_sweep(quick_tiny("", 1));
+  ASSERT_EQ(run_amptune({"run", f.yaml, "-q"}, f.dir).exit_code, 0);
+  sql(f.db, "UPDATE runs SET backend = 3");
+  Result shown = run_amptune({"show", "1"}, f.dir);
+  EXPECT_EQ(shown.exit_code, 0) << shown.err;
+  EXPECT_NE(shown.out.find("amp backend 3"), std::string::npos) << shown.out;
+  sql(f.db, "PRAGMA ignore_check_constraints = ON; UPDATE runs SET config_json = 'oops'");
+  shown = run_amptune({"show", "1", "--config"}, f.dir);
+  EXPECT_EQ(shown.exit_code, 5) << shown.err;
+  EXPECT_NE(shown.err.find("table runs, row 1, column config_json is not JSON"),
+            std::string::npos)
+      << shown.err;
+  EXPECT_EQ(shown.out, "");
+  sql(f.db, "UPDATE runs SET config_json = '{}';"
+            "INSERT INTO prune_decisions (run_id, epoch, action, rule, metric, compared_json, "
+            "decided_at) VALUES (1, 0, 'stop', 'asha', 'acc1', '[{\"run_id\": \"1\", "
+            "\"value\": 0.5}]', '2026-01-01T00:00:00.000Z')");
+  const Result r = run_amptune({"show", "1"}, f.dir);
+  EXPECT_EQ(r.exit_code, 5) << r.err;
+  EXPECT_NE(r.err.find("table prune_decisions, row 1, column compared_json entry 0"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.out, "");
+}
+
 // Two databases given one checkpoint.dir: the folder is the first one's, the second is refused
 // before it writes or deletes anything there.
 TEST(Untrusted, ACheckpointFolderBelongsToOneDatabase) {

@@ -1,7 +1,10 @@
 // Store::merge (amptune merge): shard databases written through the Store API are merged into
 // a target in per-test temp directories; every table of the result is compared with its inputs.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -9,6 +12,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/embedded.h"
@@ -140,6 +144,18 @@ void expect_same_run(const Store& from, const Store& into, const std::string& na
 class MergeTest : public ::testing::Test {
  protected:
   std::string path(const std::string& name) { return (dir_.path() / name).string(); }
+  // An input amptune never writes: a shard of cells 1 and 2 (2 and 1 epochs) edited by `sql`
+  // with foreign keys off.
+  std::string crafted(const std::string& name, const std::string& sql) {
+    const std::string file = path(name);
+    {
+      Shard s(file);
+      s.add(1, 2);
+      s.add(2, 1);
+    }
+    raw_exec(file, "PRAGMA foreign_keys = OFF;" + sql);
+    return file;
+  }
   testing::ScratchDir dir_;
 };
 
@@ -401,6 +417,60 @@ TEST_F(MergeTest, PrunedRunsComeWithTheirDecisions) {
   EXPECT_EQ(target.integrity_check(), "ok");
 }
 
+// The runs a decision compared its run with (compared_json) are input run ids: they follow their
+// runs to the target's ids. A compared_json of another shape, a run the input lacks, or a rung
+// of another type is refused naming the file, the table, the row and the column.
+TEST_F(MergeTest, PruneDecisionsNameTheComparedRunsByTheirTargetIds) {
+  const std::string a = path("a.sqlite"), into = path("into.sqlite");
+  {
+    Shard s(into);  // the target's ids 1 and 2 are taken
+    s.add(7, 1);
+    s.add(8, 1);
+  }
+  int64_t pruned = 0, other = 0;
+  {
+    Shard s(a);
+    other = s.add(1, 2);
+    pruned = s.add(2, 1, RunStatus::kRunning);
+    PruneDecisionRow d;
+    d.run_id = pruned;
+    d.action = "stop";
+    d.rule = "median";
+    d.metric = "acc1";
+    d.compared_json = "[{\"run_id\":" + std::to_string(other) + ",\"value\":11.0}]";
+    s.store().prune_run(d);
+  }
+  const auto before = snapshot(into);
+  const std::string c = path("c.sqlite");
+  fs::copy_file(a, c);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"UPDATE prune_decisions SET compared_json = '[{\"run_id\": 99, \"value\": 1}]'",
+       "table prune_decisions, row 1, column compared_json names run 99, which the file does "
+       "not have"},
+      {"UPDATE prune_decisions SET compared_json = '{\"run_id\": 1}'",
+       "table prune_decisions, row 1, column compared_json is not a JSON array"},
+      {"UPDATE prune_decisions SET rung = 'abc'", "prune_decisions.rung holds a text value (row 1)"},
+  };
+  for (const auto& [change, expected] : cases) {
+    fs::copy_file(c, a, fs::copy_options::overwrite_existing);
+    raw_exec(a, change);
+    const std::string message = testing::message_of<StoreError>([&] { Store(into).merge({a}); });
+    EXPECT_NE(message.find(a), std::string::npos) << message;
+    EXPECT_NE(message.find(expected), std::string::npos) << change << ": " << message;
+    EXPECT_EQ(snapshot(into), before) << change;
+  }
+  fs::copy_file(c, a, fs::copy_options::overwrite_existing);
+  Store target(into);
+  target.merge({a});
+  const int64_t merged = target.find_run("grid/2-cell2000")->id;
+  const int64_t compared = target.find_run("grid/1-cell1000")->id;
+  ASSERT_NE(compared, other);
+  const auto decisions = target.prune_decisions(merged);
+  ASSERT_EQ(decisions.size(), 1u);
+  EXPECT_EQ(decisions[0].compared_json,
+            "[{\"run_id\":" + std::to_string(compared) + ",\"value\":11.0}]");
+}
+
 TEST_F(MergeTest, BadInputsAreNamedAndNothingIsWritten) {
   const std::string good = path("good.sqlite"), into = path("into.sqlite");
   Shard(good).add(0, 1);
@@ -463,16 +533,6 @@ TEST_F(MergeTest, InputsOfAStructureAmptuneNeverWritesAreRefused) {
   Shard(good).add(0, 1);
   Store(into).merge({good});
   const auto before = snapshot(into);
-  auto crafted = [&](const std::string& name, const std::string& sql) {
-    const std::string file = path(name);
-    {
-      Shard s(file);
-      s.add(1, 2);
-      s.add(2, 1);
-    }
-    raw_exec(file, "PRAGMA foreign_keys = OFF;" + sql);
-    return file;
-  };
   const std::vector<std::pair<std::string, std::string>> cases = {
       {crafted("cycle.sqlite", "UPDATE runs SET parent_run_id = id, parent_epoch = 0 WHERE id = 1"),
        "run 1's fork parents lead back to itself"},
@@ -495,6 +555,63 @@ TEST_F(MergeTest, InputsOfAStructureAmptuneNeverWritesAreRefused) {
   for (const auto& [bad, expected] : cases) {
     const std::string message =
         testing::message_of<StoreError>([&] { Store(into).merge({good, bad}); });
+    EXPECT_NE(message.find(bad), std::string::npos) << message;
+    EXPECT_NE(message.find(expected), std::string::npos) << bad << ": " << message;
+    EXPECT_EQ(snapshot(into), before) << bad;
+  }
+}
+
+// What Store(into).merge(inputs) throws, found in a child process given 60 s: an input that
+// makes merge read forever fails the test ("<still merging after 60 s>") instead of hanging it.
+std::string merge_refusal(const std::string& into, const std::vector<std::string>& inputs) {
+  const std::string out = into + ".refusal";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    {
+      std::ofstream(out) << testing::message_of<StoreError>([&] { Store(into).merge(inputs); });
+    }
+    ::_exit(0);
+  }
+  for (int tenths = 0; tenths < 600; ++tenths) {
+    if (::waitpid(pid, nullptr, WNOHANG) == pid) return testing::read_file(out);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  return "<still merging after 60 s>";
+}
+
+// SQLite does not tell names apart by case: a view "EPOCHS" is what `FROM epochs` reads, a
+// column "CELL_INDEX" is what "cell_index" names. Such an input is refused as the lower-case
+// spelling is (a recursive view would otherwise be read forever), naming the file and table.
+TEST_F(MergeTest, NamesAreMatchedAsSqliteMatchesThem) {
+  const std::string good = path("good.sqlite"), into = path("into.sqlite");
+  Shard(good).add(0, 1);
+  Store(into).merge({good});
+  const auto before = snapshot(into);
+  const std::string forever =
+      " AS WITH RECURSIVE x(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM x) "
+      "SELECT n AS run_id, n AS epoch, n AS global_step FROM x";
+  const std::string no_epochs =
+      "DROP TABLE loss_scale_events; DROP TABLE metrics; DROP TABLE epochs;";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {crafted("upper.sqlite", no_epochs + "CREATE VIEW EPOCHS" + forever),
+       "epochs is a view, not a table (\"EPOCHS\" in its schema)"},
+      {crafted("mixed.sqlite", no_epochs + "CREATE VIEW Epochs" + forever),
+       "epochs is a view, not a table (\"Epochs\" in its schema)"},
+      {crafted("runs.sqlite", "DROP TABLE runs; CREATE VIEW RUNS AS WITH RECURSIVE x(n) AS "
+                              "(SELECT 1 UNION ALL SELECT n + 1 FROM x) SELECT n AS id FROM x"),
+       "runs is a view, not a table (\"RUNS\" in its schema)"},
+      {crafted("virtual.sqlite",
+               "DROP TABLE diagnosis_advice; CREATE VIRTUAL TABLE Diagnosis_Advice USING "
+               "fts4(run_id, epoch, seq, rule, module, advice)"),
+       "diagnosis_advice is a virtual table, not a table"},
+      {crafted("column.sqlite", "ALTER TABLE runs RENAME COLUMN cell_index TO CELL_INDEX;"
+                                "UPDATE runs SET CELL_INDEX = 'abc' WHERE id = 2"),
+       "runs.cell_index holds a text value (row 2)"},
+  };
+  for (const auto& [bad, expected] : cases) {
+    const std::string message = merge_refusal(into, {good, bad});
     EXPECT_NE(message.find(bad), std::string::npos) << message;
     EXPECT_NE(message.find(expected), std::string::npos) << bad << ": " << message;
     EXPECT_EQ(snapshot(into), before) << bad;

@@ -664,6 +664,53 @@ TEST_F(StoreTest, PrunedRunsStopWithTheirDecisionAndArePromotedOnce) {
   EXPECT_TRUE(store.claim_run(id, provenance("a"), 3600, false, /*continue_pruned=*/true));
 }
 
+// A prune_decisions row of another shape (a database edited by hand or crafted, opened
+// directly): reading it is a StoreError naming the file, the table, the row and the column,
+// never a value a caller then fails on (show crashed with a JSON type_error, exit 1).
+TEST_F(StoreTest, PruneDecisionsOfAnotherShapeAreRefusedNamingTheRowAndColumn) {
+  const std::string path = db_path();
+  int64_t id = 0;
+  {
+    Store store(path);
+    id = store.ensure_run(store.ensure_sweep("s", "", "", ""), spec("s", 0, "a")).id;
+    ASSERT_TRUE(store.claim_run(id, provenance("a"), 3600));
+    PruneDecisionRow stop;
+    stop.run_id = id;
+    stop.action = "stop";
+    stop.rule = "asha";
+    stop.metric = "acc1";
+    stop.rung = 0;
+    stop.compared_json = R"([{"run_id":7,"value":12.5},{"run_id":8,"value":null}])";
+    store.prune_run(stop);
+    ASSERT_EQ(store.prune_decisions(id).size(), 1u);
+  }
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"compared_json = '{\"run_id\": 7}'", "column compared_json is not a JSON array"},
+      {"compared_json = '[{\"run_id\": \"7\", \"value\": 1}]'",
+       "column compared_json entry 0 is not {\"run_id\": <integer>"},
+      {"compared_json = '[{\"run_id\": 7, \"value\": 1}, 7]'", "column compared_json entry 1"},
+      {"compared_json = '[{\"run_id\": 7, \"value\": \"high\"}]'", "column compared_json entry 0"},
+      {"compared_json = 'not json'", "column compared_json is not JSON: 'not json'"},
+      {"rung = 'abc'", "column rung holds 'abc', not an integer"},
+      {"rung = 4294967296", "column rung holds 4294967296, outside [0, 2147483647]"},
+      {"epoch = -3", "column epoch holds -3, outside [0, 2147483647]"},
+      {"value = 'x'", "column value holds 'x', not a number"},
+      {"threshold = 'y'", "column threshold holds 'y', not a number"},
+  };
+  for (const auto& [change, expected] : cases) {
+    {
+      RawDb raw(path);
+      raw.exec("PRAGMA ignore_check_constraints = ON; UPDATE prune_decisions SET compared_json "
+               "= '[]', rung = 0, epoch = 0, value = 1, threshold = 2; "
+               "UPDATE prune_decisions SET " + change);
+    }
+    const std::string message = message_of([&] { Store(path).prune_decisions(id); });
+    EXPECT_NE(message.find(path + ": table prune_decisions, row 1, " + expected),
+              std::string::npos)
+        << change << ": " << message;
+  }
+}
+
 // prune_pending_run stops a run released at an epoch (held last by another process) once: a
 // second process deciding the same finds it pruned and writes nothing.
 TEST_F(StoreTest, PrunePendingRunStopsAReleasedRunOnce) {
