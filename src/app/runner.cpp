@@ -9,7 +9,7 @@
 #include <thread>
 #include <unordered_set>
 
-#include "app/pruning.h"
+#include "app/prune_sweep.h"
 #include "app/store_recorder.h"
 #include "core/child.h"
 #include "core/error.h"

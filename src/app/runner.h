@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-#include "app/prune.h"
+#include "app/prune_rules.h"
 #include "app/shard.h"
 #include "core/child.h"
 #include "core/sweep.h"
@@ -46,7 +46,7 @@ struct Plan {
   // When the data were read (plan_sweep with data): the fingerprint of each cell's data
   // (train::data_fingerprint), parallel to cells; empty otherwise.
   std::vector<std::string> fingerprints;
-  // The sweep's prune: block resolved against its cells' models (app/pruning.h PrunePlanner;
+  // The sweep's prune: block resolved against its cells' models (app/prune_sweep.h PrunePlanner;
   // rule none without a block).
   PruneSettings prune;
 };

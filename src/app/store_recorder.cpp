@@ -6,8 +6,8 @@
 #include <condition_variable>
 #include <thread>
 
-#include "app/checkpoint_files.h"
-#include "app/pruning.h"
+#include "app/checkpoint_folders.h"
+#include "app/prune_sweep.h"
 #include "core/config.h"
 #include "core/log.h"
 #include "train/model_info.h"

@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-#include "app/prune.h"
+#include "app/prune_rules.h"
 #include "core/settings.h"
 #include "store/store.h"
 #include "train/recorder.h"

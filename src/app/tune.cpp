@@ -7,9 +7,9 @@
 #include <set>
 #include <sstream>
 
-#include "app/prune.h"
+#include "app/prune_rules.h"
 #include "app/inspect.h"
-#include "app/pruning.h"
+#include "app/prune_sweep.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/process.h"

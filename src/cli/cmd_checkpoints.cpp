@@ -1,12 +1,12 @@
 // `amptune eval`, `amptune export`, `amptune diagnose` and `amptune gc`: options and output;
-// app/checkpoints.h does the work on the saved checkpoints of runs.
+// app/checkpoint_commands.h does the work on the saved checkpoints of runs.
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <set>
 
-#include "app/checkpoints.h"
+#include "app/checkpoint_commands.h"
 #include "app/table.h"
 #include "cli/commands.h"
 #include "core/error.h"

@@ -86,7 +86,7 @@ std::optional<store::EpochRow> pick_checkpoint(const store::RunRow& run,
                                                const DiagnoseOptions& options);
 
 // Diagnoses `run` (see the top of this file) at `checkpoint` (pick_checkpoint; unset: the
-// initial weights) and returns the diagnosis (the caller records it: app/checkpoints.h). Throws
+// initial weights) and returns the diagnosis (the caller records it: app/checkpoint_commands.h). Throws
 // CheckpointError (unreadable checkpoint), ConfigError (bad options) or DataError as loading the
 // run does.
 store::Diagnosis diagnose(const store::RunRow& run,

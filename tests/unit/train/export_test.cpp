@@ -85,7 +85,7 @@ class TrainExport : public ::testing::Test {
     return saved;
   }
 
-  // What `amptune export` does (app/checkpoints.h): the epoch must have a kept checkpoint among
+  // What `amptune export` does (app/checkpoint_commands.h): the epoch must have a kept checkpoint among
   // the run's rows (checkpoint_epochs names the saved ones otherwise), then its row is exported.
   static ExportResult export_epoch(const store::Store& store, const store::RunRow& run, int epoch,
                                    const std::string& out) {

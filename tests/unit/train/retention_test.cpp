@@ -1,5 +1,5 @@
 // Which checkpoints a run keeps (keep_last / keep_best / keep_epochs / fork parents). Garbage
-// collection against a database: tests/unit/app/checkpoint_files_test.cpp.
+// collection against a database: tests/unit/app/checkpoint_folders_test.cpp.
 #include "train/retention.h"
 
 #include <gtest/gtest.h>

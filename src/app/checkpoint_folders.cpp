@@ -1,6 +1,6 @@
-// app/checkpoint_files.h: retention applied to a run's rows, the checkpoint root's owner file,
+// app/checkpoint_folders.h: retention applied to a run's rows, the checkpoint root's owner file,
 // `amptune gc`.
-#include "app/checkpoint_files.h"
+#include "app/checkpoint_folders.h"
 
 #include <fcntl.h>
 #include <unistd.h>

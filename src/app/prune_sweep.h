@@ -1,5 +1,5 @@
 // A sweep's prune: block (core/sweep.h PruneBlock; docs/PRUNING.md) applied to its runs: the
-// rules of app/prune.h fed from the results database, their decisions recorded there. The
+// rules of app/prune_rules.h fed from the results database, their decisions recorded there. The
 // process that records an epoch decides (app/store_recorder.h), from the database alone, so the
 // rule holds with --workers, with several `amptune run` processes on one database and with
 // --nproc (rank 0 decides, the ranks stop together). No torch.
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "app/prune.h"
+#include "app/prune_rules.h"
 #include "core/settings.h"
 #include "core/sweep.h"
 #include "store/store.h"
@@ -58,7 +58,7 @@ std::vector<store::PruneDecisionRow> prune_promotions(const store::Store& store,
                                                       const std::string& sweep,
                                                       const PruneSettings& settings);
 
-// A decision of app/prune.h as a row of prune_decisions (action "stop" or "continue").
+// A decision of app/prune_rules.h as a row of prune_decisions (action "stop" or "continue").
 store::PruneDecisionRow decision_row(const PruneDecision& decision, const PruneSettings& settings,
                                      const std::string& action);
 

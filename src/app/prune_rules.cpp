@@ -1,4 +1,4 @@
-#include "app/prune.h"
+#include "app/prune_rules.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
-// app/pruning.h: the prune rules on the results database.
-#include "app/pruning.h"
+// app/prune_sweep.h: the prune rules on the results database.
+#include "app/prune_sweep.h"
 
 #include <cmath>
 #include <map>

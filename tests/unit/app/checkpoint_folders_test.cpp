@@ -1,6 +1,6 @@
-// `amptune gc` (app/checkpoint_files.h): checkpoint files the database does not reference, on
+// `amptune gc` (app/checkpoint_folders.h): checkpoint files the database does not reference, on
 // real files and a real database in a temp dir.
-#include "app/checkpoint_files.h"
+#include "app/checkpoint_folders.h"
 
 #include <gtest/gtest.h>
 

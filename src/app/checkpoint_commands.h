@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "app/checkpoint_files.h"
+#include "app/checkpoint_folders.h"
 #include "store/store.h"
 #include "train/diagnose.h"
 #include "train/evaluate.h"
@@ -50,7 +50,7 @@ struct RunDiagnosis {
 RunDiagnosis diagnose_run(const std::string& db, const std::string& ref,
                           const train::DiagnoseOptions& options);
 
-// `amptune gc`: collect_garbage (app/checkpoint_files.h) of the database `db`.
+// `amptune gc`: collect_garbage (app/checkpoint_folders.h) of the database `db`.
 GcReport collect_garbage(const std::string& db, bool dry_run);
 
 }  // namespace amptune::app

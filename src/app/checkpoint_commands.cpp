@@ -1,5 +1,5 @@
-// app/checkpoints.h: eval, export, diagnose and gc on a results database.
-#include "app/checkpoints.h"
+// app/checkpoint_commands.h: eval, export, diagnose and gc on a results database.
+#include "app/checkpoint_commands.h"
 
 #include "app/inspect.h"
 #include "core/error.h"
