@@ -159,11 +159,31 @@ std::string run_message(const store::RunRow& run) {
   return j.dump();
 }
 
-// What every rank of a data-parallel step agrees on, summed over the ranks.
+// What every rank of a data-parallel step agrees on: each rank fills its own, and one all-reduce
+// (sum) of the wire form gives every rank the same totals. The flags are 0 or 1 per rank, so a
+// total above 0 means "some rank".
+//   wire: one kDouble tensor of 6 elements, in this order:
+//     [0] loss_sum    loss x samples of this rank, when its loss was finite
+//     [1] samples     the samples behind loss_sum
+//     [2] non_finite  this rank's loss was NaN / inf
+//     [3] overflow    this rank's unscaled gradients held an inf / NaN (apex: skip the step)
+//     [4] stop        this rank was asked to stop (a signal, a prune decision)
+//     [5] lost        this rank's recorder lost its claim on the run
 struct StepVote {
-  double loss_sum = 0;  // loss x samples of ranks whose loss was finite
+  double loss_sum = 0;
   double samples = 0;
   double non_finite = 0, overflow = 0, stop = 0, lost = 0;
+
+  static constexpr int64_t kWireSize = 6;
+  torch::Tensor to_wire() const {
+    return torch::tensor({loss_sum, samples, non_finite, overflow, stop, lost}, torch::kDouble);
+  }
+  static StepVote from_wire(const torch::Tensor& wire) {
+    TORCH_CHECK(wire.numel() == kWireSize && wire.scalar_type() == torch::kDouble,
+                "a step vote is ", kWireSize, " doubles");
+    const auto v = wire.accessor<double, 1>();
+    return StepVote{v[0], v[1], v[2], v[3], v[4], v[5]};
+  }
 };
 
 }  // namespace
@@ -442,24 +462,22 @@ double RunTraining::parallel_step(const data::Batch& batch, int64_t n, int64_t e
   vote.stop = request && request->outcome != Outcome::kLost;
   vote.lost = request && request->outcome == Outcome::kLost;
   const auto vote_start = Clock::now();
-  torch::Tensor votes = torch::tensor(
-      {vote.loss_sum, vote.samples, vote.non_finite, vote.overflow, vote.stop, vote.lost},
-      torch::kDouble);
-  group_->allreduce(votes);
+  torch::Tensor wire = vote.to_wire();
+  group_->allreduce(wire);
   comm_seconds_ += seconds_since(vote_start);
-  auto v = votes.accessor<double, 1>();
+  const StepVote total = StepVote::from_wire(wire);
   const std::string own = request ? request->message : "";
-  if (v[5] > 0) {
+  if (total.lost > 0) {
     throw RunStopped(Outcome::kLost, vote.lost && !own.empty()
                                          ? own
                                          : "rank 0 lost its claim on run " + run_.name);
   }
-  if (v[4] > 0) {  // the ranks stop together; the one that asked says why (a prune decision)
+  if (total.stop > 0) {  // the ranks stop together; the one that asked says why (a prune decision)
     throw RunStopped(
         vote.stop ? request->outcome : Outcome::kInterrupted,
         vote.stop && !own.empty() ? own : "interrupted in epoch " + std::to_string(epoch));
   }
-  if (v[2] > 0) {
+  if (total.non_finite > 0) {
     const double nan = std::numeric_limits<double>::quiet_NaN();
     const std::string diverged = precision_->non_finite_loss(nan);
     if (!diverged.empty()) {
@@ -468,9 +486,10 @@ double RunTraining::parallel_step(const data::Batch& batch, int64_t n, int64_t e
     }
     loss_value = nan;
   } else {
-    loss_value = v[1] > 0 ? v[0] / v[1] : 0.0;  // the mean over every rank's samples
+    // The mean over every rank's samples.
+    loss_value = total.samples > 0 ? total.loss_sum / total.samples : 0.0;
   }
-  precision_->step(v[3] > 0, *session_.optimizer, global_step_ + 1);
+  precision_->step(total.overflow > 0, *session_.optimizer, global_step_ + 1);
   lap(times.optimizer, phase_start);
   return loss_value;
 }
