@@ -93,16 +93,24 @@ function(amptune_test name)
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 300)
   endif()
+  # oneDNN picks its kernels by the CPU (AVX2, AVX-512, AMX), and tiny training runs are chaotic:
+  # the same test on two CPUs can take another path (a tune search found its answer with AVX2
+  # kernels and none with AVX-512 ones on the same Xeon). Every test, and every amptune process
+  # it starts, runs with oneDNN held to AVX2, which every x86-64 CI machine has, so an outcome is
+  # the same wherever CI runs. (ONEDNN_MAX_CPU_ISA: oneDNN 2.5 and later, LibTorch 1.13 and 2.x.)
+  set(_env ONEDNN_MAX_CPU_ISA=AVX2)
   if("unit" IN_LIST ARG_LABELS)
     # One ctest test per executable: a unit test takes milliseconds, starting a process that
     # loads LibTorch about a second, so one process per test would make most of the tier's time.
     # Run one test with: build/tests/unit/<layer>/<name> --gtest_filter=Suite.Test
     add_test(NAME ${name} COMMAND ${name} --gtest_brief=1)
-    set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT})
+    set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
+                         ENVIRONMENT ${_env})
   else()
     # A test that calls GTEST_SKIP (no CUDA, no local Slurm) is reported by ctest as skipped,
     # not passed; its output says why.
     gtest_discover_tests(${name} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
+                         ENVIRONMENT ${_env}
                          SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]" DISCOVERY_TIMEOUT 60)
   endif()
 endfunction()
