@@ -305,6 +305,9 @@ std::string html_escape(const std::string& text) {
       case '"':
         out += "&quot;";
         break;
+      case '\'':
+        out += "&#39;";
+        break;
       default:
         out += c;
     }
