@@ -97,28 +97,35 @@ bool has_raw_control(const std::string& text) {
 // escaped, whichever command prints it: the escaping sits where amptune writes to the terminal,
 // not in each command.
 TEST(Untrusted, TextFromDatabasesAndCheckpointsPrintsEscaped) {
-  const TinySweep f = make_tiny_sweep(quick_tiny("", 1));
+  const TinySweep f = make_tiny_sweep(quick_tiny("grid:\n  seed: [0]\n", 1));
   ASSERT_EQ(run_amptune({"run", f.yaml, "-q"}, f.dir).exit_code, 0);
   // ESC [2J, CR, BEL, the C1 control CSI (U+009B) and a byte that is not UTF-8.
   const std::string bad = "char(27) || '[2J' || char(13) || char(7) || char(155) || "
                           "CAST(X'FF' AS TEXT)";
   sql(f.db, "UPDATE sweeps SET name = 'tiny' || " + bad + ";"
             "UPDATE runs SET name = 'r' || " + bad + ", label = 'l' || " + bad +
-            ", message = 'm' || " + bad + ", status = 'failed' WHERE id = 1;");
+            ", message = 'm' || " + bad + ", status = 'failed' WHERE id = 1;"
+            // A swept value, as compare's tables show it (JSON text holds no invalid UTF-8).
+            "UPDATE run_params SET value_json = json_quote('s' || char(27) || '[2J' || "
+            "char(13) || char(7) || char(155)) WHERE key = 'seed';"
+            "UPDATE runs SET axes_json = json_object('seed', json(value_json)) FROM run_params "
+            "WHERE run_params.run_id = runs.id AND key = 'seed';");
   const std::string sweep = store::Store(f.db).sweep_names().at(0);
   const std::string escaped = "\\x1b[2J\\x0d\\x07\\u009b\\xff";
   for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
            {"list"},
            {"show", "1"},
            {"status"},
-           {"compare", "--sweep", sweep, "--by", "runs"},
-           {"compare", "--sweep", sweep, "--by", "runs", "--format", "csv"},
+           {"compare", "--sweep", sweep, "--by", "seed"},
+           {"compare", "--sweep", sweep, "--by", "seed", "--format", "csv"},
            {"compare", "--sweep", sweep, "--metric", "nothing" + sweep.substr(4)},
            {"show", "r" + sweep.substr(4) + "x"}}) {
     const Result r = run_amptune(args, f.dir);
     EXPECT_FALSE(has_raw_control(r.out)) << args[0] << " printed a control byte:\n" << r.out;
     EXPECT_FALSE(has_raw_control(r.err)) << args[0] << " printed a control byte:\n" << r.err;
-    EXPECT_NE((r.out + r.err).find(escaped), std::string::npos)
+    const bool table = args[0] == "compare" && args.size() > 3 && args[3] == "--by";
+    EXPECT_NE((r.out + r.err).find(table ? "s\\x1b[2J\\x0d\\x07\\u009b" : escaped),
+              std::string::npos)
         << args[0] << ":\n" << r.out << r.err;
   }
 
