@@ -218,8 +218,7 @@ namespace {
 // `run_id`'s values along its lineage (a fork's epochs up to its parent's epoch are its
 // ancestors'), from `values` (run id -> epoch -> value).
 std::vector<std::pair<double, double>> lineage_of(
-    const RunIndex& runs, int64_t run_id,
-    const std::map<int64_t, std::map<int, double>>& values) {
+    const RunIndex& runs, int64_t run_id, const std::map<int64_t, std::map<int, double>>& values) {
   std::map<int, double> points;
   walk_lineage(runs, run_id, [&](int64_t ancestor, int upto) {
     const auto own = values.find(ancestor);
@@ -284,7 +283,7 @@ void add_tune_tree(const store::Store& store, const RunIndex& runs, const std::s
   for (const auto& r : store.tune_rounds(s.id)) round_start[r.round] = r.start_run_id;
   for (const auto& c : store.tune_candidates(s.id)) {
     const auto parent = node_of.find(round_start[c.round]);
-    if (parent == node_of.end()) continue;  // a round whose start is not in the tree
+    if (parent == node_of.end()) continue;       // a round whose start is not in the tree
     const size_t parent_index = parent->second;  // (node_of may grow below)
     tree.nodes.push_back(candidate_node(c, s, runs));
     tree.nodes[parent_index].children.push_back(tree.nodes.size() - 1);
@@ -294,10 +293,10 @@ void add_tune_tree(const store::Store& store, const RunIndex& runs, const std::s
                          lineage_of(runs, s.reference_run_id, values)});
   tree.curves.push_back({s.start_run_id, "start " + tree.nodes[0].run, start_curve});
   if (s.answer_run_id && s.answer_run_id != s.start_run_id) {
-    tree.curves.push_back({s.answer_run_id,
-                           (s.status == "answered" ? "answer " : "closest ") +
-                               runs.name(s.answer_run_id),
-                           lineage_of(runs, s.answer_run_id, values)});
+    tree.curves.push_back(
+        {s.answer_run_id,
+         (s.status == "answered" ? "answer " : "closest ") + runs.name(s.answer_run_id),
+         lineage_of(runs, s.answer_run_id, values)});
   }
   model->tune = std::move(tree);
 }

@@ -402,7 +402,7 @@ const Schema& Schema::sweep_blocks() {
 
 Schema Schema::parse(std::string_view yaml_text, const std::string& origin) {
   static const std::regex kKeyName("[a-z][a-z0-9_]*(\\.[a-z][a-z0-9_]*)*");
-  static const std::set<std::string> kFields = {"type", "default", "doc",    "choices",  "min",
+  static const std::set<std::string> kFields = {"type", "default", "doc",       "choices", "min",
                                                 "max",  "unique",  "max_items", "identity"};
   YAML::Node root;
   try {

@@ -210,8 +210,8 @@ std::vector<EpochRow> Store::epochs(int64_t run_id) const {
   });
 }
 
-std::vector<std::pair<int64_t, std::vector<EpochRow>>> Store::timed_epochs(
-    const std::string& sweep, size_t max_runs) const {
+std::vector<std::pair<int64_t, std::vector<EpochRow>>> Store::timed_epochs(const std::string& sweep,
+                                                                           size_t max_runs) const {
   return guarded(path_, "reading the epoch times of sweep '" + sweep + "'", [&] {
     // The first max_runs runs (in runs(sweep)'s order) with a breakdown or a trace, then their
     // epochs: the EXISTS reads each run's epochs through the primary key, nothing is loaded.
