@@ -318,12 +318,17 @@ std::string by_text(const json& value) {
 
 CompareTable build_compare(const store::Store& store, const CompareOptions& options) {
   require_sweep(store, options.sweep);
+  return build_compare(store, options, store.runs(options.sweep));
+}
+
+CompareTable build_compare(const store::Store& store, const CompareOptions& options,
+                           const std::vector<store::RunRow>& runs) {
+  require_sweep(store, options.sweep);
   CompareTable table;
   table.sweep = options.sweep;
   table.epoch = options.epoch;
   const std::optional<int> number = epoch_number(options.epoch);
 
-  const std::vector<store::RunRow> runs = store.runs(options.sweep);
   std::vector<json> axes;
   const std::vector<std::string> swept = swept_keys(runs, &axes);
   table.by = options.by.empty() ? swept : options.by;

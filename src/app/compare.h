@@ -65,6 +65,10 @@ struct CompareTable {
 // --epoch, a baseline key that is not a --by key, or a baseline that matches no row (naming the
 // key).
 CompareTable build_compare(const store::Store& store, const CompareOptions& options);
+// The same, from the sweep's runs already read (store.runs(options.sweep)), so a caller that
+// holds them (the report) does not hold them twice.
+CompareTable build_compare(const store::Store& store, const CompareOptions& options,
+                           const std::vector<store::RunRow>& runs);
 
 // Display text of a by-value: strings unquoted, numbers as JSON spells them, null as "-".
 std::string by_text(const nlohmann::json& value);

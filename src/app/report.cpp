@@ -38,28 +38,82 @@ std::string run_title(const store::RunRow& run) {
   return title + " (pruned after epoch " + std::to_string(run.epochs_done - 1) + ")";
 }
 
-// Metric and train loss along each run's lineage, one series per run (by run id).
-void lineage_series(const store::Store& store, const std::map<int64_t, const store::RunRow*>& runs,
-                    ReportModel* model) {
-  std::vector<int64_t> order;
-  std::map<int64_t, Series> metric, loss;
-  for (const auto& point : store.lineage(model->sweep)) {
-    const int64_t id = point.run_id;
-    if (!metric.count(id)) {
-      order.push_back(id);
-      const auto run = runs.find(id);
-      const std::string title = run == runs.end() ? std::to_string(id) : run_title(*run->second);
-      metric[id] = loss[id] = Series{id, title, {}};
-    }
-    const double epoch = point.epoch;
-    if (std::isfinite(point.value)) metric[id].points.emplace_back(epoch, point.value);
-    if (std::isfinite(point.train_loss)) loss[id].points.emplace_back(epoch, point.train_loss);
+// The runs a report reads, by id: the sweep's, and ancestors elsewhere read once when asked for.
+class RunIndex {
+ public:
+  RunIndex(const store::Store& store, const std::vector<store::RunRow>& runs) : store_(store) {
+    for (const auto& run : runs) runs_[run.id] = &run;
   }
-  model->truncated = order.size() > kMaxPlottedRuns;
-  if (model->truncated) order.resize(kMaxPlottedRuns);
-  for (int64_t id : order) {
-    model->metric.push_back(metric[id]);
-    model->train_loss.push_back(loss[id]);
+  const store::RunRow* find(int64_t id) const {
+    if (const auto it = runs_.find(id); it != runs_.end()) return it->second;
+    auto [it, added] = others_.try_emplace(id);
+    if (added) it->second = store_.find_run(id);
+    return it->second ? &*it->second : nullptr;
+  }
+  std::string name(int64_t id) const {
+    const store::RunRow* run = find(id);
+    return run ? run->name : "run " + std::to_string(id);
+  }
+
+ private:
+  const store::Store& store_;
+  std::map<int64_t, const store::RunRow*> runs_;
+  mutable std::map<int64_t, std::optional<store::RunRow>> others_;
+};
+
+// Calls visit(ancestor id, upto) for `run_id` and each run up its fork chain, `upto` the last
+// epoch of the ancestor on the lineage (INT_MAX for the run itself). One step per ancestor,
+// however deep the chain; a parent link that leads back to a run already visited (a database
+// edited by hand) ends the walk.
+template <typename Visit>
+void walk_lineage(const RunIndex& runs, int64_t run_id, Visit visit) {
+  std::set<int64_t> seen;
+  int upto = std::numeric_limits<int>::max();
+  while (seen.insert(run_id).second) {
+    visit(run_id, upto);
+    const store::RunRow* run = runs.find(run_id);
+    if (!run || !run->fork) break;
+    upto = std::min(upto, run->fork->parent_epoch);
+    run_id = run->fork->parent_run_id;
+  }
+}
+
+// The value of `metric` in an epoch row: an epochs column (as in metric_names) or a metric; NaN
+// when not recorded.
+double epoch_value(const store::EpochRow& e, const std::string& metric) {
+  if (metric == "train_loss") return e.train_loss;
+  if (metric == "lr") return e.lr;
+  if (metric == "train_fps_mean") return e.train_fps_mean;
+  if (metric == "epoch_seconds") return e.epoch_seconds;
+  const auto it = e.metrics.find(metric);
+  return it == e.metrics.end() ? std::numeric_limits<double>::quiet_NaN() : it->second;
+}
+
+// Metric and train loss along the lineage of the first kMaxPlottedRuns runs (by id) that have a
+// point, one series per run. Each plotted run reads its own and its ancestors' epoch rows: the
+// work is the plotted lineages', not every run's full lineage (the lineage view's).
+void lineage_series(const store::Store& store, const RunIndex& index,
+                    const std::map<int64_t, const store::RunRow*>& runs, ReportModel* model) {
+  for (const auto& [id, run] : runs) {
+    std::map<int, std::pair<double, double>> points;  // epoch -> (metric, train loss)
+    walk_lineage(index, id, [&](int64_t ancestor, int upto) {
+      for (const auto& e : store.epochs(ancestor)) {
+        if (e.epoch > upto) continue;
+        points.emplace(e.epoch, std::make_pair(epoch_value(e, run->primary_metric), e.train_loss));
+      }
+    });
+    if (points.empty()) continue;
+    if (model->metric.size() == kMaxPlottedRuns) {
+      model->truncated = true;
+      return;
+    }
+    Series metric{id, run_title(*run), {}}, loss = metric;
+    for (const auto& [epoch, values] : points) {
+      if (std::isfinite(values.first)) metric.points.emplace_back(epoch, values.first);
+      if (std::isfinite(values.second)) loss.points.emplace_back(epoch, values.second);
+    }
+    model->metric.push_back(std::move(metric));
+    model->train_loss.push_back(std::move(loss));
   }
 }
 
@@ -70,13 +124,15 @@ const std::vector<std::string> kTimePhases = {"data wait", "forward", "backward"
 
 namespace {
 
-// The run's time bar (when it has epochs with a breakdown) and profile traces.
-void add_times(const store::Store& store, const store::RunRow& run, ReportModel* model) {
+// The run's time bar (when it has epochs with a breakdown) and profile traces, from its epoch
+// rows (Store::timed_epochs).
+void add_times(const store::RunRow& run, const std::vector<store::EpochRow>& rows,
+               ReportModel* model) {
   if (model->times.size() >= kMaxPlottedRuns) return;
   TimeBar bar{run.id, std::to_string(run.cell_index) + ": " + run_title(run),
               std::vector<double>(kTimePhases.size(), 0.0)};
   int epochs = 0;
-  for (const auto& e : store.epochs(run.id)) {
+  for (const auto& e : rows) {
     if (!e.profile_trace.empty()) model->traces.push_back({run.name, e.epoch, e.profile_trace});
     if (!e.times) continue;
     const store::EpochTimes& t = *e.times;
@@ -157,26 +213,45 @@ void add_module_errors(const store::Store& store, const std::vector<store::RunRo
 
 }  // namespace
 
-// `run_id`'s values of `metric` along its lineage (a fork's epochs up to its parent's epoch are
-// its ancestors'), from the sweep's `values`.
+namespace {
+
+// `run_id`'s values along its lineage (a fork's epochs up to its parent's epoch are its
+// ancestors'), from `values` (run id -> epoch -> value).
 std::vector<std::pair<double, double>> lineage_of(
-    const store::Store& store, int64_t run_id,
-    const std::vector<store::Store::MetricValue>& values) {
+    const RunIndex& runs, int64_t run_id, const std::map<int64_t, std::map<int, double>>& values) {
   std::map<int, double> points;
-  int upto = std::numeric_limits<int>::max();
-  for (int depth = 0; depth < 1000; ++depth) {  // a cycle of parent links cannot loop forever
-    for (const auto& v : values) {
-      if (v.run_id == run_id && v.epoch <= upto) points.emplace(v.epoch, v.value);
+  walk_lineage(runs, run_id, [&](int64_t ancestor, int upto) {
+    const auto own = values.find(ancestor);
+    if (own == values.end()) return;
+    for (const auto& [epoch, value] : own->second) {
+      if (epoch > upto) break;
+      points.emplace(epoch, value);
     }
-    const auto run = store.find_run(run_id);
-    if (!run || !run->fork) break;
-    upto = std::min(upto, run->fork->parent_epoch);
-    run_id = run->fork->parent_run_id;
-  }
+  });
   return {points.begin(), points.end()};
 }
 
-void add_tune_tree(const store::Store& store, const std::string& sweep, ReportModel* model) {
+// A candidate as a node (its children are added later).
+TuneNode candidate_node(const store::TuneCandidateRow& c, const store::TuneSearchRow& s,
+                        const RunIndex& runs) {
+  TuneNode node;
+  node.run_id = c.run_id;
+  node.run = runs.name(c.run_id);
+  node.move = c.move;
+  const nlohmann::json change = nlohmann::json::parse(c.change_json, nullptr, false);
+  for (const auto& [key, value] : change.items()) {
+    node.move += " " + key + "=" + (value.is_string() ? value.get<std::string>() : value.dump());
+  }
+  node.reason = c.reason;
+  node.outcome = c.outcome;
+  node.round = c.round;
+  node.value = c.value;
+  node.answer = s.status == "answered" && s.answer_run_id == c.run_id;
+  return node;
+}
+
+void add_tune_tree(const store::Store& store, const RunIndex& runs, const std::string& sweep,
+                   ReportModel* model) {
   const auto searches = store.tune_searches(sweep);
   if (searches.empty()) return;
   const store::TuneSearchRow& s = searches.back();
@@ -188,61 +263,80 @@ void add_tune_tree(const store::Store& store, const std::string& sweep, ReportMo
   tree.reference_value = s.reference_value;
   tree.epochs_spent = s.epochs_spent;
   tree.grid_epochs = s.grid_epochs;
-  auto name = [&](int64_t id) {
-    const auto run = store.find_run(id);
-    return run ? run->name : "run " + std::to_string(id);
-  };
-  tree.reference = name(s.reference_run_id);
-  const auto values = store.metric_values(sweep, s.metric, /*with_nulls=*/true);
-  tree.root.run_id = s.start_run_id;
-  tree.root.run = name(s.start_run_id);
-  tree.root.outcome = "start";
-  tree.root.answer = s.status == "answered" && s.answer_run_id == s.start_run_id;
-  const auto start_curve = lineage_of(store, s.start_run_id, values);
-  tree.root.value =
+  tree.reference = runs.name(s.reference_run_id);
+  std::map<int64_t, std::map<int, double>> values;  // run -> epoch -> the search's metric
+  for (const auto& v : store.metric_values(sweep, s.metric, /*with_nulls=*/true)) {
+    values[v.run_id].emplace(v.epoch, v.value);
+  }
+  TuneNode root;
+  root.run_id = s.start_run_id;
+  root.run = runs.name(s.start_run_id);
+  root.outcome = "start";
+  root.answer = s.status == "answered" && s.answer_run_id == s.start_run_id;
+  const auto start_curve = lineage_of(runs, s.start_run_id, values);
+  root.value =
       start_curve.empty() ? std::numeric_limits<double>::quiet_NaN() : start_curve.back().second;
+  tree.nodes.push_back(std::move(root));
   // Nodes are added round by round; a run's newest node is where its own rounds hang.
-  std::map<int64_t, std::vector<size_t>> path_of;  // run id -> child indices from the root
-  path_of[s.start_run_id] = {};
-  auto node_at = [&](const std::vector<size_t>& path) {
-    TuneNode* node = &tree.root;
-    for (const size_t i : path) node = &node->children[i];
-    return node;
-  };
+  std::map<int64_t, size_t> node_of{{s.start_run_id, 0}};  // run id -> its newest node
   std::map<int, int64_t> round_start;
   for (const auto& r : store.tune_rounds(s.id)) round_start[r.round] = r.start_run_id;
   for (const auto& c : store.tune_candidates(s.id)) {
-    const auto parent = path_of.find(round_start[c.round]);
-    if (parent == path_of.end()) continue;  // a round whose start is not in the tree
-    TuneNode node;
-    node.run_id = c.run_id;
-    node.run = name(c.run_id);
-    node.move = c.move;
-    const nlohmann::json change = nlohmann::json::parse(c.change_json);
-    for (const auto& [key, value] : change.items()) {
-      node.move += " " + key + "=" + (value.is_string() ? value.get<std::string>() : value.dump());
-    }
-    node.reason = c.reason;
-    node.outcome = c.outcome;
-    node.round = c.round;
-    node.value = c.value;
-    node.answer = s.status == "answered" && s.answer_run_id == c.run_id;
-    std::vector<size_t> path = parent->second;
-    TuneNode* at = node_at(path);
-    at->children.push_back(std::move(node));
-    path.push_back(at->children.size() - 1);
-    path_of[c.run_id] = path;
+    const auto parent = node_of.find(round_start[c.round]);
+    if (parent == node_of.end()) continue;       // a round whose start is not in the tree
+    const size_t parent_index = parent->second;  // (node_of may grow below)
+    tree.nodes.push_back(candidate_node(c, s, runs));
+    tree.nodes[parent_index].children.push_back(tree.nodes.size() - 1);
+    node_of[c.run_id] = tree.nodes.size() - 1;
   }
   tree.curves.push_back({s.reference_run_id, "reference " + tree.reference,
-                         lineage_of(store, s.reference_run_id, values)});
-  tree.curves.push_back({s.start_run_id, "start " + tree.root.run, start_curve});
+                         lineage_of(runs, s.reference_run_id, values)});
+  tree.curves.push_back({s.start_run_id, "start " + tree.nodes[0].run, start_curve});
   if (s.answer_run_id && s.answer_run_id != s.start_run_id) {
     tree.curves.push_back(
-        {s.answer_run_id, (s.status == "answered" ? "answer " : "closest ") + name(s.answer_run_id),
-         lineage_of(store, s.answer_run_id, values)});
+        {s.answer_run_id,
+         (s.status == "answered" ? "answer " : "closest ") + runs.name(s.answer_run_id),
+         lineage_of(runs, s.answer_run_id, values)});
   }
   model->tune = std::move(tree);
 }
+
+// Per run, in cell order, at most kMaxPlottedRuns each: the throughput bar, the time bar with
+// its traces, and the loss scale per step. The runs with times or scale events come from one
+// query each (a sweep of 100,000 runs made one query per run).
+void add_run_plots(const store::Store& store, const std::string& sweep,
+                   const std::vector<store::RunRow>& runs, ReportModel* model) {
+  std::map<int64_t, store::Store::RunTotals> totals;
+  for (const auto& t : store.run_totals(sweep)) totals[t.run_id] = t;
+  std::map<int64_t, std::vector<store::EpochRow>> timed;
+  for (auto& [id, rows] : store.timed_epochs(sweep, kMaxPlottedRuns)) timed[id] = std::move(rows);
+  std::map<int64_t, std::vector<store::ScaleEvent>> scaled;
+  for (auto& [id, events] : store.scale_events(sweep, kMaxPlottedRuns)) {
+    scaled[id] = std::move(events);
+  }
+  for (const auto& run : runs) {
+    const store::Store::RunTotals& t = totals[run.id];
+    if (t.mean_fps && model->throughput.size() < kMaxPlottedRuns) {
+      model->throughput.push_back(
+          {run.id, std::to_string(run.cell_index) + ": " + run_title(run), *t.mean_fps});
+    }
+    if (const auto it = timed.find(run.id); it != timed.end()) add_times(run, it->second, model);
+    const auto events = scaled.find(run.id);
+    if (events == scaled.end()) continue;
+    Series scale{run.id, run_title(run), {}};
+    for (const auto& event : events->second) {
+      scale.points.emplace_back(static_cast<double>(event.global_step), event.scale);
+    }
+    // Hold the last scale until the last recorded step, so a constant scale is a line.
+    if (t.last_global_step && scale.points.back().first < *t.last_global_step) {
+      scale.points.emplace_back(static_cast<double>(*t.last_global_step),
+                                scale.points.back().second);
+    }
+    model->loss_scale.push_back(std::move(scale));
+  }
+}
+
+}  // namespace
 
 ReportModel build_report(const store::Store& store, const std::string& sweep) {
   ReportModel model;
@@ -252,36 +346,16 @@ ReportModel build_report(const store::Store& store, const std::string& sweep) {
   CompareOptions options;
   options.sweep = sweep;
   options.also = headline_metrics(store, sweep, runs);
-  model.table = build_compare(store, options);
+  model.table = build_compare(store, options, runs);
   model.runs = static_cast<int>(runs.size());
   std::map<int64_t, const store::RunRow*> by_id;
   for (const auto& run : runs) by_id[run.id] = &run;
-  lineage_series(store, by_id, &model);
+  const RunIndex index(store, runs);
+  lineage_series(store, index, by_id, &model);
 
-  std::map<int64_t, store::Store::RunTotals> totals;
-  for (const auto& t : store.run_totals(sweep)) totals[t.run_id] = t;
-  for (const auto& run : runs) {
-    const store::Store::RunTotals& t = totals[run.id];
-    if (t.mean_fps) {
-      model.throughput.push_back(
-          {run.id, std::to_string(run.cell_index) + ": " + run_title(run), *t.mean_fps});
-    }
-    add_times(store, run, &model);
-    if (model.loss_scale.size() >= kMaxPlottedRuns) continue;
-    Series scale{run.id, run_title(run), {}};
-    for (const auto& event : store.scale_events(run.id)) {
-      scale.points.emplace_back(static_cast<double>(event.global_step), event.scale);
-    }
-    if (scale.points.empty()) continue;
-    // Hold the last scale until the last recorded step, so a constant scale is a line.
-    if (t.last_global_step && scale.points.back().first < *t.last_global_step) {
-      scale.points.emplace_back(static_cast<double>(*t.last_global_step),
-                                scale.points.back().second);
-    }
-    model.loss_scale.push_back(std::move(scale));
-  }
+  add_run_plots(store, sweep, runs, &model);
   add_module_errors(store, runs, &model);
-  add_tune_tree(store, sweep, &model);
+  add_tune_tree(store, index, sweep, &model);
   return model;
 }
 
@@ -304,6 +378,9 @@ std::string html_escape(const std::string& text) {
         break;
       case '"':
         out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
         break;
       default:
         out += c;
@@ -790,7 +867,7 @@ void comparison_table(const CompareTable& table, std::ostream& html) {
   html << "</table></div>\n";
 }
 
-// One node of the tune tree and its children, as nested lists.
+// One node of the tune tree, without its children.
 void tune_node(const TuneNode& node, std::ostream& html) {
   html << "<li>";
   if (!node.move.empty()) {
@@ -802,12 +879,27 @@ void tune_node(const TuneNode& node, std::ostream& html) {
   if (std::isfinite(node.value)) html << " " << significant(node.value, 4);
   if (node.answer) html << " (answer)";
   html << "</span>";
-  if (!node.children.empty()) {
-    html << "\n<ul>\n";
-    for (const TuneNode& child : node.children) tune_node(child, html);
-    html << "</ul>";
+}
+
+// The tree as nested lists, depth first with a stack of its own (a chain of 100,000 rounds would
+// overflow the call stack).
+void tune_tree(const TuneTree& tree, std::ostream& html) {
+  std::vector<std::pair<size_t, size_t>> stack{{0, 0}};  // node, next child to write
+  tune_node(tree.nodes[0], html);
+  while (!stack.empty()) {
+    auto& [index, next] = stack.back();
+    const std::vector<size_t>& children = tree.nodes[index].children;
+    if (next < children.size()) {
+      if (next == 0) html << "\n<ul>\n";
+      const size_t child = children[next++];
+      tune_node(tree.nodes[child], html);
+      stack.emplace_back(child, 0);  // (invalidates index and next)
+      continue;
+    }
+    if (!children.empty()) html << "</ul>";
+    html << "</li>\n";
+    stack.pop_back();
   }
-  html << "</li>\n";
 }
 
 void tune_section(const TuneTree& tree, std::ostream& html) {
@@ -821,7 +913,7 @@ void tune_section(const TuneTree& tree, std::ostream& html) {
   }
   html << ". Each edge is a move (hover: why), each node a run coloured by its outcome.</p>\n"
        << "<ul class=\"tree\">\n";
-  tune_node(tree.root, html);
+  tune_tree(tree, html);
   html << "</ul>\n";
   if (!tree.answer_yaml.empty() && tree.status == "answered") {
     html << "<p>The answer, for base:</p>\n<pre>" << html_escape(tree.answer_yaml) << "</pre>\n";
@@ -859,8 +951,8 @@ std::string page(const ReportModel& model, const std::vector<Plot>& plots,
   comparison_table(table, html);
   if (model.tune) tune_section(*model.tune, html);
   if (model.truncated) {
-    html << "<p class=\"note\">The line plots show the first " << kMaxPlottedRuns
-         << " runs only.</p>\n";
+    html << "<p class=\"note\">The plots show the first " << kMaxPlottedRuns
+         << " runs only; the table lists them all.</p>\n";
   }
   for (const auto& plot : plots) {
     html << "<h2>" << html_escape(plot.caption) << "</h2>\n";

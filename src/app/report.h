@@ -76,6 +76,8 @@ struct TraceLink {
 
 // The newest tune search of the sweep (docs/TUNE.md) as a tree of runs: the start at the root,
 // each candidate a child of its round's start (a bisection probe of the solution it bisects).
+// The nodes are held flat, children by index, so a search of 100,000 rounds in a chain is built,
+// written and freed without recursion and in time and memory linear in its candidates.
 struct TuneNode {
   int64_t run_id = 0;
   std::string run;      // the run's name
@@ -85,14 +87,14 @@ struct TuneNode {
   int round = 0;        // 0 for the start
   double value = 0;     // its metric at the last decision (NaN: none)
   bool answer = false;
-  std::vector<TuneNode> children;  // in round, then candidate order
+  std::vector<size_t> children;  // indices into TuneTree::nodes, in round, then candidate order
 };
 struct TuneTree {
   std::string status, metric, note, answer_yaml;
   std::string reference;  // the reference run's name
   double reference_value = 0;
   int epochs_spent = 0, grid_epochs = 0;
-  TuneNode root;  // the start
+  std::vector<TuneNode> nodes;  // nodes[0] is the start; each child comes after its parent
   // Along their lineage, epoch -> the search's metric of the reference, the start and the answer.
   std::vector<Series> curves;
 };
@@ -109,11 +111,12 @@ struct ReportModel {
   // NULL has no point). One series per run that has an epoch, by run id, at most
   // kMaxPlottedRuns (series are kept even without points).
   std::vector<Series> metric, train_loss;
-  bool truncated = false;  // more runs than kMaxPlottedRuns had an epoch
+  bool truncated = false;  // more runs than kMaxPlottedRuns had an epoch (the plots show the first)
   // Per run with loss-scale events, in cell order, at most kMaxPlottedRuns: global step ->
   // scale, each change as recorded, then the last scale held until the run's last recorded step.
   std::vector<Series> loss_scale;
-  std::vector<ThroughputBar> throughput;  // runs with a recorded img/s, in cell order
+  // Runs with a recorded img/s, in cell order, at most kMaxPlottedRuns.
+  std::vector<ThroughputBar> throughput;
   // Per diagnosed run, in cell order, at most kMaxPlottedRuns.
   std::vector<ModuleErrors> module_error;
   // Runs with a time breakdown, in cell order, at most kMaxPlottedRuns; their traces.

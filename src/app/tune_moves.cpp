@@ -36,6 +36,16 @@ std::optional<int> first_exit(const std::map<int, double>& values,
 
 namespace {
 
+// `names` without repeats, in the order of their first appearance.
+std::vector<std::string> distinct(const std::vector<std::string>& names) {
+  std::set<std::string> seen;
+  std::vector<std::string> out;
+  for (const auto& name : names) {
+    if (seen.insert(name).second) out.push_back(name);
+  }
+  return out;
+}
+
 std::string parent_of(const std::string& name) {
   const auto dot = name.rfind('.');
   return dot == std::string::npos ? "" : name.substr(0, dot);
@@ -200,7 +210,10 @@ std::optional<std::vector<std::string>> next_bisect_probe(
     const std::vector<std::string>& modules,
     const std::vector<std::pair<std::vector<std::string>, bool>>& probes,
     std::vector<std::string>& kept) {
-  kept = modules;
+  // Each module once: a list that repeats one (a database of an earlier release took it) would
+  // otherwise cost a probe run per copy.
+  kept = distinct(modules);
+  const std::vector<std::string> all = kept;
   // The chunks still to try, the next one first: halves of the list to begin with.
   std::vector<std::vector<std::string>> queue;
   auto halves = [](const std::vector<std::string>& chunk) {
@@ -208,8 +221,8 @@ std::optional<std::vector<std::string>> next_bisect_probe(
     return std::make_pair(std::vector<std::string>(chunk.begin(), chunk.begin() + half),
                           std::vector<std::string>(chunk.begin() + half, chunk.end()));
   };
-  if (modules.size() >= 2) {
-    auto [a, b] = halves(modules);
+  if (all.size() >= 2) {
+    auto [a, b] = halves(all);
     queue = {b, a};  // back = next
   }
   for (const auto& [dropped, within] : probes) {
@@ -232,7 +245,7 @@ std::vector<double> precision_rank(const Config& config, double fp32_share) {
   const int level = level_of(config.get_string("amp.opt_level"));
   const bool cast_model = level >= 2;
   return {std::isnan(fp32_share) ? 1.0 : fp32_share, static_cast<double>(3 - level),
-          static_cast<double>(config.get_string_list("amp.fp32_modules").size()),
+          static_cast<double>(distinct(config.get_string_list("amp.fp32_modules")).size()),
           cast_model && batchnorm_fp32(config) ? 1.0 : 0.0};
 }
 

@@ -72,6 +72,8 @@ std::vector<int> tune_rungs(int fork_epoch, int last_epoch, int eta, int min_epo
 // the kept list are dropped, halves first; a probe without a chunk that stays within tolerance
 // drops it for good, one that does not splits it (a single module stays). `probes` are the
 // results so far (the modules a probe dropped, whether it stayed within tolerance), in order.
+// A module listed twice counts once (a config from a database may repeat one), so the probes
+// are at most 2 x (distinct modules) - 1.
 // Returns the next chunk to drop, or unset when done; `kept` gets the modules kept so far. Ends
 // with a list from which dropping any one module was tried and left tolerance (assuming
 // monotonicity: more fp32 modules are never worse).
@@ -83,7 +85,7 @@ std::optional<std::vector<std::string>> next_bisect_probe(
 // The objective "precision" as a key to sort by, smaller = less fp32 work: `fp32_share`, the
 // share of the forward pass's multiply-accumulates run in fp32 (train::forward_work; NaN when it
 // could not be measured, ranked as 1), then the opt level (O3 < O2 < O1 < O0), then the number of
-// amp.fp32_modules, then BatchNorm held in fp32 under O2/O3.
+// distinct amp.fp32_modules, then BatchNorm held in fp32 under O2/O3.
 std::vector<double> precision_rank(const Config& config, double fp32_share);
 
 // The keys of `config` that differ from `base`, among `keys`, as YAML lines ready for base:

@@ -8,6 +8,7 @@
 #include <torch/version.h>
 
 #include "cli/commands.h"
+#include "cli/terminal.h"
 #include "core/error.h"
 #include "core/process.h"
 #include "core/version.h"
@@ -55,6 +56,8 @@ void on_signal(int) { amptune::on_stop_signal(); }
 
 int main(int argc, char** argv) {
   using namespace amptune;
+  // Error messages and output carry text from files and databases: escaped on the way out.
+  const cli::EscapedTerminal escaped;
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h" ||
       std::string(argv[1]) == "help") {
     std::cout << kUsage;

@@ -252,6 +252,53 @@ void flatten_json(const nlohmann::json& value, const std::string& path, const Sc
   }
 }
 
+// A schema entry's `unique` and `max_items` (list keys only).
+void parse_list_rules(const YAML::Node& body, const SourceLoc& key_loc, KeySpec& spec) {
+  if (!body["unique"] && !body["max_items"]) return;
+  if (!is_list_type(spec.type)) {
+    fail(key_loc, "schema entry " + spec.key + ": only list keys take unique and max_items");
+  }
+  if (body["unique"]) {
+    const Scalar s = from_yaml(body["unique"]);
+    if (s.kind != Scalar::Kind::kBool) {
+      fail(key_loc, "schema entry " + spec.key + ": unique must be true or false");
+    }
+    spec.unique = s.b;
+  }
+  if (body["max_items"]) {
+    const Scalar s = from_yaml(body["max_items"]);
+    if (s.kind != Scalar::Kind::kInt || s.out_of_range || s.i < 1) {
+      fail(key_loc, "schema entry " + spec.key + ": max_items must be an integer >= 1");
+    }
+    spec.max_items = static_cast<size_t>(s.i);
+  }
+}
+
+// A YAML list too long for `spec`'s max_items (checked before its elements are read, so a list
+// of 10^9 anchored elements is refused by its size alone).
+void check_list_length(const KeySpec& spec, const YAML::Node& value, const SourceLoc& where) {
+  if (spec.max_items && value.size() > *spec.max_items) {
+    fail(where, spec.key + " has " + std::to_string(value.size()) + " entries, more than the " +
+                    std::to_string(*spec.max_items) +
+                    " it takes (its entry in schemas/ says why); shorten the list");
+  }
+}
+
+// The first repeat among the coerced elements of a `unique` list, named by both positions.
+void check_unique(const KeySpec& spec, const nlohmann::json& items,
+                  const std::vector<SourceLoc>& locs) {
+  if (!spec.unique) return;
+  std::map<std::string, size_t> first;  // element's JSON text -> its index
+  for (size_t i = 0; i < items.size(); ++i) {
+    const auto [it, added] = first.emplace(items[i].dump(), i);
+    if (added) continue;
+    fail(locs[i], spec.key + "[" + std::to_string(i) + "] repeats " + items[i].dump() +
+                      " (first at " + spec.key + "[" + std::to_string(it->second) + "]" +
+                      (locs[it->second].line > 0 ? ", " + locs[it->second].str() : "") +
+                      "); list each entry once");
+  }
+}
+
 }  // namespace
 
 // ---- SourceLoc ----
@@ -355,8 +402,8 @@ const Schema& Schema::sweep_blocks() {
 
 Schema Schema::parse(std::string_view yaml_text, const std::string& origin) {
   static const std::regex kKeyName("[a-z][a-z0-9_]*(\\.[a-z][a-z0-9_]*)*");
-  static const std::set<std::string> kFields = {"type", "default", "doc", "choices",
-                                                "min",  "max",     "identity"};
+  static const std::set<std::string> kFields = {"type", "default", "doc",       "choices", "min",
+                                                "max",  "unique",  "max_items", "identity"};
   YAML::Node root;
   try {
     root = YAML::Load(std::string(yaml_text));
@@ -382,7 +429,8 @@ Schema Schema::parse(std::string_view yaml_text, const std::string& origin) {
       if (!kFields.count(field.first.Scalar())) {
         fail(SourceLoc::from_mark(origin, field.first.Mark().line, field.first.Mark().column),
              "schema entry " + spec.key + " has an unknown field " + field.first.Scalar() +
-                 " (fields: type, default, doc, choices, min, max, identity)");
+                 " (fields: type, default, doc, choices, min, max, unique, max_items, "
+                 "identity)");
       }
     }
     for (const char* required : {"type", "default", "doc"}) {
@@ -415,6 +463,7 @@ Schema Schema::parse(std::string_view yaml_text, const std::string& origin) {
       }
       (std::string(bound) == "min" ? spec.min : spec.max) = s.d;
     }
+    parse_list_rules(body, key_loc, spec);
     if (body["identity"]) {
       const std::string id = body["identity"].Scalar();
       if (id == "always") {
@@ -484,7 +533,9 @@ nlohmann::json Schema::coerce(const KeySpec& spec, const YAML::Node& value,
     fail(where, spec.key + " must be a list like [" + (elem == "string" ? "a, b" : "1, 2") +
                     "] ([] for none), got " + yaml_brief(value));
   }
+  check_list_length(spec, value, where);
   nlohmann::json out = nlohmann::json::array();
+  std::vector<SourceLoc> locs;
   for (size_t i = 0; i < value.size(); ++i) {
     const YAML::Node item = value[i];
     // Element positions are only meaningful when `where` points into the same text.
@@ -497,7 +548,9 @@ nlohmann::json Schema::coerce(const KeySpec& spec, const YAML::Node& value,
       fail(loc, name + " must be a single value, got " + yaml_brief(item));
     }
     out.push_back(coerce_scalar(spec, elem, from_yaml(item), name, loc));
+    locs.push_back(loc);
   }
+  check_unique(spec, out, locs);
   return out;
 }
 

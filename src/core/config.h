@@ -39,6 +39,12 @@ struct KeySpec {
   // besides "dynamic" and numbers (amp.loss_scale: auto).
   std::vector<std::string> choices;
   std::optional<double> min, max;    // inclusive bounds for numbers (each element of lists)
+  // Lists: `unique` - no element twice (schema `unique: true`: a repeated module or cast point
+  // means nothing and multiplies work); `max_items` - the most elements (schema `max_items`).
+  // Checked where a value is read from YAML (sweep files, --set), naming the element's
+  // line:column; configs read back from a database are taken as stored.
+  bool unique = false;
+  std::optional<size_t> max_items = std::nullopt;
   // Whether the key is part of a run's identity (Config::hash): kAlways; kNonDefault = only
   // when set to something other than its default (keys added later that change results, so
   // existing runs keep their hash); kNever = how or where a run executes, not what it computes
@@ -56,8 +62,9 @@ class Schema {
   // The keys of a sweep file's own blocks (prune:), compiled in (schemas/sweep.yaml).
   static const Schema& sweep_blocks();
   // Parses a schema document; throws ConfigError naming `origin` on a malformed entry.
-  // Each top-level key is a dotted config key mapping to {type, default, doc[, choices, min, max]};
-  // every default must satisfy its own type and bounds; no key may be a prefix group of another.
+  // Each top-level key is a dotted config key mapping to {type, default, doc[, choices, min, max,
+  // unique, max_items, identity]} (unique and max_items: list keys only); every default must
+  // satisfy its own type and bounds; no key may be a prefix group of another.
   static Schema parse(std::string_view yaml_text, const std::string& origin);
 
   const KeySpec* find(const std::string& key) const;  // nullptr when unknown

@@ -126,43 +126,76 @@ std::vector<ScaleEvent> Store::scale_events(int64_t run_id) const {
   });
 }
 
+namespace {
+
+// The columns of an epoch row that read_epoch reads, in its order.
+constexpr const char* kEpochColumns =
+    "e.epoch, e.global_step, e.lr, e.train_loss, e.train_fps_mean, e.train_fps_min, "
+    "e.train_fps_max, e.epoch_seconds, e.skipped_samples, e.checkpoint_path, "
+    "e.checkpoint_bytes, e.checkpoint_sha256, e.checkpoint_deleted_at, e.recorded_at, "
+    "e.data_wait_seconds, e.forward_seconds, e.backward_seconds, e.optimizer_seconds, "
+    "e.eval_seconds, e.checkpoint_seconds, e.db_seconds, e.startup_seconds, e.profile_trace";
+
+// An epoch row (without its metrics) from kEpochColumns, starting at column `at`.
+EpochRow read_epoch(const Statement& select, int at) {
+  EpochRow row;
+  row.epoch = static_cast<int>(select.column_int(at));
+  row.global_step = select.column_int(at + 1);
+  row.lr = select.column_double(at + 2);
+  row.train_loss = select.column_double(at + 3);
+  row.train_fps_mean = select.column_double(at + 4);
+  row.train_fps_min = select.column_double(at + 5);
+  row.train_fps_max = select.column_double(at + 6);
+  row.epoch_seconds = select.column_double(at + 7);
+  row.skipped_samples = select.column_int(at + 8);
+  if (!select.is_null(at + 9) && select.is_null(at + 12)) {
+    row.checkpoint = CheckpointFile{select.column_text(at + 9), select.column_int(at + 10),
+                                    select.column_text(at + 11)};
+  }
+  row.recorded_at = select.column_text(at + 13);
+  if (!select.is_null(at + 14)) {
+    auto seconds = [&](int column) {
+      return select.is_null(at + column) ? -1.0 : select.column_double(at + column);
+    };
+    row.times = EpochTimes{seconds(14), seconds(15), seconds(16), seconds(17),
+                           seconds(18), seconds(19), seconds(20), seconds(21)};
+  }
+  if (!select.is_null(at + 22)) row.profile_trace = select.column_text(at + 22);
+  return row;
+}
+
+// "WITH picked AS (...) ": the first ?2 runs of the sweep named ?1 (in runs(sweep)'s order) for
+// which `condition` on r.id holds, with their cell_index.
+std::string first_runs_where(const std::string& condition) {
+  return "WITH picked AS (SELECT r.id, r.cell_index FROM runs r JOIN sweeps s ON s.id = "
+         "r.sweep_id WHERE s.name = ?1 AND " +
+         condition + " ORDER BY r.cell_index, r.id LIMIT ?2) ";
+}
+
+// The rows of `select`, whose column 0 is a run id, grouped by run in their order; `read` reads
+// one row's item.
+template <typename Read>
+auto group_by_run(Statement& select, Read read)
+    -> std::vector<std::pair<int64_t, std::vector<decltype(read(select))>>> {
+  std::vector<std::pair<int64_t, std::vector<decltype(read(select))>>> runs;
+  while (select.step()) {
+    const int64_t id = select.column_int(0);
+    if (runs.empty() || runs.back().first != id) runs.push_back({id, {}});
+    runs.back().second.push_back(read(select));
+  }
+  return runs;
+}
+
+}  // namespace
+
 std::vector<EpochRow> Store::epochs(int64_t run_id) const {
   return guarded(path_, "reading epochs of run " + std::to_string(run_id), [&] {
-    std::vector<EpochRow> rows;
     Statement select(db_,
-                     "SELECT epoch, global_step, lr, train_loss, train_fps_mean, train_fps_min, "
-                     "train_fps_max, epoch_seconds, skipped_samples, checkpoint_path, "
-                     "checkpoint_bytes, checkpoint_sha256, checkpoint_deleted_at, recorded_at, "
-                     "data_wait_seconds, forward_seconds, backward_seconds, optimizer_seconds, "
-                     "eval_seconds, checkpoint_seconds, db_seconds, startup_seconds, "
-                     "profile_trace FROM epochs WHERE run_id = ? ORDER BY epoch",
+                     std::string("SELECT ") + kEpochColumns +
+                         " FROM epochs e WHERE e.run_id = ? ORDER BY e.epoch",
                      run_id);
-    while (select.step()) {
-      EpochRow row;
-      row.epoch = static_cast<int>(select.column_int(0));
-      row.global_step = select.column_int(1);
-      row.lr = select.column_double(2);
-      row.train_loss = select.column_double(3);
-      row.train_fps_mean = select.column_double(4);
-      row.train_fps_min = select.column_double(5);
-      row.train_fps_max = select.column_double(6);
-      row.epoch_seconds = select.column_double(7);
-      row.skipped_samples = select.column_int(8);
-      if (!select.is_null(9) && select.is_null(12)) {
-        row.checkpoint = CheckpointFile{select.column_text(9), select.column_int(10),
-                                        select.column_text(11)};
-      }
-      row.recorded_at = select.column_text(13);
-      if (!select.is_null(14)) {
-        auto seconds = [&](int column) {
-          return select.is_null(column) ? -1.0 : select.column_double(column);
-        };
-        row.times = EpochTimes{seconds(14), seconds(15), seconds(16), seconds(17),
-                               seconds(18), seconds(19), seconds(20), seconds(21)};
-      }
-      if (!select.is_null(22)) row.profile_trace = select.column_text(22);
-      rows.push_back(std::move(row));
-    }
+    std::vector<EpochRow> rows =
+        sql::read_rows(select, [](const Statement& row) { return read_epoch(row, 0); });
     Statement metrics(db_, "SELECT epoch, name, value FROM metrics WHERE run_id = ? ORDER BY epoch",
                       run_id);
     size_t next = 0;
@@ -174,6 +207,39 @@ std::vector<EpochRow> Store::epochs(int64_t run_id) const {
       }
     }
     return rows;
+  });
+}
+
+std::vector<std::pair<int64_t, std::vector<EpochRow>>> Store::timed_epochs(const std::string& sweep,
+                                                                           size_t max_runs) const {
+  return guarded(path_, "reading the epoch times of sweep '" + sweep + "'", [&] {
+    // The first max_runs runs (in runs(sweep)'s order) with a breakdown or a trace, then their
+    // epochs: the EXISTS reads each run's epochs through the primary key, nothing is loaded.
+    Statement select(db_,
+                     first_runs_where("EXISTS (SELECT 1 FROM epochs x WHERE x.run_id = r.id AND "
+                                      "(x.data_wait_seconds IS NOT NULL OR x.profile_trace IS "
+                                      "NOT NULL))") +
+                         "SELECT p.id, " + kEpochColumns +
+                         " FROM picked p JOIN epochs e ON e.run_id = p.id "
+                         "ORDER BY p.cell_index, p.id, e.epoch",
+                     sweep, static_cast<int64_t>(max_runs));
+    return group_by_run(select, [](const Statement& row) { return read_epoch(row, 1); });
+  });
+}
+
+std::vector<std::pair<int64_t, std::vector<ScaleEvent>>> Store::scale_events(
+    const std::string& sweep, size_t max_runs) const {
+  return guarded(path_, "reading the loss-scale events of sweep '" + sweep + "'", [&] {
+    Statement select(db_,
+                     first_runs_where("EXISTS (SELECT 1 FROM loss_scale_events x WHERE "
+                                      "x.run_id = r.id)") +
+                         "SELECT p.id, e.global_step, e.scale, e.reason FROM picked p JOIN "
+                         "loss_scale_events e ON e.run_id = p.id "
+                         "ORDER BY p.cell_index, p.id, e.global_step",
+                     sweep, static_cast<int64_t>(max_runs));
+    return group_by_run(select, [](const Statement& row) {
+      return ScaleEvent{row.column_int(1), row.column_double(2), row.column_text(3)};
+    });
   });
 }
 

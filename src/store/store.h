@@ -148,6 +148,11 @@ class Store {
   // took, known only after them). ClaimLostError when another process holds the run.
   void set_epoch_db_seconds(int64_t run_id, int epoch, double seconds);
   std::vector<EpochRow> epochs(int64_t run_id) const;
+  // The epoch rows (without metrics) of the first `max_runs` runs of `sweep`, in the order of
+  // runs(sweep), that have an epoch with a time breakdown (EpochTimes) or a profile trace, each
+  // run with all its epochs: the report's time bars in one query, not one per run.
+  std::vector<std::pair<int64_t, std::vector<EpochRow>>> timed_epochs(const std::string& sweep,
+                                                                      size_t max_runs) const;
   // The evaluation of the run's initial weights (table initial_metrics, migration 9): replaces
   // every value the run had there, in one transaction. Names as in record_epoch's metrics.
   // ClaimLostError (nothing written) when another process holds the run. Truncating epochs
@@ -158,6 +163,10 @@ class Store {
   // The loss_scale_events of a run in step order (re-recording or truncating epochs drops
   // theirs).
   std::vector<ScaleEvent> scale_events(int64_t run_id) const;
+  // The events of the first `max_runs` runs of `sweep` that have any, in the order of
+  // runs(sweep), by global step: the report's loss-scale plot in one query, not one per run.
+  std::vector<std::pair<int64_t, std::vector<ScaleEvent>>> scale_events(const std::string& sweep,
+                                                                        size_t max_runs) const;
 
   // Drops epochs > `epoch` of a run (and their metrics) before it is resumed from `epoch`;
   // returns the checkpoint files those rows referenced so the caller can delete them.

@@ -137,6 +137,80 @@ TEST(Untrusted, ShowRefusesValuesOfAnotherShape) {
   EXPECT_EQ(r.out, "");
 }
 
+// The bytes a terminal obeys: C0 controls (ESC, CR, BEL, ...; not CSV's line end "\r\n"), DEL,
+// the C1 controls U+0080 - U+009F as UTF-8 (0xc2 0x80 - 0xc2 0x9f), and bytes that are not UTF-8
+// (0xff).
+bool has_raw_control(const std::string& text) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c == '\r' && i + 1 < text.size() && text[i + 1] == '\n') continue;
+    if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f || c == 0xff) return true;
+    if (c == 0xc2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) <= 0x9f) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Text from a database (sweep and run names, labels, messages; metric names cannot carry
+// controls: a CHECK refuses them) and from a checkpoint (its metadata) reaches stdout and stderr
+// escaped, whichever command prints it: the escaping sits where amptune writes to the terminal,
+// not in each command.
+TEST(Untrusted, TextFromDatabasesAndCheckpointsPrintsEscaped) {
+  const TinySweep f = make_tiny_sweep(quick_tiny("grid:\n  seed: [0]\n", 1));
+  ASSERT_EQ(run_amptune({"run", f.yaml, "-q"}, f.dir).exit_code, 0);
+  // ESC [2J, CR, BEL, the C1 control CSI (U+009B) and a byte that is not UTF-8.
+  const std::string bad = "char(27) || '[2J' || char(13) || char(7) || char(155) || "
+                          "CAST(X'FF' AS TEXT)";
+  sql(f.db, "UPDATE sweeps SET name = 'tiny' || " + bad + ";"
+            "UPDATE runs SET name = 'r' || " + bad + ", label = 'l' || " + bad +
+            ", message = 'm' || " + bad + ", status = 'failed' WHERE id = 1;"
+            // A swept value, as compare's tables show it (JSON text holds no invalid UTF-8).
+            "UPDATE run_params SET value_json = json_quote('s' || char(27) || '[2J' || "
+            "char(13) || char(7) || char(155)) WHERE key = 'seed';"
+            "UPDATE runs SET axes_json = json_object('seed', json(value_json)) FROM run_params "
+            "WHERE run_params.run_id = runs.id AND key = 'seed';");
+  const std::string sweep = store::Store(f.db).sweep_names().at(0);
+  const std::string escaped = "\\x1b[2J\\x0d\\x07\\u009b\\xff";
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"list"},
+           {"show", "1"},
+           {"status"},
+           {"compare", "--sweep", sweep, "--by", "seed"},
+           {"compare", "--sweep", sweep, "--by", "seed", "--format", "csv"},
+           {"compare", "--sweep", sweep, "--metric", "nothing" + sweep.substr(4)},
+           {"show", "r" + sweep.substr(4) + "x"}}) {
+    const Result r = run_amptune(args, f.dir);
+    EXPECT_FALSE(has_raw_control(r.out)) << args[0] << " printed a control byte:\n" << r.out;
+    EXPECT_FALSE(has_raw_control(r.err)) << args[0] << " printed a control byte:\n" << r.err;
+    const bool table = args[0] == "compare" && args.size() > 3 && args[3] == "--by";
+    EXPECT_NE((r.out + r.err).find(table ? "s\\x1b[2J\\x0d\\x07\\u009b" : escaped),
+              std::string::npos)
+        << args[0] << ":\n" << r.out << r.err;
+  }
+
+  // A checkpoint whose metadata carries the same controls (JSON escapes in its header): eval's
+  // error (exit 6) names the value, escaped.
+  sql(f.db, "UPDATE runs SET status = 'done' WHERE id = 1;"
+            "UPDATE epochs SET checkpoint_bytes = NULL, checkpoint_sha256 = NULL");
+  std::string file = epochs_of(f.db, "1").at(0).checkpoint->path;
+  if (file[0] != '/') file = f.dir + "/" + file;
+  std::string bytes = read_file(file);
+  uint64_t length = 0;
+  for (int i = 7; i >= 0; --i) length = length << 8 | static_cast<unsigned char>(bytes[i]);
+  std::string header = bytes.substr(8, length);
+  const std::string format = "amptune-checkpoint-2";
+  ASSERT_NE(header.find(format), std::string::npos) << header;
+  header.replace(header.find(format), format.size(), "x\\u001b[2J\\r\\u0007\\u009bx");
+  std::string crafted(8, '\0');
+  for (int i = 0; i < 8; ++i) crafted[i] = static_cast<char>(header.size() >> (8 * i) & 0xff);
+  write_file(file, crafted + header + bytes.substr(8 + length));
+  const Result r = run_amptune({"eval", "1"}, f.dir);
+  EXPECT_EQ(r.exit_code, 6) << r.err;
+  EXPECT_FALSE(has_raw_control(r.out + r.err)) << r.out << r.err;
+  EXPECT_NE(r.err.find("x\\x1b[2J\\x0d\\x07\\u009bx"), std::string::npos) << r.err;
+}
+
 // Two databases given one checkpoint.dir: the folder is the first one's, the second is refused
 // before it writes or deletes anything there.
 TEST(Untrusted, ACheckpointFolderBelongsToOneDatabase) {

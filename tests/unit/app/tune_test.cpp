@@ -136,6 +136,19 @@ TEST(AppTune, BisectionKeepsTheModulesThatMatter) {
   EXPECT_EQ(probes, 0);  // one module: nothing to bisect
 }
 
+// A list that repeats a module (10,000 copies of conv1 took 19,998 probe runs): each distinct
+// module is bisected once, so the probes stay below 2 x (distinct modules).
+TEST(AppTune, BisectionCountsEachModuleOnce) {
+  int probes = 0;
+  const std::vector<std::string> copies(10000, "conv1");
+  EXPECT_EQ(bisect_with(copies, {"conv1"}, &probes), (std::vector<std::string>{"conv1"}));
+  EXPECT_EQ(probes, 0);
+  std::vector<std::string> mixed;
+  for (int i = 0; i < 5000; ++i) mixed.insert(mixed.end(), {"conv1", "fc", "layer1"});
+  EXPECT_EQ(bisect_with(mixed, {"fc"}, &probes), (std::vector<std::string>{"fc"}));
+  EXPECT_LE(probes, 5);
+}
+
 TEST(AppTune, PrecisionRankPutsLessFp32WorkFirst) {
   // Equal measured shares: the opt level, then the modules, then BatchNorm decide.
   const auto o2 = precision_rank(config({{"amp.opt_level", "O2"}}), 0.0);

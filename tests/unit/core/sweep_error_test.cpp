@@ -234,6 +234,58 @@ TEST_F(CoreSweepError, AForksGridIsCapped) {
   EXPECT_HAS(m, "x.yaml:");
 }
 
+// A list entry given twice names both places; every list key where a repeat means nothing.
+TEST_F(CoreSweepError, RepeatedListEntriesAreRefused) {
+  EXPECT_EQ(error("name: t\nbase:\n  amp.fp32_modules: [conv1, fc,\n    conv1]\n"),
+            "x.yaml:4:5: amp.fp32_modules[2] repeats \"conv1\" (first at amp.fp32_modules[0], "
+            "x.yaml:3:22); list each entry once");
+  EXPECT_HAS(error("name: t\ngrid:\n  casts.int32: [[bbox], [bbox, k_value, bbox]]\n"),
+             "x.yaml:3:41: casts.int32[2] repeats \"bbox\"");
+  EXPECT_HAS(error("name: t\nbase: {rootnet.train_sets: [muco, muco]}\n"),
+             "rootnet.train_sets[1] repeats \"muco\"");
+  EXPECT_HAS(error("name: t\nbase: {checkpoint.keep_epochs: [3, 3]}\n"),
+             "checkpoint.keep_epochs[1] repeats 3");
+  EXPECT_HAS(error("name: t\nbase: {}\n", {"amp.fp32_modules=[fc, fc]"}),
+             "amp.fp32_modules[1] repeats \"fc\"");
+  const std::string tune = "name: t\ntune:\n  reference: {amp.opt_level: O0}\n"
+                           "  start: {amp.opt_level: O1}\n  tolerance: {abs: 1}\n";
+  EXPECT_HAS(error(tune + "  moves: [casts, loss_scale, casts]\n"),
+             "x.yaml:6:30: tune.moves[2] repeats \"casts\"");
+}
+
+// List lengths are capped (10,000 copies of conv1 made tune bisect for 19,998 rounds), checked
+// by the list's size before its entries are read.
+TEST_F(CoreSweepError, ListLengthsAreCapped) {
+  std::string copies;
+  for (int i = 0; i < 10000; ++i) copies += std::string(i ? ", " : "") + "conv1";
+  EXPECT_EQ(error("name: t\nbase:\n  amp.fp32_modules: [" + copies + "]\n"),
+            "x.yaml:3:21: amp.fp32_modules has 10000 entries, more than the 1024 it takes (its "
+            "entry in schemas/ says why); shorten the list");
+  std::string names;
+  for (int i = 0; i < 1025; ++i) names += std::string(i ? ", " : "") + "m" + std::to_string(i);
+  EXPECT_HAS(error("name: t\nbase: {amp.fp32_modules: [" + names + "]}\n"),
+             "amp.fp32_modules has 1025 entries, more than the 1024");
+  EXPECT_HAS(error("name: t\nbase: {profile.steps: [1, 2, 3]}\n"),
+             "x.yaml:2:23: profile.steps has 3 entries, more than the 2");
+  EXPECT_HAS(error("name: t\nbase: {optim.betas: [0.9, 0.99, 0.999]}\n"),
+             "optim.betas has 3 entries, more than the 2");
+}
+
+// Integers whose size costs time or memory have a maximum (schemas/*.yaml give the reasons).
+TEST_F(CoreSweepError, CostlyIntegersHaveMaxima) {
+  EXPECT_EQ(error("name: t\ntune:\n  reference: {amp.opt_level: O0}\n"
+                  "  start: {amp.opt_level: O1}\n  tolerance: {abs: 1}\n"
+                  "  diagnose: {batches: 2147483647}\n"),
+            "x.yaml:6:23: tune.diagnose.batches must be <= 1024, got 2147483647");
+  EXPECT_HAS(error("name: t\nbase: {schedule.epochs: 100001}\n"),
+             "schedule.epochs must be <= 100000, got 100001");
+  EXPECT_HAS(error("name: t\nbase: {model.num_classes: 2000000000}\n"),
+             "model.num_classes must be <= 1000000");
+  EXPECT_HAS(error("name: t\nbase: {model.in_channels: 100000}\n"),
+             "model.in_channels must be <= 1024");
+  EXPECT_HAS(error("name: t\nbase: {threads: 1000000}\n"), "threads must be <= 1024");
+}
+
 TEST(CoreSweepFile, MissingFileIsAConfigErrorNamingThePath) {
   testing::ScratchDir dir;
   const std::string path = (dir.path() / "absent.yaml").string();
