@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <utility>
@@ -65,6 +66,12 @@ int latest_schema_version();
 // Every number and JSON text the store hands on is checked for type and range as it is read (a
 // database from elsewhere, or edited by hand, may hold anything its columns' affinity lets in);
 // a bad one is a StoreError naming the table, the row and the column, never a crash further up.
+
+// The largest INTEGER the readers (and merge, for what it copies) take where a C++ int holds
+// the value (epochs, rungs, indices, counts); an epoch (0-based) one less, so that a run's epoch
+// count, its last epoch + 1, is an int too.
+constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
+constexpr int64_t kMaxEpoch = kMaxInt - 1;
 
 // A value of the database: its table, row (the id, or the rowid) and column.
 struct Cell {

@@ -107,6 +107,34 @@ TEST(Untrusted, AViewInPlaceOfATableIsRefusedWhateverItsCase) {
   EXPECT_EQ(store::Store(f.dir + "/results/into.sqlite").runs().size(), 1u);
 }
 
+// A shard whose rows break the schema (a run status outside its CHECK) or hold an epoch past an
+// int: `amptune merge` exits 5 naming the input, the table, the row and the column, and the
+// target is unchanged. Before, the first said only "CHECK constraint failed: ..." and the second
+// was merged, for every reader of the target to trip on.
+TEST(Untrusted, MergeRefusesRowsBreakingTheSchemaOrTheReadersRange) {
+  const TinySweep f = make_tiny_sweep(quick_tiny("", 1));
+  ASSERT_EQ(run_amptune({"run", f.yaml, "-q"}, f.dir).exit_code, 0);
+  const std::string into = f.dir + "/results/into.sqlite";
+  ASSERT_EQ(run_amptune({"merge", f.db, "--into", into}, f.dir).exit_code, 0);
+  const std::string crafted = f.dir + "/results/crafted.sqlite";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"PRAGMA ignore_check_constraints = ON; UPDATE runs SET status = 'bogus', "
+       "config_hash = 'another1', name = 'other'",
+       "table runs, row 1, column status breaks the schema (CHECK constraint failed: status IN"},
+      {"PRAGMA foreign_keys = OFF; UPDATE epochs SET epoch = 2147483648",
+       "table epochs, row 1, column epoch holds 2147483648, outside [0, 2147483646]"},
+  };
+  for (const auto& [change, expected] : cases) {
+    fs::copy_file(f.db, crafted, fs::copy_options::overwrite_existing);
+    sql(crafted, change);
+    const Result r = run_amptune({"merge", crafted, "--into", into}, f.dir);
+    EXPECT_EQ(r.exit_code, 5) << r.err;
+    EXPECT_NE(r.err.find(crafted + ": " + expected), std::string::npos) << r.err;
+  }
+  EXPECT_EQ(store::Store(into).runs().size(), 1u);
+  EXPECT_EQ(epochs_of(into, "1").size(), 1u);
+}
+
 // Values of another type or shape in a database edited or crafted, opened directly: show prints
 // a number where a setting's string was, and exits 5 naming the table, the row and the column
 // for a config that is not JSON or a prune decision's compared_json of another shape (it
