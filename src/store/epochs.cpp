@@ -126,51 +126,78 @@ std::vector<ScaleEvent> Store::scale_events(int64_t run_id) const {
   });
 }
 
+namespace {
+
+// An epochs row of `path` (the columns Store::epochs selects, rowid last), its numbers checked
+// as they are read (detail::int_column, real_column).
+EpochRow read_epoch(const std::string& path, const Statement& select) {
+  auto cell = [&](const char* column) {
+    return detail::Cell{"epochs", select.column_int(23), column};
+  };
+  auto real = [&](int column, const char* name) {
+    return detail::real_column(path, select, column, cell(name));
+  };
+  EpochRow row;
+  row.epoch =
+      static_cast<int>(detail::int_column(path, select, 0, cell("epoch"), 0, detail::kMaxEpoch));
+  row.global_step = detail::int_column(path, select, 1, cell("global_step"), 0, detail::kMaxInt64);
+  row.lr = real(2, "lr");
+  row.train_loss = real(3, "train_loss");
+  row.train_fps_mean = real(4, "train_fps_mean");
+  row.train_fps_min = real(5, "train_fps_min");
+  row.train_fps_max = real(6, "train_fps_max");
+  row.epoch_seconds = real(7, "epoch_seconds");
+  row.skipped_samples =
+      detail::int_column(path, select, 8, cell("skipped_samples"), 0, detail::kMaxInt64);
+  if (!select.is_null(9) && select.is_null(12)) {
+    const int64_t bytes =
+        select.is_null(10)
+            ? 0
+            : detail::int_column(path, select, 10, cell("checkpoint_bytes"), 0, detail::kMaxInt64);
+    row.checkpoint = CheckpointFile{select.column_text(9), bytes, select.column_text(11)};
+  }
+  row.recorded_at = select.column_text(13);
+  if (!select.is_null(14)) {
+    const char* names[] = {"data_wait_seconds", "forward_seconds", "backward_seconds",
+                           "optimizer_seconds", "eval_seconds",    "checkpoint_seconds",
+                           "db_seconds",        "startup_seconds"};
+    auto seconds = [&](int column) {
+      return select.is_null(column) ? -1.0 : real(column, names[column - 14]);
+    };
+    row.times = EpochTimes{seconds(14), seconds(15), seconds(16), seconds(17),
+                           seconds(18), seconds(19), seconds(20), seconds(21)};
+  }
+  if (!select.is_null(22)) row.profile_trace = select.column_text(22);
+  return row;
+}
+
+}  // namespace
+
 std::vector<EpochRow> Store::epochs(int64_t run_id) const {
   return guarded(path_, "reading epochs of run " + std::to_string(run_id), [&] {
-    std::vector<EpochRow> rows;
     Statement select(db_,
                      "SELECT epoch, global_step, lr, train_loss, train_fps_mean, train_fps_min, "
                      "train_fps_max, epoch_seconds, skipped_samples, checkpoint_path, "
                      "checkpoint_bytes, checkpoint_sha256, checkpoint_deleted_at, recorded_at, "
                      "data_wait_seconds, forward_seconds, backward_seconds, optimizer_seconds, "
                      "eval_seconds, checkpoint_seconds, db_seconds, startup_seconds, "
-                     "profile_trace FROM epochs WHERE run_id = ? ORDER BY epoch",
+                     "profile_trace, rowid FROM epochs WHERE run_id = ? ORDER BY epoch",
                      run_id);
-    while (select.step()) {
-      EpochRow row;
-      row.epoch = static_cast<int>(select.column_int(0));
-      row.global_step = select.column_int(1);
-      row.lr = select.column_double(2);
-      row.train_loss = select.column_double(3);
-      row.train_fps_mean = select.column_double(4);
-      row.train_fps_min = select.column_double(5);
-      row.train_fps_max = select.column_double(6);
-      row.epoch_seconds = select.column_double(7);
-      row.skipped_samples = select.column_int(8);
-      if (!select.is_null(9) && select.is_null(12)) {
-        row.checkpoint = CheckpointFile{select.column_text(9), select.column_int(10),
-                                        select.column_text(11)};
-      }
-      row.recorded_at = select.column_text(13);
-      if (!select.is_null(14)) {
-        auto seconds = [&](int column) {
-          return select.is_null(column) ? -1.0 : select.column_double(column);
-        };
-        row.times = EpochTimes{seconds(14), seconds(15), seconds(16), seconds(17),
-                               seconds(18), seconds(19), seconds(20), seconds(21)};
-      }
-      if (!select.is_null(22)) row.profile_trace = select.column_text(22);
-      rows.push_back(std::move(row));
-    }
-    Statement metrics(db_, "SELECT epoch, name, value FROM metrics WHERE run_id = ? ORDER BY epoch",
+    std::vector<EpochRow> rows =
+        sql::read_rows(select, [&](const Statement& row) { return read_epoch(path_, row); });
+    Statement metrics(db_,
+                      "SELECT epoch, name, value, rowid FROM metrics WHERE run_id = ? "
+                      "ORDER BY epoch",
                       run_id);
     size_t next = 0;
     while (metrics.step()) {
-      const int epoch = static_cast<int>(metrics.column_int(0));
+      const detail::Cell cell{"metrics", metrics.column_int(3), "epoch"};
+      const int epoch =
+          static_cast<int>(detail::int_column(path_, metrics, 0, cell, 0, detail::kMaxEpoch));
       while (next < rows.size() && rows[next].epoch < epoch) ++next;
       if (next < rows.size() && rows[next].epoch == epoch) {
-        rows[next].metrics[metrics.column_text(1)] = metrics.column_double(2);
+        rows[next].metrics[metrics.column_text(1)] =
+            detail::real_column(path_, metrics, 2, {"metrics", cell.row, "value"});
       }
     }
     return rows;

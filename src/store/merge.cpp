@@ -13,7 +13,6 @@
 #include <cctype>
 #include <filesystem>
 #include <functional>
-#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -838,7 +837,7 @@ struct ColumnRange {
 };
 constexpr int64_t kInt = detail::kMaxInt;
 constexpr int64_t kEpoch = detail::kMaxEpoch;
-constexpr int64_t kInt64 = std::numeric_limits<int64_t>::max();
+constexpr int64_t kInt64 = detail::kMaxInt64;
 constexpr ColumnRange kColumnRanges[] = {
     {"runs", "cell_index", 0, kInt},          {"runs", "parent_epoch", 0, kEpoch},
     {"runs", "threads", 0, kInt},             {"runs", "world_size", 0, kInt},

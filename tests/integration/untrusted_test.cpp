@@ -165,6 +165,54 @@ TEST(Untrusted, ShowRefusesValuesOfAnotherShape) {
   EXPECT_EQ(r.out, "");
 }
 
+// A database edited or crafted, used directly with --db: compare, report, tune --status, list
+// and show exit 5 naming the table, the row and the column of a value of another type or
+// shape, and print nothing. Before, compare and report crashed on an axes_json that is not JSON
+// and tune --status on such a change_json (exit 1), list named no row, show printed 'high' as 0.
+TEST(Untrusted, CommandsRefuseValuesOfAnotherShapeNamingTheRowAndColumn) {
+  const TinySweep f = make_tiny_sweep(quick_tiny("", 1));
+  ASSERT_EQ(run_amptune({"run", f.yaml, "-q"}, f.dir).exit_code, 0);
+  const std::string saved = f.dir + "/results/saved.sqlite";
+  fs::copy_file(f.db, saved);
+  const std::string tune =
+      "INSERT INTO tune_searches (id, sweep_id, block_json, metric, higher_is_better, "
+      "reference_run_id, start_run_id, created_at) VALUES (1, 1, '{}', 'acc1', 1, 1, 1, 'now');"
+      "INSERT INTO tune_rounds VALUES (1, 1, 'search', 1, 0, NULL, '');"
+      "INSERT INTO tune_candidates (search_id, round, seq, move, change_json, reason, run_id, "
+      "fork_epoch) VALUES (1, 1, 0, 'loss_scale', 'oops', '', 1, 0);";
+  struct Case {
+    std::string change;
+    std::vector<std::string> args;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {"UPDATE runs SET axes_json = 'oops'",
+       {"compare", "--sweep", "tiny"},
+       "table runs, row 1, column axes_json is not JSON: 'oops'"},
+      {"UPDATE runs SET axes_json = 'oops'",
+       {"report", "--sweep", "tiny", "--out", "report"},
+       "table runs, row 1, column axes_json is not JSON: 'oops'"},
+      {tune,
+       {"tune", "--status", f.yaml},
+       "table tune_candidates, row 1, column change_json is not JSON: 'oops'"},
+      {"UPDATE runs SET status = 'bogus'",
+       {"list"},
+       "table runs, row 1, column status holds 'bogus', not a run status"},
+      {"UPDATE metrics SET value = 'high' WHERE name = 'acc1'",
+       {"show", "1"},
+       "table metrics, row 1, column value holds 'high', not a number"},
+  };
+  for (const Case& c : cases) {
+    fs::copy_file(saved, f.db, fs::copy_options::overwrite_existing);
+    sql(f.db, "PRAGMA ignore_check_constraints = ON;" + c.change);
+    const Result r = run_amptune(c.args, f.dir);
+    EXPECT_EQ(r.exit_code, 5) << c.args[0] << ": " << r.err;
+    EXPECT_NE(r.err.find("amptune.sqlite: " + c.expected), std::string::npos)
+        << c.args[0] << ": " << r.err;
+    EXPECT_EQ(r.out, "") << c.args[0];
+  }
+}
+
 // Two databases given one checkpoint.dir: the folder is the first one's, the second is refused
 // before it writes or deletes anything there.
 TEST(Untrusted, ACheckpointFolderBelongsToOneDatabase) {
