@@ -54,23 +54,33 @@ std::vector<Store::ModuleError> Store::module_errors(const std::string& sweep) c
         "COUNT(*), CASE WHEN COUNT(d.cosine) < COUNT(*) THEN NULL ELSE MIN(d.cosine) END, "
         "MAX(d.max_abs_err), MAX(d.max_rel_err), "
         "MAX(d.frac_rel_err_1e3), MAX(d.frac_rel_err_5e3), MAX(d.overflow_frac), "
-        "MAX(d.underflow_frac), g.cosine_min FROM diagnostics d "
+        "MAX(d.underflow_frac), g.cosine_min, MIN(d.rowid), g.rowid FROM diagnostics d "
         "JOIN diagnoses g ON g.run_id = d.run_id AND g.epoch = d.epoch "
         "JOIN runs r ON r.id = d.run_id JOIN sweeps s ON s.id = r.sweep_id "
         "WHERE s.name = ? AND d.kind = 'forward' "
         "GROUP BY d.run_id, d.epoch, d.seq, d.module ORDER BY d.run_id, d.epoch, d.seq",
         sweep);
-    auto real = [&](int c) { return select.column_double(c); };  // NULL -> NaN
+    // Checked as read (a group's values are its rows'; a bad one is named by the group's first
+    // row): NULL -> NaN, a TEXT (MAX over a group prefers it) refused.
+    const char* reals[] = {"cosine",           "max_abs_err",   "max_rel_err",   "frac_rel_err_1e3",
+                           "frac_rel_err_5e3", "overflow_frac", "underflow_frac"};
     while (select.step()) {
+      auto cell = [&](const char* column) {
+        return detail::Cell{"diagnostics", select.column_int(15), column};
+      };
+      auto real = [&](int c) { return detail::real_column(path_, select, c, cell(reals[c - 7])); };
+      auto integer = [&](int c, const char* column, int64_t min, int64_t max) {
+        return detail::int_column(path_, select, c, cell(column), min, max);
+      };
       ModuleError e;
       e.run_id = select.column_int(0);
-      e.epoch = static_cast<int>(select.column_int(1));
+      e.epoch = static_cast<int>(integer(1, "epoch", -1, detail::kMaxEpoch));
       e.worst.kind = "forward";
-      e.worst.seq = static_cast<int>(select.column_int(2));
+      e.worst.seq = static_cast<int>(integer(2, "seq", 0, detail::kMaxInt));
       e.worst.module = select.column_text(3);
       e.worst.dtype = select.column_text(4);
-      e.worst.numel = select.column_int(5);
-      e.worst.batch = static_cast<int>(select.column_int(6));
+      e.worst.numel = integer(5, "numel", 0, detail::kMaxInt64);
+      e.worst.batch = static_cast<int>(select.column_int(6));  // COUNT(*)
       e.worst.cosine = real(7);
       e.worst.max_abs_err = real(8);
       e.worst.max_rel_err = real(9);
@@ -78,7 +88,8 @@ std::vector<Store::ModuleError> Store::module_errors(const std::string& sweep) c
       e.worst.frac_rel_err_5e3 = real(11);
       e.worst.overflow_frac = real(12);
       e.worst.underflow_frac = real(13);
-      e.cosine_min = real(14);
+      e.cosine_min = detail::real_column(path_, select, 14,
+                                         {"diagnoses", select.column_int(16), "cosine_min"});
       out.push_back(std::move(e));
     }
     return out;

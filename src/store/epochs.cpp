@@ -128,34 +128,50 @@ std::vector<ScaleEvent> Store::scale_events(int64_t run_id) const {
 
 namespace {
 
-// The columns of an epoch row that read_epoch reads, in its order.
+// The columns of an epoch row that read_epoch reads, in its order (the row's rowid last, for
+// error messages).
 constexpr const char* kEpochColumns =
     "e.epoch, e.global_step, e.lr, e.train_loss, e.train_fps_mean, e.train_fps_min, "
     "e.train_fps_max, e.epoch_seconds, e.skipped_samples, e.checkpoint_path, "
     "e.checkpoint_bytes, e.checkpoint_sha256, e.checkpoint_deleted_at, e.recorded_at, "
     "e.data_wait_seconds, e.forward_seconds, e.backward_seconds, e.optimizer_seconds, "
-    "e.eval_seconds, e.checkpoint_seconds, e.db_seconds, e.startup_seconds, e.profile_trace";
+    "e.eval_seconds, e.checkpoint_seconds, e.db_seconds, e.startup_seconds, e.profile_trace, "
+    "e.rowid";
 
-// An epoch row (without its metrics) from kEpochColumns, starting at column `at`.
-EpochRow read_epoch(const Statement& select, int at) {
+// An epochs row of `path` (without its metrics) from kEpochColumns, starting at column `at`, its
+// numbers checked as they are read (detail::int_column, real_column).
+EpochRow read_epoch(const std::string& path, const Statement& select, int at) {
+  auto cell = [&](const char* column) {
+    return detail::Cell{"epochs", select.column_int(at + 23), column};
+  };
+  auto integer = [&](int column, const char* name, int64_t max) {
+    return detail::int_column(path, select, at + column, cell(name), 0, max);
+  };
+  auto real = [&](int column, const char* name) {
+    return detail::real_column(path, select, at + column, cell(name));
+  };
   EpochRow row;
-  row.epoch = static_cast<int>(select.column_int(at));
-  row.global_step = select.column_int(at + 1);
-  row.lr = select.column_double(at + 2);
-  row.train_loss = select.column_double(at + 3);
-  row.train_fps_mean = select.column_double(at + 4);
-  row.train_fps_min = select.column_double(at + 5);
-  row.train_fps_max = select.column_double(at + 6);
-  row.epoch_seconds = select.column_double(at + 7);
-  row.skipped_samples = select.column_int(at + 8);
+  row.epoch = static_cast<int>(integer(0, "epoch", detail::kMaxEpoch));
+  row.global_step = integer(1, "global_step", detail::kMaxInt64);
+  row.lr = real(2, "lr");
+  row.train_loss = real(3, "train_loss");
+  row.train_fps_mean = real(4, "train_fps_mean");
+  row.train_fps_min = real(5, "train_fps_min");
+  row.train_fps_max = real(6, "train_fps_max");
+  row.epoch_seconds = real(7, "epoch_seconds");
+  row.skipped_samples = integer(8, "skipped_samples", detail::kMaxInt64);
   if (!select.is_null(at + 9) && select.is_null(at + 12)) {
-    row.checkpoint = CheckpointFile{select.column_text(at + 9), select.column_int(at + 10),
-                                    select.column_text(at + 11)};
+    const int64_t bytes =
+        select.is_null(at + 10) ? 0 : integer(10, "checkpoint_bytes", detail::kMaxInt64);
+    row.checkpoint = CheckpointFile{select.column_text(at + 9), bytes, select.column_text(at + 11)};
   }
   row.recorded_at = select.column_text(at + 13);
   if (!select.is_null(at + 14)) {
+    const char* names[] = {"data_wait_seconds", "forward_seconds", "backward_seconds",
+                           "optimizer_seconds", "eval_seconds",    "checkpoint_seconds",
+                           "db_seconds",        "startup_seconds"};
     auto seconds = [&](int column) {
-      return select.is_null(at + column) ? -1.0 : select.column_double(at + column);
+      return select.is_null(at + column) ? -1.0 : real(column, names[column - 14]);
     };
     row.times = EpochTimes{seconds(14), seconds(15), seconds(16), seconds(17),
                            seconds(18), seconds(19), seconds(20), seconds(21)};
@@ -195,15 +211,20 @@ std::vector<EpochRow> Store::epochs(int64_t run_id) const {
                          " FROM epochs e WHERE e.run_id = ? ORDER BY e.epoch",
                      run_id);
     std::vector<EpochRow> rows =
-        sql::read_rows(select, [](const Statement& row) { return read_epoch(row, 0); });
-    Statement metrics(db_, "SELECT epoch, name, value FROM metrics WHERE run_id = ? ORDER BY epoch",
+        sql::read_rows(select, [&](const Statement& row) { return read_epoch(path_, row, 0); });
+    Statement metrics(db_,
+                      "SELECT epoch, name, value, rowid FROM metrics WHERE run_id = ? "
+                      "ORDER BY epoch",
                       run_id);
     size_t next = 0;
     while (metrics.step()) {
-      const int epoch = static_cast<int>(metrics.column_int(0));
+      const detail::Cell cell{"metrics", metrics.column_int(3), "epoch"};
+      const int epoch =
+          static_cast<int>(detail::int_column(path_, metrics, 0, cell, 0, detail::kMaxEpoch));
       while (next < rows.size() && rows[next].epoch < epoch) ++next;
       if (next < rows.size() && rows[next].epoch == epoch) {
-        rows[next].metrics[metrics.column_text(1)] = metrics.column_double(2);
+        rows[next].metrics[metrics.column_text(1)] =
+            detail::real_column(path_, metrics, 2, {"metrics", cell.row, "value"});
       }
     }
     return rows;
@@ -223,7 +244,7 @@ std::vector<std::pair<int64_t, std::vector<EpochRow>>> Store::timed_epochs(const
                          " FROM picked p JOIN epochs e ON e.run_id = p.id "
                          "ORDER BY p.cell_index, p.id, e.epoch",
                      sweep, static_cast<int64_t>(max_runs));
-    return group_by_run(select, [](const Statement& row) { return read_epoch(row, 1); });
+    return group_by_run(select, [&](const Statement& row) { return read_epoch(path_, row, 1); });
   });
 }
 

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <utility>
@@ -66,6 +67,13 @@ int latest_schema_version();
 // database from elsewhere, or edited by hand, may hold anything its columns' affinity lets in);
 // a bad one is a StoreError naming the table, the row and the column, never a crash further up.
 
+// The largest INTEGER the readers (and merge, for what it copies) take where a C++ int holds
+// the value (epochs, rungs, indices, counts); an epoch (0-based) one less, so that a run's epoch
+// count, its last epoch + 1, is an int too.
+constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
+constexpr int64_t kMaxEpoch = kMaxInt - 1;
+constexpr int64_t kMaxInt64 = std::numeric_limits<int64_t>::max();  // steps, counts, bytes
+
 // A value of the database: its table, row (the id, or the rowid) and column.
 struct Cell {
   std::string table;
@@ -82,6 +90,10 @@ double real_column(const std::string& path, const sql::Statement& row, int colum
                    const Cell& cell);
 // The JSON text `text` of `cell` parsed; bad_value when it is not JSON.
 nlohmann::json json_column(const std::string& path, const Cell& cell, const std::string& text);
+// json_column, and bad_value unless the value is a JSON object (a config, axes, overrides, a
+// tune block or change).
+nlohmann::json json_object_column(const std::string& path, const Cell& cell,
+                                  const std::string& text);
 
 // --- prune decisions (store/pruning.cpp) ---
 

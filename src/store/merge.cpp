@@ -130,6 +130,58 @@ int index_of(const std::vector<std::string>& names, const std::string& name) {
   return -1;
 }
 
+// The columns of the target's `table` that SQLite's constraint message is about: those it names
+// ("NOT NULL constraint failed: runs.label", "UNIQUE constraint failed: run_params.run_id,
+// run_params.key", "CHECK constraint failed: status IN (...)"; a named CHECK by its name's
+// words, metric_name_is_identifier... -> name), else, for "FOREIGN KEY constraint failed", the
+// columns of the table's foreign keys.
+std::string constraint_columns(sqlite3* target, const std::string& table,
+                               const std::string& message) {
+  const size_t failed = message.find("failed");
+  const std::string text = message.substr(0, message.find(" [in: ")).substr(
+      failed == std::string::npos ? 0 : failed);
+  std::vector<std::string> columns;
+  Statement info(target, "SELECT name FROM pragma_table_info(?) ORDER BY cid", table);
+  while (info.step()) columns.push_back(info.column_text(0));
+  auto named = [&](bool split_on_underscore) {
+    std::string found, word;
+    for (size_t i = 0; i <= text.size(); ++i) {
+      const unsigned char c = i < text.size() ? static_cast<unsigned char>(text[i]) : ' ';
+      if (std::isalnum(c) || (c == '_' && !split_on_underscore)) {
+        word += static_cast<char>(c);
+        continue;
+      }
+      if (index_of(columns, word) >= 0 && found.find(word) == std::string::npos) {
+        found += (found.empty() ? "" : ", ") + word;
+      }
+      word.clear();
+    }
+    return found;
+  };
+  std::string found = named(false);
+  if (found.empty()) found = named(true);
+  if (found.empty()) {
+    Statement keys(target, "SELECT \"from\" FROM pragma_foreign_key_list(?)", table);
+    while (keys.step()) found += (found.empty() ? "" : ", ") + keys.column_text(0);
+  }
+  return found.empty() ? "(not named by SQLite)" : found;
+}
+
+// Runs `write`, which copies row `row` of the input's `table`: a constraint of the target's
+// schema the row breaks (CHECK, NOT NULL, UNIQUE, FOREIGN KEY) is a StoreError naming the input,
+// the table, the row and the column, not the bare SQLite message about the target.
+void copy_row(sqlite3* target, const std::string& input, const std::string& table, int64_t row,
+              Statement& write) {
+  try {
+    write.run();
+  } catch (const SqliteError& error) {
+    if (error.primary_code() != SQLITE_CONSTRAINT) throw;
+    const std::string message = error.what();
+    detail::bad_value(input, {table, row, constraint_columns(target, table, message)},
+                      "breaks the schema (" + message.substr(0, message.find(" [in: ")) + ")");
+  }
+}
+
 // One copy of a run: what decides which of two copies of a cell is kept.
 struct Copy {
   int64_t id = 0;
@@ -149,9 +201,12 @@ class ChildCopier {
   // rebinds what the target must hold otherwise.
   using Rewrite = std::function<void(const Statement& row, int64_t rowid, Statement& insert)>;
 
-  ChildCopier(sqlite3* in, sqlite3* out, const std::string& table,
+  ChildCopier(sqlite3* in, sqlite3* out, const std::string& input, const std::string& table,
               const std::vector<std::string>& columns, Rewrite rewrite = nullptr)
-      : select_(in, "SELECT " + column_list(columns) + ", rowid FROM " + table +
+      : out_(out),
+        input_(input),
+        table_(table),
+        select_(in, "SELECT " + column_list(columns) + ", rowid FROM " + table +
                         " WHERE run_id = ?"),
         insert_(out, "INSERT INTO " + table + " (" + column_list(columns) + ") VALUES (" +
                          placeholders(columns.size()) + ")"),
@@ -174,8 +229,9 @@ class ChildCopier {
           insert_.bind_column(at + 1, select_, at);
         }
       }
-      if (rewrite_) rewrite_(select_, select_.column_int(static_cast<int>(columns_.size())), insert_);
-      insert_.run();
+      const int64_t rowid = select_.column_int(static_cast<int>(columns_.size()));
+      if (rewrite_) rewrite_(select_, rowid, insert_);
+      copy_row(out_, input_, table_, rowid, insert_);
       row(select_);
       ++rows;
     }
@@ -183,6 +239,8 @@ class ChildCopier {
   }
 
  private:
+  sqlite3* out_;
+  std::string input_, table_;
   Statement select_, insert_;
   std::vector<std::string> columns_;
   int run_column_;
@@ -244,7 +302,7 @@ class Merger {
     count.schema_version = version;
     reading_input(input, "reading it", [&] {
       exec(in.db(), "BEGIN");  // one snapshot of the input
-      merge_metric_info(in.db());
+      merge_metric_info(in.db(), input);
       const std::unordered_map<int64_t, int64_t> sweeps = merge_sweeps(in.db(), count);
       merge_runs(in.db(), input, sweeps, count, version);
       copy_children(in.db(), input, count);
@@ -264,11 +322,11 @@ class Merger {
     return it->second;
   }
 
-  void merge_metric_info(sqlite3* in) {
+  void merge_metric_info(sqlite3* in, const std::string& path) {
     const std::vector<Column> input = columns_of(in, "metric_info");
     if (input.empty()) return;  // schema 1
     const auto names = shared_columns(target_columns("metric_info"), input);
-    Statement select(in, "SELECT " + column_list(names) + " FROM metric_info");
+    Statement select(in, "SELECT " + column_list(names) + ", rowid FROM metric_info");
     Statement insert(db_, "INSERT OR IGNORE INTO metric_info (" + column_list(names) +
                               ") VALUES (" + placeholders(names.size()) + ")");
     while (select.step()) {
@@ -276,7 +334,8 @@ class Merger {
       for (size_t c = 0; c < names.size(); ++c) {
         insert.bind_column(static_cast<int>(c) + 1, select, static_cast<int>(c));
       }
-      insert.run();
+      const int64_t rowid = select.column_int(static_cast<int>(names.size()));
+      copy_row(db_, path, "metric_info", rowid, insert);
     }
   }
 
@@ -305,7 +364,7 @@ class Merger {
         for (size_t c = 0; c < names.size(); ++c) {
           insert.bind_column(static_cast<int>(c) + 1, select, static_cast<int>(c) + 1);
         }
-        insert.run();
+        copy_row(db_, count.path, "sweeps", select.column_int(0), insert);
         ids[select.column_int(0)] = sqlite3_last_insert_rowid(db_);
         ++count.sweeps_added;
         continue;
@@ -319,7 +378,8 @@ class Merger {
           if (names[c] == "name" || names[c] == "created_at") continue;
           update.bind_column(at++, select, static_cast<int>(c) + 1);
         }
-        update.bind(at, id).run();
+        update.bind(at, id);
+        copy_row(db_, count.path, "sweeps", select.column_int(0), update);
       }
     }
     return ids;
@@ -406,7 +466,7 @@ class Merger {
       const auto names = shared_columns(
           target_columns(table), columns,
           table == "prune_decisions" ? std::vector<std::string>{"id"} : std::vector<std::string>{});
-      ChildCopier copier(in, db_, table, names, remap_compared(input, names));
+      ChildCopier copier(in, db_, input, table, names, remap_compared(input, names));
       const int path_at = index_of(names, "checkpoint_path");
       const int deleted_at = index_of(names, "checkpoint_deleted_at");
       const int epoch_at = index_of(names, "epoch");
@@ -624,12 +684,14 @@ class Merger::RunMerge {
         write.bind_column(param, select_, kFirst + static_cast<int>(c));
       }
     }
+    const int64_t row = select_.column_int(0);
     if (!theirs) {
-      write.run();
+      copy_row(merger_.db_, input_, "runs", row, write);
       ++count_.runs_added;
       return sqlite3_last_insert_rowid(merger_.db_);
     }
-    write.bind(static_cast<int>(names_.size()) + 1, theirs->id).run();
+    write.bind(static_cast<int>(names_.size()) + 1, theirs->id);
+    copy_row(merger_.db_, input_, "runs", row, write);
     drop_epochs_.bind_all(theirs->id).run();  // metrics, loss-scale events cascade
     drop_params_.bind_all(theirs->id).run();
     drop_diagnoses_.bind_all(theirs->id).run();  // their rows and advice cascade
@@ -687,6 +749,7 @@ struct ColumnTypes {
   const char* column;
   const char* types;  // SQL list for NOT IN
 };
+constexpr const char* kNumberOrNull = "'real', 'integer', 'null'";  // NaN is stored as NULL
 constexpr ColumnTypes kColumnTypes[] = {
     {"sweeps", "id", "'integer'"},
     {"sweeps", "name", "'text'"},
@@ -722,6 +785,73 @@ constexpr ColumnTypes kColumnTypes[] = {
     {"prune_decisions", "value", "'real', 'integer', 'null'"},
     {"prune_decisions", "threshold", "'real', 'integer', 'null'"},
     {"prune_decisions", "compared_json", "'text'"},
+    // The other numbers merge copies: what the readers take (an INTEGER, or a number) or NULL.
+    {"runs", "threads", "'integer', 'null'"},
+    {"runs", "world_size", "'integer', 'null'"},
+    {"runs", "global_batch", "'integer', 'null'"},
+    {"runs", "git_dirty", "'integer', 'null'"},
+    {"runs", "reset_optimizer", "'integer', 'null'"},
+    {"epochs", "skipped_samples", "'integer'"},
+    {"loss_scale_events", "epoch", "'integer'"},
+    {"loss_scale_events", "global_step", "'integer'"},
+    {"loss_scale_events", "scale", "'real', 'integer'"},
+    {"initial_metrics", "value", "'real', 'integer', 'null'"},
+    {"metric_info", "higher_is_better", "'integer'"},
+    {"diagnoses", "epoch", "'integer'"},
+    {"diagnoses", "batches", "'integer'"},
+    {"diagnostics", "epoch", "'integer'"},
+    {"diagnostics", "batch", "'integer'"},
+    {"diagnostics", "seq", "'integer'"},
+    {"diagnostics", "numel", "'integer'"},
+    {"diagnosis_advice", "epoch", "'integer'"},
+    {"diagnosis_advice", "seq", "'integer'"},
+    {"epochs", "train_fps_mean", kNumberOrNull},
+    {"epochs", "train_fps_min", kNumberOrNull},
+    {"epochs", "train_fps_max", kNumberOrNull},
+    {"epochs", "data_wait_seconds", kNumberOrNull},
+    {"epochs", "forward_seconds", kNumberOrNull},
+    {"epochs", "backward_seconds", kNumberOrNull},
+    {"epochs", "optimizer_seconds", kNumberOrNull},
+    {"epochs", "eval_seconds", kNumberOrNull},
+    {"epochs", "checkpoint_seconds", kNumberOrNull},
+    {"epochs", "db_seconds", kNumberOrNull},
+    {"epochs", "startup_seconds", kNumberOrNull},
+    {"diagnoses", "cosine_min", kNumberOrNull},
+    {"diagnoses", "loss_scale", kNumberOrNull},
+    {"diagnoses", "seconds", kNumberOrNull},
+    {"diagnostics", "cosine", kNumberOrNull},
+    {"diagnostics", "max_abs_err", kNumberOrNull},
+    {"diagnostics", "max_rel_err", kNumberOrNull},
+    {"diagnostics", "frac_rel_err_1e3", kNumberOrNull},
+    {"diagnostics", "frac_rel_err_5e3", kNumberOrNull},
+    {"diagnostics", "overflow_frac", kNumberOrNull},
+    {"diagnostics", "underflow_frac", kNumberOrNull},
+};
+
+// The range of an INTEGER column merge copies: what its reader takes (internal.h kMaxInt,
+// kMaxEpoch) and the schema's CHECK says. Refused before the copy, naming the row, rather than by a reader of the target later.
+struct ColumnRange {
+  const char* table;
+  const char* column;
+  int64_t min, max;
+};
+constexpr int64_t kInt = detail::kMaxInt;
+constexpr int64_t kEpoch = detail::kMaxEpoch;
+constexpr int64_t kInt64 = detail::kMaxInt64;
+constexpr ColumnRange kColumnRanges[] = {
+    {"runs", "cell_index", 0, kInt},          {"runs", "parent_epoch", 0, kEpoch},
+    {"runs", "threads", 0, kInt},             {"runs", "world_size", 0, kInt},
+    {"runs", "global_batch", 0, kInt64},      {"runs", "git_dirty", 0, 1},
+    {"runs", "reset_optimizer", 0, 1},        {"epochs", "epoch", 0, kEpoch},
+    {"epochs", "global_step", 0, kInt64},     {"epochs", "skipped_samples", 0, kInt64},
+    {"epochs", "checkpoint_bytes", 0, kInt64}, {"metrics", "epoch", 0, kEpoch},
+    {"loss_scale_events", "epoch", 0, kEpoch}, {"loss_scale_events", "global_step", 0, kInt64},
+    {"metric_info", "higher_is_better", 0, 1}, {"diagnoses", "epoch", -1, kEpoch},
+    {"diagnoses", "batches", 1, kInt},        {"diagnostics", "epoch", -1, kEpoch},
+    {"diagnostics", "batch", 0, kInt},        {"diagnostics", "seq", 0, kInt},
+    {"diagnostics", "numel", 0, kInt64},      {"diagnosis_advice", "epoch", -1, kEpoch},
+    {"diagnosis_advice", "seq", 0, kInt},     {"prune_decisions", "epoch", 0, kInt},
+    {"prune_decisions", "rung", 0, kInt},
 };
 
 // The tables merge reads; each one an input has must be an ordinary table: a view (a recursive
@@ -759,16 +889,35 @@ void check_tables_are_tables(sqlite3* in, const std::string& path) {
   }
 }
 
+// Whether the input's `table` has `column` (older schemas lack some).
+bool has_column(sqlite3* in, const char* table, const char* column) {
+  return sql::exists(in, "SELECT 1 FROM pragma_table_info(?) WHERE name = ? COLLATE NOCASE",
+                     table, column);
+}
+
+// Refuses an input with an INTEGER outside its column's range (kColumnRanges), naming the
+// file, the table, the row and the column.
+void check_ranges(sqlite3* in, const std::string& path) {
+  for (const ColumnRange& c : kColumnRanges) {
+    if (!has_column(in, c.table, c.column)) continue;  // an older schema
+    const std::string column = quote_identifier(c.column);
+    Statement bad(in, "SELECT rowid, " + column + " FROM " + quote_identifier(c.table) +
+                          " WHERE typeof(" + column + ") = 'integer' AND (" + column + " < ? OR " +
+                          column + " > ?) LIMIT 1",
+                  c.min, c.max);
+    if (bad.step()) {  // the readers' rule (int_column) refuses it with their message
+      detail::int_column(path, bad, 1, {c.table, bad.column_int(0), c.column}, c.min, c.max);
+    }
+  }
+}
+
 // Refuses an input whose structure merge cannot trust (check_merge_input, after
 // check_tables_are_tables): a column value of the wrong type, an id twice, a fork whose parents
 // lead back to itself. Throws StoreError naming the file, the table and the row.
 void check_structure(sqlite3* in, const std::string& path) {
   auto fail = [&](const std::string& what) { crafted(path, what); };
   for (const ColumnTypes& c : kColumnTypes) {
-    if (!sql::exists(in, "SELECT 1 FROM pragma_table_info(?) WHERE name = ? COLLATE NOCASE",
-                     c.table, c.column)) {
-      continue;
-    }
+    if (!has_column(in, c.table, c.column)) continue;  // an older schema
     const std::string column = quote_identifier(c.column);
     Statement bad(in, "SELECT rowid, typeof(" + column + ") FROM " + quote_identifier(c.table) +
                           " WHERE typeof(" + column + ") NOT IN (" + c.types + ") LIMIT 1");
@@ -777,6 +926,7 @@ void check_structure(sqlite3* in, const std::string& path) {
            " value (row " + std::to_string(bad.column_int(0)) + ")");
     }
   }
+  check_ranges(in, path);
   for (const char* table : {"sweeps", "runs"}) {
     Statement twice(in, std::string("SELECT id FROM ") + table +
                             " GROUP BY id HAVING count(*) > 1 LIMIT 1");

@@ -138,20 +138,25 @@ std::vector<Store::MetricValue> Store::metric_values(const std::string& sweep,
     const auto column = epoch_value_columns().find(metric);
     const std::string sql =
         column != epoch_value_columns().end()
-            ? "SELECT e.run_id, e.epoch, e." + *column + " FROM epochs e WHERE (e." + *column +
-                  " IS NOT NULL OR ?3) AND e.run_id IN " + kRunsOfSweep +
+            ? "SELECT e.run_id, e.epoch, e." + *column + ", e.rowid FROM epochs e WHERE (e." +
+                  *column + " IS NOT NULL OR ?3) AND e.run_id IN " + kRunsOfSweep +
                   " ORDER BY e.run_id, e.epoch"
             : std::string(
-                  "SELECT m.run_id, m.epoch, m.value FROM metrics m WHERE m.name = ?2 "
+                  "SELECT m.run_id, m.epoch, m.value, m.rowid FROM metrics m WHERE m.name = ?2 "
                   "AND (m.value IS NOT NULL OR ?3) AND m.run_id IN ") +
                   kRunsOfSweep + " ORDER BY m.run_id, m.epoch";
     Statement select(db_, sql);
     select.bind(1, sweep);
     select.bind(2, column == epoch_value_columns().end() ? metric : std::string());
     select.bind(3, static_cast<int64_t>(with_nulls));
-    return sql::read_rows(select, [](const Statement& row) {
-      return MetricValue{row.column_int(0), static_cast<int>(row.column_int(1)),
-                         row.column_double(2)};  // NULL (a NaN stored) -> NaN
+    const std::string table = column != epoch_value_columns().end() ? "epochs" : "metrics";
+    return sql::read_rows(select, [&](const Statement& row) {
+      const detail::Cell epoch{table, row.column_int(3), "epoch"};
+      const detail::Cell value{table, epoch.row, table == "epochs" ? *column : "value"};
+      return MetricValue{
+          row.column_int(0),
+          static_cast<int>(detail::int_column(path_, row, 1, epoch, 0, detail::kMaxEpoch)),
+          detail::real_column(path_, row, 2, value)};  // NULL (a NaN stored) -> NaN
     });
   });
 }

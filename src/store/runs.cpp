@@ -106,26 +106,74 @@ constexpr const char* kRunSelect =
     "(SELECT COALESCE(MAX(e.epoch) + 1, 0) FROM epochs e WHERE e.run_id = r.id) AS epochs_done "
     "FROM runs r JOIN sweeps s ON s.id = r.sweep_id ";
 
-RunRow read_run(const Statement& row, const SettingColumns& setting_columns) {
+// The status in column `column` of run `id`'s row; bad_value for a word amptune never writes.
+RunStatus status_of(const std::string& path, const Statement& row, int column, int64_t id) {
+  const std::string text = row.column_text(column);
+  try {
+    return parse_status(text);
+  } catch (const StoreError&) {
+    detail::bad_value(path, {"runs", id, "status"},
+                      "holds '" + log::clipped(text, 40) + "', not a run status (pending, "
+                      "running, done, failed, diverged or pruned)");
+  }
+}
+
+// The id of the run `row` holds (the column named id; 0 when there is none).
+int64_t run_id_of(const Statement& row) {
+  for (int column = 0; column < row.column_count(); ++column) {
+    if (lower(row.column_name(column)) == "id") return row.column_int(column);
+  }
+  return 0;
+}
+
+// The JSON columns of a run read from `path`, checked to be what amptune writes: config_json,
+// axes_json and a fork's overrides JSON objects, summary_json JSON when there is one. Every
+// reader of runs gets them so (compare, report, tune, show), so none parses them unchecked.
+void check_run_json(const std::string& path, const RunRow& run) {
+  auto object = [&](const char* column, const std::string& text) {
+    detail::json_object_column(path, {"runs", run.id, column}, text);
+  };
+  object("config_json", run.config_json);
+  object("axes_json", run.axes_json);
+  if (run.fork && !run.fork->overrides_json.empty()) {
+    object("fork_overrides", run.fork->overrides_json);
+  }
+  if (!run.summary_json.empty()) {
+    detail::json_column(path, {"runs", run.id, "summary_json"}, run.summary_json);
+  }
+}
+
+RunRow read_run(const std::string& path, const Statement& row,
+                const SettingColumns& setting_columns) {
   RunRow run;
+  run.id = run_id_of(row);
+  // An INTEGER column of this run in [min, max] (detail::int_column).
+  auto number = [&](int column, int64_t min, int64_t max) {
+    return static_cast<int>(detail::int_column(
+        path, row, column, {"runs", run.id, lower(row.column_name(column))}, min, max));
+  };
   std::map<std::string, std::string> declared;
   for (const auto& [name, type] : setting_columns) declared[lower(name)] = type;
   for (int column = 0; column < row.column_count(); ++column) {
     const std::string name = lower(row.column_name(column));
-    if (name == "id") run.id = row.column_int(column);
-    else if (name == "sweep_id") run.sweep_id = row.column_int(column);
+    if (name == "id") {
+      continue;  // run_id_of's
+    } else if (name == "sweep_id") run.sweep_id = row.column_int(column);
     else if (name == "sweep_name") run.sweep_name = row.column_text(column);
     else if (name == "name") run.name = row.column_text(column);
-    else if (name == "cell_index") run.cell_index = static_cast<int>(row.column_int(column));
+    else if (name == "cell_index") run.cell_index = number(column, 0, detail::kMaxInt);
     else if (name == "label") run.label = row.column_text(column);
-    else if (name == "status") run.status = parse_status(row.column_text(column));
+    else if (name == "status") run.status = status_of(path, row, column, run.id);
     else if (name == "config_json") run.config_json = row.column_text(column);
     else if (name == "config_hash") run.config_hash = row.column_text(column);
     else if (name == "data_fingerprint") run.data_fingerprint = row.column_text(column);
     else if (name == "legacy_config_hash") run.legacy_config_hash = row.column_text(column);
     else if (name == "axes_json") run.axes_json = row.column_text(column);
-    else if (name == "epochs_done") run.epochs_done = static_cast<int>(row.column_int(column));
-    else if (name == "message") run.message = row.column_text(column);
+    else if (name == "epochs_done") {  // kRunSelect's, from epochs
+      run.epochs_done = static_cast<int>(detail::int_column(
+          path, row, column, {"runs", run.id, "epochs_done (its last epoch + 1)"}, 0,
+          detail::kMaxInt));
+    } else if (name == "message") run.message = row.column_text(column);
     else if (name == "summary_json") run.summary_json = row.column_text(column);
     else if (name == "started_at") run.started_at = row.column_text(column);
     else if (name == "finished_at") run.finished_at = row.column_text(column);
@@ -138,9 +186,9 @@ RunRow read_run(const Statement& row, const SettingColumns& setting_columns) {
     else if (name == "host") run.provenance.host = row.column_text(column);
     else if (name == "allocator") run.provenance.allocator = row.column_text(column);
     else if (name == "threads") {
-      if (!row.is_null(column)) run.provenance.threads = static_cast<int>(row.column_int(column));
+      if (!row.is_null(column)) run.provenance.threads = number(column, 0, detail::kMaxInt);
     } else if (name == "world_size") {
-      if (!row.is_null(column)) run.provenance.world_size = static_cast<int>(row.column_int(column));
+      if (!row.is_null(column)) run.provenance.world_size = number(column, 0, detail::kMaxInt);
     } else if (name == "global_batch") {
       if (!row.is_null(column)) run.provenance.global_batch = row.column_int(column);
     } else if (name == "device") run.provenance.device = row.column_text(column);
@@ -169,7 +217,7 @@ RunRow read_run(const Statement& row, const SettingColumns& setting_columns) {
   if (run.fork) {
     for (int column = 0; column < row.column_count(); ++column) {
       const std::string name = lower(row.column_name(column));
-      if (name == "parent_epoch") run.fork->parent_epoch = static_cast<int>(row.column_int(column));
+      if (name == "parent_epoch") run.fork->parent_epoch = number(column, 0, detail::kMaxEpoch);
       else if (name == "fork_overrides") run.fork->overrides_json = row.column_text(column);
       else if (name == "fork_changes") run.fork->changes = row.column_text(column);
       else if (name == "reset_optimizer") run.fork->reset_optimizer = row.column_int(column) != 0;
@@ -182,16 +230,18 @@ RunRow read_run(const Statement& row, const SettingColumns& setting_columns) {
       else if (name == "claim_pid_start") run.holder->start_ticks = row.column_int(column);
     }
   }
+  check_run_json(path, run);
   return run;
 }
 
 // The run kRunSelect + `where` finds with `key` bound to ?1, if any.
 template <class Key>
-std::optional<RunRow> select_run(sqlite3* db, const SettingColumns& setting_columns,
-                                 const char* where, const Key& key) {
+std::optional<RunRow> select_run(sqlite3* db, const std::string& path,
+                                 const SettingColumns& setting_columns, const char* where,
+                                 const Key& key) {
   Statement select(db, std::string(kRunSelect) + where, key);
   if (!select.step()) return std::nullopt;
-  return read_run(select, setting_columns);
+  return read_run(path, select, setting_columns);
 }
 
 // The run of `sweep_id` that `spec` identifies: the one with its identity, else a run recorded
@@ -348,7 +398,7 @@ RunRow Store::ensure_run(int64_t sweep_id, const RunSpec& spec) {
                "COALESCE(data_fingerprint, NULLIF(?2, '')) WHERE id = ?3 AND "
                "(config_json IS NOT ?1 OR (data_fingerprint IS NULL AND ?2 <> ''))",
                spec.config_json, spec.data_fingerprint, *id);
-      return select_run(db_, setting_columns_, "WHERE r.id = ?", *id).value();
+      return select_run(db_, path_, setting_columns_, "WHERE r.id = ?", *id).value();
     }
 
     if (spec.fork) {
@@ -387,19 +437,22 @@ RunRow Store::ensure_run(int64_t sweep_id, const RunSpec& spec) {
     Statement param(db_, "INSERT INTO run_params (run_id, key, value_json) VALUES (?, ?, ?)");
     for (const auto& [key, value] : axes.items()) param.bind_all(run_id, key, value.dump()).run();
 
-    return select_run(db_, setting_columns_, "WHERE r.id = ?", run_id).value();
+    return select_run(db_, path_, setting_columns_, "WHERE r.id = ?", run_id).value();
   });
 }
 
 std::optional<RunRow> Store::find_run(int64_t id) const {
   return guarded(path_, "reading run " + std::to_string(id),
-                 [&] { return select_run(db_, setting_columns_, "WHERE r.id = ?", id); });
+                 [&] { return select_run(db_, path_, setting_columns_, "WHERE r.id = ?", id); });
 }
 
 std::optional<RunRow> Store::find_run(const std::string& id_or_name) const {
   if (all_digits(id_or_name) && id_or_name.size() < 19) return find_run(std::stoll(id_or_name));
   return guarded(path_, "reading run " + id_or_name,
-                 [&] { return select_run(db_, setting_columns_, "WHERE r.name = ?", id_or_name); });
+                 [&] {
+                   return select_run(db_, path_, setting_columns_, "WHERE r.name = ?",
+                                     id_or_name);
+                 });
 }
 
 std::vector<RunRow> Store::runs(const std::optional<std::string>& sweep_name) const {
@@ -408,7 +461,9 @@ std::vector<RunRow> Store::runs(const std::optional<std::string>& sweep_name) co
                               "ORDER BY s.id, r.cell_index, r.id");
     if (sweep_name) select.bind(1, *sweep_name);
     return sql::read_rows(select,
-                          [&](const Statement& row) { return read_run(row, setting_columns_); });
+                          [&](const Statement& row) {
+                            return read_run(path_, row, setting_columns_);
+                          });
   });
 }
 

@@ -141,6 +141,15 @@ nlohmann::json json_column(const std::string& path, const Cell& cell, const std:
   return value;
 }
 
+nlohmann::json json_object_column(const std::string& path, const Cell& cell,
+                                  const std::string& text) {
+  nlohmann::json value = json_column(path, cell, text);
+  if (!value.is_object()) {
+    bad_value(path, cell, "is not a JSON object: '" + text.substr(0, 40) + "'");
+  }
+  return value;
+}
+
 int read_schema_version(sqlite3* db) {
   if (!table_exists(db, "schema_version")) return 0;
   return sql::query_one<int>(db, "SELECT COALESCE(MAX(version), 0) FROM schema_version").value();

@@ -21,27 +21,83 @@ const char* const kSearchColumns =
     "t.reference_value, coalesce(t.epochs_spent, 0), coalesce(t.grid_epochs, 0), t.note, "
     "t.created_at, coalesce(t.finished_at, ''), s.name";
 
-TuneSearchRow search_row(const Statement& row) {
+using detail::kMaxEpoch;
+using detail::kMaxInt;
+
+// An INTEGER column of `row` (a row of `table` whose id or rowid is `id`) in [min, max].
+int int_of(const std::string& path, const Statement& row, int column, const detail::Cell& cell,
+           int64_t min, int64_t max) {
+  return static_cast<int>(detail::int_column(path, row, column, cell, min, max));
+}
+
+// A tune_searches row of `path` (kSearchColumns), its numbers and JSON checked as they are read.
+TuneSearchRow search_row(const std::string& path, const Statement& row) {
   TuneSearchRow t;
   t.id = row.column_int(0);
+  auto cell = [&](const char* column) { return detail::Cell{"tune_searches", t.id, column}; };
   t.sweep_id = row.column_int(1);
   t.block_json = row.column_text(2);
+  detail::json_object_column(path, cell("block_json"), t.block_json);
   t.metric = row.column_text(3);
-  t.higher_is_better = row.column_int(4) != 0;
+  t.higher_is_better = int_of(path, row, 4, cell("higher_is_better"), 0, 1) != 0;
   t.reference_run_id = row.column_int(5);
   t.start_run_id = row.column_int(6);
   t.status = row.column_text(7);
   t.answer_run_id = row.column_int(8);
   t.answer_yaml = row.column_text(9);
-  t.answer_value = row.column_double(10);
-  t.reference_value = row.column_double(11);
-  t.epochs_spent = static_cast<int>(row.column_int(12));
-  t.grid_epochs = static_cast<int>(row.column_int(13));
+  t.answer_value = detail::real_column(path, row, 10, cell("answer_value"));
+  t.reference_value = detail::real_column(path, row, 11, cell("reference_value"));
+  t.epochs_spent = int_of(path, row, 12, cell("epochs_spent"), 0, kMaxInt);
+  t.grid_epochs = int_of(path, row, 13, cell("grid_epochs"), 0, kMaxInt);
   t.note = row.column_text(14);
   t.created_at = row.column_text(15);
   t.finished_at = row.column_text(16);
   t.sweep_name = row.column_text(17);
   return t;
+}
+
+// A tune_rounds row of `path` (search_id, round, kind, start_run_id, fork_epoch,
+// diagnosis_epoch, note, rowid), checked as it is read.
+TuneRoundRow round_row(const std::string& path, const Statement& row) {
+  auto cell = [&](const char* column) {
+    return detail::Cell{"tune_rounds", row.column_int(7), column};
+  };
+  TuneRoundRow r;
+  r.search_id = row.column_int(0);
+  r.round = int_of(path, row, 1, cell("round"), 1, kMaxInt);
+  r.kind = row.column_text(2);
+  r.start_run_id = row.column_int(3);
+  r.fork_epoch = int_of(path, row, 4, cell("fork_epoch"), -1, kMaxEpoch);
+  if (!row.is_null(5))
+    r.diagnosis_epoch = int_of(path, row, 5, cell("diagnosis_epoch"), -1, kMaxEpoch);
+  r.note = row.column_text(6);
+  return r;
+}
+
+// A tune_candidates row of `path` (the columns of Store::tune_candidates, rowid last), checked
+// as it is read: change_json a JSON object, the numbers in range.
+TuneCandidateRow candidate_row(const std::string& path, const Statement& row) {
+  auto cell = [&](const char* column) {
+    return detail::Cell{"tune_candidates", row.column_int(15), column};
+  };
+  TuneCandidateRow c;
+  c.search_id = row.column_int(0);
+  c.round = int_of(path, row, 1, cell("round"), 1, kMaxInt);
+  c.seq = int_of(path, row, 2, cell("seq"), 0, kMaxInt);
+  c.move = row.column_text(3);
+  c.change_json = row.column_text(4);
+  detail::json_object_column(path, cell("change_json"), c.change_json);
+  c.reason = row.column_text(5);
+  c.advice_rule = row.column_text(6);
+  c.advice_module = row.column_text(7);
+  c.run_id = row.column_int(8);
+  c.parent_run_id = row.column_int(9);
+  c.fork_epoch = int_of(path, row, 10, cell("fork_epoch"), -1, kMaxEpoch);
+  c.rung = int_of(path, row, 11, cell("rung"), -1, kMaxInt);  // -1: NULL, no rung yet
+  c.value = detail::real_column(path, row, 12, cell("value"));
+  c.reference_value = detail::real_column(path, row, 13, cell("reference_value"));
+  c.outcome = row.column_text(14);
+  return c;
 }
 
 }  // namespace
@@ -61,7 +117,7 @@ TuneSearchRow Store::ensure_tune_search(const TuneSearchRow& row) {
                          "WHERE t.sweep_id = ? AND t.block_json = ?",
                      row.sweep_id, row.block_json);
     select.step();
-    return search_row(select);
+    return search_row(path_, select);
   });
 }
 
@@ -72,7 +128,7 @@ std::vector<TuneSearchRow> Store::tune_searches(const std::string& sweep) const 
                          " FROM tune_searches t JOIN sweeps s ON s.id = t.sweep_id "
                          "WHERE s.name = ? ORDER BY t.id",
                      sweep);
-    return sql::read_rows(select, search_row);
+    return sql::read_rows(select, [&](const Statement& row) { return search_row(path_, row); });
   });
 }
 
@@ -132,27 +188,15 @@ void Store::update_tune_candidate(const TuneCandidateRow& c) {
 }
 
 std::vector<TuneRoundRow> Store::tune_rounds(int64_t search_id) const {
-  return detail::guarded(path_, "reading the rounds of tune search " + std::to_string(search_id),
-                         [&] {
-                           Statement select(db_,
-                                            "SELECT search_id, round, kind, start_run_id, "
-                                            "fork_epoch, diagnosis_epoch, note FROM tune_rounds "
-                                            "WHERE search_id = ? ORDER BY round",
-                                            search_id);
-                           return sql::read_rows(select, [](const Statement& row) {
-                             TuneRoundRow r;
-                             r.search_id = row.column_int(0);
-                             r.round = static_cast<int>(row.column_int(1));
-                             r.kind = row.column_text(2);
-                             r.start_run_id = row.column_int(3);
-                             r.fork_epoch = static_cast<int>(row.column_int(4));
-                             if (!row.is_null(5)) {
-                               r.diagnosis_epoch = static_cast<int>(row.column_int(5));
-                             }
-                             r.note = row.column_text(6);
-                             return r;
-                           });
-                         });
+  return detail::guarded(
+      path_, "reading the rounds of tune search " + std::to_string(search_id), [&] {
+        Statement select(db_,
+                         "SELECT search_id, round, kind, start_run_id, fork_epoch, "
+                         "diagnosis_epoch, note, rowid FROM tune_rounds WHERE search_id = ? "
+                         "ORDER BY round",
+                         search_id);
+        return sql::read_rows(select, [&](const Statement& row) { return round_row(path_, row); });
+      });
 }
 
 std::vector<TuneCandidateRow> Store::tune_candidates(int64_t search_id) const {
@@ -162,28 +206,11 @@ std::vector<TuneCandidateRow> Store::tune_candidates(int64_t search_id) const {
                          "SELECT search_id, round, seq, move, change_json, reason, "
                          "coalesce(advice_rule, ''), coalesce(advice_module, ''), run_id, "
                          "coalesce(parent_run_id, 0), fork_epoch, coalesce(rung, -1), value, "
-                         "reference_value, outcome FROM tune_candidates WHERE search_id = ? "
-                         "ORDER BY round, seq",
+                         "reference_value, outcome, rowid FROM tune_candidates "
+                         "WHERE search_id = ? ORDER BY round, seq",
                          search_id);
-        return sql::read_rows(select, [](const Statement& row) {
-          TuneCandidateRow c;
-          c.search_id = row.column_int(0);
-          c.round = static_cast<int>(row.column_int(1));
-          c.seq = static_cast<int>(row.column_int(2));
-          c.move = row.column_text(3);
-          c.change_json = row.column_text(4);
-          c.reason = row.column_text(5);
-          c.advice_rule = row.column_text(6);
-          c.advice_module = row.column_text(7);
-          c.run_id = row.column_int(8);
-          c.parent_run_id = row.column_int(9);
-          c.fork_epoch = static_cast<int>(row.column_int(10));
-          c.rung = static_cast<int>(row.column_int(11));
-          c.value = row.column_double(12);
-          c.reference_value = row.column_double(13);
-          c.outcome = row.column_text(14);
-          return c;
-        });
+        return sql::read_rows(select,
+                              [&](const Statement& row) { return candidate_row(path_, row); });
       });
 }
 

@@ -107,6 +107,34 @@ TEST(Untrusted, AViewInPlaceOfATableIsRefusedWhateverItsCase) {
   EXPECT_EQ(store::Store(f.dir + "/results/into.sqlite").runs().size(), 1u);
 }
 
+// A shard whose rows break the schema (a run status outside its CHECK) or hold an epoch past an
+// int: `amptune merge` exits 5 naming the input, the table, the row and the column, and the
+// target is unchanged. Before, the first said only "CHECK constraint failed: ..." and the second
+// was merged, for every reader of the target to trip on.
+TEST(Untrusted, MergeRefusesRowsBreakingTheSchemaOrTheReadersRange) {
+  const TinySweep f = make_tiny_sweep(quick_tiny("", 1));
+  ASSERT_EQ(run_amptune({"run", f.yaml, "-q"}, f.dir).exit_code, 0);
+  const std::string into = f.dir + "/results/into.sqlite";
+  ASSERT_EQ(run_amptune({"merge", f.db, "--into", into}, f.dir).exit_code, 0);
+  const std::string crafted = f.dir + "/results/crafted.sqlite";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"PRAGMA ignore_check_constraints = ON; UPDATE runs SET status = 'bogus', "
+       "config_hash = 'another1', name = 'other'",
+       "table runs, row 1, column status breaks the schema (CHECK constraint failed: status IN"},
+      {"PRAGMA foreign_keys = OFF; UPDATE epochs SET epoch = 2147483648",
+       "table epochs, row 1, column epoch holds 2147483648, outside [0, 2147483646]"},
+  };
+  for (const auto& [change, expected] : cases) {
+    fs::copy_file(f.db, crafted, fs::copy_options::overwrite_existing);
+    sql(crafted, change);
+    const Result r = run_amptune({"merge", crafted, "--into", into}, f.dir);
+    EXPECT_EQ(r.exit_code, 5) << r.err;
+    EXPECT_NE(r.err.find(crafted + ": " + expected), std::string::npos) << r.err;
+  }
+  EXPECT_EQ(store::Store(into).runs().size(), 1u);
+  EXPECT_EQ(epochs_of(into, "1").size(), 1u);
+}
+
 // Values of another type or shape in a database edited or crafted, opened directly: show prints
 // a number where a setting's string was, and exits 5 naming the table, the row and the column
 // for a config that is not JSON or a prune decision's compared_json of another shape (it
@@ -209,6 +237,54 @@ TEST(Untrusted, TextFromDatabasesAndCheckpointsPrintsEscaped) {
   EXPECT_EQ(r.exit_code, 6) << r.err;
   EXPECT_FALSE(has_raw_control(r.out + r.err)) << r.out << r.err;
   EXPECT_NE(r.err.find("x\\x1b[2J\\x0d\\x07\\u009bx"), std::string::npos) << r.err;
+}
+
+// A database edited or crafted, used directly with --db: compare, report, tune --status, list
+// and show exit 5 naming the table, the row and the column of a value of another type or
+// shape, and print nothing. Before, compare and report crashed on an axes_json that is not JSON
+// and tune --status on such a change_json (exit 1), list named no row, show printed 'high' as 0.
+TEST(Untrusted, CommandsRefuseValuesOfAnotherShapeNamingTheRowAndColumn) {
+  const TinySweep f = make_tiny_sweep(quick_tiny("", 1));
+  ASSERT_EQ(run_amptune({"run", f.yaml, "-q"}, f.dir).exit_code, 0);
+  const std::string saved = f.dir + "/results/saved.sqlite";
+  fs::copy_file(f.db, saved);
+  const std::string tune =
+      "INSERT INTO tune_searches (id, sweep_id, block_json, metric, higher_is_better, "
+      "reference_run_id, start_run_id, created_at) VALUES (1, 1, '{}', 'acc1', 1, 1, 1, 'now');"
+      "INSERT INTO tune_rounds VALUES (1, 1, 'search', 1, 0, NULL, '');"
+      "INSERT INTO tune_candidates (search_id, round, seq, move, change_json, reason, run_id, "
+      "fork_epoch) VALUES (1, 1, 0, 'loss_scale', 'oops', '', 1, 0);";
+  struct Case {
+    std::string change;
+    std::vector<std::string> args;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {"UPDATE runs SET axes_json = 'oops'",
+       {"compare", "--sweep", "tiny"},
+       "table runs, row 1, column axes_json is not JSON: 'oops'"},
+      {"UPDATE runs SET axes_json = 'oops'",
+       {"report", "--sweep", "tiny", "--out", "report"},
+       "table runs, row 1, column axes_json is not JSON: 'oops'"},
+      {tune,
+       {"tune", "--status", f.yaml},
+       "table tune_candidates, row 1, column change_json is not JSON: 'oops'"},
+      {"UPDATE runs SET status = 'bogus'",
+       {"list"},
+       "table runs, row 1, column status holds 'bogus', not a run status"},
+      {"UPDATE metrics SET value = 'high' WHERE name = 'acc1'",
+       {"show", "1"},
+       "table metrics, row 1, column value holds 'high', not a number"},
+  };
+  for (const Case& c : cases) {
+    fs::copy_file(saved, f.db, fs::copy_options::overwrite_existing);
+    sql(f.db, "PRAGMA ignore_check_constraints = ON;" + c.change);
+    const Result r = run_amptune(c.args, f.dir);
+    EXPECT_EQ(r.exit_code, 5) << c.args[0] << ": " << r.err;
+    EXPECT_NE(r.err.find("amptune.sqlite: " + c.expected), std::string::npos)
+        << c.args[0] << ": " << r.err;
+    EXPECT_EQ(r.out, "") << c.args[0];
+  }
 }
 
 // Two databases given one checkpoint.dir: the folder is the first one's, the second is refused

@@ -711,6 +711,124 @@ TEST_F(StoreTest, PruneDecisionsOfAnotherShapeAreRefusedNamingTheRowAndColumn) {
   }
 }
 
+// Every reader of runs, epochs, metrics, diagnostics and the tune tables checks what it reads
+// (a database edited or crafted, opened directly): a value of another type, range or JSON
+// shape is a StoreError naming the file, the table, the row and the column. Before, they were
+// read as 0, cast to int, or handed on for a caller to fail on (compare, report: exit 1).
+TEST_F(StoreTest, ReadersRefuseValuesOfAnotherShapeNamingTheRowAndColumn) {
+  const std::string path = db_path();
+  int64_t id = 0, search = 0;
+  {
+    Store store(path);
+    const int64_t sweep = store.ensure_sweep("s", "", "", "");
+    id = store.ensure_run(sweep, spec("s", 0, "a")).id;
+    EpochRecord r;
+    r.run_id = id;
+    r.metrics["acc1"] = 5;
+    store.record_epoch(r);
+    Diagnosis d;
+    d.run_id = id;
+    d.batches = 1;
+    DiagnosticRow forward;
+    forward.kind = "forward";
+    forward.module = "conv1";
+    forward.dtype = "fp16";
+    d.rows = {forward};
+    store.record_diagnosis(d);
+    TuneSearchRow t;
+    t.sweep_id = sweep;
+    t.block_json = "{}";
+    t.metric = "acc1";
+    t.reference_run_id = t.start_run_id = id;
+    search = store.ensure_tune_search(t).id;
+    store.record_tune_round({search, 1, "search", id, 0, 0, ""});
+    TuneCandidateRow c;
+    c.search_id = search;
+    c.round = 1;
+    c.move = "loss_scale";
+    c.change_json = R"({"amp.loss_scale":"dynamic"})";
+    c.run_id = id;
+    store.record_tune_candidate(c);
+  }
+  const auto runs = [&](const Store& s) { s.runs(); };
+  const auto epochs = [&](const Store& s) { s.epochs(id); };
+  const auto values = [&](const Store& s) { s.metric_values("s", "acc1"); };
+  const auto modules = [&](const Store& s) { s.module_errors("s"); };
+  const auto searches = [&](const Store& s) { s.tune_searches("s"); };
+  const auto rounds = [&](const Store& s) { s.tune_rounds(search); };
+  const auto candidates = [&](const Store& s) { s.tune_candidates(search); };
+  struct Case {
+    std::string change;
+    std::function<void(const Store&)> read;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {"UPDATE runs SET config_json = '[1]'", runs,
+       "table runs, row 1, column config_json is not a JSON object"},
+      {"UPDATE runs SET axes_json = 'oops'", runs,
+       "table runs, row 1, column axes_json is not JSON: 'oops'"},
+      {"UPDATE runs SET summary_json = '{'", runs,
+       "table runs, row 1, column summary_json is not JSON"},
+      {"UPDATE runs SET status = 'bogus'", runs,
+       "table runs, row 1, column status holds 'bogus', not a run status"},
+      {"UPDATE runs SET cell_index = 'abc'", runs,
+       "table runs, row 1, column cell_index holds 'abc', not an integer"},
+      {"UPDATE runs SET threads = 4294967296", runs,
+       "table runs, row 1, column threads holds 4294967296, outside"},
+      {"UPDATE epochs SET epoch = 2147483647", runs,
+       "table runs, row 1, column epochs_done (its last epoch + 1) holds 2147483648"},
+      {"UPDATE epochs SET lr = 'fast'", epochs,
+       "table epochs, row 1, column lr holds 'fast', not a number"},
+      {"UPDATE epochs SET global_step = -5", epochs,
+       "table epochs, row 1, column global_step holds -5, outside"},
+      {"UPDATE metrics SET value = 'high'", epochs,
+       "table metrics, row 1, column value holds 'high', not a number"},
+      {"UPDATE metrics SET value = 'high'", values,
+       "table metrics, row 1, column value holds 'high'"},
+      {"UPDATE diagnostics SET cosine = 'near'", modules,
+       "table diagnostics, row 1, column cosine holds 'near', not a number"},
+      {"UPDATE diagnostics SET numel = 'many'", modules,
+       "table diagnostics, row 1, column numel holds 'many', not an integer"},
+      {"UPDATE tune_searches SET block_json = '[]'", searches,
+       "table tune_searches, row 1, column block_json is not a JSON object"},
+      {"UPDATE tune_searches SET epochs_spent = 'x'", searches,
+       "table tune_searches, row 1, column epochs_spent holds 'x'"},
+      {"UPDATE tune_rounds SET fork_epoch = 2147483647", rounds,
+       "table tune_rounds, row 1, column fork_epoch holds 2147483647, outside [-1, 2147483646]"},
+      {"UPDATE tune_candidates SET change_json = '\"dynamic\"'", candidates,
+       "table tune_candidates, row 1, column change_json is not a JSON object"},
+      {"UPDATE tune_candidates SET rung = 3000000000", candidates,
+       "table tune_candidates, row 1, column rung holds 3000000000"},
+      {"UPDATE tune_candidates SET value = 'good'", candidates,
+       "table tune_candidates, row 1, column value holds 'good', not a number"},
+  };
+  {
+    RawDb raw(path);
+    raw.exec(
+        "CREATE TABLE saved_runs AS SELECT * FROM runs; CREATE TABLE saved_epochs AS SELECT "
+        "* FROM epochs; CREATE TABLE saved_metrics AS SELECT * FROM metrics;"
+        "CREATE TABLE saved_diagnostics AS SELECT * FROM diagnostics;"
+        "CREATE TABLE saved_tune_searches AS SELECT * FROM tune_searches;"
+        "CREATE TABLE saved_tune_rounds AS SELECT * FROM tune_rounds;"
+        "CREATE TABLE saved_tune_candidates AS SELECT * FROM tune_candidates;");
+  }
+  for (const Case& c : cases) {
+    {
+      RawDb raw(path);
+      std::string restore = "PRAGMA foreign_keys = OFF; PRAGMA ignore_check_constraints = ON;";
+      for (const char* t : {"runs", "epochs", "metrics", "diagnostics", "tune_searches",
+                            "tune_rounds", "tune_candidates"}) {
+        restore += std::string("DELETE FROM ") + t + "; INSERT INTO " + t +
+                   " SELECT * FROM saved_" + t + ";";
+      }
+      raw.exec(restore + c.change);
+    }
+    const std::string message = message_of([&] { c.read(Store(path)); });
+    EXPECT_NE(message.find(path + ": " + c.expected), std::string::npos)
+        << c.change << ": " << message;
+  }
+}
+
 // prune_pending_run stops a run released at an epoch (held last by another process) once: a
 // second process deciding the same finds it pruned and writes nothing.
 TEST_F(StoreTest, PrunePendingRunStopsAReleasedRunOnce) {
