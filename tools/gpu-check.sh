@@ -89,9 +89,9 @@ export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
     "cuda", torch.version.cuda, "available", torch.cuda.is_available(),
     "cxx11_abi", torch._C._GLIBCXX_USE_CXX11_ABI, "cmake", torch.utils.cmake_prefix_path)' 2>&1
   echo "nvcc: $(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || echo none)"
-  echo "c++: $(command -v c++ g++ clang++ | head -1) $(c++ --version 2>/dev/null | head -1)"
+  echo "c++: $(command -v c++ g++ clang++ | sed -n 1p) $(c++ --version 2>/dev/null | sed -n 1p)"
   echo "cmake: $(command -v cmake || echo none)  ninja: $(command -v ninja || echo none)  sqlite3: $(command -v sqlite3 || echo none)"
-  ldd --version 2>&1 | head -1
+  ldd --version 2>&1 | sed -n 1p
 } | tee "$out/env.txt"
 "$PYTHON" -c 'import torch' 2>/dev/null || fail "$PYTHON cannot import torch (set PYTHON=...)"
 if ! ((dry)); then

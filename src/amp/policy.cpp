@@ -1,6 +1,8 @@
 #include "amp/policy.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -29,8 +31,17 @@ std::optional<bool> tri_state(const std::string& v, const std::string& key) {
 
 }  // namespace
 
-CpuCaps cpu_caps_from_flags(const std::string& flags) {
+CpuCaps cpu_caps_from_flags(const std::string& flags, const std::string& isa_limit,
+                            const std::string& limit_name) {
   CpuCaps caps;
+  // oneDNN's ISA names that include bf16 kernels (AVX512_CORE_BF16, ..._FP16, ..._AMX...), or
+  // no limit at all (ALL, DEFAULT).
+  std::string upper;
+  for (char c : isa_limit) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  const bool allows_bf16 = upper.empty() || upper == "ALL" || upper == "DEFAULT" ||
+                           upper.find("BF16") != std::string::npos ||
+                           upper.find("FP16") != std::string::npos ||
+                           upper.find("AMX") != std::string::npos;
   std::istringstream in(flags);
   std::string flag;
   while (in >> flag) {
@@ -38,17 +49,29 @@ CpuCaps cpu_caps_from_flags(const std::string& flags) {
       caps.bf16_flags += (caps.bf16_flags.empty() ? "" : " ") + flag;
     }
   }
+  // PyTorch sends bf16 convolutions to oneDNN when the CPU has the instructions; a limit below
+  // them then makes them fail, where a CPU without them falls back to slow kernels.
+  if (!allows_bf16 && !caps.bf16_flags.empty()) caps.isa_limit = limit_name + "=" + isa_limit;
   return caps;
 }
 
 const CpuCaps& detect_cpu() {
   static const CpuCaps caps = [] {
+    std::string limit, name = "ONEDNN_MAX_CPU_ISA";
+    if (const char* v = std::getenv("ONEDNN_MAX_CPU_ISA")) {
+      limit = v;
+    } else if (const char* d = std::getenv("DNNL_MAX_CPU_ISA")) {
+      limit = d;
+      name = "DNNL_MAX_CPU_ISA";
+    }
     std::ifstream in("/proc/cpuinfo");
     std::string line;
     while (std::getline(in, line)) {
-      if (line.rfind("flags", 0) == 0) return cpu_caps_from_flags(line.substr(line.find(':') + 1));
+      if (line.rfind("flags", 0) == 0) {
+        return cpu_caps_from_flags(line.substr(line.find(':') + 1), limit, name);
+      }
     }
-    return CpuCaps{};
+    return cpu_caps_from_flags("", limit, name);
   }();
   return caps;
 }
@@ -156,6 +179,11 @@ Policy resolve_policy(const AmpSettings& amp, bool device_is_cuda, const CpuCaps
                         " (LibTorch's CPU autocast covers bf16 O1 only; CPU fp16 kernels do not "
                         "exist); use amp.backend emulate or auto, or device cuda");
     }
+    if (!device_is_cuda && !cpu.isa_limit.empty()) {
+      throw ConfigError("amp.backend native: oneDNN is held to " + cpu.isa_limit +
+                        ", which has no bf16 kernels; use amp.backend emulate or auto, or unset "
+                        "the variable");
+    }
     p.backend = Backend::kNative;
     p.backend_reason = "amp.backend native";
     if (!device_is_cuda && !cpu.bf16()) {
@@ -173,6 +201,9 @@ Policy resolve_policy(const AmpSettings& amp, bool device_is_cuda, const CpuCaps
   } else if (cpu.bf16()) {
     p.backend = Backend::kNative;
     p.backend_reason = "auto: the CPU has " + cpu.bf16_flags + " (oneDNN bf16 kernels)";
+  } else if (!cpu.isa_limit.empty()) {
+    p.backend = Backend::kEmulate;
+    p.backend_reason = "auto: oneDNN is held to " + cpu.isa_limit + ", which has no bf16 kernels";
   } else {
     p.backend = Backend::kEmulate;
     p.backend_reason = "auto: the CPU lacks avx512_bf16 / amx_bf16, where native bf16 is many "

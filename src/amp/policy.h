@@ -53,14 +53,22 @@ struct Policy {
 // What a CPU offers low-precision kernels: oneDNN runs bf16 convolutions and matmuls at speed only
 // with the avx512_bf16 or amx_bf16 instructions; without them LibTorch 1.13's CPU bf16 autocast
 // falls back to slow kernels (docs/PERFORMANCE.md: 22x the O0 step on a Zen 3 without them).
+// oneDNN can be held below what the CPU has (ONEDNN_MAX_CPU_ISA, or DNNL_MAX_CPU_ISA, e.g. AVX2:
+// the test suite does so, cmake/amptune.cmake); below AVX512_CORE_BF16 it has no bf16 kernels at
+// all, and a bf16 convolution fails ("could not create a primitive descriptor iterator").
 struct CpuCaps {
   std::string bf16_flags;  // the flags found ("avx512_bf16 amx_bf16"), "" when none
-  bool bf16() const { return !bf16_flags.empty(); }
+  // "ONEDNN_MAX_CPU_ISA=AVX2" when such a limit rules out the bf16 kernels the CPU has, else ""
+  std::string isa_limit;
+  bool bf16() const { return !bf16_flags.empty() && isa_limit.empty(); }
 };
-// From the flags of /proc/cpuinfo's first processor, read once (no flags found: no bf16).
+// From the flags of /proc/cpuinfo's first processor and the environment's oneDNN limit, read
+// once (no flags found: no bf16).
 const CpuCaps& detect_cpu();
-// From a flags line as /proc/cpuinfo writes it ("fpu vme ... avx512_bf16 ...").
-CpuCaps cpu_caps_from_flags(const std::string& flags);
+// From a flags line as /proc/cpuinfo writes it ("fpu vme ... avx512_bf16 ...") and the value of
+// ONEDNN_MAX_CPU_ISA / DNNL_MAX_CPU_ISA ("" when unset; named `limit_name`).
+CpuCaps cpu_caps_from_flags(const std::string& flags, const std::string& isa_limit = "",
+                            const std::string& limit_name = "ONEDNN_MAX_CPU_ISA");
 
 // Resolves the amp.* settings (core/settings.h) for a run on `device_is_cuda` (on a CPU with
 // `cpu`'s capabilities). Throws ConfigError naming the amp.* key

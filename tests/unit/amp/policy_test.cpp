@@ -104,6 +104,28 @@ TEST(AmpPolicy, CpuBf16FlagsFromCpuinfo) {
   EXPECT_FALSE(cpu_caps_from_flags("xavx512_bf16 avx512_bf16x").bf16());  // whole words only
 }
 
+// oneDNN held below its bf16 kernels (ONEDNN_MAX_CPU_ISA=AVX2) on a CPU that has them: PyTorch
+// would still send bf16 convolutions to oneDNN, which cannot run them. auto emulates, native is
+// refused; a limit that keeps them, or a CPU without them, changes nothing.
+TEST(AmpPolicy, AOneDnnIsaLimitBelowBf16RulesNativeBf16Out) {
+  const CpuCaps held = cpu_caps_from_flags("avx2 avx512_bf16", "avx2");
+  EXPECT_FALSE(held.bf16());
+  EXPECT_EQ(held.isa_limit, "ONEDNN_MAX_CPU_ISA=avx2");
+  EXPECT_TRUE(cpu_caps_from_flags("avx512_bf16", "AVX512_CORE_BF16").bf16());
+  EXPECT_TRUE(cpu_caps_from_flags("avx512_bf16 amx_bf16", "avx512_core_amx").bf16());
+  EXPECT_TRUE(cpu_caps_from_flags("avx512_bf16", "ALL").bf16());
+  EXPECT_EQ(cpu_caps_from_flags("avx2", "AVX2").isa_limit, "");  // nothing to rule out
+  const AmpSettings o1_bf16 = make({{"amp.opt_level", "O1"}, {"amp.dtype", "bf16"}});
+  const Policy p = resolve_policy(o1_bf16, false, held);
+  EXPECT_EQ(p.backend, Backend::kEmulate);
+  EXPECT_EQ(p.backend_reason,
+            "auto: oneDNN is held to ONEDNN_MAX_CPU_ISA=avx2, which has no bf16 kernels");
+  const AmpSettings native = make({{"amp.opt_level", "O1"}, {"amp.dtype", "bf16"},
+                                   {"amp.backend", "native"}});
+  EXPECT_THROW(resolve_policy(native, false, held), ConfigError);
+  EXPECT_EQ(resolve_policy(native, true, held).backend, Backend::kNative);  // CUDA: not oneDNN
+}
+
 TEST(AmpPolicy, AutoPicksNativeBf16OnlyOnACpuWithBf16Instructions) {
   const AmpSettings o1_bf16 = make({{"amp.opt_level", "O1"}, {"amp.dtype", "bf16"}});
   const CpuCaps with = cpu_caps_from_flags("avx2 avx512_bf16"), without = cpu_caps_from_flags("avx2");
