@@ -232,7 +232,7 @@ phase xdevice_cpu_to_gpu 90 "$with_libs" bash "$work/xdevice.sh" 2 cpu gpu ||
 # steps the same model on the same JPEGs with its own loader. img/s from amptune's train_fps_mean (after skip_steps).
 r50_steps=60 r50_batch=256 r50_images=16384
 if ((dry)); then r50_steps=3 r50_batch=8 r50_images=64; fi
-phase export_jpeg 60 "${amptune[@]}" data export-imagefolder --out "$work/fmnist_jpeg" --limit "$r50_images" ||
+phase export_jpeg 60 "${amptune[@]}" data export-imagefolder --idx "$fmnist" --out "$work/fmnist_jpeg" --limit "$r50_images" ||
   say "FAIL JPEG export (export_jpeg.log)"
 r50db=$work/resnet50.sqlite
 cat >"$work/resnet50.yaml" <<EOF
