@@ -251,9 +251,19 @@ Search::ForkPoint Search::fork_point(const store::RunRow& run, int epoch) {
   if (epoch < 0) return at;
   store::RunRow owner = run;
   std::vector<nlohmann::json> steps;  // overrides from the owner down to `run`, innermost first
+  std::set<int64_t> seen{owner.id};
   while (owner.fork && epoch <= owner.fork->parent_epoch) {
-    steps.push_back(nlohmann::json::parse(owner.fork->overrides_json));
-    owner = *store_.find_run(owner.fork->parent_run_id);
+    // (The store checked overrides_json is an object when it is not empty.)
+    const std::string& overrides = owner.fork->overrides_json;
+    steps.push_back(overrides.empty() ? nlohmann::json::object()
+                                      : nlohmann::json::parse(overrides));
+    std::optional<store::RunRow> parent = store_.find_run(owner.fork->parent_run_id);
+    if (!parent || !seen.insert(parent->id).second) {
+      throw StoreError(store_.path() + ": run " + owner.name + "'s fork parent " +
+                       std::to_string(owner.fork->parent_run_id) +
+                       (parent ? " leads back to it" : " is not in the database"));
+    }
+    owner = *parent;
   }
   bool kept = false;
   for (const store::EpochRow& row : store_.epochs(owner.id)) {
@@ -353,12 +363,20 @@ std::map<int, double> Search::own_values(int64_t run_id) {
 }
 
 std::map<int, double> Search::lineage_values(int64_t run_id) {
-  std::map<int, double> out = own_values(run_id);
-  const store::RunRow run = *store_.find_run(run_id);
-  if (run.fork) {
-    for (const auto& [epoch, value] : lineage_values(run.fork->parent_run_id)) {
-      if (epoch <= run.fork->parent_epoch) out.emplace(epoch, value);
+  // Up the fork chain, one ancestor at a time (a search's chain can be as deep as its rounds):
+  // each ancestor counts up to the lowest fork epoch below it; a run's own values win. A chain
+  // that leads back to a run (a database edited by hand) ends there.
+  std::map<int, double> out;
+  std::set<int64_t> seen;
+  int upto = std::numeric_limits<int>::max();
+  std::optional<store::RunRow> run = store_.find_run(run_id);
+  while (run && seen.insert(run->id).second) {
+    for (const auto& [epoch, value] : own_values(run->id)) {
+      if (epoch <= upto) out.emplace(epoch, value);
     }
+    if (!run->fork) break;
+    upto = std::min(upto, run->fork->parent_epoch);
+    run = store_.find_run(run->fork->parent_run_id);
   }
   return out;
 }
@@ -753,10 +771,13 @@ TuneOutcome Search::answer(const std::vector<Candidate>& solutions, int round) {
       (best.move.empty() ? " (the start is within tolerance)" : ", move " + best.move);
   if (auto smaller = bisect(best, round)) {
     best = *smaller;
-    note +=
-        "; bisection kept " +
-        std::to_string(nlohmann::json::parse(best.change_json).at("amp.fp32_modules").size()) +
-        " fp32 modules";
+    // (The store checked change_json is an object; the key is the bisection's own.)
+    const nlohmann::json change = best.change_json.empty()
+                                      ? nlohmann::json::object()
+                                      : nlohmann::json::parse(best.change_json);
+    const auto modules = change.find("amp.fp32_modules");
+    note += "; bisection kept " +
+            std::to_string(modules == change.end() ? 0 : modules->size()) + " fp32 modules";
   }
   if (stopped_) return outcome();
   if (!stop_reason_.empty()) note += "; " + stop_reason_ + " before bisection ended";

@@ -114,15 +114,29 @@ void Store::record_epoch(const EpochRecord& record) {
   });
 }
 
+namespace {
+
+// A loss_scale_events row of `path` from "global_step, scale, reason, rowid" starting at column
+// `at`, its numbers checked as they are read.
+ScaleEvent read_scale_event(const std::string& path, const Statement& row, int at) {
+  const int64_t rowid = row.column_int(at + 3);
+  return ScaleEvent{
+      detail::int_column(path, row, at, {"loss_scale_events", rowid, "global_step"}, 0,
+                         detail::kMaxInt64),
+      detail::real_column(path, row, at + 1, {"loss_scale_events", rowid, "scale"}),
+      row.column_text(at + 2)};
+}
+
+}  // namespace
+
 std::vector<ScaleEvent> Store::scale_events(int64_t run_id) const {
   return guarded(path_, "reading loss-scale events of run " + std::to_string(run_id), [&] {
     Statement select(db_,
-                     "SELECT global_step, scale, reason FROM loss_scale_events WHERE run_id = ? "
-                     "ORDER BY global_step",
+                     "SELECT global_step, scale, reason, rowid FROM loss_scale_events WHERE "
+                     "run_id = ? ORDER BY global_step",
                      run_id);
-    return sql::read_rows(select, [](const Statement& row) {
-      return ScaleEvent{row.column_int(0), row.column_double(1), row.column_text(2)};
-    });
+    return sql::read_rows(select,
+                          [&](const Statement& row) { return read_scale_event(path_, row, 0); });
   });
 }
 
@@ -254,13 +268,12 @@ std::vector<std::pair<int64_t, std::vector<ScaleEvent>>> Store::scale_events(
     Statement select(db_,
                      first_runs_where("EXISTS (SELECT 1 FROM loss_scale_events x WHERE "
                                       "x.run_id = r.id)") +
-                         "SELECT p.id, e.global_step, e.scale, e.reason FROM picked p JOIN "
-                         "loss_scale_events e ON e.run_id = p.id "
+                         "SELECT p.id, e.global_step, e.scale, e.reason, e.rowid FROM picked p "
+                         "JOIN loss_scale_events e ON e.run_id = p.id "
                          "ORDER BY p.cell_index, p.id, e.global_step",
                      sweep, static_cast<int64_t>(max_runs));
-    return group_by_run(select, [](const Statement& row) {
-      return ScaleEvent{row.column_int(1), row.column_double(2), row.column_text(3)};
-    });
+    return group_by_run(select,
+                        [&](const Statement& row) { return read_scale_event(path_, row, 1); });
   });
 }
 
@@ -333,8 +346,12 @@ void Store::record_initial_metrics(int64_t run_id, const std::map<std::string, d
 std::map<std::string, double> Store::initial_metrics(int64_t run_id) const {
   return guarded(path_, "reading the initial metrics of run " + std::to_string(run_id), [&] {
     std::map<std::string, double> metrics;
-    Statement select(db_, "SELECT name, value FROM initial_metrics WHERE run_id = ?", run_id);
-    while (select.step()) metrics[select.column_text(0)] = select.column_double(1);
+    Statement select(db_, "SELECT name, value, rowid FROM initial_metrics WHERE run_id = ?",
+                     run_id);
+    while (select.step()) {
+      metrics[select.column_text(0)] = detail::real_column(
+          path_, select, 1, {"initial_metrics", select.column_int(2), "value"});
+    }
     return metrics;
   });
 }

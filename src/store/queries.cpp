@@ -190,19 +190,4 @@ std::vector<Store::RunTotals> Store::run_totals(const std::string& sweep) const 
   });
 }
 
-std::vector<Store::LineagePoint> Store::lineage(const std::string& sweep) const {
-  return guarded(path_, "reading the lineage of sweep '" + sweep + "'", [&] {
-    // The view gives the primary metric from the metrics table or, for an epochs column such as
-    // train_loss, from the epoch row (migration 13).
-    Statement select(db_, std::string("SELECT l.run_id, l.epoch, l.source_run_id, l.train_loss, "
-                                      "l.value FROM lineage l WHERE l.run_id IN ") +
-                              kRunsOfSweep + " ORDER BY l.run_id, l.epoch",
-                     sweep);
-    return sql::read_rows(select, [](const Statement& row) {
-      return LineagePoint{row.column_int(0), static_cast<int>(row.column_int(1)),
-                          row.column_int(2), row.column_double(3), row.column_double(4)};
-    });
-  });
-}
-
 }  // namespace amptune::store

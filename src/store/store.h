@@ -278,21 +278,6 @@ class Store {
   // One entry per run of `sweep` (runs without epochs included), in the order of runs(sweep).
   std::vector<RunTotals> run_totals(const std::string& sweep) const;
 
-  // One epoch of a run's lineage curve (the lineage view): a fork's rows are its ancestors'
-  // epochs up to the epoch it forked from, then its own.
-  struct LineagePoint {
-    int64_t run_id = 0;  // the run whose curve this is
-    int epoch = 0;
-    int64_t source_run_id = 0;  // whose epoch row it is (run_id or an ancestor)
-    double train_loss = 0;      // of the source epoch; NaN when NULL
-    double value = 0;           // run_id's primary metric at the source epoch, from the metrics
-                                // table or, for an epochs column (train_loss, lr, ... as in
-                                // metric_names), from the epoch row; NaN when not recorded
-  };
-  // The lineage curves of the runs of `sweep`, ordered by run id, then epoch. (The lineage
-  // view's own `value` column reads the metrics table only.)
-  std::vector<LineagePoint> lineage(const std::string& sweep) const;
-
  private:
   Store(const std::string& open_path, const std::string& name);
 

@@ -725,7 +725,9 @@ TEST_F(StoreTest, ReadersRefuseValuesOfAnotherShapeNamingTheRowAndColumn) {
     EpochRecord r;
     r.run_id = id;
     r.metrics["acc1"] = 5;
+    r.scale_events = {ScaleEvent{1, 65536.0, "init"}};
     store.record_epoch(r);
+    store.record_initial_metrics(id, {{"acc1", 25.0}});
     Diagnosis d;
     d.run_id = id;
     d.batches = 1;
@@ -757,6 +759,9 @@ TEST_F(StoreTest, ReadersRefuseValuesOfAnotherShapeNamingTheRowAndColumn) {
   const auto searches = [&](const Store& s) { s.tune_searches("s"); };
   const auto rounds = [&](const Store& s) { s.tune_rounds(search); };
   const auto candidates = [&](const Store& s) { s.tune_candidates(search); };
+  const auto events = [&](const Store& s) { s.scale_events(id); };
+  const auto sweep_events = [&](const Store& s) { s.scale_events("s", 10); };
+  const auto initial = [&](const Store& s) { s.initial_metrics(id); };
   struct Case {
     std::string change;
     std::function<void(const Store&)> read;
@@ -801,6 +806,12 @@ TEST_F(StoreTest, ReadersRefuseValuesOfAnotherShapeNamingTheRowAndColumn) {
        "table tune_candidates, row 1, column rung holds 3000000000"},
       {"UPDATE tune_candidates SET value = 'good'", candidates,
        "table tune_candidates, row 1, column value holds 'good', not a number"},
+      {"UPDATE loss_scale_events SET scale = 'big'", events,
+       "table loss_scale_events, row 1, column scale holds 'big', not a number"},
+      {"UPDATE loss_scale_events SET global_step = -1", sweep_events,
+       "table loss_scale_events, row 1, column global_step holds -1, outside"},
+      {"UPDATE initial_metrics SET value = 'x'", initial,
+       "table initial_metrics, row 1, column value holds 'x', not a number"},
   };
   {
     RawDb raw(path);
@@ -810,14 +821,17 @@ TEST_F(StoreTest, ReadersRefuseValuesOfAnotherShapeNamingTheRowAndColumn) {
         "CREATE TABLE saved_diagnostics AS SELECT * FROM diagnostics;"
         "CREATE TABLE saved_tune_searches AS SELECT * FROM tune_searches;"
         "CREATE TABLE saved_tune_rounds AS SELECT * FROM tune_rounds;"
-        "CREATE TABLE saved_tune_candidates AS SELECT * FROM tune_candidates;");
+        "CREATE TABLE saved_tune_candidates AS SELECT * FROM tune_candidates;"
+        "CREATE TABLE saved_loss_scale_events AS SELECT * FROM loss_scale_events;"
+        "CREATE TABLE saved_initial_metrics AS SELECT * FROM initial_metrics;");
   }
   for (const Case& c : cases) {
     {
       RawDb raw(path);
       std::string restore = "PRAGMA foreign_keys = OFF; PRAGMA ignore_check_constraints = ON;";
       for (const char* t : {"runs", "epochs", "metrics", "diagnostics", "tune_searches",
-                            "tune_rounds", "tune_candidates"}) {
+                            "tune_rounds", "tune_candidates", "loss_scale_events",
+                            "initial_metrics"}) {
         restore += std::string("DELETE FROM ") + t + "; INSERT INTO " + t +
                    " SELECT * FROM saved_" + t + ";";
       }
