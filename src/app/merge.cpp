@@ -3,10 +3,23 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "train/plan.h"
 
 namespace amptune::app {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// Where runs keep their checkpoints: train's rule, which merge checks an input's paths against.
+store::CheckpointLayout checkpoint_layout() {
+  store::CheckpointLayout layout;
+  layout.default_root = train::default_checkpoint_root;
+  layout.is_checkpoint_name = train::is_checkpoint_file_name;
+  return layout;
+}
+
+}  // namespace
 
 store::MergeReport merge_databases(const std::string& into,
                                    const std::vector<std::string>& inputs) {
@@ -19,7 +32,7 @@ store::MergeReport merge_databases(const std::string& into,
   }
   try {
     store::Store target(into);
-    return target.merge(inputs);
+    return target.merge(inputs, checkpoint_layout());
   } catch (...) {
     if (!existed) {
       // Store created (and migrated) it before the merge failed: an empty database nobody asked
@@ -45,7 +58,7 @@ std::unique_ptr<store::Store> open_databases(const std::vector<std::string>& pat
   std::string name;
   for (const auto& p : paths) name += (name.empty() ? "" : " + ") + p;
   auto merged = store::Store::in_memory(name + " (merged in memory)");
-  store::MergeReport done = merged->merge(paths);
+  store::MergeReport done = merged->merge(paths, checkpoint_layout());
   if (report) *report = std::move(done);
   return merged;
 }

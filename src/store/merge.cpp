@@ -255,13 +255,13 @@ std::string absolute_normal(const std::string& path) {
 }
 
 // The folders an input run's checkpoints may lie in: <checkpoint.dir>/<run id> from its config,
-// and <input dir>/checkpoints/<input stem>/<run id> (train::default_checkpoint_root's rule).
-std::vector<std::string> own_checkpoint_dirs(const std::string& input, int64_t run_id,
+// and <the input's default root>/<run id> (`layout`, train's rule).
+std::vector<std::string> own_checkpoint_dirs(const CheckpointLayout& layout,
+                                             const std::string& input, int64_t run_id,
                                              const std::string& config_json) {
   const std::string id = std::to_string(run_id);
-  const fs::path db(input);
   std::vector<std::string> dirs = {
-      absolute_normal((db.parent_path() / "checkpoints" / db.stem() / id).string())};
+      absolute_normal((fs::path(layout.default_root(input)) / id).string())};
   const nlohmann::json config = nlohmann::json::parse(config_json, nullptr, false);
   if (config.is_object() && config.contains("checkpoint") && config["checkpoint"].is_object()) {
     const nlohmann::json& dir = config["checkpoint"].value("dir", nlohmann::json());
@@ -273,18 +273,11 @@ std::vector<std::string> own_checkpoint_dirs(const std::string& input, int64_t r
 }
 
 // Whether `path` is a checkpoint file amptune could have written into one of `dirs`: directly in
-// it, named epoch_<digits>[.ext].
-bool own_checkpoint(const std::string& path, const std::vector<std::string>& dirs) {
+// it, with a checkpoint's name (`layout`).
+bool own_checkpoint(const CheckpointLayout& layout, const std::string& path,
+                    const std::vector<std::string>& dirs) {
   const fs::path file(absolute_normal(path));
-  const std::string name = file.filename().string();
-  size_t digits = 0;
-  while (6 + digits < name.size() && std::isdigit(static_cast<unsigned char>(name[6 + digits]))) {
-    ++digits;
-  }
-  if (name.rfind("epoch_", 0) != 0 || digits == 0 ||
-      (6 + digits < name.size() && name[6 + digits] != '.')) {
-    return false;
-  }
+  if (!layout.is_checkpoint_name(file.filename().string())) return false;
   const std::string parent = file.parent_path().string();
   return std::find(dirs.begin(), dirs.end(), parent) != dirs.end();
 }
@@ -292,8 +285,8 @@ bool own_checkpoint(const std::string& path, const std::vector<std::string>& dir
 // The merge into one target connection, input after input, inside the caller's transaction.
 class Merger {
  public:
-  Merger(sqlite3* db, std::string path, MergeReport& report)
-      : db_(db), path_(std::move(path)), report_(report) {}
+  Merger(sqlite3* db, std::string path, MergeReport& report, const CheckpointLayout& layout)
+      : db_(db), path_(std::move(path)), report_(report), layout_(layout) {}
 
   MergeCount merge(const std::string& input, int version) {
     Input in(input);
@@ -452,7 +445,7 @@ class Merger {
       Statement config(in, "SELECT id, config_json FROM runs");
       while (config.step()) {
         own_dirs[config.column_int(0)] =
-            own_checkpoint_dirs(input, config.column_int(0), config.column_text(1));
+            own_checkpoint_dirs(layout_, input, config.column_int(0), config.column_text(1));
       }
     }
     Statement disown(db_,
@@ -474,7 +467,7 @@ class Merger {
         const int64_t rows = copier.copy(from, to, [&, to = to, from = from](const Statement& row) {
           if (path_at < 0 || row.is_null(path_at)) return;
           if (deleted_at >= 0 && !row.is_null(deleted_at)) return;
-          if (!own_checkpoint(row.column_text(path_at), own_dirs[from])) {
+          if (!own_checkpoint(layout_, row.column_text(path_at), own_dirs[from])) {
             if (report_.foreign_checkpoints++ == 0) {
               report_.first_foreign = row.column_text(path_at);
             }
@@ -494,6 +487,7 @@ class Merger {
   sqlite3* db_;
   std::string path_;
   MergeReport& report_;
+  const CheckpointLayout& layout_;  // where input runs keep their checkpoints (train's rule)
   std::map<std::string, std::vector<Column>> target_columns_;
   // Target runs written by this merge -> the input their copy came from (for conflicts).
   std::unordered_map<int64_t, std::string> origins_;
@@ -993,7 +987,7 @@ int check_merge_input(const std::string& path) {
   });
 }
 
-MergeReport Store::merge(const std::vector<std::string>& inputs) {
+MergeReport Store::merge(const std::vector<std::string>& inputs, const CheckpointLayout& layout) {
   std::vector<int> versions;
   for (const std::string& input : inputs) {
     std::error_code ec;
@@ -1005,7 +999,7 @@ MergeReport Store::merge(const std::vector<std::string>& inputs) {
   MergeReport report;
   detail::guarded(path_, "merging into it", [&] {
     sql::write_transaction(db_, [&] {
-      Merger merger(db_, path_, report);
+      Merger merger(db_, path_, report, layout);
       for (size_t i = 0; i < inputs.size(); ++i) {
         report.inputs.push_back(merger.merge(inputs[i], versions[i]));
       }

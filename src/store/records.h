@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
@@ -300,6 +301,16 @@ struct MergeCount {
   int runs_kept = 0;       // the target's copy stayed (a MergeConflict)
   int runs_unchanged = 0;  // the target had this very copy (merged before)
   int64_t epochs = 0;      // epoch rows copied
+};
+
+// Where a database's runs keep their checkpoint files, as train (which writes them) says; merge
+// takes over an input's recorded path only when it lies in one of its run's folders and has such
+// a name (docs/SECURITY.md "Databases from elsewhere"). app fills it from train/plan.h.
+struct CheckpointLayout {
+  // The folder under which the database at `db_path` keeps its runs' folders by default.
+  std::function<std::string(const std::string& db_path)> default_root;
+  // Whether `file_name` (without its folder) is the name of a run's checkpoint.
+  std::function<bool(const std::string& file_name)> is_checkpoint_name;
 };
 
 struct MergeReport {

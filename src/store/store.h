@@ -204,10 +204,11 @@ class Store {
   //    merging an input again changes nothing.
   //  - Checkpoint paths are copied as recorded (the files stay where their shard wrote them;
   //    relative paths are relative to the directory training ran in) and counted, with those
-  //    not found from the working directory.
+  //    not found from the working directory; a path outside its run's own folders, or not named
+  //    as a checkpoint (`layout`: train's rule, given by app), is merged as deleted.
   // Throws StoreError naming the input (not SQLite, corrupt, newer schema, missing, two runs of
   // one name with different configs) or this database (cannot write).
-  MergeReport merge(const std::vector<std::string>& inputs);
+  MergeReport merge(const std::vector<std::string>& inputs, const CheckpointLayout& layout);
 
   // "ok", or what PRAGMA integrity_check / foreign_key_check found.
   std::string integrity_check() const;

@@ -2,6 +2,8 @@
 // validate_config and check_data. No training here; train_run starts a fork from its parent's
 // checkpoint (trainer.cpp start_from_parent).
 #include <algorithm>
+#include <cctype>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -317,6 +319,23 @@ std::string checkpoint_dir(const CheckpointSettings& checkpoint, const std::stri
   const std::string dir =
       checkpoint.dir.empty() ? default_checkpoint_root(db_path) : checkpoint.dir;
   return (std::filesystem::path(dir) / std::to_string(run_id)).string();
+}
+
+std::string checkpoint_file_name(int64_t epoch) {
+  char name[48];
+  std::snprintf(name, sizeof name, "epoch_%04lld.safetensors", static_cast<long long>(epoch));
+  return name;
+}
+
+bool is_checkpoint_file_name(const std::string& name) {
+  constexpr size_t kPrefix = 6;  // "epoch_"
+  size_t digits = 0;
+  while (kPrefix + digits < name.size() &&
+         std::isdigit(static_cast<unsigned char>(name[kPrefix + digits]))) {
+    ++digits;
+  }
+  return name.rfind("epoch_", 0) == 0 && digits > 0 &&
+         (kPrefix + digits == name.size() || name[kPrefix + digits] == '.');
 }
 
 std::string checkpoint_dir(const Config& config, const std::string& db_path, int64_t run_id) {

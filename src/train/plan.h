@@ -41,6 +41,11 @@ std::string default_checkpoint_root(const std::string& db_path);
 std::string checkpoint_dir(const CheckpointSettings& checkpoint, const std::string& db_path,
                            int64_t run_id);
 std::string checkpoint_dir(const Config& config, const std::string& db_path, int64_t run_id);
+// The file name of a run's checkpoint of `epoch` in its directory: "epoch_0004.safetensors".
+std::string checkpoint_file_name(int64_t epoch);
+// Whether `name` is one a checkpoint of a run has: epoch_<digits>, with an extension or none
+// (.safetensors, or .pt of earlier releases).
+bool is_checkpoint_file_name(const std::string& name);
 
 // Everything about `config` that can refuse a run before it trains, without touching data: the
 // model, the amp policy (combinations apex refuses), the cast point names (and that the model has

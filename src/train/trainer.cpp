@@ -620,10 +620,9 @@ void RunTraining::record_epoch(int64_t epoch, store::EpochRecord& record) {
   recorder_.check_claim();  // still ours? (another holder writes the same file names)
   const std::string dir = recorder_.checkpoint_dir();
   if (!dir.empty() && ((epoch + 1) % checkpoint_every_ == 0 || epoch + 1 == epochs_)) {
-    char name[48];
-    std::snprintf(name, sizeof name, "epoch_%04lld.safetensors", static_cast<long long>(epoch));
     const auto save_start = Clock::now();
-    record.checkpoint = save_checkpoint((fs::path(dir) / name).string(), session_.task->module(),
+    record.checkpoint = save_checkpoint((fs::path(dir) / checkpoint_file_name(epoch)).string(),
+                                        session_.task->module(),
                                         *session_.optimizer,
                                         CheckpointMeta{epoch, global_step_, run_.config_hash},
                                         &precision_->engine());

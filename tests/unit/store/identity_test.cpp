@@ -14,6 +14,7 @@
 #include "store/migrations.h"
 #include "store/store.h"
 #include "unit/store/raw_exec.h"
+#include "support/checkpoint_layout.h"
 #include "support/scratch.h"
 
 namespace amptune::store {
@@ -105,7 +106,7 @@ TEST(Identity, MergeRehashesAnInputOfThePreviousSchema) {
   const std::string old = (dir.path() / "old.sqlite").string();
   write_schema_11(old);
   Store target((dir.path() / "into.sqlite").string());
-  target.merge({old});
+  target.merge({old}, testing::checkpoint_layout());
   expect_rehashed(target);
   // The input was read, not migrated.
   sqlite3* db = nullptr;
