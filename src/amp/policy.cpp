@@ -99,6 +99,62 @@ std::string Policy::loss_scale_text() const {
   return dynamic_scale ? std::string("dynamic") : nlohmann::json(static_scale).dump();
 }
 
+namespace {
+
+// Where `p`'s low precision runs (p.backend, p.backend_reason, p.slow_backend) for the setting
+// amp.backend `backend` on `device_is_cuda` / a CPU with `cpu`. Throws ConfigError for a native
+// backend the device has no kernels for.
+void choose_backend(Policy& p, const std::string& backend, bool device_is_cuda,
+                    const CpuCaps& cpu) {
+  const std::string level = to_string(p.opt_level);
+  const bool cpu_has_kernels = p.dtype == Dtype::kBf16 && p.opt_level == OptLevel::kO1;
+  if (p.opt_level == OptLevel::kO0) {
+    p.backend = Backend::kNone;
+    p.backend_reason = "O0: fp32, no low precision";
+  } else if (backend == "emulate") {
+    p.backend = Backend::kEmulate;
+    p.backend_reason = "amp.backend emulate";
+  } else if (backend == "native") {
+    if (!device_is_cuda && !cpu_has_kernels) {
+      throw ConfigError("amp.backend native has no kernels on this CPU for " + level + " " +
+                        to_string(p.dtype) +
+                        " (LibTorch's CPU autocast covers bf16 O1 only; CPU fp16 kernels do not "
+                        "exist); use amp.backend emulate or auto, or device cuda");
+    }
+    if (!device_is_cuda && !cpu.isa_limit.empty()) {
+      throw ConfigError("amp.backend native: oneDNN is held to " + cpu.isa_limit +
+                        ", which has no bf16 kernels; use amp.backend emulate or auto, or unset "
+                        "the variable");
+    }
+    p.backend = Backend::kNative;
+    p.backend_reason = "amp.backend native";
+    if (!device_is_cuda && !cpu.bf16()) {
+      p.slow_backend = true;
+      p.backend_reason += " on a CPU without avx512_bf16 / amx_bf16 (slow bf16 kernels; auto "
+                          "would emulate)";
+    }
+  } else if (device_is_cuda) {
+    p.backend = Backend::kNative;
+    p.backend_reason = "auto: CUDA kernels";
+  } else if (!cpu_has_kernels) {
+    p.backend = Backend::kEmulate;
+    p.backend_reason = "auto: LibTorch has no CPU kernels for " + level + " " +
+                       to_string(p.dtype);
+  } else if (cpu.bf16()) {
+    p.backend = Backend::kNative;
+    p.backend_reason = "auto: the CPU has " + cpu.bf16_flags + " (oneDNN bf16 kernels)";
+  } else if (!cpu.isa_limit.empty()) {
+    p.backend = Backend::kEmulate;
+    p.backend_reason = "auto: oneDNN is held to " + cpu.isa_limit + ", which has no bf16 kernels";
+  } else {
+    p.backend = Backend::kEmulate;
+    p.backend_reason = "auto: the CPU lacks avx512_bf16 / amx_bf16, where native bf16 is many "
+                       "times slower than fp32 (docs/PERFORMANCE.md)";
+  }
+}
+
+}  // namespace
+
 Policy resolve_policy(const AmpSettings& amp, bool device_is_cuda, const CpuCaps& cpu) {
   Policy p;
   p.opt_level = parse_level(amp.opt_level);
@@ -164,51 +220,7 @@ Policy resolve_policy(const AmpSettings& amp, bool device_is_cuda, const CpuCaps
   p.init_scale = std::min(65536.0, p.max_scale);
 
   // Backend.
-  const std::string& backend = amp.backend;
-  const bool cpu_has_kernels = p.dtype == Dtype::kBf16 && p.opt_level == OptLevel::kO1;
-  if (p.opt_level == OptLevel::kO0) {
-    p.backend = Backend::kNone;
-    p.backend_reason = "O0: fp32, no low precision";
-  } else if (backend == "emulate") {
-    p.backend = Backend::kEmulate;
-    p.backend_reason = "amp.backend emulate";
-  } else if (backend == "native") {
-    if (!device_is_cuda && !cpu_has_kernels) {
-      throw ConfigError("amp.backend native has no kernels on this CPU for " + level + " " +
-                        to_string(p.dtype) +
-                        " (LibTorch's CPU autocast covers bf16 O1 only; CPU fp16 kernels do not "
-                        "exist); use amp.backend emulate or auto, or device cuda");
-    }
-    if (!device_is_cuda && !cpu.isa_limit.empty()) {
-      throw ConfigError("amp.backend native: oneDNN is held to " + cpu.isa_limit +
-                        ", which has no bf16 kernels; use amp.backend emulate or auto, or unset "
-                        "the variable");
-    }
-    p.backend = Backend::kNative;
-    p.backend_reason = "amp.backend native";
-    if (!device_is_cuda && !cpu.bf16()) {
-      p.slow_backend = true;
-      p.backend_reason += " on a CPU without avx512_bf16 / amx_bf16 (slow bf16 kernels; auto "
-                          "would emulate)";
-    }
-  } else if (device_is_cuda) {
-    p.backend = Backend::kNative;
-    p.backend_reason = "auto: CUDA kernels";
-  } else if (!cpu_has_kernels) {
-    p.backend = Backend::kEmulate;
-    p.backend_reason = "auto: LibTorch has no CPU kernels for " + level + " " +
-                       to_string(p.dtype);
-  } else if (cpu.bf16()) {
-    p.backend = Backend::kNative;
-    p.backend_reason = "auto: the CPU has " + cpu.bf16_flags + " (oneDNN bf16 kernels)";
-  } else if (!cpu.isa_limit.empty()) {
-    p.backend = Backend::kEmulate;
-    p.backend_reason = "auto: oneDNN is held to " + cpu.isa_limit + ", which has no bf16 kernels";
-  } else {
-    p.backend = Backend::kEmulate;
-    p.backend_reason = "auto: the CPU lacks avx512_bf16 / amx_bf16, where native bf16 is many "
-                       "times slower than fp32 (docs/PERFORMANCE.md)";
-  }
+  choose_backend(p, amp.backend, device_is_cuda, cpu);
   return p;
 }
 
