@@ -799,3 +799,29 @@ CREATE VIEW tune_path AS
   JOIN runs r ON r.id = c.run_id
   JOIN runs st ON st.id = k.start_run_id
   ORDER BY s.name, t.id, c.round, c.seq;
+
+-- migration: 17
+-- Tuning II (docs/TUNE.md): rounds of more kinds. 'union' tries the moves of a round that each
+-- got further, together; 'confirm' trains the answer from scratch when it is a fork
+-- (tune.confirm); 'reference' (round 0) trains the reference with other seeds to measure the
+-- seed noise (tune.reference_repeats). SQLite cannot alter a CHECK constraint, so when this
+-- migration is applied the code widens tune_rounds' checks on round (>= 0) and kind, as
+-- migration 15 did for runs.status (writable_schema, schema_version + 1, integrity_check), in
+-- this migration's transaction. Candidates of the new kinds have move 'union', 'confirm',
+-- 'seed' or 'undo' (a bisection probe that undoes a union's key), beside the move names of 16.
+-- The view tune_path lists them like the others, now with each round's note (why the round was
+-- made: where its start left the band and how many advice rows its diagnosis gave, which moves a
+-- union combines, which items a bisection keeps).
+DROP VIEW tune_path;
+CREATE VIEW tune_path AS
+  SELECT s.name AS sweep, t.id AS search_id, c.round, k.kind, st.name AS round_start,
+         k.fork_epoch, c.seq, c.move, c.change_json, c.reason, c.advice_rule, c.advice_module,
+         r.name AS run, c.rung, c.value, c.reference_value, c.outcome,
+         coalesce(t.answer_run_id = c.run_id, 0) AS is_answer, k.note AS round_note
+  FROM tune_candidates c
+  JOIN tune_rounds k ON k.search_id = c.search_id AND k.round = c.round
+  JOIN tune_searches t ON t.id = c.search_id
+  JOIN sweeps s ON s.id = t.sweep_id
+  JOIN runs r ON r.id = c.run_id
+  JOIN runs st ON st.id = k.start_run_id
+  ORDER BY s.name, t.id, c.round, c.seq;

@@ -13,7 +13,7 @@
 namespace amptune::amp {
 namespace {
 
-OptLevel parse_level(const std::string& s) {
+OptLevel parse_level_text(const std::string& s) {
   if (s == "O0") return OptLevel::kO0;
   if (s == "O1") return OptLevel::kO1;
   if (s == "O2") return OptLevel::kO2;
@@ -157,7 +157,7 @@ void choose_backend(Policy& p, const std::string& backend, bool device_is_cuda,
 
 Policy resolve_policy(const AmpSettings& amp, bool device_is_cuda, const CpuCaps& cpu) {
   Policy p;
-  p.opt_level = parse_level(amp.opt_level);
+  p.opt_level = parse_level_text(amp.opt_level);
   p.dtype = amp.dtype == "bf16" ? Dtype::kBf16 : Dtype::kFp16;
   p.on_cuda = device_is_cuda;
   const std::string level = to_string(p.opt_level);
@@ -222,6 +222,22 @@ Policy resolve_policy(const AmpSettings& amp, bool device_is_cuda, const CpuCaps
   // Backend.
   choose_backend(p, amp.backend, device_is_cuda, cpu);
   return p;
+}
+
+OptLevel parse_opt_level(const std::string& text) { return parse_level_text(text); }
+
+Policy apex_properties(const AmpSettings& amp) { return resolve_policy(amp, true); }
+
+std::vector<std::pair<std::string, std::string>> opt_level_change(const AmpSettings& amp,
+                                                                  OptLevel to) {
+  std::vector<std::pair<std::string, std::string>> change{{"amp.opt_level", to_string(to)}};
+  // The refusals of resolve_policy's property table.
+  auto refused = [&](const std::string& value) {
+    return (to == OptLevel::kO1 && value != "auto") || (to == OptLevel::kO0 && value == "true");
+  };
+  if (refused(amp.keep_batchnorm_fp32)) change.emplace_back("amp.keep_batchnorm_fp32", "auto");
+  if (refused(amp.master_weights)) change.emplace_back("amp.master_weights", "auto");
+  return change;
 }
 
 }  // namespace amptune::amp

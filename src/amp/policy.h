@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace amptune {
@@ -80,6 +81,20 @@ CpuCaps cpu_caps_from_flags(const std::string& flags, const std::string& isa_lim
 Policy resolve_policy(const AmpSettings& amp, bool device_is_cuda,
                       const CpuCaps& cpu = detect_cpu());
 
+// apex's properties of `amp` whatever the device (what O1/O2/O3, keep_batchnorm_fp32,
+// master_weights and the loss scale mean): resolve_policy as on CUDA, where every backend is
+// allowed, so only apex's own refusals throw (ConfigError naming the key). For rules that reason
+// about a setting rather than run it (amptune tune's moves).
+Policy apex_properties(const AmpSettings& amp);
+
+// The amp.* keys to set, as (key, value), to move `amp` to opt level `to` as a combination apex
+// accepts: amp.opt_level, and amp.keep_batchnorm_fp32 / amp.master_weights back to auto where
+// apex refuses them at `to` (any value at O1, true at O0).
+std::vector<std::pair<std::string, std::string>> opt_level_change(const AmpSettings& amp,
+                                                                  OptLevel to);
+
+// "O0".."O3" -> the level; ConfigError naming amp.opt_level otherwise.
+OptLevel parse_opt_level(const std::string& text);
 std::string to_string(OptLevel level);  // "O0".."O3"
 std::string to_string(Dtype dtype);     // "fp16" | "bf16"
 std::string to_string(Backend backend); // "none" | "native" | "emulate"

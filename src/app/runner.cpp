@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <map>
 #include <optional>
 #include <set>
 #include <thread>
@@ -375,7 +376,73 @@ std::vector<int64_t> promote_runs(store::Store& store, const std::string& sweep,
   return promoted;
 }
 
+// A fork waits for its parent's checkpoint: while the parent trains (kWait), or for good when
+// the parent has stopped without it (kSkip, said by `skipped`).
+Turn fork_turn(const store::Store& store, const WorkItem& item, const store::RunRow& run,
+               const std::function<void(const std::string&)>& skipped) {
+  if (!item.parent_id || run.epochs_done > 0) return Turn::kTrain;
+  for (const store::EpochRow& e : store.epochs(item.parent_id)) {
+    if (e.epoch == item.parent_epoch && e.checkpoint) return Turn::kTrain;
+  }
+  const store::RunRow parent = *store.find_run(item.parent_id);
+  if (parent.status == store::RunStatus::kRunning) return Turn::kWait;
+  skipped("fork " + run.name + " waits for epoch " + std::to_string(item.parent_epoch) + " of " +
+          parent.name + " (" + store::to_string(parent.status) + "), skipped");
+  return Turn::kSkip;
+}
+
 }  // namespace
+
+bool train_schedule(store::Store& store, const Schedule& schedule, const SweepOptions& options,
+                    Tally& tally) {
+  std::set<int64_t> attempted, reported;
+  for (;;) {
+    // Another process trains a run of the list (or what it waits for): poll until it is finished
+    // or its holder is gone (then this process takes it over).
+    bool waiting = false;
+    for (const int64_t id : schedule.ids) {
+      if (train::stop_requested()) return false;
+      if (attempted.count(id)) continue;  // once per call (a failure stays failed)
+      const store::RunRow run = *store.find_run(id);
+      const Turn turn = schedule.turn ? schedule.turn(run) : Turn::kTrain;
+      if (turn != Turn::kTrain) {
+        waiting = waiting || turn == Turn::kWait;
+        continue;
+      }
+      const Settings settings = settings_of(run, run.name);
+      if (!store.claim_run(run.id, provenance(options, settings), options.stale_after,
+                           options.retry_failed)) {
+        if (reported.insert(run.id).second) {
+          log::info("run " + run.name + " is being trained by " + holder_text(run) +
+                    "; waiting (taken over when that process is gone, or, on another host, "
+                    "when its heartbeat is older than " +
+                    std::to_string(static_cast<int64_t>(options.stale_after)) + " s)");
+        }
+        waiting = true;  // until it finishes, or its holder is gone and the run can be claimed
+        continue;
+      }
+      attempted.insert(run.id);
+      warn_if_not_bitwise(run, provenance(options, settings));
+      train_claimed(store, *store.find_run(run.id), options, tally, schedule.prune);
+      if (tally.rank_lost) return false;  // the job lost a process: no run can train now
+    }
+    if (train::stop_requested()) return false;
+    bool reopened = false;
+    if (schedule.reopen) {
+      for (const int64_t id : schedule.reopen()) {
+        attempted.erase(id);
+        reopened = true;
+      }
+    }
+    if (reopened) continue;  // runs trained since let a stopped one go on
+    if (!waiting) return true;
+    // Naps of a tenth of a second: a signal ends the wait at once.
+    for (double slept = 0; slept < options.poll_seconds && !train::stop_requested();
+         slept += 0.1) {
+      nap(std::min(0.1, options.poll_seconds - slept));
+    }
+  }
+}
 
 Tally run_sweep(store::Store& store, const Plan& plan, const SweepOptions& options) {
   const Sweep& sweep = plan.sweep;
@@ -384,97 +451,56 @@ Tally run_sweep(store::Store& store, const Plan& plan, const SweepOptions& optio
   const std::vector<WorkItem> work = ensure_runs(store, plan, sweep_id);
 
   Tally tally;
-  std::set<int64_t> reported, attempted;
+  std::set<int64_t> reported;
   auto report_once = [&](int64_t id, const std::string& line, int& counter) {
     if (!reported.insert(id).second) return;
     log::info(line);
     ++counter;
   };
-  const PruneSettings prune = options.no_prune ? PruneSettings{} : plan.prune;
-  auto promote = [&] {  // promoted runs may train again in this call
-    const std::vector<int64_t> promoted =
-        promote_runs(store, sweep.name, work, prune, options.no_prune);
-    for (const int64_t id : promoted) attempted.erase(id);
-    return !promoted.empty();
-  };
-  promote();
-  const auto& stop_after = options.training.stop_after_epoch;
-  for (;;) {
-    // Another process trains a run of the work, or a fork's parent: poll until it is finished
-    // or its holder is gone (then this process takes it over).
-    bool waiting = false;
-    for (const WorkItem& item : work) {
-      if (train::stop_requested()) break;
-      store::RunRow run = *store.find_run(item.run_id);
-      if (run.status == store::RunStatus::kPruned) {
-        report_once(run.id,
-                    "run " + run.name + " [" + run.label + "] is pruned (" + run.message +
-                        "), skipped; --no-prune continues it",
-                    tally.pruned);
-        continue;
-      }
-      if (attempted.count(item.run_id)) continue;  // once per invocation (a failure stays failed)
-      if (stop_after && run.epochs_done > *stop_after) {
-        // stopped at --stop-after-epoch by another worker: leave it there
-        report_once(run.id, "run " + run.name + " has reached epoch " +
-                                std::to_string(*stop_after) + ", skipped",
-                    tally.skipped);
-        continue;
-      }
-      if (run.status == store::RunStatus::kDone || run.status == store::RunStatus::kDiverged) {
-        report_once(run.id, "run " + run.name + " [" + run.label + "] is " +
-                                store::to_string(run.status) + ", skipped",
-                    tally.skipped);
-        continue;
-      }
-      if (run.status == store::RunStatus::kFailed && !options.retry_failed) {
-        report_once(run.id, "run " + run.name + " failed before (" + run.message +
-                                "), skipped; use --retry-failed to train it again",
-                    tally.failed);
-        continue;
-      }
-      if (item.parent_id && run.epochs_done == 0) {
-        bool ready = false;
-        for (auto& e : store.epochs(item.parent_id)) {
-          ready = ready || (e.epoch == item.parent_epoch && e.checkpoint);
-        }
-        if (!ready) {
-          store::RunRow parent = *store.find_run(item.parent_id);
-          if (parent.status == store::RunStatus::kRunning) {
-            waiting = true;
-          } else {
-            report_once(run.id, "fork " + run.name + " waits for epoch " +
-                                    std::to_string(item.parent_epoch) + " of " + parent.name +
-                                    " (" + store::to_string(parent.status) + "), skipped",
-                        tally.skipped);
-          }
-          continue;
-        }
-      }
-      const Settings settings = settings_of(run, run.name);
-      if (!store.claim_run(run.id, provenance(options, settings), options.stale_after,
-                           options.retry_failed)) {
-        if (!reported.count(run.id)) {
-          log::info("run " + run.name + " is being trained by " + holder_text(run) +
-                    "; waiting (taken over when that process is gone, or, on another host, "
-                    "when its heartbeat is older than " +
-                    std::to_string(static_cast<int64_t>(options.stale_after)) + " s)");
-        }
-        reported.insert(run.id);
-        waiting = true;  // until it finishes, or its holder is gone and the run can be claimed
-        continue;
-      }
-      reported.insert(run.id);
-      attempted.insert(run.id);
-      warn_if_not_bitwise(run, provenance(options, settings));
-      train_claimed(store, *store.find_run(run.id), options, tally, prune);
-      if (tally.rank_lost) return tally;  // the job lost a process: no run can train now
-    }
-    if (train::stop_requested()) break;
-    if (promote()) continue;  // cells trained since let a pruned one go on
-    if (!waiting) break;
-    std::this_thread::sleep_for(std::chrono::duration<double>(options.poll_seconds));
+  Schedule schedule;
+  schedule.prune = options.no_prune ? PruneSettings{} : plan.prune;
+  std::map<int64_t, const WorkItem*> items;
+  for (const WorkItem& item : work) {
+    schedule.ids.push_back(item.run_id);
+    items[item.run_id] = &item;
   }
+  schedule.reopen = [&] {  // promoted runs may train again in this call
+    return promote_runs(store, sweep.name, work, schedule.prune, options.no_prune);
+  };
+  schedule.reopen();
+  const auto& stop_after = options.training.stop_after_epoch;
+  schedule.turn = [&](const store::RunRow& run) {
+    if (run.status == store::RunStatus::kPruned) {
+      report_once(run.id,
+                  "run " + run.name + " [" + run.label + "] is pruned (" + run.message +
+                      "), skipped; --no-prune continues it",
+                  tally.pruned);
+      return Turn::kSkip;
+    }
+    if (stop_after && run.epochs_done > *stop_after) {
+      // stopped at --stop-after-epoch by another worker: leave it there
+      report_once(run.id, "run " + run.name + " has reached epoch " +
+                              std::to_string(*stop_after) + ", skipped",
+                  tally.skipped);
+      return Turn::kSkip;
+    }
+    if (run.status == store::RunStatus::kDone || run.status == store::RunStatus::kDiverged) {
+      report_once(run.id, "run " + run.name + " [" + run.label + "] is " +
+                              store::to_string(run.status) + ", skipped",
+                  tally.skipped);
+      return Turn::kSkip;
+    }
+    if (run.status == store::RunStatus::kFailed && !options.retry_failed) {
+      report_once(run.id, "run " + run.name + " failed before (" + run.message +
+                              "), skipped; use --retry-failed to train it again",
+                  tally.failed);
+      return Turn::kSkip;
+    }
+    return fork_turn(store, *items.at(run.id), run, [&](const std::string& line) {
+      report_once(run.id, line, tally.skipped);
+    });
+  };
+  train_schedule(store, schedule, options, tally);
   return tally;
 }
 

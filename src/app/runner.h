@@ -120,6 +120,27 @@ struct Tally {
 // train::stop_requested().
 Tally run_sweep(store::Store& store, const Plan& plan, const SweepOptions& options);
 
+// The claim-and-train loop that `run` and `tune` share. What it does with a run of `ids` in one
+// pass, as `turn` says from the run's row (re-read every pass): kTrain claims it and trains it
+// (a run another process holds is waited for), kSkip leaves it, kWait leaves it for now but keeps
+// the loop polling (a fork whose parent is still training).
+enum class Turn { kTrain, kSkip, kWait };
+struct Schedule {
+  std::vector<int64_t> ids;  // in the order to train them
+  std::function<Turn(const store::RunRow&)> turn;  // unset: kTrain
+  // After each pass: runs that may train again in this call (pruned cells promoted since).
+  std::function<std::vector<int64_t>()> reopen;
+  PruneSettings prune;  // the rule the trainer applies after each epoch
+};
+
+// Trains each run of `schedule` this process can claim (Store::claim_run with
+// options.retry_failed), at most once per call unless reopened, polling every
+// options.poll_seconds while it waits (in naps of a tenth of a second: a signal ends the wait at
+// once). Counts in `tally`. Returns false when a signal stopped it (train::stop_requested()) or a
+// process of the data-parallel job was lost (tally.rank_lost), true when nothing is left to do.
+bool train_schedule(store::Store& store, const Schedule& schedule, const SweepOptions& options,
+                    Tally& tally);
+
 // `amptune resume`: continues `run` from its newest valid checkpoint (or `from_epoch`'s). A
 // finished run is trained again only with from_epoch. Throws CheckpointError naming the saved
 // epochs when from_epoch has no checkpoint, UsageError when a live process holds the run.

@@ -5,13 +5,15 @@
 //   store::Store store(db);
 //   app::TuneOutcome out = app::run_tune(store, plan, options);
 //
-// The search trains the reference and the start (reused by identity when trained), diagnoses the
-// start where it leaves the tolerance band, turns the advice and the move order into candidates
-// (forks of the start from that epoch), runs successive halving over them (losers stop as
-// pruned), and repeats from the best candidate until one ends within tolerance; a solution's
-// fp32 modules are then bisected. Every step is a function of the database: several processes
-// (--workers) run the same search and share its training through the store's claims, and a
-// search stopped at any point continues from the database with the same answer. No torch.
+// The search (app/tune_search.h) trains the reference and the start (reused by identity when
+// trained), diagnoses the start where it leaves the tolerance band, turns the advice and the move
+// order into candidates (forks of the start from that epoch), runs successive halving over them
+// (losers stop as pruned), tries the union of the moves that helped, and carries the candidate
+// that got furthest on until one ends within tolerance; a solution's items are then bisected and
+// the answer confirmed from scratch. It runs here over app/tune_executor.h: every step is a
+// function of the database, so several processes (--workers) run the same search and share its
+// training through the store's claims, and a search stopped at any point continues from the
+// database with the same answer. No torch.
 #pragma once
 
 #include <map>
@@ -20,30 +22,24 @@
 #include <vector>
 
 #include "app/runner.h"
-#include "app/tune_moves.h"
+#include "app/tune_search.h"
 #include "core/sweep.h"
 #include "store/store.h"
 
 namespace amptune::app {
 
-struct TunePlan {
-  Sweep sweep;       // its tune block is set
-  Config base;       // the sweep's base, checkpoints every epoch, all kept (forks need them)
-  Config reference;  // base + tune.reference
-  Config start;      // base + tune.start
+// A sweep's tune: block resolved and checked: the search's spec (app/tune_search.h), the sweep
+// and the fingerprints of the data the runs train on.
+struct TunePlan : SearchSpec {
+  Sweep sweep;  // its tune block is set (SearchSpec::block is a copy)
   std::string reference_fingerprint, start_fingerprint;  // of their data (planned with data)
-  std::string metric;
-  Tolerance tolerance;
-  int epochs = 0;  // schedule.epochs of the reference and the start
-  int budget = 0;  // tune.budget.epochs resolved
-  const TuneBlock& block() const { return *sweep.tune; }
 };
 
 // Reads the sweep file at `path` (with --set `sets`) and checks its tune: block before anything
 // is written: the reference's and the start's configs (train::validate_config), that they
 // differ, train the same number of epochs (at least 2) and record the metric (listing those the
 // model records), that tune.fork_from is an epoch of them, that the budget covers the reference
-// and the start, and with `data` that their data open. Throws ConfigError naming file:line and
+// (with its repeats) and the start, and with `data` that their data open. Throws ConfigError naming file:line and
 // the key, UsageError when the sweep has no tune: block.
 TunePlan plan_tune(const std::string& path, const std::vector<std::string>& sets, bool data = true);
 

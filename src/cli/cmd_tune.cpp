@@ -97,7 +97,7 @@ void print_outcome(const app::TuneOutcome& out, const std::string& db, std::ostr
 }
 
 void print_plan(const app::TunePlan& plan, std::ostream& os) {
-  const TuneBlock& b = plan.block();
+  const TuneBlock& b = plan.block;
   std::vector<std::string> keys;
   for (const KeySpec& spec : plan.base.schema().keys()) keys.push_back(spec.key);
   auto block = [&](const char* what, const Config& config) {

@@ -746,6 +746,9 @@ class SweepReader {
     t.objective = value("tune.objective").get<std::string>();
     t.diagnose_batches = value("tune.diagnose.batches").get<int64_t>();
     t.cosine_min = value("tune.diagnose.cosine_min").get<double>();
+    t.confirm = value("tune.confirm").get<bool>();
+    t.reference_repeats = value("tune.reference_repeats").get<int64_t>();
+    t.repeats_loc = where("tune.reference_repeats");
     for (const KeySpec& spec : schema.keys()) {
       if (spec.key.rfind("tune.", 0) == 0) canonical[spec.key] = value(spec.key);
     }

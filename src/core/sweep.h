@@ -85,8 +85,11 @@ struct TuneBlock {
   std::string objective = "precision";
   int64_t diagnose_batches = 2;
   double cosine_min = 0.99;
+  bool confirm = true;            // train the answer from scratch when it is a fork
+  int64_t reference_repeats = 1;  // the reference trained with this many seeds (the noise)
   std::string canonical;  // the block as canonical JSON (the search's identity)
-  SourceLoc loc, metric_loc, budget_loc, start_loc;  // of the keys (the block's when not given)
+  // Where the keys were given (the block's place when not given).
+  SourceLoc loc, metric_loc, budget_loc, start_loc, repeats_loc;
 };
 
 struct Sweep {

@@ -121,12 +121,17 @@ void touch_heartbeat(sqlite3* db, int64_t run_id, const std::string& now);
 constexpr int kRehashMigration = 12;
 void rehash_runs(sqlite3* db, const std::string& path);
 
-// Migration 15's code part (store/pruning.cpp): the CHECK constraint on runs.status widened to
-// take 'pruned', by SQLite's documented procedure for schema changes that leave every stored row
-// valid (writable_schema, schema_version + 1, integrity_check). Runs inside the migration's
-// transaction; StoreError when the runs table's definition is not the one amptune wrote.
+// The code part of migrations that widen CHECK constraints (SQLite cannot alter one): in the
+// definition of `table`, each `changes` text (before, after) replaced, by SQLite's documented
+// procedure for schema changes that leave every stored row valid (writable_schema,
+// schema_version + 1, integrity_check). Runs inside the migration's transaction; StoreError
+// naming the migration when a `before` is not found exactly once (the database was edited).
+// Migration 15: runs.status takes 'pruned'. Migration 17: tune_rounds takes round 0 and the
+// kinds union, confirm and reference.
 constexpr int kPrunedStatusMigration = 15;
-void allow_pruned_status(sqlite3* db, const std::string& path);
+constexpr int kTuneRoundsMigration = 17;
+void widen_checks(sqlite3* db, const std::string& path, int migration, const std::string& table,
+                  const std::vector<std::pair<std::string, std::string>>& changes);
 
 // A fork as its identity needs it.
 struct ForkOf {

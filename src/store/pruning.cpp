@@ -137,40 +137,6 @@ nlohmann::json compared_runs(const std::string& path, const Cell& cell, const st
   return compared;
 }
 
-void allow_pruned_status(sqlite3* db, const std::string& path) {
-  const std::string before = "'failed', 'diverged')";
-  const std::string after = "'failed', 'diverged', 'pruned')";
-  const std::string table =
-      sql::query_one<std::string>(db,
-                                  "SELECT sql FROM sqlite_master WHERE type = 'table' AND "
-                                  "name = 'runs' COLLATE NOCASE")
-          .value_or("");
-  const size_t at = table.find(before);
-  if (at == std::string::npos || table.find(before, at + 1) != std::string::npos) {
-    throw StoreError(path +
-                     ": migration 15: the runs table's status constraint is not the one "
-                     "amptune created (" +
-                     before + " not found once); the database was edited");
-  }
-  const int64_t version = sql::query_one<int64_t>(db, "PRAGMA schema_version").value();
-  sql::exec(db, "PRAGMA writable_schema = ON");
-  try {
-    sql::run(db, "UPDATE sqlite_master SET sql = ? WHERE type = 'table' AND "
-             "name = 'runs' COLLATE NOCASE",
-             table.substr(0, at) + after + table.substr(at + before.size()));
-    sql::exec(db, "PRAGMA schema_version = " + std::to_string(version + 1));
-  } catch (...) {
-    sql::exec(db, "PRAGMA writable_schema = OFF");
-    throw;
-  }
-  sql::exec(db, "PRAGMA writable_schema = OFF");
-  const std::string check =
-      sql::query_one<std::string>(db, "PRAGMA integrity_check").value_or("no answer");
-  if (check != "ok") {
-    throw StoreError(path + ": migration 15 left the schema inconsistent: " + check);
-  }
-}
-
 }  // namespace detail
 
 }  // namespace amptune::store

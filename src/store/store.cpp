@@ -163,6 +163,39 @@ int latest_schema_version() {
   return latest;
 }
 
+void widen_checks(sqlite3* db, const std::string& path, int migration, const std::string& table,
+                  const std::vector<std::pair<std::string, std::string>>& changes) {
+  std::string sql =
+      sql::query_one<std::string>(db,
+                                  "SELECT sql FROM sqlite_master WHERE type = 'table' AND "
+                                  "name = ? COLLATE NOCASE",
+                                  table)
+          .value_or("");
+  const std::string where = path + ": migration " + std::to_string(migration) + ": ";
+  for (const auto& [before, after] : changes) {
+    const size_t at = sql.find(before);
+    if (at == std::string::npos || sql.find(before, at + 1) != std::string::npos) {
+      throw StoreError(where + "the " + table + " table's constraint is not the one amptune " +
+                       "created (" + before + " not found once); the database was edited");
+    }
+    sql = sql.substr(0, at) + after + sql.substr(at + before.size());
+  }
+  const int64_t version = sql::query_one<int64_t>(db, "PRAGMA schema_version").value();
+  sql::exec(db, "PRAGMA writable_schema = ON");
+  try {
+    sql::run(db, "UPDATE sqlite_master SET sql = ? WHERE type = 'table' AND "
+             "name = ? COLLATE NOCASE", sql, table);
+    sql::exec(db, "PRAGMA schema_version = " + std::to_string(version + 1));
+  } catch (...) {
+    sql::exec(db, "PRAGMA writable_schema = OFF");
+    throw;
+  }
+  sql::exec(db, "PRAGMA writable_schema = OFF");
+  const std::string check =
+      sql::query_one<std::string>(db, "PRAGMA integrity_check").value_or("no answer");
+  if (check != "ok") throw StoreError(where + "the schema is left inconsistent: " + check);
+}
+
 }  // namespace detail
 
 namespace {
@@ -257,7 +290,15 @@ Store::Store(const std::string& open_path, const std::string& name) : path_(name
           exec(db_, migration.sql);
           if (migration.version == detail::kRehashMigration) detail::rehash_runs(db_, path_);
           if (migration.version == detail::kPrunedStatusMigration) {
-            detail::allow_pruned_status(db_, path_);
+            detail::widen_checks(db_, path_, migration.version, "runs",
+                                 {{"'failed', 'diverged')", "'failed', 'diverged', 'pruned')"}});
+          }
+          if (migration.version == detail::kTuneRoundsMigration) {
+            detail::widen_checks(
+                db_, path_, migration.version, "tune_rounds",
+                {{"CHECK (round >= 1)", "CHECK (round >= 0)"},
+                 {"CHECK (kind IN ('search', 'bisect'))",
+                  "CHECK (kind IN ('search', 'union', 'bisect', 'confirm', 'reference'))"}});
           }
           sql::run(db_, "INSERT INTO schema_version (version, applied_at) VALUES (?, ?)",
                    migration.version, now_utc());

@@ -64,7 +64,7 @@ TuneRoundRow round_row(const std::string& path, const Statement& row) {
   };
   TuneRoundRow r;
   r.search_id = row.column_int(0);
-  r.round = int_of(path, row, 1, cell("round"), 1, kMaxInt);
+  r.round = int_of(path, row, 1, cell("round"), 0, kMaxInt);
   r.kind = row.column_text(2);
   r.start_run_id = row.column_int(3);
   r.fork_epoch = int_of(path, row, 4, cell("fork_epoch"), -1, kMaxEpoch);
@@ -82,7 +82,7 @@ TuneCandidateRow candidate_row(const std::string& path, const Statement& row) {
   };
   TuneCandidateRow c;
   c.search_id = row.column_int(0);
-  c.round = int_of(path, row, 1, cell("round"), 1, kMaxInt);
+  c.round = int_of(path, row, 1, cell("round"), 0, kMaxInt);
   c.seq = int_of(path, row, 2, cell("seq"), 0, kMaxInt);
   c.move = row.column_text(3);
   c.change_json = row.column_text(4);

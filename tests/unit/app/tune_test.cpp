@@ -1,4 +1,4 @@
-// The rules of amptune tune (app/tune_moves.h) on hand-made configs and advice: the tolerance
+// The rules of amptune tune (app/tune_rules.h) on hand-made configs and advice: the tolerance
 // band, the moves and their order, the rungs, the bisection, the objective and the answer's YAML.
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "app/tune_moves.h"
+#include "app/tune_rules.h"
 
 namespace amptune::app {
 namespace {
@@ -88,8 +88,12 @@ TEST(AppTune, TheSeedPortGetsAdviceMovesThenTheMoveOrder) {
                 "casts casts.int32=[cam_param]",
                 "casts casts.int32=[]",
                 "lr_dec_epoch schedule.lr_dec_epoch=[3, 5]",
-                "opt_level amp.opt_level=O1 amp.keep_batchnorm_fp32=auto amp.master_weights=auto",
+                "opt_level amp.opt_level=O1",
             }));
+  // To O1, the keys apex refuses with O1 go back to auto (amp::opt_level_change).
+  const Config kept_bn = config({{"amp.opt_level", "O2"}, {"amp.keep_batchnorm_fp32", "false"}});
+  EXPECT_EQ(describe(candidate_moves(kept_bn, {}, {"opt_level"}, 1, false)),
+            (std::vector<std::string>{"opt_level amp.opt_level=O1 amp.keep_batchnorm_fp32=auto"}));
   // lr_dec_epoch once per path; no decay after the fork epoch: no move.
   EXPECT_EQ(describe(candidate_moves(c, {}, {"lr_dec_epoch"}, 1, true)).size(), 0u);
   EXPECT_EQ(describe(candidate_moves(c, {}, {"lr_dec_epoch"}, 4, false)).size(), 0u);
@@ -203,6 +207,72 @@ TEST(AppTune, TheGridOfTriedMovesCountsEachDistinctChange) {
   rows[2].change_json = R"({"amp.fp32_modules":["conv1"]})";
   EXPECT_EQ(grid_epochs(rows, 3), (2 * 2 + 1) * 3);  // 4 cells and the reference
   EXPECT_EQ(grid_epochs({}, 3), 2 * 3);
+}
+
+}  // namespace
+}  // namespace amptune::app
+
+namespace amptune::app {
+namespace {
+
+// The diagnosis names two modules that overflow with finite input: each alone, then both
+// together (docs/TUNE.md step 5).
+TEST(AppTune, SeveralOverflowsAreAlsoOfferedTogether) {
+  const Config c = config({{"amp.opt_level", "O1"}, {"amp.fp32_modules", {"fc"}}});
+  const std::vector<store::DiagnosisAdvice> advice = {
+      {"activation_overflow", "conv1", ""},
+      {"activation_overflow", "layer3.0.conv1", ""},
+      {"first_departure", "layer2.0.conv2", ""}};
+  const auto moves = candidate_moves(c, advice, {"fp32_modules"}, 0, false);
+  EXPECT_EQ(describe(moves), (std::vector<std::string>{
+                                 "fp32_modules amp.fp32_modules=[fc, conv1]",
+                                 "fp32_modules amp.fp32_modules=[fc, layer3.0.conv1]",
+                                 "fp32_modules amp.fp32_modules=[fc, layer2.0.conv2]",
+                                 "fp32_modules amp.fp32_modules=[fc, conv1, layer3.0.conv1]",
+                             }));
+  EXPECT_EQ(moves[3].advice_module, "conv1,layer3.0.conv1");
+  // One overflow: nothing to put together.
+  EXPECT_EQ(candidate_moves(c, {advice[0]}, {"fp32_modules"}, 0, false).size(), 1u);
+}
+
+// The union of moves: fp32 modules added together, cast points removed together, other keys as
+// the first move sets them.
+TEST(AppTune, TheUnionOfMovesAppliesEachOfThem) {
+  const Config c = config({{"amp.opt_level", "O2"},
+                           {"amp.loss_scale", 128.0},
+                           {"casts.int32", {"k_value", "cam_param"}}});
+  const std::vector<TuneMove> moves = {
+      {"fp32_modules", {{"amp.fp32_modules", {"conv1"}}}, "", "", ""},
+      {"casts", {{"casts.int32", {"cam_param"}}}, "", "", ""},
+      {"fp32_modules", {{"amp.fp32_modules", {"layer3"}}}, "", "", ""},
+      {"loss_scale", {{"amp.loss_scale", "dynamic"}}, "", "", ""},
+      {"casts", {{"casts.int32", {"k_value"}}}, "", "", ""}};
+  const Overrides u = union_change(c, moves);
+  const Config applied = [&] {
+    Config out = c;
+    for (const auto& [key, value] : u) out.set(key, value);
+    return out;
+  }();
+  EXPECT_EQ(applied.get_string_list("amp.fp32_modules"),
+            (std::vector<std::string>{"conv1", "layer3"}));
+  EXPECT_TRUE(applied.get_string_list("casts.int32").empty());
+  EXPECT_EQ(applied.at("amp.loss_scale"), "dynamic");
+  EXPECT_EQ(applied.get_string("amp.opt_level"), "O2");
+}
+
+// The epoch a run leaves the band: outside, or without a value (it diverged there).
+TEST(AppTune, ARunLeavesTheBandWhereItHasNoValue) {
+  const Tolerance t{0.1, 0, false};
+  const std::map<int, double> ref = {{0, 1.0}, {1, 0.9}, {2, 0.8}};
+  EXPECT_FALSE(exit_epoch({{0, 1.0}, {1, 0.9}, {2, 0.85}}, ref, 2, t));
+  EXPECT_EQ(exit_epoch({{0, 1.0}}, ref, 2, t), 1);
+  EXPECT_EQ(exit_epoch({}, ref, 2, t), 0);
+  EXPECT_EQ(exit_epoch({{0, 1.0}, {1, 1.2}}, ref, 2, t), 1);
+  for (const Outcome o : {Outcome::kPending, Outcome::kWithin, Outcome::kOutside, Outcome::kPruned,
+                          Outcome::kDiverged, Outcome::kFailed}) {
+    EXPECT_EQ(parse_outcome(to_string(o)), o);
+  }
+  EXPECT_FALSE(parse_outcome("Within"));
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include "core/log.h"
 #include "store/migrations.h"
 #include "store/store.h"
+#include "raw_exec.h"
 #include "support/errors.h"
 #include "support/scratch.h"
 
@@ -954,6 +955,57 @@ TEST_F(StoreTest, TuneSearchRoundsAndCandidatesAndTheirPath) {
   ASSERT_TRUE(advice);
   ASSERT_EQ(advice->size(), 2u);
   EXPECT_EQ((*advice)[1].module, "bbox");
+}
+
+// Migration 17 widens tune_rounds' checks: round 0 and the kinds union, confirm and reference
+// are taken, a database written at schema 16 keeps its rows, and one whose constraint was edited
+// is refused naming the migration (nothing applied).
+TEST_F(StoreTest, MigrationSeventeenTakesTheNewRoundKinds) {
+  const auto migrations = parse_migrations(embedded::store_sql);
+  ASSERT_GE(migrations.size(), 17u);
+  auto schema_16 = [&](const std::string& path, bool edited) {
+    std::string sql =
+        "CREATE TABLE schema_version (version INTEGER NOT NULL, applied_at TEXT NOT NULL);";
+    for (size_t m = 0; m < 16; ++m) {
+      std::string step = migrations[m].sql;
+      if (edited && m == 15) {
+        step.replace(step.find("CHECK (round >= 1)"), 18, "CHECK (round >= 2-1)");
+      }
+      sql += step + "INSERT INTO schema_version VALUES (" + std::to_string(m + 1) + ", 't');";
+    }
+    sql += "INSERT INTO sweeps (id, name, created_at, updated_at) VALUES (1, 't', 't', 't');"
+           "INSERT INTO runs (id, sweep_id, name, cell_index, label, status, config_json, "
+           "config_hash, created_at) VALUES (1, 1, 't/1', 0, 'a', 'done', '{}', 'hash0001', 't');"
+           "INSERT INTO tune_searches (id, sweep_id, block_json, metric, higher_is_better, "
+           "reference_run_id, start_run_id, created_at) VALUES (1, 1, '{}', 'acc1', 1, 1, 1, 't');"
+           "INSERT INTO tune_rounds (search_id, round, kind, start_run_id, fork_epoch) "
+           "VALUES (1, 1, 'search', 1, -1);";
+    raw_exec(path, sql);
+  };
+  const std::string old_db = (dir_ / "v16.sqlite").string();
+  schema_16(old_db, false);
+  {
+    Store store(old_db);
+    EXPECT_EQ(store.schema_version(), migrations.back().version);
+    store.record_tune_round({1, 0, "reference", 1, -1, std::nullopt, "seeds"});
+    store.record_tune_round({1, 2, "union", 1, -1, std::nullopt, ""});
+    store.record_tune_round({1, 3, "confirm", 1, -1, std::nullopt, ""});
+    const auto rounds = store.tune_rounds(1);
+    ASSERT_EQ(rounds.size(), 4u);
+    EXPECT_EQ(rounds[0].kind, "reference");
+    EXPECT_EQ(rounds[1].kind, "search") << "the row of schema 16 is kept";
+    EXPECT_EQ(rounds[2].kind, "union");
+    store.record_tune_round({1, 4, "guess", 1, -1, std::nullopt, ""});  // (OR IGNORE)
+    EXPECT_EQ(store.tune_rounds(1).size(), 4u) << "the check still refuses other kinds";
+  }
+  const std::string edited = (dir_ / "edited.sqlite").string();
+  schema_16(edited, true);
+  try {
+    Store store(edited);
+    FAIL() << "an edited constraint was migrated";
+  } catch (const StoreError& e) {
+    EXPECT_NE(std::string(e.what()).find("migration 17"), std::string::npos) << e.what();
+  }
 }
 
 // metric_values reads a sweep's values of one metric; with_nulls adds the NaNs stored as NULL (the
