@@ -428,12 +428,27 @@ std::string changed_yaml(const Config& config, const Config& base,
 
 int grid_epochs(const std::vector<store::TuneCandidateRow>& candidates, int epochs) {
   std::map<std::string, std::set<std::string>> tried;
+  std::set<std::string> modules;  // every module a fp32_modules move named
   for (const auto& c : candidates) {
     if (c.move.empty()) continue;
     tried[c.move].insert(c.change_json);
+    if (c.move != "fp32_modules") continue;
+    const nlohmann::json change = nlohmann::json::parse(c.change_json, nullptr, false);
+    const auto list = change.is_object() ? change.find("amp.fp32_modules") : change.end();
+    if (list == change.end() || !list->is_array()) continue;
+    for (const auto& m : *list) {
+      if (m.is_string()) modules.insert(m.get<std::string>());
+    }
   }
   int64_t cells = 1;
-  for (const auto& [move, changes] : tried) cells *= 1 + static_cast<int64_t>(changes.size());
+  for (const auto& [move, changes] : tried) {
+    // fp32_modules: every subset of the modules named (the grid a user would run by hand);
+    // another move: each distinct change, or none.
+    const int64_t axis = move == "fp32_modules"
+                             ? (int64_t{1} << std::min<size_t>(modules.size(), 30))
+                             : 1 + static_cast<int64_t>(changes.size());
+    cells = std::min<int64_t>(cells * axis, int64_t{1} << 31);
+  }
   const int64_t total = (cells + 1) * epochs;  // the grid, plus the reference
   return static_cast<int>(std::min<int64_t>(total, std::numeric_limits<int>::max()));
 }

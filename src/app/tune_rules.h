@@ -149,8 +149,9 @@ std::string flow_yaml(const nlohmann::json& value);
 // their range, max - min over the finite ones; 0 for fewer than two.
 double seed_noise(const std::vector<double>& values);
 
-// What the full grid of the tried moves would train: the product over moves of (1 + the number
-// of distinct changes tried with it), times `epochs` per run, plus the reference.
+// What the full grid of the tried moves would train: the product over moves of the values each
+// took (fp32_modules: every subset of the modules its changes named; another move: 1 + its
+// distinct changes), times `epochs` per run, plus the reference.
 int grid_epochs(const std::vector<store::TuneCandidateRow>& candidates, int epochs);
 
 }  // namespace amptune::app

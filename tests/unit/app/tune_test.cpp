@@ -207,6 +207,10 @@ TEST(AppTune, TheGridOfTriedMovesCountsEachDistinctChange) {
   rows[2].change_json = R"({"amp.fp32_modules":["conv1"]})";
   EXPECT_EQ(grid_epochs(rows, 3), (2 * 2 + 1) * 3);  // 4 cells and the reference
   EXPECT_EQ(grid_epochs({}, 3), 2 * 3);
+  // Two modules named by fp32_modules moves: the four subsets of {conv1, layer3}.
+  rows.push_back(rows[2]);
+  rows[3].change_json = R"({"amp.fp32_modules":["conv1","layer3"]})";
+  EXPECT_EQ(grid_epochs(rows, 3), (2 * 4 + 1) * 3);
 }
 
 }  // namespace
