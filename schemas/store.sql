@@ -799,3 +799,11 @@ CREATE VIEW tune_path AS
   JOIN runs r ON r.id = c.run_id
   JOIN runs st ON st.id = k.start_run_id
   ORDER BY s.name, t.id, c.round, c.seq;
+
+-- migration: 17
+-- diagnostics.input_nonfinite_frac (forward rows): the share of the module's input that was
+-- inf/NaN under the run's policy. A module whose output overflows from finite input is where an
+-- overflow starts; one whose input was already inf/NaN only carries an earlier overflow on
+-- (docs/AMP.md "Advice rules": one activation_overflow row per such start). NULL for gradient
+-- and cast rows, and for rows recorded before this migration.
+ALTER TABLE diagnostics ADD COLUMN input_nonfinite_frac REAL;
