@@ -164,7 +164,7 @@ class ModuleCall {
 
  private:
   const ModuleMap::Entry* entry_ = nullptr;
-  torch::Tensor input_;  // for the Observer (only while one is installed)
+  torch::Tensor input_;         // for the Observer (only while one is installed)
   bool region_ = false;         // this call opened an fp32 region
   bool autocast_paused_ = false;
 };

@@ -17,10 +17,10 @@ data::SynthStats synth_rootnet(const data::SynthOptions& options) {
 }
 
 train::ExportResult plant_weights(const std::string& sweep_path,
-                                    const std::vector<std::string>& sets,
-                                    const std::vector<std::string>& only,
-                                    const std::vector<train::WeightScale>& scales,
-                                    const std::string& out) {
+                                  const std::vector<std::string>& sets,
+                                  const std::vector<std::string>& only,
+                                  const std::vector<train::WeightScale>& scales,
+                                  const std::string& out) {
   const Sweep sweep = load_sweep(sweep_path, sets);
   const std::vector<Cell> cells = filter_cells(sweep.cells, only);
   if (cells.empty()) {

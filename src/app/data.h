@@ -27,9 +27,9 @@ data::SynthStats synth_rootnet(const data::SynthOptions& options);
 // written to `out` (train::plant_weights). ConfigError for a bad sweep file or scale, or when
 // no cell is selected.
 train::ExportResult plant_weights(const std::string& sweep_path,
-                                    const std::vector<std::string>& sets,
-                                    const std::vector<std::string>& only,
-                                    const std::vector<train::WeightScale>& scales,
-                                    const std::string& out);
+                                  const std::vector<std::string>& sets,
+                                  const std::vector<std::string>& only,
+                                  const std::vector<train::WeightScale>& scales,
+                                  const std::string& out);
 
 }  // namespace amptune::app

@@ -115,8 +115,7 @@ int plant_weights(const std::vector<std::string>& args) {
   std::vector<train::WeightScale> scales;
   for (const auto& text : scale_args) scales.push_back(parse_scale(text));
   const train::ExportResult written = app::plant_weights(sweep, sets, only, scales, out);
-  std::cout << written.path << ": " << written.tensors << " tensors, " << written.bytes
-            << " bytes";
+  std::cout << written.path << ": " << written.tensors << " tensors, " << written.bytes << " bytes";
   for (size_t i = 0; i < scales.size(); ++i) {
     std::cout << (i ? ", " : "; ") << scales[i].name << " x " << scales[i].factor;
   }

@@ -116,12 +116,12 @@ store::DiagnosisAdvice overflow_row(const store::DiagnosticRow& r, const AdviceC
                                     const std::vector<std::string>& kept = {}) {
   const std::string list = "amp.fp32_modules";
   std::string advice = "activations of " + r.module + " overflow " + c.dtype + " (" +
-                       percent(r.overflow_frac) + " of its outputs" + evidence + "): keep it in fp32, " +
-                       list + ": [" + r.module + "]";
+                       percent(r.overflow_frac) + " of its outputs" + evidence +
+                       "): keep it in fp32, " + list + ": [" + r.module + "]";
   if (!kept.empty()) {
-    advice = "with " + joined(kept) + " kept in fp32 (before, the inf/NaN of an earlier overflow "
-             "reached it), " + advice + "; together: " + list + ": [" + joined(kept) + ", " +
-             r.module + "]";
+    const std::string why = " kept in fp32 (before, the inf/NaN of an earlier overflow reached it), ";
+    advice = "with " + joined(kept) + why + advice + "; together: " + list + ": [" + joined(kept) +
+             ", " + r.module + "]";
   }
   const std::string parent = parent_of(r.module);
   if (c.cast_model && !parent.empty()) {
@@ -542,7 +542,8 @@ std::vector<store::DiagnosticRow> forward_with_kept(const Probe& p,
 // named so far kept in fp32 (under O2/O3 their enclosing blocks, as the advice says), until a
 // pass finds no new start. Each pass names at least one new module, so there are at most as many
 // passes as modules.
-std::vector<HiddenOverflow> hidden_overflows(const Probe& p, const std::vector<store::DiagnosticRow>& rows,
+std::vector<HiddenOverflow> hidden_overflows(const Probe& p,
+                                             const std::vector<store::DiagnosticRow>& rows,
                                              bool cast_model) {
   std::vector<HiddenOverflow> hidden;
   std::set<std::string> named;
@@ -694,15 +695,15 @@ ForwardWork forward_work(const Config& config) {
   {
     // No policy: every op computes in fp32; the module map names the calls and marks them.
     amp::ScopedModules scope(modules);
-    amp::ScopedObserver observer([&](const std::string& name, const torch::Tensor&,
-                                     const torch::Tensor& y) {
-      auto it = by_name.find(name);
-      if (it == by_name.end()) return;
-      const double macs = module_macs(*it->second, y);
-      work.macs += macs;
-      const amp::ModuleMap::Entry* entry = modules->find(*it->second);
-      if (all_fp32 || (entry && entry->fp32)) work.fp32_macs += macs;
-    });
+    amp::ScopedObserver observer(
+        [&](const std::string& name, const torch::Tensor&, const torch::Tensor& y) {
+          auto it = by_name.find(name);
+          if (it == by_name.end()) return;
+          const double macs = module_macs(*it->second, y);
+          work.macs += macs;
+          const amp::ModuleMap::Entry* entry = modules->find(*it->second);
+          if (all_fp32 || (entry && entry->fp32)) work.fp32_macs += macs;
+        });
     torch::NoGradGuard no_grad;
     model.eval();
     task->train_loss(*sample, torch::Device(torch::kCPU));

@@ -1,11 +1,11 @@
 // `amptune data plant-weights`: the seeded initial weights of a run's model, some scaled.
 #include "train/planted_weights.h"
 
+#include <torch/torch.h>
+
 #include <algorithm>
 #include <cmath>
 #include <set>
-
-#include <torch/torch.h>
 
 #include "core/config.h"
 #include "core/error.h"
@@ -50,7 +50,8 @@ void apply_scale(std::map<std::string, torch::Tensor>& state, const WeightScale&
   auto it = state.find(scale.name);
   if (it == state.end()) {
     throw ConfigError(what + ": the model has no parameter or buffer of this name; near names: " +
-                      near_names(scale.name, names) + " (all of them: amptune diagnose lists the "
+                      near_names(scale.name, names) +
+                      " (all of them: amptune diagnose lists the "
                       "modules; a tensor's name is its module's name + .weight, .bias, ...)");
   }
   torch::Tensor& t = it->second;
@@ -70,7 +71,7 @@ void apply_scale(std::map<std::string, torch::Tensor>& state, const WeightScale&
 }  // namespace
 
 ExportResult plant_weights(const Config& config, const std::vector<WeightScale>& scales,
-                             const std::string& out) {
+                           const std::string& out) {
   Config seeded = config;
   seeded.set("model.weights", "");  // the seeded initialisation, not a file's values
   seeded.set("model.backbone_weights", "");

@@ -17,7 +17,7 @@ class Config;
 namespace amptune::train {
 
 struct WeightScale {
-  std::string name;    // a state-dict name: "layer3.0.conv1.weight"
+  std::string name;  // a state-dict name: "layer3.0.conv1.weight"
   double factor = 1.0;
 };
 
@@ -30,6 +30,6 @@ struct WeightScale {
 // it), a name given twice, or a factor that is not finite or gives a value that is not finite in
 // fp32; EnvironmentError / ModelError when `out` cannot be written.
 ExportResult plant_weights(const Config& config, const std::vector<WeightScale>& scales,
-                             const std::string& out);
+                           const std::string& out);
 
 }  // namespace amptune::train

@@ -4,12 +4,12 @@
 // fp32 masters, the run's autocast policy). Internal to src/train (includes torch).
 #pragma once
 
+#include <torch/torch.h>
+
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
-
-#include <torch/torch.h>
 
 #include "core/error.h"
 #include "core/settings.h"

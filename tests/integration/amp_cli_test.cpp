@@ -144,9 +144,9 @@ std::vector<std::optional<std::string>> per_run(const store::Store& s, const std
 // but beyond fp16's 65504 once conv1 casts them: its outputs are inf. In fp32, conv1 gives large
 // but finite values, which bn1 brings back into range.
 std::vector<double> run_on_planted_data(const TinySweep& f) {
-  auto r = run_amptune({"run", f.yaml, "--db", f.db, "--set", "data.mean=[-1.0]", "--set",
-                        "data.std=[0.000016]"},
-                       f.dir);
+  auto r = run_amptune(
+      {"run", f.yaml, "--db", f.db, "--set", "data.mean=[-1.0]", "--set", "data.std=[0.000016]"},
+      f.dir);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   std::vector<double> out;
   for (const auto& v :
@@ -210,12 +210,13 @@ TEST(AmpCli, DiagnoseNamesAPlantedOverflowAndFp32ModulesRemoveIt) {
 TEST(AmpCli, DiagnoseNamesEveryOverflowThatStartsFromFiniteValues) {
   TinyOptions o = quick_tiny("grid:\n  amp.fp32_modules: [[], [conv1, layer2.0.conv1]]\n");
   o.name = "two_overflows";
-  o.model = "{name: resnet18, num_classes: 4, in_channels: 1, width: 0.0625, small_input: true, "
-            "weights: planted.pt}";
+  o.model =
+      "{name: resnet18, num_classes: 4, in_channels: 1, width: 0.0625, small_input: true, "
+      "weights: planted.pt}";
   o.base = "  amp: {opt_level: O1, loss_scale: dynamic, max_loss_scale: 1024}\n";
   const auto f = make_tiny_sweep(o);
-  auto r = run_amptune({"data", "plant-weights", f.yaml, "--scale",
-                        "layer2.0.conv1.weight=30000", "--out", "planted.pt"},
+  auto r = run_amptune({"data", "plant-weights", f.yaml, "--scale", "layer2.0.conv1.weight=30000",
+                        "--out", "planted.pt"},
                        f.dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(run_on_planted_data(f), (std::vector<double>{4, 0}));  // every step of the epoch
@@ -226,9 +227,10 @@ TEST(AmpCli, DiagnoseNamesEveryOverflowThatStartsFromFiniteValues) {
   r = run_amptune({"diagnose", runs[0].name, "--db", f.db, "--batches", "2"}, f.dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("first divergence: conv1 (forward #0)"), std::string::npos) << r.out;
-  auto q = s.query("SELECT module, advice FROM diagnosis_advice WHERE run_id = ?1 AND "
-                   "rule = 'activation_overflow' ORDER BY seq",
-                   {std::to_string(runs[0].id)});
+  auto q = s.query(
+      "SELECT module, advice FROM diagnosis_advice WHERE run_id = ?1 AND "
+      "rule = 'activation_overflow' ORDER BY seq",
+      {std::to_string(runs[0].id)});
   ASSERT_EQ(q.rows.size(), 2u) << r.out;
   EXPECT_EQ(q.rows[0][0], "conv1");
   EXPECT_EQ(q.rows[1][0], "layer2.0.conv1");
@@ -236,22 +238,25 @@ TEST(AmpCli, DiagnoseNamesEveryOverflowThatStartsFromFiniteValues) {
             std::string::npos)
       << q.rows[1][1].value();
   // The evidence: conv1's input was finite, bn1's held its inf.
-  q = s.query("SELECT module, MAX(input_nonfinite_frac) FROM diagnostics WHERE run_id = ?1 AND "
-              "kind = 'forward' AND module IN ('conv1', 'bn1') GROUP BY module ORDER BY module",
-              {std::to_string(runs[0].id)});
+  q = s.query(
+      "SELECT module, MAX(input_nonfinite_frac) FROM diagnostics WHERE run_id = ?1 AND "
+      "kind = 'forward' AND module IN ('conv1', 'bn1') GROUP BY module ORDER BY module",
+      {std::to_string(runs[0].id)});
   ASSERT_EQ(q.rows.size(), 2u);
   EXPECT_GT(std::stod(q.rows[0][1].value()), 0);  // bn1
   EXPECT_EQ(std::stod(q.rows[1][1].value()), 0);  // conv1
-  q = s.query("SELECT COUNT(*) FROM diagnostics WHERE run_id = ?1 AND kind = 'gradient' AND "
-              "input_nonfinite_frac IS NOT NULL",
-              {std::to_string(runs[0].id)});
+  q = s.query(
+      "SELECT COUNT(*) FROM diagnostics WHERE run_id = ?1 AND kind = 'gradient' AND "
+      "input_nonfinite_frac IS NOT NULL",
+      {std::to_string(runs[0].id)});
   EXPECT_EQ(q.rows[0][0], "0");
 
   r = run_amptune({"diagnose", runs[1].name, "--db", f.db, "--batches", "2"}, f.dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  q = s.query("SELECT COUNT(*) FROM diagnosis_advice WHERE run_id = ?1 AND "
-              "rule = 'activation_overflow'",
-              {std::to_string(runs[1].id)});
+  q = s.query(
+      "SELECT COUNT(*) FROM diagnosis_advice WHERE run_id = ?1 AND "
+      "rule = 'activation_overflow'",
+      {std::to_string(runs[1].id)});
   EXPECT_EQ(q.rows[0][0], "0") << r.out;
 }
 

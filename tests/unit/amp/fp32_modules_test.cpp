@@ -87,10 +87,8 @@ TEST(Fp32Modules, MarkedModulesComputeInFp32AndO2KeepsTheirWeightsOffTheGrid) {
   EXPECT_FALSE(on_grid(net->named_parameters()["fc.weight"]));  // fp32, as before
   EXPECT_TRUE(on_grid(net->named_parameters()["conv1.weight"]));
   std::vector<std::pair<std::string, torch::Tensor>> seen;
-  ScopedObserver observer(
-      [&](const std::string& name, const torch::Tensor&, const torch::Tensor& y) {
-        seen.emplace_back(name, y.clone());
-      });
+  ScopedObserver observer([&](const std::string& name, const torch::Tensor&,
+                              const torch::Tensor& y) { seen.emplace_back(name, y.clone()); });
   const auto logits = net->forward(x);
   ASSERT_FALSE(seen.empty());
   // Execution order: children before their parent, the whole model last.

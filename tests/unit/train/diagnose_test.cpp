@@ -224,11 +224,16 @@ TEST(DiagnoseRules, TwoIndependentOverflowsGiveTwoRows) {
 // module is named by the batches where its input was finite, its worst share among those.
 TEST(DiagnoseRules, AnOverflowAndTheModulesThatCarryItGiveOneRow) {
   store::Diagnosis d;
-  d.rows = {fwd(0, "conv1", 0.0005, 0),       fwd(1, "bn1", 0.06, 0.0005),
-            fwd(2, "layer1.0.conv1", 1.0, 1.0), fwd(3, "layer1.0.bn1", 1.0, 1.0),
-            fwd(4, "layer1.0", 1.0, 1.0),       fwd(5, "layer1", 1.0, 1.0),
-            fwd(6, "fc", 1.0, 1.0),             fwd(7, "", 1.0, 0),
-            fwd(0, "conv1", 0.002, 0, 1),     fwd(1, "bn1", 0.5, 0.002, 1)};
+  d.rows = {fwd(0, "conv1", 0.0005, 0),
+            fwd(1, "bn1", 0.06, 0.0005),
+            fwd(2, "layer1.0.conv1", 1.0, 1.0),
+            fwd(3, "layer1.0.bn1", 1.0, 1.0),
+            fwd(4, "layer1.0", 1.0, 1.0),
+            fwd(5, "layer1", 1.0, 1.0),
+            fwd(6, "fc", 1.0, 1.0),
+            fwd(7, "", 1.0, 0),
+            fwd(0, "conv1", 0.002, 0, 1),
+            fwd(1, "bn1", 0.5, 0.002, 1)};
   const auto starts = overflow_starts(d.rows);
   ASSERT_EQ(starts.size(), 1u);
   EXPECT_EQ(starts[0].module, "conv1");
@@ -245,7 +250,7 @@ TEST(DiagnoseRules, AnOverflowAndTheModulesThatCarryItGiveOneRow) {
 TEST(DiagnoseRules, AParentOfAnOverflowingChildIsNotNamed) {
   store::Diagnosis d;
   d.rows = {fwd(30, "layer3.0.conv1", 0.08, 0), fwd(31, "layer3.0.bn1", 1.0, 0.08),
-            fwd(35, "layer3.0", 1.0, 0),        fwd(40, "layer3", 1.0, 0)};
+            fwd(35, "layer3.0", 1.0, 0), fwd(40, "layer3", 1.0, 0)};
   auto advice = overflow_advice(d, o1_fp16());
   ASSERT_EQ(advice.size(), 1u);
   EXPECT_EQ(advice[0].first, "layer3.0.conv1");
@@ -288,8 +293,9 @@ TEST(DiagnoseRules, WithoutInputSharesTheFirstOverflowIsNamed) {
             fwd(2, "layer1", 1.0, std::nan(""))};
   EXPECT_TRUE(overflow_starts(d.rows).empty());
   EXPECT_EQ(overflow_advice(d, o1_fp16()),
-            (std::vector<Advice>{{"bn1", "activations of bn1 overflow fp16 (10% of its outputs): "
-                                         "keep it in fp32, amp.fp32_modules: [bn1]"}}));
+            (std::vector<Advice>{{"bn1",
+                                  "activations of bn1 overflow fp16 (10% of its outputs): "
+                                  "keep it in fp32, amp.fp32_modules: [bn1]"}}));
 }
 
 // ResNet-18 at width 1/16 with the small-input stem on 12 x 12 one-channel images: conv1 is a
