@@ -801,6 +801,14 @@ CREATE VIEW tune_path AS
   ORDER BY s.name, t.id, c.round, c.seq;
 
 -- migration: 17
+-- diagnostics.input_nonfinite_frac (forward rows): the share of the module's input that was
+-- inf/NaN under the run's policy. A module whose output overflows from finite input is where an
+-- overflow starts; one whose input was already inf/NaN only carries an earlier overflow on
+-- (docs/AMP.md "Advice rules": one activation_overflow row per such start). NULL for gradient
+-- and cast rows, and for rows recorded before this migration.
+ALTER TABLE diagnostics ADD COLUMN input_nonfinite_frac REAL;
+
+-- migration: 18
 -- Tuning II (docs/TUNE.md): rounds of more kinds. 'union' tries the moves of a round that each
 -- got further, together; 'confirm' trains the answer from scratch when it is a fork
 -- (tune.confirm); 'reference' (round 0) trains the reference with other seeds to measure the

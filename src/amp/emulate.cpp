@@ -288,7 +288,8 @@ ModuleCall::~ModuleCall() {
   if (autocast_paused_) set_autocast_enabled(t_policy->on_cuda, true);
 }
 
-torch::Tensor ModuleCall::input(const torch::Tensor& x) const {
+torch::Tensor ModuleCall::input(const torch::Tensor& x) {
+  if (t_observer && entry_) input_ = x;
   if (region_ && t_policy->backend == Backend::kNative && x.is_floating_point()) {
     return x.to(torch::kFloat);
   }
@@ -303,7 +304,7 @@ torch::Tensor ModuleCall::output(const torch::Tensor& y) const {
     out = t_policy->backend == Backend::kNative ? y.to(scalar_type(t_policy->dtype))
                                                 : round_through(y, t_policy->dtype);
   }
-  if (t_observer && entry_) (*t_observer)(entry_->name, out);
+  if (t_observer && entry_) (*t_observer)(entry_->name, input_, out);
   return out;
 }
 

@@ -34,8 +34,9 @@
 // input is cast up (native); its output is cast back to the model's type under O2/O3 and left
 // fp32 under O1 (as autocast leaves fp32 results), where the input-dtype op that follows keeps
 // it fp32 too (input_dtype_op's `fp32_input`). The Engine keeps the parameters and buffers of
-// marked modules fp32 under O2/O3. ModuleCall also reports each module's output to this
-// thread's Observer, in execution order (children before their parent): `amptune diagnose`.
+// marked modules fp32 under O2/O3. ModuleCall also reports each module's input and output to
+// this thread's Observer, in execution order (children before their parent): `amptune diagnose`
+// tells a module whose own output overflows from one that only carries an inf it was given.
 #pragma once
 
 #include <functional>
@@ -131,8 +132,11 @@ class ScopedModules {
   std::shared_ptr<const ModuleMap> previous_;
 };
 
-// Sees each module's output (after any cast back) in execution order.
-using Observer = std::function<void(const std::string& module, const torch::Tensor& output)>;
+// Sees each module call in execution order: the input its code passed through
+// ModuleCall::input (before any cast; undefined when it passed none) and its output (after any
+// cast back).
+using Observer = std::function<void(const std::string& module, const torch::Tensor& input,
+                                    const torch::Tensor& output)>;
 
 // Installs `observer` for this thread until destruction.
 class ScopedObserver {
@@ -155,11 +159,12 @@ class ModuleCall {
   ModuleCall(const ModuleCall&) = delete;
   ModuleCall& operator=(const ModuleCall&) = delete;
 
-  torch::Tensor input(const torch::Tensor& x) const;
+  torch::Tensor input(const torch::Tensor& x);
   torch::Tensor output(const torch::Tensor& y) const;
 
  private:
   const ModuleMap::Entry* entry_ = nullptr;
+  torch::Tensor input_;         // for the Observer (only while one is installed)
   bool region_ = false;         // this call opened an fp32 region
   bool autocast_paused_ = false;
 };

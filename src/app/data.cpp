@@ -1,5 +1,8 @@
 #include "app/data.h"
 
+#include "core/error.h"
+#include "core/sweep.h"
+
 namespace amptune::app {
 
 data::ExportStats export_imagefolder(const std::string& idx, const std::string& out,
@@ -11,6 +14,19 @@ data::ExportStats export_imagefolder(const std::string& idx, const std::string& 
 
 data::SynthStats synth_rootnet(const data::SynthOptions& options) {
   return data::synth_rootnet(options);
+}
+
+train::ExportResult plant_weights(const std::string& sweep_path,
+                                  const std::vector<std::string>& sets,
+                                  const std::vector<std::string>& only,
+                                  const std::vector<train::WeightScale>& scales,
+                                  const std::string& out) {
+  const Sweep sweep = load_sweep(sweep_path, sets);
+  const std::vector<Cell> cells = filter_cells(sweep.cells, only);
+  if (cells.empty()) {
+    throw ConfigError("no cell of " + sweep_path + " matches the --only selection");
+  }
+  return train::plant_weights(cells.front().config(), scales, out);
 }
 
 }  // namespace amptune::app

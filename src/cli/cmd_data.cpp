@@ -73,13 +73,64 @@ int synth_rootnet(const std::vector<std::string>& args) {
   return 0;
 }
 
+// "layer3.0.conv1.weight=30000" -> {name, 30000}; UsageError otherwise.
+train::WeightScale parse_scale(const std::string& text) {
+  const auto eq = text.rfind('=');
+  train::WeightScale scale;
+  size_t used = 0;
+  if (eq == std::string::npos || eq == 0) {
+    throw UsageError("--scale takes NAME=FACTOR (layer3.0.conv1.weight=30000), got '" + text + "'");
+  }
+  scale.name = text.substr(0, eq);
+  const std::string factor = text.substr(eq + 1);
+  try {
+    scale.factor = std::stod(factor, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != factor.size()) {
+    throw UsageError("--scale " + scale.name + ": the factor '" + factor + "' is not a number");
+  }
+  return scale;
+}
+
+int plant_weights(const std::vector<std::string>& args) {
+  std::string sweep, out;
+  std::vector<std::string> sets, only, scale_args;
+  Options opts("data plant-weights",
+               "usage: amptune data plant-weights SWEEP.yaml --scale NAME=FACTOR... --out "
+               "FILE.pt [options]\n\nWrites the initial weights of the sweep's model (its first "
+               "cell, or the first --only selects), seeded as a run seeds them (model.weights is "
+               "not loaded: the file is what model.weights is to name), with the named "
+               "parameters or buffers multiplied by their factors: a precision fault planted "
+               "for a test or an example (docs/AMP.md \"Planting an overflow\"). The file is a "
+               "plain state dict, as `amptune export` writes and model.weights reads.");
+  opts.positional(&sweep).sweep_selection(&sets, &only);
+  opts.add()("scale", po::value(&scale_args)->composing(),
+             "NAME=FACTOR: multiply the tensor NAME (layer3.0.conv1.weight) by FACTOR; "
+             "repeatable")("out", po::value(&out), "the state dict to write (atomically)");
+  if (!opts.parse(args)) return 0;
+  if (sweep.empty()) throw UsageError("amptune data plant-weights needs a sweep file");
+  if (out.empty()) throw UsageError("amptune data plant-weights needs --out FILE.pt");
+  std::vector<train::WeightScale> scales;
+  for (const auto& text : scale_args) scales.push_back(parse_scale(text));
+  const train::ExportResult written = app::plant_weights(sweep, sets, only, scales, out);
+  std::cout << written.path << ": " << written.tensors << " tensors, " << written.bytes << " bytes";
+  for (size_t i = 0; i < scales.size(); ++i) {
+    std::cout << (i ? ", " : "; ") << scales[i].name << " x " << scales[i].factor;
+  }
+  std::cout << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int cmd_data(const Invocation& inv) {
   const char* usage =
       "usage: amptune data <action> [options]\n\nactions:\n"
       "  export-imagefolder   write IDX images as an ImageNet-style JPEG folder\n"
-      "  synth-rootnet        write a synthetic RootNet set (h36m|muco|mupots|mpii layout)\n";
+      "  synth-rootnet        write a synthetic RootNet set (h36m|muco|mupots|mpii layout)\n"
+      "  plant-weights        write a model's seeded initial weights with tensors scaled\n";
   if (inv.args.empty() || inv.args[0] == "--help" || inv.args[0] == "-h") {
     std::cout << usage;
     return inv.args.empty() ? static_cast<int>(ExitCode::kUsage) : 0;
@@ -87,6 +138,7 @@ int cmd_data(const Invocation& inv) {
   std::vector<std::string> rest(inv.args.begin() + 1, inv.args.end());
   if (inv.args[0] == "export-imagefolder") return export_imagefolder(rest);
   if (inv.args[0] == "synth-rootnet") return synth_rootnet(rest);
+  if (inv.args[0] == "plant-weights") return plant_weights(rest);
   throw UsageError("unknown data action '" + inv.args[0] + "'\n" + usage);
 }
 

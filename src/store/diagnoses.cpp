@@ -27,12 +27,12 @@ void Store::record_diagnosis(const Diagnosis& d) {
     Statement row(db_,
                   "INSERT INTO diagnostics (run_id, epoch, kind, batch, seq, module, dtype, "
                   "numel, cosine, max_abs_err, max_rel_err, frac_rel_err_1e3, "
-                  "frac_rel_err_5e3, overflow_frac, underflow_frac) "
-                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+                  "frac_rel_err_5e3, overflow_frac, underflow_frac, input_nonfinite_frac) "
+                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
     for (const auto& r : d.rows) {
       row.bind_all(d.run_id, d.epoch, r.kind, r.batch, r.seq, r.module, r.dtype, r.numel, r.cosine,
                    r.max_abs_err, r.max_rel_err, r.frac_rel_err_1e3, r.frac_rel_err_5e3,
-                   r.overflow_frac, r.underflow_frac)
+                   r.overflow_frac, r.underflow_frac, r.input_nonfinite_frac)
           .run();
     }
     Statement advice(db_,

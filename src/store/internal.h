@@ -126,10 +126,10 @@ void rehash_runs(sqlite3* db, const std::string& path);
 // procedure for schema changes that leave every stored row valid (writable_schema,
 // schema_version + 1, integrity_check). Runs inside the migration's transaction; StoreError
 // naming the migration when a `before` is not found exactly once (the database was edited).
-// Migration 15: runs.status takes 'pruned'. Migration 17: tune_rounds takes round 0 and the
+// Migration 15: runs.status takes 'pruned'. Migration 18: tune_rounds takes round 0 and the
 // kinds union, confirm and reference.
 constexpr int kPrunedStatusMigration = 15;
-constexpr int kTuneRoundsMigration = 17;
+constexpr int kTuneRoundsMigration = 18;
 void widen_checks(sqlite3* db, const std::string& path, int migration, const std::string& table,
                   const std::vector<std::pair<std::string, std::string>>& changes);
 

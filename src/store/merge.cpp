@@ -820,6 +820,7 @@ constexpr ColumnTypes kColumnTypes[] = {
     {"diagnostics", "frac_rel_err_5e3", kNumberOrNull},
     {"diagnostics", "overflow_frac", kNumberOrNull},
     {"diagnostics", "underflow_frac", kNumberOrNull},
+    {"diagnostics", "input_nonfinite_frac", kNumberOrNull},
 };
 
 // The range of an INTEGER column merge copies: what its reader takes (internal.h kMaxInt,

@@ -192,6 +192,9 @@ struct DiagnosticRow {
   int64_t numel = 0;
   double cosine = 0, max_abs_err = 0, max_rel_err = 0, frac_rel_err_1e3 = 0,
          frac_rel_err_5e3 = 0, overflow_frac = 0, underflow_frac = 0;
+  // Forward rows: the share of the module's input that was inf/NaN under the run's policy (0: an
+  // overflow there starts there); NaN for the other kinds or when not known (migration 17).
+  double input_nonfinite_frac = 0;
 };
 
 struct DiagnosisAdvice {

@@ -29,29 +29,42 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// What one pass over a batch leaves: each module's output in execution order, each parameter's
-// gradient (scaled by the loss scale) in parameter order.
+// What one pass over a batch leaves: each module's output in execution order with the share of
+// its input that was inf/NaN, each parameter's gradient (scaled by the loss scale) in parameter
+// order (none for a forward-only pass).
 struct Pass {
   std::vector<std::pair<std::string, torch::Tensor>> outputs;
+  std::vector<double> input_nonfinite;  // per output; NaN when the module passed no input
   std::vector<std::pair<std::string, torch::Tensor>> grads;
 };
 
+double nonfinite_share(const torch::Tensor& x) {
+  if (!x.defined()) return kNaN;
+  if (!x.is_floating_point() || x.numel() == 0) return 0.0;
+  return (~torch::isfinite(x.detach())).sum().item<double>() / static_cast<double>(x.numel());
+}
+
 Pass run_pass(Session& session, Precision& precision, const data::Batch& batch,
-              const torch::Device& device) {
+              const torch::Device& device, bool backward = true) {
   Pass pass;
   amp::ScopedPolicy policy(precision.policy());
   amp::ScopedModules modules(precision.engine().modules());
-  amp::ScopedObserver observer([&](const std::string& name, const torch::Tensor& y) {
-    pass.outputs.emplace_back(name, y.detach().to(torch::kCPU, torch::kFloat, false, true));
-  });
+  amp::ScopedObserver observer(
+      [&](const std::string& name, const torch::Tensor& x, const torch::Tensor& y) {
+        pass.outputs.emplace_back(name, y.detach().to(torch::kCPU, torch::kFloat, false, true));
+        pass.input_nonfinite.push_back(nonfinite_share(x));
+      });
   auto& model = session.task->module();
   model.train();
   precision.zero_grad();
   torch::Tensor loss;
   {
+    std::optional<torch::NoGradGuard> no_grad;
+    if (!backward) no_grad.emplace();
     auto autocast = precision.autocast();
     loss = session.task->train_loss(batch, device);
   }
+  if (!backward) return pass;
   precision.engine().scale_loss(loss).backward();
   for (const auto& p : model.named_parameters(/*recurse=*/true)) {
     const torch::Tensor& g = p.value().grad();
@@ -86,6 +99,58 @@ std::string number(double v) {
 std::string parent_of(const std::string& name) {
   const auto dot = name.rfind('.');
   return dot == std::string::npos ? "" : name.substr(0, dot);
+}
+
+// "conv1, layer3.0.conv1"
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+// The activation_overflow row of module `r`: keep it in fp32 (and, under O2/O3, its enclosing
+// module, since its output is cast back to the low-precision type). `evidence` follows the
+// share of overflowing outputs; `kept`: the modules in fp32 the overflow was seen with.
+store::DiagnosisAdvice overflow_row(const store::DiagnosticRow& r, const AdviceContext& c,
+                                    const std::string& evidence,
+                                    const std::vector<std::string>& kept = {}) {
+  const std::string list = "amp.fp32_modules";
+  std::string advice = "activations of " + r.module + " overflow " + c.dtype + " (" +
+                       percent(r.overflow_frac) + " of its outputs" + evidence +
+                       "): keep it in fp32, " + list + ": [" + r.module + "]";
+  if (!kept.empty()) {
+    const std::string why = " kept in fp32 (before, the inf/NaN of an earlier overflow reached it), ";
+    advice = "with " + joined(kept) + why + advice + "; together: " + list + ": [" + joined(kept) +
+             ", " + r.module + "]";
+  }
+  const std::string parent = parent_of(r.module);
+  if (c.cast_model && !parent.empty()) {
+    advice += "; under " + c.opt_level + " its output is cast back to " + c.dtype +
+              ", so keep the block that brings the values back into range too: " + list + ": [" +
+              parent + "]";
+  }
+  return {"activation_overflow", r.module, advice};
+}
+
+// Rule 1: one row per start of an activation overflow (overflow_starts), then one per overflow
+// the starts hid (c.hidden_overflows), in execution order. When no overflow is known to start
+// from finite input (an op outside every module overflowed, or inputs were not recorded),
+// `first`, the first module whose output overflows, as before.
+std::vector<store::DiagnosisAdvice> overflow_advice(const store::Diagnosis& d,
+                                                    const AdviceContext& c,
+                                                    const store::DiagnosticRow* first) {
+  std::vector<store::DiagnosisAdvice> out;
+  const std::vector<store::DiagnosticRow> starts = overflow_starts(d.rows);
+  if (starts.empty()) {
+    if (first) out.push_back(overflow_row(*first, c, ""));
+    return out;
+  }
+  std::vector<HiddenOverflow> all = c.hidden_overflows;
+  for (const auto& r : starts) all.push_back({r, {}});
+  std::stable_sort(all.begin(), all.end(),
+                   [](const auto& a, const auto& b) { return a.row.seq < b.row.seq; });
+  for (const auto& h : all) out.push_back(overflow_row(h.row, c, ", from finite inputs", h.kept));
+  return out;
 }
 
 }  // namespace
@@ -180,28 +245,43 @@ std::optional<store::DiagnosticRow> first_divergence(const store::Diagnosis& d) 
   return std::nullopt;
 }
 
+std::vector<store::DiagnosticRow> overflow_starts(const std::vector<store::DiagnosticRow>& rows) {
+  std::map<std::string, store::DiagnosticRow> by_module;  // the worst of its first call
+  for (const auto& r : rows) {
+    if (r.kind != "forward" || !(r.overflow_frac > 0) || r.input_nonfinite_frac != 0) continue;
+    auto [it, added] = by_module.try_emplace(r.module, r);
+    store::DiagnosticRow& w = it->second;
+    if (added || r.seq > w.seq) continue;
+    if (r.seq < w.seq) {
+      w = r;
+    } else if (r.overflow_frac > w.overflow_frac) {
+      w.overflow_frac = r.overflow_frac;
+      w.batch = r.batch;
+    }
+  }
+  std::vector<store::DiagnosticRow> out;
+  for (const auto& [module, row] : by_module) {
+    bool parent = false;  // of another start: it only contains the overflow
+    for (const auto& [other, unused] : by_module) {
+      parent = parent || (other != module && (module.empty() || other.rfind(module + ".", 0) == 0));
+    }
+    if (!parent) out.push_back(row);
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.seq < b.seq; });
+  return out;
+}
+
 std::vector<store::DiagnosisAdvice> advise(const store::Diagnosis& d, const AdviceContext& c) {
   std::vector<store::DiagnosisAdvice> out;
   const std::string list = "amp.fp32_modules";
-  // 1. The first module whose activations overflow.
-  const store::DiagnosticRow* overflow = nullptr;
+  // 1. Where activations overflow: every start (overflow_starts) and those it hid.
+  const store::DiagnosticRow* overflow = nullptr;  // the first in execution order
   for (const auto& r : d.rows) {
     if (r.kind == "forward" && r.overflow_frac > 0 && (!overflow || r.seq < overflow->seq)) {
       overflow = &r;
     }
   }
-  if (overflow) {
-    std::string advice = "activations of " + overflow->module + " overflow " + c.dtype + " (" +
-                         percent(overflow->overflow_frac) + " of its outputs): keep it in fp32, " +
-                         list + ": [" + overflow->module + "]";
-    const std::string parent = parent_of(overflow->module);
-    if (c.cast_model && !parent.empty()) {
-      advice += "; under " + c.opt_level + " its output is cast back to " + c.dtype +
-                ", so keep the block that brings the values back into range too: " + list + ": [" +
-                parent + "]";
-    }
-    out.push_back({"activation_overflow", overflow->module, advice});
-  }
+  for (auto& advice : overflow_advice(d, c, overflow)) out.push_back(std::move(advice));
   // 2. Scaled gradients: underflow (the worst parameter) and overflow.
   const store::DiagnosticRow* under = nullptr;
   const store::DiagnosticRow* over = nullptr;
@@ -366,16 +446,37 @@ struct Sides {
   const torch::Device& device;
 };
 
+// The rows of batch `b` of the module outputs of `got` (the run's policy) against `want` (the
+// reference's), with the share of each module's input that was inf/NaN.
+std::vector<store::DiagnosticRow> forward_rows(const Pass& want, const Pass& got, int b,
+                                               const PrecisionMap& map) {
+  if (want.outputs.size() != got.outputs.size()) {
+    throw ModelError("diagnose: the reference ran " + std::to_string(want.outputs.size()) +
+                     " modules and the run's policy " + std::to_string(got.outputs.size()));
+  }
+  std::vector<store::DiagnosticRow> rows;
+  for (size_t i = 0; i < got.outputs.size(); ++i) {
+    const std::string& name = got.outputs[i].first;
+    store::DiagnosticRow r =
+        compare_tensors(want.outputs[i].second, got.outputs[i].second, map.output_dtype(name));
+    r.kind = "forward";
+    r.batch = b;
+    r.seq = static_cast<int>(i);
+    r.module = name;
+    r.dtype = map.output_dtype(name);
+    r.input_nonfinite_frac = got.input_nonfinite[i];
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
 // Appends to `d` the rows of batch `b`: every module output and every gradient of the run
 // against the reference's, and every int32 cast point's values against the uncast ones.
 void compare_batch(const Sides& sides, const data::Batch& batch, int b, const PrecisionMap& map,
                    const Int32Casts& casts, store::Diagnosis& d) {
   const Pass want = run_pass(sides.reference, sides.reference_precision, batch, sides.device);
   const Pass got = run_pass(sides.run, sides.run_precision, batch, sides.device);
-  if (want.outputs.size() != got.outputs.size()) {
-    throw ModelError("diagnose: the reference ran " + std::to_string(want.outputs.size()) +
-                     " modules and the run's policy " + std::to_string(got.outputs.size()));
-  }
+  for (auto& r : forward_rows(want, got, b, map)) d.rows.push_back(std::move(r));
   auto add = [&](store::DiagnosticRow r, const char* kind, int seq, const std::string& module,
                  const std::string& dtype) {
     r.kind = kind;
@@ -383,14 +484,9 @@ void compare_batch(const Sides& sides, const data::Batch& batch, int b, const Pr
     r.seq = seq;
     r.module = module;
     r.dtype = dtype;
+    r.input_nonfinite_frac = kNaN;  // forward rows only
     d.rows.push_back(std::move(r));
   };
-  for (size_t i = 0; i < got.outputs.size(); ++i) {
-    const std::string& name = got.outputs[i].first;
-    const std::string dtype = map.output_dtype(name);
-    add(compare_tensors(want.outputs[i].second, got.outputs[i].second, dtype), "forward",
-        static_cast<int>(i), name, dtype);
-  }
   for (size_t i = 0; i < got.grads.size(); ++i) {
     add(compare_tensors(want.grads[i].second, got.grads[i].second, map.grad_dtype[i], d.loss_scale),
         "gradient", static_cast<int>(i), got.grads[i].first, map.grad_dtype[i]);
@@ -408,6 +504,70 @@ void compare_batch(const Sides& sides, const data::Batch& batch, int b, const Pr
       add(compare_tensors(original, cast, "int32"), "cast", seq++, point, "int32");
     }
   }
+}
+
+// What a further pass needs: the run's config and fp32 values, the reference, the batches.
+struct Probe {
+  const Config& config;
+  const std::string& origin;  // "run NAME"
+  const std::map<std::string, torch::Tensor>& values;
+  Session& reference;
+  Precision& reference_precision;
+  const std::vector<data::Batch>& batches;
+  const torch::Device& device;
+};
+
+// The forward rows of the run's policy with `kept` added to its amp.fp32_modules, against the
+// reference, on the probe's batches (no gradients).
+std::vector<store::DiagnosticRow> forward_with_kept(const Probe& p,
+                                                    const std::vector<std::string>& kept) {
+  Config config = p.config;
+  nlohmann::json modules = config.at("amp.fp32_modules");
+  for (const auto& k : kept) modules.push_back(k);
+  config.set("amp.fp32_modules", modules);
+  const Settings settings = Settings::from(config);
+  Precision precision(amp::resolve_policy(settings.amp, p.device.is_cuda()));
+  Session session = build_session(settings, p.device, precision, &p.values, p.origin);
+  const PrecisionMap map = map_precision(session, precision);
+  std::vector<store::DiagnosticRow> rows;
+  for (size_t b = 0; b < p.batches.size(); ++b) {
+    const Pass want = run_pass(p.reference, p.reference_precision, p.batches[b], p.device, false);
+    const Pass got = run_pass(session, precision, p.batches[b], p.device, false);
+    for (auto& r : forward_rows(want, got, static_cast<int>(b), map)) rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+// The overflows the starts in `rows` hide (HiddenOverflow): pass after pass with the modules
+// named so far kept in fp32 (under O2/O3 their enclosing blocks, as the advice says), until a
+// pass finds no new start. Each pass names at least one new module, so there are at most as many
+// passes as modules.
+std::vector<HiddenOverflow> hidden_overflows(const Probe& p,
+                                             const std::vector<store::DiagnosticRow>& rows,
+                                             bool cast_model) {
+  std::vector<HiddenOverflow> hidden;
+  std::set<std::string> named;
+  std::vector<std::string> kept;
+  auto keep = [&](const std::string& module) {
+    named.insert(module);
+    const std::string parent = parent_of(module);
+    kept.push_back(cast_model && !parent.empty() ? parent : module);
+  };
+  for (const auto& r : overflow_starts(rows)) keep(r.module);
+  while (!kept.empty()) {
+    std::vector<store::DiagnosticRow> fresh;
+    for (const auto& r : overflow_starts(forward_with_kept(p, kept))) {
+      if (!named.count(r.module)) fresh.push_back(r);
+    }
+    if (fresh.empty()) break;
+    for (const auto& r : fresh) {
+      log::info(p.origin + ": with " + joined(kept) + " kept in fp32, " + r.module +
+                " overflows too");
+      hidden.push_back({r, kept});
+    }
+    for (const auto& r : fresh) keep(r.module);
+  }
+  return hidden;
 }
 
 }  // namespace
@@ -455,16 +615,21 @@ store::Diagnosis diagnose(const store::RunRow& run,
             amp::to_string(precision.policy().backend) + ") against " + options.against + " on " +
             std::to_string(options.batches) + " training batch(es)");
   const Sides sides{session, precision, ref, ref_precision, device};
-  int b = 0;
+  std::vector<data::Batch> batches;
   while (auto batch = loader.next()) {
     if (!batch->images.defined() || batch->images.size(0) == 0) continue;
-    compare_batch(sides, *batch, b++, map, casts, d);
+    compare_batch(sides, *batch, static_cast<int>(batches.size()), map, casts, d);
+    batches.push_back(std::move(*batch));
   }
-  if (b == 0) {
+  if (batches.empty()) {
     throw DataError("diagnose: the training split of run " + run.name + " gave no batch");
   }
-  d.batches = b;
-  d.advice = advise(d, map.context);
+  d.batches = static_cast<int>(batches.size());
+  AdviceContext context = map.context;
+  const std::string origin = "run " + run.name;
+  context.hidden_overflows = hidden_overflows(
+      {config, origin, values, ref, ref_precision, batches, device}, d.rows, context.cast_model);
+  d.advice = advise(d, context);
   d.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return d;
 }
@@ -530,14 +695,15 @@ ForwardWork forward_work(const Config& config) {
   {
     // No policy: every op computes in fp32; the module map names the calls and marks them.
     amp::ScopedModules scope(modules);
-    amp::ScopedObserver observer([&](const std::string& name, const torch::Tensor& y) {
-      auto it = by_name.find(name);
-      if (it == by_name.end()) return;
-      const double macs = module_macs(*it->second, y);
-      work.macs += macs;
-      const amp::ModuleMap::Entry* entry = modules->find(*it->second);
-      if (all_fp32 || (entry && entry->fp32)) work.fp32_macs += macs;
-    });
+    amp::ScopedObserver observer(
+        [&](const std::string& name, const torch::Tensor&, const torch::Tensor& y) {
+          auto it = by_name.find(name);
+          if (it == by_name.end()) return;
+          const double macs = module_macs(*it->second, y);
+          work.macs += macs;
+          const amp::ModuleMap::Entry* entry = modules->find(*it->second);
+          if (all_fp32 || (entry && entry->fp32)) work.fp32_macs += macs;
+        });
     torch::NoGradGuard no_grad;
     model.eval();
     task->train_loss(*sample, torch::Device(torch::kCPU));

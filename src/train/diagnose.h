@@ -46,6 +46,15 @@ struct DiagnoseOptions {
 store::DiagnosticRow compare_tensors(const at::Tensor& reference, const at::Tensor& value,
                                      const std::string& low_dtype, double scale = 1.0);
 
+// An overflow that an earlier one hid: with the modules `kept` in fp32 as well (those the advice
+// names for the overflows found before it), the forward pass of the run's policy reaches
+// `row`'s module with finite values and its output overflows. `row` is its worst row of that
+// pass (overflow share, input_nonfinite_frac 0).
+struct HiddenOverflow {
+  store::DiagnosticRow row;
+  std::vector<std::string> kept;
+};
+
 // What the advice rules need to know beyond the rows.
 struct AdviceContext {
   std::string opt_level;       // "O1"
@@ -55,6 +64,7 @@ struct AdviceContext {
   bool batchnorm_low = false;  // BatchNorm parameters held in low precision (O3, O2 without
                                // keep_batchnorm_fp32)
   std::set<std::string> batchnorm_modules;
+  std::vector<HiddenOverflow> hidden_overflows;  // found by diagnose's further passes
 };
 
 // One row per compared tensor (kind, seq), the worst over the batches: the lowest cosine (NaN,
@@ -71,6 +81,14 @@ std::vector<store::DiagnosticRow> rows_by_severity(const store::Diagnosis& d);
 // first_divergence.
 std::optional<store::DiagnosticRow> first_divergence(const store::Diagnosis& d);
 
+// Where activation overflows start among forward `rows`: each module whose output overflows
+// (overflow_frac > 0) in a batch where its input was finite (input_nonfinite_frac 0), except one
+// that contains another such module (a parent: "layer3.0" when "layer3.0.conv1" is one; the
+// whole model ""). Modules downstream of an overflow, whose input was already inf/NaN, only
+// carry it on and are not named. One row per module (its first call): the worst over those
+// batches. In execution order (seq).
+std::vector<store::DiagnosticRow> overflow_starts(const std::vector<store::DiagnosticRow>& rows);
+
 // The advice rules (docs/AMP.md "Advice rules") over a diagnosis's rows, in priority order.
 std::vector<store::DiagnosisAdvice> advise(const store::Diagnosis& d, const AdviceContext& context);
 
@@ -86,7 +104,11 @@ std::optional<store::EpochRow> pick_checkpoint(const store::RunRow& run,
                                                const DiagnoseOptions& options);
 
 // Diagnoses `run` (see the top of this file) at `checkpoint` (pick_checkpoint; unset: the
-// initial weights) and returns the diagnosis (the caller records it: app/checkpoint_commands.h). Throws
+// initial weights) and returns the diagnosis (the caller records it: app/checkpoint_commands.h).
+// When activations overflow, further forward passes on the same batches keep the modules named
+// so far in fp32 until no new overflow starts (at most one pass per module of the model), since
+// downstream of an overflow every value is NaN and a second one cannot be seen: each found this
+// way is a HiddenOverflow behind its own activation_overflow advice row. Throws
 // CheckpointError (unreadable checkpoint), ConfigError (bad options) or DataError as loading the
 // run does.
 store::Diagnosis diagnose(const store::RunRow& run,

@@ -176,13 +176,7 @@ ExportResult export_checkpoint(const store::RunRow& run, const store::EpochRow& 
   Precision precision(amp::resolve_policy(settings.amp, device.is_cuda()));
   Session session = load_session(settings, run, row, device, precision);
 
-  const auto values = full_precision_state(session.task->module(), precision.engine());
-  models::save_state_dict(values, out);
-  ExportResult result;
-  result.path = out;
-  result.tensors = static_cast<int64_t>(values.size());
-  result.bytes = static_cast<int64_t>(std::filesystem::file_size(out));
-  return result;
+  return write_weights(full_precision_state(session.task->module(), precision.engine()), out);
 }
 
 }  // namespace amptune::train

@@ -4,14 +4,17 @@
 // fp32 masters, the run's autocast policy). Internal to src/train (includes torch).
 #pragma once
 
+#include <torch/torch.h>
+
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
 
-#include <torch/torch.h>
-
 #include "core/error.h"
 #include "core/settings.h"
+#include "models/weights.h"
+#include "train/evaluate.h"
 #include "train/optimizer.h"
 #include "train/precision.h"
 #include "train/task.h"
@@ -105,6 +108,18 @@ inline std::map<std::string, torch::Tensor> full_precision_state(const torch::nn
   }
   for (const auto& b : module.named_buffers(/*recurse=*/true)) values[b.key()] = exported(b.value());
   return values;
+}
+
+// Writes `values` to `out` as the state dict model.weights reads (models/weights.h, atomic):
+// `amptune export`, `amptune data plant-weights`.
+inline ExportResult write_weights(const std::map<std::string, torch::Tensor>& values,
+                                  const std::string& out) {
+  models::save_state_dict(values, out);
+  ExportResult result;
+  result.path = out;
+  result.tensors = static_cast<int64_t>(values.size());
+  result.bytes = static_cast<int64_t>(std::filesystem::file_size(out));
+  return result;
 }
 
 }  // namespace amptune::train

@@ -139,32 +139,40 @@ std::vector<std::optional<std::string>> per_run(const store::Store& s, const std
   return out;
 }
 
+// Trains sweep `f` (two cells) on the planted data and returns each run's overflow_steps. The
+// planted layer: unnormalised inputs of 62500 to 125000 (mean -1, std 1.6e-5) are fine in fp32
+// but beyond fp16's 65504 once conv1 casts them: its outputs are inf. In fp32, conv1 gives large
+// but finite values, which bn1 brings back into range.
+std::vector<double> run_on_planted_data(const TinySweep& f) {
+  auto r = run_amptune(
+      {"run", f.yaml, "--db", f.db, "--set", "data.mean=[-1.0]", "--set", "data.std=[0.000016]"},
+      f.dir);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  std::vector<double> out;
+  for (const auto& v :
+       per_run(store::Store(f.db),
+               "SELECT value FROM metrics WHERE run_id = ?1 AND name = 'overflow_steps'")) {
+    out.push_back(v ? std::stod(*v) : -1);
+  }
+  return out;
+}
+
 TEST(AmpCli, DiagnoseNamesAPlantedOverflowAndFp32ModulesRemoveIt) {
   TinyOptions o = quick_tiny("grid:\n  amp.fp32_modules: [[], [conv1]]\n");
   o.name = "planted";
   o.base = "  amp: {opt_level: O1, loss_scale: dynamic, max_loss_scale: 1024}\n";
   const auto f = make_tiny_sweep(o);
-  // The planted layer: unnormalised inputs of 62500 to 125000 (mean -1, std 1.6e-5) are fine
-  // in fp32 but beyond fp16's 65504 once conv1 casts them: its outputs are inf. In fp32, conv1
-  // gives large but finite values, which bn1 brings back into range.
-  const std::vector<std::string> planted = {"--set", "data.mean=[-1.0]", "--set",
-                                            "data.std=[0.000016]"};
-  std::vector<std::string> args = {"run", f.yaml, "--db", f.db};
-  args.insert(args.end(), planted.begin(), planted.end());
-  auto r = run_amptune(args, f.dir);
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto overflow = run_on_planted_data(f);
   store::Store s(f.db);
   const auto runs = s.runs();
   ASSERT_EQ(runs.size(), 2u);
-  const auto overflow =
-      per_run(s, "SELECT value FROM metrics WHERE run_id = ?1 AND name = 'overflow_steps'");
-  EXPECT_GT(std::stod(overflow[0].value()), 0);  // the planted layer overflows
-  EXPECT_EQ(std::stod(overflow[1].value()), 0);  // ... not in fp32
+  EXPECT_GT(overflow.at(0), 0);  // the planted layer overflows
+  EXPECT_EQ(overflow.at(1), 0);  // ... not in fp32
   const auto val_loss =
       per_run(s, "SELECT value FROM metrics WHERE run_id = ?1 AND name = 'val_loss'");
   ASSERT_TRUE(val_loss[1].has_value());
 
-  r = run_amptune({"diagnose", runs[0].name, "--db", f.db, "--batches", "4"}, f.dir);
+  auto r = run_amptune({"diagnose", runs[0].name, "--db", f.db, "--batches", "4"}, f.dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("first divergence: conv1 (forward #0)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("amp.fp32_modules: [conv1]"), std::string::npos) << r.out;
@@ -192,6 +200,64 @@ TEST(AmpCli, DiagnoseNamesAPlantedOverflowAndFp32ModulesRemoveIt) {
       "module = 'conv1' AND batch = 0",
       {std::to_string(runs[1].id)});
   EXPECT_EQ(q.rows.at(0)[0], "fp32");
+}
+
+// Two planted overflows in different stages: conv1's (the inputs of the test above) and one in
+// layer2 (`amptune data plant-weights`: layer2.0.conv1's weight x 30000, which its BatchNorm
+// normalises in fp32). Under O1 every step overflows; downstream of conv1 every value is NaN, so
+// diagnose finds layer2.0.conv1 with conv1 kept in fp32, and names both, each once, and neither
+// the modules that carry their inf nor the blocks that hold them. Both kept in fp32: no overflow.
+TEST(AmpCli, DiagnoseNamesEveryOverflowThatStartsFromFiniteValues) {
+  TinyOptions o = quick_tiny("grid:\n  amp.fp32_modules: [[], [conv1, layer2.0.conv1]]\n");
+  o.name = "two_overflows";
+  o.model =
+      "{name: resnet18, num_classes: 4, in_channels: 1, width: 0.0625, small_input: true, "
+      "weights: planted.pt}";
+  o.base = "  amp: {opt_level: O1, loss_scale: dynamic, max_loss_scale: 1024}\n";
+  const auto f = make_tiny_sweep(o);
+  auto r = run_amptune({"data", "plant-weights", f.yaml, "--scale", "layer2.0.conv1.weight=30000",
+                        "--out", "planted.pt"},
+                       f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(run_on_planted_data(f), (std::vector<double>{4, 0}));  // every step of the epoch
+  store::Store s(f.db);
+  const auto runs = s.runs();
+  ASSERT_EQ(runs.size(), 2u);
+
+  r = run_amptune({"diagnose", runs[0].name, "--db", f.db, "--batches", "2"}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("first divergence: conv1 (forward #0)"), std::string::npos) << r.out;
+  auto q = s.query(
+      "SELECT module, advice FROM diagnosis_advice WHERE run_id = ?1 AND "
+      "rule = 'activation_overflow' ORDER BY seq",
+      {std::to_string(runs[0].id)});
+  ASSERT_EQ(q.rows.size(), 2u) << r.out;
+  EXPECT_EQ(q.rows[0][0], "conv1");
+  EXPECT_EQ(q.rows[1][0], "layer2.0.conv1");
+  EXPECT_NE(q.rows[1][1].value().find("together: amp.fp32_modules: [conv1, layer2.0.conv1]"),
+            std::string::npos)
+      << q.rows[1][1].value();
+  // The evidence: conv1's input was finite, bn1's held its inf.
+  q = s.query(
+      "SELECT module, MAX(input_nonfinite_frac) FROM diagnostics WHERE run_id = ?1 AND "
+      "kind = 'forward' AND module IN ('conv1', 'bn1') GROUP BY module ORDER BY module",
+      {std::to_string(runs[0].id)});
+  ASSERT_EQ(q.rows.size(), 2u);
+  EXPECT_GT(std::stod(q.rows[0][1].value()), 0);  // bn1
+  EXPECT_EQ(std::stod(q.rows[1][1].value()), 0);  // conv1
+  q = s.query(
+      "SELECT COUNT(*) FROM diagnostics WHERE run_id = ?1 AND kind = 'gradient' AND "
+      "input_nonfinite_frac IS NOT NULL",
+      {std::to_string(runs[0].id)});
+  EXPECT_EQ(q.rows[0][0], "0");
+
+  r = run_amptune({"diagnose", runs[1].name, "--db", f.db, "--batches", "2"}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  q = s.query(
+      "SELECT COUNT(*) FROM diagnosis_advice WHERE run_id = ?1 AND "
+      "rule = 'activation_overflow'",
+      {std::to_string(runs[1].id)});
+  EXPECT_EQ(q.rows[0][0], "0") << r.out;
 }
 
 TEST(AmpCli, DiagnoseShowsGradientUnderflowAtScaleOneAndNotUnderTheDynamicScale) {

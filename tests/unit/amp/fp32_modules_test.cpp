@@ -87,8 +87,8 @@ TEST(Fp32Modules, MarkedModulesComputeInFp32AndO2KeepsTheirWeightsOffTheGrid) {
   EXPECT_FALSE(on_grid(net->named_parameters()["fc.weight"]));  // fp32, as before
   EXPECT_TRUE(on_grid(net->named_parameters()["conv1.weight"]));
   std::vector<std::pair<std::string, torch::Tensor>> seen;
-  ScopedObserver observer(
-      [&](const std::string& name, const torch::Tensor& y) { seen.emplace_back(name, y.clone()); });
+  ScopedObserver observer([&](const std::string& name, const torch::Tensor&,
+                              const torch::Tensor& y) { seen.emplace_back(name, y.clone()); });
   const auto logits = net->forward(x);
   ASSERT_FALSE(seen.empty());
   // Execution order: children before their parent, the whole model last.
@@ -119,10 +119,16 @@ TEST(Fp32Modules, O1MarkedConvKeepsItsBatchNormOutputFp32) {
   ScopedPolicy scope(p);
   Engine engine(p, *net);
   ScopedModules modules(engine.modules());
-  std::map<std::string, torch::Tensor> seen;
+  std::map<std::string, torch::Tensor> seen, inputs;
   ScopedObserver observer(
-      [&](const std::string& name, const torch::Tensor& y) { seen.emplace(name, y.clone()); });
+      [&](const std::string& name, const torch::Tensor& in, const torch::Tensor& y) {
+        seen.emplace(name, y.clone());
+        inputs.emplace(name, in.clone());
+      });
   net->forward(x);
+  // The observer sees what each module was given (diagnose: was it already inf?).
+  EXPECT_TRUE(inputs.at("conv1").equal(x));
+  EXPECT_TRUE(inputs.at("bn1").equal(seen.at("conv1")));
   EXPECT_FALSE(on_grid(seen.at("conv1")));  // fp32 output (O1 leaves it fp32)
   EXPECT_FALSE(on_grid(seen.at("bn1")));    // BatchNorm follows its fp32 input
   EXPECT_TRUE(on_grid(seen.at("layer1.0.conv1")));

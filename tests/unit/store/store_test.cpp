@@ -957,12 +957,12 @@ TEST_F(StoreTest, TuneSearchRoundsAndCandidatesAndTheirPath) {
   EXPECT_EQ((*advice)[1].module, "bbox");
 }
 
-// Migration 17 widens tune_rounds' checks: round 0 and the kinds union, confirm and reference
+// Migration 18 widens tune_rounds' checks: round 0 and the kinds union, confirm and reference
 // are taken, a database written at schema 16 keeps its rows, and one whose constraint was edited
 // is refused naming the migration (nothing applied).
-TEST_F(StoreTest, MigrationSeventeenTakesTheNewRoundKinds) {
+TEST_F(StoreTest, MigrationEighteenTakesTheNewRoundKinds) {
   const auto migrations = parse_migrations(embedded::store_sql);
-  ASSERT_GE(migrations.size(), 17u);
+  ASSERT_GE(migrations.size(), 18u);
   auto schema_16 = [&](const std::string& path, bool edited) {
     std::string sql =
         "CREATE TABLE schema_version (version INTEGER NOT NULL, applied_at TEXT NOT NULL);";
@@ -1004,7 +1004,7 @@ TEST_F(StoreTest, MigrationSeventeenTakesTheNewRoundKinds) {
     Store store(edited);
     FAIL() << "an edited constraint was migrated";
   } catch (const StoreError& e) {
-    EXPECT_NE(std::string(e.what()).find("migration 17"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("migration 18"), std::string::npos) << e.what();
   }
 }
 

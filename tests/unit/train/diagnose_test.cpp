@@ -157,6 +157,147 @@ TEST(DiagnoseRules, AdviceForOverflowUnderflowAndBatchNorm) {
   EXPECT_NE(advice[2].advice.find("keep_batchnorm_fp32: true"), std::string::npos);
 }
 
+// A forward row whose output overflows in `overflow` of its values and whose input was inf/NaN
+// in `input_nonfinite` of them.
+store::DiagnosticRow fwd(int seq, const std::string& module, double overflow,
+                         double input_nonfinite, int batch = 0) {
+  store::DiagnosticRow r = row("forward", seq, module, overflow > 0 ? std::nan("") : 1.0, overflow);
+  r.input_nonfinite_frac = input_nonfinite;
+  r.batch = batch;
+  return r;
+}
+
+AdviceContext o1_fp16() {
+  AdviceContext c;
+  c.opt_level = "O1";
+  c.dtype = "fp16";
+  c.loss_scale = "dynamic";
+  return c;
+}
+
+using Advice = std::pair<std::string, std::string>;  // module, advice
+
+std::vector<Advice> overflow_advice(const store::Diagnosis& d, const AdviceContext& c) {
+  std::vector<Advice> out;
+  for (const auto& a : advise(d, c)) {
+    if (a.rule == "activation_overflow") out.emplace_back(a.module, a.advice);
+  }
+  return out;
+}
+
+// Two overflows that start from finite values - a block's first convolution and its shortcut,
+// whose input is the block's - are two rows, in execution order. What they feed (bn1, whose
+// input is already inf) and what contains them (the shortcut's Sequential, the block, the stage,
+// the whole model: their inputs were finite, but they only hold the overflow) are not named.
+TEST(DiagnoseRules, TwoIndependentOverflowsGiveTwoRows) {
+  store::Diagnosis d;
+  d.rows = {fwd(9, "layer1", 0, 0),
+            fwd(10, "layer2.0.conv1", 0.02, 0),
+            fwd(11, "layer2.0.bn1", 1.0, 0.02),
+            fwd(12, "layer2.0.conv2", 1.0, 1.0),
+            fwd(13, "layer2.0.bn2", 1.0, 1.0),
+            fwd(14, "layer2.0.downsample.0", 0.05, 0),
+            fwd(15, "layer2.0.downsample.1", 1.0, 0.05),
+            fwd(16, "layer2.0.downsample", 1.0, 0),
+            fwd(17, "layer2.0", 1.0, 0),
+            fwd(18, "layer2", 1.0, 0),
+            fwd(19, "fc", 1.0, 1.0),
+            fwd(20, "", 1.0, 0)};
+  const auto starts = overflow_starts(d.rows);
+  ASSERT_EQ(starts.size(), 2u);
+  EXPECT_EQ(starts[0].module, "layer2.0.conv1");
+  EXPECT_EQ(starts[1].module, "layer2.0.downsample.0");
+  const auto advice = overflow_advice(d, o1_fp16());
+  ASSERT_EQ(advice.size(), 2u);
+  EXPECT_EQ(advice[0], (Advice{"layer2.0.conv1",
+                               "activations of layer2.0.conv1 overflow fp16 (2% of its outputs, "
+                               "from finite inputs): keep it in fp32, amp.fp32_modules: "
+                               "[layer2.0.conv1]"}));
+  EXPECT_EQ(advice[1].first, "layer2.0.downsample.0");
+  EXPECT_NE(advice[1].second.find("(5% of its outputs, from finite inputs)"), std::string::npos);
+  // The first divergence is still the first module that departs.
+  ASSERT_TRUE(first_divergence(d).has_value());
+  EXPECT_EQ(first_divergence(d)->module, "layer2.0.conv1");
+}
+
+// After an overflow every module downstream only carries its inf/NaN: one row. Over batches, a
+// module is named by the batches where its input was finite, its worst share among those.
+TEST(DiagnoseRules, AnOverflowAndTheModulesThatCarryItGiveOneRow) {
+  store::Diagnosis d;
+  d.rows = {fwd(0, "conv1", 0.0005, 0),
+            fwd(1, "bn1", 0.06, 0.0005),
+            fwd(2, "layer1.0.conv1", 1.0, 1.0),
+            fwd(3, "layer1.0.bn1", 1.0, 1.0),
+            fwd(4, "layer1.0", 1.0, 1.0),
+            fwd(5, "layer1", 1.0, 1.0),
+            fwd(6, "fc", 1.0, 1.0),
+            fwd(7, "", 1.0, 0),
+            fwd(0, "conv1", 0.002, 0, 1),
+            fwd(1, "bn1", 0.5, 0.002, 1)};
+  const auto starts = overflow_starts(d.rows);
+  ASSERT_EQ(starts.size(), 1u);
+  EXPECT_EQ(starts[0].module, "conv1");
+  EXPECT_EQ(starts[0].overflow_frac, 0.002);
+  EXPECT_EQ(starts[0].batch, 1);
+  const auto advice = overflow_advice(d, o1_fp16());
+  ASSERT_EQ(advice.size(), 1u);
+  EXPECT_EQ(advice[0].first, "conv1");
+}
+
+// A block whose output overflows because its convolution's does is not named beside it, even
+// though the block's input was finite; a block whose own op (the residual sum) overflows, with
+// no child that does, is.
+TEST(DiagnoseRules, AParentOfAnOverflowingChildIsNotNamed) {
+  store::Diagnosis d;
+  d.rows = {fwd(30, "layer3.0.conv1", 0.08, 0), fwd(31, "layer3.0.bn1", 1.0, 0.08),
+            fwd(35, "layer3.0", 1.0, 0), fwd(40, "layer3", 1.0, 0)};
+  auto advice = overflow_advice(d, o1_fp16());
+  ASSERT_EQ(advice.size(), 1u);
+  EXPECT_EQ(advice[0].first, "layer3.0.conv1");
+  d.rows = {fwd(30, "layer3.0.conv1", 0, 0), fwd(35, "layer3.0", 0.01, 0),
+            fwd(40, "layer3", 1.0, 0)};
+  advice = overflow_advice(d, o1_fp16());
+  ASSERT_EQ(advice.size(), 1u);
+  EXPECT_EQ(advice[0].first, "layer3.0");
+}
+
+// An overflow found with the earlier ones kept in fp32 (diagnose's further passes) is a row of
+// its own, in execution order, naming what was kept; under O2/O3 each row names the block too.
+TEST(DiagnoseRules, AnOverflowTheFirstHidGetsItsOwnRow) {
+  store::Diagnosis d;
+  d.rows = {fwd(0, "conv1", 0.001, 0), fwd(1, "bn1", 0.2, 0.001),
+            fwd(30, "layer3.0.conv1", 1.0, 1.0)};
+  AdviceContext c = o1_fp16();
+  c.hidden_overflows = {{fwd(30, "layer3.0.conv1", 0.09, 0), {"conv1"}}};
+  auto advice = overflow_advice(d, c);
+  ASSERT_EQ(advice.size(), 2u);
+  EXPECT_EQ(advice[0].first, "conv1");
+  EXPECT_EQ(advice[1].first, "layer3.0.conv1");
+  EXPECT_EQ(advice[1].second,
+            "with conv1 kept in fp32 (before, the inf/NaN of an earlier overflow reached it), "
+            "activations of layer3.0.conv1 overflow fp16 (9% of its outputs, from finite "
+            "inputs): keep it in fp32, amp.fp32_modules: [layer3.0.conv1]; together: "
+            "amp.fp32_modules: [conv1, layer3.0.conv1]");
+  c.opt_level = "O2";
+  c.cast_model = true;
+  advice = overflow_advice(d, c);
+  ASSERT_EQ(advice.size(), 2u);
+  EXPECT_NE(advice[1].second.find("amp.fp32_modules: [layer3.0]"), std::string::npos);
+}
+
+// Without a recorded input (a module that passes none through amp::ModuleCall::input) nothing is
+// known to start from finite values: the first module that overflows is named, as before.
+TEST(DiagnoseRules, WithoutInputSharesTheFirstOverflowIsNamed) {
+  store::Diagnosis d;
+  d.rows = {fwd(0, "conv1", 0, std::nan("")), fwd(1, "bn1", 0.1, std::nan("")),
+            fwd(2, "layer1", 1.0, std::nan(""))};
+  EXPECT_TRUE(overflow_starts(d.rows).empty());
+  EXPECT_EQ(overflow_advice(d, o1_fp16()),
+            (std::vector<Advice>{{"bn1",
+                                  "activations of bn1 overflow fp16 (10% of its outputs): "
+                                  "keep it in fp32, amp.fp32_modules: [bn1]"}}));
+}
+
 // ResNet-18 at width 1/16 with the small-input stem on 12 x 12 one-channel images: conv1 is a
 // 3x3 convolution from 1 to 4 channels at 144 positions (5184 multiply-accumulates), layer1 four
 // 3x3 convolutions from 4 to 4 channels there (4 * 144 * 4 * 4 * 9 = 82944), fc maps 32 features
