@@ -819,7 +819,12 @@ ALTER TABLE diagnostics ADD COLUMN input_nonfinite_frac REAL;
 -- 'seed' or 'undo' (a bisection probe that undoes a union's key), beside the move names of 16.
 -- The view tune_path lists them like the others, now with each round's note (why the round was
 -- made: where its start left the band and how many advice rows its diagnosis gave, which moves a
--- union combines, which items a bisection keeps).
+-- union combines, which items a bisection keeps). And the direction of the per-epoch metric
+-- nonfinite_streak (docs/AMP.md "Divergence"; tune reads an epoch that ends inside a streak as a
+-- divergence).
+INSERT OR IGNORE INTO metric_info (name, higher_is_better, description) VALUES
+  ('nonfinite_streak', 0, 'inf/NaN training losses in a row at the end of the epoch, counting ' ||
+   'earlier epochs and the run it continues');
 DROP VIEW tune_path;
 CREATE VIEW tune_path AS
   SELECT s.name AS sweep, t.id AS search_id, c.round, k.kind, st.name AS round_start,

@@ -47,6 +47,7 @@ int export_imagefolder(const std::vector<std::string>& args) {
 int synth_rootnet(const std::vector<std::string>& args) {
   data::SynthOptions o;
   int64_t seed = 0;
+  std::string unit;
   Options opts("data synth-rootnet",
                "usage: amptune data synth-rootnet --format F --out DIR [options]\n\nWrites a "
                "small RootNet data set in the official JSON + JPEG layout of F: people as "
@@ -58,8 +59,14 @@ int synth_rootnet(const std::vector<std::string>& args) {
       "images", po::value(&o.images)->default_value(200),
       "images to write (h36m: per subject, subjects 1, 5, 6, 7, 8, 9, 11)")(
       "width", po::value(&o.width)->default_value(320), "image width in pixels")(
-      "height", po::value(&o.height)->default_value(240), "image height in pixels");
+      "height", po::value(&o.height)->default_value(240), "image height in pixels")(
+      "unit", po::value(&unit)->default_value("mm"),
+      "mm | m: the unit of the 3D coordinates written (muco, mupots); with m and "
+      "rootnet.bbox_real [2, 2] k is a few units and casts.int32 [k_value] cuts it by tens of "
+      "percent (experiments/rootnet_int32_k.yaml, docs/ROOTNET.md)");
   if (!opts.parse(args)) return 0;
+  if (unit != "mm" && unit != "m") throw UsageError("--unit must be mm or m, got '" + unit + "'");
+  o.unit_mm = unit == "m" ? 1000.0 : 1.0;
   if (o.format.empty() || o.out.empty()) {
     throw UsageError("amptune data synth-rootnet needs --format h36m|muco|mupots|mpii and --out DIR");
   }

@@ -68,6 +68,11 @@ struct SynthOptions {
   uint64_t seed = 0;
   int images = 200;    // images per split (h36m: per subject)
   int width = 320, height = 240;  // image size
+  // Millimetres per unit of the 3D coordinates written (keypoints_cam): 1 (mm, the formats'
+  // unit) or 1000 (m; muco and mupots only). The images, boxes and cameras do not change, so
+  // rootnet.bbox_real in the same unit keeps k = depth / gamma a few units: the int32 cast
+  // fault of docs/ROOTNET.md.
+  double unit_mm = 1.0;
 };
 struct SynthStats {
   int images = 0, people = 0;

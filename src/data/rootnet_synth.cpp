@@ -360,6 +360,9 @@ SynthStats synth_multi(const SynthOptions& o, Rng& rng, bool test) {
     for (auto& p : people) {
       std::vector<std::vector<double>> cam_rows, img_rows;
       auto mm = flat2(p.body, order, c, &img_rows, &cam_rows);
+      for (auto& row : cam_rows) {  // --unit m: the same scene, its 3D numbers in metres
+        for (double& v : row) v /= o.unit_mm;
+      }
       json a = {{"id", ann_id++}, {"image_id", i}, {"keypoints_cam", cam_rows},
                 {"keypoints_img", img_rows}, {"keypoints_vis", std::vector<bool>(21, true)},
                 {"bbox", bbox_json(mm, margin_px(p, c))}};
@@ -415,6 +418,10 @@ SynthStats synth_mpii(const SynthOptions& o, Rng& rng) {
 SynthStats synth_rootnet(const SynthOptions& o) {
   if (o.images < 1) throw DataError("synth-rootnet needs --images >= 1");
   if (o.width < 32 || o.height < 32) throw DataError("synth-rootnet needs an image of at least 32x32");
+  if (o.unit_mm != 1.0 && o.format != "muco" && o.format != "mupots") {
+    throw DataError("synth-rootnet --unit m is for --format muco and mupots (h36m and mpii are "
+                    "written in mm)");
+  }
   std::error_code ec;
   fs::create_directories(o.out, ec);
   if (ec) throw DataError("cannot create " + o.out + ": " + ec.message());

@@ -59,14 +59,16 @@ class RunStopped : public std::runtime_error {
 };
 
 // Where training starts: the epoch loaded (-1: from scratch), the optimizer steps done,
-// whether the loss scaler starts fresh (its initial scale is recorded), and whether the weights
+// whether the loss scaler starts fresh (its initial scale is recorded), whether the weights
 // are the run's initial ones (from scratch or a fork's start, not a resumed checkpoint of its
-// own: schedule.eval_initial evaluates them).
+// own: schedule.eval_initial evaluates them), and the inf/NaN losses in a row the steps so far
+// ended with (train/divergence.h; the metric nonfinite_streak of the epoch loaded).
 struct Start {
   int64_t epoch = -1;
   int64_t global_step = 0;
   bool fresh_scaler = true;
   bool initial = true;
+  int64_t nonfinite_streak = 0;
 };
 
 // Loads the newest valid checkpoint the recorder knows (at most options.from_epoch) into

@@ -17,6 +17,7 @@
 #include "amp/engine.h"
 #include "amp/policy.h"
 #include "store/records.h"
+#include "train/divergence.h"
 
 namespace amptune::train {
 
@@ -44,18 +45,16 @@ class Precision {
 
   void zero_grad() { engine_->zero_grad(); }
 
-  // The loss of a step was inf/NaN. With a dynamic scale it is one more overflow (the backward
-  // gives non-finite gradients and the step is skipped); with a static scale the run diverged.
-  // Returns the divergence message, or "" to carry on.
-  std::string non_finite_loss(double loss_value) {
-    if (!policy_.dynamic_scale) return "train_loss became " + std::to_string(loss_value);
-    if (++non_finite_in_a_row_ >= kMaxNonFiniteLosses) {
-      return "train_loss was inf/NaN for " + std::to_string(non_finite_in_a_row_) +
-             " steps in a row under dynamic loss scaling (the forward pass itself overflows; "
-             "the scale cannot help)";
-    }
-    return "";
+  // Every training step's loss, in step order (DivergenceWatch, train/divergence.h): an inf/NaN
+  // loss with a dynamic scale is one more overflow (the backward gives non-finite gradients and
+  // the step is skipped), with a static scale the run diverged. Returns the divergence message,
+  // or "" to carry on.
+  std::string check_loss(double loss_value) {
+    return watch_.observe(loss_value, !policy_.dynamic_scale);
   }
+  // The run continues a streak of `streak` inf/NaN losses (the nonfinite_streak of the epoch it
+  // resumes or forks from); before its first step.
+  void continue_streak(int64_t streak) { watch_ = DivergenceWatch(streak); }
 
   // scale -> backward -> `after_backward` (data-parallel training averages the gradients over
   // the ranks there) -> (masters) unscale/check. Returns whether this process found inf/NaN.
@@ -71,10 +70,7 @@ class Precision {
   // Step or skip (`overflow`: what every rank agreed) -> copy back -> scaler update.
   // `global_step` is the count of steps after this one. Returns whether the optimizer stepped.
   bool step(bool overflow, torch::optim::Optimizer& optimizer, int64_t global_step) {
-    if (!overflow) {
-      optimizer.step();
-      non_finite_in_a_row_ = 0;
-    }
+    if (!overflow) optimizer.step();
     auto change = engine_->finish_step(overflow);
     const bool skipped = overflow && policy_.dynamic_scale;
     overflow_steps_ += overflow;
@@ -93,7 +89,8 @@ class Precision {
   }
 
   // Adds loss_scale (end), loss_scale_min/max, skipped_steps, overflow_steps (dynamic only: a
-  // static scale never checks) and the scale events to the epoch's record.
+  // static scale never checks), nonfinite_streak (the inf/NaN losses in a row at the epoch's end,
+  // counting earlier epochs and the run it continues) and the scale events to the epoch's record.
   void end_epoch(store::EpochRecord& record) const {
     const double end = engine_->scaler().scale();
     record.metrics["loss_scale"] = end;
@@ -101,19 +98,20 @@ class Precision {
     record.metrics["loss_scale_max"] = std::max(scale_max_, end);
     record.metrics["skipped_steps"] = static_cast<double>(skipped_steps_);
     if (policy_.dynamic_scale) record.metrics["overflow_steps"] = static_cast<double>(overflow_steps_);
+    record.metrics["nonfinite_streak"] = static_cast<double>(watch_.streak());
     record.scale_events = events_;
   }
 
   int64_t skipped_steps() const { return skipped_steps_; }
 
  private:
-  static constexpr int kMaxNonFiniteLosses = 100;
   amp::Policy policy_;
   amp::ScopedPolicy scope_;  // this thread's policy while the run trains
   std::unique_ptr<amp::Engine> engine_;
   std::unique_ptr<amp::ScopedModules> modules_scope_;
   std::vector<store::ScaleEvent> events_;
-  int64_t overflow_steps_ = 0, skipped_steps_ = 0, non_finite_in_a_row_ = 0;
+  DivergenceWatch watch_;
+  int64_t overflow_steps_ = 0, skipped_steps_ = 0;
   double scale_min_ = 0, scale_max_ = 0;
 };
 

@@ -1,6 +1,7 @@
 // Where a run's training starts: its newest valid checkpoint, or a fork's parent's (the
 // restore phase of train/phases.h).
 #include <algorithm>
+#include <cmath>
 #include <mutex>
 
 #include <torch/torch.h>
@@ -17,6 +18,23 @@
 
 namespace amptune::train {
 namespace {
+
+// The inf/NaN losses in a row at the end of epoch `row` of run `run_name` (the metric
+// nonfinite_streak, train/divergence.h); 0 for an epoch recorded before the metric existed.
+int64_t recorded_streak(const store::EpochRow& row, const std::string& run_name) {
+  const auto it = row.metrics.find("nonfinite_streak");
+  if (it == row.metrics.end()) return 0;
+  const double v = it->second;
+  if (!(v >= 0 && v <= static_cast<double>(row.global_step) && v == std::floor(v))) {
+    throw StoreError("run " + run_name + " epoch " + std::to_string(row.epoch) +
+                     ": metric nonfinite_streak is " + std::to_string(v) +
+                     "; expected a whole number from 0 to the epoch's global_step (" +
+                     std::to_string(row.global_step) + "), the inf/NaN losses in a row at the "
+                     "end of the epoch; continue from another epoch (amptune resume " + run_name +
+                     " --from-epoch N, amptune fork " + run_name + " --epoch N)");
+  }
+  return static_cast<int64_t>(v);
+}
 
 // A fork's start (docs/DATABASE.md "Forks"): the parent's checkpoint of parent_epoch is loaded
 // into a session built from the PARENT's config (so the file verifies and O2 masters load), then
@@ -67,6 +85,7 @@ Start start_from_parent(Recorder& recorder, const store::RunRow& run, const Sett
   Start start;
   start.epoch = fork.parent_epoch;
   start.global_step = row->global_step;
+  start.nonfinite_streak = recorded_streak(*row, parent->name);  // the loss curve goes on
   if (parent_optimizer) copy_optimizer_state(*parent_optimizer, *session.optimizer);
   if (scaler && session.precision->policy().dynamic_scale) {
     session.precision->engine().scaler().load_state(*scaler);
@@ -113,6 +132,7 @@ Start restore_run(Recorder& recorder, const store::RunRow& run, const Settings& 
   for (auto it = rows.rbegin(); it != rows.rend(); ++it) {
     if (!it->checkpoint) continue;
     if (options.from_epoch && it->epoch > *options.from_epoch) continue;
+    const int64_t streak = recorded_streak(*it, run.name);  // before anything is forgotten
     try {
       auto meta = load_checkpoint(*it, session.task->module(), *session.optimizer,
                                   owner_hashes(run), &session.precision->engine());
@@ -120,7 +140,7 @@ Start restore_run(Recorder& recorder, const store::RunRow& run, const Settings& 
       recorder.forget_after(it->epoch);
       log::info("run " + run.name + ": continuing after epoch " + std::to_string(meta.epoch) +
                 " (" + it->checkpoint->path + ")");
-      return Start{meta.epoch, meta.global_step, false, false};
+      return Start{meta.epoch, meta.global_step, false, false, streak};
     } catch (const LegacyCheckpointError&) {
       throw;  // not damage: the user's decision (checkpoint.h), nothing is deleted
     } catch (const CheckpointError& e) {

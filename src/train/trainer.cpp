@@ -260,6 +260,7 @@ void RunTraining::restore() {
   }
   if (group_) share_start();
   global_step_ = start_.global_step;
+  precision_->continue_streak(start_.nonfinite_streak);
   prepare_steps();
 }
 
@@ -315,7 +316,8 @@ void RunTraining::share_start() {
     header = nlohmann::json({{"epoch", start_.epoch},
                              {"global_step", start_.global_step},
                              {"fresh_scaler", start_.fresh_scaler},
-                             {"initial", start_.initial}})
+                             {"initial", start_.initial},
+                             {"nonfinite_streak", start_.nonfinite_streak}})
                  .dump();
     state = checkpoint_bytes(session_.task->module(), *session_.optimizer,
                              CheckpointMeta{start_.epoch, start_.global_step, run_.config_hash},
@@ -326,7 +328,8 @@ void RunTraining::share_start() {
   if (!leader) {
     const auto h = nlohmann::json::parse(header);
     start_ = Start{h.at("epoch").get<int64_t>(), h.at("global_step").get<int64_t>(),
-                   h.at("fresh_scaler").get<bool>(), h.at("initial").get<bool>()};
+                   h.at("fresh_scaler").get<bool>(), h.at("initial").get<bool>(),
+                   h.at("nonfinite_streak").get<int64_t>()};
     load_checkpoint_bytes(state, "the state rank 0 sent", session_.task->module(),
                           *session_.optimizer, owner_hashes(run_), &precision_->engine());
     session_.task->place(device_);
@@ -406,8 +409,7 @@ double RunTraining::local_step(const data::Batch& batch, int64_t epoch, int64_t 
   }
   const double loss_value = loss.item<double>();
   lap(times.forward, phase_start);
-  const std::string diverged =
-      std::isfinite(loss_value) ? "" : precision_->non_finite_loss(loss_value);
+  const std::string diverged = precision_->check_loss(loss_value);
   if (!diverged.empty()) {
     throw RunStopped(Outcome::kDiverged, diverged + " at epoch " + std::to_string(epoch) +
                                              " step " + std::to_string(step_index));
@@ -477,17 +479,17 @@ double RunTraining::parallel_step(const data::Batch& batch, int64_t n, int64_t e
         vote.stop ? request->outcome : Outcome::kInterrupted,
         vote.stop && !own.empty() ? own : "interrupted in epoch " + std::to_string(epoch));
   }
-  if (total.non_finite > 0) {
-    const double nan = std::numeric_limits<double>::quiet_NaN();
-    const std::string diverged = precision_->non_finite_loss(nan);
+  // One loss per step for every rank (the mean over every rank's samples; inf/NaN when some
+  // rank's was), so every rank's DivergenceWatch sees what a single process would.
+  loss_value = total.non_finite > 0 ? std::numeric_limits<double>::quiet_NaN()
+               : total.samples > 0  ? total.loss_sum / total.samples
+                                    : 0.0;
+  if (total.non_finite > 0 || total.samples > 0) {  // (no rank had a sample: no loss to judge)
+    const std::string diverged = precision_->check_loss(loss_value);
     if (!diverged.empty()) {
       throw RunStopped(Outcome::kDiverged, diverged + " at epoch " + std::to_string(epoch) +
                                                " step " + std::to_string(step_index));
     }
-    loss_value = nan;
-  } else {
-    // The mean over every rank's samples.
-    loss_value = total.samples > 0 ? total.loss_sum / total.samples : 0.0;
   }
   precision_->step(total.overflow > 0, *session_.optimizer, global_step_ + 1);
   lap(times.optimizer, phase_start);

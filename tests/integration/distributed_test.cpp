@@ -361,6 +361,41 @@ TEST(Distributed, AnOverflowOnOneRankSkipsTheStepOnEveryRank) {
   expect_same_epochs(runs[1].db, runs[2].db);
 }
 
+// The divergence rule on 2 ranks (train/divergence.h, docs/AMP.md "Divergence"): a step's loss
+// is inf/NaN when any rank's is, and the row of such losses counts across a stop and a resume as
+// on one process. Inputs of about 10^6 overflow fp16 in conv1 under O1, so every loss is NaN;
+// 1280 images in batches of 16 on 2 ranks are 40 steps an epoch, and the 100th NaN in a row is
+// step 19 of epoch 2, whether the job ran straight or stopped after epoch 0 and ran again (which
+// restarted the count at step 40 before, and then finished the run as done).
+TEST(Distributed, ANonFiniteStreakDivergesAtTheSameStepAcrossAResume) {
+  const std::string amp = "  amp: {opt_level: O1, loss_scale: dynamic}\n";
+  std::vector<std::string> messages;
+  for (const bool stop : {false, true}) {
+    const TinySweep f = distributed_sweep(stop ? "nan-staged" : "nan-straight", 3, 1280, amp);
+    const auto args = run_args(f, {"--nproc", "2", "--set", "data.std=[0.000001]"});
+    if (stop) {
+      auto first = args;
+      first.insert(first.end(), {"--stop-after-epoch", "0"});
+      auto r = run_amptune(first, f.dir);
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      ASSERT_EQ(epochs_of(f.db, "1").size(), 1u);
+    }
+    auto r = run_amptune(args, f.dir);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    store::Store store(f.db);
+    const auto run = store.find_run("1");
+    EXPECT_EQ(run->status, store::RunStatus::kDiverged) << run->message;
+    messages.push_back(run->message);
+    const auto epochs = store.epochs(run->id);
+    ASSERT_EQ(epochs.size(), 2u);
+    EXPECT_EQ(epochs[0].metrics.at("nonfinite_streak"), 40);
+    EXPECT_EQ(epochs[1].metrics.at("nonfinite_streak"), 80);
+  }
+  EXPECT_NE(messages[0].find("100 steps in a row"), std::string::npos) << messages[0];
+  EXPECT_NE(messages[0].find("at epoch 2 step 19"), std::string::npos) << messages[0];
+  EXPECT_EQ(messages[1], messages[0]);
+}
+
 // SIGKILL of rank 1 in the middle of training: rank 0 stops at once (its collective fails),
 // names the lost rank, leaves the run resumable and exits 9; the same command then finishes the
 // run, and every epoch equals an uninterrupted 2-rank run bitwise.

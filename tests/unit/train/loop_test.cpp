@@ -91,6 +91,7 @@ TEST_F(TrainLoop, PhasesOneByOne) {
   EXPECT_GE(record.metrics.at("acc1"), 0);
   EXPECT_LE(record.metrics.at("acc1"), 100);
   EXPECT_TRUE(record.metrics.count("loss_scale"));
+  EXPECT_EQ(record.metrics.at("nonfinite_streak"), 0);  // every loss was finite
 
   training.record_epoch(0, record);
   ASSERT_EQ(recorder.epochs().size(), 1u);
@@ -152,6 +153,94 @@ TEST_F(TrainLoop, AStoppedRunContinuesFromItsCheckpointBitwise) {
     EXPECT_EQ(a[i].train_loss, b[i].train_loss) << i;
     EXPECT_EQ(a[i].metrics.at("acc1"), b[i].metrics.at("acc1")) << i;
     EXPECT_EQ(a[i].metrics.at("val_loss"), b[i].metrics.at("val_loss")) << i;
+  }
+}
+
+// A run whose every loss is NaN under a dynamic scale (O1 fp16, emulated on the CPU: inputs
+// of about 10^6 overflow fp16 in conv1, every step is skipped, the weights never change): 16
+// steps an epoch, so the 100th NaN in a row is step 3 of epoch 6.
+store::RunRow nan_run(const std::string& data_dir) {
+  store::RunRow run = tiny_run(data_dir, 8);
+  Config c = Config::from_json(run.config_json, "test");
+  c.set("data.std", nlohmann::json::array({1e-6}));
+  c.set("data.batch_size", 4);
+  c.set("amp.opt_level", "O1");
+  c.set("amp.loss_scale", "dynamic");
+  run.config_json = c.canonical_json();
+  run.config_hash = c.hash();
+  return run;
+}
+
+// Divergence is a property of the steps (train/divergence.h): a run stopped and continued after
+// every epoch counts its inf/NaN losses in a row across the resumes (the metric
+// nonfinite_streak of the epoch it continues from) and diverges at the same step as one that
+// never stopped.
+TEST_F(TrainLoop, ANonFiniteStreakSurvivesAResume) {
+  MemoryRecorder whole(folder("nan-whole"));
+  const RunResult straight = train_run(whole, nan_run(data()), quiet());
+  ASSERT_EQ(straight.outcome, Outcome::kDiverged) << straight.message;
+  EXPECT_NE(straight.message.find("100 steps in a row"), std::string::npos) << straight.message;
+  EXPECT_NE(straight.message.find("at epoch 6 step 3"), std::string::npos) << straight.message;
+
+  MemoryRecorder staged(folder("nan-staged"));
+  RunOptions stop = quiet();
+  RunResult result;
+  for (int64_t epoch = 0; epoch < 8; ++epoch) {
+    stop.stop_after_epoch = epoch;
+    result = train_run(staged, nan_run(data()), stop);
+    if (result.outcome != Outcome::kInterrupted) break;
+  }
+  EXPECT_EQ(result.outcome, Outcome::kDiverged) << result.message;
+  EXPECT_EQ(result.message, straight.message);
+  EXPECT_EQ(staged.ended, Ending::kDiverged);
+
+  // Each epoch recorded the streak so far, earlier epochs included, in both runs.
+  const auto a = whole.epochs(), b = staged.epochs();
+  ASSERT_EQ(a.size(), 6u);
+  ASSERT_EQ(b.size(), 6u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].metrics.at("nonfinite_streak"), 16.0 * static_cast<double>(i + 1)) << i;
+    EXPECT_EQ(b[i].metrics.at("nonfinite_streak"), a[i].metrics.at("nonfinite_streak")) << i;
+    EXPECT_EQ(b[i].metrics.at("skipped_steps"), 16.0) << i;
+  }
+}
+
+// A fork continues its parent's loss curve: it starts with the streak of the parent's epoch it
+// forks from, so it diverges where the parent would have.
+TEST_F(TrainLoop, AForkContinuesItsParentsNonFiniteStreak) {
+  MemoryRecorder parent(folder("nan-parent"));
+  RunOptions stop = quiet();
+  stop.stop_after_epoch = 2;
+  const store::RunRow parent_run = nan_run(data());
+  ASSERT_EQ(train_run(parent, parent_run, stop).outcome, Outcome::kInterrupted);
+  ASSERT_EQ(parent.epochs().size(), 3u);
+  EXPECT_EQ(parent.epochs()[2].metrics.at("nonfinite_streak"), 48);
+
+  store::RunRow fork = nan_run(data());
+  fork.id = 2;
+  fork.name = "tiny-fork";
+  fork.fork = store::ForkOrigin{parent_run.id, 2, "{}", "", false};
+  MemoryRecorder forked(folder("nan-fork"));
+  forked.others[parent_run.id] = {parent_run, parent.epochs()};
+  const RunResult result = train_run(forked, fork, quiet());
+  EXPECT_EQ(result.outcome, Outcome::kDiverged) << result.message;
+  EXPECT_NE(result.message.find("100 steps in a row"), std::string::npos) << result.message;
+  EXPECT_NE(result.message.find("at epoch 6 step 3"), std::string::npos) << result.message;
+  ASSERT_FALSE(forked.epochs().empty());
+  EXPECT_EQ(forked.epochs()[0].epoch, 3);
+  EXPECT_EQ(forked.epochs()[0].metrics.at("nonfinite_streak"), 64);
+
+  // A recorded streak that cannot be one (negative, fractional, more than the steps) is refused
+  // with the run, epoch and metric named.
+  for (const double bad : {-1.0, 2.5, 49.0}) {
+    auto rows = parent.epochs();
+    rows[2].metrics["nonfinite_streak"] = bad;
+    MemoryRecorder refused(folder("nan-refused"));
+    refused.others[parent_run.id] = {parent_run, rows};
+    const RunResult r = train_run(refused, fork, quiet());
+    EXPECT_EQ(r.outcome, Outcome::kFailed);
+    EXPECT_NE(r.message.find("run tiny epoch 2: metric nonfinite_streak is"), std::string::npos)
+        << r.message;
   }
 }
 
