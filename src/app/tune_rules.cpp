@@ -276,8 +276,10 @@ std::vector<TuneMove> candidate_moves(const Config& current,
   for (const store::DiagnosisAdvice& a : advice) {
     if (auto m = advice_move(a, s)) advised.push_back(*m);
   }
-  for (const TuneMove& m : advised) out.add(m);
+  // Every overflowing module together first: when each alone still diverges (the others
+  // overflow), it is the candidate that gets furthest, and ties go to the earlier.
   if (auto m = overflows_together(advised, s)) out.add(*m);
+  for (const TuneMove& m : advised) out.add(m);
   // The move order, cheapest (least fp32 work added) first.
   if (s.static_scale()) {
     out.add({"loss_scale",

@@ -93,8 +93,8 @@ struct TuneMove {
 // first_departure -> fp32_modules + [the module] (its enclosing block under O2/O3 for an
 // overflow); gradient_underflow / gradient_overflow under a static scale -> loss_scale dynamic;
 // batchnorm_low_precision -> keep_batchnorm_fp32 true; cast_point -> that point out of
-// casts.int32); when the advice names two or more modules to keep in fp32, one more move keeps
-// them all together; then every other allowed move that changes something, cheapest first:
+// casts.int32), preceded, when the advice names two or more overflowing modules, by one move
+// that keeps them all in fp32 together; then every other allowed move that changes something, cheapest first:
 // loss_scale (static -> dynamic), casts (all removed), keep_batchnorm_fp32 (true under O2/O3),
 // lr_dec_epoch (each decay after `fork_epoch` one epoch later, once per path: not when
 // `lr_shifted`), opt_level (O3 -> O2 -> O1, with the keys apex refuses at the new level back to

@@ -113,7 +113,14 @@ class Search {
   SearchResult finish(const std::string& status, const std::optional<Candidate>& answer,
                       const std::string& note);
   bool affordable(int epochs, const std::string& what);
-  void count_trained(int64_t id, int after, int upto) { spent_ += exec_.trained(id, after, upto); }
+  // Adds to the ledger the epochs run `id` recorded itself up to `upto` and not counted yet (a
+  // run the search meets again, a bisection probe that is an earlier candidate, counts once).
+  void count_trained(int64_t id, int upto) {
+    int& counted = counted_.try_emplace(id, -1).first->second;
+    if (upto <= counted) return;
+    spent_ += exec_.trained(id, counted, upto);
+    counted = upto;
+  }
   double ref_value(int epoch) const {
     auto it = reference_.find(epoch);
     return it == reference_.end() ? kNaN : it->second;
@@ -139,6 +146,7 @@ class Search {
   int round_ = 0;                     // the last round number used
   bool lr_shifted_ = false;
   int spent_ = 0;             // epochs the search's steps train (the ledger)
+  std::map<int64_t, int> counted_;  // the ledger's last epoch counted, by run
   std::string stop_reason_;   // why a step did not run (budget), for the note
   bool stopped_ = false;      // a signal
 };
@@ -237,7 +245,7 @@ std::string Search::seed_noise_note() {
 bool Search::train_from_scratch(const std::vector<int64_t>& ids) {
   // plan_tune checked that the budget covers these.
   if (!train_to(ids, last_)) return false;
-  for (const int64_t id : ids) count_trained(id, -1, last_);
+  for (const int64_t id : ids) count_trained(id, last_);
   return true;
 }
 
@@ -380,7 +388,7 @@ bool Search::train_rung(std::vector<Candidate*>& alive, int k, int rung,
   if (!train_to(ids, rung)) return false;
   std::vector<Candidate*> running;
   for (Candidate* c : alive) {
-    count_trained(c->run_id, reached[c->run_id], rung);
+    count_trained(c->run_id, rung);
     reached[c->run_id] = rung;
     // (A candidate pruned at this rung by an earlier pass stays for the rung's decision.)
     const store::RunStatus status = exec_.view(c->run_id).curve.status;
@@ -589,7 +597,7 @@ std::optional<Candidate> Search::bisect(const Candidate& solution,
     std::vector<Candidate> probe = {record_candidate(run, solution.fork_epoch, m, 0)};
     if (!affordable(last_ - probe[0].fork_epoch, "a bisection probe")) break;
     if (!train_to({probe[0].run_id}, last_)) break;
-    count_trained(probe[0].run_id, probe[0].fork_epoch, last_);
+    count_trained(probe[0].run_id, last_);
     judge_final(probe[0]);
     const bool within = probe[0].outcome == to_string(Outcome::kWithin);
     probes.emplace_back(*chunk, within);
@@ -621,7 +629,7 @@ void Search::confirm(const Candidate& answer, std::string& note) {
     return;
   }
   if (!train_to({id}, last_)) return;
-  count_trained(id, -1, last_);
+  count_trained(id, last_);
   judge_final(c);
   note += "; from scratch " + number_text(c.value) + " (" + c.outcome + ")";
   if (c.outcome != to_string(Outcome::kWithin)) {

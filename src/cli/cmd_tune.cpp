@@ -37,6 +37,7 @@ void print_path(const app::TuneOutcome& out, std::ostream& os) {
      << (s.higher_is_better ? "higher" : "lower") << " is better)\n";
   for (const store::TuneRoundRow& r : out.rounds) {
     os << "\nround " << r.round << " (" << r.kind << ") from " << run_name(out, r.start_run_id);
+    if (!r.note.empty()) os << " (" << r.note << ")";
     if (r.fork_epoch >= 0)
       os << ", candidates fork from epoch " << r.fork_epoch;
     else
@@ -51,7 +52,9 @@ void print_path(const app::TuneOutcome& out, std::ostream& os) {
     for (const store::TuneCandidateRow& c : out.candidates) {
       if (c.round != r.round) continue;
       table.add({c.move, change_text(c.change_json),
-                 c.advice_rule.empty() ? "move order" : c.advice_rule + " " + c.advice_module,
+                 !c.advice_rule.empty() ? c.advice_rule + " " + c.advice_module
+                 : r.kind == "search"   ? "move order"
+                                        : r.kind,  // union, bisect, confirm, reference
                  run_name(out, c.run_id), c.rung >= 0 ? std::to_string(c.rung) : "-",
                  value_text(c.value), value_text(c.reference_value),
                  c.outcome + (c.run_id != s.answer_run_id ? ""

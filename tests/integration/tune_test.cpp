@@ -1,8 +1,9 @@
 // amptune tune with the real binary (docs/TUNE.md): the search finds the planted conv1 overflow
 // and fixes it with fewer epochs than the grid of its moves, takes a start already within
-// tolerance as it is, bisects fp32 modules down to the one that matters, continues after SIGKILL
-// with the same answer and no recorded epoch trained again, gives the same answer with two
-// worker processes, and refuses bad tune: blocks before anything is written.
+// tolerance as it is, bisects fp32 modules down to the one that matters, fixes two overflows in
+// different stages at once and with a static loss scale too high, continues after SIGKILL with
+// the same answer and no recorded epoch trained again, gives the same answer with two worker
+// processes, and refuses bad tune: blocks before anything is written.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -163,6 +164,101 @@ TEST(TuneCli, BisectionKeepsTheOneFp32ModuleThatMatters) {
                       }));
   for (const auto& round : s.rounds) EXPECT_EQ(round.kind, "bisect");
   EXPECT_NE(r.out.find("  amp.fp32_modules: [conv1]\n"), std::string::npos) << r.out;
+}
+
+// The planted problem with a second overflow in another stage: layer2.0.conv1's weight x 30000
+// (amptune data plant-weights; its fp16 outputs exceed 65504, in fp32 its BatchNorm normalises
+// them). Under O1 with conv1 alone or layer2.0.conv1 alone in fp32 every step still overflows.
+TinySweep two_overflows_sweep(const std::string& start, const std::string& tag) {
+  TinyOptions o = quick_tiny(kTune + "  start: " + start + "\n", 3);
+  o.name = "tuned";
+  o.dir_tag = tag;
+  o.model =
+      "{name: resnet18, num_classes: 4, in_channels: 1, width: 0.0625, small_input: true, "
+      "weights: planted.pt}";
+  o.base = "  amp: {loss_scale: dynamic, max_loss_scale: 1024}\n";
+  const TinySweep f = make_tiny_sweep(o);
+  const Result r = run_amptune({"data", "plant-weights", f.yaml, "--scale",
+                                "layer2.0.conv1.weight=30000", "--out", "planted.pt"},
+                               f.dir);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return f;
+}
+
+// The modules the bisection probes of `s` kept, with each probe's outcome.
+std::vector<std::string> bisection_of(const Search& s) {
+  std::set<int> bisect_rounds;
+  for (const auto& round : s.rounds) {
+    if (round.kind == "bisect") bisect_rounds.insert(round.round);
+  }
+  std::vector<std::string> out;
+  for (const auto& c : s.candidates) {
+    if (bisect_rounds.count(c.round)) out.push_back(c.change_json + " " + c.outcome);
+  }
+  return out;
+}
+
+// The search of `f` on the planted data (its output in `r`): answered within tolerance, both
+// planted modules kept in fp32, the ledger equal to the epochs recorded.
+Search search_keeping_both(const TinySweep& f, Result& r) {
+  r = run_amptune(tune_args(f, true), f.dir);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const Search s = search_of(f.db);
+  EXPECT_EQ(s.row.status, "answered") << s.row.note << "\n" << r.out;
+  EXPECT_EQ(s.answer_modules, R"(["conv1","layer2.0.conv1"])") << r.out;
+  EXPECT_LE(s.row.answer_value, s.row.reference_value + 0.1);
+  EXPECT_EQ(s.row.epochs_spent, s.epoch_rows) << "the ledger counts what was trained";
+  return s;
+}
+
+// (a) Two overflows in different stages of one network under O1: the diagnosis names both, one
+// candidate keeps both in fp32 and ends within tolerance, and bisection shows each one matters.
+TEST(TuneCli, TwoOverflowsInDifferentStagesAreBothKeptInFp32) {
+  Result r;
+  const Search s = search_keeping_both(two_overflows_sweep("{amp.opt_level: O1}", "two"), r);
+  ASSERT_FALSE(s.candidates.empty());
+  EXPECT_EQ(s.candidates[0].advice_module, "conv1,layer2.0.conv1") << r.out;
+  EXPECT_EQ(s.candidates[0].outcome, "within") << r.out;
+  EXPECT_EQ(bisection_of(s), (std::vector<std::string>{
+                                 R"({"amp.fp32_modules":["layer2.0.conv1"]} pruned)",
+                                 R"({"amp.fp32_modules":["conv1"]} pruned)",
+                             }))
+      << "each probe is the single-module candidate of round 1, stopped at its rung, diverging: "
+      << r.out;
+  EXPECT_LE(s.row.epochs_spent, s.row.grid_epochs);
+  EXPECT_NE(r.out.find("  amp.fp32_modules: [conv1, layer2.0.conv1]\n"), std::string::npos)
+      << r.out;
+}
+
+// (b) Faults of different kinds at once: the two overflows and a static loss scale so high that
+// the scaled gradients overflow fp16 (2^24). The answer is within tolerance, keeps both modules in
+// fp32 and scales dynamically; each move of the path names the advice row it came from.
+TEST(TuneCli, OverflowsAndAStaticScaleTooHighAreEachFixedWithTheirReason) {
+  const TinySweep f =
+      two_overflows_sweep("{amp.opt_level: O1, amp.loss_scale: 16777216}", "three");
+  Result r;
+  const Search s = search_keeping_both(f, r);
+  {
+    store::Store store(f.db);
+    const auto answer = store.find_run(s.row.answer_run_id);
+    ASSERT_TRUE(answer);
+    EXPECT_EQ(nlohmann::json::parse(answer->config_json).at("amp").at("loss_scale"), "dynamic");
+  }
+  const size_t paste = r.out.find("paste into base:\n");
+  ASSERT_NE(paste, std::string::npos) << r.out;
+  EXPECT_EQ(r.out.substr(paste, r.out.find("epochs:", paste) - paste),
+            "paste into base:\n  amp.opt_level: O1\n  amp.fp32_modules: [conv1, layer2.0.conv1]\n")
+      << "the base scales dynamically: the answer's keys do not repeat it";
+  for (const auto& c : s.candidates) EXPECT_FALSE(c.reason.empty());
+  // The answer's path: the overflowing modules kept together (round 1, diverging at the static
+  // scale but furthest), then the scale made dynamic from it (round 2).
+  std::vector<std::string> path;
+  for (const auto& c : s.candidates) {
+    if (c.round <= 2 && c.seq == 0) path.push_back(c.move + " " + c.advice_rule);
+  }
+  ASSERT_GE(path.size(), 2u) << r.out;
+  EXPECT_EQ(path[0], "fp32_modules activation_overflow") << r.out;
+  EXPECT_EQ(path[1].substr(0, 10), "loss_scale") << r.out;
 }
 
 // The recorded_at of every epoch row, by run name and epoch.

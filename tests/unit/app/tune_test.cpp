@@ -1,14 +1,17 @@
 // The rules of amptune tune (app/tune_rules.h) on hand-made configs and advice: the tolerance
-// band, the moves and their order, the rungs, the bisection, the objective and the answer's YAML.
+// band, the moves and their order, the rungs, the bisection, the objective and the answer's YAML,
+// the union of moves, and one outcome per curve whatever its epoch length.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "app/tune_rules.h"
+#include "train/divergence.h"
 
 namespace amptune::app {
 namespace {
@@ -219,8 +222,8 @@ TEST(AppTune, TheGridOfTriedMovesCountsEachDistinctChange) {
 namespace amptune::app {
 namespace {
 
-// The diagnosis names two modules that overflow with finite input: each alone, then both
-// together (docs/TUNE.md step 5).
+// The diagnosis names two modules that overflow with finite input: both together, then each
+// alone (docs/TUNE.md step 5).
 TEST(AppTune, SeveralOverflowsAreAlsoOfferedTogether) {
   const Config c = config({{"amp.opt_level", "O1"}, {"amp.fp32_modules", {"fc"}}});
   const std::vector<store::DiagnosisAdvice> advice = {
@@ -229,12 +232,12 @@ TEST(AppTune, SeveralOverflowsAreAlsoOfferedTogether) {
       {"first_departure", "layer2.0.conv2", ""}};
   const auto moves = candidate_moves(c, advice, {"fp32_modules"}, 0, false);
   EXPECT_EQ(describe(moves), (std::vector<std::string>{
+                                 "fp32_modules amp.fp32_modules=[fc, conv1, layer3.0.conv1]",
                                  "fp32_modules amp.fp32_modules=[fc, conv1]",
                                  "fp32_modules amp.fp32_modules=[fc, layer3.0.conv1]",
                                  "fp32_modules amp.fp32_modules=[fc, layer2.0.conv2]",
-                                 "fp32_modules amp.fp32_modules=[fc, conv1, layer3.0.conv1]",
                              }));
-  EXPECT_EQ(moves[3].advice_module, "conv1,layer3.0.conv1");
+  EXPECT_EQ(moves[0].advice_module, "conv1,layer3.0.conv1");
   // One overflow: nothing to put together.
   EXPECT_EQ(candidate_moves(c, {advice[0]}, {"fp32_modules"}, 0, false).size(), 1u);
 }
@@ -277,6 +280,74 @@ TEST(AppTune, ARunLeavesTheBandWhereItHasNoValue) {
     EXPECT_EQ(parse_outcome(to_string(o)), o);
   }
   EXPECT_FALSE(parse_outcome("Within"));
+}
+
+}  // namespace
+}  // namespace amptune::app
+
+
+namespace amptune::app {
+namespace {
+
+// What the database holds of a run trained on `losses` (one per step) in epochs of
+// `epoch_steps`, stopped and continued at every epoch boundary (as tune's rungs do): the trainer's
+// divergence rule over the steps, each epoch's train_loss (the mean of its finite losses) and
+// whether the last recorded epoch ends inside a non-finite streak.
+RunCurve curve_of(const std::vector<double>& losses, int epoch_steps, bool static_scale) {
+  RunCurve curve;
+  curve.status = store::RunStatus::kDone;
+  int64_t streak = 0;  // carried from epoch to epoch as a resume restores it
+  for (size_t first = 0, epoch = 0; first < losses.size(); first += epoch_steps, ++epoch) {
+    train::DivergenceWatch watch(streak);
+    double sum = 0;
+    int finite = 0;
+    for (size_t s = first; s < first + static_cast<size_t>(epoch_steps); ++s) {
+      if (!watch.observe(losses[s], static_scale).empty()) {
+        curve.status = store::RunStatus::kDiverged;  // the epoch is not recorded
+        return curve;
+      }
+      if (std::isfinite(losses[s])) {
+        sum += losses[s];
+        ++finite;
+      }
+    }
+    curve.values[static_cast<int>(epoch)] = finite ? sum / finite : kNaN;
+    streak = watch.streak();
+    curve.ends_non_finite = streak > 0;
+  }
+  return curve;
+}
+
+// One scripted loss curve of 600 steps grouped as 30 epochs of 20 steps and as 3 of 200 gets the
+// same outcome (docs/TUNE.md "One outcome per curve"): a loss that turns NaN for good diverges
+// whether the streak reaches the trainer's 100 or not; a burst that recovers does not.
+TEST(TuneRules, OneCurveGetsOneOutcomeWhateverItsEpochLength) {
+  const Tolerance t{0.1, 0, false};
+  auto curve = [](auto loss_at) {
+    std::vector<double> losses(600);
+    for (size_t s = 0; s < losses.size(); ++s) losses[s] = loss_at(static_cast<int>(s));
+    return losses;
+  };
+  const std::map<std::string, std::pair<std::vector<double>, Outcome>> cases = {
+      {"clean", {curve([](int) { return 0.5; }), Outcome::kWithin}},
+      {"worse", {curve([](int) { return 0.7; }), Outcome::kOutside}},
+      {"NaN for the last 50 steps",
+       {curve([](int s) { return s >= 550 ? kNaN : 0.5; }), Outcome::kDiverged}},
+      {"NaN from step 100", {curve([](int s) { return s >= 100 ? kNaN : 0.5; }), Outcome::kDiverged}},
+      {"a burst of 60 NaN that recovers",
+       {curve([](int s) { return s >= 230 && s < 290 ? kNaN : 0.5; }), Outcome::kWithin}},
+  };
+  for (const auto& [name, c] : cases) {
+    for (const bool static_scale : {false, true}) {
+      const Outcome want = static_scale && name != "clean" && name != "worse"
+                               ? Outcome::kDiverged  // a static scale diverges at the first NaN
+                               : c.second;
+      const RunCurve short_epochs = curve_of(c.first, 20, static_scale);
+      const RunCurve long_epochs = curve_of(c.first, 200, static_scale);
+      EXPECT_EQ(judge(short_epochs, 29, 0.5, t), want) << name << " in 20-step epochs";
+      EXPECT_EQ(judge(long_epochs, 2, 0.5, t), want) << name << " in 200-step epochs";
+    }
+  }
 }
 
 }  // namespace

@@ -71,7 +71,8 @@ TEST(CoreSweep, TheTuneBlockReadsEveryKeyOfItsSchema) {
                                             "tune.tolerance.rel", "tune.moves", "tune.fork_from",
                                             "tune.budget.epochs", "tune.halving.eta",
                                             "tune.halving.min_epochs", "tune.objective",
-                                            "tune.diagnose.batches", "tune.diagnose.cosine_min"}))
+                                            "tune.diagnose.batches", "tune.diagnose.cosine_min",
+                                            "tune.confirm", "tune.reference_repeats"}))
       << "a new key of schemas/sweep.yaml needs its field in TuneBlock and read_tune";
   const Sweep set = parse_sweep(
       "name: t\nbase: {schedule.epochs: 4}\ntune:\n  metric: mrpe\n  tolerance: {rel: 0.02}\n"
