@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "amp/emulate.h"
+#include "amp/policy.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -350,9 +351,11 @@ void check_options(const DiagnoseOptions& options) {
   if (!(options.cosine_min > 0 && options.cosine_min <= 1)) {
     throw ConfigError("diagnose --cosine-min must be in (0, 1]");
   }
-  const std::string& a = options.against;
-  if (a != "O0" && a != "O1" && a != "O2" && a != "O3") {
-    throw ConfigError("diagnose --against must be one of O0, O1, O2, O3, got '" + a + "'");
+  try {
+    amp::parse_opt_level(options.against);
+  } catch (const ConfigError&) {
+    throw ConfigError("diagnose --against must be one of O0, O1, O2, O3, got '" +
+                      options.against + "'");
   }
 }
 
@@ -691,7 +694,7 @@ ForwardWork forward_work(const Config& config) {
                     " has no readable sample to count the forward pass's work on");
   }
   ForwardWork work;
-  const bool all_fp32 = settings.amp.opt_level == "O0";
+  const bool all_fp32 = !amp::apex_properties(settings.amp).low_precision();
   {
     // No policy: every op computes in fp32; the module map names the calls and marks them.
     amp::ScopedModules scope(modules);
