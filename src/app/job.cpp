@@ -4,7 +4,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "dist/cluster.h"
-#include "dist/launch.h"
+#include "launch/launch.h"
 #include "store/store.h"
 
 namespace amptune::app {
@@ -32,7 +32,7 @@ int run_as_job(const JobLaunch& launch, SweepOptions& options, const std::functi
   if (!launch.launch) return command();
   const int nproc = launch.nproc;
   if (nproc < 1) throw UsageError("--nproc must be at least 1, got " + std::to_string(nproc));
-  const dist::LaunchEnv env = dist::detect_launch();
+  const launch::LaunchEnv env = launch::detect_launch();
   if (env.distributed() && (nproc != 1 || launch.workers > 1)) {
     throw UsageError(std::string(nproc != 1 ? "--nproc" : "--workers") +
                      " inside a launched job (" + env.describe() +
@@ -40,10 +40,10 @@ int run_as_job(const JobLaunch& launch, SweepOptions& options, const std::functi
   }
   if (nproc != 1) {
     if (check) check();
-    dist::SpawnOptions so;
+    launch::SpawnOptions so;
     so.nproc = nproc;
     so.argv = rank_args(launch.subcommand, launch.args);
-    return dist::spawn_local_ranks(so).exit_code;
+    return launch::spawn_local_ranks(so).exit_code;
   }
   const auto cluster = env.distributed() ? dist::Cluster::join(env) : nullptr;
   options.training.cluster = cluster.get();

@@ -1,7 +1,7 @@
 // How `run`, `resume` and `fork` take part in data-parallel training (docs/DISTRIBUTED.md) and
 // how `run --workers N` shares a sweep: which processes start, and which of them does what. The
 // CLI parses its options into a JobLaunch and hands over the command's work as a function.
-// No torch here (dist/launch.h and dist/cluster.h are torch-free).
+// No torch here (launch/launch.h and dist/cluster.h are torch-free).
 #pragma once
 
 #include <functional>
@@ -21,7 +21,7 @@ struct JobLaunch {
   bool launch = true;             // false (a dry run): `command` runs alone
 };
 
-// `--nproc N` (N != 1): starts N local ranks of this command (dist::spawn_local_ranks) and returns
+// `--nproc N` (N != 1): starts N local ranks of this command (launch::spawn_local_ranks) and returns
 // their exit code. A rank of a launched job (torchrun, srun, --nproc) other than rank 0 trains the
 // runs rank 0 announces (follow_job). Rank 0, or a lone process, runs `command` with
 // options.training.cluster set (null alone; lead_job). `check`, when given, runs in this process

@@ -20,7 +20,7 @@ std::optional<int> parse_count(const std::string& text) {
 }
 
 // An environment variable that must hold a non-negative integer; nullopt when unset or empty.
-std::optional<int> env_count(const dist::GetEnv& env, const std::string& name) {
+std::optional<int> env_count(const launch::GetEnv& env, const std::string& name) {
   const std::optional<std::string> value = env(name);
   if (!value || value->empty()) return std::nullopt;
   const std::optional<int> number = parse_count(*value);
@@ -36,7 +36,7 @@ const char* const kForm =
 
 // K and N of a Slurm array task: SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN of
 // SLURM_ARRAY_TASK_COUNT; nullopt outside an array job.
-std::optional<Shard> slurm_array_shard(const dist::GetEnv& env) {
+std::optional<Shard> slurm_array_shard(const launch::GetEnv& env) {
   const std::optional<int> id = env_count(env, "SLURM_ARRAY_TASK_ID");
   if (!id) return std::nullopt;
   const std::optional<int> count = env_count(env, "SLURM_ARRAY_TASK_COUNT");
@@ -114,7 +114,7 @@ std::vector<int> shard_sizes(const std::vector<int>& shards, int n) {
   return sizes;
 }
 
-Shard parse_shard(const std::string& text, const dist::GetEnv& env) {
+Shard parse_shard(const std::string& text, const launch::GetEnv& env) {
   const size_t slash = text.find('/');
   const std::string first = text.substr(0, slash);
   int n = 0;  // 0: not given ("auto")

@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/launch.h"  // GetEnv (torch-free header)
+#include "launch/launch.h"  // GetEnv (torch-free header)
 
 namespace amptune::app {
 
@@ -49,7 +49,7 @@ std::vector<int> shard_sizes(const std::vector<int>& shards, int n);
 //             (a Kubernetes indexed job, which does not tell N), N as given; under Slurm N must
 //             equal SLURM_ARRAY_TASK_COUNT.
 // Throws UsageError naming the text or the environment variable, its value and what to pass.
-Shard parse_shard(const std::string& text, const dist::GetEnv& env = dist::process_env());
+Shard parse_shard(const std::string& text, const launch::GetEnv& env = launch::process_env());
 
 // Default database of a shard: results/<sweep>.shard-K-of-N.sqlite.
 std::string shard_db_path(const std::string& sweep_name, const Shard& shard);

@@ -6,7 +6,7 @@
 // trains shard K into results/<sweep>.shard-K-of-N.sqlite (checkpoints under
 // results/checkpoints/<sweep>.shard-K-of-N/). A run of several processes (nodes_per_run x
 // tasks_per_node > 1) starts its ranks through srun, whose environment amptune reads
-// (dist/launch.h). Re-submitting the array continues every shard from its database, as `run`
+// (launch/launch.h). Re-submitting the array continues every shard from its database, as `run`
 // does on one machine; `sbatch --array=K SCRIPT` re-runs shard K alone.
 // The merge job: `amptune merge` of the shard databases that exist into `into`.
 #pragma once

@@ -49,12 +49,12 @@ bool have_nccl() {
 #endif
 }
 
-Cluster::Cluster(const LaunchEnv& env, std::unique_ptr<Impl> impl)
+Cluster::Cluster(const launch::LaunchEnv& env, std::unique_ptr<Impl> impl)
     : env_(env), impl_(std::move(impl)) {}
 
 Cluster::~Cluster() = default;
 
-std::unique_ptr<Cluster> Cluster::join(const LaunchEnv& env, double timeout_seconds) {
+std::unique_ptr<Cluster> Cluster::join(const launch::LaunchEnv& env, double timeout_seconds) {
   if (!have_gloo() && !have_nccl()) {
     throw EnvironmentError(
         "this amptune was built without a c10d process group, so it cannot train with " +

@@ -1,11 +1,11 @@
 // The processes of one data-parallel job (docs/DISTRIBUTED.md): where this one stands
-// (LaunchEnv) and the rendezvous they share: a c10d TCPStore that rank 0 serves, or for --nproc a
+// (launch::LaunchEnv) and the rendezvous they share: a c10d TCPStore that rank 0 serves, or for --nproc a
 // c10d FileStore in the launcher's private directory (nothing listens on a port). Over it the
 // leader (rank 0) tells the others which run they train next; each run then builds its own
 // process group (dist/group.h) with the run's dist.* settings. No torch in this header: the
 // app and CLI layers hold a Cluster.
 //
-//   auto cluster = dist::Cluster::join(dist::detect_launch());
+//   auto cluster = dist::Cluster::join(launch::detect_launch());
 //   leader:    cluster->publish(message) ...        followers: cluster->receive() ...
 #pragma once
 
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/launch.h"
+#include "launch/launch.h"
 
 namespace amptune::dist {
 
@@ -28,12 +28,12 @@ class Cluster {
   // waits up to `timeout_seconds` for the others), or in env.rendezvous_file when it is set. Throws EnvironmentError when this build has
   // no c10d process group, naming what is missing, or when the port cannot be served;
   // RankLostError when the others do not arrive in time.
-  static std::unique_ptr<Cluster> join(const LaunchEnv& env, double timeout_seconds = 300);
+  static std::unique_ptr<Cluster> join(const launch::LaunchEnv& env, double timeout_seconds = 300);
   ~Cluster();
   Cluster(const Cluster&) = delete;
   Cluster& operator=(const Cluster&) = delete;
 
-  const LaunchEnv& env() const { return env_; }
+  const launch::LaunchEnv& env() const { return env_; }
   int rank() const { return env_.rank; }
   int size() const { return env_.world_size; }
   bool leader() const { return env_.rank == 0; }
@@ -60,8 +60,8 @@ class Cluster {
   Impl& impl() { return *impl_; }
 
  private:
-  Cluster(const LaunchEnv& env, std::unique_ptr<Impl> impl);
-  LaunchEnv env_;
+  Cluster(const launch::LaunchEnv& env, std::unique_ptr<Impl> impl);
+  launch::LaunchEnv env_;
   std::unique_ptr<Impl> impl_;
   std::vector<std::string> processes_;  // "pid P on H" by rank
   int64_t sent_ = 0, received_ = 0, groups_ = 0;

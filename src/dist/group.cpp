@@ -43,7 +43,7 @@ c10d::ReduceOp reduce_op(ProcessGroup::Op op) {
 #ifdef AMPTUNE_HAVE_GLOO
 // The network device Gloo connects ranks through: GLOO_SOCKET_IFNAME when set (as PyTorch),
 // the loopback for a job on one machine (--nproc, torchrun --standalone), else this host's name.
-std::shared_ptr<::gloo::transport::Device> gloo_device(const LaunchEnv& env) {
+std::shared_ptr<::gloo::transport::Device> gloo_device(const launch::LaunchEnv& env) {
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname) {
     return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
   }

@@ -21,7 +21,7 @@
 #include <thread>
 #include <vector>
 
-#include "dist/launch.h"
+#include "launch/launch.h"
 #include "harness.h"
 #include "store/store.h"
 #include "support/processes.h"  // children_of
@@ -192,7 +192,7 @@ TEST(Distributed, TorchrunNprocAndSrunGiveTheSameRunsAndEvaluationIsExact) {
 
   const TinySweep torchrun = distributed_sweep("torchrun", 2, 192);
   {
-    const int port = dist::free_local_port();
+    const int port = launch::free_local_port();
     const pid_t pid = spawn_program(
         {"/usr/bin/python3", "-m", "torch.distributed.run", "--no_python", "--nnodes", "1", "--nproc_per_node", "2",
          "--rdzv_backend", "c10d", "--rdzv_endpoint", "127.0.0.1:" + std::to_string(port),
@@ -406,7 +406,7 @@ TEST(Distributed, AKilledRankLeavesTheRunResumableAndTheRerunEqualsAnUninterrupt
   ASSERT_EQ(r.exit_code, 0) << r.err;
 
   const TinySweep f = distributed_sweep("killed", epochs, 1600);
-  const int port = dist::free_local_port();
+  const int port = launch::free_local_port();
   const auto args = run_args(f, {"--set", "dist.timeout_s=60"});
   const auto codes = two_processes(
       args, f.dir, [port](int rank) { return torchrun_env(rank, port); }, nullptr,
@@ -431,7 +431,7 @@ TEST(Distributed, AKilledRankLeavesTheRunResumableAndTheRerunEqualsAnUninterrupt
     EXPECT_LT(run->epochs_done, epochs);
   }
   // The same command again.
-  const int port2 = dist::free_local_port();
+  const int port2 = launch::free_local_port();
   const auto again =
       two_processes(args, f.dir, [port2](int rank) { return torchrun_env(rank, port2); });
   ASSERT_EQ(again, (std::vector<int>{0, 0})) << read_file(f.dir + "/rank0.err");
@@ -443,7 +443,7 @@ TEST(Distributed, AKilledRankLeavesTheRunResumableAndTheRerunEqualsAnUninterrupt
 // with exit 9 soon after the timeout instead of waiting for ever, and the run stays resumable.
 TEST(Distributed, AHungRankStopsTheOthersAfterTheTimeout) {
   const TinySweep f = distributed_sweep("hung", 3, 1600);
-  const int port = dist::free_local_port();
+  const int port = launch::free_local_port();
   const auto args = run_args(f, {"--set", "dist.timeout_s=5"});
   const pid_t leader = spawn_amptune(args, f.dir, {torchrun_env(0, port), "rank0"});
   StopOnExit stop_leader(leader);

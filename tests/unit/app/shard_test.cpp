@@ -185,7 +185,7 @@ TEST(Shard, OnlyThenShardAndAnEmptyShardIsNoError) {
 }
 
 // An environment made of `vars` (the test's input, not the process's).
-dist::GetEnv env_of(std::map<std::string, std::string> vars) {
+launch::GetEnv env_of(std::map<std::string, std::string> vars) {
   return [vars](const std::string& name) -> std::optional<std::string> {
     const auto it = vars.find(name);
     if (it == vars.end()) return std::nullopt;
@@ -193,7 +193,7 @@ dist::GetEnv env_of(std::map<std::string, std::string> vars) {
   };
 }
 
-std::string error_of(const std::string& text, const dist::GetEnv& env) {
+std::string error_of(const std::string& text, const launch::GetEnv& env) {
   try {
     const Shard shard = parse_shard(text, env);
     return "parsed as " + shard.text();

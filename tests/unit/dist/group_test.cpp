@@ -16,12 +16,15 @@
 
 #include "core/error.h"
 #include "dist/cluster.h"
-#include "dist/launch.h"
+#include "launch/launch.h"
 #include "dist/reducer.h"
 #include "support/scratch.h"
 
 namespace amptune::dist {
 namespace {
+
+using launch::free_local_port;
+using launch::LaunchEnv;
 
 // Runs body(rank, group) on two threads that form a job; rethrows the first failure.
 // With `rendezvous_file` the two meet in that c10d FileStore (as --nproc's ranks), else in a

@@ -1,4 +1,4 @@
-#include "dist/launch.h"
+#include "launch/launch.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -19,7 +19,7 @@
 #include "core/error.h"
 #include "core/log.h"
 
-namespace amptune::dist {
+namespace amptune::launch {
 namespace {
 
 // ---------------------------------------------------------------------------------------------
@@ -540,4 +540,4 @@ SpawnResult spawn_local_ranks(const SpawnOptions& options) {
   return result;
 }
 
-}  // namespace amptune::dist
+}  // namespace amptune::launch

@@ -2,7 +2,7 @@
 // --nproc spawner with real child processes (/bin/sh). Children started here write their pid to
 // <scratch>/pid_<rank> and carry AMPTUNE_TEST_SWEEP=<scratch> in their environment, so each spawn
 // test can check afterwards that none is left, and kill any that is.
-#include "dist/launch.h"
+#include "launch/launch.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -25,7 +25,7 @@
 #include "core/error.h"
 #include "support/scratch.h"
 
-namespace amptune::dist {
+namespace amptune::launch {
 namespace {
 
 using Vars = std::map<std::string, std::string>;
@@ -637,4 +637,4 @@ TEST(SpawnLocalRanks, InvalidOptionsThrowUsageError) {
 }
 
 }  // namespace
-}  // namespace amptune::dist
+}  // namespace amptune::launch

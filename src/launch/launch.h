@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-namespace amptune::dist {
+namespace amptune::launch {
 
 struct LaunchEnv {
   int rank = 0;
@@ -108,4 +108,4 @@ struct SpawnResult {
 // One call at a time per process: it owns SIGINT / SIGTERM while it runs.
 SpawnResult spawn_local_ranks(const SpawnOptions& options);
 
-}  // namespace amptune::dist
+}  // namespace amptune::launch
