@@ -152,11 +152,11 @@ store::RunSpec cell_spec(const Sweep& sweep, const Cell& cell, const Config& con
   return spec;
 }
 
-Plan plan_sweep(const std::string& path, const std::vector<std::string>& sets,
-                const std::vector<std::string>& only, bool data, int world_size,
-                const std::optional<Shard>& shard) {
-  Plan plan;
-  plan.sweep = load_sweep(path, sets);
+namespace {
+
+// The cells of `plan.sweep` that --only (`only`) and --shard (`shard`) select, into plan.cells.
+void select_cells(Plan& plan, const std::vector<std::string>& only,
+                  const std::optional<Shard>& shard) {
   plan.cells = filter_cells(plan.sweep.cells, only);
   if (plan.cells.empty()) {
     throw UsageError("--only matched no cell of sweep " + plan.sweep.name + " (" +
@@ -164,89 +164,124 @@ Plan plan_sweep(const std::string& path, const std::vector<std::string>& sets,
   }
   plan.only_cells = plan.cells.size();
   plan.shard = shard;
-  if (shard) {
-    // Forks are planned below from the kept cells only: a fork goes with its parent's shard.
-    const std::vector<int> of = plan_shards(cell_hashes(plan.cells), shard->n);
-    plan.shard_sizes = shard_sizes(of, shard->n);
-    std::vector<Cell> kept;
-    for (size_t c = 0; c < plan.cells.size(); ++c) {
-      if (of[c] == shard->k) kept.push_back(std::move(plan.cells[c]));
-    }
-    plan.cells = std::move(kept);
+  if (!shard) return;
+  // Forks are planned from the kept cells only: a fork goes with its parent's shard.
+  const std::vector<int> of = plan_shards(cell_hashes(plan.cells), shard->n);
+  plan.shard_sizes = shard_sizes(of, shard->n);
+  std::vector<Cell> kept;
+  for (size_t c = 0; c < plan.cells.size(); ++c) {
+    if (of[c] == shard->k) kept.push_back(std::move(plan.cells[c]));
   }
-  const Sweep& sweep = plan.sweep;
-  auto cell_error = [&](const Cell& cell, const std::string& what) {
-    return loc_of(sweep, what).prefix() + "cell " + std::to_string(cell.index) + " (" +
-           cell.label() + "): " + what;
-  };
+  plan.cells = std::move(kept);
+}
 
-  // Keys of the data set a run reads: cells that differ in none of them share one check.
-  std::vector<std::string> data_axes;
-  for (const auto& key : sweep.axis_keys) {
-    if (key.rfind("data.", 0) == 0 || key.rfind("rootnet.", 0) == 0 ||
-        key == "schedule.eval_step_per_epoch") {
-      data_axes.push_back(key);
+// Checks plan.cells one by one as plan_sweep says, filling the plan's fingerprints and forks.
+class CellChecks {
+ public:
+  CellChecks(Plan& plan, bool data, int world_size)
+      : plan_(plan), sweep_(plan.sweep), data_(data), world_size_(world_size),
+        pruner_(plan.sweep.prune) {
+    // Keys of the data set a run reads: cells that differ in none of them share one check.
+    for (const auto& key : sweep_.axis_keys) {
+      if (key.rfind("data.", 0) == 0 || key.rfind("rootnet.", 0) == 0 ||
+          key == "schedule.eval_step_per_epoch") {
+        data_axes_.push_back(key);
+      }
     }
   }
-  std::unordered_set<std::string> data_checked;
-  size_t position = 0;  // of the visited cell in plan.cells
-  PrunePlanner pruner(sweep.prune);
 
-  for_each_config(plan.cells, [&](const Cell& cell, const Config& config) {
-    // The cell's settings, read once and only when a check needs them: a large sweep without data
-    // checks, parallel job or prune rule plans without them.
+  void check(const Cell& cell, const Config& config) {
+    // The cell's settings, read once and only when a check needs them: a large sweep without
+    // data checks, parallel job or prune rule plans without them.
     std::optional<Settings> read;
-    auto settings_of_cell = [&]() -> const Settings& {
+    auto settings = [&]() -> const Settings& {
       if (!read) read = Settings::from(config);
       return *read;
     };
     try {
       train::validate_config(config);
-      if (world_size > 1) train::check_parallel(settings_of_cell(), world_size);
+      if (world_size_ > 1) train::check_parallel(settings(), world_size_);
     } catch (const ConfigError& e) {
       throw ConfigError(cell_error(cell, e.what()));
     }
-    if (pruner.checks_cells()) pruner.add(settings_of_cell());  // names prune.metric's line
-    if (data) {
-      const Settings& settings = settings_of_cell();
-      nlohmann::json key = nlohmann::json::array();
-      for (const auto& k : data_axes) key.push_back(cell.value(k));
-      try {
-        if (data_checked.insert(key.dump()).second) train::check_data(settings, world_size);
-        plan.fingerprints.push_back(train::data_fingerprint(settings));
-      } catch (const DataError& e) {
-        throw DataError(cell_error(cell, e.what()));
-      } catch (const ConfigError& e) {
-        throw ConfigError(cell_error(cell, e.what()));
-      }
+    if (pruner_.checks_cells()) pruner_.add(settings());  // names prune.metric's line
+    if (data_) check_data(cell, settings());
+    plan_forks(cell, config);
+    ++position_;
+  }
+
+  // Forks in declaration order, then cell order (for_each_config visits cell by cell).
+  void finish() {
+    std::stable_sort(plan_.forks.begin(), plan_.forks.end(),
+                     [](const PlannedFork& a, const PlannedFork& b) { return a.decl < b.decl; });
+    plan_.prune = pruner_.settings();
+  }
+
+ private:
+  std::string cell_error(const Cell& cell, const std::string& what) const {
+    return loc_of(sweep_, what).prefix() + "cell " + std::to_string(cell.index) + " (" +
+           cell.label() + "): " + what;
+  }
+
+  void check_data(const Cell& cell, const Settings& settings) {
+    nlohmann::json key = nlohmann::json::array();
+    for (const auto& k : data_axes_) key.push_back(cell.value(k));
+    try {
+      if (data_checked_.insert(key.dump()).second) train::check_data(settings, world_size_);
+      plan_.fingerprints.push_back(train::data_fingerprint(settings));
+    } catch (const DataError& e) {
+      throw DataError(cell_error(cell, e.what()));
+    } catch (const ConfigError& e) {
+      throw ConfigError(cell_error(cell, e.what()));
     }
-    // The forks of this cell: plan_fork checks their overrides (model keys, optimizer, a
-    // schedule that ends too early, and validate_config of the fork's config).
+  }
+
+  // The forks of this cell: plan_fork checks their overrides (model keys, optimizer, a schedule
+  // that ends too early, and validate_config of the fork's config).
+  void plan_forks(const Cell& cell, const Config& config) {
     std::optional<store::RunRow> parent;  // built once, for the first entry that forks the cell
-    for (size_t d = 0; d < sweep.forks.size(); ++d) {
-      const ForkDecl& decl = sweep.forks[d];
+    for (size_t d = 0; d < sweep_.forks.size(); ++d) {
+      const ForkDecl& decl = sweep_.forks[d];
       if (std::find(decl.cells.begin(), decl.cells.end(), cell.index) == decl.cells.end()) continue;
       if (!parent) {
         parent = unsaved_row(
-            cell_spec(sweep, cell, config, data ? plan.fingerprints.back() : std::string()));
+            cell_spec(sweep_, cell, config, data_ ? plan_.fingerprints.back() : std::string()));
       }
       for (size_t set = 0; set < decl.override_sets.size(); ++set) {
         try {
           train::plan_fork(*parent, decl.epoch, decl.override_sets[set], decl.reset_optimizer, "",
-                           data);
+                           data_);
         } catch (const ConfigError& e) {
           throw ConfigError(decl.loc.prefix() + "fork of cell " + std::to_string(cell.index) +
                             ": " + e.what());
         }
-        plan.forks.push_back(PlannedFork{d, position, set});
+        plan_.forks.push_back(PlannedFork{d, position_, set});
       }
     }
-    ++position;
-  });
-  // Forks in declaration order, then cell order (for_each_config visits cell by cell).
-  std::stable_sort(plan.forks.begin(), plan.forks.end(),
-                   [](const PlannedFork& a, const PlannedFork& b) { return a.decl < b.decl; });
-  plan.prune = pruner.settings();
+  }
+
+  Plan& plan_;
+  const Sweep& sweep_;
+  const bool data_;
+  const int world_size_;
+  std::vector<std::string> data_axes_;
+  std::unordered_set<std::string> data_checked_;
+  size_t position_ = 0;  // of the visited cell in plan.cells
+  PrunePlanner pruner_;
+};
+
+}  // namespace
+
+Plan plan_sweep(const std::string& path, const std::vector<std::string>& sets,
+                const std::vector<std::string>& only, bool data, int world_size,
+                const std::optional<Shard>& shard) {
+  Plan plan;
+  plan.sweep = load_sweep(path, sets);
+  select_cells(plan, only, shard);
+  CellChecks checks(plan, data, world_size);
+  for_each_config(plan.cells,
+                  [&](const Cell& cell, const Config& config) { checks.check(cell, config); });
+  checks.finish();
   return plan;
 }
 

@@ -657,19 +657,45 @@ class SweepReader {
                  " cannot go with it; put the tune: block in a file of " + "its own");
       }
     }
-    const Schema& schema = Schema::sweep_blocks();
-    const Ctx ctx{ctx_.file, schema};
+    const Ctx ctx{ctx_.file, Schema::sweep_blocks()};
     if (!node.IsMap()) {
       fail(node.IsNull() ? loc : ctx.loc(node),
            "tune must be a mapping of its keys (metric, tolerance, reference, start, moves, "
-           "fork_from, budget, halving, objective, diagnose), got " +
+           "fork_from, budget, halving, objective, diagnose, confirm, reference_repeats), got " +
                yaml_brief(node));
     }
     TuneBlock t;
-    t.loc = t.metric_loc = t.budget_loc = t.start_loc = loc;
-    nlohmann::json canonical = nlohmann::json::object();
+    t.loc = t.metric_loc = t.budget_loc = t.start_loc = t.repeats_loc = loc;
+    TuneLeaves read(Schema::sweep_blocks(), loc);
+    read_tune_leaves(node, ctx, t, read);
+    read_tune_values(t, read);
+    sweep_.tune = std::move(t);
+  }
+
+  // The tune block's own keys as read (its reference: and start: go into the block directly).
+  struct TuneLeaves {
+    TuneLeaves(const Schema& s, const SourceLoc& block) : schema(s), loc(block) {}
+    const Schema& schema;
+    SourceLoc loc;  // the block's
     std::vector<Leaf> leaves;
     std::map<std::string, SourceLoc> seen;
+    nlohmann::json canonical = nlohmann::json::object();
+    nlohmann::json value(const std::string& key) const {
+      const KeySpec& spec = *schema.find(key);
+      for (const Leaf& leaf : leaves) {
+        if (leaf.key == key) return schema.coerce(spec, leaf.value, leaf.value_loc);
+      }
+      return spec.default_value;
+    }
+    SourceLoc where(const std::string& key) const {
+      for (const Leaf& leaf : leaves) {
+        if (leaf.key == key) return leaf.value_loc;
+      }
+      return loc;
+    }
+  };
+
+  void read_tune_leaves(const YAML::Node& node, const Ctx& ctx, TuneBlock& t, TuneLeaves& read) {
     bool have_reference = false, have_start = false;
     for (const auto& item : node) {
       const std::string word = key_text(ctx, item.first);
@@ -681,79 +707,72 @@ class SweepReader {
         for (const Leaf& leaf : leaves_of(ctx_, item.second, "tune." + word)) {
           overrides.emplace_back(
               leaf.key, schema_.coerce(*schema_.find(leaf.key), leaf.value, leaf.value_loc));
-          canonical[word][leaf.key] = overrides.back().second;
+          read.canonical[word][leaf.key] = overrides.back().second;
         }
         continue;
       }
       YAML::Node one(YAML::NodeType::Map);
       one.force_insert(item.first, item.second);
-      collect_leaves(ctx, one, "tune", "tune", leaves, seen);
+      collect_leaves(ctx, one, "tune", "tune", read.leaves, read.seen);
     }
     if (!have_reference || !have_start) {
-      fail(loc, std::string("tune needs ") + (have_reference ? "start" : "reference") +
-                    ": the config keys (over base) of " +
-                    (have_reference ? "the setting the search starts from, e.g. start: "
-                                      "{amp.opt_level: O2}"
-                                    : "the fp32 run it compares with, e.g. reference: "
-                                      "{amp.opt_level: O0}"));
+      fail(read.loc, std::string("tune needs ") + (have_reference ? "start" : "reference") +
+                         ": the config keys (over base) of " +
+                         (have_reference ? "the setting the search starts from, e.g. start: "
+                                           "{amp.opt_level: O2}"
+                                         : "the fp32 run it compares with, e.g. reference: "
+                                           "{amp.opt_level: O0}"));
     }
-    auto value = [&](const std::string& key) {
-      const KeySpec& spec = *schema.find(key);
-      for (const Leaf& leaf : leaves) {
-        if (leaf.key == key) return schema.coerce(spec, leaf.value, leaf.value_loc);
-      }
-      return spec.default_value;
-    };
-    auto where = [&](const std::string& key) {
-      for (const Leaf& leaf : leaves) {
-        if (leaf.key == key) return leaf.value_loc;
-      }
-      return loc;
-    };
-    t.metric = value("tune.metric").get<std::string>();
-    t.metric_loc = where("tune.metric");
-    t.tolerance_abs = value("tune.tolerance.abs").get<double>();
-    t.tolerance_rel = value("tune.tolerance.rel").get<double>();
-    const bool abs_given = seen.count("tune.tolerance.abs") > 0;
-    const bool rel_given = seen.count("tune.tolerance.rel") > 0;
+  }
+
+  // tune.tolerance: exactly one of abs and rel, > 0.
+  void read_tolerance(TuneBlock& t, const TuneLeaves& read) {
+    t.tolerance_abs = read.value("tune.tolerance.abs").get<double>();
+    t.tolerance_rel = read.value("tune.tolerance.rel").get<double>();
+    const bool abs_given = read.seen.count("tune.tolerance.abs") > 0;
+    const bool rel_given = read.seen.count("tune.tolerance.rel") > 0;
     if (abs_given == rel_given) {
-      fail(abs_given ? where("tune.tolerance.rel") : loc,
+      fail(abs_given ? read.where("tune.tolerance.rel") : read.loc,
            abs_given ? "tune.tolerance takes abs or rel, not both"
                      : "tune needs a tolerance: tolerance: {abs: 0.01} (metric units) or "
                        "tolerance: {rel: 0.01} (a share of the reference's value)");
     }
-    const std::string tolerance_key = abs_given ? "tune.tolerance.abs" : "tune.tolerance.rel";
-    if (!(value(tolerance_key).get<double>() > 0)) {
-      fail(where(tolerance_key), tolerance_key + " must be > 0, got " +
-                                     value(tolerance_key).dump() +
-                                     " (a run never equals the reference exactly)");
+    const std::string key = abs_given ? "tune.tolerance.abs" : "tune.tolerance.rel";
+    if (!(read.value(key).get<double>() > 0)) {
+      fail(read.where(key), key + " must be > 0, got " + read.value(key).dump() +
+                                " (a run never equals the reference exactly)");
     }
-    t.moves = value("tune.moves").get<std::vector<std::string>>();
-    if (t.moves.empty()) fail(where("tune.moves"), "tune.moves must name at least one move");
-    const std::string fork_from = value("tune.fork_from").get<std::string>();
+  }
+
+  void read_tune_values(TuneBlock& t, TuneLeaves& read) {
+    t.metric = read.value("tune.metric").get<std::string>();
+    t.metric_loc = read.where("tune.metric");
+    read_tolerance(t, read);
+    t.moves = read.value("tune.moves").get<std::vector<std::string>>();
+    if (t.moves.empty()) fail(read.where("tune.moves"), "tune.moves must name at least one move");
+    const std::string fork_from = read.value("tune.fork_from").get<std::string>();
     if (fork_from != "auto") {
       static const std::regex kEpoch("[0-9]{1,6}");
       if (!std::regex_match(fork_from, kEpoch)) {
-        fail(where("tune.fork_from"),
+        fail(read.where("tune.fork_from"),
              "tune.fork_from must be auto or an epoch number (0-based), got '" + fork_from + "'");
       }
       t.fork_from = std::stoi(fork_from);
     }
-    t.budget_epochs = value("tune.budget.epochs").get<int64_t>();
-    t.budget_loc = where("tune.budget.epochs");
-    t.eta = value("tune.halving.eta").get<int64_t>();
-    t.min_epochs = value("tune.halving.min_epochs").get<int64_t>();
-    t.objective = value("tune.objective").get<std::string>();
-    t.diagnose_batches = value("tune.diagnose.batches").get<int64_t>();
-    t.cosine_min = value("tune.diagnose.cosine_min").get<double>();
-    t.confirm = value("tune.confirm").get<bool>();
-    t.reference_repeats = value("tune.reference_repeats").get<int64_t>();
-    t.repeats_loc = where("tune.reference_repeats");
-    for (const KeySpec& spec : schema.keys()) {
-      if (spec.key.rfind("tune.", 0) == 0) canonical[spec.key] = value(spec.key);
+    t.budget_epochs = read.value("tune.budget.epochs").get<int64_t>();
+    t.budget_loc = read.where("tune.budget.epochs");
+    t.eta = read.value("tune.halving.eta").get<int64_t>();
+    t.min_epochs = read.value("tune.halving.min_epochs").get<int64_t>();
+    t.objective = read.value("tune.objective").get<std::string>();
+    t.diagnose_batches = read.value("tune.diagnose.batches").get<int64_t>();
+    t.cosine_min = read.value("tune.diagnose.cosine_min").get<double>();
+    t.confirm = read.value("tune.confirm").get<bool>();
+    t.reference_repeats = read.value("tune.reference_repeats").get<int64_t>();
+    t.repeats_loc = read.where("tune.reference_repeats");
+    for (const KeySpec& spec : read.schema.keys()) {
+      if (spec.key.rfind("tune.", 0) == 0) read.canonical[spec.key] = read.value(spec.key);
     }
-    t.canonical = canonical.dump();
-    sweep_.tune = std::move(t);
+    t.canonical = read.canonical.dump();
   }
 
   Sweep take() { return std::move(sweep_); }

@@ -440,19 +440,22 @@ std::vector<ChildSpec> rank_specs(const SpawnOptions& options, const std::string
 
 }  // namespace
 
-SpawnResult spawn_local_ranks(const SpawnOptions& options) {
-  check_spawn_options(options);
-  const int n = options.nproc;
-  const RendezvousDir rendezvous;
-  const std::vector<ChildSpec> specs = rank_specs(options, rendezvous.file());
+namespace {
 
-  log::info("starting " + count_ranks(n) + " of " + options.argv[0] + ", rendezvous file " +
-            rendezvous.file());
-  ForwardSignals forwarding;
-  // Declared after `forwarding`: children are stopped (Child's destructor) before the handlers
-  // go back, whatever ends the call.
-  std::vector<Rank> ranks(n);
-  for (int r = 0; r < n; ++r) {
+using Clock = std::chrono::steady_clock;
+
+Clock::duration after_seconds(double s) {  // capped at ~30 years: no overflow
+  return std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(std::min(s, 1e9)));
+}
+
+// One child per spec, in rank order; none more once a signal came (those keep pid 0 and count as
+// ended by it). A rank that cannot start is an EnvironmentError (the started ones are stopped by
+// their destructors).
+std::vector<Rank> start_ranks(const std::vector<ChildSpec>& specs,
+                              const ForwardSignals& forwarding) {
+  std::vector<Rank> ranks(specs.size());
+  for (size_t r = 0; r < specs.size(); ++r) {
     if (forwarding.received()) break;  // interrupted while starting: start no more
     try {
       ranks[r].child = Child::start(specs[r]);
@@ -464,78 +467,111 @@ SpawnResult spawn_local_ranks(const SpawnOptions& options) {
                              ranks[r].child.start_failure());
     }
   }
-
-  using Clock = std::chrono::steady_clock;
-  const auto seconds = [](double s) {  // capped at ~30 years: no overflow
-    return std::chrono::duration_cast<Clock::duration>(
-        std::chrono::duration<double>(std::min(s, 1e9)));
-  };
-  SpawnResult result;
-  result.statuses.assign(n, 0);
-  int first_failed = -1;
-  std::optional<Clock::time_point> term_at, kill_at;
-  size_t running = 0;
   for (Rank& rank : ranks) {
-    running += rank.child.running();
-    // Interrupted while starting: the ranks not started count as ended by that signal.
     if (rank.child.pid() == 0) rank.status = 128 + forwarding.received();
   }
-  while (running > 0) {
-    if (const int sig = forwarding.take()) {
-      result.forwarded_signal = sig;
-      log::warn(std::string("received ") + signal_name(sig) + ", passing it on to " +
-                count_ranks(running));
-      for (Rank& rank : ranks) rank.child.signal(sig);
-    }
-    for (size_t r = 0; r < ranks.size(); ++r) {
-      Rank& rank = ranks[r];
+  return ranks;
+}
+
+// The launcher's watch over its started ranks: reaps those that end, and once one has failed
+// stops the others (SIGTERM after options.grace_seconds, SIGKILL options.kill_after_seconds
+// later).
+class RankWatch {
+ public:
+  RankWatch(std::vector<Rank>& ranks, const SpawnOptions& options, SpawnResult& result)
+      : ranks_(ranks), options_(options), result_(result) {
+    for (const Rank& rank : ranks_) running_ += rank.child.running();
+  }
+  size_t running() const { return running_; }
+
+  void forward(int sig) {
+    result_.forwarded_signal = sig;
+    log::warn(std::string("received ") + signal_name(sig) + ", passing it on to " +
+              count_ranks(running_));
+    for (Rank& rank : ranks_) rank.child.signal(sig);
+  }
+
+  // Polls each running rank once.
+  void reap() {
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      Rank& rank = ranks_[r];
       if (!rank.child.running()) continue;
       const std::optional<ChildEnd> end = rank.child.poll();
       if (!end) continue;
-      --running;
+      --running_;
       rank.status = end->code();
-      if (rank.status != 0) {
-        // A lost status: reaped elsewhere (SIGCHLD ignored by the caller?).
-        log::warn(who(r, rank.child) + " " + end->describe() +
-                  (rank.stopped_by_us ? ", stopped by the launcher after rank " +
-                                            std::to_string(first_failed) + " failed"
-                                      : ""));
-      }
-      if (rank.status != 0 && first_failed < 0) {
-        first_failed = static_cast<int>(r);
-        result.exit_code = rank.status;
-        if (running > 0 && std::isfinite(options.grace_seconds)) {
-          term_at = Clock::now() + seconds(options.grace_seconds);
-        }
+      if (rank.status == 0) continue;
+      // A lost status: reaped elsewhere (SIGCHLD ignored by the caller?).
+      log::warn(who(r, rank.child) + " " + end->describe() +
+                (rank.stopped_by_us ? ", stopped by the launcher after rank " +
+                                          std::to_string(first_failed_) + " failed"
+                                    : ""));
+      if (first_failed_ >= 0) continue;
+      first_failed_ = static_cast<int>(r);
+      result_.exit_code = rank.status;
+      if (running_ > 0 && std::isfinite(options_.grace_seconds)) {
+        term_at_ = Clock::now() + after_seconds(options_.grace_seconds);
       }
     }
-    if (running == 0) break;
+  }
+
+  // SIGTERM to the others once the grace after a failure is over, SIGKILL after that.
+  void escalate() {
     const Clock::time_point now = Clock::now();
-    if (term_at && !kill_at && now >= *term_at) {
-      log::warn("stopping the other " + count_ranks(running) + " (SIGTERM) after rank " +
-                std::to_string(first_failed) + " failed");
-      for (Rank& rank : ranks) {
+    if (!terminated_ && now >= term_at_) {
+      log::warn("stopping the other " + count_ranks(running_) +
+                " (SIGTERM) after rank " + std::to_string(first_failed_) + " failed");
+      for (Rank& rank : ranks_) {
         if (!rank.child.running()) continue;
         rank.child.signal(SIGTERM);
         rank.stopped_by_us = true;
       }
-      kill_at = now + seconds(options.kill_after_seconds);
-    } else if (kill_at && now >= *kill_at) {
-      log::warn("killing " + count_ranks(running) + " still running after SIGTERM (SIGKILL)");
-      for (Rank& rank : ranks) rank.child.signal(SIGKILL);
-      kill_at = Clock::time_point::max();
+      terminated_ = true;
+      kill_at_ = now + after_seconds(options_.kill_after_seconds);
+    } else if (terminated_ && now >= kill_at_) {
+      log::warn("killing " + count_ranks(running_) +
+                " still running after SIGTERM (SIGKILL)");
+      for (Rank& rank : ranks_) rank.child.signal(SIGKILL);
+      kill_at_ = Clock::time_point::max();
     }
+  }
+
+ private:
+  std::vector<Rank>& ranks_;
+  const SpawnOptions& options_;
+  SpawnResult& result_;
+  size_t running_ = 0;
+  int first_failed_ = -1;
+  // When the others get SIGTERM (set at the first failure), then SIGKILL; max: not yet.
+  Clock::time_point term_at_ = Clock::time_point::max(), kill_at_ = Clock::time_point::max();
+  bool terminated_ = false;
+};
+
+}  // namespace
+
+SpawnResult spawn_local_ranks(const SpawnOptions& options) {
+  check_spawn_options(options);
+  const RendezvousDir rendezvous;
+  const std::vector<ChildSpec> specs = rank_specs(options, rendezvous.file());
+  log::info("starting " + count_ranks(options.nproc) + " of " + options.argv[0] +
+            ", rendezvous file " + rendezvous.file());
+  ForwardSignals forwarding;
+  // Declared after `forwarding`: children are stopped (Child's destructor) before the handlers
+  // go back, whatever ends the call.
+  std::vector<Rank> ranks = start_ranks(specs, forwarding);
+  SpawnResult result;
+  RankWatch watch(ranks, options, result);
+  while (watch.running() > 0) {
+    if (const int sig = forwarding.take()) watch.forward(sig);
+    watch.reap();
+    if (watch.running() == 0) break;
+    watch.escalate();
     nap();  // cut short by a signal, which is what the loop wants
   }
-  for (size_t r = 0; r < ranks.size(); ++r) result.statuses[r] = ranks[r].status;
+  for (const Rank& rank : ranks) result.statuses.push_back(rank.status);
   if (forwarding.received()) result.forwarded_signal = forwarding.received();
-  if (result.exit_code == 0) {
-    for (int status : result.statuses) {
-      if (status != 0) {
-        result.exit_code = status;
-        break;
-      }
-    }
+  for (size_t r = 0; r < result.statuses.size() && result.exit_code == 0; ++r) {
+    result.exit_code = result.statuses[r];
   }
   return result;
 }
