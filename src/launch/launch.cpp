@@ -204,39 +204,28 @@ LaunchEnv detect_torchrun(const GetEnv& env) {
 }
 
 // std::nullopt when Slurm's variables describe no multi-task step.
-std::optional<LaunchEnv> detect_slurm(const GetEnv& env) {
-  const auto procid_s = lookup(env, "SLURM_PROCID");
-  if (!procid_s) return std::nullopt;
-  // Only srun's step variable counts: the batch script of `sbatch --ntasks=4` (and an salloc
-  // shell) has SLURM_PROCID=0 and SLURM_NTASKS=4 but is one process; taking SLURM_NTASKS there
-  // would make it wait for 3 ranks that never come.
-  const std::string tasks_var = "SLURM_STEP_NUM_TASKS";
-  const auto tasks_s = lookup(env, tasks_var);
-  if (!tasks_s) return std::nullopt;
-  const std::string unset = "; or unset SLURM_PROCID for a single process";
-  const int64_t tasks =
-      parse_integer(tasks_var, *tasks_s, 1, INT_MAX, "srun sets the number of tasks" + unset);
-  if (tasks == 1) return std::nullopt;
+// A variable srun sets is missing; `alternative` is what else the user can do.
+[[noreturn]] void missing_srun_variable(const std::string& names, bool plural,
+                                        const std::string& alternative,
+                                        const std::string& tasks) {
+  throw ConfigError("environment variable" + std::string(plural ? "s " : " ") + names +
+                    (plural ? " are" : " is") + " not set, but SLURM_STEP_NUM_TASKS=" + tasks +
+                    " asks for a distributed run: start amptune with srun, which sets " +
+                    (plural ? "them" : "it") + alternative);
+}
 
-  // A variable srun sets is missing: `alternative` is what else the user can do.
-  const auto missing = [&](const std::string& names, bool plural, const std::string& alternative) {
-    throw ConfigError("environment variable" + std::string(plural ? "s " : " ") + names +
-                      (plural ? " are" : " is") + " not set, but " + tasks_var + "=" + *tasks_s +
-                      " asks for a distributed run: start amptune with srun, which sets " +
-                      (plural ? "them" : "it") + alternative);
-  };
-  LaunchEnv out;
-  out.launcher = "slurm";
-  out.world_size = static_cast<int>(tasks);
-  out.rank = static_cast<int>(parse_integer("SLURM_PROCID", *procid_s, 0, tasks - 1,
-                                            "with " + tasks_var + "=" + *tasks_s +
-                                                " each task's SLURM_PROCID is in 0.." +
-                                                std::to_string(tasks - 1) + unset));
+const char* const kUnsetProcid = "; or unset SLURM_PROCID for a single process";
 
+// This node's tasks (SLURM_STEP_TASKS_PER_NODE, else SLURM_TASKS_PER_NODE, at SLURM_NODEID) and
+// this task's place among them (SLURM_LOCALID), into `out` (world_size set).
+void slurm_local(const GetEnv& env, const std::string& tasks_s, LaunchEnv& out) {
   std::string per_node_var = "SLURM_STEP_TASKS_PER_NODE";
   auto per_node = lookup(env, per_node_var);
   if (!per_node) per_node_var = "SLURM_TASKS_PER_NODE", per_node = lookup(env, per_node_var);
-  if (!per_node) missing("SLURM_STEP_TASKS_PER_NODE and SLURM_TASKS_PER_NODE", true, "");
+  if (!per_node) {
+    missing_srun_variable("SLURM_STEP_TASKS_PER_NODE and SLURM_TASKS_PER_NODE", true, "",
+                          tasks_s);
+  }
   int64_t node = 0;
   const auto node_s = lookup(env, "SLURM_NODEID");
   if (node_s) {
@@ -251,18 +240,23 @@ std::optional<LaunchEnv> detect_slurm(const GetEnv& env) {
     fail(per_node_var, *per_node, "has no entry for SLURM_NODEID=" + *node_s,
          "srun sets both for the same step; do not set them by hand");
   }
-  if (local_world > tasks) {
-    fail(per_node_var, *per_node, "gives this node more tasks than " + tasks_var + "=" + *tasks_s,
+  if (local_world > out.world_size) {
+    fail(per_node_var, *per_node,
+         "gives this node more tasks than SLURM_STEP_NUM_TASKS=" + tasks_s,
          "srun sets both for the same step; do not set them by hand");
   }
   out.local_world_size = static_cast<int>(local_world);
   const auto local_id = lookup(env, "SLURM_LOCALID");
-  if (!local_id) missing("SLURM_LOCALID", false, "");
-  out.local_rank =
-      static_cast<int>(parse_integer("SLURM_LOCALID", *local_id, 0, out.local_world_size - 1,
-                                     per_node_var + "=" + *per_node + " gives this node " +
-                                         std::to_string(out.local_world_size) + " tasks" + unset));
+  if (!local_id) missing_srun_variable("SLURM_LOCALID", false, "", tasks_s);
+  out.local_rank = static_cast<int>(
+      parse_integer("SLURM_LOCALID", *local_id, 0, out.local_world_size - 1,
+                    per_node_var + "=" + *per_node + " gives this node " +
+                        std::to_string(out.local_world_size) + " tasks" + kUnsetProcid));
+}
 
+// Where the ranks meet: MASTER_ADDR, else the first host of the step's (else the job's) node
+// list; MASTER_PORT, else one derived from SLURM_JOB_ID.
+void slurm_rendezvous(const GetEnv& env, const std::string& tasks_s, LaunchEnv& out) {
   if (const auto addr = lookup(env, "MASTER_ADDR")) {
     out.master_addr = *addr;
   } else {
@@ -270,8 +264,8 @@ std::optional<LaunchEnv> detect_slurm(const GetEnv& env) {
     auto list = lookup(env, list_var);
     if (!list) list_var = "SLURM_JOB_NODELIST", list = lookup(env, list_var);
     if (!list) {
-      missing("SLURM_STEP_NODELIST and SLURM_JOB_NODELIST", true,
-              ", or set MASTER_ADDR to the host of rank 0");
+      missing_srun_variable("SLURM_STEP_NODELIST and SLURM_JOB_NODELIST", true,
+                            ", or set MASTER_ADDR to the host of rank 0", tasks_s);
     }
     std::string error;
     out.master_addr = first_host(*list, error);
@@ -283,16 +277,39 @@ std::optional<LaunchEnv> detect_slurm(const GetEnv& env) {
   if (const auto port = lookup(env, "MASTER_PORT")) {
     out.master_port = static_cast<int>(parse_integer(
         "MASTER_PORT", *port, 1, 65535, "set it to a free TCP port of MASTER_ADDR (1..65535)"));
-  } else {
-    // The same port on every task without talking to each other; below Linux's ephemeral range
-    // (32768..60999), where outgoing connections take their ports.
-    const auto job_s = lookup(env, "SLURM_JOB_ID");
-    if (!job_s) missing("SLURM_JOB_ID", false, ", or set MASTER_PORT");
-    const int64_t job =
-        parse_integer("SLURM_JOB_ID", *job_s, 0, INT64_MAX,
-                      "the rendezvous port is derived from it; set MASTER_PORT instead");
-    out.master_port = static_cast<int>(15000 + job % 17000);
+    return;
   }
+  // The same port on every task without talking to each other; below Linux's ephemeral range
+  // (32768..60999), where outgoing connections take their ports.
+  const auto job_s = lookup(env, "SLURM_JOB_ID");
+  if (!job_s) missing_srun_variable("SLURM_JOB_ID", false, ", or set MASTER_PORT", tasks_s);
+  const int64_t job = parse_integer("SLURM_JOB_ID", *job_s, 0, INT64_MAX,
+                                    "the rendezvous port is derived from it; set MASTER_PORT "
+                                    "instead");
+  out.master_port = static_cast<int>(15000 + job % 17000);
+}
+
+std::optional<LaunchEnv> detect_slurm(const GetEnv& env) {
+  const auto procid_s = lookup(env, "SLURM_PROCID");
+  if (!procid_s) return std::nullopt;
+  // Only srun's step variable counts: the batch script of `sbatch --ntasks=4` (and an salloc
+  // shell) has SLURM_PROCID=0 and SLURM_NTASKS=4 but is one process; taking SLURM_NTASKS there
+  // would make it wait for 3 ranks that never come.
+  const std::string tasks_var = "SLURM_STEP_NUM_TASKS";
+  const auto tasks_s = lookup(env, tasks_var);
+  if (!tasks_s) return std::nullopt;
+  const int64_t tasks = parse_integer(tasks_var, *tasks_s, 1, INT_MAX,
+                                      std::string("srun sets the number of tasks") + kUnsetProcid);
+  if (tasks == 1) return std::nullopt;
+  LaunchEnv out;
+  out.launcher = "slurm";
+  out.world_size = static_cast<int>(tasks);
+  out.rank = static_cast<int>(parse_integer("SLURM_PROCID", *procid_s, 0, tasks - 1,
+                                            "with " + tasks_var + "=" + *tasks_s +
+                                                " each task's SLURM_PROCID is in 0.." +
+                                                std::to_string(tasks - 1) + kUnsetProcid));
+  slurm_local(env, *tasks_s, out);
+  slurm_rendezvous(env, *tasks_s, out);
   return out;
 }
 

@@ -143,6 +143,32 @@ void check_run_json(const std::string& path, const RunRow& run) {
   }
 }
 
+// The columns of a fork (read_run found its parent_run_id).
+void read_fork_columns(const std::string& path, const Statement& row, RunRow& run) {
+  for (int column = 0; column < row.column_count(); ++column) {
+    const std::string name = lower(row.column_name(column));
+    if (name == "parent_epoch") {
+      run.fork->parent_epoch = static_cast<int>(
+          detail::int_column(path, row, column, {"runs", run.id, name}, 0, detail::kMaxEpoch));
+    } else if (name == "fork_overrides") {
+      run.fork->overrides_json = row.column_text(column);
+    } else if (name == "fork_changes") {
+      run.fork->changes = row.column_text(column);
+    } else if (name == "reset_optimizer") {
+      run.fork->reset_optimizer = row.column_int(column) != 0;
+    }
+  }
+}
+
+// The columns of the process that holds a run (read_run found its claim_pid).
+void read_holder_columns(const Statement& row, RunRow& run) {
+  for (int column = 0; column < row.column_count(); ++column) {
+    const std::string name = lower(row.column_name(column));
+    if (name == "claim_machine") run.holder->machine = row.column_text(column);
+    else if (name == "claim_pid_start") run.holder->start_ticks = row.column_int(column);
+  }
+}
+
 RunRow read_run(const std::string& path, const Statement& row,
                 const SettingColumns& setting_columns) {
   RunRow run;
@@ -214,22 +240,8 @@ RunRow read_run(const std::string& path, const Statement& row,
       if (!row.is_null(column)) run.columns[name] = read_setting(row, column, it->second);
     }
   }
-  if (run.fork) {
-    for (int column = 0; column < row.column_count(); ++column) {
-      const std::string name = lower(row.column_name(column));
-      if (name == "parent_epoch") run.fork->parent_epoch = number(column, 0, detail::kMaxEpoch);
-      else if (name == "fork_overrides") run.fork->overrides_json = row.column_text(column);
-      else if (name == "fork_changes") run.fork->changes = row.column_text(column);
-      else if (name == "reset_optimizer") run.fork->reset_optimizer = row.column_int(column) != 0;
-    }
-  }
-  if (run.holder) {
-    for (int column = 0; column < row.column_count(); ++column) {
-      const std::string name = lower(row.column_name(column));
-      if (name == "claim_machine") run.holder->machine = row.column_text(column);
-      else if (name == "claim_pid_start") run.holder->start_ticks = row.column_int(column);
-    }
-  }
+  if (run.fork) read_fork_columns(path, row, run);
+  if (run.holder) read_holder_columns(row, run);
   check_run_json(path, run);
   return run;
 }
