@@ -103,7 +103,7 @@ class Search {
   std::optional<Candidate> furthest(const std::vector<Candidate>& pool);
   std::optional<Candidate> try_union(const RunView& node, const std::vector<Candidate>& round,
                                      int fork_epoch);
-  SearchResult answer(const std::vector<Candidate>& solutions, std::string note);
+  SearchResult answer(const std::vector<Candidate>& solutions, std::string noise);
   bool better_answer(const Candidate& a, const Candidate& b);
   std::optional<Candidate> bisect(const Candidate& solution, std::vector<std::string>& kept);
   std::vector<std::string> bisect_items(const Candidate& solution, const RunView& run);
