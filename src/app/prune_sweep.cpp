@@ -86,7 +86,7 @@ PruneTable prune_table(const store::Store& store, const std::string& sweep,
 }
 
 store::PruneDecisionRow decision_row(const PruneDecision& decision, const PruneSettings& settings,
-                                     const std::string& action) {
+                                     store::PruneAction action) {
   store::PruneDecisionRow row;
   row.run_id = decision.cell_id;
   row.epoch = decision.epoch;
@@ -115,7 +115,7 @@ std::optional<store::PruneDecisionRow> decide_after_epoch(const store::Store& st
   const PruneDecision d =
       decide_prune(prune_table(store, run.sweep_name, settings), settings, run.id, epoch);
   if (!d.stop) return std::nullopt;
-  return decision_row(d, settings, "stop");
+  return decision_row(d, settings, store::PruneAction::kStop);
 }
 
 std::vector<store::PruneDecisionRow> prune_promotions(const store::Store& store,
@@ -128,7 +128,7 @@ std::vector<store::PruneDecisionRow> prune_promotions(const store::Store& store,
     any_pruned = any_pruned || cell.status == PruneCell::Status::kPruned;
   if (!any_pruned) return rows;
   for (const PruneDecision& d : promotable_cells(table, settings)) {
-    store::PruneDecisionRow row = decision_row(d, settings, "continue");
+    store::PruneDecisionRow row = decision_row(d, settings, store::PruneAction::kContinue);
     if (row.epoch < 0) row.epoch = 0;  // a cell stopped before any epoch: none to decide at
     rows.push_back(std::move(row));
   }

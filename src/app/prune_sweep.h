@@ -58,8 +58,8 @@ std::vector<store::PruneDecisionRow> prune_promotions(const store::Store& store,
                                                       const std::string& sweep,
                                                       const PruneSettings& settings);
 
-// A decision of app/prune_rules.h as a row of prune_decisions (action "stop" or "continue").
+// A decision of app/prune_rules.h as a row of prune_decisions (action stop or continue).
 store::PruneDecisionRow decision_row(const PruneDecision& decision, const PruneSettings& settings,
-                                     const std::string& action);
+                                     store::PruneAction action);
 
 }  // namespace amptune::app

@@ -243,10 +243,10 @@ TuneNode candidate_node(const store::TuneCandidateRow& c, const store::TuneSearc
     node.move += " " + key + "=" + (value.is_string() ? value.get<std::string>() : value.dump());
   }
   node.reason = c.reason;
-  node.outcome = c.outcome;
+  node.outcome = store::to_string(c.outcome);
   node.round = c.round;
   node.value = c.value;
-  node.answer = s.status == "answered" && s.answer_run_id == c.run_id;
+  node.answer = s.status == store::TuneStatus::kAnswered && s.answer_run_id == c.run_id;
   return node;
 }
 
@@ -256,7 +256,7 @@ void add_tune_tree(const store::Store& store, const RunIndex& runs, const std::s
   if (searches.empty()) return;
   const store::TuneSearchRow& s = searches.back();
   TuneTree tree;
-  tree.status = s.status;
+  tree.status = store::to_string(s.status);
   tree.metric = s.metric;
   tree.note = s.note;
   tree.answer_yaml = s.answer_yaml;
@@ -272,7 +272,7 @@ void add_tune_tree(const store::Store& store, const RunIndex& runs, const std::s
   root.run_id = s.start_run_id;
   root.run = runs.name(s.start_run_id);
   root.outcome = "start";
-  root.answer = s.status == "answered" && s.answer_run_id == s.start_run_id;
+  root.answer = s.status == store::TuneStatus::kAnswered && s.answer_run_id == s.start_run_id;
   const auto start_curve = lineage_of(runs, s.start_run_id, values);
   root.value =
       start_curve.empty() ? std::numeric_limits<double>::quiet_NaN() : start_curve.back().second;
@@ -293,10 +293,10 @@ void add_tune_tree(const store::Store& store, const RunIndex& runs, const std::s
                          lineage_of(runs, s.reference_run_id, values)});
   tree.curves.push_back({s.start_run_id, "start " + tree.nodes[0].run, start_curve});
   if (s.answer_run_id && s.answer_run_id != s.start_run_id) {
-    tree.curves.push_back(
-        {s.answer_run_id,
-         (s.status == "answered" ? "answer " : "closest ") + runs.name(s.answer_run_id),
-         lineage_of(runs, s.answer_run_id, values)});
+    tree.curves.push_back({s.answer_run_id,
+                           (s.status == store::TuneStatus::kAnswered ? "answer " : "closest ") +
+                               runs.name(s.answer_run_id),
+                           lineage_of(runs, s.answer_run_id, values)});
   }
   model->tune = std::move(tree);
 }

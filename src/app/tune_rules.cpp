@@ -49,29 +49,6 @@ std::optional<int> exit_epoch(const std::map<int, double>& values,
   return std::nullopt;
 }
 
-namespace {
-
-const std::pair<Outcome, const char*> kOutcomeNames[] = {
-    {Outcome::kPending, "pending"}, {Outcome::kWithin, "within"},
-    {Outcome::kOutside, "outside"}, {Outcome::kPruned, "pruned"},
-    {Outcome::kDiverged, "diverged"}, {Outcome::kFailed, "failed"}};
-
-}  // namespace
-
-std::string to_string(Outcome outcome) {
-  for (const auto& [value, name] : kOutcomeNames) {
-    if (value == outcome) return name;
-  }
-  return "pending";
-}
-
-std::optional<Outcome> parse_outcome(const std::string& text) {
-  for (const auto& [value, name] : kOutcomeNames) {
-    if (text == name) return value;
-  }
-  return std::nullopt;
-}
-
 Outcome judge(const RunCurve& curve, int last, double reference, const Tolerance& tolerance) {
   if (curve.status == store::RunStatus::kFailed) return Outcome::kFailed;
   if (curve.status == store::RunStatus::kPruned) return Outcome::kPruned;

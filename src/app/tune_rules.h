@@ -46,11 +46,8 @@ std::optional<int> exit_epoch(const std::map<int, double>& values,
                               const std::map<int, double>& reference, int last,
                               const Tolerance& tolerance);
 
-// How a candidate ended (tune_candidates.outcome).
-enum class Outcome { kPending, kWithin, kOutside, kPruned, kDiverged, kFailed };
-std::string to_string(Outcome outcome);  // "pending", "within", ...
-// The outcome named `text`; unset for any other text.
-std::optional<Outcome> parse_outcome(const std::string& text);
+// How a candidate ended (tune_candidates.outcome; its names: store/records.h).
+using Outcome = store::CandidateOutcome;
 
 // What the rules see of a run: how it ended and its metric per epoch (a fork's values include
 // its ancestors' epochs up to where it forked).

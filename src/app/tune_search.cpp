@@ -110,7 +110,7 @@ class Search {
   Overrides probe_change(const RunView& run, const std::vector<std::string>& kept,
                          const std::vector<std::string>& dropped, int64_t solution);
   void confirm(const Candidate& answer, std::string& note);
-  SearchResult finish(const std::string& status, const std::optional<Candidate>& answer,
+  SearchResult finish(store::TuneStatus status, const std::optional<Candidate>& answer,
                       const std::string& note);
   bool affordable(int epochs, const std::string& what);
   // Adds to the ledger the epochs run `id` recorded itself up to `upto` and not counted yet (a
@@ -163,14 +163,14 @@ SearchResult Search::run(int64_t sweep_id) {
   row.reference_run_id = reference;
   row.start_run_id = start;
   search_ = exec_.open_search(row);
-  if (search_.status != "searching") return result();
+  if (search_.status != store::TuneStatus::kSearching) return result();
   std::vector<int64_t> first = {reference, start};
   for (const int64_t id : reference_repeats(reference)) first.push_back(id);
   if (!train_from_scratch(first)) return result();
   reference_ = exec_.view(reference).curve.values;
   if (!std::isfinite(ref_value(last_))) {
     const RunView r = exec_.view(reference);
-    return finish("exhausted", std::nullopt,
+    return finish(store::TuneStatus::kExhausted, std::nullopt,
                   "the reference run " + r.name + " has no finite " + spec_.metric +
                       " at its last epoch (" + store::to_string(r.curve.status) +
                       "): nothing to compare with");
@@ -180,7 +180,7 @@ SearchResult Search::run(int64_t sweep_id) {
   const Candidate node = start_node(start);
   std::vector<Candidate> solutions;
   std::string end_note;
-  if (node.outcome == to_string(Outcome::kWithin)) {
+  if (node.outcome == Outcome::kWithin) {
     solutions.push_back(node);
   } else {
     solutions = search_rounds(node, end_note);
@@ -188,7 +188,8 @@ SearchResult Search::run(int64_t sweep_id) {
   if (stopped_) return result();
   if (solutions.empty()) {
     if (!stop_reason_.empty()) end_note = stop_reason_;
-    return finish("exhausted", closest_, "no setting within tolerance: " + end_note + noise);
+    return finish(store::TuneStatus::kExhausted, closest_,
+                  "no setting within tolerance: " + end_note + noise);
   }
   return answer(solutions, noise);
 }
@@ -197,7 +198,7 @@ SearchResult Search::run(int64_t sweep_id) {
 std::vector<int64_t> Search::reference_repeats(int64_t reference) {
   std::vector<int64_t> ids;
   if (block_.reference_repeats < 2) return ids;
-  exec_.record_round({search_.id, 0, "reference", reference, -1, std::nullopt,
+  exec_.record_round({search_.id, 0, store::TuneRoundKind::kReference, reference, -1, std::nullopt,
                       "the reference with other seeds: the seed noise of " + spec_.metric});
   const int64_t seed = spec_.reference.get_int("seed");
   for (int64_t i = 1; i < block_.reference_repeats; ++i) {
@@ -255,7 +256,7 @@ Candidate Search::start_node(int64_t start) {
   node.search_id = search_.id;
   node.run_id = start;
   const RunView v = exec_.view(start);
-  node.outcome = to_string(judge(v.curve, last_, ref_value(last_), spec_.tolerance));
+  node.outcome = judge(v.curve, last_, ref_value(last_), spec_.tolerance);
   auto value = v.curve.values.find(last_);
   node.value = value == v.curve.values.end() ? kNaN : value->second;
   node.reference_value = ref_value(last_);
@@ -274,18 +275,18 @@ std::vector<Candidate> Search::search_rounds(Candidate node, std::string& end_no
                  " (tune.moves: " + flow_yaml(nlohmann::json(block_.moves)) + ")";
       return {};
     }
-    exec_.record_round(
-        {search_.id, round_, "search", v.id, plan.fork_epoch, plan.diagnosis_epoch, plan.note});
+    exec_.record_round({search_.id, round_, store::TuneRoundKind::kSearch, v.id, plan.fork_epoch,
+                        plan.diagnosis_epoch, plan.note});
     std::vector<Candidate> round = record_candidates(v, plan.fork_epoch, plan.moves);
     tried_.insert(tried_.end(), round.begin(), round.end());
     if (!halve(round, plan.fork_epoch)) return {};
     std::vector<Candidate> solutions;
     for (const Candidate& c : round) {
-      if (c.outcome == to_string(Outcome::kWithin)) solutions.push_back(c);
+      if (c.outcome == Outcome::kWithin) solutions.push_back(c);
     }
     if (!solutions.empty()) return solutions;
     if (auto u = try_union(v, round, plan.fork_epoch)) {
-      if (u->outcome == to_string(Outcome::kWithin)) return {*u};
+      if (u->outcome == Outcome::kWithin) return {*u};
       round.push_back(*u);
     }
     if (stopped_ || !stop_reason_.empty()) return {};
@@ -428,13 +429,13 @@ std::vector<Candidate*> Search::decide_rung(const std::vector<Candidate*>& alive
     c->rung = k;
     c->value = values.count(rung) ? values.at(rung) : kNaN;
     c->reference_value = ref_value(rung);
-    c->outcome = to_string(d.stop ? Outcome::kPruned : Outcome::kPending);
+    c->outcome = d.stop ? Outcome::kPruned : Outcome::kPending;
     exec_.update_candidate(*c);
     if (!d.stop) {
       kept.push_back(c);
       continue;
     }
-    store::PruneDecisionRow row = decision_row(d, rule, "stop");
+    store::PruneDecisionRow row = decision_row(d, rule, store::PruneAction::kStop);
     row.epoch = rung;
     row.reason = "tune round " + std::to_string(c->round) + ", " + d.reason;
     exec_.prune(row);
@@ -447,7 +448,7 @@ std::vector<Candidate*> Search::decide_rung(const std::vector<Candidate*>& alive
 void Search::judge_final(Candidate& c) {
   const RunView v = exec_.view(c.run_id);
   const Outcome outcome = judge(v.curve, last_, ref_value(last_), spec_.tolerance);
-  c.outcome = to_string(outcome);
+  c.outcome = outcome;
   int at = last_;
   if (outcome == Outcome::kDiverged || outcome == Outcome::kFailed) {
     at = progress_of(v.curve, reference_, last_, spec_.tolerance).reached - 1;
@@ -464,7 +465,7 @@ std::optional<Candidate> Search::furthest(const std::vector<Candidate>& pool) {
   std::optional<Candidate> best;
   Progress best_progress;
   for (const Candidate& c : pool) {
-    if (c.outcome == to_string(Outcome::kFailed)) continue;
+    if (c.outcome == Outcome::kFailed) continue;
     const Progress p = progress(c);
     if (!best || further(p, best_progress)) {
       best = c;
@@ -481,7 +482,7 @@ std::optional<Candidate> Search::try_union(const RunView& node, const std::vecto
   const Progress from = progress_of(node.curve, reference_, last_, spec_.tolerance);
   std::vector<TuneMove> helped;
   for (const Candidate& c : round) {
-    if (c.outcome != to_string(Outcome::kFailed) && further(progress(c), from)) {
+    if (c.outcome != Outcome::kFailed && further(progress(c), from)) {
       helped.push_back({c.move, change_of(c), c.reason, c.advice_rule, c.advice_module});
     }
   }
@@ -491,7 +492,8 @@ std::optional<Candidate> Search::try_union(const RunView& node, const std::vecto
     if (change_json(change_of(c)) == change_json(change)) return std::nullopt;
   }
   ++round_;
-  exec_.record_round({search_.id, round_, "union", node.id, fork_epoch, std::nullopt,
+  exec_.record_round({search_.id, round_, store::TuneRoundKind::kUnion, node.id, fork_epoch,
+                      std::nullopt,
                       "the union of the " + std::to_string(helped.size()) + " moves of round " +
                           std::to_string(round_ - 1) + " that each got further than " + node.name});
   std::string moves;
@@ -525,7 +527,7 @@ SearchResult Search::answer(const std::vector<Candidate>& solutions, std::string
   if (!stop_reason_.empty()) note += "; " + stop_reason_ + " before bisection ended";
   confirm(best, note);
   if (stopped_) return result();
-  return finish("answered", best, note + noise);
+  return finish(store::TuneStatus::kAnswered, best, note + noise);
 }
 
 // Whether `a` is a better answer than `b` by the objective (then the metric, then the order).
@@ -588,8 +590,9 @@ std::optional<Candidate> Search::bisect(const Candidate& solution,
     ++round_;
     const std::string dropped = flow_yaml(nlohmann::json(*chunk));
     const Overrides change = probe_change(run, kept, *chunk, solution.run_id);
-    exec_.record_round({search_.id, round_, "bisect", solution.run_id, solution.fork_epoch,
-                        std::nullopt, "bisection of " + flow_yaml(nlohmann::json(kept))});
+    exec_.record_round({search_.id, round_, store::TuneRoundKind::kBisect, solution.run_id,
+                        solution.fork_epoch, std::nullopt,
+                        "bisection of " + flow_yaml(nlohmann::json(kept))});
     const bool modules_only = change.size() == 1;
     TuneMove m{modules_only ? "fp32_modules" : "undo", change,
                "bisection: does the solution stay within tolerance without " + dropped + "?", "",
@@ -599,7 +602,7 @@ std::optional<Candidate> Search::bisect(const Candidate& solution,
     if (!train_to({probe[0].run_id}, last_)) break;
     count_trained(probe[0].run_id, last_);
     judge_final(probe[0]);
-    const bool within = probe[0].outcome == to_string(Outcome::kWithin);
+    const bool within = probe[0].outcome == Outcome::kWithin;
     probes.emplace_back(*chunk, within);
     if (within) best = probe[0];
   }
@@ -612,8 +615,8 @@ void Search::confirm(const Candidate& answer, std::string& note) {
   const RunView run = exec_.view(answer.run_id);
   if (!block_.confirm || run.parent == 0) return;
   ++round_;
-  exec_.record_round({search_.id, round_, "confirm", answer.run_id, -1, std::nullopt,
-                      "the answer trained from scratch, not as a fork"});
+  exec_.record_round({search_.id, round_, store::TuneRoundKind::kConfirm, answer.run_id, -1,
+                      std::nullopt, "the answer trained from scratch, not as a fork"});
   TuneMove m{"confirm", {}, "tune.confirm: the answer's setting from scratch", "", ""};
   const int64_t id = exec_.fresh_run(run.config, "tune confirm: " + run.name + " from scratch");
   Candidate c;
@@ -631,15 +634,15 @@ void Search::confirm(const Candidate& answer, std::string& note) {
   if (!train_to({id}, last_)) return;
   count_trained(id, last_);
   judge_final(c);
-  note += "; from scratch " + number_text(c.value) + " (" + c.outcome + ")";
-  if (c.outcome != to_string(Outcome::kWithin)) {
-    log::warn("tune: the answer trained from scratch ends " + c.outcome + " (" + spec_.metric +
-              " " + number_text(c.value) + " against the reference's " +
+  note += "; from scratch " + number_text(c.value) + " (" + to_string(c.outcome) + ")";
+  if (c.outcome != Outcome::kWithin) {
+    log::warn("tune: the answer trained from scratch ends " + to_string(c.outcome) + " (" +
+              spec_.metric + " " + number_text(c.value) + " against the reference's " +
               number_text(ref_value(last_)) + "): the forked path's result depends on its path");
   }
 }
 
-SearchResult Search::finish(const std::string& status, const std::optional<Candidate>& answer,
+SearchResult Search::finish(store::TuneStatus status, const std::optional<Candidate>& answer,
                             const std::string& note) {
   search_.status = status;
   search_.note = note;
@@ -648,7 +651,7 @@ SearchResult Search::finish(const std::string& status, const std::optional<Candi
   search_.reference_value = ref_value(last_);
   if (answer) {
     const RunView run = exec_.view(answer->run_id);
-    if (status == "answered" && block_.objective == "precision") {
+    if (status == store::TuneStatus::kAnswered && block_.objective == "precision") {
       const double share = exec_.fp32_share(run.id);
       if (!std::isnan(share)) {
         search_.note += "; " + percent_text(share) + " of the forward multiply-accumulates in fp32";

@@ -36,7 +36,8 @@ void print_path(const app::TuneOutcome& out, std::ostream& os) {
      << run_name(out, s.start_run_id) << "; metric " << s.metric << " ("
      << (s.higher_is_better ? "higher" : "lower") << " is better)\n";
   for (const store::TuneRoundRow& r : out.rounds) {
-    os << "\nround " << r.round << " (" << r.kind << ") from " << run_name(out, r.start_run_id);
+    os << "\nround " << r.round << " (" << store::to_string(r.kind) << ") from "
+       << run_name(out, r.start_run_id);
     if (!r.note.empty()) os << " (" << r.note << ")";
     if (r.fork_epoch >= 0)
       os << ", candidates fork from epoch " << r.fork_epoch;
@@ -53,13 +54,15 @@ void print_path(const app::TuneOutcome& out, std::ostream& os) {
       if (c.round != r.round) continue;
       table.add({c.move, change_text(c.change_json),
                  !c.advice_rule.empty() ? c.advice_rule + " " + c.advice_module
-                 : r.kind == "search"   ? "move order"
-                                        : r.kind,  // union, bisect, confirm, reference
+                 : r.kind == store::TuneRoundKind::kSearch
+                     ? "move order"
+                     : store::to_string(r.kind),  // union, bisect, confirm, reference
                  run_name(out, c.run_id), c.rung >= 0 ? std::to_string(c.rung) : "-",
                  value_text(c.value), value_text(c.reference_value),
-                 c.outcome + (c.run_id != s.answer_run_id ? ""
-                              : s.status == "answered"    ? " (answer)"
-                                                          : " (closest)")});
+                 store::to_string(c.outcome) + (c.run_id != s.answer_run_id ? ""
+                                                : s.status == store::TuneStatus::kAnswered
+                                                    ? " (answer)"
+                                                    : " (closest)")});
     }
     table.print(os);
   }
@@ -69,9 +72,9 @@ void print_outcome(const app::TuneOutcome& out, const std::string& db, std::ostr
   const store::TuneSearchRow& s = out.search;
   print_path(out, os);
   os << "\n";
-  if (s.status == "searching") {
+  if (s.status == store::TuneStatus::kSearching) {
     os << "the search is not finished; run the command again to continue it\n";
-  } else if (s.status == "answered") {
+  } else if (s.status == store::TuneStatus::kAnswered) {
     os << "answer: " << run_name(out, s.answer_run_id) << ", " << s.metric << " "
        << value_text(s.answer_value) << " against the reference's " << value_text(s.reference_value)
        << " (" << s.note << ")\n";
@@ -91,7 +94,7 @@ void print_outcome(const app::TuneOutcome& out, const std::string& db, std::ostr
          << value_text(s.reference_value) << "\n";
     }
   }
-  if (s.status != "searching") {
+  if (s.status != store::TuneStatus::kSearching) {
     os << "epochs: " << s.epochs_spent << " trained by the search; the full grid of the moves it "
        << "tried: " << s.grid_epochs << "\n";
   }

@@ -82,6 +82,16 @@ struct Cell {
 };
 // StoreError "<path>: table T, row R, column C <what>; ..." for a value amptune never writes.
 [[noreturn]] void bad_value(const std::string& path, const Cell& cell, const std::string& what);
+// The word `text` of `cell` as `parse` reads it (store/records.h parse_*: an enum-like column);
+// bad_value when it is none of the words amptune writes there.
+template <class Parse>
+auto word_column(const std::string& path, const Cell& cell, const std::string& text, Parse parse) {
+  const auto value = parse(text);
+  if (!value) {
+    bad_value(path, cell, "is not a word amptune writes there: '" + text.substr(0, 40) + "'");
+  }
+  return *value;
+}
 // Column `column` of `row`: an INTEGER in [min, max], else bad_value.
 int64_t int_column(const std::string& path, const sql::Statement& row, int column,
                    const Cell& cell, int64_t min, int64_t max);

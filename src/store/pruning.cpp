@@ -19,7 +19,7 @@ void insert_decision(sqlite3* db, const PruneDecisionRow& d) {
            "INSERT INTO prune_decisions (run_id, epoch, action, rule, metric, rung, value, "
            "threshold, compared_json, reason, decided_at) "
            "VALUES (?, ?, ?, ?, ?, NULLIF(?, -1), ?, ?, ?, ?, ?)",
-           d.run_id, d.epoch, d.action, d.rule, d.metric, d.rung, d.value, d.threshold,
+           d.run_id, d.epoch, to_string(d.action), d.rule, d.metric, d.rung, d.value, d.threshold,
            d.compared_json, d.reason, detail::now_utc());
 }
 
@@ -27,7 +27,7 @@ void insert_decision(sqlite3* db, const PruneDecisionRow& d) {
 
 void Store::prune_run(const PruneDecisionRow& decision) {
   const std::string action = "pruning run " + std::to_string(decision.run_id);
-  if (decision.action != "stop") {
+  if (decision.action != PruneAction::kStop) {
     throw StoreError(path_ + ": " + action + ": a run is pruned by a decision to stop");
   }
   detail::guarded_write(path_, db_, action, [&] {
@@ -42,7 +42,7 @@ void Store::prune_run(const PruneDecisionRow& decision) {
 
 bool Store::prune_pending_run(const PruneDecisionRow& decision) {
   const std::string action = "pruning run " + std::to_string(decision.run_id);
-  if (decision.action != "stop") {
+  if (decision.action != PruneAction::kStop) {
     throw StoreError(path_ + ": " + action + ": a run is pruned by a decision to stop");
   }
   return detail::guarded_write(path_, db_, action, [&] {
@@ -60,7 +60,7 @@ bool Store::prune_pending_run(const PruneDecisionRow& decision) {
 
 bool Store::promote_run(const PruneDecisionRow& decision) {
   const std::string action = "continuing pruned run " + std::to_string(decision.run_id);
-  if (decision.action != "continue") {
+  if (decision.action != PruneAction::kContinue) {
     throw StoreError(path_ + ": " + action + ": a pruned run continues by a decision to continue");
   }
   return detail::guarded_write(path_, db_, action, [&] {
@@ -88,7 +88,7 @@ PruneDecisionRow read_decision(const std::string& path, const Statement& row) {
   PruneDecisionRow d;
   d.run_id = row.column_int(1);
   d.epoch = static_cast<int>(detail::int_column(path, row, 2, cell("epoch"), 0, kIntMax));
-  d.action = row.column_text(3);
+  d.action = detail::word_column(path, cell("action"), row.column_text(3), parse_prune_action);
   d.rule = row.column_text(4);
   d.metric = row.column_text(5);
   d.rung = row.is_null(6)

@@ -32,6 +32,27 @@ enum class RunStatus { kPending, kRunning, kDone, kFailed, kDiverged, kPruned };
 std::string to_string(RunStatus status);
 RunStatus parse_status(const std::string& text);  // throws StoreError on an unknown word
 
+// --- Enum-like columns ---------------------------------------------------------------------------
+// Each has one table of its names (records.cpp), which the store writes and reads and the
+// commands print: to_string(value), and parse_*(text), unset for a word not in the table.
+
+enum class TuneStatus { kSearching, kAnswered, kExhausted };  // tune_searches.status
+// tune_rounds.kind (docs/TUNE.md): the search's rounds, the union of moves that helped, the
+// bisection's probes, the answer from scratch, the reference's seed repeats (round 0).
+enum class TuneRoundKind { kSearch, kUnion, kBisect, kConfirm, kReference };
+// tune_candidates.outcome: how a candidate's curve ended (app/tune_rules.h judge).
+enum class CandidateOutcome { kPending, kWithin, kOutside, kPruned, kDiverged, kFailed };
+enum class PruneAction { kStop, kContinue };  // prune_decisions.action
+
+std::string to_string(TuneStatus value);
+std::string to_string(TuneRoundKind value);
+std::string to_string(CandidateOutcome value);
+std::string to_string(PruneAction value);
+std::optional<TuneStatus> parse_tune_status(const std::string& text);
+std::optional<TuneRoundKind> parse_round_kind(const std::string& text);
+std::optional<CandidateOutcome> parse_outcome(const std::string& text);
+std::optional<PruneAction> parse_prune_action(const std::string& text);
+
 // Where a fork starts: another run's checkpoint of one epoch, with changed settings.
 struct ForkOrigin {
   int64_t parent_run_id = 0;
@@ -222,7 +243,7 @@ struct Diagnosis {
 struct PruneDecisionRow {
   int64_t run_id = 0;
   int epoch = 0;         // the epoch decided at (0-based; the run's last recorded one)
-  std::string action;    // "stop" | "continue"
+  PruneAction action = PruneAction::kStop;
   std::string rule;      // asha | median | none
   std::string metric;    // the metric compared
   int rung = -1;         // asha: the rung's index k (it stands after grace * eta^k epochs); -1
@@ -244,7 +265,7 @@ struct TuneSearchRow {
   std::string metric;
   bool higher_is_better = true;
   int64_t reference_run_id = 0, start_run_id = 0;
-  std::string status = "searching";  // searching | answered | exhausted
+  TuneStatus status = TuneStatus::kSearching;
   int64_t answer_run_id = 0;         // 0: none
   std::string answer_yaml;           // the answer's changed keys, one "key: value" line each
   double answer_value = std::numeric_limits<double>::quiet_NaN();
@@ -258,7 +279,7 @@ struct TuneSearchRow {
 struct TuneRoundRow {
   int64_t search_id = 0;
   int round = 0;                // 1, 2, ...
-  std::string kind = "search";  // search | bisect
+  TuneRoundKind kind = TuneRoundKind::kSearch;
   int64_t start_run_id = 0;
   int fork_epoch = -1;                 // -1: the candidates are fresh runs
   std::optional<int> diagnosis_epoch;  // the start's diagnosed checkpoint (-1: initial weights)
@@ -280,7 +301,7 @@ struct TuneCandidateRow {
   int rung = -1;  // the last rung reached; -1 none
   double value = std::numeric_limits<double>::quiet_NaN();
   double reference_value = std::numeric_limits<double>::quiet_NaN();
-  std::string outcome = "pending";  // pending | within | outside | pruned | diverged | failed
+  CandidateOutcome outcome = CandidateOutcome::kPending;
 };
 
 // --- Merging databases (amptune merge; docs/DATABASE.md "Merging databases") ------------------

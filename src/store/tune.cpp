@@ -42,7 +42,7 @@ TuneSearchRow search_row(const std::string& path, const Statement& row) {
   t.higher_is_better = int_of(path, row, 4, cell("higher_is_better"), 0, 1) != 0;
   t.reference_run_id = row.column_int(5);
   t.start_run_id = row.column_int(6);
-  t.status = row.column_text(7);
+  t.status = detail::word_column(path, cell("status"), row.column_text(7), parse_tune_status);
   t.answer_run_id = row.column_int(8);
   t.answer_yaml = row.column_text(9);
   t.answer_value = detail::real_column(path, row, 10, cell("answer_value"));
@@ -65,7 +65,7 @@ TuneRoundRow round_row(const std::string& path, const Statement& row) {
   TuneRoundRow r;
   r.search_id = row.column_int(0);
   r.round = int_of(path, row, 1, cell("round"), 0, kMaxInt);
-  r.kind = row.column_text(2);
+  r.kind = detail::word_column(path, cell("kind"), row.column_text(2), parse_round_kind);
   r.start_run_id = row.column_int(3);
   r.fork_epoch = int_of(path, row, 4, cell("fork_epoch"), -1, kMaxEpoch);
   if (!row.is_null(5))
@@ -96,7 +96,7 @@ TuneCandidateRow candidate_row(const std::string& path, const Statement& row) {
   c.rung = int_of(path, row, 11, cell("rung"), -1, kMaxInt);  // -1: NULL, no rung yet
   c.value = detail::real_column(path, row, 12, cell("value"));
   c.reference_value = detail::real_column(path, row, 13, cell("reference_value"));
-  c.outcome = row.column_text(14);
+  c.outcome = detail::word_column(path, cell("outcome"), row.column_text(14), parse_outcome);
   return c;
 }
 
@@ -139,9 +139,9 @@ void Store::finish_tune_search(const TuneSearchRow& row) {
              "UPDATE tune_searches SET status = ?, answer_run_id = NULLIF(?, 0), "
              "answer_yaml = ?, answer_value = ?, reference_value = ?, epochs_spent = ?, "
              "grid_epochs = ?, note = ?, finished_at = ? WHERE id = ?",
-             row.status, row.answer_run_id, row.answer_yaml, row.answer_value, row.reference_value,
-             int64_t{row.epochs_spent}, int64_t{row.grid_epochs}, row.note, detail::now_utc(),
-             row.id);
+             to_string(row.status), row.answer_run_id, row.answer_yaml, row.answer_value,
+             row.reference_value, int64_t{row.epochs_spent}, int64_t{row.grid_epochs}, row.note,
+             detail::now_utc(), row.id);
   });
 }
 
@@ -152,8 +152,8 @@ void Store::record_tune_round(const TuneRoundRow& r) {
     sql::run(db_,
              "INSERT OR IGNORE INTO tune_rounds (search_id, round, kind, start_run_id, "
              "fork_epoch, diagnosis_epoch, note) VALUES (?, ?, ?, ?, ?, NULLIF(?, -2), ?)",
-             r.search_id, int64_t{r.round}, r.kind, r.start_run_id, int64_t{r.fork_epoch},
-             int64_t{r.diagnosis_epoch.value_or(-2)}, r.note);
+             r.search_id, int64_t{r.round}, to_string(r.kind), r.start_run_id,
+             int64_t{r.fork_epoch}, int64_t{r.diagnosis_epoch.value_or(-2)}, r.note);
   });
 }
 
@@ -170,7 +170,7 @@ void Store::record_tune_candidate(const TuneCandidateRow& c) {
              "NULLIF(?, ''), ?, NULLIF(?, 0), ?, NULLIF(?, -1), ?, ?, ?)",
              c.search_id, int64_t{c.round}, int64_t{c.seq}, c.move, c.change_json, c.reason,
              c.advice_rule, c.advice_module, c.run_id, c.parent_run_id, int64_t{c.fork_epoch},
-             int64_t{c.rung}, c.value, c.reference_value, c.outcome);
+             int64_t{c.rung}, c.value, c.reference_value, to_string(c.outcome));
   });
 }
 
@@ -182,8 +182,8 @@ void Store::update_tune_candidate(const TuneCandidateRow& c) {
     sql::run(db_,
              "UPDATE tune_candidates SET rung = NULLIF(?, -1), value = ?, reference_value = ?, "
              "outcome = ? WHERE search_id = ? AND round = ? AND seq = ?",
-             int64_t{c.rung}, c.value, c.reference_value, c.outcome, c.search_id, int64_t{c.round},
-             int64_t{c.seq});
+             int64_t{c.rung}, c.value, c.reference_value, to_string(c.outcome), c.search_id,
+             int64_t{c.round}, int64_t{c.seq});
   });
 }
 

@@ -124,7 +124,7 @@ void expect_decisions_consistent(const std::string& db, const std::string& log) 
         ASSERT_TRUE(loss[id].count(d.epoch)) << "compared with run " << id << " at " << d.epoch;
         EXPECT_EQ(loss[id][d.epoch], other.at("value").get<double>());
       }
-      allowed_until = d.action == "stop" ? d.epoch : kEpochs - 1;
+      allowed_until = d.action == store::PruneAction::kStop ? d.epoch : kEpochs - 1;
     }
     EXPECT_LE(run.epochs_done - 1, allowed_until) << run.name << " trained after its stop";
   }
@@ -179,7 +179,7 @@ TEST(Prune, AshaTrainsAtMostHalfTheEpochsAndKeepsTheFullGridsBestCell) {
     if (run.status != store::RunStatus::kPruned) continue;
     const auto decisions = store.prune_decisions(run.id);
     ASSERT_FALSE(decisions.empty()) << run.name;
-    EXPECT_EQ(decisions.back().action, "stop");
+    EXPECT_EQ(store::to_string(decisions.back().action), "stop");
     EXPECT_EQ(decisions.back().epoch, run.epochs_done - 1) << "stopped right after the decision";
     const Result show = run_amptune({"show", run.name, "--db", f.db}, f.dir);
     ASSERT_EQ(show.exit_code, 0) << show.err;
@@ -238,7 +238,7 @@ TEST(Prune, NoPruneContinuesAPrunedCellBitwise) {
     if (std::find(pruned.begin(), pruned.end(), run.name) != pruned.end()) {
       const auto decisions = store::Store(f.db).prune_decisions(run.id);
       ASSERT_GE(decisions.size(), 2u) << run.name;
-      EXPECT_EQ(decisions.back().action, "continue");
+      EXPECT_EQ(store::to_string(decisions.back().action), "continue");
     }
   }
 }

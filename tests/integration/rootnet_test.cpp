@@ -220,7 +220,7 @@ TEST(RootNetCli, TuneFromTheSeedPortEndsWithinTheMrpeTolerance) {
   const auto searches = store.tune_searches("rn");
   ASSERT_EQ(searches.size(), 1u);
   const store::TuneSearchRow& search = searches[0];
-  ASSERT_EQ(search.status, "answered") << search.note << "\n" << r.out;
+  ASSERT_EQ(store::to_string(search.status), "answered") << search.note << "\n" << r.out;
   EXPECT_LE(search.answer_value, search.reference_value * 1.1);
   const auto answer = nlohmann::json::parse(store.find_run(search.answer_run_id)->config_json);
   EXPECT_EQ(answer.at("amp").at("loss_scale"), "dynamic") << r.out;

@@ -152,8 +152,8 @@ TEST_F(ReportTest, ATuneSearchIsATreeOfRunsWithItsCurves) {
     add_epoch(answer, epoch, e);
   }
   store::TuneSearchRow row = start_search(ref, start);
-  store_.record_tune_round({row.id, 1, "search", start, -1, -1, ""});
-  store_.record_tune_round({row.id, 2, "search", best, 0, 0, ""});
+  store_.record_tune_round({row.id, 1, store::TuneRoundKind::kSearch, start, -1, -1, ""});
+  store_.record_tune_round({row.id, 2, store::TuneRoundKind::kSearch, best, 0, 0, ""});
   auto candidate = [&](int round, int seq, const std::string& move, int64_t run,
                        const std::string& outcome) {
     store::TuneCandidateRow c;
@@ -164,14 +164,14 @@ TEST_F(ReportTest, ATuneSearchIsATreeOfRunsWithItsCurves) {
     c.change_json = R"({"k":"v"})";
     c.reason = "why " + move;
     c.run_id = run;
-    c.outcome = outcome;
+    c.outcome = *store::parse_outcome(outcome);
     c.value = 1;
     store_.record_tune_candidate(c);
   };
   candidate(1, 0, "casts", pruned, "pruned");
   candidate(1, 1, "loss_scale", best, "outside");
   candidate(2, 0, "fp32_modules", answer, "within");
-  row.status = "answered";
+  row.status = store::TuneStatus::kAnswered;
   row.answer_run_id = answer;
   row.answer_yaml = "amp.fp32_modules: [conv1]\n";
   store_.finish_tune_search(row);
@@ -226,7 +226,8 @@ TEST_F(ReportTest, ADeepTuneChainIsReadWhole) {
     Epoch e;
     e.metrics["acc1"] = round;
     add_epoch(id, round, e);
-    store_.record_tune_round({row.id, round, "search", previous, round - 1, std::nullopt, ""});
+    store_.record_tune_round(
+        {row.id, round, store::TuneRoundKind::kSearch, previous, round - 1, std::nullopt, ""});
     store::TuneCandidateRow c;
     c.search_id = row.id;
     c.round = round;
@@ -234,11 +235,11 @@ TEST_F(ReportTest, ADeepTuneChainIsReadWhole) {
     c.change_json = "{}";
     c.reason = "deeper";
     c.run_id = id;
-    c.outcome = "outside";
+    c.outcome = store::CandidateOutcome::kOutside;
     store_.record_tune_candidate(c);
     previous = id;
   }
-  row.status = "exhausted";
+  row.status = store::TuneStatus::kExhausted;
   row.answer_run_id = previous;
   store_.finish_tune_search(row);
 

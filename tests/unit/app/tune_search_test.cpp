@@ -186,7 +186,7 @@ class World : public TuneExecutor {
 
   std::string kind_of(int round) const {
     for (const auto& r : rounds) {
-      if (r.round == round) return r.kind;
+      if (r.round == round) return store::to_string(r.kind);
     }
     return "";
   }
@@ -255,7 +255,7 @@ std::vector<std::string> path_of(const World& w) {
   std::vector<std::string> out;
   for (const auto& c : w.candidates) {
     out.push_back(std::to_string(c.round) + " " + w.kind_of(c.round) + " " + c.move + " " +
-                  c.outcome);
+                  store::to_string(c.outcome));
   }
   return out;
 }
@@ -273,7 +273,8 @@ TEST(TuneSearch, TwoOverflowsNamedTogetherAreKeptTogether) {
   const SearchSpec spec = spec_of({{"amp.opt_level", "O1"}});
   const SearchResult r = run_search(w, spec, 1);
   ASSERT_FALSE(r.stopped);
-  ASSERT_EQ(w.search->status, "answered") << w.search->note << "\n" << dump(path_of(w));
+  ASSERT_EQ(store::to_string(w.search->status), "answered") << w.search->note << "\n"
+                                                            << dump(path_of(w));
   EXPECT_EQ(w.fp32_modules_of_answer(), (std::vector<std::string>{"conv1", "layer3.0.conv1"}));
   EXPECT_EQ(path_of(w)[0], "1 search fp32_modules within") << "both modules together";
   EXPECT_EQ(w.candidates[0].advice_module, "conv1,layer3.0.conv1");
@@ -282,7 +283,7 @@ TEST(TuneSearch, TwoOverflowsNamedTogetherAreKeptTogether) {
   for (const auto& c : w.candidates) {
     if (w.kind_of(c.round) == "bisect") {
       ++bisect_probes;
-      EXPECT_EQ(c.outcome, "diverged");
+      EXPECT_EQ(store::to_string(c.outcome), "diverged");
     }
   }
   EXPECT_EQ(bisect_probes, 2);
@@ -297,7 +298,8 @@ TEST(TuneSearch, ADivergedCandidateThatGotFurtherIsTheNextStart) {
   World w({overflow("conv1"), late}, 4);
   const SearchSpec spec = spec_of({{"amp.opt_level", "O1"}});
   run_search(w, spec, 1);
-  ASSERT_EQ(w.search->status, "answered") << w.search->note << "\n" << dump(path_of(w));
+  ASSERT_EQ(store::to_string(w.search->status), "answered") << w.search->note << "\n"
+                                                            << dump(path_of(w));
   EXPECT_EQ(w.fp32_modules_of_answer(), (std::vector<std::string>{"conv1", "layer3.0.conv1"}));
   const auto path = path_of(w);
   EXPECT_EQ(path[0], "1 search fp32_modules diverged") << "conv1 alone diverges, late";
@@ -316,7 +318,8 @@ TEST(TuneSearch, ThreeFaultsOfDifferentKindsAreEachFixedWithTheirReason) {
                                    {"amp.loss_scale", 128.0},
                                    {"casts.int32", {"k_value", "cam_param"}}});
   run_search(w, spec, 1);
-  ASSERT_EQ(w.search->status, "answered") << w.search->note << "\n" << dump(path_of(w));
+  ASSERT_EQ(store::to_string(w.search->status), "answered") << w.search->note << "\n"
+                                                            << dump(path_of(w));
   const Config& answer = w.run(w.search->answer_run_id).config;
   EXPECT_EQ(answer.at("amp.loss_scale"), "dynamic");
   EXPECT_EQ(answer.get_string_list("amp.fp32_modules"), (std::vector<std::string>{"conv1"}));
@@ -339,7 +342,8 @@ TEST(TuneSearch, TheUnionOfMovesThatEachHelpedIsTriedAndBisected) {
   SearchSpec spec = spec_of({{"amp.opt_level", "O1"}, {"casts.int32", {"k_value"}}});
   spec.block.min_epochs = 4;
   run_search(w, spec, 1);
-  ASSERT_EQ(w.search->status, "answered") << w.search->note << "\n" << dump(path_of(w));
+  ASSERT_EQ(store::to_string(w.search->status), "answered") << w.search->note << "\n"
+                                                            << dump(path_of(w));
   const auto path = path_of(w);
   EXPECT_EQ(path[0], "1 search fp32_modules outside");
   EXPECT_EQ(path[1], "1 search casts diverged");
@@ -382,7 +386,7 @@ TEST(TuneSearch, NoiseAtTheToleranceEdge) {
   SearchSpec spec = spec_of({{"amp.opt_level", "O1"}, {"casts.int32", {"k_value"}}});
   spec.block.reference_repeats = 3;
   run_search(w, spec, 1);
-  ASSERT_EQ(w.search->status, "answered") << w.search->note;
+  ASSERT_EQ(store::to_string(w.search->status), "answered") << w.search->note;
   EXPECT_NE(w.search->note.find("seed noise of the reference 0.4 (range of 3 seeds), above the "
                                 "tolerance"),
             std::string::npos)
@@ -401,7 +405,8 @@ TEST(TuneSearch, AForkedAnswerIsConfirmedFromScratch) {
     SearchSpec spec = spec_of({{"amp.opt_level", "O1"}});
     spec.block.confirm = confirm;
     run_search(w, spec, 1);
-    ASSERT_EQ(w.search->status, "answered") << w.search->note << "\n" << dump(path_of(w));
+    ASSERT_EQ(store::to_string(w.search->status), "answered") << w.search->note << "\n"
+                                                              << dump(path_of(w));
     const auto path = path_of(w);
     EXPECT_EQ(path[0], "1 search fp32_modules within");
     EXPECT_NE(w.run(w.candidates[0].run_id).parent, 0) << "the answer is a fork";
@@ -427,7 +432,7 @@ TEST(TuneSearch, ResumingAfterEveryStepGivesTheSameSearch) {
                                    {"casts.int32", {"k_value"}}});
   World whole = world();
   run_search(whole, spec, 1);
-  ASSERT_EQ(whole.search->status, "answered");
+  ASSERT_EQ(store::to_string(whole.search->status), "answered");
   ASSERT_GT(whole.trainings, 3);
   for (int k = 0; k < whole.trainings; ++k) {
     World w = world();

@@ -277,9 +277,9 @@ TEST(AppTune, ARunLeavesTheBandWhereItHasNoValue) {
   EXPECT_EQ(exit_epoch({{0, 1.0}, {1, 1.2}}, ref, 2, t), 1);
   for (const Outcome o : {Outcome::kPending, Outcome::kWithin, Outcome::kOutside, Outcome::kPruned,
                           Outcome::kDiverged, Outcome::kFailed}) {
-    EXPECT_EQ(parse_outcome(to_string(o)), o);
+    EXPECT_EQ(store::parse_outcome(store::to_string(o)), o);
   }
-  EXPECT_FALSE(parse_outcome("Within"));
+  EXPECT_FALSE(store::parse_outcome("Within"));
 }
 
 }  // namespace

@@ -392,7 +392,7 @@ TEST_F(MergeTest, DiagnosesComeWithTheirRunAndAReplacedCopyBringsItsOwn) {
 // its own and drops the target's.
 TEST_F(MergeTest, PrunedRunsComeWithTheirDecisions) {
   const std::string a = path("a.sqlite"), b = path("b.sqlite"), into = path("into.sqlite");
-  auto decision = [](int64_t run, int epoch, const std::string& action, const std::string& why) {
+  auto decision = [](int64_t run, int epoch, PruneAction action, const std::string& why) {
     PruneDecisionRow d;
     d.run_id = run;
     d.epoch = epoch;
@@ -407,16 +407,16 @@ TEST_F(MergeTest, PrunedRunsComeWithTheirDecisions) {
   {
     Shard s(a);
     const int64_t id = s.add(0, 1, RunStatus::kRunning);
-    s.store().prune_run(decision(id, 0, "stop", "a stops"));
-    ASSERT_TRUE(s.store().promote_run(decision(id, 0, "continue", "a promotes")));
+    s.store().prune_run(decision(id, 0, PruneAction::kStop, "a stops"));
+    ASSERT_TRUE(s.store().promote_run(decision(id, 0, PruneAction::kContinue, "a promotes")));
     s.store().mark_running(id, Provenance{});
-    s.store().prune_run(decision(id, 0, "stop", "a stops again"));
+    s.store().prune_run(decision(id, 0, PruneAction::kStop, "a stops again"));
     s.add(1, 1);
   }
   {
     Shard s(b);
     const int64_t id = s.add(2, 3, RunStatus::kRunning);
-    s.store().prune_run(decision(id, 2, "stop", "b stops"));
+    s.store().prune_run(decision(id, 2, PruneAction::kStop, "b stops"));
   }
   Store target(into);
   target.merge({b, a}, testing::checkpoint_layout());
@@ -452,7 +452,7 @@ TEST_F(MergeTest, PruneDecisionsNameTheComparedRunsByTheirTargetIds) {
     pruned = s.add(2, 1, RunStatus::kRunning);
     PruneDecisionRow d;
     d.run_id = pruned;
-    d.action = "stop";
+    d.action = PruneAction::kStop;
     d.rule = "median";
     d.metric = "acc1";
     d.compared_json = "[{\"run_id\":" + std::to_string(other) + ",\"value\":11.0}]";

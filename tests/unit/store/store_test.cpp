@@ -624,7 +624,7 @@ TEST_F(StoreTest, PrunedRunsStopWithTheirDecisionAndArePromotedOnce) {
   PruneDecisionRow stop;
   stop.run_id = id;
   stop.epoch = 0;
-  stop.action = "stop";
+  stop.action = PruneAction::kStop;
   stop.rule = "asha";
   stop.metric = "acc1";
   stop.rung = 0;
@@ -633,7 +633,7 @@ TEST_F(StoreTest, PrunedRunsStopWithTheirDecisionAndArePromotedOnce) {
   stop.compared_json = R"([{"run_id":7,"value":12.5}])";
   stop.reason = "waits";
   PruneDecisionRow wrong = stop;
-  wrong.action = "continue";
+  wrong.action = PruneAction::kContinue;
   EXPECT_THROW(store.prune_run(wrong), StoreError);
   store.prune_run(stop);
   RunRow pruned = *store.find_run(id);
@@ -642,7 +642,7 @@ TEST_F(StoreTest, PrunedRunsStopWithTheirDecisionAndArePromotedOnce) {
   EXPECT_FALSE(pruned.finished_at.empty());
   EXPECT_FALSE(store.claim_run(id, provenance("a"), 3600, /*retry_failed=*/true));
   PruneDecisionRow go = stop;
-  go.action = "continue";
+  go.action = PruneAction::kContinue;
   go.threshold = 9;
   go.rung = -1;
   go.reason = "promoted";
@@ -652,12 +652,12 @@ TEST_F(StoreTest, PrunedRunsStopWithTheirDecisionAndArePromotedOnce) {
   EXPECT_EQ(store.find_run(id)->message, "promoted");
   const auto decisions = store.prune_decisions(id);
   ASSERT_EQ(decisions.size(), 2u);
-  EXPECT_EQ(decisions[0].action, "stop");
+  EXPECT_EQ(to_string(decisions[0].action), "stop");
   EXPECT_EQ(decisions[0].rung, 0);
   EXPECT_TRUE(std::isnan(decisions[0].threshold));
   EXPECT_EQ(decisions[0].compared_json, R"([{"run_id":7,"value":12.5}])");
   EXPECT_FALSE(decisions[0].decided_at.empty());
-  EXPECT_EQ(decisions[1].action, "continue");
+  EXPECT_EQ(to_string(decisions[1].action), "continue");
   EXPECT_EQ(decisions[1].rung, -1);
   EXPECT_EQ(decisions[1].threshold, 9);
   // A pruned run is claimable to continue it (amptune resume).
@@ -677,7 +677,7 @@ TEST_F(StoreTest, PruneDecisionsOfAnotherShapeAreRefusedNamingTheRowAndColumn) {
     ASSERT_TRUE(store.claim_run(id, provenance("a"), 3600));
     PruneDecisionRow stop;
     stop.run_id = id;
-    stop.action = "stop";
+    stop.action = PruneAction::kStop;
     stop.rule = "asha";
     stop.metric = "acc1";
     stop.rung = 0;
@@ -744,7 +744,7 @@ TEST_F(StoreTest, ReadersRefuseValuesOfAnotherShapeNamingTheRowAndColumn) {
     t.metric = "acc1";
     t.reference_run_id = t.start_run_id = id;
     search = store.ensure_tune_search(t).id;
-    store.record_tune_round({search, 1, "search", id, 0, 0, ""});
+    store.record_tune_round({search, 1, TuneRoundKind::kSearch, id, 0, 0, ""});
     TuneCandidateRow c;
     c.search_id = search;
     c.round = 1;
@@ -852,7 +852,7 @@ TEST_F(StoreTest, PrunePendingRunStopsAReleasedRunOnce) {
   PruneDecisionRow stop;
   stop.run_id = id;
   stop.epoch = 0;
-  stop.action = "stop";
+  stop.action = PruneAction::kStop;
   stop.rule = "asha";
   stop.metric = "acc1";
   stop.reason = "tune round 1";
@@ -881,14 +881,15 @@ TEST_F(StoreTest, TuneSearchRoundsAndCandidatesAndTheirPath) {
   row.start_run_id = start;
   const TuneSearchRow first = store.ensure_tune_search(row);
   EXPECT_GT(first.id, 0);
-  EXPECT_EQ(first.status, "searching");
+  EXPECT_EQ(to_string(first.status), "searching");
   EXPECT_EQ(first.sweep_name, "t");
   EXPECT_EQ(store.ensure_tune_search(row).id, first.id) << "found again";
   row.block_json = R"({"tune.metric":"acc5"})";
   EXPECT_NE(store.ensure_tune_search(row).id, first.id) << "another block, another search";
-  store.record_tune_round({first.id, 1, "search", start, 0, 1, "note"});
-  store.record_tune_round({first.id, 1, "search", start, 5, 5, "ignored"});  // already there
-  store.record_tune_round({first.id, 2, "bisect", cand, -1, std::nullopt, ""});
+  store.record_tune_round({first.id, 1, TuneRoundKind::kSearch, start, 0, 1, "note"});
+  store.record_tune_round(
+      {first.id, 1, TuneRoundKind::kSearch, start, 5, 5, "ignored"});  // already there
+  store.record_tune_round({first.id, 2, TuneRoundKind::kBisect, cand, -1, std::nullopt, ""});
   TuneCandidateRow c;
   c.search_id = first.id;
   c.round = 1;
@@ -905,7 +906,7 @@ TEST_F(StoreTest, TuneSearchRoundsAndCandidatesAndTheirPath) {
   c.value = 0.5;
   c.reference_value = 0.6;
   c.rung = 1;
-  c.outcome = "within";
+  c.outcome = CandidateOutcome::kWithin;
   store.update_tune_candidate(c);
   TuneCandidateRow bad = c;
   bad.round = 9;  // no such round
@@ -915,16 +916,16 @@ TEST_F(StoreTest, TuneSearchRoundsAndCandidatesAndTheirPath) {
   EXPECT_EQ(rounds[0].note, "note");
   EXPECT_EQ(rounds[0].diagnosis_epoch, 1);
   EXPECT_FALSE(rounds[1].diagnosis_epoch);
-  EXPECT_EQ(rounds[1].kind, "bisect");
+  EXPECT_EQ(to_string(rounds[1].kind), "bisect");
   const auto candidates = store.tune_candidates(first.id);
   ASSERT_EQ(candidates.size(), 1u);
-  EXPECT_EQ(candidates[0].outcome, "within");
+  EXPECT_EQ(to_string(candidates[0].outcome), "within");
   EXPECT_EQ(candidates[0].rung, 1);
   EXPECT_EQ(candidates[0].value, 0.5);
   EXPECT_EQ(candidates[0].advice_module, "conv1");
   EXPECT_EQ(candidates[0].parent_run_id, start);
   TuneSearchRow done = first;
-  done.status = "answered";
+  done.status = TuneStatus::kAnswered;
   done.answer_run_id = cand;
   done.answer_yaml = "amp.fp32_modules: [conv1]\n";
   done.epochs_spent = 9;
@@ -932,7 +933,7 @@ TEST_F(StoreTest, TuneSearchRoundsAndCandidatesAndTheirPath) {
   store.finish_tune_search(done);
   const auto searches = store.tune_searches("t");
   ASSERT_EQ(searches.size(), 2u);
-  EXPECT_EQ(searches[0].status, "answered");
+  EXPECT_EQ(to_string(searches[0].status), "answered");
   EXPECT_EQ(searches[0].answer_run_id, cand);
   EXPECT_EQ(searches[0].grid_epochs, 15);
   EXPECT_FALSE(searches[0].finished_at.empty());
@@ -987,15 +988,17 @@ TEST_F(StoreTest, MigrationEighteenTakesTheNewRoundKinds) {
   {
     Store store(old_db);
     EXPECT_EQ(store.schema_version(), migrations.back().version);
-    store.record_tune_round({1, 0, "reference", 1, -1, std::nullopt, "seeds"});
-    store.record_tune_round({1, 2, "union", 1, -1, std::nullopt, ""});
-    store.record_tune_round({1, 3, "confirm", 1, -1, std::nullopt, ""});
+    store.record_tune_round({1, 0, TuneRoundKind::kReference, 1, -1, std::nullopt, "seeds"});
+    store.record_tune_round({1, 2, TuneRoundKind::kUnion, 1, -1, std::nullopt, ""});
+    store.record_tune_round({1, 3, TuneRoundKind::kConfirm, 1, -1, std::nullopt, ""});
     const auto rounds = store.tune_rounds(1);
     ASSERT_EQ(rounds.size(), 4u);
-    EXPECT_EQ(rounds[0].kind, "reference");
-    EXPECT_EQ(rounds[1].kind, "search") << "the row of schema 16 is kept";
-    EXPECT_EQ(rounds[2].kind, "union");
-    store.record_tune_round({1, 4, "guess", 1, -1, std::nullopt, ""});  // (OR IGNORE)
+    EXPECT_EQ(to_string(rounds[0].kind), "reference");
+    EXPECT_EQ(to_string(rounds[1].kind), "search") << "the row of schema 16 is kept";
+    EXPECT_EQ(to_string(rounds[2].kind), "union");
+    raw_exec(old_db,
+             "INSERT OR IGNORE INTO tune_rounds (search_id, round, kind, start_run_id, "
+             "fork_epoch) VALUES (1, 4, 'guess', 1, -1)");
     EXPECT_EQ(store.tune_rounds(1).size(), 4u) << "the check still refuses other kinds";
   }
   const std::string edited = (dir_ / "edited.sqlite").string();
