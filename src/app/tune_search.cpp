@@ -225,8 +225,8 @@ std::string Search::seed_noise_note() {
   if (repeats_.empty()) return "";
   std::vector<double> finals = {ref_value(last_)};
   for (Candidate& c : repeats_) {
-    judge_final(c);
-    finals.push_back(c.value);
+    judge_final(c);  // (a diverged repeat's value is not a final one: left out)
+    if (c.outcome == Outcome::kWithin || c.outcome == Outcome::kOutside) finals.push_back(c.value);
   }
   const double noise = seed_noise(finals);
   const double margin = std::fabs(spec_.tolerance.limit(ref_value(last_)) - ref_value(last_));

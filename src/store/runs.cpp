@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -357,39 +358,62 @@ using detail::require_run;
 
 // --- runs ------------------------------------------------------------------------------------
 
-RunRow Store::ensure_run(int64_t sweep_id, const RunSpec& spec) {
-  const std::string what = "creating run " + std::to_string(spec.cell_index) + " of sweep " +
-                           (spec.sweep_name.empty() ? std::to_string(sweep_id) : spec.sweep_name);
-  auto fail = [&](const std::string& why) -> void { throw StoreError(path_ + ": " + what + ": " + why); };
-  if (spec.config_hash.size() < 8) fail("config_hash '" + spec.config_hash + "' is shorter than 8 characters");
+namespace {
+
+// A run spec as ensure_run takes it: its setting columns parsed (each one the runs table
+// declares) and its axes; `fail` throws naming what was wrong.
+struct CheckedSpec {
+  json axes = json::object();
+  std::vector<std::pair<std::string, json>> settings;
+};
+
+CheckedSpec check_spec(const RunSpec& spec, const SettingColumns& setting_columns,
+                       int schema_version, const std::function<void(const std::string&)>& fail) {
+  if (spec.config_hash.size() < 8) {
+    fail("config_hash '" + spec.config_hash + "' is shorter than 8 characters");
+  }
   if (spec.cell_index < 0) fail("cell_index must be >= 0");
   if (!json::accept(spec.config_json)) fail("config_json is not valid JSON");
   if (spec.fork) {
     if (spec.fork->parent_epoch < 0) fail("fork parent_epoch must be >= 0");
-    if (!json::accept(spec.fork->overrides_json) || !json::parse(spec.fork->overrides_json).is_object()) {
+    if (!json::accept(spec.fork->overrides_json) ||
+        !json::parse(spec.fork->overrides_json).is_object()) {
       fail("fork overrides must be a JSON object, got " + spec.fork->overrides_json);
     }
   }
-  json axes = json::object();
+  CheckedSpec out;
   if (!spec.axes_json.empty()) {
     if (!json::accept(spec.axes_json)) fail("axes_json is not valid JSON: " + spec.axes_json);
-    axes = json::parse(spec.axes_json);
-    if (!axes.is_object()) fail("axes_json must be a JSON object, got " + spec.axes_json);
+    out.axes = json::parse(spec.axes_json);
+    if (!out.axes.is_object()) fail("axes_json must be a JSON object, got " + spec.axes_json);
   }
-  std::map<std::string, std::string> declared(setting_columns_.begin(), setting_columns_.end());
-  std::vector<std::pair<std::string, json>> settings;
+  const std::map<std::string, std::string> declared(setting_columns.begin(), setting_columns.end());
   for (const auto& [column, text] : spec.columns) {
-    auto it = declared.find(column);
-    if (it == declared.end()) {
+    if (!declared.count(column)) {
       std::string known;
-      for (const auto& c : setting_columns_) known += (known.empty() ? "" : ", ") + c.first;
+      for (const auto& c : setting_columns) known += (known.empty() ? "" : ", ") + c.first;
       fail("runs has no setting column '" + column + "' (schema " +
-           std::to_string(schema_version()) + "; known: " + known +
+           std::to_string(schema_version) + "; known: " + known +
            "); add it with a migration in schemas/store.sql");
     }
     if (!json::accept(text)) fail("value of column " + column + " is not JSON text: " + text);
-    settings.emplace_back(column, json::parse(text));
+    out.settings.emplace_back(column, json::parse(text));
   }
+  return out;
+}
+
+}  // namespace
+
+RunRow Store::ensure_run(int64_t sweep_id, const RunSpec& spec) {
+  const std::string what = "creating run " + std::to_string(spec.cell_index) + " of sweep " +
+                           (spec.sweep_name.empty() ? std::to_string(sweep_id) : spec.sweep_name);
+  auto fail = [&](const std::string& why) -> void {
+    throw StoreError(path_ + ": " + what + ": " + why);
+  };
+  const CheckedSpec checked = check_spec(spec, setting_columns_, schema_version(), fail);
+  const json& axes = checked.axes;
+  const auto& settings = checked.settings;
+  std::map<std::string, std::string> declared(setting_columns_.begin(), setting_columns_.end());
 
   return guarded_write(path_, db_, what, [&] {
     const auto sweep_name =
