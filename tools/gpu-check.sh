@@ -226,6 +226,18 @@ phase xdevice_gpu_to_cpu 90 "$with_libs" bash "$work/xdevice.sh" 1 gpu cpu ||
 phase xdevice_cpu_to_gpu 90 "$with_libs" bash "$work/xdevice.sh" 2 cpu gpu ||
   say "FAIL checkpoint CPU -> GPU (xdevice_cpu_to_gpu.log)"
 
+# ---- 5b. amptune tune on native CUDA fp16 ------------------------------------------------------
+# The planted search of docs/TUNE.md (experiments/tune_planted.yaml: conv1's input beyond fp16)
+# with the search's runs on the GPU (amp.backend auto: CUDA autocast): the diagnosis, its advice
+# and the answer (conv1 kept in fp32) as on the CPU's emulation. The path goes into
+# tune_native.log, the answer line into the table.
+tdb=$work/tune.sqlite
+phase tune_native 240 "${amptune[@]}" tune "$repo/experiments/tune_planted.yaml" --db "$tdb" \
+  --no-progress --set "data.root=$fmnist" --set "device=$device" ||
+  say "FAIL tune on native CUDA (tune_native.log)"
+{ grep -E "^(answer|no answer|epochs):" "$out/tune_native.log" || true; } |
+  sed 's/^/tune native: /' | tee -a "$table"
+
 # ---- 6. ResNet-50 224 px, batch 256, O2 fp16: amptune vs PyTorch eager AMP -------------------
 # amptune trains on Fashion-MNIST exported as JPEGs and resized to 224 px (its loader is part of
 # the measurement; the loader-alone rate is in resnet50_amptune.log); tools/eager_bench.py
