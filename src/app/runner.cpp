@@ -539,15 +539,6 @@ Tally run_sweep(store::Store& store, const Plan& plan, const SweepOptions& optio
   return tally;
 }
 
-std::optional<train::RunResult> train_if_claimed(store::Store& store, const store::RunRow& run,
-                                                 const SweepOptions& options, Tally& tally) {
-  const Settings settings = settings_of(run, run.name);
-  const store::Provenance prov = provenance(options, settings);
-  if (!store.claim_run(run.id, prov, options.stale_after)) return std::nullopt;
-  warn_if_not_bitwise(run, prov);
-  return train_claimed(store, *store.find_run(run.id), options, tally);
-}
-
 void require_checkpoint(const store::Store& store, const store::RunRow& run, int epoch) {
   bool found = false;
   std::string have;

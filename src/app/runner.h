@@ -154,12 +154,6 @@ Tally fork_run(store::Store& store, const store::RunRow& parent, int epoch,
                const std::vector<std::pair<std::string, nlohmann::json>>& overrides,
                bool reset_optimizer, const std::string& name, const SweepOptions& options);
 
-// Claims `run` for this process (Store::claim_run: pending, or held by a process that is gone)
-// and trains it as run_sweep does (logged, counted in `tally`, options.on_result called);
-// unset, doing nothing, when another process holds it or it is finished.
-std::optional<train::RunResult> train_if_claimed(store::Store& store, const store::RunRow& run,
-                                                 const SweepOptions& options, Tally& tally);
-
 // Throws CheckpointError naming the saved epochs when `run` keeps no checkpoint of `epoch`.
 void require_checkpoint(const store::Store& store, const store::RunRow& run, int epoch);
 

@@ -27,16 +27,6 @@ double Tolerance::shortfall(double value, double reference) const {
   return higher_is_better ? reference - value : value - reference;
 }
 
-std::optional<int> first_exit(const std::map<int, double>& values,
-                              const std::map<int, double>& reference, const Tolerance& tolerance) {
-  for (const auto& [epoch, value] : values) {
-    auto ref = reference.find(epoch);
-    if (ref == reference.end()) continue;
-    if (!tolerance.within(value, ref->second)) return epoch;
-  }
-  return std::nullopt;
-}
-
 std::optional<int> exit_epoch(const std::map<int, double>& values,
                               const std::map<int, double>& reference, int last,
                               const Tolerance& tolerance) {

@@ -35,11 +35,6 @@ struct Tolerance {
   double shortfall(double value, double reference) const;
 };
 
-// The first epoch, in ascending order of the epochs both have, at which `values` is outside the
-// band around `reference`; unset when it never is.
-std::optional<int> first_exit(const std::map<int, double>& values,
-                              const std::map<int, double>& reference, const Tolerance& tolerance);
-
 // The first epoch of 0..`last` at which `values` is outside the band around `reference`, or has
 // no value (a run that diverged there recorded none); unset when every epoch is inside.
 std::optional<int> exit_epoch(const std::map<int, double>& values,

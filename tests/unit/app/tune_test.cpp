@@ -54,9 +54,9 @@ TEST(AppTune, ToleranceBandInBothDirections) {
   EXPECT_FALSE(mrpe.within(133, 120));
   EXPECT_EQ(mrpe.shortfall(100, 120), -20);
   const std::map<int, double> ref = {{0, 50}, {1, 60}, {2, 70}};
-  EXPECT_EQ(first_exit({{0, 49}, {1, 50}, {2, 70}}, ref, acc), 1);
-  EXPECT_EQ(first_exit({{0, kNaN}}, ref, acc), 0);
-  EXPECT_FALSE(first_exit({{0, 48}, {1, 58}, {2, 66}, {7, 0}}, ref, acc));  // 7: no reference
+  EXPECT_EQ(exit_epoch({{0, 49}, {1, 50}, {2, 70}}, ref, 2, acc), 1);
+  EXPECT_EQ(exit_epoch({{0, kNaN}}, ref, 2, acc), 0);
+  EXPECT_FALSE(exit_epoch({{0, 48}, {1, 58}, {2, 66}, {7, 0}}, ref, 2, acc));  // 7: past the end
 }
 
 TEST(AppTune, ADiagnosedOverflowUnderO1KeepsTheModuleInFp32) {
