@@ -11,12 +11,6 @@
 namespace amptune::app {
 namespace {
 
-Config with(const Config& base, const Overrides& overrides) {
-  Config config = base;
-  for (const auto& [key, value] : overrides) config.set(key, value);
-  return config;
-}
-
 // A search and what it refers to, as stored.
 TuneOutcome load_outcome(const store::Store& store, const store::TuneSearchRow& search) {
   TuneOutcome out;

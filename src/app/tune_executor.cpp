@@ -107,9 +107,7 @@ int64_t StoreExecutor::candidate_run(int64_t from, int epoch, const Overrides& c
       log::info("tune: " + label + " cannot fork (" + e.what() + "); it trains from scratch");
     }
   }
-  Config config = Config::from_json(run.config_json, run.name);
-  for (const auto& [key, value] : change) config.set(key, value);
-  return fresh_run(config, label, false);
+  return fresh_run(with(Config::from_json(run.config_json, run.name), change), label, false);
 }
 
 bool StoreExecutor::kept(int64_t id, int epoch) {
@@ -129,9 +127,13 @@ bool StoreExecutor::train_to(const std::vector<int64_t>& ids, int epoch) {
   return finished || !train::stop_requested();
 }
 
-const std::vector<store::Store::MetricValue>& StoreExecutor::values() {
+const std::map<int64_t, std::map<int, double>>& StoreExecutor::values() {
   if (values_stale_) {
-    values_ = store_.metric_values(plan_.sweep.name, plan_.metric, /*with_nulls=*/true);
+    values_.clear();
+    for (const auto& v :
+         store_.metric_values(plan_.sweep.name, plan_.metric, /*with_nulls=*/true)) {
+      values_[v.run_id][v.epoch] = v.value;
+    }
     values_stale_ = false;
   }
   return values_;
@@ -151,14 +153,15 @@ RunView StoreExecutor::view(int64_t id) {
   // The values up the fork chain, one ancestor at a time (a search's chain can be as deep as its
   // rounds): each ancestor counts up to the lowest fork epoch below it; a run's own values win.
   // A chain that leads back to a run (a database edited by hand) ends there.
-  std::map<int64_t, std::map<int, double>> own;
-  for (const auto& value : values()) own[value.run_id][value.epoch] = value.value;
+  const auto& own = values();
   std::set<int64_t> seen;
   int upto = std::numeric_limits<int>::max();
   std::optional<store::RunRow> at = run;
   while (at && seen.insert(at->id).second) {
-    for (const auto& [epoch, value] : own[at->id]) {
-      if (epoch <= upto) v.curve.values.emplace(epoch, value);
+    if (const auto it = own.find(at->id); it != own.end()) {
+      for (const auto& [epoch, value] : it->second) {
+        if (epoch <= upto) v.curve.values.emplace(epoch, value);
+      }
     }
     if (!at->fork) break;
     upto = std::min(upto, at->fork->parent_epoch);

@@ -51,14 +51,15 @@ class StoreExecutor : public TuneExecutor {
     Overrides overrides;
   };
   ForkPoint fork_point(const store::RunRow& run, int epoch);
-  const std::vector<store::Store::MetricValue>& values();
+  // The sweep's values of the metric by run and epoch, read again after training.
+  const std::map<int64_t, std::map<int, double>>& values();
 
   store::Store& store_;
   const TunePlan& plan_;
   const SweepOptions& options_;
   int64_t sweep_id_ = 0;
   Tally tally_;
-  std::vector<store::Store::MetricValue> values_;  // the sweep's values of the metric, as last read
+  std::map<int64_t, std::map<int, double>> values_;  // as last read
   bool values_stale_ = true;
   std::map<int64_t, double> shares_;  // fp32_share by run id
 };

@@ -27,6 +27,21 @@ double Tolerance::shortfall(double value, double reference) const {
   return higher_is_better ? reference - value : value - reference;
 }
 
+Config with(const Config& base, const Overrides& overrides) {
+  Config config = base;
+  for (const auto& [key, value] : overrides) config.set(key, value);
+  return config;
+}
+
+std::vector<std::string> distinct(const std::vector<std::string>& names) {
+  std::set<std::string> seen;
+  std::vector<std::string> out;
+  for (const auto& name : names) {
+    if (seen.insert(name).second) out.push_back(name);
+  }
+  return out;
+}
+
 std::optional<int> exit_epoch(const std::map<int, double>& values,
                               const std::map<int, double>& reference, int last,
                               const Tolerance& tolerance) {
@@ -71,16 +86,6 @@ bool further(const Progress& a, const Progress& b) {
 }
 
 namespace {
-
-// `names` without repeats, in the order of their first appearance.
-std::vector<std::string> distinct(const std::vector<std::string>& names) {
-  std::set<std::string> seen;
-  std::vector<std::string> out;
-  for (const auto& name : names) {
-    if (seen.insert(name).second) out.push_back(name);
-  }
-  return out;
-}
 
 std::string parent_of(const std::string& name) {
   const auto dot = name.rfind('.');

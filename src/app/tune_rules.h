@@ -35,6 +35,11 @@ struct Tolerance {
   double shortfall(double value, double reference) const;
 };
 
+// `base` with `overrides` set.
+Config with(const Config& base, const Overrides& overrides);
+// `names` without repeats, in the order of their first appearance.
+std::vector<std::string> distinct(const std::vector<std::string>& names);
+
 // The first epoch of 0..`last` at which `values` is outside the band around `reference`, or has
 // no value (a run that diverged there recorded none); unset when every epoch is inside.
 std::optional<int> exit_epoch(const std::map<int, double>& values,

@@ -6,10 +6,10 @@
 #include <limits>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include "app/prune_rules.h"
 #include "app/prune_sweep.h"
+#include "app/table.h"
 #include "core/log.h"
 
 namespace amptune::app {
@@ -17,12 +17,6 @@ namespace {
 
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 using Candidate = store::TuneCandidateRow;
-
-Config with(const Config& base, const Overrides& overrides) {
-  Config config = base;
-  for (const auto& [key, value] : overrides) config.set(key, value);
-  return config;
-}
 
 nlohmann::json change_json(const Overrides& change) {
   nlohmann::json out = nlohmann::json::object();
@@ -43,29 +37,6 @@ std::vector<std::string> all_keys(const Config& config) {
   std::vector<std::string> keys;
   for (const KeySpec& spec : config.schema().keys()) keys.push_back(spec.key);
   return keys;
-}
-
-std::vector<std::string> distinct(const std::vector<std::string>& names) {
-  std::vector<std::string> out;
-  for (const auto& name : names) {
-    if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
-  }
-  return out;
-}
-
-// 0.0312 -> "3.12 %".
-std::string percent_text(double share) {
-  std::ostringstream out;
-  out.precision(3);
-  out << share * 100 << " %";
-  return out.str();
-}
-
-std::string number_text(double value) {
-  std::ostringstream out;
-  out.precision(4);
-  out << value;
-  return out.str();
 }
 
 class Search {
@@ -230,12 +201,13 @@ std::string Search::seed_noise_note() {
   }
   const double noise = seed_noise(finals);
   const double margin = std::fabs(spec_.tolerance.limit(ref_value(last_)) - ref_value(last_));
-  std::string note = "; seed noise of the reference " + number_text(noise) + " (range of " +
+  std::string note = "; seed noise of the reference " + significant(noise, 4) + " (range of " +
                      std::to_string(finals.size()) + " seeds)";
   if (margin < noise) {
-    const std::string warning = "the tolerance (" + number_text(margin) + ") is below the seed " +
-                                "noise of the reference (" + number_text(noise) + " over " +
-                                std::to_string(finals.size()) + " seeds): within or outside is " +
+    const std::string warning = "the tolerance (" + significant(margin, 4) +
+                                ") is below the seed " + "noise of the reference (" +
+                                significant(noise, 4) + " over " + std::to_string(finals.size()) +
+                                " seeds): within or outside is " +
                                 "partly chance; widen tune.tolerance or use a steadier metric";
     log::warn("tune: " + warning);
     note += ", above the tolerance";
@@ -634,11 +606,11 @@ void Search::confirm(const Candidate& answer, std::string& note) {
   if (!train_to({id}, last_)) return;
   count_trained(id, last_);
   judge_final(c);
-  note += "; from scratch " + number_text(c.value) + " (" + to_string(c.outcome) + ")";
+  note += "; from scratch " + significant(c.value, 4) + " (" + to_string(c.outcome) + ")";
   if (c.outcome != Outcome::kWithin) {
     log::warn("tune: the answer trained from scratch ends " + to_string(c.outcome) + " (" +
-              spec_.metric + " " + number_text(c.value) + " against the reference's " +
-              number_text(ref_value(last_)) + "): the forked path's result depends on its path");
+              spec_.metric + " " + significant(c.value, 4) + " against the reference's " +
+              significant(ref_value(last_), 4) + "): the forked path's result depends on its path");
   }
 }
 
@@ -654,7 +626,8 @@ SearchResult Search::finish(store::TuneStatus status, const std::optional<Candid
     if (status == store::TuneStatus::kAnswered && block_.objective == "precision") {
       const double share = exec_.fp32_share(run.id);
       if (!std::isnan(share)) {
-        search_.note += "; " + percent_text(share) + " of the forward multiply-accumulates in fp32";
+        search_.note += "; " + significant(share * 100, 3) + " %" +
+                        " of the forward multiply-accumulates in fp32";
       }
     }
     search_.answer_run_id = run.id;

@@ -102,13 +102,6 @@ std::string parent_of(const std::string& name) {
   return dot == std::string::npos ? "" : name.substr(0, dot);
 }
 
-// "conv1, layer3.0.conv1"
-std::string joined(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
-  return out;
-}
-
 // The activation_overflow row of module `r`: keep it in fp32 (and, under O2/O3, its enclosing
 // module, since its output is cast back to the low-precision type). `evidence` follows the
 // share of overflowing outputs; `kept`: the modules in fp32 the overflow was seen with.
@@ -121,8 +114,8 @@ store::DiagnosisAdvice overflow_row(const store::DiagnosticRow& r, const AdviceC
                        "): keep it in fp32, " + list + ": [" + r.module + "]";
   if (!kept.empty()) {
     const std::string why = " kept in fp32 (before, the inf/NaN of an earlier overflow reached it), ";
-    advice = "with " + joined(kept) + why + advice + "; together: " + list + ": [" + joined(kept) +
-             ", " + r.module + "]";
+    advice = "with " + join(kept, ", ") + why + advice + "; together: " + list + ": [" +
+             join(kept, ", ") + ", " + r.module + "]";
   }
   const std::string parent = parent_of(r.module);
   if (c.cast_model && !parent.empty()) {
@@ -564,7 +557,7 @@ std::vector<HiddenOverflow> hidden_overflows(const Probe& p,
     }
     if (fresh.empty()) break;
     for (const auto& r : fresh) {
-      log::info(p.origin + ": with " + joined(kept) + " kept in fp32, " + r.module +
+      log::info(p.origin + ": with " + join(kept, ", ") + " kept in fp32, " + r.module +
                 " overflows too");
       hidden.push_back({r, kept});
     }
