@@ -358,6 +358,9 @@ TEST(TuneCli, BadTuneBlocksAreRefusedBeforeAnythingIsWritten) {
       {"{amp.opt_level: O1}", "  moves: [loss_scale, fp64]\n", "tune.moves[1] must be one of"},
       {"{amp.opt_level: O1}", "  budget: {epochs: 6}\n",
        "tune.budget.epochs 6 cannot train the reference and the start (6 epochs)"},
+      {"{amp.opt_level: O1}", "  reference_repeats: 3\n  budget: {epochs: 12}\n",
+       "tune.budget.epochs 12 cannot train the reference 3 times and the start (12 epochs)"},
+      {"{amp.opt_level: O1}", "  reference_repeats: 17\n", "tune.reference_repeats"},
       {"{amp.opt_level: O0}", "", "tune.start is the reference's setting"},
       {"{amp.opt_level: O1}", "  halving: {eta: 1}\n", "tune.halving.eta"},
   };
