@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "amp/op_emulation.h"
 #include "compat/torch_compat.h"
 #include "core/error.h"
 
@@ -175,7 +176,11 @@ torch::Tensor fp32_op(const torch::Tensor& y) {
 
 torch::Tensor model_input(const torch::Tensor& x) {
   if (!t_policy || !t_policy->cast_model || t_fp32_depth > 0) return x;
-  if (t_policy->backend == Backend::kEmulate) return low(x);
+  if (t_policy->backend == Backend::kEmulate) {
+    torch::Tensor y = low(x);
+    mark_low(y);  // a graph's ops see a low-precision input (amp/op_emulation.h)
+    return y;
+  }
   if (t_policy->backend == Backend::kNative && x.is_floating_point()) {
     return x.to(scalar_type(t_policy->dtype));
   }
@@ -303,6 +308,7 @@ torch::Tensor ModuleCall::output(const torch::Tensor& y) const {
     // output is the model's fp32 output).
     out = t_policy->backend == Backend::kNative ? y.to(scalar_type(t_policy->dtype))
                                                 : round_through(y, t_policy->dtype);
+    mark_low(out);
   }
   if (t_observer && entry_) (*t_observer)(entry_->name, input_, out);
   return out;

@@ -11,9 +11,19 @@
 namespace amptune::amp {
 namespace {
 
+// A BatchNorm module: LibTorch's, or a TorchScript model's torch.nn one (models/scripted.h names
+// each module by its class's qualified name, "__torch__.torch.nn.modules.batchnorm.BatchNorm2d").
 bool is_batchnorm(torch::nn::Module& m) {
-  return m.as<torch::nn::BatchNorm1d>() || m.as<torch::nn::BatchNorm2d>() ||
-         m.as<torch::nn::BatchNorm3d>();
+  if (m.as<torch::nn::BatchNorm1d>() || m.as<torch::nn::BatchNorm2d>() ||
+      m.as<torch::nn::BatchNorm3d>()) {
+    return true;
+  }
+  const std::string& name = m.name();
+  const auto dot = name.rfind('.');
+  const std::string cls = dot == std::string::npos ? name : name.substr(dot + 1);
+  return name.find("torch.nn.modules.batchnorm.") != std::string::npos &&
+         (cls == "BatchNorm1d" || cls == "BatchNorm2d" || cls == "BatchNorm3d" ||
+          cls == "SyncBatchNorm");
 }
 
 }  // namespace
@@ -92,6 +102,14 @@ std::vector<torch::Tensor> Engine::optimizer_params() const {
   out.reserve(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
     out.push_back(masters_[i].defined() ? masters_[i] : params_[i]);
+  }
+  return out;
+}
+
+std::vector<torch::Tensor> Engine::low_precision_tensors() const {
+  std::vector<torch::Tensor> out = low_buffers_;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (low_[i]) out.push_back(params_[i]);
   }
   return out;
 }

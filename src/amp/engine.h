@@ -56,6 +56,9 @@ class Engine {
 
   // The parameters held in low precision (on the grid / cast), in model order.
   const std::vector<bool>& low_precision_mask() const { return low_; }
+  // Every tensor held in low precision: those parameters and the buffers cast with them (a
+  // graph's ops read them as low-precision inputs, amp/op_emulation.h ScopedLowStorage).
+  std::vector<torch::Tensor> low_precision_tensors() const;
   const std::vector<torch::Tensor>& masters() const { return masters_; }  // undefined: none
 
   // Whether a checkpoint must carry amp state to restore this engine: it has masters or scales

@@ -61,6 +61,8 @@ ModelSettings read_model(Reader& in) {
   s.weights = in.get_string("model.weights");
   s.backbone_depth = in.get_int("model.backbone_depth");
   s.backbone_weights = in.get_string("model.backbone_weights");
+  s.path = in.get_string("model.path");
+  s.task = in.get_string("model.task");
   return s;
 }
 

@@ -31,6 +31,8 @@ struct ModelSettings {
   std::string weights;           // path of a state dict; "" = random init
   int64_t backbone_depth = 0;    // rootnet
   std::string backbone_weights;  // rootnet; "" = random init
+  std::string path;              // torchscript: the TorchScript file
+  std::string task;              // torchscript: classification | custom
 };
 
 struct DataSettings {

@@ -20,6 +20,7 @@
 #include "core/settings.h"
 #include "data/dataset.h"
 #include "data/loader.h"
+#include "models/scripted.h"
 #include "train/casts.h"
 #include "train/evaluate.h"
 #include "train/plan.h"
@@ -654,6 +655,15 @@ double module_macs(const torch::nn::Module& module, const torch::Tensor& y) {
                               static_cast<double>(w.size(2) * w.size(3));
     return outputs * per_output / static_cast<double>((*stride)[0] * (*stride)[1]);
   }
+  if (const auto layer = models::scripted_layer(module)) {  // a TorchScript model's torch.nn layer
+    const torch::Tensor& w = layer->weight;
+    if (layer->kind == "Linear") return outputs * static_cast<double>(w.size(1));
+    if (layer->kind == "Conv2d") return outputs * static_cast<double>(w.numel() / w.size(0));
+    const double per_output =
+        static_cast<double>(w.size(0) / layer->groups) * static_cast<double>(w.size(2) * w.size(3));
+    if (layer->stride.empty()) return 0.0;  // traced: the stride is not known
+    return outputs * per_output / static_cast<double>(layer->stride[0] * layer->stride[1]);
+  }
   return 0.0;
 }
 
@@ -680,7 +690,7 @@ ForwardWork forward_work(const Config& config) {
   opts.workers = 0;
   data::Loader loader(train_set, opts);
   std::optional<data::Batch> sample;
-  while ((sample = loader.next()) && (!sample->images.defined() || sample->images.size(0) == 0)) {
+  while ((sample = loader.next()) && batch_samples(*sample) == 0) {
   }
   if (!sample) {
     throw DataError("the training split of " + settings.data.root +

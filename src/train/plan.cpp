@@ -98,6 +98,11 @@ std::map<std::string, std::string> validated_columns(const Config& config, const
     throw ConfigError("casts.int32: the cast points are fields of RootNet's data path; model " +
                       s.model.name + " has none, so they would change nothing; remove casts.int32");
   }
+  if (s.dist.sync_bn && s.model.name == "torchscript") {
+    throw ConfigError("dist.sync_bn: a TorchScript model's BatchNorm runs the model's own code, "
+                      "which amptune cannot synchronise over ranks; set dist.sync_bn: false "
+                      "(each rank then normalises over its own part of the batch)");
+  }
   if (s.schedule.training_step_per_epoch == 0) {
     throw ConfigError(
         "schedule.training_step_per_epoch is 0: every epoch must train at least "
@@ -216,6 +221,8 @@ std::string data_fingerprint(const Settings& s) {
   if (!backbone.empty() && s.model.name == "rootnet") {
     add("model.backbone_weights", backbone, false);  // read by RootNet only
   }
+  const std::string& script = s.model.path;
+  if (!script.empty() && s.model.name == "torchscript") add("model.path", script, false);
   return sha256_hex(parts);
 }
 

@@ -15,6 +15,7 @@
 
 #include "amp/emulate.h"
 #include "amp/engine.h"
+#include "amp/op_emulation.h"
 #include "amp/policy.h"
 #include "store/records.h"
 #include "train/divergence.h"
@@ -33,10 +34,13 @@ class Precision {
   // Prepares the model (on its device) and returns what the optimizer must step. Called again
   // when a session is rebuilt.
   std::vector<torch::Tensor> attach(torch::nn::Module& model) {
+    low_storage_scope_.reset();  // scopes end in the reverse order of their start
     modules_scope_.reset();
     engine_ = std::make_unique<amp::Engine>(policy_, model);
-    // The module names and amp.fp32_modules marks for this thread's forward passes.
+    // The module names and amp.fp32_modules marks for this thread's forward passes, and the
+    // tensors held in low precision (read by a TorchScript model's ops, amp/op_emulation.h).
     modules_scope_ = std::make_unique<amp::ScopedModules>(engine_->modules());
+    low_storage_scope_ = std::make_unique<amp::ScopedLowStorage>(engine_->low_precision_tensors());
     return engine_->optimizer_params();
   }
 
@@ -109,6 +113,7 @@ class Precision {
   amp::ScopedPolicy scope_;  // this thread's policy while the run trains
   std::unique_ptr<amp::Engine> engine_;
   std::unique_ptr<amp::ScopedModules> modules_scope_;
+  std::unique_ptr<amp::ScopedLowStorage> low_storage_scope_;
   std::vector<store::ScaleEvent> events_;
   DivergenceWatch watch_;
   int64_t overflow_steps_ = 0, skipped_steps_ = 0;

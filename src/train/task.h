@@ -77,6 +77,13 @@ class Task {
   torch::MemoryFormat memory_format_ = torch::MemoryFormat::Contiguous;
 };
 
+// The samples of a batch: its images', or (a batch of named tensors) its first field's.
+int64_t batch_samples(const data::Batch& batch);
+// The loop of every task's evaluate_batches: one record per batch of `loader`, in order, with
+// gradients off; `values` gives a non-empty batch's numbers (an empty one keeps none).
+std::vector<EvalBatch> evaluate_each(
+    data::Loader& loader, const std::function<std::vector<double>(const data::Batch&)>& values);
+
 // One registered model. Its functions take the run's settings (core/settings.h), read once per
 // run, and read the sections they need.
 struct ModelEntry {
@@ -86,6 +93,9 @@ struct ModelEntry {
   std::function<ModelInfo(const Settings&)> info;
   std::vector<std::string> headline_metrics;  // model_info.h
   std::vector<MetricDef> metrics;             // its evaluation metrics (recorded_metrics)
+  // When set, the evaluation metrics of a run's settings instead (a TorchScript model's own
+  // metrics, train/task_scripted.h).
+  std::function<std::vector<MetricDef>(const Settings&)> metrics_for;
 };
 
 // Every registered model: the built-in ones in table order (tasks.cpp), then those added with

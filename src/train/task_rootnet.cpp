@@ -57,21 +57,16 @@ class RootNetTask : public Task {
 
   std::vector<EvalBatch> evaluate_batches(data::Loader& loader,
                                           const torch::Device& device) override {
-    torch::NoGradGuard no_grad;
-    std::vector<EvalBatch> out;
-    while (auto batch = loader.next()) {
-      EvalBatch& rec = out.emplace_back();
-      rec.index = batch->index;
-      rec.skipped = batch->skipped;
-      if (!batch->images.defined() || batch->images.size(0) == 0) continue;
-      auto fields = batch->fields;
+    return evaluate_each(loader, [&](const data::Batch& batch) {
+      std::vector<double> values;
+      auto fields = batch.fields;
       casts_.apply(fields, false);
-      const int64_t out_w = batch->images.size(3) / 4, out_h = batch->images.size(2) / 4;
-      auto coord = model_->forward(input(batch->images, device), fields.at("k_value").to(device))
+      const int64_t out_w = batch.images.size(3) / 4, out_h = batch.images.size(2) / 4;
+      auto coord = model_->forward(input(batch.images, device), fields.at("k_value").to(device))
                        .to(torch::kCPU, torch::kDouble);
       const int64_t b = coord.size(0);
-      rec.values.reserve(1 + static_cast<size_t>(b) * kSampleValues);
-      rec.values.push_back(models::rootnet_loss(coord, fields.at("coord"), fields.at("vis"),
+      values.reserve(1 + static_cast<size_t>(b) * kSampleValues);
+      values.push_back(models::rootnet_loss(coord, fields.at("coord"), fields.at("vis"),
                                                 fields.at("have_depth"))
                                .item<double>() *
                            static_cast<double>(b));
@@ -91,7 +86,7 @@ class RootNetTask : public Task {
                                     static_cast<int>(out_h), f[i][0].item<double>(),
                                     f[i][1].item<double>(), c[i][0].item<double>(),
                                     c[i][1].item<double>());
-        rec.values.insert(rec.values.end(),
+        values.insert(values.end(),
                           {p[0], p[1], p[2], root[i][0].item<double>(), root[i][1].item<double>(),
                            root[i][2].item<double>(), bb.x + bb.w / 2, bb.y + bb.h / 2,
                            f[i][0].item<double>(), f[i][1].item<double>(), c[i][0].item<double>(),
@@ -99,8 +94,8 @@ class RootNetTask : public Task {
                            static_cast<double>(image_id[i].item<int64_t>()),
                            score[i][0].item<double>(), valid[i][0].item<double>()});
       }
-    }
-    return out;
+      return values;
+    });
   }
 
   std::map<std::string, double> metrics(const std::vector<EvalBatch>& batches) const override {

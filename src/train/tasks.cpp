@@ -10,8 +10,10 @@
 #include "core/settings.h"
 #include "eval/classification_metrics.h"
 #include "models/from_config.h"
+#include "models/scripted.h"
 #include "train/task.h"
 #include "train/task_rootnet.h"
+#include "train/task_scripted.h"
 
 namespace amptune::train {
 namespace {
@@ -30,26 +32,20 @@ class ClassificationTask : public Task {
   // values: cross-entropy sum, top-1 hits, top-5 hits, samples.
   std::vector<EvalBatch> evaluate_batches(data::Loader& loader,
                                           const torch::Device& device) override {
-    torch::NoGradGuard no_grad;
-    std::vector<EvalBatch> out;
-    while (auto batch = loader.next()) {
-      EvalBatch& rec = out.emplace_back();
-      rec.index = batch->index;
-      rec.skipped = batch->skipped;
-      if (!batch->images.defined() || batch->images.size(0) == 0) continue;
-      auto logits = model_.forward(input(batch->images, device)).to(torch::kFloat);
-      auto labels = batch->fields.at("label").to(device);
+    return evaluate_each(loader, [&](const data::Batch& batch) {
+      auto logits = model_.forward(input(batch.images, device)).to(torch::kFloat);
+      auto labels = batch.fields.at("label").to(device);
       const double loss_sum =
           torch::nn::functional::cross_entropy(
               logits, labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
               .item<double>();
       const int64_t k = std::min<int64_t>(5, logits.size(1));
       auto hits = std::get<1>(logits.topk(k, 1)).eq(labels.unsqueeze(1));
-      rec.values = {loss_sum, static_cast<double>(hits.narrow(1, 0, 1).sum().item<int64_t>()),
-                    static_cast<double>(hits.sum().item<int64_t>()),
-                    static_cast<double>(labels.size(0))};
-    }
-    return out;
+      return std::vector<double>{loss_sum,
+                                 static_cast<double>(hits.narrow(1, 0, 1).sum().item<int64_t>()),
+                                 static_cast<double>(hits.sum().item<int64_t>()),
+                                 static_cast<double>(labels.size(0))};
+    });
   }
 
   std::map<std::string, double> metrics(const std::vector<EvalBatch>& batches) const override {
@@ -109,6 +105,26 @@ std::vector<EvalBatch> decode_eval_batches(const std::string& bytes) {
   return out;
 }
 
+int64_t batch_samples(const data::Batch& batch) {
+  if (batch.images.defined() && batch.images.dim() > 0) return batch.images.size(0);
+  if (batch.fields.empty() || batch.fields.begin()->second.dim() == 0) return 0;
+  return batch.fields.begin()->second.size(0);
+}
+
+std::vector<EvalBatch> evaluate_each(
+    data::Loader& loader, const std::function<std::vector<double>(const data::Batch&)>& values) {
+  torch::NoGradGuard no_grad;
+  std::vector<EvalBatch> out;
+  while (auto batch = loader.next()) {
+    EvalBatch rec;
+    rec.index = batch->index;
+    rec.skipped = batch->skipped;
+    if (batch_samples(*batch) > 0) rec.values = values(*batch);
+    out.push_back(std::move(rec));
+  }
+  return out;
+}
+
 ModelEntry classifier(const std::string& name, BuildClassifier build) {
   return ModelEntry{
       name,
@@ -117,7 +133,8 @@ ModelEntry classifier(const std::string& name, BuildClassifier build) {
       },
       [](const Settings&) { return ModelInfo{"acc1", true}; },
       {"acc1", "acc5"},
-      {{"acc1", true}, {"acc5", true}, {"val_loss", false}}};
+      {{"acc1", true}, {"acc5", true}, {"val_loss", false}},
+      {}};
 }
 
 namespace {
@@ -139,7 +156,9 @@ std::vector<ModelEntry>& registry() {
         {"mrpe_y", false},
         {"mrpe_z", false},
         {"ap_root_25", true},
-        {"val_loss", false}}},
+        {"val_loss", false}},
+       {}},
+      torchscript_entry(),
   };
   return models;
 }
@@ -171,7 +190,8 @@ ModelInfo model_info(const Settings& settings) {
 }
 
 std::vector<MetricDef> recorded_metrics(const Settings& settings) {
-  std::vector<MetricDef> metrics = model_entry(settings.model.name).metrics;
+  const ModelEntry& entry = model_entry(settings.model.name);
+  std::vector<MetricDef> metrics = entry.metrics_for ? entry.metrics_for(settings) : entry.metrics;
   metrics.push_back({"train_loss", false});
   return metrics;
 }
@@ -202,14 +222,26 @@ namespace {
 // (cpu_channels_last_conv_safe), described for a message; "" when there is none.
 std::string channels_last_hazard(torch::nn::Module& model) {
   for (const auto& item : model.named_modules()) {
-    const auto* conv = item.value()->as<torch::nn::Conv2d>();
-    if (conv == nullptr) continue;
-    const auto& o = conv->options;
-    const auto k = *o.kernel_size();
-    const auto s = *o.stride();
-    if (!cpu_channels_last_conv_safe(o.in_channels(), k[0], k[1], s[0], s[1])) {
-      return item.key() + " (1x1, stride " + std::to_string(s[0]) + ", " +
-             std::to_string(o.in_channels()) + " input channels)";
+    int64_t in_channels = 0, kh = 0, kw = 0, sh = 0, sw = 0;
+    if (const auto* conv = item.value()->as<torch::nn::Conv2d>()) {
+      const auto& o = conv->options;
+      in_channels = o.in_channels();
+      kh = (*o.kernel_size())[0], kw = (*o.kernel_size())[1];
+      sh = (*o.stride())[0], sw = (*o.stride())[1];
+    } else if (const auto layer = models::scripted_layer(*item.value());
+               layer && layer->kind == "Conv2d") {
+      const torch::Tensor& w = layer->weight;  // [out, in / groups, kh, kw]
+      in_channels = w.size(1) * layer->groups;
+      kh = w.size(2), kw = w.size(3);
+      // A traced model keeps no stride: taken as 2, which can only make the check stricter.
+      sh = layer->stride.empty() ? 2 : layer->stride[0];
+      sw = layer->stride.empty() ? 2 : layer->stride[1];
+    } else {
+      continue;
+    }
+    if (!cpu_channels_last_conv_safe(in_channels, kh, kw, sh, sw)) {
+      return item.key() + " (1x1, stride " + std::to_string(sh) + ", " +
+             std::to_string(in_channels) + " input channels)";
     }
   }
   return "";

@@ -1,0 +1,165 @@
+#include "train/task_scripted.h"
+
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <mutex>
+
+#include "core/error.h"
+#include "core/settings.h"
+#include "models/scripted.h"
+#include "models/weights.h"
+
+namespace amptune::train {
+namespace {
+
+bool custom(const Settings& settings) { return settings.model.task == "custom"; }
+
+models::ScriptedModel load_model(const Settings& settings) {
+  if (settings.model.path.empty()) {
+    throw ConfigError("model.path: model.name torchscript needs the TorchScript file of the "
+                      "model (docs/MODELS.md \"Your own model\")");
+  }
+  models::ScriptedModel model(settings.model.path);
+  if (!settings.model.weights.empty()) models::load_state_dict(*model, settings.model.weights);
+  return model;
+}
+
+void check_custom_methods(const models::ScriptedModelImpl& model) {
+  for (const char* method : {"training_loss", "eval_batch"}) {
+    if (!model.has_method(method)) {
+      throw ModelError("model.path: " + model.path() + " has no method " + method +
+                       "; a module of model.task custom defines training_loss(batch: Dict[str, "
+                       "Tensor]) -> Tensor and eval_batch(batch: Dict[str, Tensor]) -> Dict[str, "
+                       "Tensor] with @torch.jit.export (docs/MODELS.md \"Your own model\")");
+    }
+  }
+}
+
+// The file's metric directions (none for a classifier), read once per file version: model_info
+// and recorded_metrics are asked often while a sweep is planned, and the first ask checks the
+// file (a TorchScript archive this build reads; a custom task's methods) before anything runs.
+std::vector<std::pair<std::string, bool>> directions_of(const Settings& settings) {
+  static std::mutex mutex;
+  static std::map<std::string, std::vector<std::pair<std::string, bool>>> cache;
+  std::error_code ec;
+  const auto mtime = std::filesystem::last_write_time(settings.model.path, ec);
+  const std::string key = settings.model.task + '\n' + settings.model.path + '\n' +
+                          std::to_string(ec ? 0 : mtime.time_since_epoch().count());
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    models::ScriptedModel model = load_model(settings);
+    std::vector<std::pair<std::string, bool>> directions;
+    if (custom(settings)) {
+      check_custom_methods(*model);
+      directions = model->metric_directions();
+    }
+    it = cache.emplace(key, std::move(directions)).first;
+  }
+  return it->second;
+}
+
+std::map<std::string, torch::Tensor> on_device(const data::Batch& batch,
+                                               const torch::Device& device) {
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& [name, t] : batch.fields) out[name] = t.to(device);
+  return out;
+}
+
+// model.task custom: the module's own loss and per-batch metric sums.
+class CustomTask : public Task {
+ public:
+  CustomTask(models::ScriptedModel model, std::vector<std::pair<std::string, bool>> directions)
+      : model_(std::move(model)), directions_(std::move(directions)) {}
+  torch::nn::Module& module() override { return *model_; }
+
+  torch::Tensor train_loss(const data::Batch& batch, const torch::Device& device) override {
+    return model_->training_loss(on_device(batch, device)).reshape({});
+  }
+
+  // values: the batch's samples, then each metric's sum in directions_' order.
+  std::vector<EvalBatch> evaluate_batches(data::Loader& loader,
+                                          const torch::Device& device) override {
+    return evaluate_each(loader, [&](const data::Batch& batch) {
+      const auto sums = model_->eval_batch(on_device(batch, device));
+      std::vector<double> values{static_cast<double>(batch_samples(batch))};
+      for (const auto& [name, higher] : directions_) {
+        const auto it = sums.find(name);
+        if (it == sums.end() || it->second.numel() != 1) {
+          throw ModelError("model.path: " + model_->path() + ": eval_batch must return, for " +
+                           "every metric of higher_is_better, its sum over the batch as a " +
+                           "one-element tensor; '" + name + "' is " +
+                           (it == sums.end() ? "missing" : "not one element"));
+        }
+        values.push_back(it->second.to(torch::kDouble).item<double>());
+      }
+      return values;
+    });
+  }
+
+  std::map<std::string, double> metrics(const std::vector<EvalBatch>& batches) const override {
+    std::vector<double> sums(directions_.size(), 0.0);
+    double samples = 0;
+    int64_t skipped = 0;
+    for (const auto& b : batches) {
+      skipped += b.skipped;
+      if (b.values.size() != directions_.size() + 1) continue;
+      samples += b.values[0];
+      for (size_t i = 0; i < sums.size(); ++i) sums[i] += b.values[i + 1];
+    }
+    std::map<std::string, double> m;
+    if (samples > 0) {
+      for (size_t i = 0; i < sums.size(); ++i) m[directions_[i].first] = sums[i] / samples;
+    }
+    m["val_samples"] = samples;
+    if (skipped > 0) m["val_skipped_samples"] = static_cast<double>(skipped);
+    return m;
+  }
+
+ private:
+  models::ScriptedModel model_;
+  std::vector<std::pair<std::string, bool>> directions_;
+};
+
+std::unique_ptr<Task> make_custom_task(const Settings& settings) {
+  models::ScriptedModel model = load_model(settings);
+  check_custom_methods(*model);
+  auto directions = model->metric_directions();
+  return std::make_unique<CustomTask>(std::move(model), std::move(directions));
+}
+
+torch::nn::AnyModule build_classifier(const Settings& settings) {
+  models::ScriptedModel model = load_model(settings);
+  model->expect_logits();
+  return torch::nn::AnyModule(model);
+}
+
+}  // namespace
+
+ModelEntry torchscript_entry() {
+  ModelEntry entry = classifier("torchscript", build_classifier);
+  const auto classify = entry.make_task;
+  entry.make_task = [classify](const Settings& settings) {
+    if (custom(settings) && settings.data.format != "tensors") {
+      throw ConfigError("model.task custom reads batches of named tensors: set data.format to "
+                        "tensors (docs/MODELS.md \"Your own model\"), not " + settings.data.format);
+    }
+    return custom(settings) ? make_custom_task(settings) : classify(settings);
+  };
+  entry.info = [](const Settings& settings) {
+    const auto directions = directions_of(settings);  // checks the file
+    if (!custom(settings)) return ModelInfo{"acc1", true};
+    return ModelInfo{directions.front().first, directions.front().second};
+  };
+  const auto classification_metrics = entry.metrics;
+  entry.metrics_for = [classification_metrics](const Settings& settings) {
+    if (!custom(settings)) return classification_metrics;
+    std::vector<MetricDef> out;
+    for (const auto& [name, higher] : directions_of(settings)) out.push_back({name, higher});
+    return out;
+  };
+  return entry;
+}
+
+}  // namespace amptune::train

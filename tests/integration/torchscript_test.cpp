@@ -1,0 +1,165 @@
+// model.name torchscript with the real binary (docs/MODELS.md "Your own model"): torchvision's
+// narrow ResNet-18 scripted in Python (tests/fixtures/torchscript/) trains under emulated O1,
+// resumes bit for bit, is diagnosed, evaluated and exported by module path; the file's content,
+// not its path, is the run's identity; a planted fp16 overflow in it is found and fixed by `tune`;
+// it trains as a 2-rank data-parallel job; bad files and keys are refused with their exit codes.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "integration/harness.h"
+#include "models/weights.h"
+#include "store/store.h"
+
+namespace amptune::testing {
+namespace {
+namespace fs = std::filesystem;
+
+const std::string kFixtures = std::string(AMPTUNE_FIXTURE_DIR) + "/torchscript/";
+
+std::string model_line(const std::string& path) {
+  return "{name: torchscript, path: " + path + ", num_classes: 4, in_channels: 1}";
+}
+
+// The tiny sweep of the harness with the scripted network copied into the sweep's folder.
+TinySweep scripted_sweep(const std::string& tag, const std::string& tail = "", int epochs = 2,
+                         const std::string& base = "") {
+  TinyOptions o = quick_tiny(tail, epochs);
+  o.dir_tag = tag;
+  o.model = model_line("model.pt");
+  o.base = base;
+  TinySweep f = make_tiny_sweep(o);
+  fs::copy_file(kFixtures + "resnet18_tiny_script.pt", f.dir + "/model.pt");
+  return f;
+}
+
+std::vector<std::string> run_args(const TinySweep& f, const std::vector<std::string>& more = {}) {
+  std::vector<std::string> args = {"run", f.yaml, "--db", f.db, "-q"};
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+TEST(TorchScriptCli, TrainsResumesBitwiseAndIsDiagnosedByModulePath) {
+  const TinySweep f = scripted_sweep("train", "", 2, "  amp: {opt_level: O1, backend: emulate}\n");
+  Result r = run_amptune(run_args(f), f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto epochs = epochs_of(f.db, "1");
+  ASSERT_EQ(epochs.size(), 2u);
+  EXPECT_TRUE(epochs[1].metrics.count("acc1"));
+  EXPECT_TRUE(epochs[1].metrics.count("loss_scale"));
+
+  // Continue from epoch 0 as a new run that trains epoch 1 again: the same weights bit for bit.
+  r = run_amptune({"fork", "1", "--epoch", "0", "--db", f.db, "-q"}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string a = f.dir + "/a.pt", b = f.dir + "/b.pt";
+  ASSERT_EQ(run_amptune({"export", "1", "--epoch", "1", "--out", a, "--db", f.db}, f.dir).exit_code, 0);
+  ASSERT_EQ(run_amptune({"export", "2", "--epoch", "1", "--out", b, "--db", f.db}, f.dir).exit_code, 0);
+  const auto wa = models::read_state_dict(a), wb = models::read_state_dict(b);
+  ASSERT_TRUE(wa.count("layer3.1.conv2.weight")) << "the module's own state-dict names";
+  for (const auto& [name, t] : wa) EXPECT_TRUE(t.equal(wb.at(name))) << name;
+
+  r = run_amptune({"diagnose", "1", "--epoch", "1", "--db", f.db}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("layer1.0.bn"), std::string::npos) << r.out;  // rows by module path
+
+  r = run_amptune({"eval", "1", "--db", f.db}, f.dir);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+TEST(TorchScriptCli, TheFilesContentIsTheIdentityNotItsPath) {
+  const TinySweep f = scripted_sweep("identity", "", 1);
+  ASSERT_EQ(run_amptune(run_args(f), f.dir).exit_code, 0);
+  // The same bytes elsewhere: the same run, already done.
+  fs::create_directories(f.dir + "/elsewhere");
+  fs::copy_file(f.dir + "/model.pt", f.dir + "/elsewhere/net.pt");
+  Result r = run_amptune(run_args(f, {"--set", "model.path=elsewhere/net.pt"}), f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(store::Store(f.db).runs("tiny").size(), 1u);
+  // Another file (the traced network): another run.
+  fs::copy_file(kFixtures + "resnet18_tiny_trace.pt", f.dir + "/traced.pt");
+  r = run_amptune(run_args(f, {"--set", "model.path=traced.pt"}), f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(store::Store(f.db).runs("tiny").size(), 2u);
+}
+
+TEST(TorchScriptCli, BadFilesAndKeysAreRefusedWithTheirExitCodes) {
+  const TinySweep f = scripted_sweep("bad", "", 1);
+  write_file(f.dir + "/weights.pt", "a state dict, say");
+  Result r = run_amptune(run_args(f, {"--set", "model.path=weights.pt"}), f.dir);
+  EXPECT_EQ(r.exit_code, 7) << r.err;
+  EXPECT_NE(r.err.find("weights.pt is not a TorchScript archive"), std::string::npos) << r.err;
+
+  r = run_amptune(run_args(f, {"--set", "model.path=" + kFixtures + "newer_version.pt"}), f.dir);
+  EXPECT_EQ(r.exit_code, 7) << r.err;
+  EXPECT_NE(r.err.find("saved by a newer PyTorch"), std::string::npos) << r.err;
+
+  r = run_amptune(run_args(f, {"--set", "amp.opt_level=O1", "--set",
+                               "amp.fp32_modules=[layer1.0.conv9]"}),
+                  f.dir);
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find("amp.fp32_modules: 'layer1.0.conv9' matches no module"), std::string::npos)
+      << r.err;
+
+  // Known only once it runs: the run fails with the reason.
+  r = run_amptune(run_args(f, {"--set", "model.path=" + kFixtures + "wrong_output_shape.pt"}),
+                  f.dir);
+  EXPECT_EQ(r.exit_code, 8) << r.err;
+  EXPECT_NE(r.err.find("[batch, classes] logits"), std::string::npos) << r.err;
+
+  r = run_amptune(run_args(f, {"--set", "model.path="}), f.dir);
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find("model.path"), std::string::npos) << r.err;
+  // Refused while the sweep was planned: no run but the one whose forward failed.
+  EXPECT_EQ(store::Store(f.db).runs("tiny").size(), 1u);
+}
+
+// Two ranks on c10d (Gloo): the gradients of the mirrored tensors are averaged; BatchNorm runs the
+// model's own code, which cannot be synchronised, so dist.sync_bn is refused.
+TEST(TorchScriptCli, TrainsAsATwoRankDataParallelJob) {
+  const TinySweep f = scripted_sweep("ranks", "", 1);
+  Result r = run_amptune(run_args(f, {"--nproc", "2", "--set", "data.batch_size=8"}), f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  store::Store store(f.db);
+  const auto run = store.find_run("1");
+  ASSERT_TRUE(run);
+  EXPECT_EQ(run->provenance.world_size, 2);
+  const auto epochs = epochs_of(f.db, "1");
+  ASSERT_EQ(epochs.size(), 1u);
+  EXPECT_EQ(epochs[0].metrics.at("train_images"), 64);  // both ranks' images
+  EXPECT_TRUE(epochs[0].metrics.count("acc1"));
+
+  r = run_amptune(run_args(f, {"--nproc", "2", "--set", "dist.sync_bn=true"}), f.dir);
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find("dist.sync_bn"), std::string::npos) << r.err;
+}
+
+// The planted problem of tune_test.cpp (tiny images left unnormalised: beyond fp16's 65504 once
+// conv1 casts them under O1) in the scripted network: the diagnosis names the scripted conv1 and
+// the search keeps it in fp32, within tolerance of O0.
+TEST(TorchScriptCli, TuneFindsAndFixesThePlantedOverflowInTheScriptedModel) {
+  const std::string tune =
+      "tune:\n"
+      "  metric: train_loss\n"
+      "  tolerance: {abs: 0.1}\n"
+      "  reference: {amp.opt_level: O0}\n"
+      "  start: {amp.opt_level: O1, amp.loss_scale: 128}\n";
+  TinySweep f = scripted_sweep("tune", tune, 3, "  amp: {loss_scale: dynamic, max_loss_scale: 1024}\n");
+  const Result r = run_amptune({"tune", f.yaml, "--db", f.db, "--no-progress", "--set",
+                                "data.mean=[-1.0]", "--set", "data.std=[0.000016]"},
+                               f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("  amp.fp32_modules: [conv1]\n"), std::string::npos) << r.out;
+  store::Store store(f.db);
+  const auto searches = store.tune_searches("tiny");
+  ASSERT_EQ(searches.size(), 1u);
+  EXPECT_EQ(store::to_string(searches[0].status), "answered") << searches[0].note;
+  const auto candidates = store.tune_candidates(searches[0].id);
+  ASSERT_FALSE(candidates.empty());
+  EXPECT_EQ(candidates[0].advice_rule, "activation_overflow");
+  EXPECT_EQ(candidates[0].advice_module, "conv1");
+}
+
+}  // namespace
+}  // namespace amptune::testing
