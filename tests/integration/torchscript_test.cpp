@@ -135,6 +135,59 @@ TEST(TorchScriptCli, TrainsAsATwoRankDataParallelJob) {
   EXPECT_NE(r.err.find("dist.sync_bn"), std::string::npos) << r.err;
 }
 
+// model.task custom: the fixture regressor (its own training_loss, eval_batch and metric
+// directions) on its data.format tensors shards trains, resumes bit for bit, and is compared by
+// its primary metric, mse (lower is better), in `compare`.
+TEST(TorchScriptCli, ACustomTaskTrainsResumesBitwiseAndIsCompared) {
+  const std::string dir = scratch_dir("custom");
+  fs::copy(kFixtures + "tensors", dir + "/data", fs::copy_options::recursive);
+  fs::copy_file(kFixtures + "regressor_custom.pt", dir + "/regressor.pt");
+  write_file(dir + "/sweep.yaml",
+             "name: regression\n"
+             "base:\n"
+             "  model: {name: torchscript, path: regressor.pt, task: custom}\n"
+             "  data: {format: tensors, root: data, train_split: train, val_split: val,\n"
+             "         batch_size: 32, workers: 1}\n"
+             "  optim: {name: sgd, lr: 0.05, momentum: 0.9}\n"
+             "  schedule: {epochs: 3}\n"
+             "  threads: 1\n"
+             "grid:\n"
+             "  amp.opt_level: [O0, O2]\n"
+             "  amp.backend: [emulate]\n");
+  const std::string db = dir + "/results.sqlite";
+  Result r = run_amptune({"run", "sweep.yaml", "--db", db, "-q"}, dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // Run 2 (O2) continued from its epoch 1 as a new run: epoch 2 again, the same numbers bit for
+  // bit (weights, masters, loss scaler, optimizer, RNG restored).
+  r = run_amptune({"fork", "2", "--epoch", "1", "--db", db, "-q"}, dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto straight = epochs_of(db, "2"), continued = epochs_of(db, "3");
+  ASSERT_EQ(straight.size(), 3u);
+  ASSERT_FALSE(continued.empty());
+  const auto& a = straight.back();
+  const auto& b = continued.back();
+  EXPECT_EQ(a.epoch, b.epoch);
+  for (const char* m : {"mse", "mae", "loss_scale", "val_samples"}) {
+    ASSERT_TRUE(a.metrics.count(m) && b.metrics.count(m)) << m;
+    EXPECT_EQ(a.metrics.at(m), b.metrics.at(m)) << m;
+  }
+  EXPECT_EQ(a.train_loss, b.train_loss);
+  EXPECT_EQ(a.metrics.at("val_samples"), 64);
+  EXPECT_LT(straight[2].metrics.at("mse"), straight[0].metrics.at("mse")) << "it learns";
+  r = run_amptune({"compare", "regression", "--db", db, "--format", "csv"}, dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("mse"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("O2"), std::string::npos) << r.out;
+
+  // A module without eval_batch is refused before anything runs.
+  fs::copy_file(kFixtures + "custom_no_eval_batch.pt", dir + "/no_eval.pt");
+  r = run_amptune({"run", "sweep.yaml", "--db", dir + "/bad.sqlite", "-q", "--set",
+                   "model.path=no_eval.pt"},
+                  dir);
+  EXPECT_EQ(r.exit_code, 7) << r.err;
+  EXPECT_NE(r.err.find("has no method eval_batch"), std::string::npos) << r.err;
+}
+
 // The planted problem of tune_test.cpp (tiny images left unnormalised: beyond fp16's 65504 once
 // conv1 casts them under O1) in the scripted network: the diagnosis names the scripted conv1 and
 // the search keeps it in fp32, within tolerance of O0.
