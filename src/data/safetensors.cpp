@@ -382,6 +382,11 @@ View::View(std::string_view bytes, const std::string& origin, Source source)
   });
 }
 
+std::string_view View::bytes(const std::string& name) const {
+  const Entry& e = entries_.at(name);
+  return data_.substr(e.begin, e.end - e.begin);
+}
+
 torch::Tensor View::copy(const std::string& name) const {
   const Entry& e = entries_.at(name);
   torch::Tensor t = torch::empty(e.shape, torch::TensorOptions().dtype(e.dtype));

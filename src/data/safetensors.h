@@ -76,6 +76,8 @@ class View {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // A new CPU tensor with a copy of entry `name`'s bytes (a BOOL tensor must hold 0 or 1).
   torch::Tensor copy(const std::string& name) const;
+  // Entry `name`'s bytes, inside the bytes the view was made over.
+  std::string_view bytes(const std::string& name) const;
 
  private:
   std::string origin_;
