@@ -56,6 +56,7 @@ Batch collate(int64_t index, std::vector<std::optional<Sample>>& samples) {
     batch.images = torch::empty({0}, torch::kFloat32);
     return batch;
   }
+  batch.size = static_cast<int64_t>(ok.size());
   std::vector<const torch::Tensor*> parts;
   if (ok.front()->image.defined()) {
     for (const Sample* s : ok) parts.push_back(&s->image);

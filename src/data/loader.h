@@ -40,6 +40,7 @@ struct LoaderOptions {
 
 struct Batch {
   int64_t index = 0;  // batch number within the epoch (kBatches shards: the single-process one)
+  int64_t size = 0;   // samples in the batch, with or without images
   torch::Tensor images;  // [B, C, H, W]; undefined when the samples have none (tensors)
   std::map<std::string, torch::Tensor> fields;  // stacked sample fields
   int64_t skipped = 0;                          // corrupt samples left out of this batch

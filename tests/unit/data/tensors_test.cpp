@@ -152,6 +152,7 @@ TEST(TensorsDataset, TheLoaderStacksFieldsAndMakesNoImages) {
       SCOPED_TRACE(b.index);
       EXPECT_FALSE(b.images.defined());
       const int64_t begin = b.index * 3, end = std::min<int64_t>(begin + 3, 8);
+      EXPECT_EQ(b.size, end - begin);
       const torch::Tensor rows =
           torch::tensor(std::vector<int64_t>(order.begin() + begin, order.begin() + end));
       ASSERT_EQ(b.fields.size(), all.size());
