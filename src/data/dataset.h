@@ -1,5 +1,5 @@
-// Data sets and samples. A sample is an image tensor plus named target fields; the loader stacks
-// them into batches. All randomness of a sample comes from the Rng passed in, which the loader
+// Data sets and samples. A sample is an image tensor (none for data.format tensors) plus named
+// fields; the loader stacks them into batches. All randomness of a sample comes from the Rng passed in, which the loader
 // seeds from (seed, epoch, sample index), so results do not depend on the number of threads.
 #pragma once
 
@@ -28,7 +28,7 @@ using Rng = std::mt19937_64;
 Rng sample_rng(uint64_t seed, uint64_t epoch, uint64_t index);
 
 struct Sample {
-  torch::Tensor image;                          // float32 [C, H, W], normalised
+  torch::Tensor image;  // float32 [C, H, W], normalised; undefined without images (tensors)
   std::map<std::string, torch::Tensor> fields;  // e.g. "label": int64 scalar
 };
 
@@ -48,8 +48,8 @@ class Dataset {
 enum class Split { kTrain, kVal };
 
 // The data set a run's settings describe: data.format, data.root, the split's name, the
-// transform (transform_options of `data` and `in_channels`, model.in_channels), and for
-// data.format rootnet the rootnet.* section (make_rootnet_dataset). Throws ConfigError naming
+// transform (transform_options of `data` and `in_channels`, model.in_channels; none for
+// data.format tensors), and for data.format rootnet the rootnet.* section (make_rootnet_dataset). Throws ConfigError naming
 // the key for an unusable value, DataError naming the expected path and format when files are
 // missing or malformed.
 std::shared_ptr<Dataset> make_dataset(const DataSettings& data, const RootNetSettings& rootnet,
@@ -73,5 +73,33 @@ std::shared_ptr<Dataset> make_idx_dataset(const std::string& root, const std::st
 std::shared_ptr<Dataset> make_imagefolder_dataset(const std::string& root,
                                                   const std::string& split,
                                                   const TransformOptions& options);
+
+// Tensors (data.format tensors, what model.task custom reads; docs/DATA.md "Tensors"):
+// ROOT/SPLIT/*.safetensors ("shards", data/safetensors.h), read in file-name order (every entry
+// of that name but folders and names starting with '.'). Every shard holds the same
+// tensor names with the same dtypes and the same shape after the first dimension, which counts
+// samples; one shard's tensors agree in it; shards concatenate along it. Sample i is row i of
+// every tensor: no image, each tensor's row (its dtype as stored, shape without the first
+// dimension) as the field of its name; no transform, no augmentation (data.mean / std /
+// image_size do not apply). Everything is checked when the data set is made: DataError naming the
+// file (and the tensor) when ROOT/SPLIT is missing, holds no .safetensors file or more than
+// kMaxTensorShards, a shard is malformed (the reader's checks) or holds no tensor, a tensor has no
+// dimension or rows of no element, the tensors of a shard differ in their first dimension, a
+// shard differs from the first in names, dtypes or row shapes, or the split holds no sample.
+// Memory: each shard is mapped read-only for the data set's life (its pages belong to the page
+// cache, read as samples touch them) and get() copies one sample's rows out, so a split larger
+// than memory trains, and opening one reads the headers only; what is kept is one pointer per
+// tensor and shard. The shards must not change while a data set maps them (the fingerprint
+// assumes it too). get() throws DataError naming the file, tensor and row for a BOOL byte other
+// than 0 or 1 (checked in the rows read: a scan of every BOOL up front would read the data).
+std::shared_ptr<Dataset> make_tensors_dataset(const std::string& root, const std::string& split);
+
+// The most shards of one split: each is a mapping held open, and Linux allows a process 65,530
+// (vm.max_map_count), which LibTorch, the loader's threads and the other split share.
+constexpr size_t kMaxTensorShards = 10'000;
+
+// The shard files of make_tensors_dataset(root, split), in reading order (paths ROOT/SPLIT/NAME);
+// throws its DataErrors for the folder (missing, no shard, more than kMaxTensorShards).
+std::vector<std::string> tensors_shard_files(const std::string& root, const std::string& split);
 
 }  // namespace amptune::data

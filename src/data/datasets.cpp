@@ -274,14 +274,15 @@ std::shared_ptr<Dataset> make_imagefolder_dataset(const std::string& root,
 
 std::shared_ptr<Dataset> make_dataset(const DataSettings& data, const RootNetSettings& rootnet,
                                       int64_t in_channels, Split split) {
-  const TransformOptions options = transform_options(data, in_channels);
   const std::string& format = data.format;
   const std::string& name = split == Split::kTrain ? data.train_split : data.val_split;
+  if (format == "tensors") return make_tensors_dataset(data.root, name);  // no transform
+  const TransformOptions options = transform_options(data, in_channels);
   if (format == "idx") return make_idx_dataset(data.root, name, options);
   if (format == "imagefolder") return make_imagefolder_dataset(data.root, name, options);
   if (format == "rootnet") return make_rootnet_dataset(data, rootnet, split);
   throw ConfigError("data.format '" + format +
-                    "' is not supported; use imagefolder, idx or rootnet");
+                    "' is not supported; use imagefolder, idx, rootnet or tensors");
 }
 
 }  // namespace amptune::data

@@ -56,9 +56,19 @@ Batch collate(int64_t index, std::vector<std::optional<Sample>>& samples) {
     batch.images = torch::empty({0}, torch::kFloat32);
     return batch;
   }
+  batch.size = static_cast<int64_t>(ok.size());
   std::vector<const torch::Tensor*> parts;
-  for (const Sample* s : ok) parts.push_back(&s->image);
-  batch.images = stack_plain(parts, "images");
+  if (ok.front()->image.defined()) {
+    for (const Sample* s : ok) parts.push_back(&s->image);
+    batch.images = stack_plain(parts, "images");
+  } else {  // a data set without images (data.format tensors): images stays undefined
+    for (size_t i = 1; i < ok.size(); ++i) {
+      if (ok[i]->image.defined()) {
+        throw DataError("cannot batch images: sample " + std::to_string(i) + " of batch " +
+                        std::to_string(index) + " has one, sample 0 none");
+      }
+    }
+  }
   for (const auto& [name, first] : ok.front()->fields) {
     parts.clear();
     for (const Sample* s : ok) {

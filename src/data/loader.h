@@ -40,7 +40,8 @@ struct LoaderOptions {
 
 struct Batch {
   int64_t index = 0;  // batch number within the epoch (kBatches shards: the single-process one)
-  torch::Tensor images;                         // [B, C, H, W]
+  int64_t size = 0;   // samples in the batch, with or without images
+  torch::Tensor images;  // [B, C, H, W]; undefined when the samples have none (tensors)
   std::map<std::string, torch::Tensor> fields;  // stacked sample fields
   int64_t skipped = 0;                          // corrupt samples left out of this batch
 };
@@ -62,8 +63,9 @@ std::vector<int64_t> shard_order(const std::vector<int64_t>& order, int rank, in
 // Batch b holds the samples at positions [b * batch_size, (b + 1) * batch_size) of epoch_order
 // (the last one shorter unless drop_last), each loaded with sample_rng(seed, epoch, sample index).
 // Samples the data set returns nullopt for are left out and counted in Batch::skipped, so a batch
-// can be smaller (even empty: images then has size 0 in dimension 0 and no fields). Every sample
-// field is stacked along a new dimension 0; samples of one batch must agree in shapes and dtypes
+// can be smaller (even empty: images then has size 0 in dimension 0 and no fields). Images and
+// every sample field are stacked along a new dimension 0 (images stays undefined when the samples
+// carry none); samples of one batch must agree in shapes and dtypes and in having an image
 // (DataError otherwise). Workers (options.workers > 0) load samples of the next `prefetch`
 // batches in parallel and collate finished batches; they do no ATen intra-op work. An exception
 // thrown while loading or collating batch b is rethrown by the next() call that would return b;

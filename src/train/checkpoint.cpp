@@ -18,12 +18,13 @@
 #include "core/files.h"
 #include "core/hash.h"
 #include "core/log.h"
+#include "data/safetensors.h"
 #include "train/optimizer.h"
 #include "train/phases.h"
-#include "train/safetensors.h"
 
 namespace amptune::train {
 namespace fs = std::filesystem;
+namespace safetensors = data::safetensors;
 
 namespace {
 using Named = std::vector<std::pair<std::string, torch::Tensor>>;
@@ -278,7 +279,8 @@ int64_t meta_int(const std::map<std::string, std::string>& metadata, const std::
 Contents read_safetensors(std::string_view bytes, const std::string& origin,
                           const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
                           const std::vector<std::string>& owners, const amp::Engine* amp) {
-  const safetensors::View view(bytes, "checkpoint " + origin);
+  const safetensors::View view(bytes, "checkpoint " + origin,
+                               safetensors::Source::kCheckpoint);
   const auto& metadata = view.metadata();
   Contents c;
   c.meta.format = meta_field(metadata, "format", origin);
@@ -504,7 +506,7 @@ void check_position(const CheckpointMeta& meta, const store::EpochRow& row,
 }
 
 // Reads, checks (against `row` when given) and applies; every failure on the way is a
-// CheckpointError naming `origin`, but for a stop (RunStopped), which passes through.
+// CheckpointError naming `origin`, but for a stop, which ends the run as interrupted.
 CheckpointMeta load_from(std::string_view bytes, const std::string& origin,
                          const store::EpochRow* row, torch::nn::Module& model,
                          torch::optim::Optimizer& optimizer, const std::vector<std::string>& owners,
@@ -521,6 +523,8 @@ CheckpointMeta load_from(std::string_view bytes, const std::string& origin,
     throw;
   } catch (const RunStopped&) {
     throw;
+  } catch (const safetensors::Stopped& e) {  // the data layer's stop, which knows no RunStopped
+    throw RunStopped(Outcome::kInterrupted, e.what());
   } catch (const c10::Error& e) {
     throw CheckpointError(what + e.what_without_backtrace());
   } catch (const std::bad_alloc&) {
@@ -598,7 +602,8 @@ CheckpointMeta load_checkpoint(const store::EpochRow& row, torch::nn::Module& mo
   }
   const store::CheckpointFile& expected = *row.checkpoint;
   const std::string& path = expected.path;
-  const safetensors::MappedFile file(path, "checkpoint " + path);
+  const safetensors::MappedFile file(path, "checkpoint " + path,
+                                     safetensors::Source::kCheckpoint);
   const std::string_view bytes = file.bytes();
   if (expected.bytes > 0 && static_cast<int64_t>(bytes.size()) != expected.bytes) {
     throw CheckpointError("checkpoint " + path + " has " + std::to_string(bytes.size()) +

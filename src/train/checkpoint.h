@@ -1,5 +1,5 @@
 // Checkpoint files: model parameters and buffers, optimizer state, amp state, position in training
-// and RNG state as named tensors in the safetensors layout (train/safetensors.h), data only, so
+// and RNG state as named tensors in the safetensors layout (data/safetensors.h), data only, so
 // loading one runs no code (docs/SECURITY.md "Checkpoints"). Files are written atomically
 // (core/files.h write_file_atomic) and identified by their sha256, which the database
 // records.

@@ -194,6 +194,12 @@ std::string data_fingerprint(const Settings& s) {
         std::tuple{evaluates, "data.val_split", s.data.val_split}}) {
     if (!reads) continue;
     if (format == "imagefolder") add(split_key, root + "/" + split, true);
+    if (format == "tensors") {  // each shard whole (a folder's fingerprint samples 64 KiB a file)
+      for (const std::string& shard : data::tensors_shard_files(root, split)) {
+        const std::string name = std::filesystem::path(shard).filename().string();
+        add(std::string(split_key) + " " + name, shard, false);
+      }
+    }
     if (format == "idx") {
       for (const char* kind : {"images-idx3", "labels-idx1"}) {
         add(std::string(split_key) + " " + kind, data::find_idx_file(root, split, kind), false);

@@ -65,7 +65,8 @@ void check_data(const Settings& settings, int world_size = 1);
 // The fingerprint of the data a run reads (docs/CONFIG.md "Identity"), which enters
 // its identity (run_identity) instead of the paths: the training split when it trains, the
 // evaluation split when it evaluates (imagefolder: the split's folder; idx: its two files;
-// rootnet: the root folder of each set read, and the detector boxes file), and model.weights /
+// tensors: each shard file, by name and content; rootnet: the root folder of each set read, and
+// the detector boxes file), and model.weights /
 // model.backbone_weights when set. Each file or folder is read once per process. Throws
 // DataError naming a path that is missing or unreadable.
 std::string data_fingerprint(const Settings& settings);

@@ -111,6 +111,40 @@ TEST(Cli, DryRunRefusesWhatRunWouldRefuseAndRunWritesNothing) {
   EXPECT_EQ(run_amptune({"run", nodata.yaml, "--skip-data"}, nodata.dir).exit_code, 2);
 }
 
+// A safetensors file by hand (this test links no torch): `rows` samples of x (F32 [2]) and
+// y (I64), all zero.
+std::string zero_shard(int rows) {
+  const std::string r = std::to_string(rows), x = std::to_string(8 * rows);
+  const std::string header = R"({"x":{"dtype":"F32","shape":[)" + r + R"(,2],"data_offsets":[0,)" +
+                             x + R"(]},"y":{"dtype":"I64","shape":[)" + r +
+                             R"(],"data_offsets":[)" + x + "," + std::to_string(16 * rows) + "]}}";
+  std::string bytes(8, '\0');
+  for (size_t i = 0, n = header.size(); i < 8; ++i, n >>= 8) bytes[i] = static_cast<char>(n & 255);
+  return bytes + header + std::string(16 * rows, '\0');
+}
+
+// data.format tensors passes a dry run, which opens both splits (the model that trains on it,
+// model.task custom, is not checked here: an image model stands in); a malformed shard stops it
+// with exit 4 naming the file, before anything is written.
+TEST(Cli, DryRunOpensTensorsData) {
+  auto f = make(1, "");
+  write_file(f.dir + "/tensors/train/shard-00000.safetensors", zero_shard(40));
+  write_file(f.dir + "/tensors/train/shard-00001.safetensors", zero_shard(24));
+  write_file(f.dir + "/tensors/val/shard-00000.safetensors", zero_shard(16));
+  const std::vector<std::string> args = {
+      "run", f.yaml, "--db", f.db, "--dry-run", "--set", "data.format=tensors",
+      "--set", "data.root=tensors", "--set", "data.val_split=val"};
+  auto r = run_amptune(args, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("1 of 1 cells"), std::string::npos) << r.out;
+  write_file(f.dir + "/tensors/val/shard-00000.safetensors", zero_shard(16).substr(0, 100));
+  r = run_amptune(args, f.dir);
+  EXPECT_EQ(r.exit_code, 4) << r.err;
+  EXPECT_NE(r.err.find("tensors/val/shard-00000.safetensors"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("truncated?"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(f.db));
+}
+
 TEST(Cli, SweepTrainsEveryCellAndReRunTrainsNothing) {
   auto f = make(2, "grid:\n  optim.lr: [0.05, 0.1]\n");
   auto r = run_amptune({"run", f.yaml, "--db", f.db}, f.dir);

@@ -183,6 +183,7 @@ TEST(Loader, CorruptImagesAreSkippedAndCounted) {
       std::optional<Batch> b = loader.next();
       ASSERT_TRUE(b);
       EXPECT_EQ(b->skipped, 4);
+      EXPECT_EQ(b->size, 6);
       EXPECT_EQ(b->images.size(0), 6);
       EXPECT_EQ(b->fields.at("label").size(0), 6);
       EXPECT_FALSE(loader.next());

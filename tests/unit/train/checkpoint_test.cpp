@@ -21,14 +21,17 @@
 #include "core/config.h"
 #include "core/settings.h"
 #include "core/error.h"
+#include "core/process.h"
+#include "data/safetensors.h"
 #include "support/scratch.h"
 #include "train/checkpoint.h"
 #include "train/optimizer.h"
-#include "train/safetensors.h"
+#include "train/phases.h"
 
 namespace amptune::train {
 namespace {
 namespace fs = std::filesystem;
+namespace safetensors = data::safetensors;
 
 struct Net : torch::nn::Module {
   Net() {
@@ -357,7 +360,7 @@ class CraftedCheckpoint : public ::testing::Test {
   // valid and only what the run expects is wrong).
   std::string with_tensors(
       const std::function<void(std::vector<std::pair<std::string, torch::Tensor>>&)>& edit) const {
-    const safetensors::View view(good_, "good");
+    const safetensors::View view(good_, "good", safetensors::Source::kCheckpoint);
     std::vector<std::pair<std::string, torch::Tensor>> tensors;
     for (const auto& [name, e] : view.entries()) tensors.emplace_back(name, view.copy(name));
     edit(tensors);
@@ -405,6 +408,26 @@ TEST_F(CraftedCheckpoint, TheGoodFileLoads) {
       1);
   // The same bytes in memory, as a data-parallel leader sends them.
   EXPECT_EQ(load_checkpoint_bytes(good_, "rank 0's state", net_, opt_, {"mine"}).global_step, 2);
+}
+
+// A stop asked for while the header is read (a signal inside a run, core/process.h) ends the load
+// with RunStopped(kInterrupted), not a CheckpointError: a resume would take that for damage and
+// fall back to an older checkpoint. (The reader, in the data layer, throws its own Stopped; the
+// loader turns it into the run's stop.) In a child process: the stop flag stays set.
+TEST_F(CraftedCheckpoint, AStopWhileReadingTheHeaderEndsTheRunAsInterrupted) {
+  EXPECT_EXIT(
+      {
+        amptune::request_stop();
+        try {
+          load_checkpoint_bytes(good_, "stopped", net_, opt_, {"mine"});
+        } catch (const RunStopped& e) {
+          std::exit(e.outcome == Outcome::kInterrupted ? 0 : 2);
+        } catch (...) {
+          std::exit(3);
+        }
+        std::exit(4);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 TEST_F(CraftedCheckpoint, BrokenLayoutsAreRefused) {

@@ -1,4 +1,4 @@
-#include "train/safetensors.h"
+#include "data/safetensors.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -18,13 +18,34 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/process.h"
-#include "train/phases.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "safetensors files are little-endian; tensors are written as they are in memory");
 
-namespace amptune::train::safetensors {
+namespace amptune::data::safetensors {
 namespace {
+
+// A violation of the layout inside the reader; typed at its edge by the reader's Source
+// (typed_errors), so the checks are written once for checkpoints and data shards.
+class LayoutError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+[[noreturn]] void fail(Source source, const std::string& what) {
+  if (source == Source::kData) throw DataError(what);
+  throw CheckpointError(what);
+}
+
+// fn(), with a LayoutError turned into the error of `source`.
+template <typename Fn>
+void typed_errors(Source source, Fn fn) {
+  try {
+    fn();
+  } catch (const LayoutError& e) {
+    fail(source, e.what());
+  }
+}
 
 struct DtypeName {
   torch::ScalarType dtype;
@@ -53,14 +74,14 @@ std::string in_quotes(std::string_view text) {
 // callback, used before, scans the whole parent object at the end of every object it keeps:
 // quadratic in the entries, 39 s and more for 80,000 of them.) Every bound is checked at the event
 // that crosses it: a name repeated, the kMaxEntries+1-th tensor, the kMaxRank+1-th dimension, a
-// value of the wrong kind (so nothing nests deeper than the format). Polls for a stop
-// (core/process.h) at every tensor.
+// value of the wrong kind (so nothing nests deeper than the format). A checkpoint's reader polls
+// for a stop (core/process.h) at every tensor.
 class HeaderReader {
  public:
   using json = nlohmann::json;
-  HeaderReader(const std::string& origin, std::map<std::string, Entry>& entries,
+  HeaderReader(const std::string& origin, Source source, std::map<std::string, Entry>& entries,
                std::map<std::string, std::string>& metadata)
-      : origin_(origin), entries_(entries), metadata_(metadata) {}
+      : origin_(origin), source_(source), entries_(entries), metadata_(metadata) {}
 
   bool null() { return value(); }
   bool boolean(bool) { return value(); }
@@ -76,24 +97,25 @@ class HeaderReader {
   bool end_array();
   bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) {
     // e.what() ends with the token read so far, which can be most of the header.
-    throw CheckpointError(origin_ + ": header is not valid JSON (" +
-                          log::clipped(e.what(), log::kQuotedBytes) + ")");
+    throw LayoutError(origin_ + ": header is not valid JSON (" +
+                      log::clipped(e.what(), log::kQuotedBytes) + ")");
   }
 
  private:
   enum class At { kStart, kHeader, kEntry, kShape, kOffsets, kMetadata, kEnd };
   enum class Field { kNone, kDtype, kShape, kOffsets };
 
-  CheckpointError bad(const std::string& why) const {
-    return CheckpointError(origin_ + ": tensor " + in_quotes(name_) + " " + why);
+  LayoutError bad(const std::string& why) const {
+    return LayoutError(origin_ + ": tensor " + in_quotes(name_) + " " + why);
   }
-  CheckpointError twice(const std::string& name) const {
-    return CheckpointError(origin_ + ": header names " + in_quotes(name) + " twice");
+  LayoutError twice(const std::string& name) const {
+    return LayoutError(origin_ + ": header names " + in_quotes(name) + " twice");
   }
   bool value();  // any value that is not a structure, or one where it does not belong
   void end_entry();
 
   const std::string& origin_;
+  Source source_;
   std::map<std::string, Entry>& entries_;
   std::map<std::string, std::string>& metadata_;
   At at_ = At::kStart;
@@ -112,10 +134,10 @@ constexpr const char* kBadDim = "has a shape entry that is not a non-negative in
 bool HeaderReader::value() {
   switch (at_) {
     case At::kStart:
-      throw CheckpointError(origin_ + ": header is not a JSON object");
+      throw LayoutError(origin_ + ": header is not a JSON object");
     case At::kHeader:
       if (name_ == "__metadata__") {
-        throw CheckpointError(origin_ + ": __metadata__ is not an object");
+        throw LayoutError(origin_ + ": __metadata__ is not an object");
       }
       throw bad("is not described by an object");
     case At::kEntry:
@@ -127,12 +149,12 @@ bool HeaderReader::value() {
     case At::kOffsets:
       throw bad(kNoOffsets);
     case At::kMetadata:
-      throw CheckpointError(origin_ + ": __metadata__." + log::clipped(name_, log::kQuotedBytes) +
-                            " is not a string");
+      throw LayoutError(origin_ + ": __metadata__." + log::clipped(name_, log::kQuotedBytes) +
+                        " is not a string");
     case At::kEnd:
       break;
   }
-  throw CheckpointError(origin_ + ": header has content after its end");
+  throw LayoutError(origin_ + ": header has content after its end");
 }
 
 bool HeaderReader::number_unsigned(json::number_unsigned_t v) {
@@ -200,15 +222,16 @@ bool HeaderReader::key(json::string_t& name) {
     return true;
   }
   // At::kHeader: a tensor's name or __metadata__.
-  if (stop_requested()) {
-    throw RunStopped(Outcome::kInterrupted, "stopped while reading the header of " + origin_);
+  if (source_ == Source::kCheckpoint && stop_requested()) {
+    throw Stopped("stopped while reading the header of " + origin_);
   }
   if (name == "__metadata__" ? std::exchange(metadata_seen_, true) : entries_.count(name) > 0) {
     throw twice(name);
   }
   if (name != "__metadata__" && entries_.size() == kMaxEntries) {
-    throw CheckpointError(origin_ + ": header describes more than " + std::to_string(kMaxEntries) +
-                          " tensors, the most a checkpoint may hold");
+    throw LayoutError(origin_ + ": header describes more than " + std::to_string(kMaxEntries) +
+                      " tensors, the most a " +
+                      (source_ == Source::kCheckpoint ? "checkpoint" : "data shard") + " may hold");
   }
   name_ = std::move(name);
   return true;
@@ -263,9 +286,9 @@ void check_layout(const std::map<std::string, Entry>& entries, uint64_t data_siz
   std::vector<std::pair<const std::string*, const Entry*>> order;
   for (const auto& [name, e] : entries) {
     if (e.end > data_size) {
-      throw CheckpointError(origin + ": tensor " + in_quotes(name) + " ends at byte " +
-                            std::to_string(e.end) + ", past the end of the data (" +
-                            std::to_string(data_size) + " bytes; truncated?)");
+      throw LayoutError(origin + ": tensor " + in_quotes(name) + " ends at byte " +
+                        std::to_string(e.end) + ", past the end of the data (" +
+                        std::to_string(data_size) + " bytes; truncated?)");
     }
     order.emplace_back(&name, &e);
   }
@@ -276,19 +299,19 @@ void check_layout(const std::map<std::string, Entry>& entries, uint64_t data_siz
   const std::string* previous = nullptr;
   for (const auto& [name, e] : order) {
     if (e->begin < next) {
-      throw CheckpointError(origin + ": tensors " + in_quotes(*previous) + " and " +
-                            in_quotes(*name) + " overlap");
+      throw LayoutError(origin + ": tensors " + in_quotes(*previous) + " and " + in_quotes(*name) +
+                        " overlap");
     }
     if (e->begin > next) {
-      throw CheckpointError(origin + ": bytes " + std::to_string(next) + " to " +
-                            std::to_string(e->begin) + " of the data belong to no tensor");
+      throw LayoutError(origin + ": bytes " + std::to_string(next) + " to " +
+                        std::to_string(e->begin) + " of the data belong to no tensor");
     }
     next = e->end;
     previous = name;
   }
   if (next != data_size) {
-    throw CheckpointError(origin + ": the data has " + std::to_string(data_size) +
-                          " bytes, the tensors cover " + std::to_string(next));
+    throw LayoutError(origin + ": the data has " + std::to_string(data_size) +
+                      " bytes, the tensors cover " + std::to_string(next));
   }
 }
 
@@ -336,24 +359,32 @@ std::string serialize(const std::vector<std::pair<std::string, torch::Tensor>>& 
   return out;
 }
 
-View::View(std::string_view bytes, const std::string& origin) : origin_(origin) {
-  if (bytes.size() < 8) {
-    throw CheckpointError(origin + ": " + std::to_string(bytes.size()) +
-                          " bytes, too short for a safetensors header (truncated?)");
-  }
-  uint64_t n = 0;
-  std::memcpy(&n, bytes.data(), 8);
-  if (n > kMaxHeaderBytes || n > bytes.size() - 8) {
-    throw CheckpointError(origin + ": header length " + std::to_string(n) + " exceeds " +
-                          (n > kMaxHeaderBytes ? "the limit of " + std::to_string(kMaxHeaderBytes)
-                                               : "the " + std::to_string(bytes.size() - 8) +
-                                                     " bytes that follow (truncated?)"));
-  }
-  const std::string_view text = bytes.substr(8, n);
-  HeaderReader reader(origin_, entries_, metadata_);
-  nlohmann::json::sax_parse(text.begin(), text.end(), &reader);
-  data_ = bytes.substr(8 + n);
-  check_layout(entries_, data_.size(), origin);
+View::View(std::string_view bytes, const std::string& origin, Source source)
+    : origin_(origin), source_(source) {
+  typed_errors(source, [&] {
+    if (bytes.size() < 8) {
+      throw LayoutError(origin + ": " + std::to_string(bytes.size()) +
+                        " bytes, too short for a safetensors header (truncated?)");
+    }
+    uint64_t n = 0;
+    std::memcpy(&n, bytes.data(), 8);
+    if (n > kMaxHeaderBytes || n > bytes.size() - 8) {
+      throw LayoutError(origin + ": header length " + std::to_string(n) + " exceeds " +
+                        (n > kMaxHeaderBytes ? "the limit of " + std::to_string(kMaxHeaderBytes)
+                                             : "the " + std::to_string(bytes.size() - 8) +
+                                                   " bytes that follow (truncated?)"));
+    }
+    const std::string_view text = bytes.substr(8, n);
+    HeaderReader reader(origin_, source_, entries_, metadata_);
+    nlohmann::json::sax_parse(text.begin(), text.end(), &reader);
+    data_ = bytes.substr(8 + n);
+    check_layout(entries_, data_.size(), origin);
+  });
+}
+
+std::string_view View::bytes(const std::string& name) const {
+  const Entry& e = entries_.at(name);
+  return data_.substr(e.begin, e.end - e.begin);
 }
 
 torch::Tensor View::copy(const std::string& name) const {
@@ -363,25 +394,25 @@ torch::Tensor View::copy(const std::string& name) const {
   const size_t size = e.end - e.begin;
   if (e.dtype == torch::kBool &&
       std::any_of(src, src + size, [](char c) { return c != 0 && c != 1; })) {
-    throw CheckpointError(origin_ + ": tensor \"" + name +
-                          "\" holds a BOOL that is neither 0 nor 1");
+    fail(source_, origin_ + ": tensor \"" + name + "\" holds a BOOL that is neither 0 nor 1");
   }
   if (size > 0) std::memcpy(t.data_ptr(), src, size);
   return t;
 }
 
-MappedFile::MappedFile(const std::string& path, const std::string& origin) {
+MappedFile::MappedFile(const std::string& path, const std::string& origin, Source source) {
+  const std::string unreadable = origin + " is missing or unreadable: ";
   // O_NONBLOCK: a FIFO in a file's place must not hang the open (it is refused below).
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   struct stat st {};
   if (fd < 0 || ::fstat(fd, &st) != 0) {
     const int saved = errno;
     if (fd >= 0) ::close(fd);
-    throw CheckpointError(origin + " is missing or unreadable: " + std::strerror(saved));
+    fail(source, unreadable + std::strerror(saved));
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw CheckpointError(origin + " is missing or unreadable: not a regular file");
+    fail(source, unreadable + "not a regular file");
   }
   size_ = static_cast<size_t>(st.st_size);
   if (size_ > 0) {
@@ -390,7 +421,7 @@ MappedFile::MappedFile(const std::string& path, const std::string& origin) {
       const int saved = errno;
       data_ = nullptr;
       ::close(fd);
-      throw CheckpointError(origin + " is missing or unreadable: " + std::strerror(saved));
+      fail(source, unreadable + std::strerror(saved));
     }
   }
   ::close(fd);
@@ -400,4 +431,4 @@ MappedFile::~MappedFile() {
   if (data_) ::munmap(data_, size_);
 }
 
-}  // namespace amptune::train::safetensors
+}  // namespace amptune::data::safetensors
