@@ -35,7 +35,7 @@ BenchResult bench(const Config& config, int64_t steps, int64_t warmup, int threa
     while (auto batch = loader.next()) {
       if (i == warmup) start = Clock::now();
       per_batch(*batch);
-      if (i >= warmup && batch->images.defined()) images += batch->images.size(0);
+      if (i >= warmup) images += batch->size;
       ++i;
     }
     if (i <= warmup) {

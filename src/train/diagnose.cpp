@@ -614,7 +614,7 @@ store::Diagnosis diagnose(const store::RunRow& run,
   const Sides sides{session, precision, ref, ref_precision, device};
   std::vector<data::Batch> batches;
   while (auto batch = loader.next()) {
-    if (!batch->images.defined() || batch->images.size(0) == 0) continue;
+    if (batch->size == 0) continue;
     compare_batch(sides, *batch, static_cast<int>(batches.size()), map, casts, d);
     batches.push_back(std::move(*batch));
   }
@@ -690,7 +690,7 @@ ForwardWork forward_work(const Config& config) {
   opts.workers = 0;
   data::Loader loader(train_set, opts);
   std::optional<data::Batch> sample;
-  while ((sample = loader.next()) && batch_samples(*sample) == 0) {
+  while ((sample = loader.next()) && sample->size == 0) {
   }
   if (!sample) {
     throw DataError("the training split of " + settings.data.root +

@@ -98,6 +98,14 @@ std::map<std::string, std::string> validated_columns(const Config& config, const
     throw ConfigError("casts.int32: the cast points are fields of RootNet's data path; model " +
                       s.model.name + " has none, so they would change nothing; remove casts.int32");
   }
+  const bool custom = s.model.name == "torchscript" && s.model.task == "custom";
+  if (custom != (s.data.format == "tensors")) {
+    throw ConfigError(custom ? "data.format: model.task custom reads batches of named tensors; "
+                               "set data.format: tensors (docs/DATA.md), not " + s.data.format
+                             : "data.format: tensors holds named tensors, which only a TorchScript "
+                               "model of model.task custom reads (docs/MODELS.md \"Your own "
+                               "model\"); model " + s.model.name + " reads images");
+  }
   if (s.dist.sync_bn && s.model.name == "torchscript") {
     throw ConfigError("dist.sync_bn: a TorchScript model's BatchNorm runs the model's own code, "
                       "which amptune cannot synchronise over ranks; set dist.sync_bn: false "

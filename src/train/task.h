@@ -77,8 +77,6 @@ class Task {
   torch::MemoryFormat memory_format_ = torch::MemoryFormat::Contiguous;
 };
 
-// The samples of a batch: its images', or (a batch of named tensors) its first field's.
-int64_t batch_samples(const data::Batch& batch);
 // The loop of every task's evaluate_batches: one record per batch of `loader`, in order, with
 // gradients off; `values` gives a non-empty batch's numbers (an empty one keeps none).
 std::vector<EvalBatch> evaluate_each(

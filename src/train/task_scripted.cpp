@@ -83,7 +83,7 @@ class CustomTask : public Task {
                                           const torch::Device& device) override {
     return evaluate_each(loader, [&](const data::Batch& batch) {
       const auto sums = model_->eval_batch(on_device(batch, device));
-      std::vector<double> values{static_cast<double>(batch_samples(batch))};
+      std::vector<double> values{static_cast<double>(batch.size)};
       for (const auto& [name, higher] : directions_) {
         const auto it = sums.find(name);
         if (it == sums.end() || it->second.numel() != 1) {
@@ -141,10 +141,6 @@ ModelEntry torchscript_entry() {
   ModelEntry entry = classifier("torchscript", build_classifier);
   const auto classify = entry.make_task;
   entry.make_task = [classify](const Settings& settings) {
-    if (custom(settings) && settings.data.format != "tensors") {
-      throw ConfigError("model.task custom reads batches of named tensors: set data.format to "
-                        "tensors (docs/MODELS.md \"Your own model\"), not " + settings.data.format);
-    }
     return custom(settings) ? make_custom_task(settings) : classify(settings);
   };
   entry.info = [](const Settings& settings) {

@@ -105,12 +105,6 @@ std::vector<EvalBatch> decode_eval_batches(const std::string& bytes) {
   return out;
 }
 
-int64_t batch_samples(const data::Batch& batch) {
-  if (batch.images.defined() && batch.images.dim() > 0) return batch.images.size(0);
-  if (batch.fields.empty() || batch.fields.begin()->second.dim() == 0) return 0;
-  return batch.fields.begin()->second.size(0);
-}
-
 std::vector<EvalBatch> evaluate_each(
     data::Loader& loader, const std::function<std::vector<double>(const data::Batch&)>& values) {
   torch::NoGradGuard no_grad;
@@ -119,7 +113,7 @@ std::vector<EvalBatch> evaluate_each(
     EvalBatch rec;
     rec.index = batch->index;
     rec.skipped = batch->skipped;
-    if (batch_samples(*batch) > 0) rec.values = values(*batch);
+    if (batch->size > 0) rec.values = values(*batch);
     out.push_back(std::move(rec));
   }
   return out;

@@ -522,7 +522,7 @@ store::EpochRecord RunTraining::train_epoch(int64_t epoch) {
     profiler_->begin_step(global_step_);
     if (!group_) stop_if_asked(epoch);  // (ranks of a job agree on a stop in parallel_step)
     skipped += batch->skipped;
-    const int64_t n = batch->images.defined() ? batch->images.size(0) : 0;
+    const int64_t n = batch->size;
     if (n == 0 && !group_) {
       phase_start = Clock::now();
       continue;

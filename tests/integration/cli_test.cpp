@@ -123,18 +123,25 @@ std::string zero_shard(int rows) {
   return bytes + header + std::string(16 * rows, '\0');
 }
 
-// data.format tensors passes a dry run, which opens both splits (the model that trains on it,
-// model.task custom, is not checked here: an image model stands in); a malformed shard stops it
-// with exit 4 naming the file, before anything is written.
+// data.format tensors passes a dry run, which opens both splits (with the TorchScript model of
+// model.task custom that reads it; an image model is refused with it, exit 3); a malformed
+// shard stops it with exit 4 naming the file, before anything is written.
 TEST(Cli, DryRunOpensTensorsData) {
   auto f = make(1, "");
   write_file(f.dir + "/tensors/train/shard-00000.safetensors", zero_shard(40));
   write_file(f.dir + "/tensors/train/shard-00001.safetensors", zero_shard(24));
   write_file(f.dir + "/tensors/val/shard-00000.safetensors", zero_shard(16));
-  const std::vector<std::string> args = {
+  std::vector<std::string> args = {
       "run", f.yaml, "--db", f.db, "--dry-run", "--set", "data.format=tensors",
       "--set", "data.root=tensors", "--set", "data.val_split=val"};
   auto r = run_amptune(args, f.dir);
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find("model resnet18 reads images"), std::string::npos) << r.err;
+  args.insert(args.end(), {"--set", "model.name=torchscript", "--set", "model.task=custom",
+                           "--set",
+                           std::string("model.path=") + AMPTUNE_FIXTURE_DIR +
+                               "/torchscript/regressor_custom.pt"});
+  r = run_amptune(args, f.dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("1 of 1 cells"), std::string::npos) << r.out;
   write_file(f.dir + "/tensors/val/shard-00000.safetensors", zero_shard(16).substr(0, 100));

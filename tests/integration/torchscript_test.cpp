@@ -148,16 +148,16 @@ TEST(TorchScriptCli, ACustomTaskTrainsResumesBitwiseAndIsCompared) {
              "  model: {name: torchscript, path: regressor.pt, task: custom}\n"
              "  data: {format: tensors, root: data, train_split: train, val_split: val,\n"
              "         batch_size: 32, workers: 1}\n"
-             "  optim: {name: sgd, lr: 0.05, momentum: 0.9}\n"
+             "  optim: {name: sgd, lr: 0.02, momentum: 0.9}\n"
              "  schedule: {epochs: 3}\n"
              "  threads: 1\n"
              "grid:\n"
-             "  amp.opt_level: [O0, O2]\n"
+             "  amp.opt_level: [O0, O1]\n"
              "  amp.backend: [emulate]\n");
   const std::string db = dir + "/results.sqlite";
   Result r = run_amptune({"run", "sweep.yaml", "--db", db, "-q"}, dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  // Run 2 (O2) continued from its epoch 1 as a new run: epoch 2 again, the same numbers bit for
+  // Run 2 (O1) continued from its epoch 1 as a new run: epoch 2 again, the same numbers bit for
   // bit (weights, masters, loss scaler, optimizer, RNG restored).
   r = run_amptune({"fork", "2", "--epoch", "1", "--db", db, "-q"}, dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -174,10 +174,10 @@ TEST(TorchScriptCli, ACustomTaskTrainsResumesBitwiseAndIsCompared) {
   EXPECT_EQ(a.train_loss, b.train_loss);
   EXPECT_EQ(a.metrics.at("val_samples"), 64);
   EXPECT_LT(straight[2].metrics.at("mse"), straight[0].metrics.at("mse")) << "it learns";
-  r = run_amptune({"compare", "regression", "--db", db, "--format", "csv"}, dir);
+  r = run_amptune({"compare", "--sweep", "regression", "--db", db, "--format", "csv"}, dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("mse"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("O2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("O1"), std::string::npos) << r.out;
 
   // A module without eval_batch is refused before anything runs.
   fs::copy_file(kFixtures + "custom_no_eval_batch.pt", dir + "/no_eval.pt");

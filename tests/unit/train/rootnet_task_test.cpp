@@ -156,13 +156,14 @@ TEST(ModelRegistry, EveryRegisteredModelBuildsAndIsJudgedByItsMetric) {
   std::vector<std::string> names;
   for (const ModelEntry& entry : registered_models()) names.push_back(entry.name);
   EXPECT_EQ(names, (std::vector<std::string>{"resnet18", "resnet34", "resnet50", "resnet101",
-                                             "resnet152", "rootnet"}));
+                                             "resnet152", "rootnet", "torchscript"}));
   for (const std::string& name : names) {
     Config c;
     c.set("model.name", name);
     c.set("model.width", 0.0625);
     c.set("model.num_classes", 4);
     c.set("model.backbone_depth", 18);
+    c.set("model.path", std::string(AMPTUNE_FIXTURE_DIR) + "/torchscript/resnet18_tiny_script.pt");
     c.set("rootnet.test_set", "h36m");
     torch::manual_seed(0);
     auto task = make_task(Settings::from(c));
@@ -189,7 +190,7 @@ TEST(ModelRegistry, EveryRegisteredModelBuildsAndIsJudgedByItsMetric) {
     ADD_FAILURE() << "an unregistered model";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("one of resnet18, resnet34, resnet50, resnet101, "
-                                         "resnet152, rootnet, got 'vgg16'"),
+                                         "resnet152, rootnet, torchscript, got 'vgg16'"),
               std::string::npos)
         << e.what();
   }
