@@ -80,6 +80,17 @@ inline Session build_session(const Settings& settings, const torch::Device& devi
   s.precision = &precision;
   // amp: O2/O3 weights go on the low-precision grid; the optimizer steps the fp32 masters.
   s.optimizer = make_optimizer(settings.optim, precision.attach(s.task->module()));
+  if (initial) {
+    // The masters are the full-precision values themselves, not the copies of the weights just
+    // rounded onto the grid (a fork of an O2 run continues its masters' low bits).
+    torch::NoGradGuard no_grad;
+    const auto& masters = precision.engine().masters();
+    size_t i = 0;
+    for (const auto& p : s.task->module().named_parameters(/*recurse=*/true)) {
+      if (i < masters.size() && masters[i].defined()) masters[i].copy_(initial->at(p.key()));
+      ++i;
+    }
+  }
   return s;
 }
 

@@ -152,12 +152,12 @@ TEST(TorchScriptCli, ACustomTaskTrainsResumesBitwiseAndIsCompared) {
              "  schedule: {epochs: 3}\n"
              "  threads: 1\n"
              "grid:\n"
-             "  amp.opt_level: [O0, O1]\n"
+             "  amp.opt_level: [O0, O2]\n"
              "  amp.backend: [emulate]\n");
   const std::string db = dir + "/results.sqlite";
   Result r = run_amptune({"run", "sweep.yaml", "--db", db, "-q"}, dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  // Run 2 (O1) continued from its epoch 1 as a new run: epoch 2 again, the same numbers bit for
+  // Run 2 (O2) continued from its epoch 1 as a new run: epoch 2 again, the same numbers bit for
   // bit (weights, masters, loss scaler, optimizer, RNG restored).
   r = run_amptune({"fork", "2", "--epoch", "1", "--db", db, "-q"}, dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -177,7 +177,7 @@ TEST(TorchScriptCli, ACustomTaskTrainsResumesBitwiseAndIsCompared) {
   r = run_amptune({"compare", "--sweep", "regression", "--db", db, "--format", "csv"}, dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("mse"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("O1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("O2"), std::string::npos) << r.out;
 
   // A module without eval_batch is refused before anything runs.
   fs::copy_file(kFixtures + "custom_no_eval_batch.pt", dir + "/no_eval.pt");

@@ -104,6 +104,23 @@ TEST(Fork, WithoutChangesContinuesExactlyLikeItsParent) {
   EXPECT_EQ(query(f.db, "SELECT count(*) FROM runs")[0][0], "2");
 }
 
+// An O2 parent steps fp32 masters: its fork starts from them (not from copies of the weights
+// rounded onto the fp16 grid), so it too continues bit for bit.
+TEST(Fork, AnO2ForkContinuesFromTheParentsMasters) {
+  auto f = make("", "  amp: {opt_level: O2, backend: emulate}\n");
+  ASSERT_EQ(run_amptune({"run", f.yaml, "--db", f.db, "-q"}, f.dir).exit_code, 0);
+  const std::string parent = only_run(f.db);
+  auto r = run_amptune({"fork", parent, "--epoch", "0", "--db", f.db, "-q"}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto p = epochs_of(f.db, parent), k = epochs_of(f.db, only_run(f.db, "parent_run_id IS NOT NULL"));
+  ASSERT_EQ(k.size(), 2u);
+  for (size_t i = 0; i < k.size(); ++i) {
+    EXPECT_EQ(k[i].train_loss, p[i + 1].train_loss) << "epoch " << k[i].epoch;
+    EXPECT_EQ(k[i].metrics.at("val_loss"), p[i + 1].metrics.at("val_loss"));
+    EXPECT_EQ(k[i].metrics.at("loss_scale"), p[i + 1].metrics.at("loss_scale"));
+  }
+}
+
 // optim.fused in real training: a fork switching to the fused (multi-tensor) optimizer continues
 // from the unfused parent's momentum and gives the parent's losses within float rounding.
 TEST(Fork, FusedOptimizerContinuesTheUnfusedParent) {
