@@ -11,22 +11,24 @@
 namespace amptune::amp {
 namespace {
 
-// A BatchNorm module: LibTorch's, or a TorchScript model's torch.nn one (models/scripted.h names
-// each module by its class's qualified name, "__torch__.torch.nn.modules.batchnorm.BatchNorm2d").
+// A BatchNorm module: LibTorch's, or a TorchScript model's torch.nn one.
 bool is_batchnorm(torch::nn::Module& m) {
   if (m.as<torch::nn::BatchNorm1d>() || m.as<torch::nn::BatchNorm2d>() ||
       m.as<torch::nn::BatchNorm3d>()) {
     return true;
   }
-  const std::string& name = m.name();
-  const auto dot = name.rfind('.');
-  const std::string cls = dot == std::string::npos ? name : name.substr(dot + 1);
-  return name.find("torch.nn.modules.batchnorm.") != std::string::npos &&
-         (cls == "BatchNorm1d" || cls == "BatchNorm2d" || cls == "BatchNorm3d" ||
-          cls == "SyncBatchNorm");
+  const std::string cls = torch_nn_class(m);
+  return cls == "BatchNorm1d" || cls == "BatchNorm2d" || cls == "BatchNorm3d" ||
+         cls == "SyncBatchNorm";
 }
 
 }  // namespace
+
+std::string torch_nn_class(const torch::nn::Module& module) {
+  const std::string& name = module.name();
+  if (name.find("torch.nn.modules.") == std::string::npos) return "";
+  return name.substr(name.rfind('.') + 1);
+}
 
 ScalerOptions scaler_options(const Policy& policy) {
   ScalerOptions o;

@@ -26,6 +26,12 @@ namespace amptune::amp {
 
 ScalerOptions scaler_options(const Policy& policy);
 
+// The torch.nn class of a TorchScript model's module: "BatchNorm2d" for a module named
+// "__torch__.torch.nn.modules.batchnorm.BatchNorm2d" (or a mangled "...___torch_mangle_3.
+// BatchNorm2d"; models/scripted.h names each mirror module by its class's qualified name); ""
+// for any other module.
+std::string torch_nn_class(const torch::nn::Module& module);
+
 class Engine {
  public:
   // Prepares `model` (already on its device) for `policy`; `model` must outlive the engine.

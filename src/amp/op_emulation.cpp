@@ -189,7 +189,7 @@ ScopedLowStorage::ScopedLowStorage(const std::vector<torch::Tensor>& tensors)
 }
 
 ScopedLowStorage::~ScopedLowStorage() {
-  t_low_storage = std::static_pointer_cast<const std::unordered_set<const void*>>(previous_);
+  t_low_storage = previous_;
 }
 
 }  // namespace amptune::amp

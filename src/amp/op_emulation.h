@@ -22,7 +22,9 @@
 // or tagged: the native backend's autocast and cast weights do the work in the dispatcher.
 #pragma once
 
+#include <memory>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include <torch/types.h>
@@ -74,7 +76,7 @@ class ScopedLowStorage {
   ScopedLowStorage& operator=(const ScopedLowStorage&) = delete;
 
  private:
-  std::shared_ptr<const void> previous_;
+  std::shared_ptr<const std::unordered_set<const void*>> previous_;
 };
 
 }  // namespace amptune::amp

@@ -58,16 +58,6 @@ constexpr DtypeName kDtypes[] = {
     {torch::kBool, "BOOL"},
 };
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
-// Text of the file quoted in an error, cut to a readable length.
-std::string in_quotes(std::string_view text) {
-  return "\"" + log::clipped(text, log::kQuotedBytes) + "\"";
-}
 
 // The header read from nlohmann's SAX events straight into entries and metadata: each event
 // costs O(log entries) and nothing is built that View does not keep. (The DOM parser with a
@@ -316,6 +306,16 @@ void check_layout(const std::map<std::string, Entry>& entries, uint64_t data_siz
 }
 
 }  // namespace
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::string in_quotes(std::string_view text) {
+  return "\"" + log::clipped(text, log::kQuotedBytes) + "\"";
+}
 
 std::string dtype_name(torch::ScalarType dtype) {
   for (const auto& d : kDtypes) {

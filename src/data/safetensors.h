@@ -50,6 +50,9 @@ struct Entry {
 // The writer makes checkpoints (and a test's data shards), so its errors are CheckpointErrors.
 // "F32" for torch::kFloat, ...; throws CheckpointError for a dtype the format cannot hold.
 std::string dtype_name(torch::ScalarType dtype);
+// For messages: a shape as "[3, 4]"; text of a file in quotes, clipped (log::kQuotedBytes).
+std::string shape_text(const std::vector<int64_t>& shape);
+std::string in_quotes(std::string_view text);
 
 // The file's bytes for `tensors` (any device; copied to contiguous CPU memory) and `metadata`.
 // Tensors are laid out by element size, largest first, so each starts aligned to its element

@@ -8,7 +8,6 @@
 #include <torch/torch.h>
 
 #include "core/error.h"
-#include "core/log.h"
 #include "data/dataset.h"
 #include "data/safetensors.h"
 
@@ -23,15 +22,8 @@ std::string layout(const std::string& root, const std::string& split) {
          "/*.safetensors (docs/DATA.md \"Tensors\")";
 }
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
-std::string quoted(const std::string& name) {
-  return "\"" + log::clipped(name, log::kQuotedBytes) + "\"";
-}
+using st::in_quotes;
+using st::shape_text;
 
 // A named tensor as every shard holds it: its dtype and the shape of one row (one sample).
 struct Column {
@@ -46,7 +38,7 @@ struct Column {
 // the billions by a small file).
 Column column_of(const std::string& name, const st::Entry& e, const std::string& path) {
   if (e.shape.empty()) {
-    throw DataError(path + ": tensor " + quoted(name) +
+    throw DataError(path + ": tensor " + in_quotes(name) +
                     " has no dimension (a scalar); the first dimension counts the samples "
                     "(store one value per sample as shape [N])");
   }
@@ -54,7 +46,7 @@ Column column_of(const std::string& name, const st::Entry& e, const std::string&
   size_t elements = 1;
   for (const int64_t d : c.row_shape) elements *= static_cast<size_t>(d);  // the reader checked
   if (elements == 0) {
-    throw DataError(path + ": tensor " + quoted(name) + " of shape " + shape_text(e.shape) +
+    throw DataError(path + ": tensor " + in_quotes(name) + " of shape " + shape_text(e.shape) +
                     " has rows that hold no element");
   }
   c.row_bytes = elements * c10::elementSize(e.dtype);
@@ -112,7 +104,7 @@ class TensorsDataset : public Dataset {
       const char* src = shard.starts[c] + row * column.row_bytes;
       if (column.dtype == torch::kBool &&
           std::any_of(src, src + column.row_bytes, [](char b) { return b != 0 && b != 1; })) {
-        throw DataError(shard.path + ": tensor " + quoted(column.name) + " row " +
+        throw DataError(shard.path + ": tensor " + in_quotes(column.name) + " row " +
                         std::to_string(row) + " holds a BOOL that is neither 0 nor 1");
       }
       torch::Tensor t = torch::empty(column.row_shape, torch::TensorOptions().dtype(column.dtype));
@@ -147,8 +139,8 @@ class TensorsDataset : public Dataset {
     const auto& [first_name, first] = *view.entries().begin();
     for (const auto& [name, e] : view.entries()) {
       if (e.shape[0] != first.shape[0]) {
-        throw DataError(path + ": tensor " + quoted(name) + " has " + std::to_string(e.shape[0]) +
-                        " rows (first dimension), tensor " + quoted(first_name) + " " +
+        throw DataError(path + ": tensor " + in_quotes(name) + " has " + std::to_string(e.shape[0]) +
+                        " rows (first dimension), tensor " + in_quotes(first_name) + " " +
                         std::to_string(first.shape[0]) +
                         "; every tensor of a shard holds one row per sample");
       }
@@ -165,16 +157,16 @@ class TensorsDataset : public Dataset {
           std::lower_bound(columns_.begin(), columns_.end(), name,
                            [](const Column& c, const std::string& n) { return c.name < n; });
       if (same == columns_.end() || same->name != name) {
-        throw DataError(path + " holds tensor " + quoted(name) + ", which the first shard " +
+        throw DataError(path + " holds tensor " + in_quotes(name) + ", which the first shard " +
                         first + " does not; every shard holds the same tensors");
       }
       const Column c = column_of(name, e, path);
       if (c.dtype != same->dtype) {
-        throw DataError(path + ": tensor " + quoted(name) + " is " + st::dtype_name(c.dtype) +
+        throw DataError(path + ": tensor " + in_quotes(name) + " is " + st::dtype_name(c.dtype) +
                         ", in the first shard " + first + " " + st::dtype_name(same->dtype));
       }
       if (c.row_shape != same->row_shape) {
-        throw DataError(path + ": tensor " + quoted(name) + " has rows of shape " +
+        throw DataError(path + ": tensor " + in_quotes(name) + " has rows of shape " +
                         shape_text(c.row_shape) + ", in the first shard " + first + " " +
                         shape_text(same->row_shape) +
                         " (shards differ in the first dimension only)");
@@ -182,7 +174,7 @@ class TensorsDataset : public Dataset {
     }
     for (const Column& c : columns_) {
       if (!entries.count(c.name)) {
-        throw DataError(path + " lacks tensor " + quoted(c.name) + ", which the first shard " +
+        throw DataError(path + " lacks tensor " + in_quotes(c.name) + ", which the first shard " +
                         first + " holds; every shard holds the same tensors");
       }
     }

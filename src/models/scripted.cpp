@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "amp/emulate.h"
+#include "amp/engine.h"
 #include "amp/op_emulation.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -22,11 +23,17 @@ using Objects = std::unordered_map<const c10::ivalue::Object*, const torch::nn::
 
 // ---- the state of one call into a scripted model, on this thread ---------------------------
 
+// A submodule call open now: its ModuleCall (none for a module the mirror does not know) and
+// whether its first tensor argument went to the observer.
+struct OpenCall {
+  std::unique_ptr<amp::ModuleCall> call;
+  bool input_seen = false;
+};
+
 // The mirror modules by the scripted objects they mirror, and the submodule calls open now.
 struct Frame {
   const Objects* objects = nullptr;
-  std::vector<std::unique_ptr<amp::ModuleCall>> calls;
-  std::vector<bool> input_seen;  // per open call: its first tensor argument went to the observer
+  std::vector<OpenCall> calls;
 };
 thread_local Frame* t_frame = nullptr;
 
@@ -40,7 +47,7 @@ class Entered {
     t_frame = &frame_;
   }
   ~Entered() {
-    while (!frame_.calls.empty()) frame_.calls.pop_back();
+    while (!frame_.calls.empty()) frame_.calls.pop_back();  // innermost first
     t_frame = previous_;
   }
   amp::ModuleCall& root() { return root_; }
@@ -59,30 +66,36 @@ void module_enter(const c10::ivalue::Object* object) {
   const auto it = t_frame->objects->find(object);
   // A module the mirror does not know (made inside the model's code): counted as no call, but
   // kept on the stack so that module_exit pops what module_enter pushed.
-  t_frame->calls.push_back(it == t_frame->objects->end()
-                               ? nullptr
-                               : std::make_unique<amp::ModuleCall>(*it->second));
-  t_frame->input_seen.push_back(false);
+  OpenCall& open = t_frame->calls.emplace_back();
+  if (it != t_frame->objects->end()) open.call = std::make_unique<amp::ModuleCall>(*it->second);
 }
 
 torch::Tensor module_input(const torch::Tensor& x) {
-  if (!t_frame || t_frame->calls.empty() || !t_frame->calls.back()) return x;
-  if (t_frame->input_seen.back()) return x;  // the observer sees the first tensor argument
-  t_frame->input_seen.back() = true;
-  return t_frame->calls.back()->input(x);
+  if (!t_frame || t_frame->calls.empty()) return x;
+  OpenCall& open = t_frame->calls.back();
+  if (!open.call || open.input_seen) return x;  // the observer sees the first tensor argument
+  open.input_seen = true;
+  return open.call->input(x);
 }
 
 torch::Tensor module_exit(const torch::Tensor& y) {
   if (!t_frame || t_frame->calls.empty()) return y;
-  torch::Tensor out = t_frame->calls.back() ? t_frame->calls.back()->output(y) : y;
+  const OpenCall& open = t_frame->calls.back();
+  torch::Tensor out = open.call ? open.call->output(y) : y;
   t_frame->calls.pop_back();
-  t_frame->input_seen.pop_back();
   return out;
 }
 
 // ---- amptune's operators in a rewritten graph -----------------------------------------------
 
 torch::Tensor pop_tensor(jit::Stack& stack) { return jit::pop(stack).toTensor(); }
+
+// Pops a Tensor[] and pushes `f` of each of its tensors.
+void map_tensor_list(jit::Stack& stack, torch::Tensor (*f)(const torch::Tensor&)) {
+  std::vector<torch::Tensor> ts = jit::pop(stack).toTensorVector();
+  for (auto& t : ts) t = f(t);
+  jit::push(stack, ts);
+}
 
 jit::RegisterOperators register_amptune_ops({
     jit::Operator(
@@ -120,11 +133,7 @@ jit::RegisterOperators register_amptune_ops({
         c10::AliasAnalysisKind::CONSERVATIVE),
     jit::Operator(
         "amptune::op_input_list(Tensor[] x) -> Tensor[]",
-        [](jit::Stack& stack) {
-          std::vector<torch::Tensor> xs = jit::pop(stack).toTensorVector();
-          for (auto& x : xs) x = amp::op_input(x);
-          jit::push(stack, xs);
-        },
+        [](jit::Stack& stack) { map_tensor_list(stack, amp::op_input); },
         c10::AliasAnalysisKind::CONSERVATIVE),
     jit::Operator(
         "amptune::op_output(Tensor y) -> Tensor",
@@ -132,11 +141,7 @@ jit::RegisterOperators register_amptune_ops({
         c10::AliasAnalysisKind::CONSERVATIVE),
     jit::Operator(
         "amptune::op_output_list(Tensor[] y) -> Tensor[]",
-        [](jit::Stack& stack) {
-          std::vector<torch::Tensor> ys = jit::pop(stack).toTensorVector();
-          for (auto& y : ys) y = amp::op_output(y);
-          jit::push(stack, ys);
-        },
+        [](jit::Stack& stack) { map_tensor_list(stack, amp::op_output); },
         c10::AliasAnalysisKind::CONSERVATIVE),
 });
 
@@ -351,7 +356,7 @@ torch::Tensor ScriptedModelImpl::forward(const torch::Tensor& x) {
                      c10::str(y.sizes()) + " for input of shape " + c10::str(x.sizes()) +
                      "; a model of model.task classification returns [batch, classes] logits");
   }
-  return entered.root().output(amp::model_output(out.toTensor()));
+  return entered.root().output(amp::model_output(y));
 }
 
 torch::Tensor ScriptedModelImpl::training_loss(const std::map<std::string, torch::Tensor>& batch) {
@@ -406,10 +411,8 @@ std::vector<std::pair<std::string, bool>> ScriptedModelImpl::metric_directions()
 std::optional<ScriptedLayer> scripted_layer(const torch::nn::Module& module) {
   const auto* node = dynamic_cast<const ScriptedNode*>(&module);
   if (!node) return std::nullopt;
-  const std::string& name = node->name();
-  const std::string cls = name.substr(name.rfind('.') + 1);
-  if (name.find("torch.nn.modules.") == std::string::npos ||
-      (cls != "Conv2d" && cls != "ConvTranspose2d" && cls != "Linear") ||
+  const std::string cls = amp::torch_nn_class(*node);
+  if ((cls != "Conv2d" && cls != "ConvTranspose2d" && cls != "Linear") ||
       !node->script.hasattr("weight") || !node->script.attr("weight").isTensor()) {
     return std::nullopt;
   }

@@ -15,12 +15,17 @@ namespace {
 
 bool custom(const Settings& settings) { return settings.model.task == "custom"; }
 
-models::ScriptedModel load_model(const Settings& settings) {
+models::ScriptedModel load_file(const Settings& settings) {
   if (settings.model.path.empty()) {
     throw ConfigError("model.path: model.name torchscript needs the TorchScript file of the "
                       "model (docs/MODELS.md \"Your own model\")");
   }
-  models::ScriptedModel model(settings.model.path);
+  return models::ScriptedModel(settings.model.path);
+}
+
+// The file with model.weights loaded into it, when set.
+models::ScriptedModel load_model(const Settings& settings) {
+  models::ScriptedModel model = load_file(settings);
   if (!settings.model.weights.empty()) models::load_state_dict(*model, settings.model.weights);
   return model;
 }
@@ -49,7 +54,7 @@ std::vector<std::pair<std::string, bool>> directions_of(const Settings& settings
   std::lock_guard<std::mutex> lock(mutex);
   auto it = cache.find(key);
   if (it == cache.end()) {
-    models::ScriptedModel model = load_model(settings);
+    models::ScriptedModel model = load_file(settings);
     std::vector<std::pair<std::string, bool>> directions;
     if (custom(settings)) {
       check_custom_methods(*model);

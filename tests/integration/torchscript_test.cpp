@@ -179,6 +179,13 @@ TEST(TorchScriptCli, ACustomTaskTrainsResumesBitwiseAndIsCompared) {
   EXPECT_NE(r.out.find("mse"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("O2"), std::string::npos) << r.out;
 
+  // Image data for a custom task is refused when the sweep is planned.
+  r = run_amptune({"run", "sweep.yaml", "--db", dir + "/bad.sqlite", "-q", "--set",
+                   "data.format=idx"},
+                  dir);
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find("set data.format: tensors"), std::string::npos) << r.err;
+
   // A module without eval_batch is refused before anything runs.
   fs::copy_file(kFixtures + "custom_no_eval_batch.pt", dir + "/no_eval.pt");
   r = run_amptune({"run", "sweep.yaml", "--db", dir + "/bad.sqlite", "-q", "--set",

@@ -4,6 +4,7 @@
 // same losses under O0 and, with the same overflows and skipped steps, under emulated O1 and O2;
 // its module paths are what amp.fp32_modules names; bad files get a ModelError naming them.
 #include <gtest/gtest.h>
+#include <torch/script.h>
 #include <torch/torch.h>
 
 #include <string>
@@ -211,6 +212,67 @@ TEST(ScriptedModel, WrongOutputShapeForAClassifierIsNamed) {
       testing::message_of<ModelError>([&] { model->forward(torch::randn({2, 1, 12, 12})); });
   EXPECT_NE(m.find("forward returned a tensor of shape [2]"), std::string::npos) << m;
   EXPECT_NE(m.find("[batch, classes]"), std::string::npos) << m;
+}
+
+// A TorchScript file written here, without Python: a module with one parameter, `code` for its
+// methods and, unless `directions` is none, the attribute higher_is_better.
+std::string script_file(const testing::ScratchDir& dir, const std::string& code,
+                        const torch::IValue& directions) {
+  torch::jit::Module m("Custom");
+  m.register_parameter("w", torch::ones({2}), false);
+  if (directions.isGenericDict()) {
+    m.register_attribute("higher_is_better",
+                         c10::DictType::create(c10::StringType::get(), c10::BoolType::get()),
+                         directions);
+  } else if (!directions.isNone()) {
+    m.register_attribute("higher_is_better", c10::IntType::get(), directions);
+  }
+  m.define(code);
+  const std::string path = (dir.path() / "custom.pt").string();
+  m.save(path);
+  return path;
+}
+
+TEST(ScriptedModel, WhatACustomTasksMethodsReturnIsChecked) {
+  testing::ScratchDir dir;
+  c10::Dict<std::string, bool> directions;
+  directions.insert("mse", false);
+  const std::string code = R"(
+def forward(self, x: Tensor):
+    return (x, x)
+def training_loss(self, batch: Dict[str, Tensor]):
+    return batch["x"] * self.w
+def eval_batch(self, batch: Dict[str, Tensor]):
+    return batch["x"]
+)";
+  ScriptedModel model(script_file(dir, code, directions));
+  EXPECT_EQ(model->metric_directions(), (std::vector<std::pair<std::string, bool>>{{"mse", false}}));
+  const std::map<std::string, torch::Tensor> batch = {{"x", torch::ones({2})}};
+  std::string m = testing::message_of<ModelError>([&] { model->forward(torch::ones({2})); });
+  EXPECT_NE(m.find("forward returned a Tuple, not a tensor"), std::string::npos) << m;
+  m = testing::message_of<ModelError>([&] { model->training_loss(batch); });
+  EXPECT_NE(m.find("training_loss must return a tensor of one element"), std::string::npos) << m;
+  EXPECT_NE(m.find("shape [2]"), std::string::npos) << m;
+  m = testing::message_of<ModelError>([&] { model->eval_batch(batch); });
+  EXPECT_NE(m.find("eval_batch must return Dict[str, Tensor], it returned a Tensor"),
+            std::string::npos)
+      << m;
+}
+
+TEST(ScriptedModel, ACustomTaskNeedsItsMetricDirections) {
+  testing::ScratchDir dir;
+  const std::string code = "def forward(self, x: Tensor):\n    return x\n";
+  ScriptedModel none(script_file(dir, code, torch::IValue()));
+  std::string m = testing::message_of<ModelError>([&] { none->metric_directions(); });
+  EXPECT_NE(m.find("needs the attribute higher_is_better: Dict[str, bool]"), std::string::npos)
+      << m;
+  EXPECT_NE(m.find("it has none"), std::string::npos) << m;
+  ScriptedModel wrong(script_file(dir, code, torch::IValue(int64_t{1})));
+  m = testing::message_of<ModelError>([&] { wrong->metric_directions(); });
+  EXPECT_NE(m.find("it is a Int"), std::string::npos) << m;
+  ScriptedModel empty(script_file(dir, code, c10::Dict<std::string, bool>()));
+  m = testing::message_of<ModelError>([&] { empty->metric_directions(); });
+  EXPECT_NE(m.find("it is empty"), std::string::npos) << m;
 }
 
 }  // namespace
