@@ -137,7 +137,7 @@ TEST(TorchScriptCli, TrainsAsATwoRankDataParallelJob) {
 
 // model.task custom: the fixture regressor (its own training_loss, eval_batch and metric
 // directions) on its data.format tensors shards trains, resumes bit for bit, and is compared by
-// its primary metric, mse (lower is better), in `compare`.
+// its primary metric, mse (lower is better), in `compare` and `report`.
 TEST(TorchScriptCli, ACustomTaskTrainsResumesBitwiseAndIsCompared) {
   const std::string dir = scratch_dir("custom");
   fs::copy(kFixtures + "tensors", dir + "/data", fs::copy_options::recursive);
@@ -178,6 +178,13 @@ TEST(TorchScriptCli, ACustomTaskTrainsResumesBitwiseAndIsCompared) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("mse"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("O2"), std::string::npos) << r.out;
+
+  // The report: the page ranks the runs by the module's own primary metric.
+  r = run_amptune({"report", "--db", db, "--sweep", "regression", "--out", dir + "/report"}, dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string html = read_file(dir + "/report/index.html");
+  EXPECT_NE(html.find("mse"), std::string::npos) << html;
+  EXPECT_TRUE(fs::exists(dir + "/report/metric_vs_epoch.png")) << html;
 
   // Image data for a custom task is refused when the sweep is planned.
   r = run_amptune({"run", "sweep.yaml", "--db", dir + "/bad.sqlite", "-q", "--set",
