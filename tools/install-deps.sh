@@ -15,6 +15,7 @@ packages=(
   libgloo-dev  # c10d Gloo process groups: data-parallel training on CPU (docs/DISTRIBUTED.md)
   dataset-fashion-mnist
   gnuplot-nox  # amptune report draws its plots with gnuplot
+  chromium  # the browser test of amptune serve (tests/integration/serve_test.cpp)
   libtcmalloc-minimal4  # the amptune binary's malloc (docs/PERFORMANCE.md "Allocator")
   python3-torch python3-torchvision  # tests: PyTorch reads exported weights; fixture scripts
   python3-pip  # installs Python's safetensors package below

@@ -26,8 +26,15 @@ std::vector<RunLine> list_runs(const std::string& db, const std::optional<std::s
   return list_runs(open_existing(db), sweep);
 }
 
+std::unique_ptr<store::Store> open_read_only(const std::string& db) {
+  return store::Store::open_read_only(db);
+}
+
 RunDetails show_run(const std::string& db, const std::string& ref) {
-  const store::Store store = open_existing(db);
+  return show_run(open_existing(db), ref);
+}
+
+RunDetails show_run(const store::Store& store, const std::string& ref) {
   RunDetails details;
   details.run = find_run(store, ref);
   details.epochs = store.epochs(details.run.id);

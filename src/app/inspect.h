@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,6 +17,9 @@ namespace amptune::app {
 // Opens the existing results database `db`; a missing file is a StoreError that says to run a
 // sweep first or pass --db (commands that read results must not create an empty database).
 store::Store open_existing(const std::string& db);
+// The existing database `db` read-only (amptune serve): Store::open_read_only, which writes
+// nothing, not even a migration.
+std::unique_ptr<store::Store> open_read_only(const std::string& db);
 
 // The run `ref` (an id or a name) of `store`. Throws UsageError "no run 'REF' in DB (see amptune
 // list --db DB)" when there is none.
@@ -35,5 +39,6 @@ struct RunDetails {
   std::vector<store::PruneDecisionRow> prune_decisions;  // oldest first (docs/PRUNING.md)
 };
 RunDetails show_run(const std::string& db, const std::string& ref);
+RunDetails show_run(const store::Store& store, const std::string& ref);
 
 }  // namespace amptune::app

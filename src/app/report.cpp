@@ -16,7 +16,9 @@
 #include <set>
 #include <sstream>
 
+#include "app/plot_axes.h"
 #include "app/program.h"
+#include "app/report_html.h"
 #include "app/table.h"
 #include "core/config.h"
 #include "core/error.h"
@@ -363,32 +365,6 @@ namespace {
 
 // --- the files ----------------------------------------------------------------------------------
 
-std::string html_escape(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
-
 // `text` with every control character (a line break would end a script line and start a
 // command: names come from databases merged from elsewhere) as a space.
 std::string one_line(std::string text) {
@@ -591,11 +567,27 @@ void loss_scale_plot(const ReportModel& model, const fs::path& dir, std::ostream
                       {}});
     return;
   }
-  // Loss scales are powers of two: ticks at powers of two, labelled 2^15 rather than 32768.0.
+  // Loss scales are powers of two: a log2 axis with a handful of ticks labelled 2^15 rather than
+  // 32768.0 (app/plot_axes.h, as the live view labels it); a scale that fell from 2^13 to 2^-31
+  // gets a tick every 8 powers, not 45 overlapping labels.
+  double lo = std::numeric_limits<double>::infinity(), hi = 0;
+  for (const auto& series : model.loss_scale) {
+    for (const auto& [step, scale] : series.points) {
+      if (scale > 0 && std::isfinite(scale)) lo = std::min(lo, scale), hi = std::max(hi, scale);
+    }
+  }
+  std::string tics;
+  if (hi > 0) {
+    for (const Tick& tick : log2_ticks(lo, hi)) {
+      tics +=
+          (tics.empty() ? "" : ", ") + gp_string(tick.label) + " " + significant(tick.value, 17);
+    }
+  }
   script << line_frame(model.loss_scale) << "set output 'loss_scale_vs_step.png'\n"
          << "set title 'loss scale'\nset xlabel 'global step'\nset xtics autofreq\n"
-         << "set ylabel 'loss scale'\nset logscale y 2\nset ytics 2\nset format y '2^%L'\n"
-         << plot << "unset logscale y\nset ytics autofreq\nset format y '% h'\nunset output\n";
+         << "set ylabel 'loss scale (log2)'\nset logscale y 2\n"
+         << (tics.empty() ? "" : "set ytics (" + tics + ")\n") << plot
+         << "unset logscale y\nset ytics autofreq\nunset output\n";
   plots->push_back({"loss_scale_vs_step.png", caption, "", {}});
 }
 
@@ -827,99 +819,6 @@ std::string plot_script(const ReportModel& model, const fs::path& dir, std::vect
   return script.str();
 }
 
-// Text that may break after , _ / and a . before a letter (long --by values such as a
-// casts.int32 list, column names such as overflow_steps; never inside a number), HTML-escaped.
-std::string breakable(const std::string& text) {
-  std::string out;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    out += html_escape(std::string(1, c));
-    const bool word_follows =
-        i + 1 < text.size() && std::isalpha(static_cast<unsigned char>(text[i + 1]));
-    if (c == ',' || c == '_' || c == '/' || (c == '.' && word_follows)) out += "<wbr>";
-  }
-  return out;
-}
-
-// Columns past which the table is set smaller.
-constexpr size_t kWideTable = 10;
-
-// The comparison table, in a box that scrolls sideways when it is still wider than the page.
-void comparison_table(const CompareTable& table, std::ostream& html) {
-  const std::vector<std::string> columns = compare_columns(table);
-  // Left-aligned: the --by values and the status. Breakable: those and the column names.
-  const size_t status_column = columns.size() - (table.has_baseline ? 3 : 2);
-  auto cell = [&](const std::string& tag, size_t column, const std::string& text) {
-    const bool words = column < table.by.size() || column == status_column;
-    html << "<" << tag << (words ? " class=\"t\">" : ">")
-         << (words || tag == "th" ? breakable(text) : html_escape(text)) << "</" << tag << ">";
-  };
-  html << "<div class=\"scroll\"><table" << (columns.size() > kWideTable ? " class=\"wide\"" : "")
-       << ">\n<tr>";
-  for (size_t i = 0; i < columns.size(); ++i) cell("th", i, columns[i]);
-  html << "</tr>\n";
-  for (const auto& row : table.rows) {
-    html << "<tr>";
-    const std::vector<std::string> cells = compare_cells(table, row);
-    for (size_t i = 0; i < cells.size(); ++i) cell("td", i, cells[i]);
-    html << "</tr>\n";
-  }
-  html << "</table></div>\n";
-}
-
-// One node of the tune tree, without its children.
-void tune_node(const TuneNode& node, std::ostream& html) {
-  html << "<li>";
-  if (!node.move.empty()) {
-    html << "<span class=\"move\" title=\"" << html_escape(node.reason) << "\">round " << node.round
-         << ": " << html_escape(node.move) << "</span> &rarr; ";
-  }
-  html << "<span class=\"node " << html_escape(node.outcome) << (node.answer ? " answer" : "")
-       << "\">" << html_escape(node.run) << " " << html_escape(node.outcome);
-  if (std::isfinite(node.value)) html << " " << significant(node.value, 4);
-  if (node.answer) html << " (answer)";
-  html << "</span>";
-}
-
-// The tree as nested lists, depth first with a stack of its own (a chain of 100,000 rounds would
-// overflow the call stack).
-void tune_tree(const TuneTree& tree, std::ostream& html) {
-  std::vector<std::pair<size_t, size_t>> stack{{0, 0}};  // node, next child to write
-  tune_node(tree.nodes[0], html);
-  while (!stack.empty()) {
-    auto& [index, next] = stack.back();
-    const std::vector<size_t>& children = tree.nodes[index].children;
-    if (next < children.size()) {
-      if (next == 0) html << "\n<ul>\n";
-      const size_t child = children[next++];
-      tune_node(tree.nodes[child], html);
-      stack.emplace_back(child, 0);  // (invalidates index and next)
-      continue;
-    }
-    if (!children.empty()) html << "</ul>";
-    html << "</li>\n";
-    stack.pop_back();
-  }
-}
-
-void tune_section(const TuneTree& tree, std::ostream& html) {
-  html << "<h2>Tune search</h2>\n<p>" << html_escape(tree.status) << ": " << html_escape(tree.note)
-       << ". Metric <b>" << html_escape(tree.metric) << "</b>; reference "
-       << html_escape(tree.reference) << " "
-       << (std::isfinite(tree.reference_value) ? significant(tree.reference_value, 4) : "-");
-  if (tree.status != "searching") {
-    html << "; " << tree.epochs_spent << " epochs trained, the grid of the tried moves "
-         << tree.grid_epochs;
-  }
-  html << ". Each edge is a move (hover: why), each node a run coloured by its outcome.</p>\n"
-       << "<ul class=\"tree\">\n";
-  tune_tree(tree, html);
-  html << "</ul>\n";
-  if (!tree.answer_yaml.empty() && tree.status == "answered") {
-    html << "<p>The answer, for base:</p>\n<pre>" << html_escape(tree.answer_yaml) << "</pre>\n";
-  }
-}
-
 // The page: inline CSS, local images only.
 std::string page(const ReportModel& model, const std::vector<Plot>& plots,
                  const std::string& written_by) {
@@ -927,18 +826,7 @@ std::string page(const ReportModel& model, const std::vector<Plot>& plots,
   std::ostringstream html;
   html << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
        << "<title>amptune report: " << html_escape(model.sweep) << "</title>\n<style>\n"
-       << "body{font-family:sans-serif;margin:2em;color:#222}"
-       << ".scroll{max-width:100%;overflow-x:auto}"
-       << "table{border-collapse:collapse;font-size:0.9em}table.wide{font-size:0.78em}"
-       << "th,td{border:1px solid #ccc;padding:0.25em 0.5em;text-align:right}"
-       << "th{background:#f0f0f0}.t{text-align:left}td.t{max-width:24em}"
-       << ".note{color:#666;font-style:italic}"
-       << "img{max-width:100%;border:1px solid #eee;margin:0.5em 0}"
-       << ".node{padding:0 0.3em;border-radius:3px}.within{background:#c8ecc8}"
-       << ".outside{background:#f8dcb0}.pruned{background:#ddd;color:#555}"
-       << ".diverged,.failed{background:#f4c0c0}.start{background:#dde6f6}"
-       << ".answer{font-weight:bold;border:2px solid #282}.move{color:#444}"
-       << "ul.tree ul{margin:0.2em 0}\n</style>\n</head>\n<body>\n"
+       << kPageStyle << "\n</style>\n</head>\n<body>\n"
        << "<h1>Sweep " << html_escape(model.sweep) << "</h1>\n<p>" << model.runs
        << " runs; metric <b>" << html_escape(table.metric) << "</b> (" << direction(table)
        << "), best epoch of each run, mean over runs with the same settings";
@@ -948,8 +836,8 @@ std::string page(const ReportModel& model, const std::vector<Plot>& plots,
     html << "; beside it " << join(also, ", ") << " at the same epoch";
   }
   html << ". Database " << html_escape(model.database) << ".</p>\n<h2>Comparison</h2>\n";
-  comparison_table(table, html);
-  if (model.tune) tune_section(*model.tune, html);
+  write_comparison_table(table, html);
+  if (model.tune) write_tune_section(*model.tune, html);
   if (model.truncated) {
     html << "<p class=\"note\">The plots show the first " << kMaxPlottedRuns
          << " runs only; the table lists them all.</p>\n";

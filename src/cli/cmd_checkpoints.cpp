@@ -16,11 +16,7 @@ namespace amptune::cli {
 namespace {
 
 // Full precision for metric values: the table shows what the database holds.
-std::string value_text(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
-  return buf;
-}
+std::string value_text(double v) { return app::significant(v, 6); }
 
 std::string human_bytes(int64_t bytes) {
   char buf[32];

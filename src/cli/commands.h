@@ -35,6 +35,8 @@ int cmd_bench(const Invocation& inv);
 int cmd_status(const Invocation& inv);
 int cmd_compare(const Invocation& inv);
 int cmd_report(const Invocation& inv);
+// cmd_serve.cpp: the live web view (web/server.h).
+int cmd_serve(const Invocation& inv);
 // cmd_checkpoints.cpp: evaluate / export / diagnose saved checkpoints, delete unreferenced files.
 int cmd_eval(const Invocation& inv);
 int cmd_export(const Invocation& inv);

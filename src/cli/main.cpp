@@ -32,6 +32,8 @@ commands:
   compare --sweep S   pivot table of a sweep (--by keys, --metric, --epoch, --baseline, --format)
   report --sweep S --out DIR
                       HTML page with the comparison table and gnuplot plots
+  serve               live read-only web view of the database (--port, --bind): sweeps,
+                      comparison tables, runs' curves, tune searches, as they train
   data export-imagefolder
                       write IDX images (Fashion-MNIST) as an ImageNet-style JPEG folder
   data synth-rootnet  write a small synthetic Human3.6M / MuCo / MuPoTS / MPII data set
@@ -83,6 +85,7 @@ int main(int argc, char** argv) {
     if (command == "data") return cli::cmd_data(inv);
     if (command == "bench") return cli::cmd_bench(inv);
     if (command == "status") return cli::cmd_status(inv);
+    if (command == "serve") return cli::cmd_serve(inv);
     if (command == "compare") return cli::cmd_compare(inv);
     if (command == "report") return cli::cmd_report(inv);
     if (command == "eval") return cli::cmd_eval(inv);

@@ -321,6 +321,52 @@ Store::Store(const std::string& open_path, const std::string& name) : path_(name
   }
 }
 
+Store::Store(const std::string& path, ReadOnly) : path_(path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    throw StoreError("database " + path + " does not exist; run a sweep first or pass --db FILE");
+  }
+  const int rc = sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READONLY, nullptr);
+  if (rc != SQLITE_OK) {
+    std::string message = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
+    sqlite3_close_v2(db_);
+    db_ = nullptr;
+    throw StoreError("cannot open database " + path + " to read it: " + message);
+  }
+  try {
+    guarded(path_, "opening it read-only", [&] {
+      sqlite3_busy_timeout(db_, 10000);
+      sqlite3_extended_result_codes(db_, 1);
+      exec(db_, "PRAGMA query_only = ON");
+      const int current = read_schema_version(db_);  // NOTADB here for a file that is not SQLite
+      const int latest = detail::latest_schema_version();
+      if (current < 1 || !detail::table_exists(db_, "runs")) {
+        throw StoreError(path_ + " is not an amptune database (no schema_version or runs table)");
+      }
+      if (current > latest) {
+        throw StoreError(path_ + " was written by a newer amptune (schema " +
+                         std::to_string(current) + " > " + std::to_string(latest) +
+                         "); upgrade amptune");
+      }
+      if (current < latest) {
+        throw StoreError(path_ + " has schema " + std::to_string(current) +
+                         ", this amptune reads " + std::to_string(latest) +
+                         "; migrate it once with a command that writes " +
+                         "it (amptune status --db " + path_ + ")");
+      }
+      setting_columns_ = detail::read_setting_columns(db_);
+    });
+  } catch (...) {
+    sqlite3_close_v2(db_);
+    db_ = nullptr;
+    throw;
+  }
+}
+
+std::unique_ptr<Store> Store::open_read_only(const std::string& path) {
+  return std::unique_ptr<Store>(new Store(path, ReadOnly{}));
+}
+
 Store::~Store() {
   if (db_) sqlite3_close_v2(db_);
 }

@@ -44,6 +44,13 @@ class Store {
   // An empty database in memory (nothing on disk, gone with the object) that calls itself
   // `name` in path() and in its messages, e.g. "a.sqlite + b.sqlite (merged in memory)".
   static std::unique_ptr<Store> in_memory(const std::string& name);
+  // The existing database `path`, read-only (amptune serve): opened with SQLITE_OPEN_READONLY and
+  // PRAGMA query_only, so no statement through it can write; never created or migrated. Readers
+  // of a WAL database see each commit of the writers, a busy timeout waits out their checkpoints.
+  // Throws StoreError naming the file when it is missing, not an amptune database, of an older
+  // schema (open it once with a command that writes it, e.g. `amptune status --db FILE`, to
+  // migrate it) or of a newer one.
+  static std::unique_ptr<Store> open_read_only(const std::string& path);
   ~Store();
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
@@ -281,6 +288,8 @@ class Store {
 
  private:
   Store(const std::string& open_path, const std::string& name);
+  struct ReadOnly {};
+  Store(const std::string& path, ReadOnly);
 
   std::string path_;
   sqlite3* db_ = nullptr;

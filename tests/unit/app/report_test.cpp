@@ -542,8 +542,10 @@ TEST_F(ReportTest, WritesThePageTheScriptAndTheData) {
                     "noenhanced\nset output 'throughput.png'"),
             std::string::npos)
       << gp;
-  // Loss scales on a log2 axis, labelled as powers of two.
-  EXPECT_NE(gp.find("set logscale y 2\nset ytics 2\nset format y '2^%L'\n"), std::string::npos)
+  // Loss scales on a log2 axis, ticks at powers of two labelled as such (app/plot_axes.h).
+  EXPECT_NE(gp.find("set ylabel 'loss scale (log2)'\nset logscale y 2\n"
+                    "set ytics ('2^15' 32768, '2^16' 65536)\n"),
+            std::string::npos)
       << gp;
   // The key below each line plot (two short titles: one row), the canvas taller by its row.
   EXPECT_NE(gp.find("size 960,578 noenhanced font 'sans,10'\n"

@@ -1,0 +1,29 @@
+// The HTML pieces the static report (app/report.h) and the live view (web/pages.h) share, so a
+// sweep's comparison table and a tune search's tree read the same on both: escaping, the table
+// of `amptune compare`, the search tree, the page's style. Every value from a database goes
+// through html_escape (names and labels come from databases merged from elsewhere). No torch.
+#pragma once
+
+#include <ostream>
+#include <string>
+
+#include "app/compare.h"
+#include "app/report.h"
+
+namespace amptune::app {
+
+// `text` with & < > " ' as entities: safe in element content and in quoted attributes.
+std::string html_escape(const std::string& text);
+
+// The comparison table (compare_columns / compare_cells), in a box that scrolls sideways when it
+// is wider than the page.
+void write_comparison_table(const CompareTable& table, std::ostream& html);
+
+// A tune search: its status and note, the tree of runs (each edge a move, each node coloured by
+// its outcome), the answer's YAML.
+void write_tune_section(const TuneTree& tree, std::ostream& html);
+
+// The pages' CSS (inline: a page loads nothing from elsewhere).
+extern const char* const kPageStyle;
+
+}  // namespace amptune::app
