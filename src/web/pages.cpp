@@ -124,7 +124,7 @@ std::vector<PlotSeries> plot_series(const std::vector<app::Series>& all, int64_t
   std::vector<PlotSeries> out;
   for (const auto& series : all) {
     if (only != 0 && series.run_id != only) continue;
-    out.push_back({series.title, run_href(series.run_id), series.points});
+    out.push_back({series.title, run_href(series.run_id), series.points, series.run_id});
   }
   return out;
 }
@@ -208,6 +208,7 @@ std::vector<std::string> metric_names(const std::vector<store::EpochRow>& epochs
 }
 
 std::string epochs_table(const std::vector<store::EpochRow>& epochs) {
+  if (epochs.empty()) return "<h2>Epochs</h2>\n<p class=\"note\">No epoch recorded yet.</p>\n";
   const std::vector<std::string> metrics = metric_names(epochs);
   std::ostringstream html;
   html << "<h2>Epochs</h2>\n<div class=\"scroll\"><table id=\"epochs\">\n<tr><th>epoch</th>"
@@ -236,7 +237,7 @@ std::string diagnosis(const app::ReportModel& model, int64_t run_id) {
     for (size_t i = 0; i < errors.series.points.size() && i < errors.modules.size(); ++i) {
       plot.x_names.emplace_back(static_cast<int>(errors.series.points[i].first), errors.modules[i]);
     }
-    plot.series.push_back({errors.series.title, "", errors.series.points});
+    plot.series.push_back({errors.series.title, "", errors.series.points, run_id});
     std::string text = "no module departs";
     if (errors.first) {
       plot.x_marks.push_back(errors.first->seq);
@@ -274,7 +275,7 @@ std::string run_part(const store::Store& store, int64_t run_id) {
   const app::RunDetails details = app::show_run(store, std::to_string(run_id));
   const app::ReportModel model = app::build_report(store, details.run.sweep_name);
   LinePlot fps{"img_s", "training img/s per epoch", "epoch", "img/s"};
-  PlotSeries points{details.run.name, "", {}};
+  PlotSeries points{details.run.name, "", {}, details.run.id};
   for (const auto& e : details.epochs) points.points.emplace_back(e.epoch, e.train_fps_mean);
   fps.series.push_back(points);
   return run_summary(details) + epochs_table(details.epochs) + "<h2>Curves</h2>\n" +

@@ -22,7 +22,10 @@ constexpr size_t kMaxNamedTicks = 24;
 const char* const kColours[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
                                 "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
 
-std::string colour(size_t i) { return kColours[i % (sizeof kColours / sizeof *kColours)]; }
+std::string colour(const PlotSeries& series, size_t index) {
+  const size_t i = series.key >= 0 ? static_cast<size_t>(series.key) : index;
+  return kColours[i % (sizeof kColours / sizeof *kColours)];
+}
 
 std::string fixed(double value) {
   char text[32];
@@ -110,7 +113,7 @@ void y_axis(const std::vector<Tick>& ticks, const Frame& f, std::ostream& svg) {
 void series_path(const PlotSeries& series, const std::vector<std::pair<double, double>>& points,
                  size_t index, const LinePlot& plot, const Frame& f, std::ostream& svg) {
   svg << "<g class=\"series\" data-series=\"" << html_escape(series.title) << "\"><polyline "
-      << "fill=\"none\" stroke-width=\"1.6\" stroke=\"" << colour(index) << "\" points=\"";
+      << "fill=\"none\" stroke-width=\"1.6\" stroke=\"" << colour(series, index) << "\" points=\"";
   for (size_t i = 0; i < points.size(); ++i) {
     if (plot.steps && i > 0) {
       svg << fixed(f.px(points[i].first)) << "," << fixed(f.py(points[i - 1].second)) << " ";
@@ -121,7 +124,7 @@ void series_path(const PlotSeries& series, const std::vector<std::pair<double, d
   if (points.size() <= kMaxMarkedPoints) {
     for (const auto& [x, y] : points) {
       svg << "<circle cx=\"" << fixed(f.px(x)) << "\" cy=\"" << fixed(f.py(y)) << "\" r=\"2.5\" "
-          << "fill=\"" << colour(index) << "\"><title>" << html_escape(series.title) << " "
+          << "fill=\"" << colour(series, index) << "\"><title>" << html_escape(series.title) << " "
           << html_escape(plot.x_label) << " " << number_text(x) << ": " << number_text(y)
           << "</title></circle>";
     }
@@ -136,7 +139,7 @@ std::string legend(const LinePlot& plot,
   for (size_t i = 0; i < plot.series.size(); ++i) {
     if (points[i].empty()) continue;
     const PlotSeries& series = plot.series[i];
-    html << "<span class=\"key\"><span style=\"color:" << colour(i) << "\">&#9632;</span> ";
+    html << "<span class=\"key\"><span style=\"color:" << colour(series, i) << "\">&#9632;</span> ";
     if (series.href.empty()) {
       html << html_escape(series.title);
     } else {
@@ -235,7 +238,7 @@ std::string svg_bar_chart(const BarChart& chart) {
     svg << "<text x=\"" << left - 6 << "\" y=\"" << y + 14 << "\" text-anchor=\"end\" "
         << "font-size=\"10\">" << html_escape(label) << "</text><rect x=\"" << left << "\" y=\""
         << y + 3 << "\" width=\"" << fixed(w) << "\" height=\"" << row - 6 << "\" fill=\""
-        << colour(0) << "\"><title>" << html_escape(label) << ": " << number_text(value) << " "
+        << kColours[0] << "\"><title>" << html_escape(label) << ": " << number_text(value) << " "
         << html_escape(chart.y_label) << "</title></rect>";
   }
   svg << "<text x=\"" << left + width / 2 << "\" y=\"" << height - 2

@@ -4,6 +4,7 @@
 // loaded, and every title and label is HTML-escaped. No torch.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,6 +17,8 @@ struct PlotSeries {
   std::string title;                              // the legend's entry (escaped when written)
   std::string href;                               // the legend entry links here when set
   std::vector<std::pair<double, double>> points;  // in x order; non-finite y are left out
+  int64_t key = -1;  // picks the colour (a run's id: the same run has one colour on every plot);
+                     // -1: the series' position
 };
 
 struct LinePlot {

@@ -61,7 +61,7 @@ TEST(PlotAxes, LinearTicksAreRoundNumbersCoveringTheRange) {
 TEST(Svg, ALinePlotEscapesItsTextAndMarksEachPointWithItsValue) {
   LinePlot plot("loss", "loss <b>", "epoch", "loss & more");
   plot.series.push_back(
-      {"<script>alert(1)</script>", "/run/1\"><x", {{0, 2.5}, {1, NAN}, {2, 0.125}}});
+      {"<script>alert(1)</script>", "/run/1\"><x", {{0, 2.5}, {1, NAN}, {2, 0.125}}, -1});
   const std::string svg = svg_line_plot(plot);
   EXPECT_EQ(svg.find("<script>"), std::string::npos);
   EXPECT_EQ(svg.find("<b>"), std::string::npos);
@@ -75,13 +75,13 @@ TEST(Svg, ALinePlotEscapesItsTextAndMarksEachPointWithItsValue) {
 
 TEST(Svg, ALog2AxisLabelsPowersOfTwoAndAPlotWithoutPointsSaysSo) {
   LinePlot plot("loss_scale", "loss scale", "global step", "loss scale (log2)", Scale::kLog2, true);
-  plot.series.push_back({"run", "", {{0, 8192}, {10, std::ldexp(1.0, -31)}, {20, 0}}});
+  plot.series.push_back({"run", "", {{0, 8192}, {10, std::ldexp(1.0, -31)}, {20, 0}}, 3});
   const std::string svg = svg_line_plot(plot);
   EXPECT_EQ(count(svg, "<tspan"), 7u) << svg;  // 2^-32 ... 2^16, every 8 powers
   EXPECT_NE(svg.find("2<tspan dy=\"-6\" font-size=\"9\">-32</tspan>"), std::string::npos);
   EXPECT_EQ(count(svg, "<circle"), 2u);  // 0 has no place on a log axis
   LinePlot empty("metric", "acc1 per epoch", "epoch", "acc1");
-  empty.series.push_back({"run", "", {}});
+  empty.series.push_back({"run", "", {}, -1});
   EXPECT_NE(svg_line_plot(empty).find("acc1 per epoch: no data yet"), std::string::npos);
 }
 
@@ -143,6 +143,61 @@ TEST_F(PagesTest, EachPageShowsWhatTheDatabaseHolds) {
   const Page live = get("/run/" + std::to_string(run_) + "?part=live");
   EXPECT_EQ(live.body.find("<html"), std::string::npos);
   EXPECT_NE(run.body.find("<main id=\"live\">" + live.body + "</main>"), std::string::npos);
+}
+
+TEST_F(PagesTest, ARunPageNamesItsDiagnosedModulesAndATunePageDrawsItsTree) {
+  add_sweep();
+  store::Diagnosis d;
+  d.run_id = run_;
+  d.epoch = 1;
+  d.batches = 1;
+  for (int seq = 0; seq < 3; ++seq) {
+    store::DiagnosticRow r;
+    r.kind = "forward";
+    r.seq = seq;
+    r.module = seq == 1 ? "layer1.0.conv2" : "m" + std::to_string(seq);
+    r.dtype = "fp16";
+    r.numel = 8;
+    r.cosine = seq == 1 ? 0.5 : 1.0;
+    d.rows.push_back(r);
+  }
+  store_.record_diagnosis(d);
+  const Page run = get("/run/" + std::to_string(run_));
+  EXPECT_NE(run.body.find(">layer1.0.conv2</text>"), std::string::npos);  // named on the axis
+  EXPECT_NE(run.body.find("first module that departs: <b>layer1.0.conv2</b>"), std::string::npos)
+      << run.body;
+  EXPECT_NE(run.body.find("<line class=\"mark\""), std::string::npos);
+  Run other;
+  other.cell = 1;
+  other.label = "r1 loss_scale";
+  const int64_t candidate = add_run(other);
+  add_epochs(candidate, "acc1", {0.5, 0.6});
+  store::TuneSearchRow search;
+  search.sweep_id = store_.find_run(run_)->sweep_id;
+  search.block_json = "{}";
+  search.metric = "acc1";
+  search.reference_run_id = run_;
+  search.start_run_id = run_;
+  search = store_.ensure_tune_search(search);
+  store_.record_tune_round({search.id, 1, store::TuneRoundKind::kSearch, run_, -1, -1, ""});
+  store::TuneCandidateRow c;
+  c.search_id = search.id;
+  c.round = 1;
+  c.move = "loss_scale";
+  c.change_json = R"({"amp.loss_scale":"dynamic"})";
+  c.reason = "overflow <in conv1>";
+  c.run_id = candidate;
+  c.outcome = store::CandidateOutcome::kWithin;
+  c.value = 0.6;
+  store_.record_tune_candidate(c);
+  const Page tune = get("/sweep/grid/tune");
+  ASSERT_EQ(tune.status, 200);
+  EXPECT_NE(tune.body.find("<ul class=\"tree\">"), std::string::npos) << tune.body;
+  EXPECT_NE(tune.body.find("round 1: loss_scale"), std::string::npos) << tune.body;
+  EXPECT_NE(tune.body.find("title=\"overflow &lt;in conv1&gt;\""), std::string::npos);
+  EXPECT_NE(tune.body.find("class=\"node within\""), std::string::npos);
+  EXPECT_NE(get("/sweep/grid").body.find("/sweep/grid/tune\">Tune search: searching</a>"),
+            std::string::npos);
 }
 
 TEST_F(PagesTest, ValuesFromTheDatabaseAreEscapedEverywhere) {
