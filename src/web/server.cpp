@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -205,11 +206,16 @@ class Listener : public std::enable_shared_from_this<Listener> {
         session->start();
       }
     }
-    accept();  // errors of one accept (a client gone, out of descriptors) do not stop the server
+    if (!ec) return accept();
+    // An accept that failed (a client gone, out of file descriptors) does not stop the server;
+    // the next one waits a moment, so running out of descriptors is not a busy loop.
+    retry_.expires_after(std::chrono::milliseconds(50));
+    retry_.async_wait([self = shared_from_this()](beast::error_code) { self->accept(); });
   }
 
   net::io_context& ioc_;
   tcp::acceptor acceptor_;
+  net::steady_timer retry_{acceptor_.get_executor()};
   Shared& shared_;
 };
 
