@@ -234,6 +234,33 @@ TEST(ServeCli, OneConnectionPastTheLimitIsRefusedWith503) {
   EXPECT_NE(missing.err.find("none.sqlite does not exist"), std::string::npos) << missing.err;
 }
 
+TEST(ServeCli, BadOptionsABusyPortAndAWideBindAreSaid) {
+  const TinySweep f = trained_sweep(1, "options");
+  const Server server = start_server(f.db, f.dir);
+  StopOnExit stop(server.pid);
+  ASSERT_NE(server.port, 0);
+  const Result busy =
+      run_amptune({"serve", "--db", f.db, "--port", std::to_string(server.port)}, f.dir);
+  EXPECT_EQ(busy.exit_code, 9) << busy.err;  // the environment's: README "Exit codes"
+  EXPECT_NE(busy.err.find("cannot listen on 127.0.0.1:" + std::to_string(server.port)),
+            std::string::npos)
+      << busy.err;
+  const Result bind = run_amptune({"serve", "--db", f.db, "--bind", "localhost"}, f.dir);
+  EXPECT_EQ(bind.exit_code, 2);
+  EXPECT_NE(bind.err.find("--bind localhost is not an IP address"), std::string::npos) << bind.err;
+  EXPECT_EQ(run_amptune({"serve", "--db", f.db, "--port", "70000"}, f.dir).exit_code, 2);
+  // Every interface: served, with a warning that anyone reaching the port reads the results.
+  const pid_t wide = spawn_amptune({"serve", "--db", f.db, "--port", "0", "--bind", "0.0.0.0"},
+                                   f.dir, SpawnOptions({}, "wide"));
+  StopOnExit stop_wide(wide);
+  for (int i = 0; i < 600 && read_file(f.dir + "/wide.out").empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_NE(read_file(f.dir + "/wide.out").find("on http://0.0.0.0:"), std::string::npos);
+  EXPECT_NE(read_file(f.dir + "/wide.err").find("can read the results (there is no login)"),
+            std::string::npos);
+}
+
 std::string epochs_recorded(const std::string& page) {
   std::smatch m;
   static const std::regex re(R"(; (\d+) epochs recorded;)");
