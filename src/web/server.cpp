@@ -78,6 +78,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
  private:
   void read() {
+    head_ = false;  // until a whole HEAD request has been read
     parser_.emplace();
     parser_->header_limit(kMaxHeaderBytes);
     parser_->body_limit(kMaxBodyBytes);
