@@ -181,14 +181,15 @@ int cmd_diagnose(const Invocation& inv) {
                     ">5e-3 %", "overflow %", "underflow %"});
   for (size_t i = 0; i < sorted.size() && static_cast<int>(i) < top; ++i) {
     const auto& r = sorted[i];
-    table.add({r.kind, r.module.empty() ? "(model)" : r.module, r.dtype, value_text(r.cosine),
-               value_text(r.max_abs_err), value_text(r.max_rel_err), share(r.frac_rel_err_1e3),
-               share(r.frac_rel_err_5e3), share(r.overflow_frac), share(r.underflow_frac)});
+    table.add({store::to_string(r.kind), r.module.empty() ? "(model)" : r.module,
+               to_string(r.dtype), value_text(r.cosine), value_text(r.max_abs_err),
+               value_text(r.max_rel_err), share(r.frac_rel_err_1e3), share(r.frac_rel_err_5e3),
+               share(r.overflow_frac), share(r.underflow_frac)});
   }
   std::cout << "run " << log::printable(run.name) << ", "
             << (d.epoch >= 0 ? "epoch " + std::to_string(d.epoch) : std::string("initial weights"))
             << ": " << d.rows.size() << " comparisons on " << d.batches << " batch(es) against "
-            << d.against << ", loss scale " << value_text(d.loss_scale) << ", "
+            << to_string(d.against) << ", loss scale " << value_text(d.loss_scale) << ", "
             << app::fixed(d.seconds, 1) << " s\n\n";
   table.print(std::cout);
   if (const auto& first = diagnosis.first_divergence) {
