@@ -13,14 +13,6 @@
 namespace amptune::amp {
 namespace {
 
-OptLevel parse_level_text(const std::string& s) {
-  if (s == "O0") return OptLevel::kO0;
-  if (s == "O1") return OptLevel::kO1;
-  if (s == "O2") return OptLevel::kO2;
-  if (s == "O3") return OptLevel::kO3;
-  throw ConfigError("amp.opt_level must be O0, O1, O2 or O3, got \"" + s + "\"");
-}
-
 // "auto" -> nullopt, "true"/"false" -> the bool.
 std::optional<bool> tri_state(const std::string& v, const std::string& key) {
   if (v == "auto") return std::nullopt;
@@ -76,16 +68,6 @@ const CpuCaps& detect_cpu() {
   return caps;
 }
 
-std::string to_string(OptLevel level) {
-  switch (level) {
-    case OptLevel::kO0: return "O0";
-    case OptLevel::kO1: return "O1";
-    case OptLevel::kO2: return "O2";
-    case OptLevel::kO3: return "O3";
-  }
-  return "?";
-}
-std::string to_string(Dtype dtype) { return dtype == Dtype::kFp16 ? "fp16" : "bf16"; }
 std::string to_string(Backend backend) {
   switch (backend) {
     case Backend::kNone: return "none";
@@ -104,17 +86,16 @@ namespace {
 // Where `p`'s low precision runs (p.backend, p.backend_reason, p.slow_backend) for the setting
 // amp.backend `backend` on `device_is_cuda` / a CPU with `cpu`. Throws ConfigError for a native
 // backend the device has no kernels for.
-void choose_backend(Policy& p, const std::string& backend, bool device_is_cuda,
-                    const CpuCaps& cpu) {
+void choose_backend(Policy& p, AmpBackend backend, bool device_is_cuda, const CpuCaps& cpu) {
   const std::string level = to_string(p.opt_level);
   const bool cpu_has_kernels = p.dtype == Dtype::kBf16 && p.opt_level == OptLevel::kO1;
   if (p.opt_level == OptLevel::kO0) {
     p.backend = Backend::kNone;
     p.backend_reason = "O0: fp32, no low precision";
-  } else if (backend == "emulate") {
+  } else if (backend == AmpBackend::kEmulate) {
     p.backend = Backend::kEmulate;
     p.backend_reason = "amp.backend emulate";
-  } else if (backend == "native") {
+  } else if (backend == AmpBackend::kNative) {
     if (!device_is_cuda && !cpu_has_kernels) {
       throw ConfigError("amp.backend native has no kernels on this CPU for " + level + " " +
                         to_string(p.dtype) +
@@ -157,8 +138,8 @@ void choose_backend(Policy& p, const std::string& backend, bool device_is_cuda,
 
 Policy resolve_policy(const AmpSettings& amp, bool device_is_cuda, const CpuCaps& cpu) {
   Policy p;
-  p.opt_level = parse_level_text(amp.opt_level);
-  p.dtype = amp.dtype == "bf16" ? Dtype::kBf16 : Dtype::kFp16;
+  p.opt_level = amp.opt_level;
+  p.dtype = amp.dtype;
   p.on_cuda = device_is_cuda;
   const std::string level = to_string(p.opt_level);
   const auto keep_bn = tri_state(amp.keep_batchnorm_fp32, "amp.keep_batchnorm_fp32");
@@ -223,8 +204,6 @@ Policy resolve_policy(const AmpSettings& amp, bool device_is_cuda, const CpuCaps
   choose_backend(p, amp.backend, device_is_cuda, cpu);
   return p;
 }
-
-OptLevel parse_opt_level(const std::string& text) { return parse_level_text(text); }
 
 Policy apex_properties(const AmpSettings& amp) { return resolve_policy(amp, true); }
 

@@ -9,14 +9,16 @@
 #include <utility>
 #include <vector>
 
+#include "core/words.h"
+
 namespace amptune {
 struct AmpSettings;
 }
 
 namespace amptune::amp {
 
-enum class OptLevel { kO0, kO1, kO2, kO3 };
-enum class Dtype { kFp16, kBf16 };
+// OptLevel and Dtype are values (core/words.h, with their names); what each opt level does is
+// this header's: the Policy that resolve_policy derives from it.
 // What actually runs: kNone = fp32 (O0); kNative = low-precision kernels (autocast / cast model);
 // kEmulate = fp32 kernels with values rounded onto the low-precision grid.
 enum class Backend { kNone, kNative, kEmulate };
@@ -93,10 +95,6 @@ Policy apex_properties(const AmpSettings& amp);
 std::vector<std::pair<std::string, std::string>> opt_level_change(const AmpSettings& amp,
                                                                   OptLevel to);
 
-// "O0".."O3" -> the level; ConfigError naming amp.opt_level otherwise.
-OptLevel parse_opt_level(const std::string& text);
-std::string to_string(OptLevel level);  // "O0".."O3"
-std::string to_string(Dtype dtype);     // "fp16" | "bf16"
 std::string to_string(Backend backend); // "none" | "native" | "emulate"
 
 }  // namespace amptune::amp

@@ -53,21 +53,21 @@ bool LossScaler::unscale_and_check(const std::vector<torch::Tensor>& grads, bool
 
 std::optional<ScaleChange> LossScaler::update(bool overflow, bool* skip) {
   const double before = state_.loss_scale;
-  std::string reason;
+  ScaleReason reason = ScaleReason::kOverflow;
   bool should_skip = false;
   if (overflow && options_.dynamic) {
     should_skip = true;
     state_.loss_scale = state_.loss_scale * options_.backoff_factor;
     if (options_.min_scale > 0) state_.loss_scale = std::max(options_.min_scale, state_.loss_scale);
     state_.unskipped = 0;
-    reason = "overflow";
+    reason = ScaleReason::kOverflow;
   } else {
     state_.unskipped += 1;
   }
   if (state_.unskipped == options_.growth_interval && options_.dynamic) {
     state_.loss_scale = std::min(options_.max_scale, state_.loss_scale * options_.growth_factor);
     state_.unskipped = 0;
-    reason = "growth";
+    reason = ScaleReason::kGrowth;
   }
   if (skip) *skip = should_skip;
   if (state_.loss_scale != before) return ScaleChange{state_.loss_scale, reason};

@@ -8,12 +8,14 @@
 // counts, as in apex. State saved with checkpoints: {loss_scale, unskipped}.
 #pragma once
 
+#include <torch/types.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <torch/types.h>
+#include "core/words.h"  // ScaleReason
 
 namespace amptune::amp {
 
@@ -35,7 +37,7 @@ struct ScalerState {
 // A change of the scale, for the loss_scale_events table.
 struct ScaleChange {
   double scale = 0;    // the new scale
-  std::string reason;  // "overflow" | "growth"
+  ScaleReason reason = ScaleReason::kOverflow;  // kOverflow | kGrowth
 };
 
 class LossScaler {

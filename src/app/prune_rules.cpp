@@ -258,25 +258,6 @@ PruneDecision decide(const PruneTable& table, const PruneSettings& s, const Prun
 
 }  // namespace
 
-std::string to_string(PruneRule rule) {
-  switch (rule) {
-    case PruneRule::kNone:
-      return "none";
-    case PruneRule::kAsha:
-      return "asha";
-    case PruneRule::kMedian:
-      return "median";
-  }
-  return "none";
-}
-
-PruneRule parse_prune_rule(const std::string& text) {
-  for (PruneRule r : {PruneRule::kNone, PruneRule::kAsha, PruneRule::kMedian}) {
-    if (text == to_string(r)) return r;
-  }
-  throw ConfigError("prune.rule must be asha, median or none, got '" + text + "'");
-}
-
 void validate(const PruneSettings& s) {
   auto check = [](const char* key, int value, int min) {
     if (value < min) {

@@ -29,12 +29,9 @@
 #include <string>
 #include <vector>
 
-namespace amptune::app {
+#include "core/words.h"  // PruneRule
 
-enum class PruneRule { kNone, kAsha, kMedian };
-std::string to_string(PruneRule rule);  // "none", "asha", "median"
-// Throws ConfigError naming prune.rule for any other word.
-PruneRule parse_prune_rule(const std::string& text);
+namespace amptune::app {
 
 // A sweep's `prune:` block (schemas/ documents the keys and defaults).
 struct PruneSettings {

@@ -13,7 +13,7 @@ namespace amptune::app {
 
 PrunePlanner::PrunePlanner(const std::optional<PruneBlock>& block) : block_(block) {
   if (!block_) return;
-  settings_.rule = parse_prune_rule(block_->rule);
+  settings_.rule = block_->rule;
   settings_.grace_epochs = static_cast<int>(block_->grace_epochs);
   settings_.eta = static_cast<int>(block_->eta);
   settings_.min_cells = static_cast<int>(block_->min_cells);
@@ -91,7 +91,7 @@ store::PruneDecisionRow decision_row(const PruneDecision& decision, const PruneS
   row.run_id = decision.cell_id;
   row.epoch = decision.epoch;
   row.action = action;
-  row.rule = to_string(decision.rule);
+  row.rule = decision.rule;
   row.metric = settings.metric;
   row.rung = decision.rung;
   row.value = decision.value;

@@ -22,6 +22,7 @@
 #include "app/table.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "core/log.h"
 #include "train/diagnose.h"
 #include "train/model_info.h"
@@ -918,13 +919,7 @@ ReportFiles write_report(const ReportModel& model, const ReportOutput& output) {
       }
     }
   }
-  const fs::path temp = dir / ".index.html.tmp";
-  write_text_file(temp, page(model, plots, output.written_by));
-  std::error_code ec;
-  fs::rename(temp, dir / "index.html", ec);
-  if (ec) {
-    throw EnvironmentError("cannot rename " + temp.string() + " to index.html: " + ec.message());
-  }
+  write_file_atomic((dir / "index.html").string(), page(model, plots, output.written_by));
   files.index = (dir / "index.html").string();
   return files;
 }

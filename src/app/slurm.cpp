@@ -1,19 +1,14 @@
 #include "app/slurm.h"
 
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 
 #include "app/program.h"
-#include "core/log.h"
 #include "app/shard.h"
 #include "core/error.h"
+#include "core/files.h"
+#include "core/log.h"
 
 namespace amptune::app {
 namespace {
@@ -158,29 +153,16 @@ std::string merge_script(const Plan& plan, const SlurmOptions& o, const SlurmJob
   return s.str();
 }
 
+// Written whole (core/files.h), then made executable: sbatch reads the script, so the moment
+// between the rename and the chmod shows a complete script without its x bits.
 void write_executable(const std::string& path, const std::string& text) {
-  const std::string temp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.close();
-    if (!out.good()) {
-      std::error_code ec;
-      fs::remove(temp, ec);
-      throw EnvironmentError("cannot write " + path + ": " + std::strerror(errno) +
-                             "; check that its directory is writable, or choose another --out");
-    }
-  }
+  write_file_atomic(path, text);
   std::error_code ec;
-  fs::permissions(temp,
+  fs::permissions(path,
                   fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
                       fs::perms::others_read | fs::perms::others_exec,
                   ec);
-  if (!ec) fs::rename(temp, path, ec);
-  if (ec) {
-    fs::remove(temp, ec);
-    throw EnvironmentError("cannot write " + path + ": " + ec.message());
-  }
+  if (ec) throw EnvironmentError("cannot make " + path + " executable: " + ec.message());
 }
 
 // The job id `sbatch --parsable` printed ("123" or "123;cluster").

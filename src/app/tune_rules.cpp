@@ -226,13 +226,13 @@ std::optional<TuneMove> lr_move(const Config& current, int fork_epoch) {
 
 // The opt-level move: one step toward fp32 (O3 -> O2 -> O1), never to O0.
 std::optional<TuneMove> level_move(const Setting& s) {
-  const amp::OptLevel level = s.policy.opt_level;
-  if (level != amp::OptLevel::kO3 && level != amp::OptLevel::kO2) return std::nullopt;
-  const amp::OptLevel to = level == amp::OptLevel::kO3 ? amp::OptLevel::kO2 : amp::OptLevel::kO1;
+  const OptLevel level = s.policy.opt_level;
+  if (level != OptLevel::kO3 && level != OptLevel::kO2) return std::nullopt;
+  const OptLevel to = level == OptLevel::kO3 ? OptLevel::kO2 : OptLevel::kO1;
   TuneMove m{"opt_level", {}, "", "", ""};
   for (const auto& [key, value] : amp::opt_level_change(s.amp, to)) m.change.emplace_back(key, value);
-  m.reason = "move order: " + amp::to_string(level) + " -> " + amp::to_string(to) +
-             (to == amp::OptLevel::kO2 ? " (fp32 master weights)" : " (per-op casts, fp32 weights)");
+  m.reason = "move order: " + to_string(level) + " -> " + to_string(to) +
+             (to == OptLevel::kO2 ? " (fp32 master weights)" : " (per-op casts, fp32 weights)");
   return m;
 }
 

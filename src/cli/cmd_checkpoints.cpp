@@ -30,47 +30,10 @@ std::string human_bytes(int64_t bytes) {
   return buf;
 }
 
-}  // namespace
-
-int cmd_eval(const Invocation& inv) {
-  std::string db, run_ref;
-  int epoch = -1, threads = 0;
-  int64_t max_batches = 0;
-  Options opts("eval",
-               "usage: amptune eval RUN [--epoch N | --all] [options]\n\n"
-               "Evaluates saved checkpoints of RUN (id or name; default: the newest) on the\n"
-               "run's evaluation split (RootNet: its test set) with the model built as in\n"
-               "training, and stores the metrics for those epochs (replacing those names).\n"
-               "By default it evaluates the set training evaluated, so it reproduces the\n"
-               "training-time metrics; metrics of another set (--max-batches) never replace\n"
-               "stored ones silently: they are printed and stored only with --replace\n"
-               "(val_samples records the set's size). Exits 6 when a checkpoint could not be\n"
-               "evaluated, 2 when metrics were left unstored for that reason.");
-  opts.run(&run_ref).db(&db).quiet().threads(&threads);
-  opts.add()("epoch", po::value(&epoch), "evaluate this epoch's checkpoint (0-based)")(
-      "all", "evaluate every kept checkpoint of the run")(
-      "max-batches", po::value(&max_batches),
-      "evaluation batches per checkpoint; -1 = the whole evaluation split (default: the "
-      "batches training evaluated, schedule.eval_step_per_epoch)")(
-      "replace", "store the metrics even where training computed that epoch's metrics on "
-      "another set (val_samples differs); without it they are printed, not stored");
-  if (!opts.parse(inv.args)) return 0;
-  const po::variables_map& vm = opts.vm();
-  if (vm.count("epoch") && vm.count("all")) {
-    throw UsageError("amptune eval takes --epoch N or --all, not both");
-  }
-  if (vm.count("epoch") && epoch < 0) throw UsageError("--epoch must be >= 0");
-  if (vm.count("max-batches") && (max_batches == 0 || max_batches < -1)) {
-    throw UsageError("--max-batches must be -1 (whole split) or >= 1, got " +
-                     std::to_string(max_batches));
-  }
-  train::EvalOptions options;
-  if (vm.count("epoch")) options.epoch = epoch;
-  options.all = vm.count("all") > 0;
-  options.threads = threads;
-  if (vm.count("max-batches")) options.max_batches = max_batches;
-  options.replace = vm.count("replace") > 0;
-  const app::RunEvaluation evaluation = app::evaluate_run(db, run_ref, options);
+// The metrics of each evaluated checkpoint as a table, and why one failed or was not stored;
+// the exit status: 6 when a checkpoint could not be evaluated, 2 when metrics were left
+// unstored, 0 otherwise.
+int print_evaluation(const app::RunEvaluation& evaluation) {
   const store::RunRow& run = evaluation.run;
   const std::vector<train::EpochEvaluation>& results = evaluation.epochs;
 
@@ -112,6 +75,50 @@ int cmd_eval(const Invocation& inv) {
     return static_cast<int>(ExitCode::kCheckpoint);
   }
   return unstored > 0 ? static_cast<int>(ExitCode::kUsage) : 0;
+}
+
+}  // namespace
+
+int cmd_eval(const Invocation& inv) {
+  std::string db, run_ref;
+  int epoch = -1, threads = 0;
+  int64_t max_batches = 0;
+  Options opts("eval",
+               "usage: amptune eval RUN [--epoch N | --all] [options]\n\n"
+               "Evaluates saved checkpoints of RUN (id or name; default: the newest) on the\n"
+               "run's evaluation split (RootNet: its test set) with the model built as in\n"
+               "training, and stores the metrics for those epochs (replacing those names).\n"
+               "By default it evaluates the set training evaluated, so it reproduces the\n"
+               "training-time metrics; metrics of another set (--max-batches) never replace\n"
+               "stored ones silently: they are printed and stored only with --replace\n"
+               "(val_samples records the set's size). Exits 6 when a checkpoint could not be\n"
+               "evaluated, 2 when metrics were left unstored for that reason.");
+  opts.run(&run_ref).db(&db).quiet().threads(&threads);
+  opts.add()("epoch", po::value(&epoch), "evaluate this epoch's checkpoint (0-based)")(
+      "all", "evaluate every kept checkpoint of the run")(
+      "max-batches", po::value(&max_batches),
+      "evaluation batches per checkpoint; -1 = the whole evaluation split (default: the "
+      "batches training evaluated, schedule.eval_step_per_epoch)")(
+      "replace",
+      "store the metrics even where training computed that epoch's metrics on "
+      "another set (val_samples differs); without it they are printed, not stored");
+  if (!opts.parse(inv.args)) return 0;
+  const po::variables_map& vm = opts.vm();
+  if (vm.count("epoch") && vm.count("all")) {
+    throw UsageError("amptune eval takes --epoch N or --all, not both");
+  }
+  if (vm.count("epoch") && epoch < 0) throw UsageError("--epoch must be >= 0");
+  if (vm.count("max-batches") && (max_batches == 0 || max_batches < -1)) {
+    throw UsageError("--max-batches must be -1 (whole split) or >= 1, got " +
+                     std::to_string(max_batches));
+  }
+  train::EvalOptions options;
+  if (vm.count("epoch")) options.epoch = epoch;
+  options.all = vm.count("all") > 0;
+  options.threads = threads;
+  if (vm.count("max-batches")) options.max_batches = max_batches;
+  options.replace = vm.count("replace") > 0;
+  return print_evaluation(app::evaluate_run(db, run_ref, options));
 }
 
 int cmd_export(const Invocation& inv) {
@@ -177,14 +184,15 @@ int cmd_diagnose(const Invocation& inv) {
                     ">5e-3 %", "overflow %", "underflow %"});
   for (size_t i = 0; i < sorted.size() && static_cast<int>(i) < top; ++i) {
     const auto& r = sorted[i];
-    table.add({r.kind, r.module.empty() ? "(model)" : r.module, r.dtype, value_text(r.cosine),
-               value_text(r.max_abs_err), value_text(r.max_rel_err), share(r.frac_rel_err_1e3),
-               share(r.frac_rel_err_5e3), share(r.overflow_frac), share(r.underflow_frac)});
+    table.add({store::to_string(r.kind), r.module.empty() ? "(model)" : r.module,
+               to_string(r.dtype), value_text(r.cosine), value_text(r.max_abs_err),
+               value_text(r.max_rel_err), share(r.frac_rel_err_1e3), share(r.frac_rel_err_5e3),
+               share(r.overflow_frac), share(r.underflow_frac)});
   }
   std::cout << "run " << log::printable(run.name) << ", "
             << (d.epoch >= 0 ? "epoch " + std::to_string(d.epoch) : std::string("initial weights"))
             << ": " << d.rows.size() << " comparisons on " << d.batches << " batch(es) against "
-            << d.against << ", loss scale " << value_text(d.loss_scale) << ", "
+            << to_string(d.against) << ", loss scale " << value_text(d.loss_scale) << ", "
             << app::fixed(d.seconds, 1) << " s\n\n";
   table.print(std::cout);
   if (const auto& first = diagnosis.first_divergence) {

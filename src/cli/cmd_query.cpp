@@ -82,7 +82,7 @@ static void print_prune_decisions(const std::vector<store::PruneDecisionRow>& de
           (compared.empty() ? "" : " ") + std::to_string(other.at("run_id").get<int64_t>()) + ":" +
           (other.at("value").is_null() ? "nan" : app::fixed(other.at("value").get<double>(), 4));
     }
-    table.add({std::to_string(d.epoch), store::to_string(d.action), d.rule,
+    table.add({std::to_string(d.epoch), store::to_string(d.action), to_string(d.rule),
                d.rung < 0 ? "-" : std::to_string(d.rung), app::fixed(d.value, 4),
                app::fixed(d.threshold, 4), compared.empty() ? "-" : compared,
                log::printable(d.reason)});

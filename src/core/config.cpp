@@ -252,6 +252,69 @@ void flatten_json(const nlohmann::json& value, const std::string& path, const Sc
   }
 }
 
+// A schema entry's fields: each one known, type, default and doc present.
+void check_schema_fields(const YAML::Node& body, const std::string& origin,
+                         const SourceLoc& key_loc, const std::string& key) {
+  static const std::set<std::string> kFields = {"type", "default", "doc",       "choices", "min",
+                                                "max",  "unique",  "max_items", "identity"};
+  for (const auto& field : body) {
+    if (!kFields.count(field.first.Scalar())) {
+      fail(SourceLoc::from_mark(origin, field.first.Mark().line, field.first.Mark().column),
+           "schema entry " + key + " has an unknown field " + field.first.Scalar() +
+               " (fields: type, default, doc, choices, min, max, unique, max_items, "
+               "identity)");
+    }
+  }
+  for (const char* required : {"type", "default", "doc"}) {
+    if (!body[required]) fail(key_loc, "schema entry " + key + " lacks `" + required + "`");
+  }
+}
+
+// A schema entry's `choices` (string and loss_scale keys) and `min` / `max` (numeric keys).
+void parse_choices_and_bounds(const YAML::Node& body, const SourceLoc& key_loc, KeySpec& spec) {
+  const std::string elem = element_type(spec.type);
+  if (body["choices"]) {
+    if ((elem != "string" && elem != "loss_scale") || !body["choices"].IsSequence() ||
+        body["choices"].size() == 0) {
+      fail(key_loc, "schema entry " + spec.key +
+                        ": choices must be a non-empty list and "
+                        "only string and loss_scale keys take them");
+    }
+    for (const auto& c : body["choices"]) spec.choices.push_back(c.Scalar());
+  }
+  for (const char* bound : {"min", "max"}) {
+    if (!body[bound]) continue;
+    if (elem != "int" && elem != "float" && elem != "loss_scale") {
+      fail(key_loc, "schema entry " + spec.key + ": only numeric keys take " + bound);
+    }
+    Scalar s = from_yaml(body[bound]);
+    if (s.kind != Scalar::Kind::kInt && s.kind != Scalar::Kind::kFloat) {
+      fail(key_loc, "schema entry " + spec.key + ": " + bound + " must be a number");
+    }
+    (std::string(bound) == "min" ? spec.min : spec.max) = s.d;
+  }
+}
+
+// A schema entry's `identity` (always when absent).
+void parse_identity(const YAML::Node& body, const SourceLoc& key_loc, KeySpec& spec) {
+  if (!body["identity"]) return;
+  const std::string id = body["identity"].Scalar();
+  if (id == "always") {
+    spec.identity = KeySpec::Identity::kAlways;
+  } else if (id == "non_default") {
+    spec.identity = KeySpec::Identity::kNonDefault;
+  } else if (id == "never") {
+    spec.identity = KeySpec::Identity::kNever;
+  } else if (id == "content" && spec.type == "string") {
+    spec.identity = KeySpec::Identity::kContent;
+  } else {
+    fail(key_loc, "schema entry " + spec.key +
+                      ": identity must be always, non_default, "
+                      "never or content (string keys only), got \"" +
+                      id + "\"");
+  }
+}
+
 // A schema entry's `unique` and `max_items` (list keys only).
 void parse_list_rules(const YAML::Node& body, const SourceLoc& key_loc, KeySpec& spec) {
   if (!body["unique"] && !body["max_items"]) return;
@@ -402,8 +465,6 @@ const Schema& Schema::sweep_blocks() {
 
 Schema Schema::parse(std::string_view yaml_text, const std::string& origin) {
   static const std::regex kKeyName("[a-z][a-z0-9_]*(\\.[a-z][a-z0-9_]*)*");
-  static const std::set<std::string> kFields = {"type", "default", "doc",       "choices", "min",
-                                                "max",  "unique",  "max_items", "identity"};
   YAML::Node root;
   try {
     root = YAML::Load(std::string(yaml_text));
@@ -425,60 +486,16 @@ Schema Schema::parse(std::string_view yaml_text, const std::string& origin) {
       fail(key_loc, "schema key " + spec.key + " is declared twice");
     const YAML::Node& body = entry.second;
     if (!body.IsMap()) fail(key_loc, "schema entry " + spec.key + " must be a mapping");
-    for (const auto& field : body) {
-      if (!kFields.count(field.first.Scalar())) {
-        fail(SourceLoc::from_mark(origin, field.first.Mark().line, field.first.Mark().column),
-             "schema entry " + spec.key + " has an unknown field " + field.first.Scalar() +
-                 " (fields: type, default, doc, choices, min, max, unique, max_items, "
-                 "identity)");
-      }
-    }
-    for (const char* required : {"type", "default", "doc"}) {
-      if (!body[required]) fail(key_loc, "schema entry " + spec.key + " lacks `" + required + "`");
-    }
+    check_schema_fields(body, origin, key_loc, spec.key);
     spec.type = body["type"].Scalar();
     if (!kTypes.count(spec.type)) {
       fail(key_loc, "schema entry " + spec.key + " has an unknown type \"" + spec.type + "\"");
     }
     spec.doc = body["doc"].Scalar();
     if (spec.doc.empty()) fail(key_loc, "schema entry " + spec.key + " has an empty doc");
-    const std::string elem = element_type(spec.type);
-    if (body["choices"]) {
-      if ((elem != "string" && elem != "loss_scale") || !body["choices"].IsSequence() ||
-          body["choices"].size() == 0) {
-        fail(key_loc, "schema entry " + spec.key +
-                          ": choices must be a non-empty list and "
-                          "only string and loss_scale keys take them");
-      }
-      for (const auto& c : body["choices"]) spec.choices.push_back(c.Scalar());
-    }
-    for (const char* bound : {"min", "max"}) {
-      if (!body[bound]) continue;
-      if (elem != "int" && elem != "float" && elem != "loss_scale") {
-        fail(key_loc, "schema entry " + spec.key + ": only numeric keys take " + bound);
-      }
-      Scalar s = from_yaml(body[bound]);
-      if (s.kind != Scalar::Kind::kInt && s.kind != Scalar::Kind::kFloat) {
-        fail(key_loc, "schema entry " + spec.key + ": " + bound + " must be a number");
-      }
-      (std::string(bound) == "min" ? spec.min : spec.max) = s.d;
-    }
+    parse_choices_and_bounds(body, key_loc, spec);
     parse_list_rules(body, key_loc, spec);
-    if (body["identity"]) {
-      const std::string id = body["identity"].Scalar();
-      if (id == "always") {
-        spec.identity = KeySpec::Identity::kAlways;
-      } else if (id == "non_default") {
-        spec.identity = KeySpec::Identity::kNonDefault;
-      } else if (id == "never") {
-        spec.identity = KeySpec::Identity::kNever;
-      } else if (id == "content" && spec.type == "string") {
-        spec.identity = KeySpec::Identity::kContent;
-      } else {
-        fail(key_loc, "schema entry " + spec.key + ": identity must be always, non_default, "
-                      "never or content (string keys only), got \"" + id + "\"");
-      }
-    }
+    parse_identity(body, key_loc, spec);
     const YAML::Node& def = body["default"];
     spec.default_value =
         schema.coerce(spec, def, SourceLoc::from_mark(origin, def.Mark().line, def.Mark().column));

@@ -1,6 +1,6 @@
 // Writing a file so that a reader, or a crash, sees either the old content or the new, never a
 // part: the one way amptune writes a file it may write again (checkpoints, exported weights, a
-// checkpoint folder's owner file).
+// checkpoint folder's owner file, a report's index.html, Slurm job scripts, profile traces).
 #pragma once
 
 #include <string>

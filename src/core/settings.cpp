@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/config.h"
+#include "core/error.h"
 
 namespace amptune {
 namespace {
@@ -26,6 +27,15 @@ class Reader {
   }
   std::vector<std::string> get_string_list(const std::string& key) {
     return note(key).get_string_list(key);
+  }
+  // A string key of fixed words as `parse` reads it (core/words.h). The config has checked the
+  // word against the key's choices; a word the schema allows and `parse` lacks is named here.
+  template <class Parse>
+  auto get_word(const std::string& key, Parse parse) {
+    const std::string text = get_string(key);
+    const auto value = parse(text);
+    if (!value) throw ConfigError(key + ": no value for the word '" + text + "'");
+    return *value;
   }
   // A loss_scale key: a word ("auto", "dynamic") or a number.
   LossScale get_loss_scale(const std::string& key) {
@@ -124,8 +134,8 @@ CheckpointSettings read_checkpoint(Reader& in) {
 
 AmpSettings read_amp(Reader& in) {
   AmpSettings s;
-  s.opt_level = in.get_string("amp.opt_level");
-  s.dtype = in.get_string("amp.dtype");
+  s.opt_level = in.get_word("amp.opt_level", parse_opt_level);
+  s.dtype = in.get_word("amp.dtype", parse_dtype);
   s.loss_scale = in.get_loss_scale("amp.loss_scale");
   s.min_loss_scale = in.get_double("amp.min_loss_scale");
   s.max_loss_scale = in.get_double("amp.max_loss_scale");
@@ -134,13 +144,13 @@ AmpSettings read_amp(Reader& in) {
   s.master_weights = in.get_string("amp.master_weights");
   s.combine_grad = in.get_bool("amp.combine_grad");
   s.fp32_modules = in.get_string_list("amp.fp32_modules");
-  s.backend = in.get_string("amp.backend");
+  s.backend = in.get_word("amp.backend", parse_amp_backend);
   return s;
 }
 
 DistSettings read_dist(Reader& in) {
   DistSettings s;
-  s.backend = in.get_string("dist.backend");
+  s.backend = in.get_word("dist.backend", parse_dist_backend);
   s.bucket_mb = in.get_double("dist.bucket_mb");
   s.overlap = in.get_bool("dist.overlap");
   s.timeout_s = in.get_double("dist.timeout_s");

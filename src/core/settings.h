@@ -7,7 +7,9 @@
 // One plain struct per group of keys (model.*, data.*, optim.*, ...); each field is named like
 // its key's last part and has the C++ type of the key's schema type (int: int64_t, float:
 // double, bool, string, *_list: std::vector). Values are the config's, already checked against
-// the schema by Config (types, choices, bounds); the fields carry no defaults of their own.
+// the schema by Config (types, choices, bounds); the fields carry no defaults of their own. A
+// key with a fixed set of words whose value other layers switch on is an enum class of
+// core/words.h (amp.opt_level, amp.dtype, amp.backend, dist.backend).
 // Cross-key checks stay where they are (amp::resolve_policy, train/plan.h validate_config).
 // tests/unit/core/schema_sync_test.cpp proves that Settings::from reads every schema key
 // exactly once, so a key added to the schema needs its field here. No torch in this header.
@@ -16,6 +18,8 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "core/words.h"
 
 namespace amptune {
 
@@ -98,8 +102,8 @@ struct LossScale {
 };
 
 struct AmpSettings {
-  std::string opt_level;  // O0 | O1 | O2 | O3
-  std::string dtype;      // fp16 | bf16
+  OptLevel opt_level = OptLevel::kO0;  // what each level means: amp/policy.h
+  Dtype dtype = Dtype::kFp16;
   LossScale loss_scale;
   double min_loss_scale = 0;
   double max_loss_scale = 0;
@@ -108,11 +112,11 @@ struct AmpSettings {
   std::string master_weights;       // auto | true | false
   bool combine_grad = false;
   std::vector<std::string> fp32_modules;  // globs over module names
-  std::string backend;                    // auto | native | emulate
+  AmpBackend backend = AmpBackend::kAuto;
 };
 
 struct DistSettings {
-  std::string backend;  // auto | gloo | nccl
+  DistBackend backend = DistBackend::kAuto;
   double bucket_mb = 0;
   bool overlap = false;
   double timeout_s = 0;

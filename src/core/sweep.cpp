@@ -632,7 +632,10 @@ class SweepReader {
       }
       return spec.default_value;
     };
-    p.rule = value("prune.rule").get<std::string>();
+    const std::string rule = value("prune.rule").get<std::string>();  // one of its choices
+    const std::optional<PruneRule> parsed = parse_prune_rule(rule);
+    if (!parsed) fail(p.loc, "prune.rule: no rule named '" + rule + "'");
+    p.rule = *parsed;
     p.metric = value("prune.metric").get<std::string>();
     p.grace_epochs = value("prune.grace_epochs").get<int64_t>();
     p.eta = value("prune.eta").get<int64_t>();

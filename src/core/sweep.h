@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/words.h"
 
 namespace amptune {
 
@@ -61,7 +62,7 @@ struct ForkDecl {
 // early. Values are checked against the schema; the metric against the model when the sweep is
 // planned (app/runner.h plan_sweep).
 struct PruneBlock {
-  std::string rule = "none";  // none | asha | median
+  PruneRule rule = PruneRule::kNone;
   std::string metric;         // "" = the model's primary metric
   int64_t grace_epochs = 1;
   int64_t eta = 3;

@@ -45,6 +45,62 @@ void write_file(const fs::path& path, const std::vector<uint8_t>& bytes) {
   if (!out) throw DataError("cannot write " + path.string() + " (disk full or no permission?)");
 }
 
+// Refuses, before anything is read or written, an output split name that is not a plain folder
+// name and one that exists already in `out_dir`.
+void check_outputs(const std::string& out_dir, const std::map<std::string, std::string>& splits) {
+  for (const auto& [in, out] : splits) {
+    if (out.empty() || out.find('/') != std::string::npos || out[0] == '.') {
+      throw DataError("export-imagefolder: bad output split name '" + out + "'");
+    }
+    std::error_code ec;
+    if (fs::exists(fs::path(out_dir) / out, ec)) {
+      throw DataError((fs::path(out_dir) / out).string() +
+                      " exists already; remove it or choose another output folder");
+    }
+  }
+}
+
+// Writes the images of `d` (`split` names it for messages) as `dir`/<class name>/<index>.JPEG,
+// in file order, at most ceil(limit / classes) per class when limit_per_split >= 0; adds their
+// bytes to stats.bytes and returns how many. DataError when a class gets no image.
+int64_t write_split(const IdxData& d, const std::string& split, const fs::path& dir,
+                    int64_t limit_per_split, int jpeg_quality, ExportStats& stats) {
+  const int num_classes = static_cast<int>(stats.class_names.size());
+  for (const std::string& name : stats.class_names) fs::create_directories(dir / name);
+  std::vector<int64_t> per_class(static_cast<size_t>(num_classes), 0);
+  const int64_t cap =
+      limit_per_split < 0 ? d.count : (limit_per_split + num_classes - 1) / num_classes;
+  const int64_t limit = limit_per_split < 0 ? d.count : limit_per_split;
+  const int width = std::max<int>(5, static_cast<int>(std::to_string(d.count).size()));
+  int64_t written = 0;
+  Image image;
+  image.width = d.cols;
+  image.height = d.rows;
+  image.channels = 1;
+  for (int64_t i = 0; i < d.count && written < limit; ++i) {
+    const int label = d.labels[static_cast<size_t>(i)];
+    if (per_class[label] >= cap) continue;
+    image.pixels.assign(d.image(i), d.image(i) + static_cast<size_t>(d.rows) * d.cols);
+    const std::vector<uint8_t> jpeg = encode_jpeg(image, jpeg_quality);
+    std::string name = std::to_string(i);
+    name = std::string(static_cast<size_t>(std::max<int>(0, width - static_cast<int>(name.size()))),
+                       '0') +
+           name + ".JPEG";
+    write_file(dir / stats.class_names[label] / name, jpeg);
+    ++per_class[label];
+    ++written;
+    stats.bytes += static_cast<int64_t>(jpeg.size());
+  }
+  for (int c = 0; c < num_classes; ++c) {
+    if (per_class[c] == 0) {
+      throw DataError("export-imagefolder: " + split + " has no image of class " +
+                      std::to_string(c) + " (" + stats.class_names[c] +
+                      "); an ImageFolder needs every class");
+    }
+  }
+  return written;
+}
+
 }  // namespace
 
 const std::vector<std::string>& fashion_mnist_class_names() {
@@ -62,17 +118,7 @@ ExportStats export_idx_as_imagefolder(const std::string& idx_root, const std::st
     throw DataError("JPEG quality must be in 1..100, got " + std::to_string(jpeg_quality));
   }
   if (splits.empty()) throw DataError("export-imagefolder: no splits to export");
-  // Refuse before reading or writing anything when a target split exists already.
-  for (const auto& [in, out] : splits) {
-    if (out.empty() || out.find('/') != std::string::npos || out[0] == '.') {
-      throw DataError("export-imagefolder: bad output split name '" + out + "'");
-    }
-    std::error_code ec;
-    if (fs::exists(fs::path(out_dir) / out, ec)) {
-      throw DataError((fs::path(out_dir) / out).string() +
-                      " exists already; remove it or choose another output folder");
-    }
-  }
+  check_outputs(out_dir, splits);
   std::map<std::string, IdxData> data;
   int num_classes = 0;
   for (const auto& [in, out] : splits) {
@@ -89,44 +135,13 @@ ExportStats export_idx_as_imagefolder(const std::string& idx_root, const std::st
   stats.out_dir = out_dir;
 
   for (const auto& [in, out] : splits) {
-    const IdxData& d = data.at(in);
     const fs::path final_dir = fs::path(out_dir) / out;
     const fs::path tmp_dir = fs::path(out_dir) / ("." + out + ".tmp");
     std::error_code ec;
     fs::remove_all(tmp_dir, ec);  // a previous interrupted export
     try {
-      for (const std::string& name : stats.class_names) fs::create_directories(tmp_dir / name);
-      std::vector<int64_t> per_class(static_cast<size_t>(num_classes), 0);
-      const int64_t cap = limit_per_split < 0
-                              ? d.count
-                              : (limit_per_split + num_classes - 1) / num_classes;
-      const int64_t limit = limit_per_split < 0 ? d.count : limit_per_split;
-      const int width = std::max<int>(5, static_cast<int>(std::to_string(d.count).size()));
-      int64_t written = 0;
-      Image image;
-      image.width = d.cols;
-      image.height = d.rows;
-      image.channels = 1;
-      for (int64_t i = 0; i < d.count && written < limit; ++i) {
-        const int label = d.labels[static_cast<size_t>(i)];
-        if (per_class[label] >= cap) continue;
-        image.pixels.assign(d.image(i), d.image(i) + static_cast<size_t>(d.rows) * d.cols);
-        const std::vector<uint8_t> jpeg = encode_jpeg(image, jpeg_quality);
-        std::string name = std::to_string(i);
-        name = std::string(static_cast<size_t>(std::max<int>(0, width - static_cast<int>(
-                               name.size()))), '0') + name + ".JPEG";
-        write_file(tmp_dir / stats.class_names[label] / name, jpeg);
-        ++per_class[label];
-        ++written;
-        stats.bytes += static_cast<int64_t>(jpeg.size());
-      }
-      for (int c = 0; c < num_classes; ++c) {
-        if (per_class[c] == 0) {
-          throw DataError("export-imagefolder: split '" + in + "' of " + idx_root +
-                          " has no image of class " + std::to_string(c) + " (" +
-                          stats.class_names[c] + "); an ImageFolder needs every class");
-        }
-      }
+      const int64_t written = write_split(data.at(in), "split '" + in + "' of " + idx_root, tmp_dir,
+                                          limit_per_split, jpeg_quality, stats);
       fs::rename(tmp_dir, final_dir);
       stats.images[out] = written;
     } catch (const fs::filesystem_error& e) {

@@ -56,9 +56,11 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const launch::LaunchEnv& 
 
 }  // namespace
 
-std::string resolve_backend(const std::string& backend, const torch::Device& device) {
-  const std::string b = backend == "auto" ? (device.is_cuda() ? "nccl" : "gloo") : backend;
-  if (b == "nccl") {
+DistBackend resolve_backend(DistBackend backend, const torch::Device& device) {
+  const DistBackend b = backend != DistBackend::kAuto ? backend
+                        : device.is_cuda()            ? DistBackend::kNccl
+                                                      : DistBackend::kGloo;
+  if (b == DistBackend::kNccl) {
     if (!device.is_cuda()) {
       throw ConfigError("dist.backend: nccl needs CUDA tensors, but this run trains on " +
                         device.str() + "; use dist.backend: gloo (or auto)");
@@ -74,7 +76,7 @@ std::string resolve_backend(const std::string& backend, const torch::Device& dev
           "dist.backend: nccl - this amptune was built without c10d NCCL (a "
           "LibTorch with CUDA and NCCL is needed); use dist.backend: gloo");
     }
-  } else if (b == "gloo") {
+  } else {
     if (device.is_cuda()) {
       throw ConfigError("dist.backend: gloo trains on CPU tensors here, but this run trains on " +
                         device.str() + "; use dist.backend: nccl (or auto)");
@@ -85,8 +87,6 @@ std::string resolve_backend(const std::string& backend, const torch::Device& dev
           "(libgloo-dev headers missing when it was configured): install "
           "libgloo-dev (tools/install-deps.sh) and rebuild");
     }
-  } else {
-    throw ConfigError("dist.backend: unknown backend '" + backend + "' (auto, gloo, nccl)");
   }
   return b;
 }
@@ -117,7 +117,7 @@ void ProcessGroup::Pending::wait() {
   work_.reset();
 }
 
-ProcessGroup::ProcessGroup(Cluster& cluster, const std::string& name, const std::string& backend,
+ProcessGroup::ProcessGroup(Cluster& cluster, const std::string& name, DistBackend backend,
                            double timeout_seconds, const torch::Device& device)
     : cluster_(cluster),
       backend_(resolve_backend(backend, device)),
@@ -126,7 +126,7 @@ ProcessGroup::ProcessGroup(Cluster& cluster, const std::string& name, const std:
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000));
   auto store = c10::make_intrusive<c10d::PrefixStore>(name + "/", cluster.impl().store);
   try {
-    if (backend_ == "gloo") {
+    if (backend_ == DistBackend::kGloo) {
 #ifdef AMPTUNE_HAVE_GLOO
       auto options = c10d::ProcessGroupGloo::Options::create(timeout);
       options->devices.push_back(gloo_device(cluster.env()));
@@ -144,7 +144,8 @@ ProcessGroup::ProcessGroup(Cluster& cluster, const std::string& name, const std:
   } catch (const std::exception& e) {
     lost(e);
   }
-  if (!impl_->pg) throw EnvironmentError("no c10d backend " + backend_ + " in this build");
+  if (!impl_->pg)
+    throw EnvironmentError("no c10d backend " + to_string(backend_) + " in this build");
 }
 
 ProcessGroup::~ProcessGroup() = default;
@@ -154,7 +155,8 @@ int ProcessGroup::size() const { return cluster_.size(); }
 
 void ProcessGroup::lost(const std::exception& e) const {
   throw RankLostError(cluster_.describe_rank(rank()) + " lost contact with " +
-                      cluster_.peers_of(rank()) + " (" + backend_ + "): " + first_line(e.what()));
+                      cluster_.peers_of(rank()) + " (" + to_string(backend_) +
+                      "): " + first_line(e.what()));
 }
 
 ProcessGroup::Pending ProcessGroup::allreduce_async(torch::Tensor& tensor) {

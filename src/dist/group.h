@@ -11,20 +11,22 @@
 #include <string>
 #include <vector>
 
+#include "core/words.h"
 #include "dist/cluster.h"
 
 namespace amptune::dist {
 
-// "gloo" or "nccl" for dist.backend (auto | gloo | nccl) on `device`. Throws ConfigError for
-// nccl without a CUDA device or without NCCL in this build, EnvironmentError for gloo without it.
-std::string resolve_backend(const std::string& backend, const torch::Device& device);
+// kGloo or kNccl for dist.backend `backend` on `device` (auto: nccl on CUDA, gloo on a CPU).
+// Throws ConfigError for nccl without a CUDA device or without NCCL in this build,
+// EnvironmentError for gloo without it.
+DistBackend resolve_backend(DistBackend backend, const torch::Device& device);
 
 class ProcessGroup {
  public:
   enum class Op { kSum, kMin, kMax };
 
   // `name` keeps the keys of this group apart from others on the same store (one per run).
-  ProcessGroup(Cluster& cluster, const std::string& name, const std::string& backend,
+  ProcessGroup(Cluster& cluster, const std::string& name, DistBackend backend,
                double timeout_seconds, const torch::Device& device);
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
@@ -32,7 +34,7 @@ class ProcessGroup {
 
   int rank() const;
   int size() const;
-  const std::string& backend() const { return backend_; }
+  DistBackend backend() const { return backend_; }  // kGloo or kNccl
   const torch::Device& device() const { return device_; }
 
   // An all-reduce in flight; wait() blocks until it is done (or throws RankLostError).
@@ -68,7 +70,7 @@ class ProcessGroup {
  private:
   class Impl;
   Cluster& cluster_;
-  std::string backend_;
+  DistBackend backend_;
   torch::Device device_;
   std::unique_ptr<Impl> impl_;
 };

@@ -22,17 +22,18 @@ void Store::record_diagnosis(const Diagnosis& d) {
     sql::run(db_,
              "INSERT INTO diagnoses (run_id, epoch, against, batches, cosine_min, "
              "loss_scale, seconds, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-             d.run_id, d.epoch, d.against, d.batches, d.cosine_min, d.loss_scale, d.seconds,
-             detail::now_utc());
+             d.run_id, d.epoch, to_string(d.against), d.batches, d.cosine_min, d.loss_scale,
+             d.seconds, detail::now_utc());
     Statement row(db_,
                   "INSERT INTO diagnostics (run_id, epoch, kind, batch, seq, module, dtype, "
                   "numel, cosine, max_abs_err, max_rel_err, frac_rel_err_1e3, "
                   "frac_rel_err_5e3, overflow_frac, underflow_frac, input_nonfinite_frac) "
                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
     for (const auto& r : d.rows) {
-      row.bind_all(d.run_id, d.epoch, r.kind, r.batch, r.seq, r.module, r.dtype, r.numel, r.cosine,
-                   r.max_abs_err, r.max_rel_err, r.frac_rel_err_1e3, r.frac_rel_err_5e3,
-                   r.overflow_frac, r.underflow_frac, r.input_nonfinite_frac)
+      row.bind_all(d.run_id, d.epoch, to_string(r.kind), r.batch, r.seq, r.module,
+                   to_string(r.dtype), r.numel, r.cosine, r.max_abs_err, r.max_rel_err,
+                   r.frac_rel_err_1e3, r.frac_rel_err_5e3, r.overflow_frac, r.underflow_frac,
+                   r.input_nonfinite_frac)
           .run();
     }
     Statement advice(db_,
@@ -75,10 +76,11 @@ std::vector<Store::ModuleError> Store::module_errors(const std::string& sweep) c
       ModuleError e;
       e.run_id = select.column_int(0);
       e.epoch = static_cast<int>(integer(1, "epoch", -1, detail::kMaxEpoch));
-      e.worst.kind = "forward";
+      e.worst.kind = DiagnosticKind::kForward;
       e.worst.seq = static_cast<int>(integer(2, "seq", 0, detail::kMaxInt));
       e.worst.module = select.column_text(3);
-      e.worst.dtype = select.column_text(4);
+      e.worst.dtype =
+          detail::word_column(path_, cell("dtype"), select.column_text(4), parse_tensor_dtype);
       e.worst.numel = integer(5, "numel", 0, detail::kMaxInt64);
       e.worst.batch = static_cast<int>(select.column_int(6));  // COUNT(*)
       e.worst.cosine = real(7);

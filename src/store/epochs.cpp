@@ -109,7 +109,8 @@ void Store::record_epoch(const EpochRecord& record) {
                     "INSERT INTO loss_scale_events (run_id, epoch, global_step, scale, reason) "
                     "VALUES (?, ?, ?, ?, ?)");
     for (const auto& e : record.scale_events) {
-      event.bind_all(record.run_id, record.epoch, e.global_step, e.scale, e.reason).run();
+      event.bind_all(record.run_id, record.epoch, e.global_step, e.scale, to_string(e.reason))
+          .run();
     }
   });
 }
@@ -120,11 +121,11 @@ namespace {
 // `at`, its numbers checked as they are read.
 ScaleEvent read_scale_event(const std::string& path, const Statement& row, int at) {
   const int64_t rowid = row.column_int(at + 3);
-  return ScaleEvent{
-      detail::int_column(path, row, at, {"loss_scale_events", rowid, "global_step"}, 0,
-                         detail::kMaxInt64),
-      detail::real_column(path, row, at + 1, {"loss_scale_events", rowid, "scale"}),
-      row.column_text(at + 2)};
+  return ScaleEvent{detail::int_column(path, row, at, {"loss_scale_events", rowid, "global_step"},
+                                       0, detail::kMaxInt64),
+                    detail::real_column(path, row, at + 1, {"loss_scale_events", rowid, "scale"}),
+                    detail::word_column(path, {"loss_scale_events", rowid, "reason"},
+                                        row.column_text(at + 2), parse_scale_reason)};
 }
 
 }  // namespace

@@ -19,8 +19,8 @@ void insert_decision(sqlite3* db, const PruneDecisionRow& d) {
            "INSERT INTO prune_decisions (run_id, epoch, action, rule, metric, rung, value, "
            "threshold, compared_json, reason, decided_at) "
            "VALUES (?, ?, ?, ?, ?, NULLIF(?, -1), ?, ?, ?, ?, ?)",
-           d.run_id, d.epoch, to_string(d.action), d.rule, d.metric, d.rung, d.value, d.threshold,
-           d.compared_json, d.reason, detail::now_utc());
+           d.run_id, d.epoch, to_string(d.action), to_string(d.rule), d.metric, d.rung, d.value,
+           d.threshold, d.compared_json, d.reason, detail::now_utc());
 }
 
 }  // namespace
@@ -89,7 +89,7 @@ PruneDecisionRow read_decision(const std::string& path, const Statement& row) {
   d.run_id = row.column_int(1);
   d.epoch = static_cast<int>(detail::int_column(path, row, 2, cell("epoch"), 0, kIntMax));
   d.action = detail::word_column(path, cell("action"), row.column_text(3), parse_prune_action);
-  d.rule = row.column_text(4);
+  d.rule = detail::word_column(path, cell("rule"), row.column_text(4), parse_prune_rule);
   d.metric = row.column_text(5);
   d.rung = row.is_null(6)
                ? -1

@@ -1,8 +1,8 @@
 #include "store/records.h"
 
-#include <array>
 #include <string>
-#include <utility>
+
+#include "core/name_table.h"
 
 namespace amptune::store {
 
@@ -32,41 +32,26 @@ RunStatus parse_status(const std::string& text) {
 
 namespace {
 
-template <class E, size_t N>
-using Names = std::array<std::pair<E, const char*>, N>;
-
-const Names<TuneStatus, 3> kTuneStatus = {{{TuneStatus::kSearching, "searching"},
-                                           {TuneStatus::kAnswered, "answered"},
-                                           {TuneStatus::kExhausted, "exhausted"}}};
-const Names<TuneRoundKind, 5> kRoundKind = {{{TuneRoundKind::kSearch, "search"},
-                                             {TuneRoundKind::kUnion, "union"},
-                                             {TuneRoundKind::kBisect, "bisect"},
-                                             {TuneRoundKind::kConfirm, "confirm"},
-                                             {TuneRoundKind::kReference, "reference"}}};
-const Names<CandidateOutcome, 6> kOutcome = {{{CandidateOutcome::kPending, "pending"},
-                                              {CandidateOutcome::kWithin, "within"},
-                                              {CandidateOutcome::kOutside, "outside"},
-                                              {CandidateOutcome::kPruned, "pruned"},
-                                              {CandidateOutcome::kDiverged, "diverged"},
-                                              {CandidateOutcome::kFailed, "failed"}}};
-const Names<PruneAction, 2> kPruneAction = {
+const NameTable<TuneStatus, 3> kTuneStatus = {{{TuneStatus::kSearching, "searching"},
+                                               {TuneStatus::kAnswered, "answered"},
+                                               {TuneStatus::kExhausted, "exhausted"}}};
+const NameTable<TuneRoundKind, 5> kRoundKind = {{{TuneRoundKind::kSearch, "search"},
+                                                 {TuneRoundKind::kUnion, "union"},
+                                                 {TuneRoundKind::kBisect, "bisect"},
+                                                 {TuneRoundKind::kConfirm, "confirm"},
+                                                 {TuneRoundKind::kReference, "reference"}}};
+const NameTable<CandidateOutcome, 6> kOutcome = {{{CandidateOutcome::kPending, "pending"},
+                                                  {CandidateOutcome::kWithin, "within"},
+                                                  {CandidateOutcome::kOutside, "outside"},
+                                                  {CandidateOutcome::kPruned, "pruned"},
+                                                  {CandidateOutcome::kDiverged, "diverged"},
+                                                  {CandidateOutcome::kFailed, "failed"}}};
+const NameTable<PruneAction, 2> kPruneAction = {
     {{PruneAction::kStop, "stop"}, {PruneAction::kContinue, "continue"}}};
 
-template <class E, size_t N>
-std::string name_in(const Names<E, N>& names, E value) {
-  for (const auto& [v, name] : names) {
-    if (v == value) return name;
-  }
-  throw StoreError("no name for value " + std::to_string(static_cast<int>(value)));
-}
-
-template <class E, size_t N>
-std::optional<E> value_in(const Names<E, N>& names, const std::string& text) {
-  for (const auto& [v, name] : names) {
-    if (text == name) return v;
-  }
-  return std::nullopt;
-}
+const NameTable<DiagnosticKind, 3> kDiagnosticKind = {{{DiagnosticKind::kForward, "forward"},
+                                                       {DiagnosticKind::kGradient, "gradient"},
+                                                       {DiagnosticKind::kCast, "cast"}}};
 
 }  // namespace
 
@@ -74,6 +59,7 @@ std::string to_string(TuneStatus value) { return name_in(kTuneStatus, value); }
 std::string to_string(TuneRoundKind value) { return name_in(kRoundKind, value); }
 std::string to_string(CandidateOutcome value) { return name_in(kOutcome, value); }
 std::string to_string(PruneAction value) { return name_in(kPruneAction, value); }
+std::string to_string(DiagnosticKind value) { return name_in(kDiagnosticKind, value); }
 std::optional<TuneStatus> parse_tune_status(const std::string& text) {
   return value_in(kTuneStatus, text);
 }
@@ -85,6 +71,9 @@ std::optional<CandidateOutcome> parse_outcome(const std::string& text) {
 }
 std::optional<PruneAction> parse_prune_action(const std::string& text) {
   return value_in(kPruneAction, text);
+}
+std::optional<DiagnosticKind> parse_diagnostic_kind(const std::string& text) {
+  return value_in(kDiagnosticKind, text);
 }
 
 }  // namespace amptune::store

@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/process.h"
+#include "core/words.h"
 
 namespace amptune::store {
 
@@ -43,15 +44,21 @@ enum class TuneRoundKind { kSearch, kUnion, kBisect, kConfirm, kReference };
 // tune_candidates.outcome: how a candidate's curve ended (app/tune_rules.h judge).
 enum class CandidateOutcome { kPending, kWithin, kOutside, kPruned, kDiverged, kFailed };
 enum class PruneAction { kStop, kContinue };  // prune_decisions.action
+// diagnostics.kind: a module's output, a parameter's gradient, an int32 cast point's values.
+enum class DiagnosticKind { kForward, kGradient, kCast };
+// The config's words that are columns too (opt_level, dtype, prune rule, loss-scale reason) are
+// enum classes of core/words.h, shared with the layers below the store.
 
 std::string to_string(TuneStatus value);
 std::string to_string(TuneRoundKind value);
 std::string to_string(CandidateOutcome value);
 std::string to_string(PruneAction value);
+std::string to_string(DiagnosticKind value);
 std::optional<TuneStatus> parse_tune_status(const std::string& text);
 std::optional<TuneRoundKind> parse_round_kind(const std::string& text);
 std::optional<CandidateOutcome> parse_outcome(const std::string& text);
 std::optional<PruneAction> parse_prune_action(const std::string& text);
+std::optional<DiagnosticKind> parse_diagnostic_kind(const std::string& text);
 
 // Where a fork starts: another run's checkpoint of one epoch, with changed settings.
 struct ForkOrigin {
@@ -144,7 +151,7 @@ struct CheckpointFile {
 struct ScaleEvent {
   int64_t global_step = 0;  // optimizer steps done when the new scale took effect
   double scale = 0;         // the new scale
-  std::string reason;       // "init" | "overflow" | "growth"
+  ScaleReason reason = ScaleReason::kInit;
 };
 
 // Where an epoch's time went, in seconds (docs/PERFORMANCE.md "Time breakdown"; columns of
@@ -205,11 +212,11 @@ struct EpochRow {
 // One compared tensor of one batch (see the diagnostics table in schemas/store.sql). NaN is
 // stored as NULL.
 struct DiagnosticRow {
-  std::string kind;  // forward | gradient | cast
+  DiagnosticKind kind = DiagnosticKind::kForward;
   int batch = 0;
   int seq = 0;       // execution / parameter / cast-point order
   std::string module;
-  std::string dtype;  // fp16 | bf16 | fp32 | int32
+  TensorDtype dtype = TensorDtype::kFp32;
   int64_t numel = 0;
   double cosine = 0, max_abs_err = 0, max_rel_err = 0, frac_rel_err_1e3 = 0,
          frac_rel_err_5e3 = 0, overflow_frac = 0, underflow_frac = 0;
@@ -227,7 +234,7 @@ struct DiagnosisAdvice {
 struct Diagnosis {
   int64_t run_id = 0;
   int epoch = 0;  // the checkpoint's epoch; -1 = initial weights
-  std::string against = "O0";
+  OptLevel against = OptLevel::kO0;  // the reference's opt level
   int batches = 0;
   double cosine_min = 0.99;
   double loss_scale = 0;
@@ -244,7 +251,7 @@ struct PruneDecisionRow {
   int64_t run_id = 0;
   int epoch = 0;         // the epoch decided at (0-based; the run's last recorded one)
   PruneAction action = PruneAction::kStop;
-  std::string rule;      // asha | median | none
+  PruneRule rule = PruneRule::kNone;
   std::string metric;    // the metric compared
   int rung = -1;         // asha: the rung's index k (it stands after grace * eta^k epochs); -1
   double value = 0;      // the run's value (NaN: none or not finite)

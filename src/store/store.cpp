@@ -228,6 +228,81 @@ void check_location(const std::string& path) {
   }
 }
 
+// The connection's settings: busy timeout, extended error codes, WAL, foreign keys, synchronous.
+void configure_connection(sqlite3* db) {
+  sqlite3_busy_timeout(db, 10000);
+  sqlite3_extended_result_codes(db, 1);
+  // The first statement reads the header: a file that is not SQLite fails here (NOTADB).
+  Statement(db, "PRAGMA journal_mode = WAL").step();
+  exec(db, "PRAGMA foreign_keys = ON");
+  // NORMAL in WAL mode: a commit survives a crash of the process; a power cut may lose the
+  // last commits but never corrupts the file. Checkpoint files are fsynced before their
+  // epoch row commits, so a lost commit leaves only an orphan file (garbage by design), never
+  // a row pointing at a missing file.
+  exec(db, "PRAGMA synchronous = NORMAL");
+}
+
+// Refuses `path` when, without a schema version, it holds tables: another program's database.
+void refuse_foreign_database(sqlite3* db, const std::string& path) {
+  const std::string names =
+      sql::query_one<std::string>(db,
+                                  "SELECT group_concat(name, ', ') FROM sqlite_master "
+                                  "WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
+          .value();
+  if (!names.empty()) {
+    throw StoreError(path + " is an SQLite database but not an amptune one (it has tables " +
+                     names + " and no schema_version); choose another database path");
+  }
+}
+
+// Migration `m`'s SQL and what it needs done in code (runs re-hashed; CHECK constraints of
+// older tables widened), inside the caller's transaction.
+void apply_migration(sqlite3* db, const std::string& path, const Migration& m) {
+  exec(db, m.sql);
+  if (m.version == detail::kRehashMigration) detail::rehash_runs(db, path);
+  if (m.version == detail::kPrunedStatusMigration) {
+    detail::widen_checks(db, path, m.version, "runs",
+                         {{"'failed', 'diverged')", "'failed', 'diverged', 'pruned')"}});
+  }
+  if (m.version == detail::kTuneRoundsMigration) {
+    detail::widen_checks(
+        db, path, m.version, "tune_rounds",
+        {{"CHECK (round >= 1)", "CHECK (round >= 0)"},
+         {"CHECK (kind IN ('search', 'bisect'))",
+          "CHECK (kind IN ('search', 'union', 'bisect', 'confirm', 'reference'))"}});
+  }
+  sql::run(db, "INSERT INTO schema_version (version, applied_at) VALUES (?, ?)", m.version,
+           now_utc());
+}
+
+// Brings the database at `path` to the latest schema, one migration per transaction (another
+// process may migrate at the same time: each re-reads the version inside its transaction).
+// StoreError for a database of another program or of a newer amptune.
+void migrate(sqlite3* db, const std::string& path) {
+  const std::vector<Migration> migrations = parse_migrations(embedded::store_sql);
+  const int latest = migrations.empty() ? 0 : migrations.back().version;
+  int current = read_schema_version(db);
+  if (current == 0) refuse_foreign_database(db, path);
+  for (const Migration& migration : migrations) {
+    if (migration.version <= current) continue;
+    sql::write_transaction(db, [&] {
+      exec(db,
+           "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL, "
+           "applied_at TEXT NOT NULL)");
+      current = read_schema_version(db);  // another process may have migrated meanwhile
+      if (current > latest) return;
+      if (migration.version <= current) return;
+      apply_migration(db, path, migration);
+      current = migration.version;
+    });
+    if (current > latest) break;
+  }
+  if (current > latest) {
+    throw StoreError(path + " was written by a newer amptune (schema " + std::to_string(current) +
+                     " > " + std::to_string(latest) + "); upgrade amptune");
+  }
+}
+
 }  // namespace
 
 // --- opening and migrating -------------------------------------------------------------------
@@ -251,67 +326,8 @@ Store::Store(const std::string& open_path, const std::string& name) : path_(name
                      " are writable");
   }
   try {
-    guarded(path_, "opening", [&] {
-      sqlite3_busy_timeout(db_, 10000);
-      sqlite3_extended_result_codes(db_, 1);
-      // The first statement reads the header: a file that is not SQLite fails here (NOTADB).
-      Statement(db_, "PRAGMA journal_mode = WAL").step();
-      exec(db_, "PRAGMA foreign_keys = ON");
-      // NORMAL in WAL mode: a commit survives a crash of the process; a power cut may lose the
-      // last commits but never corrupts the file. Checkpoint files are fsynced before their
-      // epoch row commits, so a lost commit leaves only an orphan file (garbage by design), never
-      // a row pointing at a missing file.
-      exec(db_, "PRAGMA synchronous = NORMAL");
-    });
-    const std::vector<Migration> migrations = parse_migrations(embedded::store_sql);
-    const int latest = migrations.empty() ? 0 : migrations.back().version;
-    guarded(path_, "migrating the schema", [&] {
-      int current = read_schema_version(db_);
-      if (current == 0) {
-        const std::string names =
-            sql::query_one<std::string>(db_,
-                                        "SELECT group_concat(name, ', ') FROM sqlite_master "
-                                        "WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
-                .value();
-        if (!names.empty()) {
-          throw StoreError(path_ + " is an SQLite database but not an amptune one (it has tables " +
-                           names + " and no schema_version); choose another database path");
-        }
-      }
-      for (const Migration& migration : migrations) {
-        if (migration.version <= current) continue;
-        sql::write_transaction(db_, [&] {
-          exec(db_,
-               "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL, "
-               "applied_at TEXT NOT NULL)");
-          current = read_schema_version(db_);  // another process may have migrated meanwhile
-          if (current > latest) return;
-          if (migration.version <= current) return;
-          exec(db_, migration.sql);
-          if (migration.version == detail::kRehashMigration) detail::rehash_runs(db_, path_);
-          if (migration.version == detail::kPrunedStatusMigration) {
-            detail::widen_checks(db_, path_, migration.version, "runs",
-                                 {{"'failed', 'diverged')", "'failed', 'diverged', 'pruned')"}});
-          }
-          if (migration.version == detail::kTuneRoundsMigration) {
-            detail::widen_checks(
-                db_, path_, migration.version, "tune_rounds",
-                {{"CHECK (round >= 1)", "CHECK (round >= 0)"},
-                 {"CHECK (kind IN ('search', 'bisect'))",
-                  "CHECK (kind IN ('search', 'union', 'bisect', 'confirm', 'reference'))"}});
-          }
-          sql::run(db_, "INSERT INTO schema_version (version, applied_at) VALUES (?, ?)",
-                   migration.version, now_utc());
-          current = migration.version;
-        });
-        if (current > latest) break;
-      }
-      if (current > latest) {
-        throw StoreError(path_ + " was written by a newer amptune (schema " +
-                         std::to_string(current) + " > " + std::to_string(latest) +
-                         "); upgrade amptune");
-      }
-    });
+    guarded(path_, "opening", [&] { configure_connection(db_); });
+    guarded(path_, "migrating the schema", [&] { migrate(db_, path_); });
     guarded(path_, "reading the runs table",
             [&] { setting_columns_ = detail::read_setting_columns(db_); });
   } catch (...) {

@@ -78,9 +78,9 @@ Pass run_pass(Session& session, Precision& precision, const data::Batch& batch,
 }
 
 // The smallest normal value of a low-precision dtype.
-double min_normal(const std::string& dtype) {
-  return dtype == "bf16" ? static_cast<double>(std::numeric_limits<float>::min())
-                         : 6.103515625e-05;  // 2^-14
+double min_normal(TensorDtype dtype) {
+  return dtype == TensorDtype::kBf16 ? static_cast<double>(std::numeric_limits<float>::min())
+                                     : 6.103515625e-05;  // 2^-14
 }
 
 std::string percent(double share) {
@@ -110,7 +110,7 @@ store::DiagnosisAdvice overflow_row(const store::DiagnosticRow& r, const AdviceC
                                     const std::string& evidence,
                                     const std::vector<std::string>& kept = {}) {
   const std::string list = "amp.fp32_modules";
-  std::string advice = "activations of " + r.module + " overflow " + c.dtype + " (" +
+  std::string advice = "activations of " + r.module + " overflow " + to_string(c.dtype) + " (" +
                        percent(r.overflow_frac) + " of its outputs" + evidence +
                        "): keep it in fp32, " + list + ": [" + r.module + "]";
   if (!kept.empty()) {
@@ -120,7 +120,8 @@ store::DiagnosisAdvice overflow_row(const store::DiagnosticRow& r, const AdviceC
   }
   const std::string parent = parent_of(r.module);
   if (c.cast_model && !parent.empty()) {
-    advice += "; under " + c.opt_level + " its output is cast back to " + c.dtype +
+    advice += "; under " + to_string(c.opt_level) + " its output is cast back to " +
+              to_string(c.dtype) +
               ", so keep the block that brings the values back into range too: " + list + ": [" +
               parent + "]";
   }
@@ -151,7 +152,7 @@ std::vector<store::DiagnosisAdvice> overflow_advice(const store::Diagnosis& d,
 }  // namespace
 
 store::DiagnosticRow compare_tensors(const at::Tensor& reference, const at::Tensor& value,
-                                     const std::string& low_dtype, double scale) {
+                                     TensorDtype low_dtype, double scale) {
   torch::NoGradGuard no_grad;
   store::DiagnosticRow row;
   const torch::Tensor r = reference.detach().to(torch::kCPU, torch::kDouble).flatten();
@@ -182,14 +183,14 @@ store::DiagnosticRow compare_tensors(const at::Tensor& reference, const at::Tens
   row.max_rel_err = row.numel ? rel.max().item<double>() : 0.0;
   row.frac_rel_err_1e3 = (rel > 1e-3).sum().item<double>() / n;
   row.frac_rel_err_5e3 = (rel > 5e-3).sum().item<double>() / n;
-  if (low_dtype != "fp16" && low_dtype != "bf16") {
+  if (low_dtype != TensorDtype::kFp16 && low_dtype != TensorDtype::kBf16) {
     row.overflow_frac = row.underflow_frac = kNaN;
     return row;
   }
   // The tensor as the low-precision device holds it (a no-op for values already on the grid).
   const torch::Tensor low =
       amp::round_to_grid(value.detach().to(torch::kCPU, torch::kFloat).flatten(),
-                         low_dtype == "bf16" ? amp::Dtype::kBf16 : amp::Dtype::kFp16)
+                         low_dtype == TensorDtype::kBf16 ? Dtype::kBf16 : Dtype::kFp16)
           .to(torch::kDouble);
   const torch::Tensor ref_scaled = r * scale;
   row.overflow_frac = (~torch::isfinite(low) & torch::isfinite(r)).sum().item<double>() / n;
@@ -200,9 +201,10 @@ store::DiagnosticRow compare_tensors(const at::Tensor& reference, const at::Tens
 }
 
 std::vector<store::DiagnosticRow> worst_rows(const store::Diagnosis& d) {
+  // Keyed by the kind's word, so the order is cast, forward, gradient, as the table sorts it.
   std::map<std::pair<std::string, int>, store::DiagnosticRow> worst;
   for (const auto& r : d.rows) {
-    auto [it, added] = worst.try_emplace({r.kind, r.seq}, r);
+    auto [it, added] = worst.try_emplace({store::to_string(r.kind), r.seq}, r);
     if (added) continue;
     store::DiagnosticRow& w = it->second;
     if (std::isnan(r.cosine) || r.cosine < w.cosine) w.cosine = r.cosine;
@@ -225,7 +227,8 @@ std::vector<store::DiagnosticRow> rows_by_severity(const store::Diagnosis& d) {
   std::vector<store::DiagnosticRow> rows = worst_rows(d);
   auto rank = [](const store::DiagnosticRow& r) {
     const bool overflows = r.overflow_frac > 0;
-    return std::make_tuple(overflows ? 0 : 1, overflows && r.kind == "forward" ? 0 : 1,
+    return std::make_tuple(overflows ? 0 : 1,
+                           overflows && r.kind == store::DiagnosticKind::kForward ? 0 : 1,
                            overflows ? r.seq : 0, std::isnan(r.cosine) ? -2.0 : r.cosine);
   };
   std::stable_sort(rows.begin(), rows.end(),
@@ -235,7 +238,9 @@ std::vector<store::DiagnosticRow> rows_by_severity(const store::Diagnosis& d) {
 
 std::optional<store::DiagnosticRow> first_divergence(const store::Diagnosis& d) {
   for (const auto& w : worst_rows(d)) {  // forward rows come in seq order
-    if (w.kind == "forward" && (!(w.cosine >= d.cosine_min) || w.overflow_frac > 0)) return w;
+    if (w.kind == store::DiagnosticKind::kForward &&
+        (!(w.cosine >= d.cosine_min) || w.overflow_frac > 0))
+      return w;
   }
   return std::nullopt;
 }
@@ -243,7 +248,9 @@ std::optional<store::DiagnosticRow> first_divergence(const store::Diagnosis& d) 
 std::vector<store::DiagnosticRow> overflow_starts(const std::vector<store::DiagnosticRow>& rows) {
   std::map<std::string, store::DiagnosticRow> by_module;  // the worst of its first call
   for (const auto& r : rows) {
-    if (r.kind != "forward" || !(r.overflow_frac > 0) || r.input_nonfinite_frac != 0) continue;
+    if (r.kind != store::DiagnosticKind::kForward || !(r.overflow_frac > 0) ||
+        r.input_nonfinite_frac != 0)
+      continue;
     auto [it, added] = by_module.try_emplace(r.module, r);
     store::DiagnosticRow& w = it->second;
     if (added || r.seq > w.seq) continue;
@@ -272,7 +279,8 @@ std::vector<store::DiagnosisAdvice> advise(const store::Diagnosis& d, const Advi
   // 1. Where activations overflow: every start (overflow_starts) and those it hid.
   const store::DiagnosticRow* overflow = nullptr;  // the first in execution order
   for (const auto& r : d.rows) {
-    if (r.kind == "forward" && r.overflow_frac > 0 && (!overflow || r.seq < overflow->seq)) {
+    if (r.kind == store::DiagnosticKind::kForward && r.overflow_frac > 0 &&
+        (!overflow || r.seq < overflow->seq)) {
       overflow = &r;
     }
   }
@@ -281,14 +289,15 @@ std::vector<store::DiagnosisAdvice> advise(const store::Diagnosis& d, const Advi
   const store::DiagnosticRow* under = nullptr;
   const store::DiagnosticRow* over = nullptr;
   for (const auto& r : d.rows) {
-    if (r.kind != "gradient") continue;
+    if (r.kind != store::DiagnosticKind::kGradient) continue;
     if (r.underflow_frac > 0.01 && (!under || r.underflow_frac > under->underflow_frac)) under = &r;
     if (r.overflow_frac > 0 && !over) over = &r;
   }
   if (under) {
     out.push_back({"gradient_underflow", under->module,
                    percent(under->underflow_frac) + " of the gradient values of " + under->module +
-                       " underflow " + c.dtype + " at loss scale " + number(d.loss_scale) +
+                       " underflow " + to_string(c.dtype) + " at loss scale " +
+                       number(d.loss_scale) +
                        (c.loss_scale == "dynamic"
                             ? ": the dynamic scale is low here; raise amp.min_loss_scale or check "
                               "for repeated overflows that keep it down"
@@ -296,7 +305,7 @@ std::vector<store::DiagnosisAdvice> advise(const store::Diagnosis& d, const Advi
   }
   if (over) {
     out.push_back({"gradient_overflow", over->module,
-                   "scaled gradients of " + over->module + " overflow " + c.dtype +
+                   "scaled gradients of " + over->module + " overflow " + to_string(c.dtype) +
                        " at loss scale " + number(d.loss_scale) +
                        (c.loss_scale == "dynamic"
                             ? ": such a step is skipped and the scale halved (occasional ones are "
@@ -307,11 +316,12 @@ std::vector<store::DiagnosisAdvice> advise(const store::Diagnosis& d, const Advi
   // 3. BatchNorm in low precision that departs.
   if (c.batchnorm_low) {
     for (const auto& r : d.rows) {
-      if (r.kind == "forward" && c.batchnorm_modules.count(r.module) &&
+      if (r.kind == store::DiagnosticKind::kForward && c.batchnorm_modules.count(r.module) &&
           !(r.cosine >= d.cosine_min)) {
         out.push_back({"batchnorm_low_precision", r.module,
-                       "BatchNorm " + r.module + " runs in " + c.dtype + " and departs (cosine " +
-                           number(r.cosine) + "): set amp.keep_batchnorm_fp32: true"});
+                       "BatchNorm " + r.module + " runs in " + to_string(c.dtype) +
+                           " and departs (cosine " + number(r.cosine) +
+                           "): set amp.keep_batchnorm_fp32: true"});
         break;
       }
     }
@@ -321,15 +331,15 @@ std::vector<store::DiagnosisAdvice> advise(const store::Diagnosis& d, const Advi
     const store::DiagnosticRow& r = *first;
     if (!(r.overflow_frac > 0)) {
       out.push_back({"first_departure", r.module,
-                     r.module + " is the first module whose output departs from " + d.against +
-                         " (cosine " + number(r.cosine) + " < " + number(d.cosine_min) + "): try " +
-                         list + ": [" + r.module +
+                     r.module + " is the first module whose output departs from " +
+                         to_string(d.against) + " (cosine " + number(r.cosine) + " < " +
+                         number(d.cosine_min) + "): try " + list + ": [" + r.module +
                          "] to see whether it explains the accuracy gap"});
     }
   }
   // 5. Cast points whose truncation is large.
   for (const auto& r : d.rows) {
-    if (r.kind == "cast" && r.frac_rel_err_1e3 > 0.01) {
+    if (r.kind == store::DiagnosticKind::kCast && r.frac_rel_err_1e3 > 0.01) {
       out.push_back({"cast_point", r.module,
                      "casts.int32 point " + r.module + " truncates " + percent(r.frac_rel_err_1e3) +
                          " of its values by more than 1e-3 relative (max absolute error " +
@@ -345,9 +355,7 @@ void check_options(const DiagnoseOptions& options) {
   if (!(options.cosine_min > 0 && options.cosine_min <= 1)) {
     throw ConfigError("diagnose --cosine-min must be in (0, 1]");
   }
-  try {
-    amp::parse_opt_level(options.against);
-  } catch (const ConfigError&) {
+  if (!parse_opt_level(options.against)) {
     throw ConfigError("diagnose --against must be one of O0, O1, O2, O3, got '" +
                       options.against + "'");
   }
@@ -390,12 +398,12 @@ Config reference_config(const Config& config, const std::string& against) {
 // know of its policy.
 struct PrecisionMap {
   AdviceContext context;
-  std::string low;                      // "fp16" / "bf16"; "fp32" when the policy has none
-  std::set<std::string> fp32_outputs;   // modules kept in fp32
-  std::vector<std::string> grad_dtype;  // per parameter, in parameter order
+  TensorDtype low = TensorDtype::kFp32;  // fp16 / bf16; fp32 when the policy has none
+  std::set<std::string> fp32_outputs;    // modules kept in fp32
+  std::vector<TensorDtype> grad_dtype;   // per parameter, in parameter order
 
-  std::string output_dtype(const std::string& module) const {
-    return fp32_outputs.count(module) ? std::string("fp32") : low;
+  TensorDtype output_dtype(const std::string& module) const {
+    return fp32_outputs.count(module) ? TensorDtype::kFp32 : low;
   }
 };
 
@@ -404,10 +412,10 @@ struct PrecisionMap {
 PrecisionMap map_precision(Session& session, Precision& precision) {
   const amp::Policy& policy = precision.policy();
   PrecisionMap map;
-  map.low = policy.low_precision() ? amp::to_string(policy.dtype) : "fp32";
+  map.low = policy.low_precision() ? tensor_dtype(policy.dtype) : TensorDtype::kFp32;
   AdviceContext& context = map.context;
-  context.opt_level = amp::to_string(policy.opt_level);
-  context.dtype = amp::to_string(policy.dtype);
+  context.opt_level = policy.opt_level;
+  context.dtype = policy.dtype;
   context.loss_scale = policy.loss_scale_text();
   context.cast_model = policy.cast_model;
   context.batchnorm_low = policy.cast_model && !policy.keep_batchnorm_fp32;
@@ -429,7 +437,7 @@ PrecisionMap map_precision(Session& session, Precision& precision) {
     bool is_low = policy.low_precision() && !modules.fp32_tensor(params[i]) &&
                   !batchnorm_params.count(params[i].unsafeGetTensorImpl());
     if (policy.cast_model) is_low = mask[i];
-    map.grad_dtype.push_back(is_low ? map.low : "fp32");
+    map.grad_dtype.push_back(is_low ? map.low : TensorDtype::kFp32);
   }
   return map;
 }
@@ -456,7 +464,7 @@ std::vector<store::DiagnosticRow> forward_rows(const Pass& want, const Pass& got
     const std::string& name = got.outputs[i].first;
     store::DiagnosticRow r =
         compare_tensors(want.outputs[i].second, got.outputs[i].second, map.output_dtype(name));
-    r.kind = "forward";
+    r.kind = store::DiagnosticKind::kForward;
     r.batch = b;
     r.seq = static_cast<int>(i);
     r.module = name;
@@ -474,8 +482,8 @@ void compare_batch(const Sides& sides, const data::Batch& batch, int b, const Pr
   const Pass want = run_pass(sides.reference, sides.reference_precision, batch, sides.device);
   const Pass got = run_pass(sides.run, sides.run_precision, batch, sides.device);
   for (auto& r : forward_rows(want, got, b, map)) d.rows.push_back(std::move(r));
-  auto add = [&](store::DiagnosticRow r, const char* kind, int seq, const std::string& module,
-                 const std::string& dtype) {
+  auto add = [&](store::DiagnosticRow r, store::DiagnosticKind kind, int seq,
+                 const std::string& module, TensorDtype dtype) {
     r.kind = kind;
     r.batch = b;
     r.seq = seq;
@@ -486,7 +494,8 @@ void compare_batch(const Sides& sides, const data::Batch& batch, int b, const Pr
   };
   for (size_t i = 0; i < got.grads.size(); ++i) {
     add(compare_tensors(want.grads[i].second, got.grads[i].second, map.grad_dtype[i], d.loss_scale),
-        "gradient", static_cast<int>(i), got.grads[i].first, map.grad_dtype[i]);
+        store::DiagnosticKind::kGradient, static_cast<int>(i), got.grads[i].first,
+        map.grad_dtype[i]);
   }
   int seq = 0;
   for (const auto& point : int32_cast_points()) {
@@ -498,7 +507,8 @@ void compare_batch(const Sides& sides, const data::Batch& batch, int b, const Pr
     for (const auto& [field, cast] : fields) {
       const torch::Tensor& original = batch.fields.at(field);
       if (cast.is_same(original)) continue;
-      add(compare_tensors(original, cast, "int32"), "cast", seq++, point, "int32");
+      add(compare_tensors(original, cast, TensorDtype::kInt32), store::DiagnosticKind::kCast, seq++,
+          point, TensorDtype::kInt32);
     }
   }
 }
@@ -596,7 +606,7 @@ store::Diagnosis diagnose(const store::RunRow& run,
   store::Diagnosis d;
   d.run_id = run.id;
   d.epoch = epoch;
-  d.against = options.against;
+  d.against = *parse_opt_level(options.against);  // checked (check_options)
   d.cosine_min = options.cosine_min;
   d.loss_scale = precision.engine().scaler().scale();
 
@@ -608,7 +618,7 @@ store::Diagnosis diagnose(const store::RunRow& run,
   data::Loader loader(train_set, opts);
   log::info("run " + run.name + ": diagnosing " +
             (epoch >= 0 ? "epoch " + std::to_string(epoch) : std::string("the initial weights")) +
-            " under " + map.context.opt_level + " " + map.low + " (" +
+            " under " + to_string(map.context.opt_level) + " " + to_string(map.low) + " (" +
             amp::to_string(precision.policy().backend) + ") against " + options.against + " on " +
             std::to_string(options.batches) + " training batch(es)");
   const Sides sides{session, precision, ref, ref_precision, device};

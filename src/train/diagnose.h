@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/words.h"
 #include "store/records.h"
 
 namespace at {
@@ -31,7 +32,7 @@ struct DiagnoseOptions {
   std::optional<int> epoch;  // the checkpoint; unset: the newest kept one, or the initial
                              // weights (epoch -1) when the run has none
   int batches = 2;           // training batches compared
-  std::string against = "O0";
+  std::string against = "O0";  // --against as given; check_options refuses all but O0-O3
   double cosine_min = 0.99;  // a module whose cosine is below this departs
   int threads = 0;           // > 0 overrides the config's `threads`
 };
@@ -39,12 +40,12 @@ struct DiagnoseOptions {
 // The errors of `value` (computed under a precision policy) against `reference` (fp32), as a
 // diagnostics row without kind / batch / seq / module. `value` may be scaled by `scale` (a
 // gradient under loss scale S): errors compare value / scale with the reference; the overflow
-// and underflow shares are those of `value` itself on the `low_dtype` grid ("fp16" | "bf16"),
-// NaN for any other dtype ("fp32", "int32"). Errors are taken over elements finite in both;
+// and underflow shares are those of `value` itself on the `low_dtype` grid (fp16 | bf16),
+// NaN for any other dtype (fp32, int32). Errors are taken over elements finite in both;
 // relative errors over elements whose reference is not zero. The cosine is NaN when `value` is
 // inf/NaN where the reference is finite.
 store::DiagnosticRow compare_tensors(const at::Tensor& reference, const at::Tensor& value,
-                                     const std::string& low_dtype, double scale = 1.0);
+                                     TensorDtype low_dtype, double scale = 1.0);
 
 // An overflow that an earlier one hid: with the modules `kept` in fp32 as well (those the advice
 // names for the overflows found before it), the forward pass of the run's policy reaches
@@ -57,8 +58,8 @@ struct HiddenOverflow {
 
 // What the advice rules need to know beyond the rows.
 struct AdviceContext {
-  std::string opt_level;       // "O1"
-  std::string dtype;           // "fp16"
+  OptLevel opt_level = OptLevel::kO0;
+  Dtype dtype = Dtype::kFp16;
   std::string loss_scale;      // "dynamic" or the static scale
   bool cast_model = false;     // O2/O3
   bool batchnorm_low = false;  // BatchNorm parameters held in low precision (O3, O2 without

@@ -76,8 +76,8 @@ std::map<std::string, std::string> columns_of(const Settings& s) {
       {"primary_metric", nlohmann::json(info.primary_metric).dump()},
       // amp: the resolved policy (loss_scale auto -> the level's default; the backend this
       // machine uses). Throws ConfigError for a combination apex refuses, before anything runs.
-      {"opt_level", nlohmann::json(amp::to_string(policy.opt_level)).dump()},
-      {"dtype", nlohmann::json(amp::to_string(policy.dtype)).dump()},
+      {"opt_level", nlohmann::json(to_string(policy.opt_level)).dump()},
+      {"dtype", nlohmann::json(to_string(policy.dtype)).dump()},
       {"loss_scale", policy.dynamic_scale ? nlohmann::json("dynamic").dump()
                                           : nlohmann::json(policy.static_scale).dump()},
       {"backend", nlohmann::json(amp::to_string(policy.backend)).dump()},

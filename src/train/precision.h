@@ -89,7 +89,7 @@ class Precision {
     events_.clear();
     overflow_steps_ = skipped_steps_ = 0;
     scale_min_ = scale_max_ = engine_->scaler().scale();
-    if (fresh) events_.push_back({global_step, engine_->scaler().scale(), "init"});
+    if (fresh) events_.push_back({global_step, engine_->scaler().scale(), ScaleReason::kInit});
   }
 
   // Adds loss_scale (end), loss_scale_min/max, skipped_steps, overflow_steps (dynamic only: a

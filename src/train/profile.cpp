@@ -5,9 +5,9 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "core/settings.h"
 
 namespace amptune::train {
@@ -55,18 +55,10 @@ std::string StepProfiler::write() {
   std::snprintf(name, sizeof name, "profile_steps_%lld-%lld.json",
                 static_cast<long long>(traced_first_), static_cast<long long>(traced_last_));
   const fs::path path = fs::path(dir_) / name;
-  const fs::path temp = fs::path(dir_) / (std::string(name) + ".tmp");
-  std::error_code ec;
-  fs::create_directories(dir_, ec);
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    out << events_.str();
-    if (!out.flush()) throw CheckpointError("cannot write the profile trace " + temp.string());
-  }
-  fs::rename(temp, path, ec);
-  if (ec) {
-    throw CheckpointError("cannot rename the profile trace to " + path.string() + ": " +
-                          ec.message());
+  try {
+    write_file_atomic(path.string(), events_.str());
+  } catch (const EnvironmentError& e) {
+    throw CheckpointError(std::string("the profile trace: ") + e.what());
   }
   events_.str("");
   return path.string();

@@ -284,12 +284,13 @@ void RunTraining::prepare_steps() {
   buffers_ = session_.task->module().buffers();
 
   const auto& described = eval_only_ ? val_set_ : train_set_;
-  recorder_.note("run " + run_.name + " [" + run_.label + "]: " + described->describe() + ", " +
-                 std::to_string(threads_) + " threads, " + device_.str() +
-                 (group_ ? ", " + std::to_string(world_) + " processes (" + group_->backend() +
-                               "), global batch " + std::to_string(batch_size_ * world_)
-                         : ""),
-                 /*warning=*/false);
+  recorder_.note(
+      "run " + run_.name + " [" + run_.label + "]: " + described->describe() + ", " +
+          std::to_string(threads_) + " threads, " + device_.str() +
+          (group_ ? ", " + std::to_string(world_) + " processes (" + to_string(group_->backend()) +
+                        "), global batch " + std::to_string(batch_size_ * world_)
+                  : ""),
+      /*warning=*/false);
   if (precision_->policy().slow_backend) {
     recorder_.note("run " + run_.name + ": " + precision_->policy().backend_reason +
                        "; amp.backend auto would pick the faster path",
@@ -496,6 +497,47 @@ double RunTraining::parallel_step(const data::Batch& batch, int64_t n, int64_t e
   return loss_value;
 }
 
+namespace {
+
+// What the steps of an epoch add up to: the mean of the finite losses, the throughput of the
+// steps past schedule.skip_steps, the samples trained and skipped; the record's training fields.
+struct EpochTally {
+  double loss_sum = 0, fps_sum = 0, fps_min = 0, fps_max = 0, lr = 0, step_seconds = 0;
+  int64_t fps_n = 0, skipped = 0, images = 0, finite_losses = 0;
+
+  // A step of `n` samples with loss `loss` that took `dt` seconds; its throughput counts towards
+  // the mean, min and max when `timed`. Returns that throughput (samples / s).
+  double add_step(double loss, int64_t n, double dt, bool timed) {
+    if (std::isfinite(loss)) {
+      loss_sum += loss;
+      ++finite_losses;
+    }
+    images += n;
+    step_seconds += dt;
+    const double fps = dt > 0 ? static_cast<double>(n) / dt : 0;
+    if (timed) {
+      fps_sum += fps;
+      fps_min = fps_n == 0 ? fps : std::min(fps_min, fps);
+      fps_max = std::max(fps_max, fps);
+      ++fps_n;
+    }
+    return fps;
+  }
+
+  void fill(store::EpochRecord& record) const {
+    record.lr = lr;
+    record.train_loss = finite_losses ? loss_sum / static_cast<double>(finite_losses)
+                                      : std::numeric_limits<double>::quiet_NaN();
+    record.train_fps_mean = fps_n ? fps_sum / static_cast<double>(fps_n) : 0;
+    record.train_fps_min = fps_min;
+    record.train_fps_max = fps_max;
+    record.skipped_samples = skipped;
+    record.metrics["train_images"] = static_cast<double>(images);
+  }
+};
+
+}  // namespace
+
 store::EpochRecord RunTraining::train_epoch(int64_t epoch) {
   epoch_start_ = Clock::now();
   const auto epoch_start = epoch_start_;
@@ -505,8 +547,8 @@ store::EpochRecord RunTraining::train_epoch(int64_t epoch) {
   session_.task->module().train();
   Progress progress(options_.progress, options_.progress_tty, settings_.log.every_steps, epoch,
                     epochs_, steps);
-  double loss_sum = 0, fps_sum = 0, fps_min = 0, fps_max = 0, lr = 0, step_seconds = 0;
-  int64_t step = 0, fps_n = 0, skipped = 0, images = 0, finite_losses = 0;
+  EpochTally tally;
+  int64_t step = 0;
   comm_seconds_ = 0;
   precision_->begin_epoch(/*fresh=*/epoch == first_epoch() && start_.fresh_scaler, global_step_);
   store::EpochTimes times;  // where the epoch's time goes (store.h)
@@ -521,35 +563,23 @@ store::EpochRecord RunTraining::train_epoch(int64_t epoch) {
     }
     profiler_->begin_step(global_step_);
     if (!group_) stop_if_asked(epoch);  // (ranks of a job agree on a stop in parallel_step)
-    skipped += batch->skipped;
+    tally.skipped += batch->skipped;
     const int64_t n = batch->size;
     if (n == 0 && !group_) {
       phase_start = Clock::now();
       continue;
     }
-    lr = schedule_->lr_at(epoch, step, steps);
-    set_lr(*session_.optimizer, lr);
+    tally.lr = schedule_->lr_at(epoch, step, steps);
+    set_lr(*session_.optimizer, tally.lr);
     precision_->zero_grad();  // model and master gradients
     lap(times.optimizer, phase_start);
     const double loss_value = group_ ? parallel_step(*batch, n, epoch, step, times, phase_start)
                                      : local_step(*batch, epoch, step, times, phase_start);
     if (auto path = profiler_->end_step(global_step_); !path.empty()) trace = path;
     ++global_step_;
-    if (std::isfinite(loss_value)) {
-      loss_sum += loss_value;
-      ++finite_losses;
-    }
-    images += n;
     const double dt = seconds_since(step_start);
     step_start = Clock::now();
-    step_seconds += dt;
-    const double fps = dt > 0 ? static_cast<double>(n) / dt : 0;
-    if (step >= skip_steps_) {
-      fps_sum += fps;
-      fps_min = fps_n == 0 ? fps : std::min(fps_min, fps);
-      fps_max = std::max(fps_max, fps);
-      ++fps_n;
-    }
+    const double fps = tally.add_step(loss_value, n, dt, /*timed=*/step >= skip_steps_);
     progress.step(step, loss_value, fps * world_, seconds_since(epoch_start));
     ++step;
     phase_start = Clock::now();  // the next batch's wait starts now
@@ -566,17 +596,10 @@ store::EpochRecord RunTraining::train_epoch(int64_t epoch) {
   record.run_id = run_.id;
   record.epoch = static_cast<int>(epoch);
   record.global_step = global_step_;
-  record.lr = lr;
-  record.train_loss = finite_losses ? loss_sum / static_cast<double>(finite_losses)
-                                    : std::numeric_limits<double>::quiet_NaN();
-  record.train_fps_mean = fps_n ? fps_sum / static_cast<double>(fps_n) : 0;
-  record.train_fps_min = fps_min;
-  record.train_fps_max = fps_max;
-  record.skipped_samples = skipped;
-  record.metrics["train_images"] = static_cast<double>(images);
+  tally.fill(record);
   record.times = times;
   record.profile_trace = trace;
-  if (group_) combine_over_ranks(record, step, step_seconds);
+  if (group_) combine_over_ranks(record, step, tally.step_seconds);
   return record;
 }
 

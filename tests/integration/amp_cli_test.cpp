@@ -72,7 +72,7 @@ TEST(AmpCli, ResumeEqualsStraightForEveryOptLevel) {
     EXPECT_EQ(row->columns.at("loss_scale"), "\"dynamic\"");
     const auto events = t.scale_events(row->id);
     ASSERT_GE(events.size(), 2u);
-    EXPECT_EQ(events[0].reason, "init");
+    EXPECT_EQ(events[0].reason, ScaleReason::kInit);
     EXPECT_EQ(events[0].scale, 65536.0);
     // Every change is recorded: the epochs' end scales follow from the events.
     double scale = 0;

@@ -22,7 +22,7 @@ TEST(AmpScaler, ApexDynamicTrajectory) {
   EXPECT_TRUE(skip);
   ASSERT_TRUE(c);
   EXPECT_EQ(c->scale, 32768.0);
-  EXPECT_EQ(c->reason, "overflow");
+  EXPECT_EQ(c->reason, ScaleReason::kOverflow);
   s.update(true, &skip);
   EXPECT_EQ(s.scale(), 16384.0);
   EXPECT_EQ(s.state().unskipped, 0);
@@ -34,7 +34,7 @@ TEST(AmpScaler, ApexDynamicTrajectory) {
   EXPECT_EQ(s.state().unskipped, 1999);
   c = s.update(false, &skip);  // the 2000th clean step grows
   ASSERT_TRUE(c);
-  EXPECT_EQ(c->reason, "growth");
+  EXPECT_EQ(c->reason, ScaleReason::kGrowth);
   EXPECT_EQ(s.scale(), 32768.0);
   EXPECT_EQ(s.state().unskipped, 0);
   // An overflow resets the clean-step counter.

@@ -542,8 +542,7 @@ TEST(PruneSettingsCheck, RuleNames) {
   for (PruneRule r : {PruneRule::kNone, PruneRule::kAsha, PruneRule::kMedian}) {
     EXPECT_EQ(parse_prune_rule(to_string(r)), r);
   }
-  EXPECT_EQ(testing::message_of<ConfigError>([] { parse_prune_rule("ASHA"); }),
-            "prune.rule must be asha, median or none, got 'ASHA'");
+  EXPECT_FALSE(parse_prune_rule("ASHA"));
 }
 
 TEST(PruneTableCheck, UnknownAndRepeatedIdsAndNegativeEpochsAreBugs) {

@@ -65,8 +65,9 @@ class ReportTest : public AppTest {
       Epoch e;
       e.metrics["acc1"] = 10.0 * (epoch + 1);
       e.fps = 100 + 10 * epoch;  // mean 115
-      if (epoch == 0) e.scale_events = {{0, 65536, "init"}, {5, 32768, "overflow"}};
-      if (epoch == 1) e.scale_events = {{15, 65536, "growth"}};
+      if (epoch == 0)
+        e.scale_events = {{0, 65536, ScaleReason::kInit}, {5, 32768, ScaleReason::kOverflow}};
+      if (epoch == 1) e.scale_events = {{15, 65536, ScaleReason::kGrowth}};
       add_epoch(parent_, epoch, e);
     }
     finish(parent_);
@@ -310,11 +311,11 @@ TEST_F(ReportTest, DiagnosedRunsPlotTheirNewestDiagnosisPerModule) {
     for (int batch = 0; batch < 2; ++batch) {
       for (int seq = 0; seq < 3; ++seq) {
         store::DiagnosticRow r;
-        r.kind = "forward";
+        r.kind = store::DiagnosticKind::kForward;
         r.batch = batch;
         r.seq = seq;
         r.module = "m" + std::to_string(seq);
-        r.dtype = "fp16";
+        r.dtype = TensorDtype::kFp16;
         r.numel = 8;
         // batch 1 is worse at seq 1; seq 2 lost to inf (NaN cosine) in batch 0
         r.cosine = seq == 0 ? first_cosine : seq == 1 ? (batch == 1 ? 0.9 : 0.99) : 1.0;
@@ -365,10 +366,10 @@ TEST_F(ReportTest, TheFirstDepartureFollowsTheDiagnosisThreshold) {
     d.cosine_min = cosine_min;
     for (int seq = 0; seq < 3; ++seq) {
       store::DiagnosticRow r;
-      r.kind = "forward";
+      r.kind = store::DiagnosticKind::kForward;
       r.seq = seq;
       r.module = "layer" + std::to_string(seq);
-      r.dtype = "fp16";
+      r.dtype = TensorDtype::kFp16;
       r.numel = 4;
       r.cosine = seq == 1 ? cosine1 : 0.999;
       r.overflow_frac = seq == 2 ? overflow2 : 0;
@@ -618,10 +619,10 @@ TEST_F(ReportTest, ModuleErrorPlotNamesModulesAndMarksTheFirstDeparture) {
   const int modules = 100;
   for (int seq = 0; seq < modules; ++seq) {
     store::DiagnosticRow r;
-    r.kind = "forward";
+    r.kind = store::DiagnosticKind::kForward;
     r.seq = seq;
     r.module = "backbone.layer" + std::to_string(seq);
-    r.dtype = "fp16";
+    r.dtype = TensorDtype::kFp16;
     r.numel = 4;
     r.cosine = seq == 61 ? 0.9 : 0.9999;
     d.rows.push_back(r);

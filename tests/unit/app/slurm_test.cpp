@@ -5,6 +5,7 @@
 #include "app/slurm.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <functional>
@@ -13,6 +14,7 @@
 #include "app/program.h"
 #include "app/shard.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "support/scratch.h"
 
 namespace amptune::app {
@@ -104,6 +106,30 @@ TEST(Slurm, ScriptsOfASingleProcessRun) {
     const ProgramRun syntax = run_program({"bash", "-n", path.string()});
     EXPECT_TRUE(syntax.ok()) << path << ": " << syntax.outcome();
   }
+}
+
+// A link planted at the temp name a script is written through (a shared --out folder) is
+// removed, never written through: the scripts are written by core/files.h write_file_atomic.
+// Before, std::ofstream opened "<script>.tmp.<pid>" and wrote the script into the link's target.
+TEST(Slurm, ALinkAtTheTempNameIsNotWrittenThrough) {
+  ScratchDir dir;
+  const std::string sweep = dir.write("sweep.yaml", sweep_text());
+  SlurmJob job = slurm_job(plan_sweep(sweep, {}, {}, false), options(dir, "sweep.yaml"));
+  job.array_path = (dir.path() / job.array_path).string();
+  job.merge_path = (dir.path() / job.merge_path).string();
+  const std::string victim = dir.write("victim.txt", "precious");
+  fs::create_directories(dir.path() / "slurm");
+  for (const std::string& path : {job.array_path, job.merge_path}) {
+    fs::create_symlink(victim, atomic_temp_name(path, ::getpid()));
+  }
+  write_slurm_job(job);
+  EXPECT_EQ(testing::read_file(victim), "precious");
+  for (const std::string& path : {job.array_path, job.merge_path}) {
+    EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(path))) << path;
+    EXPECT_FALSE(fs::exists(fs::symlink_status(atomic_temp_name(path, ::getpid())))) << path;
+    EXPECT_NE(fs::status(path).permissions() & fs::perms::owner_exec, fs::perms::none);
+  }
+  EXPECT_EQ(testing::read_file(job.array_path), job.array_script);
 }
 
 TEST(Slurm, RanksOfARunStartThroughSrun) {

@@ -1,6 +1,7 @@
 // Keeps code, schemas/config.yaml and experiments/*.yaml in step:
 //  - every config key that code under src/ reads by a string literal is documented;
 //  - Settings::from reads every documented key exactly once (one field per key);
+//  - the enum classes of core/words.h name exactly the choices of their keys;
 //  - every sweep file in experiments/ validates.
 #include <gtest/gtest.h>
 
@@ -18,6 +19,7 @@
 #include "core/error.h"
 #include "core/settings.h"
 #include "core/sweep.h"
+#include "core/words.h"
 
 namespace amptune {
 namespace {
@@ -161,6 +163,70 @@ TEST(CoreSchemaSync, SettingsReadEveryKeyExactlyOnce) {
   EXPECT_EQ(settings.schedule.epochs, Config().get_int("schedule.epochs"));
   EXPECT_EQ(settings.amp.loss_scale.word, "auto");
   EXPECT_EQ(settings.data.mean, Config().get_double_list("data.mean"));
+}
+
+// The words of `key`'s choices in `schema` that `parse` does not read back to themselves, and
+// the values below `count` whose word is not a choice: a word added to the schema without its
+// value (Settings::from would refuse a valid config), or a value without its word.
+template <class E, class Parse>
+std::vector<std::string> word_table_problems(const Schema& schema, const std::string& key,
+                                             Parse parse, int count) {
+  const KeySpec* spec = schema.find(key);
+  if (!spec) return {key + " is not in the schema"};
+  std::vector<std::string> problems;
+  for (const std::string& word : spec->choices) {
+    const std::optional<E> value = parse(word);
+    if (!value || to_string(*value) != word) problems.push_back(key + ": " + word + " unread");
+  }
+  for (int i = 0; i < count; ++i) {
+    const std::string word = to_string(static_cast<E>(i));
+    if (std::find(spec->choices.begin(), spec->choices.end(), word) == spec->choices.end()) {
+      problems.push_back(key + ": value " + word + " is not a choice");
+    }
+  }
+  return problems;
+}
+
+TEST(CoreSchemaSync, WordTablesNameExactlyTheChoicesOfTheirKeys) {
+  const Schema& config = Schema::builtin();
+  const Schema& sweep = Schema::sweep_blocks();
+  using Problems = std::vector<std::string>;
+  EXPECT_EQ(word_table_problems<OptLevel>(config, "amp.opt_level", parse_opt_level, 4), Problems{});
+  EXPECT_EQ(word_table_problems<Dtype>(config, "amp.dtype", parse_dtype, 2), Problems{});
+  EXPECT_EQ(word_table_problems<AmpBackend>(config, "amp.backend", parse_amp_backend, 3),
+            Problems{});
+  EXPECT_EQ(word_table_problems<DistBackend>(config, "dist.backend", parse_dist_backend, 3),
+            Problems{});
+  EXPECT_EQ(word_table_problems<PruneRule>(sweep, "prune.rule", parse_prune_rule, 3), Problems{});
+  // The check can fail: a word the table lacks, a value the schema lacks.
+  EXPECT_EQ(
+      word_table_problems<Dtype>(
+          config, "amp.dtype",
+          [](const std::string& w) { return w == "bf16" ? std::nullopt : parse_dtype(w); }, 2),
+      Problems{"amp.dtype: bf16 unread"});
+  EXPECT_EQ(word_table_problems<AmpBackend>(config, "amp.dtype", parse_amp_backend, 1),
+            (Problems{"amp.dtype: fp16 unread", "amp.dtype: bf16 unread",
+                      "amp.dtype: value auto is not a choice"}));
+}
+
+// A word outside a key's choices stays the config's error, naming the file and key, before
+// any table is asked (Settings::from only ever reads a checked word).
+TEST(CoreSchemaSync, AWordOutsideTheChoicesIsTheConfigsError) {
+  for (const auto& [key, word] :
+       std::vector<std::pair<std::string, std::string>>{{"amp.opt_level", "O4"},
+                                                        {"amp.dtype", "fp8"},
+                                                        {"amp.backend", "fast"},
+                                                        {"dist.backend", "mpi"}}) {
+    Config config;
+    try {
+      config.set_yaml(key, word, SourceLoc{"x.yaml", 3, 5});
+      ADD_FAILURE() << key << ": " << word << " accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("x.yaml:3:5: " + key + " must be one of"),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 TEST(CoreSchemaSync, EveryExperimentFileValidates) {

@@ -47,7 +47,7 @@ TEST(CoreSweep, ThePruneBlockReadsEveryKeyOfItsSchema) {
       "  min_cells: 5\n",
       "<string>");
   ASSERT_TRUE(set.prune);
-  EXPECT_EQ(set.prune->rule, "median");
+  EXPECT_EQ(set.prune->rule, PruneRule::kMedian);
   EXPECT_EQ(set.prune->metric, "val_loss");
   EXPECT_EQ(set.prune->grace_epochs, 2);
   EXPECT_EQ(set.prune->eta, 4);

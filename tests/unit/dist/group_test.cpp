@@ -53,8 +53,8 @@ void two_ranks(const std::function<void(int, Cluster&, ProcessGroup&)>& body,
         env.rendezvous_file = rendezvous_file;
         env.launcher = rendezvous_file.empty() ? "torchrun" : "nproc";
         auto cluster = Cluster::join(env, timeout_seconds);
-        ProcessGroup group(*cluster, cluster->next_group_name(), "auto", timeout_seconds,
-                           torch::Device(torch::kCPU));
+        ProcessGroup group(*cluster, cluster->next_group_name(), DistBackend::kAuto,
+                           timeout_seconds, torch::Device(torch::kCPU));
         body(rank, *cluster, group);
       } catch (const std::exception& e) {
         errors[static_cast<size_t>(rank)] = e.what();
@@ -70,36 +70,39 @@ void two_ranks(const std::function<void(int, Cluster&, ProcessGroup&)>& body,
 TEST(DistGroup, BuildHasGloo) { EXPECT_TRUE(have_gloo()); }
 
 void collectives_and_the_control_channel(const std::string& rendezvous_file) {
-  two_ranks([](int rank, Cluster& cluster, ProcessGroup& group) {
-    EXPECT_EQ(group.backend(), "gloo");
-    EXPECT_EQ(group.size(), 2);
-    std::string bytes = rank == 0 ? std::string("state\0with a zero", 17) : "";
-    group.broadcast_bytes(bytes);
-    EXPECT_EQ(bytes, std::string("state\0with a zero", 17));
-    std::string empty = rank == 0 ? "" : "ignored";
-    group.broadcast_bytes(empty);
-    EXPECT_EQ(empty, "");
-    const auto all = group.allgather_bytes(rank == 0 ? "a" : "longer");
-    EXPECT_EQ(all, (std::vector<std::string>{"a", "longer"}));
-    auto t = torch::tensor({1.0 + rank, 10.0 * rank}, torch::kDouble);
-    auto low = t.clone(), high = t.clone();
-    group.allreduce(t);
-    group.allreduce(low, ProcessGroup::Op::kMin);
-    group.allreduce(high, ProcessGroup::Op::kMax);
-    EXPECT_TRUE(torch::equal(t, torch::tensor({3.0, 10.0}, torch::kDouble)));
-    EXPECT_TRUE(torch::equal(low, torch::tensor({1.0, 0.0}, torch::kDouble)));
-    EXPECT_TRUE(torch::equal(high, torch::tensor({2.0, 10.0}, torch::kDouble)));
-    if (cluster.leader()) {
-      cluster.publish("first");
-      cluster.publish("second");
-      EXPECT_TRUE(cluster.await_receipt(20));  // its store must outlive the follower's reads
-    } else {
-      EXPECT_EQ(cluster.receive(), "first");
-      EXPECT_EQ(cluster.receive(), "second");
-    }
-    EXPECT_NE(cluster.describe_rank(1 - rank).find("rank " + std::to_string(1 - rank) + " (pid "),
-              std::string::npos);
-  }, 30, rendezvous_file);
+  two_ranks(
+      [](int rank, Cluster& cluster, ProcessGroup& group) {
+        EXPECT_EQ(group.backend(), DistBackend::kGloo);
+        EXPECT_EQ(group.size(), 2);
+        std::string bytes = rank == 0 ? std::string("state\0with a zero", 17) : "";
+        group.broadcast_bytes(bytes);
+        EXPECT_EQ(bytes, std::string("state\0with a zero", 17));
+        std::string empty = rank == 0 ? "" : "ignored";
+        group.broadcast_bytes(empty);
+        EXPECT_EQ(empty, "");
+        const auto all = group.allgather_bytes(rank == 0 ? "a" : "longer");
+        EXPECT_EQ(all, (std::vector<std::string>{"a", "longer"}));
+        auto t = torch::tensor({1.0 + rank, 10.0 * rank}, torch::kDouble);
+        auto low = t.clone(), high = t.clone();
+        group.allreduce(t);
+        group.allreduce(low, ProcessGroup::Op::kMin);
+        group.allreduce(high, ProcessGroup::Op::kMax);
+        EXPECT_TRUE(torch::equal(t, torch::tensor({3.0, 10.0}, torch::kDouble)));
+        EXPECT_TRUE(torch::equal(low, torch::tensor({1.0, 0.0}, torch::kDouble)));
+        EXPECT_TRUE(torch::equal(high, torch::tensor({2.0, 10.0}, torch::kDouble)));
+        if (cluster.leader()) {
+          cluster.publish("first");
+          cluster.publish("second");
+          EXPECT_TRUE(cluster.await_receipt(20));  // its store must outlive the follower's reads
+        } else {
+          EXPECT_EQ(cluster.receive(), "first");
+          EXPECT_EQ(cluster.receive(), "second");
+        }
+        EXPECT_NE(
+            cluster.describe_rank(1 - rank).find("rank " + std::to_string(1 - rank) + " (pid "),
+            std::string::npos);
+      },
+      30, rendezvous_file);
 }
 
 TEST(DistGroup, CollectivesAndTheControlChannel) { collectives_and_the_control_channel(""); }
@@ -244,10 +247,10 @@ TEST(DistGroup, ALostRankIsNamed) {
 
 TEST(DistGroup, BackendChoices) {
   const torch::Device cpu(torch::kCPU);
-  EXPECT_EQ(resolve_backend("auto", cpu), "gloo");
-  EXPECT_EQ(resolve_backend("gloo", cpu), "gloo");
+  EXPECT_EQ(resolve_backend(DistBackend::kAuto, cpu), DistBackend::kGloo);
+  EXPECT_EQ(resolve_backend(DistBackend::kGloo, cpu), DistBackend::kGloo);
   try {
-    resolve_backend("nccl", cpu);
+    resolve_backend(DistBackend::kNccl, cpu);
     ADD_FAILURE() << "nccl on CPU accepted";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("dist.backend: nccl needs CUDA"), std::string::npos);
@@ -257,7 +260,7 @@ TEST(DistGroup, BackendChoices) {
   // would throw from inside.
   if (!torch::cuda::is_available()) {
     try {
-      resolve_backend("nccl", torch::Device(torch::kCUDA, 0));
+      resolve_backend(DistBackend::kNccl, torch::Device(torch::kCUDA, 0));
       ADD_FAILURE() << "nccl without a CUDA device accepted";
     } catch (const ConfigError& e) {
       EXPECT_NE(std::string(e.what()).find("nccl needs CUDA devices, and this machine has none"),

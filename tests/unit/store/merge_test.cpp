@@ -346,9 +346,9 @@ void diagnose(Store& store, int64_t run_id, int epoch, double cosine) {
   d.batches = 1;
   d.loss_scale = 128;
   DiagnosticRow r;
-  r.kind = "forward";
+  r.kind = DiagnosticKind::kForward;
   r.module = "conv1";
-  r.dtype = "fp16";
+  r.dtype = TensorDtype::kFp16;
   r.numel = 4;
   r.cosine = cosine;
   d.rows = {r};
@@ -397,7 +397,7 @@ TEST_F(MergeTest, PrunedRunsComeWithTheirDecisions) {
     d.run_id = run;
     d.epoch = epoch;
     d.action = action;
-    d.rule = "asha";
+    d.rule = PruneRule::kAsha;
     d.metric = "acc1";
     d.value = 1;
     d.threshold = 2;
@@ -453,7 +453,7 @@ TEST_F(MergeTest, PruneDecisionsNameTheComparedRunsByTheirTargetIds) {
     PruneDecisionRow d;
     d.run_id = pruned;
     d.action = PruneAction::kStop;
-    d.rule = "median";
+    d.rule = PruneRule::kMedian;
     d.metric = "acc1";
     d.compared_json = "[{\"run_id\":" + std::to_string(other) + ",\"value\":11.0}]";
     s.store().prune_run(d);

@@ -625,7 +625,7 @@ TEST_F(StoreTest, PrunedRunsStopWithTheirDecisionAndArePromotedOnce) {
   stop.run_id = id;
   stop.epoch = 0;
   stop.action = PruneAction::kStop;
-  stop.rule = "asha";
+  stop.rule = PruneRule::kAsha;
   stop.metric = "acc1";
   stop.rung = 0;
   stop.value = 10;
@@ -678,7 +678,7 @@ TEST_F(StoreTest, PruneDecisionsOfAnotherShapeAreRefusedNamingTheRowAndColumn) {
     PruneDecisionRow stop;
     stop.run_id = id;
     stop.action = PruneAction::kStop;
-    stop.rule = "asha";
+    stop.rule = PruneRule::kAsha;
     stop.metric = "acc1";
     stop.rung = 0;
     stop.compared_json = R"([{"run_id":7,"value":12.5},{"run_id":8,"value":null}])";
@@ -696,14 +696,17 @@ TEST_F(StoreTest, PruneDecisionsOfAnotherShapeAreRefusedNamingTheRowAndColumn) {
       {"rung = 4294967296", "column rung holds 4294967296, outside [0, 2147483647]"},
       {"epoch = -3", "column epoch holds -3, outside [0, 2147483647]"},
       {"value = 'x'", "column value holds 'x', not a number"},
+      {"rule = 'hyperband'", "column rule is not a word amptune writes there: 'hyperband'"},
       {"threshold = 'y'", "column threshold holds 'y', not a number"},
   };
   for (const auto& [change, expected] : cases) {
     {
       RawDb raw(path);
-      raw.exec("PRAGMA ignore_check_constraints = ON; UPDATE prune_decisions SET compared_json "
-               "= '[]', rung = 0, epoch = 0, value = 1, threshold = 2; "
-               "UPDATE prune_decisions SET " + change);
+      raw.exec(
+          "PRAGMA ignore_check_constraints = ON; UPDATE prune_decisions SET compared_json "
+          "= '[]', rung = 0, epoch = 0, value = 1, threshold = 2, rule = 'asha'; "
+          "UPDATE prune_decisions SET " +
+          change);
     }
     const std::string message = message_of([&] { Store(path).prune_decisions(id); });
     EXPECT_NE(message.find(path + ": table prune_decisions, row 1, " + expected),
@@ -726,16 +729,16 @@ TEST_F(StoreTest, ReadersRefuseValuesOfAnotherShapeNamingTheRowAndColumn) {
     EpochRecord r;
     r.run_id = id;
     r.metrics["acc1"] = 5;
-    r.scale_events = {ScaleEvent{1, 65536.0, "init"}};
+    r.scale_events = {ScaleEvent{1, 65536.0, ScaleReason::kInit}};
     store.record_epoch(r);
     store.record_initial_metrics(id, {{"acc1", 25.0}});
     Diagnosis d;
     d.run_id = id;
     d.batches = 1;
     DiagnosticRow forward;
-    forward.kind = "forward";
+    forward.kind = DiagnosticKind::kForward;
     forward.module = "conv1";
-    forward.dtype = "fp16";
+    forward.dtype = TensorDtype::kFp16;
     d.rows = {forward};
     store.record_diagnosis(d);
     TuneSearchRow t;
@@ -815,6 +818,10 @@ TEST_F(StoreTest, ReadersRefuseValuesOfAnotherShapeNamingTheRowAndColumn) {
        "table tune_candidates, row 1, column value holds 'good', not a number"},
       {"UPDATE loss_scale_events SET scale = 'big'", events,
        "table loss_scale_events, row 1, column scale holds 'big', not a number"},
+      {"UPDATE loss_scale_events SET reason = 'panic'", events,
+       "table loss_scale_events, row 1, column reason is not a word amptune writes there: 'panic'"},
+      {"UPDATE diagnostics SET dtype = 'fp8'", modules,
+       "table diagnostics, row 1, column dtype is not a word amptune writes there: 'fp8'"},
       {"UPDATE loss_scale_events SET global_step = -1", sweep_events,
        "table loss_scale_events, row 1, column global_step holds -1, outside"},
       {"UPDATE initial_metrics SET value = 'x'", initial,
@@ -859,7 +866,7 @@ TEST_F(StoreTest, PrunePendingRunStopsAReleasedRunOnce) {
   stop.run_id = id;
   stop.epoch = 0;
   stop.action = PruneAction::kStop;
-  stop.rule = "asha";
+  stop.rule = PruneRule::kAsha;
   stop.metric = "acc1";
   stop.reason = "tune round 1";
   ASSERT_TRUE(store.claim_run(id, provenance("a"), 3600));
@@ -1403,16 +1410,17 @@ TEST_F(StoreTest, MigrationThreeAddsPrecisionColumnsAndScaleEvents) {
 
   for (int epoch = 0; epoch < 3; ++epoch) {
     auto r = epoch_record(dyn, epoch, {{"loss_scale", 32768.0}});
-    if (epoch == 0) r.scale_events = {{0, 65536.0, "init"}, {1, 32768.0, "overflow"}};
-    if (epoch == 1) r.scale_events = {{150, 65536.0, "growth"}};
-    if (epoch == 2) r.scale_events = {{250, 32768.0, "overflow"}};
+    if (epoch == 0)
+      r.scale_events = {{0, 65536.0, ScaleReason::kInit}, {1, 32768.0, ScaleReason::kOverflow}};
+    if (epoch == 1) r.scale_events = {{150, 65536.0, ScaleReason::kGrowth}};
+    if (epoch == 2) r.scale_events = {{250, 32768.0, ScaleReason::kOverflow}};
     store.record_epoch(r);
   }
   auto events = store.scale_events(dyn);
   ASSERT_EQ(events.size(), 4u);
   EXPECT_EQ(events[1].global_step, 1);
   EXPECT_EQ(events[1].scale, 32768.0);
-  EXPECT_EQ(events[1].reason, "overflow");
+  EXPECT_EQ(events[1].reason, ScaleReason::kOverflow);
   RawDb raw(store.path());
   EXPECT_EQ(raw.rows("SELECT run, opt_level, loss_scale_setting, global_step, scale, reason "
                      "FROM loss_scale_trajectory WHERE global_step >= 150"),
@@ -1423,14 +1431,16 @@ TEST_F(StoreTest, MigrationThreeAddsPrecisionColumnsAndScaleEvents) {
                  "overflow"}}));
   // Re-recording an epoch replaces its events; truncating drops later epochs' events.
   auto again = epoch_record(dyn, 1, {});
-  again.scale_events = {{160, 131072.0, "growth"}};
+  again.scale_events = {{160, 131072.0, ScaleReason::kGrowth}};
   store.record_epoch(again);
   EXPECT_EQ(store.scale_events(dyn).at(2).global_step, 160);
   store.truncate_after(dyn, 0);
   EXPECT_EQ(store.scale_events(dyn).size(), 2u);
-  // A bad reason is refused, and the epoch is not half-written.
+  // A bad event (two at one step) is refused, and the epoch is not half-written. (A reason
+  // other than the three is no value of ScaleReason; one read from a database is refused:
+  // ReadersRefuseValuesOfAnotherShapeNamingTheRowAndColumn.)
   auto bad = epoch_record(dyn, 1, {});
-  bad.scale_events = {{170, 2.0, "because"}};
+  bad.scale_events = {{170, 2.0, ScaleReason::kGrowth}, {170, 4.0, ScaleReason::kGrowth}};
   EXPECT_THROW(store.record_epoch(bad), StoreError);
   EXPECT_EQ(store.epochs(dyn).size(), 1u);
 }

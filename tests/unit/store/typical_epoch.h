@@ -24,7 +24,7 @@ inline EpochRecord typical_epoch(int64_t run, int epoch, const std::string& chec
   record.metrics = {{"acc1", 50.0 + epoch * 0.1}, {"acc5", 80.0},        {"val_loss", 0.5},
                     {"loss_scale", 65536.0},      {"overflow_steps", 1}, {"skipped_steps", 1}};
   record.checkpoint = CheckpointFile{checkpoint_path, 46000000, std::string(64, 'a')};
-  record.scale_events = {ScaleEvent{record.global_step - 50, 32768.0, "overflow"}};
+  record.scale_events = {ScaleEvent{record.global_step - 50, 32768.0, ScaleReason::kOverflow}};
   return record;
 }
 

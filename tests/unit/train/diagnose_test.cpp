@@ -20,7 +20,7 @@ namespace {
 TEST(DiagnoseMetrics, KnownCosineAndErrors) {
   const auto ref = torch::tensor({1.0f, 2.0f, 3.0f, 4.0f});
   const auto val = torch::tensor({1.0f, 2.0f, 3.0f, 5.0f});
-  const auto r = compare_tensors(ref, val, "fp32");
+  const auto r = compare_tensors(ref, val, TensorDtype::kFp32);
   EXPECT_EQ(r.numel, 4);
   EXPECT_NEAR(r.cosine, 34.0 / std::sqrt(30.0 * 39.0), 1e-12);
   EXPECT_DOUBLE_EQ(r.max_abs_err, 1.0);
@@ -35,7 +35,7 @@ TEST(DiagnoseMetrics, SmallRelativeErrorsCountedByThreshold) {
   // relative errors 0, 2e-3, 1e-2, 4e-4
   const auto ref = torch::tensor({1.0, 1.0, 1.0, 1.0}, torch::kDouble);
   const auto val = torch::tensor({1.0, 1.002, 1.01, 1.0004}, torch::kDouble);
-  const auto r = compare_tensors(ref, val, "fp32");
+  const auto r = compare_tensors(ref, val, TensorDtype::kFp32);
   EXPECT_DOUBLE_EQ(r.frac_rel_err_1e3, 0.5);
   EXPECT_DOUBLE_EQ(r.frac_rel_err_5e3, 0.25);
   EXPECT_NEAR(r.max_rel_err, 1e-2, 1e-12);
@@ -43,7 +43,7 @@ TEST(DiagnoseMetrics, SmallRelativeErrorsCountedByThreshold) {
 
 TEST(DiagnoseMetrics, IdenticalTensorsGiveCosineOneAndNoError) {
   const auto t = torch::randn({1000});
-  const auto r = compare_tensors(t, t.clone(), "fp16");
+  const auto r = compare_tensors(t, t.clone(), TensorDtype::kFp16);
   EXPECT_EQ(r.cosine, 1.0);
   EXPECT_EQ(r.max_abs_err, 0.0);
   EXPECT_EQ(r.max_rel_err, 0.0);
@@ -55,11 +55,11 @@ TEST(DiagnoseMetrics, OverflowAndUnderflowSharesOfTheLowPrecisionTensor) {
   // 70000 overflows fp16 (max 65504); 1e-8 flushes to zero (below half the smallest subnormal,
   // 2^-25); 1e-6 is subnormal (below 2^-14); 1 and 0 (reference 0) are fine.
   const auto ref = torch::tensor({70000.0f, 1e-8f, 1e-6f, 1.0f, 0.0f});
-  const auto r = compare_tensors(ref, ref, "fp16");
+  const auto r = compare_tensors(ref, ref, TensorDtype::kFp16);
   EXPECT_DOUBLE_EQ(r.overflow_frac, 0.2);
   EXPECT_DOUBLE_EQ(r.underflow_frac, 0.4);
   // bf16 has fp32's range: nothing over- or underflows.
-  const auto b = compare_tensors(ref, ref, "bf16");
+  const auto b = compare_tensors(ref, ref, TensorDtype::kBf16);
   EXPECT_EQ(b.overflow_frac, 0.0);
   EXPECT_EQ(b.underflow_frac, 0.0);
 }
@@ -67,21 +67,21 @@ TEST(DiagnoseMetrics, OverflowAndUnderflowSharesOfTheLowPrecisionTensor) {
 TEST(DiagnoseMetrics, ScaledGradientsCompareUnscaledButOverflowScaled) {
   const auto ref = torch::tensor({1e-6f, 2e-6f, 0.75f, 0.25f});
   // At scale 1 the two tiny gradients are subnormal in fp16; at 2^16 they are normal.
-  const auto at1 = compare_tensors(ref, ref, "fp16", 1.0);
+  const auto at1 = compare_tensors(ref, ref, TensorDtype::kFp16, 1.0);
   EXPECT_DOUBLE_EQ(at1.underflow_frac, 0.5);
-  const auto at64k = compare_tensors(ref, ref * 65536.0f, "fp16", 65536.0);
+  const auto at64k = compare_tensors(ref, ref * 65536.0f, TensorDtype::kFp16, 65536.0);
   EXPECT_DOUBLE_EQ(at64k.underflow_frac, 0.0);
   EXPECT_EQ(at64k.cosine, 1.0);
   EXPECT_EQ(at64k.max_abs_err, 0.0);
   // 0.75 x 2^17 = 98304 overflows (0.25 x 2^17 does not).
-  const auto at128k = compare_tensors(ref, ref * 131072.0f, "fp16", 131072.0);
+  const auto at128k = compare_tensors(ref, ref * 131072.0f, TensorDtype::kFp16, 131072.0);
   EXPECT_DOUBLE_EQ(at128k.overflow_frac, 0.25);
 }
 
 TEST(DiagnoseMetrics, NonFiniteValuesAreLeftOutOfTheErrors) {
   const auto ref = torch::tensor({1.0f, 2.0f, 3.0f});
   const auto val = torch::tensor({1.0f, INFINITY, 3.0f});
-  const auto r = compare_tensors(ref, val, "fp16");
+  const auto r = compare_tensors(ref, val, TensorDtype::kFp16);
   EXPECT_EQ(r.max_abs_err, 0.0);
   EXPECT_TRUE(std::isnan(r.cosine));  // a value lost to inf has no direction
   EXPECT_NEAR(r.overflow_frac, 1.0 / 3, 1e-12);
@@ -90,7 +90,7 @@ TEST(DiagnoseMetrics, NonFiniteValuesAreLeftOutOfTheErrors) {
 store::DiagnosticRow row(const std::string& kind, int seq, const std::string& module, double cosine,
                          double overflow = 0, double underflow = 0) {
   store::DiagnosticRow r;
-  r.kind = kind;
+  r.kind = store::parse_diagnostic_kind(kind).value();
   r.seq = seq;
   r.module = module;
   r.cosine = cosine;
@@ -139,8 +139,8 @@ TEST(DiagnoseRules, AdviceForOverflowUnderflowAndBatchNorm) {
             row("forward", 2, "layer1.0.bn1", 0.5),
             row("gradient", 0, "conv1.weight", 0.999, 0, 0.3)};
   AdviceContext c;
-  c.opt_level = "O3";
-  c.dtype = "fp16";
+  c.opt_level = OptLevel::kO3;
+  c.dtype = Dtype::kFp16;
   c.loss_scale = "1.0";
   c.cast_model = true;
   c.batchnorm_low = true;
@@ -169,8 +169,8 @@ store::DiagnosticRow fwd(int seq, const std::string& module, double overflow,
 
 AdviceContext o1_fp16() {
   AdviceContext c;
-  c.opt_level = "O1";
-  c.dtype = "fp16";
+  c.opt_level = OptLevel::kO1;
+  c.dtype = Dtype::kFp16;
   c.loss_scale = "dynamic";
   return c;
 }
@@ -278,7 +278,7 @@ TEST(DiagnoseRules, AnOverflowTheFirstHidGetsItsOwnRow) {
             "activations of layer3.0.conv1 overflow fp16 (9% of its outputs, from finite "
             "inputs): keep it in fp32, amp.fp32_modules: [layer3.0.conv1]; together: "
             "amp.fp32_modules: [conv1, layer3.0.conv1]");
-  c.opt_level = "O2";
+  c.opt_level = OptLevel::kO2;
   c.cast_model = true;
   advice = overflow_advice(d, c);
   ASSERT_EQ(advice.size(), 2u);

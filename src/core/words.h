@@ -1,0 +1,55 @@
+// The enum-like words that more than one layer reads or writes, each an enum class with one
+// table of its names (words.cpp): the config's amp.opt_level, amp.dtype, amp.backend,
+// dist.backend and prune.rule, and two columns of the results database (why the loss scale
+// changed; the type of a diagnosed tensor).
+//
+//   const std::optional<OptLevel> level = parse_opt_level("O2");   // unset for "o2", "O4"
+//   runs.opt_level = to_string(*level);                            // "O2"
+//
+// They live in core because the layers that need one value cannot include each other: the
+// config's typed sections (core/settings.h) and sweep blocks (core/sweep.h), the loss scaler
+// (amp/scaler.h) and the store's records (store/records.h, which neither amp nor any torch code
+// may reach from below). A value here carries no meaning: what an opt level does is apex's rule
+// and stays in amp/policy.h, which backend `auto` picks in amp/policy.h and dist/group.h, how a
+// prune rule decides in app/prune_rules.h.
+//
+// parse_*(text) is unset for a word not in the table; its caller says where the word came from
+// (ConfigError naming the key, StoreError naming table, row and column). No torch in this header.
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace amptune {
+
+enum class OptLevel { kO0, kO1, kO2, kO3 };          // amp.opt_level: O0 | O1 | O2 | O3
+enum class Dtype { kFp16, kBf16 };                   // amp.dtype: the low precision of O1-O3
+enum class AmpBackend { kAuto, kNative, kEmulate };  // amp.backend as set (amp::Backend: as run)
+enum class DistBackend { kAuto, kGloo, kNccl };      // dist.backend
+enum class PruneRule { kNone, kAsha, kMedian };      // prune.rule; prune_decisions.rule
+// loss_scale_events.reason: the scale a run started with (init), halved after an overflow,
+// doubled after amp.growth_interval steps without one (growth).
+enum class ScaleReason { kInit, kOverflow, kGrowth };
+// diagnostics.dtype: the type a diagnosed tensor was computed in (fp32 and int32 besides the
+// low precisions: modules kept in fp32, cast points).
+enum class TensorDtype { kFp16, kBf16, kFp32, kInt32 };
+
+std::string to_string(OptLevel value);     // "O0" .. "O3"
+std::string to_string(Dtype value);        // "fp16" | "bf16"
+std::string to_string(AmpBackend value);   // "auto" | "native" | "emulate"
+std::string to_string(DistBackend value);  // "auto" | "gloo" | "nccl"
+std::string to_string(PruneRule value);    // "none" | "asha" | "median"
+std::string to_string(ScaleReason value);  // "init" | "overflow" | "growth"
+std::string to_string(TensorDtype value);  // "fp16" | "bf16" | "fp32" | "int32"
+std::optional<OptLevel> parse_opt_level(const std::string& text);
+std::optional<Dtype> parse_dtype(const std::string& text);
+std::optional<AmpBackend> parse_amp_backend(const std::string& text);
+std::optional<DistBackend> parse_dist_backend(const std::string& text);
+std::optional<PruneRule> parse_prune_rule(const std::string& text);
+std::optional<ScaleReason> parse_scale_reason(const std::string& text);
+std::optional<TensorDtype> parse_tensor_dtype(const std::string& text);
+
+// The low precision `dtype` as a tensor's type.
+TensorDtype tensor_dtype(Dtype dtype);
+
+}  // namespace amptune
