@@ -356,6 +356,13 @@ ReportModel build_report(const store::Store& store, const std::string& sweep) {
   add_run_plots(store, sweep, runs, &model);
   add_module_errors(store, runs, &model);
   add_tune_tree(store, index, sweep, &model);
+  std::set<std::string> peaks;
+  for (const auto& run : runs) {
+    if (run.work.peak_flops <= 0) continue;
+    const std::string peak = significant(run.work.peak_flops / 1e12, 4) + " TFLOP/s " +
+                             run.work.peak_precision + " (" + run.work.peak_source + ")";
+    if (peaks.insert(peak).second) model.peaks.push_back(peak);
+  }
   return model;
 }
 
@@ -841,8 +848,9 @@ std::string breakable(const std::string& text) {
   return out;
 }
 
-// Columns past which the table is set smaller.
-constexpr size_t kWideTable = 10;
+// Columns past which the table is set smaller: two --by keys and the nine fixed columns fit
+// (mfu, a short percentage, made them nine).
+constexpr size_t kWideTable = 11;
 
 // The comparison table, in a box that scrolls sideways when it is still wider than the page.
 void comparison_table(const CompareTable& table, std::ostream& html) {
@@ -949,6 +957,11 @@ std::string page(const ReportModel& model, const std::vector<Plot>& plots,
   }
   html << ". Database " << html_escape(model.database) << ".</p>\n<h2>Comparison</h2>\n";
   comparison_table(table, html);
+  if (!model.peaks.empty()) {
+    html << "<p>mfu: the share of the peak FLOP/s that a run's mean training img/s achieves "
+            "(img/s x training FLOPs per sample / peak; docs/PERFORMANCE.md \"MFU\"). Peak: "
+         << html_escape(join(model.peaks, "; ")) << ".</p>\n";
+  }
   if (model.tune) tune_section(*model.tune, html);
   if (model.truncated) {
     html << "<p class=\"note\">The plots show the first " << kMaxPlottedRuns
