@@ -838,3 +838,34 @@ CREATE VIEW tune_path AS
   JOIN runs r ON r.id = c.run_id
   JOIN runs st ON st.id = k.start_run_id
   ORDER BY s.name, t.id, c.round, c.seq;
+
+-- migration: 19
+-- A run's distance to the hardware limit, MFU (docs/PERFORMANCE.md "MFU"), written when the run
+-- starts training (by the process that records it). train_flops_per_sample: the FLOPs of
+-- training on one sample, the forward pass's multiply-accumulates of its convolutions,
+-- transposed convolutions and linear layers x 2 (a multiply and an add) x 3 (forward + backward,
+-- the convention of the PaLM and Megatron papers); the config's, the same at every start.
+-- peak_flops: the FLOP/s of the devices that train the run (one device's peak x world_size) in
+-- peak_precision ('fp32', 'fp16' or 'bf16': what the run's amp policy computes in), and
+-- peak_source, how that figure was found (the CPU's cores x vector lanes x FMA units x 2 x clock,
+-- the CUDA table's row, or --peak-flops / AMPTUNE_PEAK_FLOPS); each start writes them again (a
+-- resume on another machine measures against that machine). NULL for runs started before this
+-- migration, and the peak NULL when it is not known (a GPU not in the table).
+ALTER TABLE runs ADD COLUMN train_flops_per_sample REAL
+  CHECK (train_flops_per_sample IS NULL OR train_flops_per_sample > 0);
+ALTER TABLE runs ADD COLUMN peak_flops REAL CHECK (peak_flops IS NULL OR peak_flops > 0);
+ALTER TABLE runs ADD COLUMN peak_precision TEXT
+  CHECK (peak_precision IS NULL OR peak_precision IN ('fp32', 'fp16', 'bf16'));
+ALTER TABLE runs ADD COLUMN peak_source TEXT;
+
+-- Per trained epoch: the job's train img/s (summed over the ranks of a data-parallel run), the
+-- FLOP/s it achieved (img/s x train_flops_per_sample) and the model FLOPs utilisation (mfu, a
+-- share of peak_flops: 0.05 is 5%). Epochs of runs whose work or peak is not known are left out.
+CREATE VIEW epoch_mfu AS
+  SELECT s.name AS sweep, r.name AS run, e.run_id, e.epoch, e.train_fps_mean AS train_img_s,
+         r.train_flops_per_sample,
+         e.train_fps_mean * r.train_flops_per_sample AS achieved_flops,
+         r.peak_flops, e.train_fps_mean * r.train_flops_per_sample / r.peak_flops AS mfu,
+         r.peak_precision, r.peak_source
+  FROM epochs e JOIN runs r ON r.id = e.run_id JOIN sweeps s ON s.id = r.sweep_id
+  WHERE e.train_fps_mean > 0 AND r.train_flops_per_sample > 0 AND r.peak_flops > 0;

@@ -198,9 +198,9 @@ class Mean {
 
 // Means and sums over the runs of a row, its status words.
 void fill_row(CompareRow* row, size_t also, const std::map<int64_t, PerRun>& per_run,
-              const std::map<int64_t, store::RunStatus>& status_of) {
+              const std::map<int64_t, const store::RunRow*>& run_of) {
   row->runs = static_cast<int>(row->run_ids.size());
-  Mean value, fps;
+  Mean value, fps, mfu;
   std::vector<Mean> also_means(also);
   std::set<int> epochs;
   std::map<std::string, int> statuses;
@@ -211,18 +211,20 @@ void fill_row(CompareRow* row, size_t also, const std::map<int64_t, PerRun>& per
     if (p.value) epochs.insert(p.epoch);
     for (size_t i = 0; i < p.also.size(); ++i) also_means[i].add(p.also[i]);
     fps.add(p.totals.mean_fps);
+    if (p.totals.mean_fps) mfu.add(run_of.at(id)->work.mfu(*p.totals.mean_fps));
     if (p.totals.overflow_steps) {
       row->overflow_steps = row->overflow_steps.value_or(0) + *p.totals.overflow_steps;
     }
     if (p.totals.skipped_steps) {
       row->skipped_steps = row->skipped_steps.value_or(0) + *p.totals.skipped_steps;
     }
-    ++statuses[store::to_string(status_of.at(id))];
+    ++statuses[store::to_string(run_of.at(id)->status)];
   }
   row->runs_with_value = value.count();
   row->value = value.get();
   for (const Mean& mean : also_means) row->also_values.push_back(mean.get());
   row->mean_fps = fps.get();
+  row->mfu = mfu.get();
   row->best_epochs.assign(epochs.begin(), epochs.end());
   if (statuses.size() == 1) {
     row->status = statuses.begin()->first;
@@ -347,10 +349,10 @@ CompareTable build_compare(const store::Store& store, const CompareOptions& opti
   }
 
   const std::map<int64_t, PerRun> per_run = per_run_values(store, table, number);
-  std::map<int64_t, store::RunStatus> status_of;
-  for (const auto& run : runs) status_of[run.id] = run.status;
+  std::map<int64_t, const store::RunRow*> run_of;
+  for (const auto& run : runs) run_of[run.id] = &run;
   group_runs(runs, axes, &table);
-  for (auto& row : table.rows) fill_row(&row, table.also.size(), per_run, status_of);
+  for (auto& row : table.rows) fill_row(&row, table.also.size(), per_run, run_of);
   rank_rows(&table);
   if (!options.baseline.empty()) apply_baseline(options, &table);
   return table;
@@ -362,7 +364,7 @@ std::vector<std::string> compare_columns(const CompareTable& table) {
   names.push_back(table.metric);
   names.insert(names.end(), table.also.begin(), table.also.end());
   names.push_back(table.epoch == "best" ? "best_epoch" : "epoch");
-  for (const char* name : {"img_s", "overflow_steps", "skipped_steps", "status", "rank"}) {
+  for (const char* name : {"img_s", "mfu", "overflow_steps", "skipped_steps", "status", "rank"}) {
     names.push_back(name);
   }
   if (table.has_baseline) names.push_back("delta");
@@ -390,6 +392,9 @@ std::vector<std::string> cells(const CompareTable& table, const CompareRow& row,
   for (const auto& value : row.also_values) out.push_back(num(value, 6));
   out.push_back(row.best_epochs.empty() ? missing : epochs_text(row.best_epochs));
   out.push_back(row.mean_fps ? (exact ? number(*row.mean_fps) : fixed(*row.mean_fps, 1)) : missing);
+  out.push_back(!row.mfu ? missing
+                : exact  ? number(*row.mfu)
+                         : significant(100 * *row.mfu, 3) + "%");
   out.push_back(num(row.overflow_steps, 12));
   out.push_back(num(row.skipped_steps, 12));
   out.push_back(row.status);
@@ -453,6 +458,7 @@ nlohmann::ordered_json compare_json(const CompareTable& table) {
     if (row.best_epochs.size() > 1) epochs = row.best_epochs;
     object[table.epoch == "best" ? "best_epoch" : "epoch"] = epochs;
     object["img_s"] = opt(row.mean_fps);
+    object["mfu"] = opt(row.mfu);
     object["overflow_steps"] = opt(row.overflow_steps);
     object["skipped_steps"] = opt(row.skipped_steps);
     object["status"] = row.status;

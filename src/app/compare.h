@@ -42,6 +42,9 @@ struct CompareRow {
   std::vector<std::optional<double>> also_values;
   std::vector<int> best_epochs;    // distinct, sorted; the epochs the value was taken from
   std::optional<double> mean_fps;  // mean of the runs' mean train img/s
+  // Mean of the runs' model FLOPs utilisation at their mean img/s (store::RunWork::mfu: a share
+  // of the peak, 0.05 is 5%); unset when no run of the group has its work and peak.
+  std::optional<double> mfu;
   std::optional<double> overflow_steps, skipped_steps;  // summed over epochs and runs
   std::string status;           // "done", or "done:2 running:1" for a mixed group
   std::optional<double> delta;  // value - baseline value (only with a baseline)

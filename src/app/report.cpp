@@ -359,6 +359,13 @@ ReportModel build_report(const store::Store& store, const std::string& sweep) {
   add_run_plots(store, sweep, runs, &model);
   add_module_errors(store, runs, &model);
   add_tune_tree(store, index, sweep, &model);
+  std::set<std::string> peaks;
+  for (const auto& run : runs) {
+    if (run.work.peak_flops <= 0) continue;
+    const std::string peak = significant(run.work.peak_flops / 1e12, 4) + " TFLOP/s " +
+                             run.work.peak_precision + " (" + run.work.peak_source + ")";
+    if (peaks.insert(peak).second) model.peaks.push_back(peak);
+  }
   return model;
 }
 
@@ -838,6 +845,7 @@ std::string page(const ReportModel& model, const std::vector<Plot>& plots,
   }
   html << ". Database " << html_escape(model.database) << ".</p>\n<h2>Comparison</h2>\n";
   write_comparison_table(table, html);
+  write_mfu_note(model.peaks, html);
   if (model.tune) write_tune_section(*model.tune, html);
   if (model.truncated) {
     html << "<p class=\"note\">The plots show the first " << kMaxPlottedRuns

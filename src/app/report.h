@@ -123,6 +123,8 @@ struct ReportModel {
   std::vector<TimeBar> times;
   std::vector<TraceLink> traces;
   std::optional<TuneTree> tune;  // the sweep's newest tune search, when it has one
+  // The distinct peaks the table's mfu column is a share of: "0.333 TFLOP/s fp32 (cpu: ...)".
+  std::vector<std::string> peaks;
 };
 
 // Reads the report of `sweep`. Throws what build_compare throws (UsageError for an unknown

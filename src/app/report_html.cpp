@@ -51,8 +51,9 @@ std::string breakable(const std::string& text) {
   return out;
 }
 
-// Columns past which the table is set smaller.
-constexpr size_t kWideTable = 10;
+// Columns past which the table is set smaller: two --by keys and the nine fixed columns fit
+// (mfu, a short percentage, made them nine).
+constexpr size_t kWideTable = 11;
 
 // The comparison table, in a box that scrolls sideways when it is still wider than the page.
 }  // namespace
@@ -134,6 +135,15 @@ void write_tune_section(const TuneTree& tree, std::ostream& html) {
   if (!tree.answer_yaml.empty() && tree.status == "answered") {
     html << "<p>The answer, for base:</p>\n<pre>" << html_escape(tree.answer_yaml) << "</pre>\n";
   }
+}
+
+void write_mfu_note(const std::vector<std::string>& peaks, std::ostream& html) {
+  if (peaks.empty()) return;
+  std::string list;
+  for (const auto& peak : peaks) list += (list.empty() ? "" : "; ") + peak;
+  html << "<p>mfu: the share of the peak FLOP/s that a run's mean training img/s achieves "
+          "(img/s x training FLOPs per sample / peak; docs/PERFORMANCE.md \"MFU\"). Peak: "
+       << html_escape(list) << ".</p>\n";
 }
 
 const char* const kPageStyle =

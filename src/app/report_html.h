@@ -6,6 +6,7 @@
 
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "app/compare.h"
 #include "app/report.h"
@@ -22,6 +23,10 @@ void write_comparison_table(const CompareTable& table, std::ostream& html);
 // A tune search: its status and note, the tree of runs (each edge a move, each node coloured by
 // its outcome), the answer's YAML.
 void write_tune_section(const TuneTree& tree, std::ostream& html);
+
+// What the comparison table's mfu column is measured against: the peaks of the runs
+// (ReportModel::peaks); nothing when no run recorded one.
+void write_mfu_note(const std::vector<std::string>& peaks, std::ostream& html);
 
 // The pages' CSS (inline: a page loads nothing from elsewhere).
 extern const char* const kPageStyle;

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <map>
 #include <optional>
 #include <set>
@@ -18,6 +19,7 @@
 #include "core/process.h"
 #include "core/settings.h"
 #include "dist/cluster.h"
+#include "train/peak.h"
 
 namespace amptune::app {
 namespace {
@@ -297,6 +299,21 @@ void Tally::add(const train::RunResult& result) {
       ++pruned;
       break;
   }
+}
+
+void set_peak_flops(const std::optional<std::string>& option, train::RunOptions& training) {
+  const char* env = std::getenv("AMPTUNE_PEAK_FLOPS");
+  if (!option && (!env || !*env)) return;
+  const std::string text = option ? *option : env;
+  training.peak_flops = train::parse_peak_flops(text);
+  training.peak_flops_by = option ? "--peak-flops" : "AMPTUNE_PEAK_FLOPS";
+  if (training.peak_flops) return;
+  const std::string what = training.peak_flops_by +
+                           " must be a positive number of FLOP/s of one device (e.g. 3.2e11), "
+                           "got '" +
+                           log::clipped(text, 60) + "'";
+  if (option) throw UsageError(what);
+  throw ConfigError(what + "; correct it or unset it to detect the peak");
 }
 
 int Tally::exit_code() const {

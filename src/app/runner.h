@@ -94,6 +94,12 @@ struct SweepOptions {
   std::function<void(const store::RunRow&, const train::RunResult&)> on_result;
 };
 
+// One device's peak FLOP/s for the runs' MFU when detection is wrong (docs/PERFORMANCE.md "MFU"):
+// `option` (--peak-flops) when given, else the environment's AMPTUNE_PEAK_FLOPS, into
+// training.peak_flops and peak_flops_by; neither: the peak is detected. Throws UsageError (the
+// option) or ConfigError (the environment) for a value that is not a positive number.
+void set_peak_flops(const std::optional<std::string>& option, train::RunOptions& training);
+
 // What one invocation did with its runs.
 struct Tally {
   int done = 0, diverged = 0, failed = 0, skipped = 0, interrupted = 0, lost = 0;

@@ -131,6 +131,10 @@ void StoreRecorder::record_initial_metrics(const std::map<std::string, double>& 
   store_.record_initial_metrics(run_.id, metrics);
 }
 
+void StoreRecorder::record_work(const store::RunWork& work) {
+  store_.record_run_work(run_.id, work);
+}
+
 void StoreRecorder::check_claim() {
   if (const std::string lost = heartbeat_->lost(); !lost.empty()) {
     throw store::ClaimLostError(lost);

@@ -38,6 +38,7 @@ class StoreRecorder : public train::Recorder {
   std::string checkpoint_dir() const override { return dir_; }
   void note(const std::string& line, bool warning) override;
   void record_initial_metrics(const std::map<std::string, double>& metrics) override;
+  void record_work(const store::RunWork& work) override;
   void check_claim() override;
   void record_epoch(store::EpochRecord& record) override;
   void end(train::Ending ending, const std::string& message,

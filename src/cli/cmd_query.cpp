@@ -90,6 +90,32 @@ static void print_prune_decisions(const std::vector<store::PruneDecisionRow>& de
   table.print(std::cout);
 }
 
+// The percentage of the peak that an epoch's img/s achieved; "-" when not known.
+static std::string mfu_text(const store::RunWork& work, const store::EpochRow& e) {
+  const auto mfu = e.global_step > 0 ? work.mfu(e.train_fps_mean) : std::nullopt;
+  return mfu ? app::significant(100.0 * *mfu, 3) + "%" : "-";
+}
+
+// The run's work and peak (docs/PERFORMANCE.md "MFU"), and what its last trained epoch achieved.
+static void print_work(const store::RunWork& work, const std::vector<store::EpochRow>& epochs) {
+  if (work.train_flops_per_sample <= 0 && work.peak_source.empty()) return;  // never started
+  std::cout << "work "
+            << (work.train_flops_per_sample > 0
+                    ? app::significant(work.train_flops_per_sample / 1e9, 4)
+                    : std::string("-"))
+            << " GFLOP per training sample; peak "
+            << (work.peak_flops > 0 ? app::significant(work.peak_flops / 1e12, 4) : "-")
+            << " TFLOP/s " << work.peak_precision << " (" << log::printable(work.peak_source)
+            << ")\n";
+  for (auto e = epochs.rbegin(); e != epochs.rend(); ++e) {
+    if (e->global_step == 0 || !(e->train_fps_mean > 0)) continue;
+    std::cout << "epoch " << e->epoch << ": "
+              << app::significant(e->train_fps_mean * work.train_flops_per_sample / 1e12, 4)
+              << " TFLOP/s achieved, MFU " << mfu_text(work, *e) << "\n";
+    return;
+  }
+}
+
 int cmd_show(const Invocation& inv) {
   std::string db, run_ref;
   Options opts("show", "usage: amptune show RUN [options]\n\nRUN is a run id or name.\n");
@@ -130,16 +156,17 @@ int cmd_show(const Invocation& inv) {
   if (opts.has("config")) {
     std::cout << config.dump(2) << "\n";
   }
-  app::Table table({"epoch", "lr", "train_loss", "acc1", "acc5", "val_loss", "img/s", "seconds",
-                    "skipped", "checkpoint"});
+  print_work(run.work, details.epochs);
+  app::Table table({"epoch", "lr", "train_loss", "acc1", "acc5", "val_loss", "img/s", "MFU",
+                    "seconds", "skipped", "checkpoint"});
   for (auto& e : details.epochs) {
     // global_step 0: the evaluation of the initial weights of an evaluation-only run.
     const bool trained = e.global_step > 0;
     table.add({std::to_string(e.epoch), trained ? app::fixed(e.lr, 6) : "-",
                trained ? app::fixed(e.train_loss, 4) : "-", metric_or_dash(e.metrics, "acc1", 2),
                metric_or_dash(e.metrics, "acc5", 2), metric_or_dash(e.metrics, "val_loss", 4),
-               trained ? app::fixed(e.train_fps_mean, 1) : "-", app::fixed(e.epoch_seconds, 1),
-               std::to_string(e.skipped_samples),
+               trained ? app::fixed(e.train_fps_mean, 1) : "-", mfu_text(run.work, e),
+               app::fixed(e.epoch_seconds, 1), std::to_string(e.skipped_samples),
                e.checkpoint ? e.checkpoint->path : (trained ? "-" : "- (initial weights)")});
   }
   table.print(std::cout);

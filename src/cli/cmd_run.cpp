@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <iostream>
+#include <optional>
 
 #include "app/inspect.h"
 #include "app/job.h"
@@ -24,6 +25,10 @@ app::SweepOptions sweep_options(const Options& opts, const Invocation& inv, int 
   o.training.progress_tty = o.training.progress && ::isatty(STDERR_FILENO);
   o.training.command_line = inv.command_line;
   if (stop_after >= 0) o.training.stop_after_epoch = stop_after;
+  app::set_peak_flops(opts.has("peak-flops")
+                          ? std::optional(opts.vm()["peak-flops"].as<std::string>())
+                          : std::nullopt,
+                      o.training);
   o.provenance.amptune_version = kVersion;
   o.provenance.git_commit = kGitCommit;
   o.provenance.git_dirty = kGitDirty;
@@ -41,7 +46,10 @@ void add_training_options(Options& opts, int* threads, int* stop_after, int* npr
   opts.add()("stop-after-epoch", po::value(stop_after)->default_value(-1), stop_help)(
       "nproc", po::value(nproc)->default_value(1),
       "data-parallel training with N processes on this machine (as torchrun --standalone "
-      "--nproc_per_node N); torchrun and srun launches need no option (docs/DISTRIBUTED.md)");
+      "--nproc_per_node N); torchrun and srun launches need no option (docs/DISTRIBUTED.md)")(
+      "peak-flops", po::value<std::string>(),
+      "peak FLOP/s of one device for the runs' MFU when detection is wrong (e.g. 3.2e11; "
+      "else AMPTUNE_PEAK_FLOPS, else detected: docs/PERFORMANCE.md \"MFU\")");
 }
 
 namespace {

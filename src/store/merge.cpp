@@ -799,6 +799,8 @@ constexpr ColumnTypes kColumnTypes[] = {
     {"diagnostics", "numel", "'integer'"},
     {"diagnosis_advice", "epoch", "'integer'"},
     {"diagnosis_advice", "seq", "'integer'"},
+    {"runs", "train_flops_per_sample", kNumberOrNull},
+    {"runs", "peak_flops", kNumberOrNull},
     {"epochs", "train_fps_mean", kNumberOrNull},
     {"epochs", "train_fps_min", kNumberOrNull},
     {"epochs", "train_fps_max", kNumberOrNull},

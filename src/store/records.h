@@ -111,6 +111,22 @@ struct Provenance {
   std::string allocator;  // the malloc of the process (allocator_name(): tcmalloc, glibc, ...)
 };
 
+// A run's distance to the hardware limit (runs columns of migration 19; docs/PERFORMANCE.md
+// "MFU"). The training FLOPs of one sample are the config's; the peak is that of the devices of
+// the run's latest start (a resume elsewhere replaces it).
+struct RunWork {
+  double train_flops_per_sample = 0;  // forward multiply-accumulates x 2 x 3; 0: not counted
+  double peak_flops = 0;              // FLOP/s of the job (one device's x world size); 0: unknown
+  std::string peak_precision;         // "fp32" | "fp16" | "bf16": the arithmetic of the peak
+  std::string peak_source;            // how the peak was found ("cpu: 2 cores x ...", ...)
+  // The share of the peak that `img_per_s` (the job's train img/s) achieves; unset when either
+  // figure is unknown or no image was trained.
+  std::optional<double> mfu(double img_per_s) const {
+    if (train_flops_per_sample <= 0 || peak_flops <= 0 || !(img_per_s > 0)) return std::nullopt;
+    return img_per_s * train_flops_per_sample / peak_flops;
+  }
+};
+
 struct RunRow {
   int64_t id = 0;
   int64_t sweep_id = 0;
@@ -137,6 +153,7 @@ struct RunRow {
   // re-spelled: "1e-1" reads back as "0.1"; columns declared BOOLEAN read back as true/false).
   std::map<std::string, std::string> columns;
   std::optional<ForkOrigin> fork;  // set for forks
+  RunWork work;                    // zeros and "" until the run's first start (migration 19)
 };
 
 // --- Epochs --------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -33,15 +34,46 @@ using SettingColumns = std::vector<std::pair<std::string, std::string>>;  // nam
 
 // Columns of runs that are not settings: written by the store itself.
 const std::set<std::string>& reserved_run_columns() {
-  static const std::set<std::string> names = {
-      "id",         "sweep_id",      "name",          "cell_index",   "label",
-      "status",     "config_json",   "config_hash",   "axes_json",    "message",
-      "summary_json", "started_at",  "finished_at",   "heartbeat_at", "created_at",
-      "amptune_version", "git_commit", "git_dirty",   "torch_version", "host",
-      "threads",    "device",        "command_line",
-      "parent_run_id", "parent_epoch", "fork_overrides", "fork_changes", "reset_optimizer",
-      "claim_machine", "claim_pid", "claim_pid_start", "world_size", "global_batch",
-      "allocator", "data_fingerprint", "legacy_config_hash"};
+  static const std::set<std::string> names = {"id",
+                                              "sweep_id",
+                                              "name",
+                                              "cell_index",
+                                              "label",
+                                              "status",
+                                              "config_json",
+                                              "config_hash",
+                                              "axes_json",
+                                              "message",
+                                              "summary_json",
+                                              "started_at",
+                                              "finished_at",
+                                              "heartbeat_at",
+                                              "created_at",
+                                              "amptune_version",
+                                              "git_commit",
+                                              "git_dirty",
+                                              "torch_version",
+                                              "host",
+                                              "threads",
+                                              "device",
+                                              "command_line",
+                                              "parent_run_id",
+                                              "parent_epoch",
+                                              "fork_overrides",
+                                              "fork_changes",
+                                              "reset_optimizer",
+                                              "claim_machine",
+                                              "claim_pid",
+                                              "claim_pid_start",
+                                              "world_size",
+                                              "global_batch",
+                                              "allocator",
+                                              "data_fingerprint",
+                                              "legacy_config_hash",
+                                              "train_flops_per_sample",
+                                              "peak_flops",
+                                              "peak_precision",
+                                              "peak_source"};
   return names;
 }
 
@@ -212,6 +244,14 @@ RunRow read_run(const std::string& path, const Statement& row,
     else if (name == "torch_version") run.provenance.torch_version = row.column_text(column);
     else if (name == "host") run.provenance.host = row.column_text(column);
     else if (name == "allocator") run.provenance.allocator = row.column_text(column);
+    else if (name == "train_flops_per_sample" || name == "peak_flops") {
+      const double value = detail::real_column(path, row, column, {"runs", run.id, name});
+      (name == "peak_flops" ? run.work.peak_flops : run.work.train_flops_per_sample) =
+          std::isnan(value) ? 0.0 : value;
+    } else if (name == "peak_precision")
+      run.work.peak_precision = row.column_text(column);
+    else if (name == "peak_source")
+      run.work.peak_source = row.column_text(column);
     else if (name == "threads") {
       if (!row.is_null(column)) run.provenance.threads = number(column, 0, detail::kMaxInt);
     } else if (name == "world_size") {
@@ -555,6 +595,24 @@ void Store::heartbeat(int64_t run_id) {
   guarded_write(path_, db_, action, [&] {
     require_holder(db_, path_, run_id, action);
     detail::touch_heartbeat(db_, run_id, now_utc());
+  });
+}
+
+void Store::record_run_work(int64_t run_id, const RunWork& work) {
+  const std::string action =
+      "recording the training FLOPs and peak of run " + std::to_string(run_id);
+  auto known = [](double value) { return value > 0 ? std::optional<double>(value) : std::nullopt; };
+  auto text = [](const std::string& value) {
+    return value.empty() ? std::nullopt : std::optional<std::string>(value);
+  };
+  guarded_write(path_, db_, action, [&] {
+    require_holder(db_, path_, run_id, action);
+    Statement(db_,
+              "UPDATE runs SET train_flops_per_sample = ?1, peak_flops = ?2, peak_precision = ?3, "
+              "peak_source = ?4 WHERE id = ?5",
+              known(work.train_flops_per_sample), known(work.peak_flops), text(work.peak_precision),
+              text(work.peak_source), run_id)
+        .run();
   });
 }
 

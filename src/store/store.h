@@ -99,6 +99,10 @@ class Store {
   // A pruned run is claimable only with `continue_pruned` (the prune rule lets it continue).
   bool claim_run(int64_t run_id, const Provenance& provenance, double stale_after_seconds,
                  bool retry_failed = false, bool continue_pruned = false);
+  // The run's training FLOPs per sample and the peak of the devices that train it (RunWork;
+  // migration 19), replacing what an earlier start wrote; figures <= 0 and empty texts are stored
+  // as NULL. ClaimLostError when another process holds the run.
+  void record_run_work(int64_t run_id, const RunWork& work);
   // heartbeat_at = now. ClaimLostError when another process holds the run.
   void heartbeat(int64_t run_id);
   // status -> done / failed / diverged with a message (its first log::kMessageBytes kept) and

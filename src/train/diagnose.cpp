@@ -681,6 +681,13 @@ double module_macs(const torch::nn::Module& module, const torch::Tensor& y) {
 
 ForwardWork forward_work(const Config& config) {
   const Settings settings = Settings::from(config);
+  return forward_work(
+      settings, data::make_dataset(settings.data, settings.rootnet, settings.model.in_channels,
+                                   data::Split::kTrain));
+}
+
+ForwardWork forward_work(const Settings& settings,
+                         const std::shared_ptr<const data::Dataset>& train_set) {
   torch::manual_seed(static_cast<uint64_t>(settings.seed));
   const std::unique_ptr<Task> task = make_task(settings);
   torch::nn::Module& model = task->module();
@@ -690,8 +697,6 @@ ForwardWork forward_work(const Config& config) {
   for (const auto& m : model.named_modules("", /*include_self=*/true)) {
     by_name.emplace(m.key(), m.value().get());
   }
-  auto train_set = data::make_dataset(settings.data, settings.rootnet, settings.model.in_channels,
-                                      data::Split::kTrain);
   data::LoaderOptions opts =
       data::loader_options(settings.data, settings.seed, data::Split::kTrain, 0);
   opts.batch_size = 1;

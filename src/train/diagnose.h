@@ -10,6 +10,7 @@
 // diagnosis_advice, view first_divergence). No torch in this header: the app layer includes it.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -24,6 +25,10 @@ class Tensor;
 
 namespace amptune {
 class Config;
+struct Settings;
+}  // namespace amptune
+namespace amptune::data {
+class Dataset;
 }
 
 namespace amptune::train {
@@ -129,5 +134,15 @@ struct ForwardWork {
   double fp32_share() const { return macs > 0 ? fp32_macs / macs : 0.0; }
 };
 ForwardWork forward_work(const Config& config);
+// The same from a run's `settings` on its training split `train_set`, already open (the
+// trainer's). Both seed torch's CPU random generator with the run's seed to build the model.
+ForwardWork forward_work(const Settings& settings,
+                         const std::shared_ptr<const data::Dataset>& train_set);
+
+// The FLOPs of training on one sample (docs/PERFORMANCE.md "MFU"): the forward pass's
+// multiply-accumulates x 2 (a multiply and an add) x 3 (the backward pass takes twice the
+// forward's: the gradients of the inputs and of the weights), as the PaLM and Megatron papers
+// count. Left out: BatchNorm, activations, pooling, the loss, the optimizer, amp's rounding.
+inline double training_flops(const ForwardWork& work) { return 6.0 * work.macs; }
 
 }  // namespace amptune::train

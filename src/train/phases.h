@@ -121,6 +121,8 @@ class RunTraining {
   void stop_if_asked(int64_t epoch);
   // The leader's starting state (weights, optimizer, scaler, RNG) on every rank.
   void share_start();
+  // The run's training FLOPs per sample and its devices' peak, recorded (the leader: rank 0).
+  void record_work();
   // After restore (which may rebuild the session): gradient averaging and synchronised
   // BatchNorm over the session's tensors, the profiler, the run's opening log lines.
   void prepare_steps();
@@ -154,6 +156,7 @@ class RunTraining {
   double comm_seconds_ = 0;         // this epoch's time in cross-rank communication
   std::string setup_error_;         // a rank's set-up failure, shared before anyone trains
   std::vector<std::string> shown_metrics_;  // in the log lines: the model's headline metrics
+  store::RunWork work_;                     // record_work's (rank 0), for the summary line
 };
 
 }  // namespace amptune::train

@@ -68,6 +68,9 @@ class Recorder {
 
   // --- While training ---
   virtual void record_initial_metrics(const std::map<std::string, double>& metrics) = 0;
+  // The run's training FLOPs per sample and its devices' peak (docs/PERFORMANCE.md "MFU"), once
+  // per start, before the first epoch.
+  virtual void record_work(const store::RunWork& work) = 0;
   // Throws store::ClaimLostError when another process holds the run now; called before a
   // checkpoint is written (the new holder writes the same file names).
   virtual void check_claim() = 0;
@@ -105,6 +108,7 @@ class FollowerRecorder : public Recorder {
   std::string checkpoint_dir() const override { return ""; }
   void note(const std::string&, bool) override {}
   void record_initial_metrics(const std::map<std::string, double>&) override {}
+  void record_work(const store::RunWork&) override {}
   void check_claim() override {}
   void record_epoch(store::EpochRecord&) override {}
   void end(Ending ending, const std::string& message, const std::string&) override;
@@ -129,6 +133,7 @@ class MemoryRecorder : public Recorder {
   void record_initial_metrics(const std::map<std::string, double>& metrics) override {
     initial_metrics = metrics;
   }
+  void record_work(const store::RunWork& recorded) override { work = recorded; }
   void check_claim() override {}
   void record_epoch(store::EpochRecord& record) override;
   void end(Ending ending, const std::string& message, const std::string& summary_json) override {
@@ -140,6 +145,7 @@ class MemoryRecorder : public Recorder {
   // Other runs this recorder knows (a fork's parent), with their epochs.
   std::map<int64_t, std::pair<store::RunRow, std::vector<store::EpochRow>>> others;
   std::map<std::string, double> initial_metrics;
+  std::optional<store::RunWork> work;
   std::vector<std::string> notes;
   std::optional<Ending> ended;
   std::string end_message, summary;

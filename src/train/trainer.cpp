@@ -29,8 +29,10 @@
 #include "dist/reducer.h"
 #include "models/batchnorm.h"
 #include "train/checkpoint.h"
+#include "train/diagnose.h"
 #include "train/model_info.h"
 #include "train/optimizer.h"
+#include "train/peak.h"
 #include "train/phases.h"
 #include "train/plan.h"
 #include "train/precision.h"
@@ -247,6 +249,37 @@ void RunTraining::set_up() {
   val_opts_.rank = rank_;
   val_opts_.world = world_;
   val_opts_.shard = data::LoaderOptions::Shard::kBatches;
+  if (!eval_only_ && rank_ == 0 && setup_error_.empty()) record_work();
+}
+
+void RunTraining::record_work() {
+  // MFU is a measurement beside the run: a model whose work cannot be counted still trains.
+  try {
+    const KeepCpuRng keep;  // counting builds a seeded model of its own
+    work_.train_flops_per_sample = training_flops(forward_work(settings_, train_set_));
+  } catch (const std::exception& e) {
+    recorder_.note("run " + run_.name + ": the training FLOPs were not counted (" +
+                       log::clipped(e.what(), 300) + "): no MFU",
+                   true);
+  }
+  const amp::Policy& policy = precision_->policy();
+  PeakRequest request;
+  request.cuda = device_.is_cuda();
+  request.device_index = device_.has_index() ? device_.index() : 0;
+  request.threads = threads_;
+  request.world = world_;
+  // What the arithmetic runs in: the low precision when native, fp32 when emulated (which
+  // computes in fp32 and rounds) or O0.
+  request.precision = policy.low_precision() && policy.backend == amp::Backend::kNative
+                          ? amp::to_string(policy.dtype)
+                          : "fp32";
+  request.given = options_.peak_flops;
+  request.given_by = options_.peak_flops_by;
+  const Peak peak = run_peak(request);
+  work_.peak_flops = peak.flops;
+  work_.peak_precision = peak.precision;
+  work_.peak_source = peak.source;
+  recorder_.record_work(work_);
 }
 
 void RunTraining::restore() {
@@ -701,6 +734,15 @@ std::string RunTraining::finish() {
   j["train_fps_min"] = fps_min;
   j["train_fps_max"] = fps_max;
   j["training_time"] = hms(seconds);
+  // MFU (docs/PERFORMANCE.md): of the mean img/s above; null when the work or peak is unknown.
+  const double fps = fps_n ? fps_sum / fps_n : 0.0;
+  auto known = [](double v) { return v > 0 ? nlohmann::json(v) : nlohmann::json(nullptr); };
+  j["train_gflop_per_sample"] = known(work_.train_flops_per_sample / 1e9);
+  j["achieved_tflops"] = known(fps * work_.train_flops_per_sample / 1e12);
+  j["peak_tflops"] = known(work_.peak_flops / 1e12);
+  const auto mfu = work_.mfu(fps);
+  j["mfu"] = mfu ? nlohmann::json(*mfu) : nlohmann::json(nullptr);
+  j["peak_source"] = work_.peak_source;
   return j.dump();
 }
 

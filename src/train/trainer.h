@@ -36,6 +36,10 @@ struct RunOptions {
   // Every rank must be given the same options (torchrun, srun and --nproc start the same
   // command line everywhere).
   dist::Cluster* cluster = nullptr;
+  // One device's peak FLOP/s when detection is wrong (--peak-flops, AMPTUNE_PEAK_FLOPS: named in
+  // peak_flops_by); unset: detected (train/peak.h).
+  std::optional<double> peak_flops;
+  std::string peak_flops_by;
 };
 
 struct RunResult {

@@ -170,6 +170,7 @@ std::string sweep_part(const store::Store& store, const std::string& sweep) {
   }
   html << "</p>\n<h2>Comparison</h2>\n";
   app::write_comparison_table(model.table, html);
+  app::write_mfu_note(model.peaks, html);
   html << runs_table(store, sweep) << "<h2>Curves</h2>\n" << curves(model, 0);
   BarChart fps{"throughput", "mean training img/s per run", "img/s"};
   for (const auto& bar : model.throughput) fps.bars.emplace_back(bar.label, bar.img_s);

@@ -180,6 +180,13 @@ TEST(Distributed, TwoRanksWithSyncBnEqualOneRankWithTheWholeBatch) {
   EXPECT_EQ(b.metrics.at("world_size"), 2);
   EXPECT_GT(b.metrics.at("allreduce_ms"), 0);
   EXPECT_LE(b.metrics.at("rank_fps_min"), b.metrics.at("rank_fps_max"));
+  // MFU (docs/PERFORMANCE.md): the job's peak is one process's x 2, as its img/s is the ranks'
+  // sum; the FLOPs per sample are the config's, whatever the batch.
+  const store::RunWork alone = store::Store(one.db).find_run("1")->work;
+  EXPECT_EQ(run->work.peak_flops, 2 * alone.peak_flops);
+  EXPECT_EQ(run->work.peak_source, alone.peak_source + " x 2 processes");
+  EXPECT_EQ(run->work.train_flops_per_sample, alone.train_flops_per_sample);
+  EXPECT_GT(alone.train_flops_per_sample, 0);
 }
 
 // torchrun, --nproc 2 and srun's environment are one behaviour: the same run rows and the

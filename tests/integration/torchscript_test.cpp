@@ -49,6 +49,9 @@ TEST(TorchScriptCli, TrainsResumesBitwiseAndIsDiagnosedByModulePath) {
   ASSERT_EQ(epochs.size(), 2u);
   EXPECT_TRUE(epochs[1].metrics.count("acc1"));
   EXPECT_TRUE(epochs[1].metrics.count("loss_scale"));
+  // Its work is counted through the scripted layers as the built-in ResNet-18's is: 366784
+  // multiply-accumulates of the same architecture (PerfCli's kTinyTrainingFlops) x 6.
+  EXPECT_EQ(store::Store(f.db).find_run("1")->work.train_flops_per_sample, 6.0 * 366784);
 
   // Continue from epoch 0 as a new run that trains epoch 1 again: the same weights bit for bit.
   r = run_amptune({"fork", "1", "--epoch", "0", "--db", f.db, "-q"}, f.dir);

@@ -158,10 +158,10 @@ TEST_F(CompareTest, AlsoMetricsAreTakenAtTheMetricsEpoch) {
   options.also = {"train_loss", "acc1", "mrpe", "train_loss"};  // acc1 is the metric
   CompareTable table = build_compare(store_, options);
   EXPECT_EQ(table.also, (std::vector<std::string>{"train_loss", "mrpe"}));
-  EXPECT_EQ(
-      compare_columns(table),
-      (std::vector<std::string>{"optim.lr", "runs", "acc1", "train_loss", "mrpe", "best_epoch",
-                                "img_s", "overflow_steps", "skipped_steps", "status", "rank"}));
+  EXPECT_EQ(compare_columns(table),
+            (std::vector<std::string>{"optim.lr", "runs", "acc1", "train_loss", "mrpe",
+                                      "best_epoch", "img_s", "mfu", "overflow_steps",
+                                      "skipped_steps", "status", "rank"}));
   // Row lr 0.1: best acc1 at epoch 1 (cell 0) and 2 (cell 1), train_loss 1.75 and 1.5 there;
   // mrpe (known to metric_info) was never recorded.
   ASSERT_EQ(table.rows[0].also_values.size(), 2u);
@@ -180,8 +180,8 @@ TEST_F(CompareTest, AlsoMetricsAreTakenAtTheMetricsEpoch) {
   std::ostringstream csv, text;
   write_compare_csv(table, csv);
   EXPECT_EQ(csv.str().substr(0, csv.str().find('\n')),
-            "optim.lr,runs,acc1,train_loss,mrpe,epoch,img_s,overflow_steps,skipped_steps,status,"
-            "rank\r");
+            "optim.lr,runs,acc1,train_loss,mrpe,epoch,img_s,mfu,overflow_steps,skipped_steps,"
+            "status,rank\r");
   EXPECT_EQ(compare_json(table)[0]["train_loss"], 1.5);
   write_compare_text(table, text);
   EXPECT_NE(text.str().find("0.1       2     62.5  1.5         -     2"), std::string::npos)
@@ -352,9 +352,9 @@ TEST_F(CompareTest, CsvHasFullPrecisionAndEmptyFieldsForMissingValues) {
   std::ostringstream csv;
   write_compare_csv(compare("optim.lr"), csv);
   EXPECT_EQ(csv.str(),
-            "optim.lr,runs,acc1,best_epoch,img_s,overflow_steps,skipped_steps,status,rank\r\n"
-            "0.1,2,65.0,1;2,150.0,3.0,,done,1\r\n"
-            "0.2,2,46.0,1;2,100.0,,,done,2\r\n");
+            "optim.lr,runs,acc1,best_epoch,img_s,mfu,overflow_steps,skipped_steps,status,rank\r\n"
+            "0.1,2,65.0,1;2,150.0,,3.0,,done,1\r\n"
+            "0.2,2,46.0,1;2,100.0,,,,done,2\r\n");
 
   // Fields with a comma or a quote are quoted, quotes doubled.
   Run run;
@@ -366,29 +366,50 @@ TEST_F(CompareTest, CsvHasFullPrecisionAndEmptyFieldsForMissingValues) {
   std::ostringstream quoted;
   write_compare_csv(build_compare(store_, options), quoted);
   EXPECT_EQ(quoted.str(),
-            "data.root,runs,acc1,best_epoch,img_s,overflow_steps,skipped_steps,status,rank\r\n"
-            "\"a,\"\"b\"\"\",1,,,,,,pending,\r\n");
+            "data.root,runs,acc1,best_epoch,img_s,mfu,overflow_steps,skipped_steps,status,rank\r\n"
+            "\"a,\"\"b\"\"\",1,,,,,,,pending,\r\n");
 }
 
 TEST_F(CompareTest, JsonKeepsColumnOrderAndTypes) {
   EXPECT_EQ(compare_json(compare("optim.lr")).dump(),
-            R"([{"optim.lr":0.1,"runs":2,"acc1":65.0,"best_epoch":[1,2],"img_s":150.0,)"
+            R"([{"optim.lr":0.1,"runs":2,"acc1":65.0,"best_epoch":[1,2],"img_s":150.0,"mfu":null,)"
             R"("overflow_steps":3.0,"skipped_steps":null,"status":"done","rank":1},)"
-            R"({"optim.lr":0.2,"runs":2,"acc1":46.0,"best_epoch":[1,2],"img_s":100.0,)"
+            R"({"optim.lr":0.2,"runs":2,"acc1":46.0,"best_epoch":[1,2],"img_s":100.0,"mfu":null,)"
             R"("overflow_steps":null,"skipped_steps":null,"status":"done","rank":2}])");
   const auto last = compare_json(compare("optim.lr,seed", "last"));
   EXPECT_EQ(last[0]["epoch"], 2);  // one epoch: a number, under "epoch" for --epoch last
   EXPECT_EQ(last[0]["seed"], 2);
 }
 
+// mfu: each run's mean img/s x its training FLOPs per sample / its peak, averaged over the
+// group's runs that have both; runs without them (started before migration 19) leave it out.
+TEST_F(CompareTest, MfuIsEachRunsMeanImgPerSecondOverItsPeak) {
+  // Cells 0 and 1 (lr 0.1): 100 and 200 img/s x 1e6 FLOPs over 1e9 and 4e9 FLOP/s: 0.1, 0.05.
+  store_.record_run_work(ids_[0], {1e6, 1e9, "fp32", "cpu: a"});
+  store_.record_run_work(ids_[1], {1e6, 4e9, "fp32", "cpu: b"});
+  // Cell 2 (lr 0.2): a GPU not in the table, no peak; cell 3 never counted.
+  store_.record_run_work(ids_[2], {1e6, 0, "fp16", "cuda: X is not in the table"});
+  const CompareTable table = compare("optim.lr");
+  EXPECT_DOUBLE_EQ(*table.rows[0].mfu, 0.075);
+  EXPECT_EQ(table.rows[1].mfu, std::nullopt);
+  std::ostringstream text, csv;
+  write_compare_text(table, text);
+  EXPECT_NE(text.str().find("150.0  7.5%"), std::string::npos) << text.str();
+  write_compare_csv(table, csv);
+  EXPECT_NE(csv.str().find(",150.0,0.075"), std::string::npos) << csv.str();
+  EXPECT_DOUBLE_EQ(compare_json(table)[0]["mfu"].get<double>(), 0.075);
+  EXPECT_TRUE(compare_json(table)[1]["mfu"].is_null());
+}
+
 TEST_F(CompareTest, TextTableAlignsColumns) {
   std::ostringstream text;
   write_compare_text(compare("optim.lr"), text);
-  EXPECT_EQ(text.str(),
-            "sweep grid: acc1 (higher is better), epoch best, 2 rows\n"
-            "optim.lr  runs  acc1  best_epoch  img_s  overflow_steps  skipped_steps  status  rank\n"
-            "0.1       2     65    1;2         150.0  3               -              done    1\n"
-            "0.2       2     46    1;2         100.0  -               -              done    2\n");
+  EXPECT_EQ(
+      text.str(),
+      "sweep grid: acc1 (higher is better), epoch best, 2 rows\n"
+      "optim.lr  runs  acc1  best_epoch  img_s  mfu  overflow_steps  skipped_steps  status  rank\n"
+      "0.1       2     65    1;2         150.0  -    3               -              done    1\n"
+      "0.2       2     46    1;2         100.0  -    -               -              done    2\n");
 }
 
 }  // namespace

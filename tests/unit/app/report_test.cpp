@@ -286,6 +286,27 @@ TEST_F(ReportTest, ThroughputIsTheMeanImgPerSecondOfEachRunWithEpochs) {
   EXPECT_EQ(model.metric.size(), 2u);
 }
 
+// The table's mfu column comes from compare (115 img/s x 1e6 FLOPs / 1e9 FLOP/s: 11.5%); the
+// page names the peak it is a share of, once however many runs share it.
+TEST_F(ReportTest, ThePageNamesThePeaksOfTheMfuColumn) {
+  add_fork_sweep();
+  const store::RunWork work{1e6, 1e9, "fp32", "cpu: 1 core x 16 fp32 lanes (avx512f)"};
+  store_.record_run_work(parent_, work);
+  store_.record_run_work(fork_, work);
+  const ReportModel model = build_report(store_, "grid");
+  EXPECT_EQ(
+      model.peaks,
+      (std::vector<std::string>{"0.001 TFLOP/s fp32 (cpu: 1 core x 16 fp32 lanes (avx512f))"}));
+  const fs::path out = dir_.path() / "mfu";
+  write_report(model, {out.string(), fake_gnuplot(), "amptune test"});
+  const std::string html = read(out / "index.html");
+  EXPECT_NE(html.find("<th>mfu</th>"), std::string::npos) << html;
+  EXPECT_NE(html.find(">11.5%</td>"), std::string::npos) << html;
+  EXPECT_NE(html.find("Peak: 0.001 TFLOP/s fp32 (cpu: 1 core x 16 fp32 lanes (avx512f)).</p>"),
+            std::string::npos)
+      << html;
+}
+
 // Every plot stops at kMaxPlottedRuns runs, the bar chart too (gnuplot took 28 s over the bars of
 // 100,000 runs, no more readable than 60); the table lists every run.
 TEST_F(ReportTest, PlotsStopAtTheMaximumNumberOfRuns) {
@@ -600,7 +621,7 @@ TEST_F(ReportTest, WideTablesWrapAndScroll) {
   EXPECT_NE(html.find(".scroll{max-width:100%;overflow-x:auto}"), std::string::npos);
 
   CompareTable wide = build_report(store_, "casts").table;
-  wide.by = {"a", "b", "c", "d"};  // 12 columns
+  wide.by = {"a", "b", "c", "d"};  // 13 columns
   for (auto& row : wide.rows) row.by_values = {1, 2, 3, 4};
   ReportModel model = build_report(store_, "casts");
   model.table = wide;

@@ -67,6 +67,8 @@ class Shard {
     p.host = "node-" + std::to_string(cell);
     p.world_size = 2;
     store_.mark_running(id, p);  // this process becomes the holder (claim columns)
+    store_.record_run_work(id,
+                           {1e6 * (cell + 1), 2e11, "fp32", "cpu: node-" + std::to_string(cell)});
     for (int e = 0; e < epochs; ++e) {
       EpochRecord r =
           typical_epoch(id, e, "ckpt/" + std::to_string(id) + "/epoch_" + std::to_string(e));
@@ -120,6 +122,11 @@ void expect_same_run(const Store& from, const Store& into, const std::string& na
   EXPECT_EQ(a.row.columns, b.row.columns) << name;
   EXPECT_EQ(a.row.provenance.host, b.row.provenance.host) << name;
   EXPECT_EQ(a.row.provenance.world_size, b.row.provenance.world_size) << name;
+  EXPECT_EQ(a.row.work.train_flops_per_sample, b.row.work.train_flops_per_sample) << name;
+  EXPECT_EQ(a.row.work.peak_flops, b.row.work.peak_flops) << name;
+  EXPECT_EQ(a.row.work.peak_precision, b.row.work.peak_precision) << name;
+  EXPECT_EQ(a.row.work.peak_source, b.row.work.peak_source) << name;
+  EXPECT_GT(b.row.work.peak_flops, 0) << name;
   ASSERT_EQ(a.row.holder.has_value(), b.row.holder.has_value()) << name;
   if (a.row.holder) {
     EXPECT_TRUE(*a.row.holder == *b.row.holder) << name;
@@ -624,6 +631,8 @@ TEST_F(MergeTest, NumbersOutsideTheReadersRangeAreRefused) {
        "epochs.train_fps_mean holds a text value (row 1)"},
       {crafted("threads.sqlite", "UPDATE runs SET threads = 'many' WHERE id = 1"),
        "runs.threads holds a text value (row 1)"},
+      {crafted("peak.sqlite", "UPDATE runs SET peak_flops = 'fast' WHERE id = 1"),
+       "runs.peak_flops holds a text value (row 1)"},
   };
   expect_each_refused(cases);
 }

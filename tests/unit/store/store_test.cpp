@@ -348,6 +348,64 @@ TEST_F(StoreTest, MigrationFifteenLetsRunsBePrunedAndKeepsTheirRows) {
   EXPECT_EQ(store.find_run("old/0-aaaaaaaa")->status, RunStatus::kPruned);
 }
 
+// Migration 19: a database written at schema 18 keeps its runs, which have no work or peak yet
+// (zeros, and no row in epoch_mfu); record_run_work fills them, a later start replaces them, and
+// the view gives each trained epoch's achieved FLOP/s and MFU.
+TEST_F(StoreTest, MigrationNineteenRecordsTheWorkAndPeakOfARun) {
+  const std::string path = db_path();
+  const auto migrations = parse_migrations(embedded::store_sql);
+  ASSERT_GE(migrations.size(), 19u);
+  {
+    std::string sql =
+        "BEGIN; CREATE TABLE schema_version (version INTEGER NOT NULL, applied_at TEXT NOT NULL);";
+    for (int v = 1; v <= 18; ++v) {
+      sql += migrations[v - 1].sql + "\nINSERT INTO schema_version VALUES (" + std::to_string(v) +
+             ", 't');";
+    }
+    RawDb raw(path);
+    raw.exec("PRAGMA journal_mode = WAL");
+    raw.exec(sql + "COMMIT;");
+    raw.exec(
+        "INSERT INTO sweeps (name, created_at, updated_at) VALUES ('old', 't', 't');"
+        "INSERT INTO runs (sweep_id, name, cell_index, label, status, config_json, config_hash, "
+        "created_at) VALUES (1, 'old/0-aaaaaaaa', 0, 'base', 'done', '{}', 'aaaaaaaaaaaa', 't');"
+        "INSERT INTO epochs (run_id, epoch, global_step, train_fps_mean, recorded_at) VALUES "
+        "(1, 0, 10, 500, 't');");
+  }
+  Store store(path);
+  EXPECT_EQ(store.schema_version(), latest_version());
+  const RunRow old = *store.find_run("old/0-aaaaaaaa");
+  EXPECT_EQ(old.work.train_flops_per_sample, 0);
+  EXPECT_EQ(old.work.peak_flops, 0);
+  EXPECT_TRUE(old.work.peak_source.empty());
+  EXPECT_FALSE(old.work.mfu(500));
+  EXPECT_TRUE(store.query("SELECT * FROM epoch_mfu").rows.empty());
+
+  RunWork work{2e6, 1e11, "fp32", "cpu: 2 cores x 16 fp32 lanes (avx512f)"};
+  store.record_run_work(old.id, work);
+  work.peak_flops = 2e11;  // resumed on a machine twice as fast
+  store.record_run_work(old.id, work);
+  const RunRow now = *store.find_run(old.id);
+  EXPECT_EQ(now.work.train_flops_per_sample, 2e6);
+  EXPECT_EQ(now.work.peak_flops, 2e11);
+  EXPECT_EQ(now.work.peak_precision, "fp32");
+  EXPECT_EQ(now.work.peak_source, work.peak_source);
+  EXPECT_DOUBLE_EQ(*now.work.mfu(500), 500 * 2e6 / 2e11);
+  const auto view =
+      store.query("SELECT run, epoch, train_img_s, achieved_flops, mfu FROM epoch_mfu");
+  ASSERT_EQ(view.rows.size(), 1u);
+  EXPECT_EQ(*view.rows[0][0], "old/0-aaaaaaaa");
+  EXPECT_DOUBLE_EQ(std::stod(*view.rows[0][3]), 1e9);
+  EXPECT_DOUBLE_EQ(std::stod(*view.rows[0][4]), 0.005);
+  // An unknown peak is NULL (not 0): the run leaves the view.
+  store.record_run_work(old.id, {2e6, 0, "fp16", "cuda: X (cc 9.9) is not in the table"});
+  EXPECT_EQ(store.find_run(old.id)->work.peak_flops, 0);
+  EXPECT_TRUE(store.query("SELECT * FROM epoch_mfu").rows.empty());
+  RawDb raw(path);
+  EXPECT_THROW(raw.exec("UPDATE runs SET peak_precision = 'fp8'"), std::runtime_error);
+  EXPECT_THROW(raw.exec("UPDATE runs SET peak_flops = -1"), std::runtime_error);
+}
+
 // --- sweeps and runs ---------------------------------------------------------------------------
 
 TEST_F(StoreTest, EnsureSweepIsIdempotentAndUpdatesText) {

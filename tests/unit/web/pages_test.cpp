@@ -101,7 +101,7 @@ class PagesTest : public app::AppTest {
     run_ = add_run(grid);
     Epoch e;
     e.metrics["acc1"] = 0.5;
-    e.scale_events = {{0, 65536, "init"}, {5, 32768, "overflow"}};
+    e.scale_events = {{0, 65536, ScaleReason::kInit}, {5, 32768, ScaleReason::kOverflow}};
     add_epoch(run_, 0, e);
     e.metrics["acc1"] = 0.625;
     e.scale_events.clear();
@@ -153,10 +153,10 @@ TEST_F(PagesTest, ARunPageNamesItsDiagnosedModulesAndATunePageDrawsItsTree) {
   d.batches = 1;
   for (int seq = 0; seq < 3; ++seq) {
     store::DiagnosticRow r;
-    r.kind = "forward";
+    r.kind = store::DiagnosticKind::kForward;
     r.seq = seq;
     r.module = seq == 1 ? "layer1.0.conv2" : "m" + std::to_string(seq);
-    r.dtype = "fp16";
+    r.dtype = TensorDtype::kFp16;
     r.numel = 8;
     r.cosine = seq == 1 ? 0.5 : 1.0;
     d.rows.push_back(r);
