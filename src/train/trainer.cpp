@@ -271,7 +271,7 @@ void RunTraining::record_work() {
   // What the arithmetic runs in: the low precision when native, fp32 when emulated (which
   // computes in fp32 and rounds) or O0.
   request.precision = policy.low_precision() && policy.backend == amp::Backend::kNative
-                          ? amp::to_string(policy.dtype)
+                          ? to_string(policy.dtype)
                           : "fp32";
   request.given = options_.peak_flops;
   request.given_by = options_.peak_flops_by;
