@@ -83,14 +83,21 @@ void write_comparison_table(const CompareTable& table, std::ostream& html) {
 namespace {
 
 // One node of the tune tree, without its children.
-void tune_node(const TuneNode& node, std::ostream& html) {
+void tune_node(const TuneNode& node, const std::string& run_link, std::ostream& html) {
   html << "<li>";
   if (!node.move.empty()) {
     html << "<span class=\"move\" title=\"" << html_escape(node.reason) << "\">round " << node.round
          << ": " << html_escape(node.move) << "</span> &rarr; ";
   }
   html << "<span class=\"node " << html_escape(node.outcome) << (node.answer ? " answer" : "")
-       << "\">" << html_escape(node.run) << " " << html_escape(node.outcome);
+       << "\">";
+  if (run_link.empty()) {
+    html << html_escape(node.run);
+  } else {
+    html << "<a href=\"" << html_escape(run_link + std::to_string(node.run_id)) << "\">"
+         << html_escape(node.run) << "</a>";
+  }
+  html << " " << html_escape(node.outcome);
   if (std::isfinite(node.value)) html << " " << significant(node.value, 4);
   if (node.answer) html << " (answer)";
   html << "</span>";
@@ -98,16 +105,16 @@ void tune_node(const TuneNode& node, std::ostream& html) {
 
 // The tree as nested lists, depth first with a stack of its own (a chain of 100,000 rounds would
 // overflow the call stack).
-void tune_tree(const TuneTree& tree, std::ostream& html) {
+void tune_tree(const TuneTree& tree, const std::string& run_link, std::ostream& html) {
   std::vector<std::pair<size_t, size_t>> stack{{0, 0}};  // node, next child to write
-  tune_node(tree.nodes[0], html);
+  tune_node(tree.nodes[0], run_link, html);
   while (!stack.empty()) {
     auto& [index, next] = stack.back();
     const std::vector<size_t>& children = tree.nodes[index].children;
     if (next < children.size()) {
       if (next == 0) html << "\n<ul>\n";
       const size_t child = children[next++];
-      tune_node(tree.nodes[child], html);
+      tune_node(tree.nodes[child], run_link, html);
       stack.emplace_back(child, 0);  // (invalidates index and next)
       continue;
     }
@@ -119,7 +126,7 @@ void tune_tree(const TuneTree& tree, std::ostream& html) {
 
 }  // namespace
 
-void write_tune_section(const TuneTree& tree, std::ostream& html) {
+void write_tune_section(const TuneTree& tree, std::ostream& html, const std::string& run_link) {
   html << "<h2>Tune search</h2>\n<p>" << html_escape(tree.status) << ": " << html_escape(tree.note)
        << ". Metric <b>" << html_escape(tree.metric) << "</b>; reference "
        << html_escape(tree.reference) << " "
@@ -130,7 +137,7 @@ void write_tune_section(const TuneTree& tree, std::ostream& html) {
   }
   html << ". Each edge is a move (hover: why), each node a run coloured by its outcome.</p>\n"
        << "<ul class=\"tree\">\n";
-  tune_tree(tree, html);
+  tune_tree(tree, run_link, html);
   html << "</ul>\n";
   if (!tree.answer_yaml.empty() && tree.status == "answered") {
     html << "<p>The answer, for base:</p>\n<pre>" << html_escape(tree.answer_yaml) << "</pre>\n";

@@ -21,8 +21,9 @@ std::string html_escape(const std::string& text);
 void write_comparison_table(const CompareTable& table, std::ostream& html);
 
 // A tune search: its status and note, the tree of runs (each edge a move, each node coloured by
-// its outcome), the answer's YAML.
-void write_tune_section(const TuneTree& tree, std::ostream& html);
+// its outcome), the answer's YAML. With `run_link` ("/run/"), each run's name links to
+// run_link + its id (the live view's run pages; the static report has none).
+void write_tune_section(const TuneTree& tree, std::ostream& html, const std::string& run_link = "");
 
 // What the comparison table's mfu column is measured against: the peaks of the runs
 // (ReportModel::peaks); nothing when no run recorded one.

@@ -187,7 +187,7 @@ std::string tune_part(const store::Store& store, const std::string& sweep) {
     html << "<p class=\"note\">This sweep has no tune search (amptune tune).</p>\n";
     return html.str();
   }
-  app::write_tune_section(*model.tune, html);
+  app::write_tune_section(*model.tune, html, "/run/");
   LinePlot plot{"tune_curves", model.tune->metric + " of the reference, start and answer", "epoch",
                 model.tune->metric};
   plot.series = plot_series(model.tune->curves);

@@ -195,7 +195,10 @@ TEST_F(PagesTest, ARunPageNamesItsDiagnosedModulesAndATunePageDrawsItsTree) {
   EXPECT_NE(tune.body.find("<ul class=\"tree\">"), std::string::npos) << tune.body;
   EXPECT_NE(tune.body.find("round 1: loss_scale"), std::string::npos) << tune.body;
   EXPECT_NE(tune.body.find("title=\"overflow &lt;in conv1&gt;\""), std::string::npos);
-  EXPECT_NE(tune.body.find("class=\"node within\""), std::string::npos);
+  EXPECT_NE(
+      tune.body.find("class=\"node within\"><a href=\"/run/" + std::to_string(candidate) + "\">"),
+      std::string::npos)
+      << tune.body;
   EXPECT_NE(get("/sweep/grid").body.find("/sweep/grid/tune\">Tune search: searching</a>"),
             std::string::npos);
 }
