@@ -462,8 +462,14 @@ bool train_schedule(store::Store& store, const Schedule& schedule, const SweepOp
         continue;
       }
       const Settings settings = settings_of(run, run.name);
+      // The turn was decided on `run` as read: claimed only while it has the same epochs (else
+      // another process trained it meanwhile, and the next pass decides again).
       if (!store.claim_run(run.id, provenance(options, settings), options.stale_after,
-                           options.retry_failed)) {
+                           options.retry_failed, false, run.epochs_done)) {
+        if (store.find_run(run.id)->epochs_done != run.epochs_done) {
+          waiting = true;
+          continue;
+        }
         if (reported.insert(run.id).second) {
           log::info("run " + run.name + " is being trained by " + holder_text(run) +
                     "; waiting (taken over when that process is gone, or, on another host, "

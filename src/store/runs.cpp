@@ -565,7 +565,7 @@ void Store::mark_running(int64_t run_id, const Provenance& provenance) {
 }
 
 bool Store::claim_run(int64_t run_id, const Provenance& provenance, double stale_after_seconds,
-                      bool retry_failed, bool continue_pruned) {
+                      bool retry_failed, bool continue_pruned, std::optional<int> epochs_seen) {
   const std::string action = "claiming run " + std::to_string(run_id);
   // In an IMMEDIATE transaction no other writer can interleave between the read and the write.
   return guarded_write(path_, db_, action, [&] {
@@ -583,6 +583,11 @@ bool Store::claim_run(int64_t run_id, const Provenance& provenance, double stale
                       std::chrono::duration<double>(std::max(0.0, stale_after_seconds)));
         claimable = h.heartbeat_at < detail::iso_utc(stale);
       }
+    }
+    if (claimable && epochs_seen) {
+      claimable = sql::query_one<int64_t>(
+                      db_, "SELECT COALESCE(MAX(epoch) + 1, 0) FROM epochs WHERE run_id = ?",
+                      run_id) == *epochs_seen;
     }
     if (!claimable) return false;
     mark_running_by_this_process(db_, detail::iso_utc(now), run_id, provenance);

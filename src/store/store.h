@@ -97,8 +97,13 @@ class Store {
   // reclaimed run keeps started_at; message and finished_at are cleared. Throws StoreError when
   // no run has that id.
   // A pruned run is claimable only with `continue_pruned` (the prune rule lets it continue).
+  // With `epochs_seen`, only while the run still has that many epochs recorded: a caller that
+  // decided to train the run from a row read before (the runner's turn) does not win a run that
+  // another process trained meanwhile and put back (stopped at --stop-after-epoch); it reads
+  // the run again and decides on what it holds now.
   bool claim_run(int64_t run_id, const Provenance& provenance, double stale_after_seconds,
-                 bool retry_failed = false, bool continue_pruned = false);
+                 bool retry_failed = false, bool continue_pruned = false,
+                 std::optional<int> epochs_seen = std::nullopt);
   // The run's training FLOPs per sample and the peak of the devices that train it (RunWork;
   // migration 19), replacing what an earlier start wrote; figures <= 0 and empty texts are stored
   // as NULL. ClaimLostError when another process holds the run.

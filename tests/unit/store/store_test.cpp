@@ -632,6 +632,22 @@ TEST_F(StoreTest, ClaimOfAGoneProcessOnThisMachineIsStaleAtOnce) {
   EXPECT_TRUE(store.claim_run(id, provenance("c"), 3600));
 }
 
+// The runner decides a run's turn on a row, then claims it: a run another worker trained and put
+// back meanwhile (stopped at --stop-after-epoch) is not won on the stale decision.
+TEST_F(StoreTest, AClaimOnARowReadBeforeAnotherWorkerTrainedTheRunFails) {
+  Store store(db_path());
+  const int64_t id = store.ensure_run(store.ensure_sweep("s", "", "", ""), spec("s", 0, "a")).id;
+  const RunRow seen = *store.find_run(id);                      // pending, no epoch: "train it"
+  ASSERT_TRUE(store.claim_run(id, provenance("other"), 3600));  // another worker's turn
+  store.record_epoch(epoch_record(id, 0, {{"acc1", 0.5}}));
+  store.release_run(id, "stopped after epoch 0 (--stop-after-epoch)");
+  EXPECT_FALSE(store.claim_run(id, provenance("late"), 3600, false, false, seen.epochs_done));
+  const RunRow now = *store.find_run(id);
+  EXPECT_EQ(now.status, RunStatus::kPending);
+  EXPECT_EQ(now.message, "stopped after epoch 0 (--stop-after-epoch)");  // untouched
+  EXPECT_TRUE(store.claim_run(id, provenance("late"), 3600, false, false, now.epochs_done));
+}
+
 TEST_F(StoreTest, OnlyTheHolderWritesARun) {
   const std::string path = db_path();
   Store store(path);
