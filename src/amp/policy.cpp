@@ -13,12 +13,10 @@
 namespace amptune::amp {
 namespace {
 
-// "auto" -> nullopt, "true"/"false" -> the bool.
-std::optional<bool> tri_state(const std::string& v, const std::string& key) {
-  if (v == "auto") return std::nullopt;
-  if (v == "true") return true;
-  if (v == "false") return false;
-  throw ConfigError(key + " must be auto, true or false, got \"" + v + "\"");
+// The flag as set; unset for auto (the opt level's default, resolve_policy's table).
+std::optional<bool> flag(AutoBool v) {
+  if (v == AutoBool::kAuto) return std::nullopt;
+  return v == AutoBool::kTrue;
 }
 
 }  // namespace
@@ -142,8 +140,8 @@ Policy resolve_policy(const AmpSettings& amp, bool device_is_cuda, const CpuCaps
   p.dtype = amp.dtype;
   p.on_cuda = device_is_cuda;
   const std::string level = to_string(p.opt_level);
-  const auto keep_bn = tri_state(amp.keep_batchnorm_fp32, "amp.keep_batchnorm_fp32");
-  const auto masters = tri_state(amp.master_weights, "amp.master_weights");
+  const auto keep_bn = flag(amp.keep_batchnorm_fp32);
+  const auto masters = flag(amp.master_weights);
 
   // apex's property table.
   switch (p.opt_level) {
@@ -183,10 +181,10 @@ Policy resolve_policy(const AmpSettings& amp, bool device_is_cuda, const CpuCaps
   }
 
   // Loss scale: auto = the level's default.
-  if (amp.loss_scale.word == "auto") {
+  if (amp.loss_scale.word == LossScaleWord::kAuto) {
     p.dynamic_scale = p.opt_level == OptLevel::kO1 || p.opt_level == OptLevel::kO2;
-  } else if (!amp.loss_scale.word.empty()) {
-    p.dynamic_scale = true;  // "dynamic" (also -1)
+  } else if (amp.loss_scale.word == LossScaleWord::kDynamic) {
+    p.dynamic_scale = true;  // also -1
   } else {
     p.dynamic_scale = false;
     p.static_scale = amp.loss_scale.value;
@@ -211,11 +209,13 @@ std::vector<std::pair<std::string, std::string>> opt_level_change(const AmpSetti
                                                                   OptLevel to) {
   std::vector<std::pair<std::string, std::string>> change{{"amp.opt_level", to_string(to)}};
   // The refusals of resolve_policy's property table.
-  auto refused = [&](const std::string& value) {
-    return (to == OptLevel::kO1 && value != "auto") || (to == OptLevel::kO0 && value == "true");
+  auto refused = [&](AutoBool value) {
+    return (to == OptLevel::kO1 && value != AutoBool::kAuto) ||
+           (to == OptLevel::kO0 && value == AutoBool::kTrue);
   };
-  if (refused(amp.keep_batchnorm_fp32)) change.emplace_back("amp.keep_batchnorm_fp32", "auto");
-  if (refused(amp.master_weights)) change.emplace_back("amp.master_weights", "auto");
+  const std::string automatic = to_string(AutoBool::kAuto);
+  if (refused(amp.keep_batchnorm_fp32)) change.emplace_back("amp.keep_batchnorm_fp32", automatic);
+  if (refused(amp.master_weights)) change.emplace_back("amp.master_weights", automatic);
   return change;
 }
 

@@ -111,8 +111,9 @@ Setting setting_of(const Config& config) {
 }
 
 std::string scale_text(const Setting& s) {
-  return s.amp.loss_scale.word == "auto" ? "auto (static " + s.policy.loss_scale_text() + ")"
-                                         : s.policy.loss_scale_text();
+  return s.amp.loss_scale.word == LossScaleWord::kAuto
+             ? "auto (static " + s.policy.loss_scale_text() + ")"
+             : s.policy.loss_scale_text();
 }
 
 bool allowed_move(const std::vector<std::string>& allowed, const std::string& move) {

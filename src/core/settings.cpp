@@ -8,6 +8,15 @@
 namespace amptune {
 namespace {
 
+// `text`, the value of `key`, as `parse` reads it (core/words.h). The config has checked the
+// word against the key's choices; a word the schema allows and `parse` lacks is named here.
+template <class Parse>
+auto word_of(const std::string& key, const std::string& text, Parse parse) {
+  const auto value = parse(text);
+  if (!value) throw ConfigError(key + ": no value for the word '" + text + "'");
+  return *value;
+}
+
 // Config's typed getters for one section, noting every key it reads.
 class Reader {
  public:
@@ -28,21 +37,17 @@ class Reader {
   std::vector<std::string> get_string_list(const std::string& key) {
     return note(key).get_string_list(key);
   }
-  // A string key of fixed words as `parse` reads it (core/words.h). The config has checked the
-  // word against the key's choices; a word the schema allows and `parse` lacks is named here.
+  // A string key of fixed words as `parse` reads it (core/words.h).
   template <class Parse>
   auto get_word(const std::string& key, Parse parse) {
-    const std::string text = get_string(key);
-    const auto value = parse(text);
-    if (!value) throw ConfigError(key + ": no value for the word '" + text + "'");
-    return *value;
+    return word_of(key, get_string(key), parse);
   }
   // A loss_scale key: a word ("auto", "dynamic") or a number.
   LossScale get_loss_scale(const std::string& key) {
     const nlohmann::json& v = note(key).at(key);
     LossScale out;
     if (v.is_string()) {
-      out.word = v.get<std::string>();
+      out.word = word_of(key, v.get<std::string>(), parse_loss_scale_word);
     } else {
       out.value = v.get<double>();
     }
@@ -67,18 +72,18 @@ ModelSettings read_model(Reader& in) {
   s.in_channels = in.get_int("model.in_channels");
   s.width = in.get_double("model.width");
   s.small_input = in.get_bool("model.small_input");
-  s.memory_format = in.get_string("model.memory_format");
+  s.memory_format = in.get_word("model.memory_format", parse_memory_format);
   s.weights = in.get_string("model.weights");
   s.backbone_depth = in.get_int("model.backbone_depth");
   s.backbone_weights = in.get_string("model.backbone_weights");
   s.path = in.get_string("model.path");
-  s.task = in.get_string("model.task");
+  s.task = in.get_word("model.task", parse_model_task);
   return s;
 }
 
 DataSettings read_data(Reader& in) {
   DataSettings s;
-  s.format = in.get_string("data.format");
+  s.format = in.get_word("data.format", parse_data_format);
   s.root = in.get_string("data.root");
   s.train_split = in.get_string("data.train_split");
   s.val_split = in.get_string("data.val_split");
@@ -97,7 +102,7 @@ DataSettings read_data(Reader& in) {
 
 OptimSettings read_optim(Reader& in) {
   OptimSettings s;
-  s.name = in.get_string("optim.name");
+  s.name = in.get_word("optim.name", parse_optimizer_name);
   s.lr = in.get_double("optim.lr");
   s.momentum = in.get_double("optim.momentum");
   s.nesterov = in.get_bool("optim.nesterov");
@@ -112,7 +117,7 @@ ScheduleSettings read_schedule(Reader& in) {
   ScheduleSettings s;
   s.epochs = in.get_int("schedule.epochs");
   s.eval_initial = in.get_bool("schedule.eval_initial");
-  s.lr_policy = in.get_string("schedule.lr_policy");
+  s.lr_policy = in.get_word("schedule.lr_policy", parse_lr_policy);
   s.lr_dec_epoch = in.get_int_list("schedule.lr_dec_epoch");
   s.lr_dec_factor = in.get_double("schedule.lr_dec_factor");
   s.warmup_epochs = in.get_double("schedule.warmup_epochs");
@@ -140,8 +145,8 @@ AmpSettings read_amp(Reader& in) {
   s.min_loss_scale = in.get_double("amp.min_loss_scale");
   s.max_loss_scale = in.get_double("amp.max_loss_scale");
   s.growth_interval = in.get_int("amp.growth_interval");
-  s.keep_batchnorm_fp32 = in.get_string("amp.keep_batchnorm_fp32");
-  s.master_weights = in.get_string("amp.master_weights");
+  s.keep_batchnorm_fp32 = in.get_word("amp.keep_batchnorm_fp32", parse_auto_bool);
+  s.master_weights = in.get_word("amp.master_weights", parse_auto_bool);
   s.combine_grad = in.get_bool("amp.combine_grad");
   s.fp32_modules = in.get_string_list("amp.fp32_modules");
   s.backend = in.get_word("amp.backend", parse_amp_backend);
@@ -187,7 +192,7 @@ Settings Settings::from(const Config& config, std::vector<KeyRead>* reads) {
   in.section("top-level");
   s.seed = in.get_int("seed");
   s.threads = in.get_int("threads");
-  s.device = in.get_string("device");
+  s.device = in.get_word("device", parse_device_choice);
   s.model = read_model(in.section("model"));
   s.data = read_data(in.section("data"));
   s.optim = read_optim(in.section("optim"));

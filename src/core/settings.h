@@ -8,14 +8,17 @@
 // its key's last part and has the C++ type of the key's schema type (int: int64_t, float:
 // double, bool, string, *_list: std::vector). Values are the config's, already checked against
 // the schema by Config (types, choices, bounds); the fields carry no defaults of their own. A
-// key with a fixed set of words whose value other layers switch on is an enum class of
-// core/words.h (amp.opt_level, amp.dtype, amp.backend, dist.backend).
+// key with a fixed set of words is an enum class of core/words.h (device, model.memory_format,
+// model.task, data.format, optim.name, schedule.lr_policy, amp.opt_level, amp.dtype,
+// amp.keep_batchnorm_fp32, amp.master_weights, amp.backend, dist.backend; amp.loss_scale's
+// words); a word is printed or stored through to_string.
 // Cross-key checks stay where they are (amp::resolve_policy, train/plan.h validate_config).
 // tests/unit/core/schema_sync_test.cpp proves that Settings::from reads every schema key
 // exactly once, so a key added to the schema needs its field here. No torch in this header.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,16 +34,16 @@ struct ModelSettings {
   int64_t in_channels = 0;
   double width = 0;
   bool small_input = false;
-  std::string memory_format;     // auto | channels_last | contiguous
+  MemoryFormat memory_format = MemoryFormat::kAuto;  // what it resolves to: train/tasks.cpp
   std::string weights;           // path of a state dict; "" = random init
   int64_t backbone_depth = 0;    // rootnet
   std::string backbone_weights;  // rootnet; "" = random init
   std::string path;              // torchscript: the TorchScript file
-  std::string task;              // torchscript: classification | custom
+  ModelTask task = ModelTask::kClassification;  // torchscript
 };
 
 struct DataSettings {
-  std::string format;  // imagefolder | idx | rootnet
+  DataFormat format = DataFormat::kImageFolder;
   std::string root;
   std::string train_split;
   std::string val_split;
@@ -57,7 +60,7 @@ struct DataSettings {
 };
 
 struct OptimSettings {
-  std::string name;  // sgd | adam
+  OptimizerName name = OptimizerName::kSgd;
   double lr = 0;
   double momentum = 0;
   bool nesterov = false;
@@ -70,7 +73,7 @@ struct OptimSettings {
 struct ScheduleSettings {
   int64_t epochs = 0;  // 0 = evaluation only
   bool eval_initial = false;
-  std::string lr_policy;
+  LrPolicy lr_policy = LrPolicy::kStep;
   std::vector<int64_t> lr_dec_epoch;
   double lr_dec_factor = 0;
   double warmup_epochs = 0;
@@ -97,8 +100,8 @@ struct ProfileSettings {
 
 // amp.loss_scale: a word (auto, dynamic; -1 is stored as dynamic) or a static scale.
 struct LossScale {
-  std::string word;  // "auto" or "dynamic"; "" when static
-  double value = 0;  // the static scale when word is ""
+  std::optional<LossScaleWord> word;  // unset when static
+  double value = 0;                   // the static scale when word is unset
 };
 
 struct AmpSettings {
@@ -108,8 +111,8 @@ struct AmpSettings {
   double min_loss_scale = 0;
   double max_loss_scale = 0;
   int64_t growth_interval = 0;
-  std::string keep_batchnorm_fp32;  // auto | true | false
-  std::string master_weights;       // auto | true | false
+  AutoBool keep_batchnorm_fp32 = AutoBool::kAuto;  // what auto means: amp/policy.h
+  AutoBool master_weights = AutoBool::kAuto;
   bool combine_grad = false;
   std::vector<std::string> fp32_modules;  // globs over module names
   AmpBackend backend = AmpBackend::kAuto;
@@ -155,7 +158,7 @@ struct KeyRead {
 struct Settings {
   int64_t seed = 0;
   int64_t threads = 0;  // 0 = number of cores
-  std::string device;   // auto | cpu | cuda
+  DeviceChoice device = DeviceChoice::kAuto;  // which auto picks: train/session.h
   ModelSettings model;
   DataSettings data;
   OptimSettings optim;

@@ -13,6 +13,25 @@ const NameTable<AmpBackend, 3> kAmpBackend = {{{AmpBackend::kAuto, "auto"},
                                                {AmpBackend::kEmulate, "emulate"}}};
 const NameTable<DistBackend, 3> kDistBackend = {
     {{DistBackend::kAuto, "auto"}, {DistBackend::kGloo, "gloo"}, {DistBackend::kNccl, "nccl"}}};
+const NameTable<DeviceChoice, 3> kDeviceChoice = {
+    {{DeviceChoice::kAuto, "auto"}, {DeviceChoice::kCpu, "cpu"}, {DeviceChoice::kCuda, "cuda"}}};
+const NameTable<MemoryFormat, 3> kMemoryFormat = {{{MemoryFormat::kAuto, "auto"},
+                                                   {MemoryFormat::kChannelsLast, "channels_last"},
+                                                   {MemoryFormat::kContiguous, "contiguous"}}};
+const NameTable<ModelTask, 2> kModelTask = {
+    {{ModelTask::kClassification, "classification"}, {ModelTask::kCustom, "custom"}}};
+const NameTable<DataFormat, 4> kDataFormat = {{{DataFormat::kImageFolder, "imagefolder"},
+                                               {DataFormat::kIdx, "idx"},
+                                               {DataFormat::kRootNet, "rootnet"},
+                                               {DataFormat::kTensors, "tensors"}}};
+const NameTable<OptimizerName, 2> kOptimizerName = {
+    {{OptimizerName::kSgd, "sgd"}, {OptimizerName::kAdam, "adam"}}};
+const NameTable<LrPolicy, 2> kLrPolicy = {
+    {{LrPolicy::kStep, "step"}, {LrPolicy::kCosine, "cosine"}}};
+const NameTable<AutoBool, 3> kAutoBool = {
+    {{AutoBool::kAuto, "auto"}, {AutoBool::kTrue, "true"}, {AutoBool::kFalse, "false"}}};
+const NameTable<LossScaleWord, 2> kLossScaleWord = {
+    {{LossScaleWord::kAuto, "auto"}, {LossScaleWord::kDynamic, "dynamic"}}};
 const NameTable<PruneRule, 3> kPruneRule = {
     {{PruneRule::kNone, "none"}, {PruneRule::kAsha, "asha"}, {PruneRule::kMedian, "median"}}};
 const NameTable<ScaleReason, 3> kScaleReason = {{{ScaleReason::kInit, "init"},
@@ -29,6 +48,14 @@ std::string to_string(OptLevel value) { return name_in(kOptLevel, value); }
 std::string to_string(Dtype value) { return name_in(kDtype, value); }
 std::string to_string(AmpBackend value) { return name_in(kAmpBackend, value); }
 std::string to_string(DistBackend value) { return name_in(kDistBackend, value); }
+std::string to_string(DeviceChoice value) { return name_in(kDeviceChoice, value); }
+std::string to_string(MemoryFormat value) { return name_in(kMemoryFormat, value); }
+std::string to_string(ModelTask value) { return name_in(kModelTask, value); }
+std::string to_string(DataFormat value) { return name_in(kDataFormat, value); }
+std::string to_string(OptimizerName value) { return name_in(kOptimizerName, value); }
+std::string to_string(LrPolicy value) { return name_in(kLrPolicy, value); }
+std::string to_string(AutoBool value) { return name_in(kAutoBool, value); }
+std::string to_string(LossScaleWord value) { return name_in(kLossScaleWord, value); }
 std::string to_string(PruneRule value) { return name_in(kPruneRule, value); }
 std::string to_string(ScaleReason value) { return name_in(kScaleReason, value); }
 std::string to_string(TensorDtype value) { return name_in(kTensorDtype, value); }
@@ -41,6 +68,30 @@ std::optional<AmpBackend> parse_amp_backend(const std::string& text) {
 }
 std::optional<DistBackend> parse_dist_backend(const std::string& text) {
   return value_in(kDistBackend, text);
+}
+std::optional<DeviceChoice> parse_device_choice(const std::string& text) {
+  return value_in(kDeviceChoice, text);
+}
+std::optional<MemoryFormat> parse_memory_format(const std::string& text) {
+  return value_in(kMemoryFormat, text);
+}
+std::optional<ModelTask> parse_model_task(const std::string& text) {
+  return value_in(kModelTask, text);
+}
+std::optional<DataFormat> parse_data_format(const std::string& text) {
+  return value_in(kDataFormat, text);
+}
+std::optional<OptimizerName> parse_optimizer_name(const std::string& text) {
+  return value_in(kOptimizerName, text);
+}
+std::optional<LrPolicy> parse_lr_policy(const std::string& text) {
+  return value_in(kLrPolicy, text);
+}
+std::optional<AutoBool> parse_auto_bool(const std::string& text) {
+  return value_in(kAutoBool, text);
+}
+std::optional<LossScaleWord> parse_loss_scale_word(const std::string& text) {
+  return value_in(kLossScaleWord, text);
 }
 std::optional<PruneRule> parse_prune_rule(const std::string& text) {
   return value_in(kPruneRule, text);

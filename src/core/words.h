@@ -1,7 +1,9 @@
 // The enum-like words that more than one layer reads or writes, each an enum class with one
-// table of its names (words.cpp): the config's amp.opt_level, amp.dtype, amp.backend,
-// dist.backend and prune.rule, and two columns of the results database (why the loss scale
-// changed; the type of a diagnosed tensor).
+// table of its names (words.cpp): every config key of fixed words that the typed settings hold
+// (core/settings.h: device, model.memory_format, model.task, data.format, optim.name,
+// schedule.lr_policy, amp.opt_level, amp.dtype, amp.backend, amp.keep_batchnorm_fp32 and
+// amp.master_weights, amp.loss_scale's words, dist.backend) and prune.rule, and two columns of
+// the results database (why the loss scale changed; the type of a diagnosed tensor).
 //
 //   const std::optional<OptLevel> level = parse_opt_level("O2");   // unset for "o2", "O4"
 //   runs.opt_level = to_string(*level);                            // "O2"
@@ -26,6 +28,17 @@ enum class OptLevel { kO0, kO1, kO2, kO3 };          // amp.opt_level: O0 | O1 |
 enum class Dtype { kFp16, kBf16 };                   // amp.dtype: the low precision of O1-O3
 enum class AmpBackend { kAuto, kNative, kEmulate };  // amp.backend as set (amp::Backend: as run)
 enum class DistBackend { kAuto, kGloo, kNccl };      // dist.backend
+enum class DeviceChoice { kAuto, kCpu, kCuda };      // device as set (torch::Device: as run)
+enum class MemoryFormat { kAuto, kChannelsLast, kContiguous };     // model.memory_format
+enum class ModelTask { kClassification, kCustom };                 // model.task (torchscript)
+enum class DataFormat { kImageFolder, kIdx, kRootNet, kTensors };  // data.format
+enum class OptimizerName { kSgd, kAdam };                          // optim.name
+enum class LrPolicy { kStep, kCosine };                            // schedule.lr_policy
+// amp.keep_batchnorm_fp32, amp.master_weights: a flag, or auto = the opt level's default.
+enum class AutoBool { kAuto, kTrue, kFalse };
+// The words of amp.loss_scale (auto = the opt level's default); a static scale is a number
+// (core/settings.h LossScale).
+enum class LossScaleWord { kAuto, kDynamic };
 enum class PruneRule { kNone, kAsha, kMedian };      // prune.rule; prune_decisions.rule
 // loss_scale_events.reason: the scale a run started with (init), halved after an overflow,
 // doubled after amp.growth_interval steps without one (growth).
@@ -38,6 +51,14 @@ std::string to_string(OptLevel value);     // "O0" .. "O3"
 std::string to_string(Dtype value);        // "fp16" | "bf16"
 std::string to_string(AmpBackend value);   // "auto" | "native" | "emulate"
 std::string to_string(DistBackend value);  // "auto" | "gloo" | "nccl"
+std::string to_string(DeviceChoice value);   // "auto" | "cpu" | "cuda"
+std::string to_string(MemoryFormat value);   // "auto" | "channels_last" | "contiguous"
+std::string to_string(ModelTask value);      // "classification" | "custom"
+std::string to_string(DataFormat value);     // "imagefolder" | "idx" | "rootnet" | "tensors"
+std::string to_string(OptimizerName value);  // "sgd" | "adam"
+std::string to_string(LrPolicy value);       // "step" | "cosine"
+std::string to_string(AutoBool value);       // "auto" | "true" | "false"
+std::string to_string(LossScaleWord value);  // "auto" | "dynamic"
 std::string to_string(PruneRule value);    // "none" | "asha" | "median"
 std::string to_string(ScaleReason value);  // "init" | "overflow" | "growth"
 std::string to_string(TensorDtype value);  // "fp16" | "bf16" | "fp32" | "int32"
@@ -45,6 +66,14 @@ std::optional<OptLevel> parse_opt_level(const std::string& text);
 std::optional<Dtype> parse_dtype(const std::string& text);
 std::optional<AmpBackend> parse_amp_backend(const std::string& text);
 std::optional<DistBackend> parse_dist_backend(const std::string& text);
+std::optional<DeviceChoice> parse_device_choice(const std::string& text);
+std::optional<MemoryFormat> parse_memory_format(const std::string& text);
+std::optional<ModelTask> parse_model_task(const std::string& text);
+std::optional<DataFormat> parse_data_format(const std::string& text);
+std::optional<OptimizerName> parse_optimizer_name(const std::string& text);
+std::optional<LrPolicy> parse_lr_policy(const std::string& text);
+std::optional<AutoBool> parse_auto_bool(const std::string& text);
+std::optional<LossScaleWord> parse_loss_scale_word(const std::string& text);
 std::optional<PruneRule> parse_prune_rule(const std::string& text);
 std::optional<ScaleReason> parse_scale_reason(const std::string& text);
 std::optional<TensorDtype> parse_tensor_dtype(const std::string& text);

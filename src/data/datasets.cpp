@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <mutex>
 #include <set>
+#include <stdexcept>
 
 #include <torch/torch.h>
 
@@ -274,15 +275,20 @@ std::shared_ptr<Dataset> make_imagefolder_dataset(const std::string& root,
 
 std::shared_ptr<Dataset> make_dataset(const DataSettings& data, const RootNetSettings& rootnet,
                                       int64_t in_channels, Split split) {
-  const std::string& format = data.format;
   const std::string& name = split == Split::kTrain ? data.train_split : data.val_split;
-  if (format == "tensors") return make_tensors_dataset(data.root, name);  // no transform
-  const TransformOptions options = transform_options(data, in_channels);
-  if (format == "idx") return make_idx_dataset(data.root, name, options);
-  if (format == "imagefolder") return make_imagefolder_dataset(data.root, name, options);
-  if (format == "rootnet") return make_rootnet_dataset(data, rootnet, split);
-  throw ConfigError("data.format '" + format +
-                    "' is not supported; use imagefolder, idx, rootnet or tensors");
+  if (data.format == DataFormat::kTensors) return make_tensors_dataset(data.root, name);
+  const TransformOptions options = transform_options(data, in_channels);  // tensors: none
+  switch (data.format) {
+    case DataFormat::kIdx:
+      return make_idx_dataset(data.root, name, options);
+    case DataFormat::kImageFolder:
+      return make_imagefolder_dataset(data.root, name, options);
+    case DataFormat::kRootNet:
+      return make_rootnet_dataset(data, rootnet, split);
+    case DataFormat::kTensors:
+      break;  // above
+  }
+  throw std::logic_error("data.format " + to_string(data.format) + " has no data set");
 }
 
 }  // namespace amptune::data

@@ -18,10 +18,9 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimSettings& opt
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimSettings& optim,
                                                         std::vector<torch::Tensor> params,
                                                         bool fused) {
-  const std::string& name = optim.name;
   const double lr = optim.lr;
   const double wd = optim.weight_decay;
-  if (name == "adam") {
+  if (optim.name == OptimizerName::kAdam) {
     const auto& betas = optim.betas;
     if (betas.size() != 2) {
       throw ConfigError("optim.betas must hold two values, got " + std::to_string(betas.size()));

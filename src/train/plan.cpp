@@ -63,11 +63,12 @@ void check_fp32_modules(const Config& config, const Settings& s) {
 std::map<std::string, std::string> columns_of(const Settings& s) {
   auto info = model_info(s);
   const amp::Policy policy = amp::resolve_policy(
-      s.amp, s.device == "cuda" || (s.device == "auto" && torch::cuda::is_available()));
+      s.amp, s.device == DeviceChoice::kCuda ||
+                 (s.device == DeviceChoice::kAuto && torch::cuda::is_available()));
   return {
       {"model", nlohmann::json(s.model.name).dump()},
-      {"dataset", nlohmann::json(s.data.format + ":" + s.data.root).dump()},
-      {"optimizer", nlohmann::json(s.optim.name).dump()},
+      {"dataset", nlohmann::json(to_string(s.data.format) + ":" + s.data.root).dump()},
+      {"optimizer", nlohmann::json(to_string(s.optim.name)).dump()},
       {"lr", nlohmann::json(s.optim.lr).dump()},
       {"batch_size", nlohmann::json(s.data.batch_size).dump()},
       {"epochs", nlohmann::json(s.schedule.epochs).dump()},
@@ -98,13 +99,19 @@ std::map<std::string, std::string> validated_columns(const Config& config, const
     throw ConfigError("casts.int32: the cast points are fields of RootNet's data path; model " +
                       s.model.name + " has none, so they would change nothing; remove casts.int32");
   }
-  const bool custom = s.model.name == "torchscript" && s.model.task == "custom";
-  if (custom != (s.data.format == "tensors")) {
-    throw ConfigError(custom ? "data.format: model.task custom reads batches of named tensors; "
-                               "set data.format: tensors (docs/DATA.md), not " + s.data.format
-                             : "data.format: tensors holds named tensors, which only a TorchScript "
-                               "model of model.task custom reads (docs/MODELS.md \"Your own "
-                               "model\"); model " + s.model.name + " reads images");
+  const bool custom = s.model.name == "torchscript" && s.model.task == ModelTask::kCustom;
+  const bool tensors = s.data.format == DataFormat::kTensors;
+  if (custom && !tensors) {
+    throw ConfigError(
+        "data.format: model.task custom reads batches of named tensors; set "
+        "data.format: tensors (docs/DATA.md), not " +
+        to_string(s.data.format));
+  }
+  if (tensors && !custom) {
+    throw ConfigError(
+        "data.format: tensors holds named tensors, which only a TorchScript model "
+        "of model.task custom reads (docs/MODELS.md \"Your own model\"); model " +
+        s.model.name + " reads images");
   }
   if (s.dist.sync_bn && s.model.name == "torchscript") {
     throw ConfigError("dist.sync_bn: a TorchScript model's BatchNorm runs the model's own code, "
@@ -195,26 +202,27 @@ std::string data_fingerprint(const Settings& s) {
   auto add = [&](const std::string& what, const std::string& path, bool tree) {
     parts += what + " " + cached_fingerprint(path, tree) + "\n";
   };
-  const std::string& format = s.data.format;
+  const DataFormat format = s.data.format;
   const std::string& root = s.data.root;
   for (const auto& [reads, split_key, split] :
        {std::tuple{trains, "data.train_split", s.data.train_split},
         std::tuple{evaluates, "data.val_split", s.data.val_split}}) {
     if (!reads) continue;
-    if (format == "imagefolder") add(split_key, root + "/" + split, true);
-    if (format == "tensors") {  // each shard whole (a folder's fingerprint samples 64 KiB a file)
+    if (format == DataFormat::kImageFolder) add(split_key, root + "/" + split, true);
+    // tensors: each shard whole (a folder's fingerprint samples 64 KiB a file)
+    if (format == DataFormat::kTensors) {
       for (const std::string& shard : data::tensors_shard_files(root, split)) {
         const std::string name = std::filesystem::path(shard).filename().string();
         add(std::string(split_key) + " " + name, shard, false);
       }
     }
-    if (format == "idx") {
+    if (format == DataFormat::kIdx) {
       for (const char* kind : {"images-idx3", "labels-idx1"}) {
         add(std::string(split_key) + " " + kind, data::find_idx_file(root, split, kind), false);
       }
     }
   }
-  if (format == "rootnet") {
+  if (format == DataFormat::kRootNet) {
     std::vector<std::string> sets;
     if (trains) sets = s.rootnet.train_sets;
     const std::string& test_set = s.rootnet.test_set;
@@ -275,10 +283,10 @@ store::RunSpec plan_fork(const store::RunRow& parent, int epoch,
                      (after.is_string() ? after.get<std::string>() : after.dump());
   }
   const Settings s = Settings::from(config);
-  const std::string parent_optim = Settings::from(parent_config).optim.name;
+  const OptimizerName parent_optim = Settings::from(parent_config).optim.name;
   if (!reset_optimizer && s.optim.name != parent_optim) {
-    throw ConfigError("fork of " + parent.name + ": optim.name changes from " + parent_optim +
-                      " to " + s.optim.name +
+    throw ConfigError("fork of " + parent.name + ": optim.name changes from " +
+                      to_string(parent_optim) + " to " + to_string(s.optim.name) +
                       ", whose state the parent's optimizer cannot give; add --reset-optimizer "
                       "(reset_optimizer: true in a sweep's forks:) to start it fresh");
   }

@@ -21,7 +21,7 @@ double Schedule::lr_at(int64_t epoch, int64_t step, int64_t steps_per_epoch) con
   const double spe = static_cast<double>(steps_per_epoch > 0 ? steps_per_epoch : 1);
   const double position = static_cast<double>(epoch) * spe + static_cast<double>(step);
   double lr = lr0;
-  if (policy == "cosine") {
+  if (policy == LrPolicy::kCosine) {
     const double total = static_cast<double>(epochs) * spe;
     lr = 0.5 * lr0 * (1.0 + std::cos(M_PI * position / total));
   } else {

@@ -3,8 +3,9 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
 #include <vector>
+
+#include "core/words.h"
 
 namespace amptune {
 struct Settings;
@@ -14,7 +15,7 @@ namespace amptune::train {
 
 struct Schedule {
   double lr0 = 0.1;
-  std::string policy = "step";  // step | cosine
+  LrPolicy policy = LrPolicy::kStep;
   std::vector<int64_t> lr_dec_epoch;
   double lr_dec_factor = 10;
   double warmup_epochs = 0;

@@ -27,8 +27,8 @@ namespace amptune::train {
 
 // The device the setting `device` (cpu | cuda | auto) selects. Throws ConfigError for cuda
 // without one.
-inline torch::Device pick_device(const std::string& d) {
-  if (d == "cuda" || (d == "auto" && torch::cuda::is_available())) {
+inline torch::Device pick_device(DeviceChoice d) {
+  if (d == DeviceChoice::kCuda || (d == DeviceChoice::kAuto && torch::cuda::is_available())) {
     if (!torch::cuda::is_available()) {
       throw ConfigError("device is cuda but this LibTorch sees no CUDA device; use device: cpu");
     }

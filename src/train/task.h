@@ -14,6 +14,7 @@
 #include <torch/nn/modules/container/any.h>
 #include <torch/types.h>
 
+#include "core/words.h"
 #include "data/loader.h"
 #include "train/model_info.h"
 
@@ -73,7 +74,7 @@ class Task {
 
  private:
   friend std::unique_ptr<Task> make_task(const Settings& settings);
-  std::string memory_format_setting_ = "auto";  // model.memory_format
+  MemoryFormat memory_format_setting_ = MemoryFormat::kAuto;  // model.memory_format
   torch::MemoryFormat memory_format_ = torch::MemoryFormat::Contiguous;
 };
 

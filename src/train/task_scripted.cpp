@@ -13,7 +13,7 @@
 namespace amptune::train {
 namespace {
 
-bool custom(const Settings& settings) { return settings.model.task == "custom"; }
+bool custom(const Settings& settings) { return settings.model.task == ModelTask::kCustom; }
 
 models::ScriptedModel load_file(const Settings& settings) {
   if (settings.model.path.empty()) {
@@ -49,7 +49,7 @@ std::vector<std::pair<std::string, bool>> directions_of(const Settings& settings
   static std::map<std::string, std::vector<std::pair<std::string, bool>>> cache;
   std::error_code ec;
   const auto mtime = std::filesystem::last_write_time(settings.model.path, ec);
-  const std::string key = settings.model.task + '\n' + settings.model.path + '\n' +
+  const std::string key = to_string(settings.model.task) + '\n' + settings.model.path + '\n' +
                           std::to_string(ec ? 0 : mtime.time_since_epoch().count());
   std::lock_guard<std::mutex> lock(mutex);
   auto it = cache.find(key);

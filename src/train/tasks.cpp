@@ -244,11 +244,11 @@ std::string channels_last_hazard(torch::nn::Module& model) {
 }  // namespace
 
 void Task::place(const torch::Device& device) {
-  bool channels_last = memory_format_setting_ == "channels_last" ||
-                       (memory_format_setting_ == "auto" && device.is_cpu());
+  bool channels_last = memory_format_setting_ == MemoryFormat::kChannelsLast ||
+                       (memory_format_setting_ == MemoryFormat::kAuto && device.is_cpu());
   if (channels_last && device.is_cpu()) {
     const std::string hazard = channels_last_hazard(module());
-    if (!hazard.empty() && memory_format_setting_ == "channels_last") {
+    if (!hazard.empty() && memory_format_setting_ == MemoryFormat::kChannelsLast) {
       throw ConfigError(
           "model.memory_format: channels_last - oneDNN corrupts memory in the "
           "backward of convolution " +

@@ -161,26 +161,30 @@ TEST(CoreSchemaSync, SettingsReadEveryKeyExactlyOnce) {
   EXPECT_EQ(reads.size(), Schema::builtin().keys().size());
   // The values are the config's.
   EXPECT_EQ(settings.schedule.epochs, Config().get_int("schedule.epochs"));
-  EXPECT_EQ(settings.amp.loss_scale.word, "auto");
+  EXPECT_EQ(settings.amp.loss_scale.word, LossScaleWord::kAuto);
   EXPECT_EQ(settings.data.mean, Config().get_double_list("data.mean"));
 }
 
-// The words of `key`'s choices in `schema` that `parse` does not read back to themselves, and
-// the values below `count` whose word is not a choice: a word added to the schema without its
-// value (Settings::from would refuse a valid config), or a value without its word.
+// The words of `key`'s choices in `schema` (and the words its type takes besides, `type_words`)
+// that `parse` does not read back to themselves, and the values below `count` whose word is
+// not one of them: a word added to the schema without its value (Settings::from would refuse a
+// valid config), or a value without its word.
 template <class E, class Parse>
 std::vector<std::string> word_table_problems(const Schema& schema, const std::string& key,
-                                             Parse parse, int count) {
+                                             Parse parse, int count,
+                                             const std::vector<std::string>& type_words = {}) {
   const KeySpec* spec = schema.find(key);
   if (!spec) return {key + " is not in the schema"};
+  std::vector<std::string> words = spec->choices;
+  words.insert(words.end(), type_words.begin(), type_words.end());
   std::vector<std::string> problems;
-  for (const std::string& word : spec->choices) {
+  for (const std::string& word : words) {
     const std::optional<E> value = parse(word);
     if (!value || to_string(*value) != word) problems.push_back(key + ": " + word + " unread");
   }
   for (int i = 0; i < count; ++i) {
     const std::string word = to_string(static_cast<E>(i));
-    if (std::find(spec->choices.begin(), spec->choices.end(), word) == spec->choices.end()) {
+    if (std::find(words.begin(), words.end(), word) == words.end()) {
       problems.push_back(key + ": value " + word + " is not a choice");
     }
   }
@@ -198,6 +202,25 @@ TEST(CoreSchemaSync, WordTablesNameExactlyTheChoicesOfTheirKeys) {
   EXPECT_EQ(word_table_problems<DistBackend>(config, "dist.backend", parse_dist_backend, 3),
             Problems{});
   EXPECT_EQ(word_table_problems<PruneRule>(sweep, "prune.rule", parse_prune_rule, 3), Problems{});
+  EXPECT_EQ(word_table_problems<DeviceChoice>(config, "device", parse_device_choice, 3),
+            Problems{});
+  EXPECT_EQ(
+      word_table_problems<MemoryFormat>(config, "model.memory_format", parse_memory_format, 3),
+      Problems{});
+  EXPECT_EQ(word_table_problems<ModelTask>(config, "model.task", parse_model_task, 2), Problems{});
+  EXPECT_EQ(word_table_problems<DataFormat>(config, "data.format", parse_data_format, 4),
+            Problems{});
+  EXPECT_EQ(word_table_problems<OptimizerName>(config, "optim.name", parse_optimizer_name, 2),
+            Problems{});
+  EXPECT_EQ(word_table_problems<LrPolicy>(config, "schedule.lr_policy", parse_lr_policy, 2),
+            Problems{});
+  for (const char* key : {"amp.keep_batchnorm_fp32", "amp.master_weights"}) {
+    EXPECT_EQ(word_table_problems<AutoBool>(config, key, parse_auto_bool, 3), Problems{});
+  }
+  // "dynamic" is the loss_scale type's own word (core/config.h), not one of the key's choices.
+  EXPECT_EQ(word_table_problems<LossScaleWord>(config, "amp.loss_scale", parse_loss_scale_word, 2,
+                                               {"dynamic"}),
+            Problems{});
   // The check can fail: a word the table lacks, a value the schema lacks.
   EXPECT_EQ(
       word_table_problems<Dtype>(
@@ -216,7 +239,14 @@ TEST(CoreSchemaSync, AWordOutsideTheChoicesIsTheConfigsError) {
        std::vector<std::pair<std::string, std::string>>{{"amp.opt_level", "O4"},
                                                         {"amp.dtype", "fp8"},
                                                         {"amp.backend", "fast"},
-                                                        {"dist.backend", "mpi"}}) {
+                                                        {"dist.backend", "mpi"},
+                                                        {"device", "gpu"},
+                                                        {"model.memory_format", "nhwc"},
+                                                        {"model.task", "regression"},
+                                                        {"data.format", "csv"},
+                                                        {"optim.name", "adamw"},
+                                                        {"schedule.lr_policy", "linear"},
+                                                        {"amp.master_weights", "yes"}}) {
     Config config;
     try {
       config.set_yaml(key, word, SourceLoc{"x.yaml", 3, 5});

@@ -37,7 +37,7 @@ TEST(TrainSchedule, SeveralDecaysCountEntriesUpToTheEpoch) {
 TEST(TrainSchedule, CosineGoesFromLr0TowardsZero) {
   Schedule s;
   s.lr0 = 0.2;
-  s.policy = "cosine";
+  s.policy = LrPolicy::kCosine;
   s.epochs = 2;
   EXPECT_DOUBLE_EQ(s.lr_at(0, 0, 10), 0.2);
   EXPECT_NEAR(s.lr_at(1, 0, 10), 0.1, 1e-12);  // half way
