@@ -119,7 +119,7 @@ std::string index_part(const store::Store& store) {
 
 // --- a sweep ------------------------------------------------------------------------------------
 
-// The report's series of the runs in `only` (all when empty), linked to their run pages.
+// The report's series of the run `only` (every run when 0), linked to their run pages.
 std::vector<PlotSeries> plot_series(const std::vector<app::Series>& all, int64_t only = 0) {
   std::vector<PlotSeries> out;
   for (const auto& series : all) {
