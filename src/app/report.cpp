@@ -304,6 +304,20 @@ void add_tune_tree(const store::Store& store, const RunIndex& runs, const std::s
   model->tune = std::move(tree);
 }
 
+// A run's loss scale per global step (`events` not empty): each change as recorded, then the last
+// scale held until `last_step`, so a constant scale is a line.
+Series scale_series(const store::RunRow& run, const std::vector<store::ScaleEvent>& events,
+                    std::optional<int64_t> last_step) {
+  Series scale{run.id, run_title(run), {}};
+  for (const auto& event : events) {
+    scale.points.emplace_back(static_cast<double>(event.global_step), event.scale);
+  }
+  if (last_step && scale.points.back().first < *last_step) {
+    scale.points.emplace_back(static_cast<double>(*last_step), scale.points.back().second);
+  }
+  return scale;
+}
+
 // Per run, in cell order, at most kMaxPlottedRuns each: the throughput bar, the time bar with
 // its traces, and the loss scale per step. The runs with times or scale events come from one
 // query each (a sweep of 100,000 runs made one query per run).
@@ -326,20 +340,31 @@ void add_run_plots(const store::Store& store, const std::string& sweep,
     if (const auto it = timed.find(run.id); it != timed.end()) add_times(run, it->second, model);
     const auto events = scaled.find(run.id);
     if (events == scaled.end()) continue;
-    Series scale{run.id, run_title(run), {}};
-    for (const auto& event : events->second) {
-      scale.points.emplace_back(static_cast<double>(event.global_step), event.scale);
-    }
-    // Hold the last scale until the last recorded step, so a constant scale is a line.
-    if (t.last_global_step && scale.points.back().first < *t.last_global_step) {
-      scale.points.emplace_back(static_cast<double>(*t.last_global_step),
-                                scale.points.back().second);
-    }
-    model->loss_scale.push_back(std::move(scale));
+    model->loss_scale.push_back(scale_series(run, events->second, t.last_global_step));
   }
 }
 
 }  // namespace
+
+ReportModel build_run_plots(const store::Store& store, const store::RunRow& run) {
+  ReportModel model;
+  model.sweep = run.sweep_name;
+  model.database = store.path();
+  model.runs = 1;
+  model.table.sweep = run.sweep_name;
+  model.table.metric = run.primary_metric;
+  const std::vector<store::RunRow> only{run};
+  const RunIndex index(store, only);  // its ancestors are read as its lineage reaches them
+  lineage_series(store, index, {{run.id, &only[0]}}, &model);
+  if (const auto events = store.scale_events(run.id); !events.empty()) {
+    const auto epochs = store.epochs(run.id);
+    model.loss_scale.push_back(scale_series(
+        run, events,
+        epochs.empty() ? std::nullopt : std::optional<int64_t>(epochs.back().global_step)));
+  }
+  add_module_errors(store, only, &model);
+  return model;
+}
 
 ReportModel build_report(const store::Store& store, const std::string& sweep) {
   ReportModel model;

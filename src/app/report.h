@@ -131,6 +131,13 @@ struct ReportModel {
 // sweep) and StoreError.
 ReportModel build_report(const store::Store& store, const std::string& sweep);
 
+// The plots of one run as build_report has them for the runs it plots (the live view's run
+// page): its metric and train loss along its lineage, its loss scale per step, its newest
+// diagnosis; whatever its place in the sweep (build_report plots the first kMaxPlottedRuns), and
+// without reading the sweep's other runs. The table is empty but for its sweep and metric (the
+// run's primary metric); no tune tree, throughput or time bars. Throws StoreError.
+ReportModel build_run_plots(const store::Store& store, const store::RunRow& run);
+
 struct ReportOutput {
   std::string dir;                  // created (with its parents) when missing
   std::string gnuplot = "gnuplot";  // the program that draws the plots (a name on PATH or a path)

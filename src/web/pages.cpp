@@ -274,7 +274,7 @@ std::string run_summary(const app::RunDetails& details) {
 
 std::string run_part(const store::Store& store, int64_t run_id) {
   const app::RunDetails details = app::show_run(store, std::to_string(run_id));
-  const app::ReportModel model = app::build_report(store, details.run.sweep_name);
+  const app::ReportModel model = app::build_run_plots(store, details.run);
   LinePlot fps{"img_s", "training img/s per epoch", "epoch", "img/s"};
   PlotSeries points{details.run.name, "", {}, details.run.id};
   for (const auto& e : details.epochs) points.points.emplace_back(e.epoch, e.train_fps_mean);

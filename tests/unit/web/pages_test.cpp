@@ -11,6 +11,7 @@
 
 #include "app/inspect.h"
 #include "app/plot_axes.h"
+#include "app/report.h"
 #include "core/error.h"
 #include "unit/app/app_fixture.h"
 #include "web/svg.h"
@@ -201,6 +202,27 @@ TEST_F(PagesTest, ARunPageNamesItsDiagnosedModulesAndATunePageDrawsItsTree) {
       << tune.body;
   EXPECT_NE(get("/sweep/grid").body.find("/sweep/grid/tune\">Tune search: searching</a>"),
             std::string::npos);
+}
+
+// The report plots the first kMaxPlottedRuns runs of a sweep; a run page has its own curves
+// whatever the run's place.
+TEST_F(PagesTest, ARunPastTheReportsPlottedRunsHasItsCurves) {
+  int64_t last = 0;
+  for (int cell = 0; cell <= static_cast<int>(app::kMaxPlottedRuns); ++cell) {
+    Run run;
+    run.cell = cell;
+    run.axes = "{\"seed\":" + std::to_string(cell) + "}";
+    last = add_run(run);
+    Epoch e;
+    e.metrics["acc1"] = 0.25 + cell / 1000.0;
+    e.scale_events = {{0, 1024, ScaleReason::kInit}};
+    add_epoch(last, 0, e);
+  }
+  const Page run = get("/run/" + std::to_string(last));
+  ASSERT_EQ(run.status, 200);
+  EXPECT_NE(run.body.find("epoch 0: 0.31</title>"), std::string::npos) << run.body;
+  EXPECT_NE(run.body.find("global step 10: 1024</title>"), std::string::npos);  // held to its step
+  EXPECT_EQ(run.body.find("no data yet"), std::string::npos);
 }
 
 TEST_F(PagesTest, ValuesFromTheDatabaseAreEscapedEverywhere) {
