@@ -11,10 +11,9 @@ BIN=${1:-build/amptune}
 STEPS=${2:-30}
 THREADS=${3:-2}
 SKIP=5
-DATA=/usr/share/datasets/fashion-mnist
-[ -x "$BIN" ] || { echo "bench-amp: no amptune binary at $BIN (build it: tools/build.sh)" >&2; exit 2; }
-[ -d "$DATA" ] || { echo "bench-amp: $DATA is missing (apt-get install dataset-fashion-mnist)" >&2; exit 2; }
-command -v sqlite3 >/dev/null || { echo "bench-amp: needs the sqlite3 shell (apt-get install sqlite3)" >&2; exit 2; }
+source tools/bench-lib.sh
+DATA=$bench_data
+bench_checks bench-amp "$BIN"
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 cat > "$TMP/bench.yaml" <<YAML

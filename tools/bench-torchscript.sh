@@ -12,10 +12,9 @@ STEPS=${2:-30}
 ROUNDS=${3:-3}
 THREADS=${4:-2}
 SKIP=5
-DATA=/usr/share/datasets/fashion-mnist
-[ -x "$BIN" ] || { echo "bench-torchscript: no amptune binary at $BIN" >&2; exit 2; }
-[ -d "$DATA" ] || { echo "bench-torchscript: $DATA is missing (apt-get install dataset-fashion-mnist)" >&2; exit 2; }
-command -v sqlite3 >/dev/null || { echo "bench-torchscript: needs the sqlite3 shell" >&2; exit 2; }
+source tools/bench-lib.sh
+DATA=$bench_data
+bench_checks bench-torchscript "$BIN"
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 /usr/bin/python3 - "$TMP/resnet18.pt" <<'PY'
