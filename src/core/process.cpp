@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iterator>
 #include <sstream>
+#include <utility>
 
 namespace amptune {
 namespace {
@@ -130,5 +131,37 @@ void request_stop() { g_stop = true; }
 bool stop_requested() { return g_stop; }
 GracefulStop::GracefulStop() { ++g_graceful; }
 GracefulStop::~GracefulStop() { --g_graceful; }
+
+namespace {
+thread_local WorkBound* t_bound = nullptr;
+}  // namespace
+
+WorkBound::WorkBound(std::chrono::steady_clock::time_point deadline,
+                     std::function<bool()> abandoned)
+    : deadline_(deadline), abandoned_(std::move(abandoned)), outer_(t_bound) {
+  t_bound = this;
+}
+WorkBound::~WorkBound() { t_bound = outer_; }
+
+bool work_bound_passed() {
+  WorkBound* b = t_bound;
+  if (b == nullptr) return false;
+  if (b->passed_ != 0) return true;
+  const auto now = std::chrono::steady_clock::now();
+  if (now >= b->deadline_) {
+    b->passed_ = 1;
+  } else if (b->abandoned_ && now >= b->next_ask_) {
+    b->next_ask_ = now + std::chrono::milliseconds(50);
+    if (b->abandoned_()) b->passed_ = 2;
+  }
+  return b->passed_ != 0;
+}
+
+void check_work_bound() {
+  if (!work_bound_passed()) return;
+  const bool timed_out = t_bound->passed_ == 1;
+  throw WorkAbandoned(timed_out, timed_out ? "the work took longer than its time bound"
+                                           : "the work is no longer wanted");
+}
 
 }  // namespace amptune

@@ -2,8 +2,11 @@
 // Linux: /proc and kill(2). No torch.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 namespace amptune {
@@ -54,6 +57,39 @@ class GracefulStop {  // nests; not copyable
   GracefulStop(const GracefulStop&) = delete;
   GracefulStop& operator=(const GracefulStop&) = delete;
 };
+
+// A bound on the work of the calling thread: a deadline and a test that the work is no longer
+// wanted (a web page whose client left: docs/SERVE.md). Long loops call check_work_bound(); the
+// store's SQLite progress handler asks work_bound_passed() and interrupts its query, then throws
+// WorkAbandoned. Outside a WorkBound scope both cost an atomic-free thread-local read and never
+// stop anything. Scopes nest: the innermost holds. `abandoned` is asked at most every 50 ms.
+class WorkAbandoned : public std::runtime_error {  // never reaches main: the scope's owner catches
+ public:
+  WorkAbandoned(bool timed_out, const std::string& what)
+      : std::runtime_error(what), timed_out_(timed_out) {}
+  bool timed_out() const { return timed_out_; }  // else: abandoned
+
+ private:
+  bool timed_out_;
+};
+class WorkBound {  // not copyable
+ public:
+  WorkBound(std::chrono::steady_clock::time_point deadline, std::function<bool()> abandoned);
+  ~WorkBound();
+  WorkBound(const WorkBound&) = delete;
+  WorkBound& operator=(const WorkBound&) = delete;
+
+ private:
+  friend bool work_bound_passed();
+  friend void check_work_bound();
+  std::chrono::steady_clock::time_point deadline_;
+  std::function<bool()> abandoned_;
+  std::chrono::steady_clock::time_point next_ask_;
+  int passed_ = 0;  // 0 not yet, 1 timed out, 2 abandoned
+  WorkBound* outer_;
+};
+bool work_bound_passed();
+void check_work_bound();  // throws WorkAbandoned once work_bound_passed()
 
 // The malloc this process runs on, found at run time (so an LD_PRELOAD counts too): "tcmalloc",
 // "jemalloc", "glibc", "asan" (a sanitizer build), else the file name of the library that
