@@ -98,7 +98,20 @@ int64_t int_column(const std::string& path, const sql::Statement& row, int colum
 // Column `column` of `row` as a number: REAL or INTEGER; NULL reads as NaN; else bad_value.
 double real_column(const std::string& path, const sql::Statement& row, int column,
                    const Cell& cell);
-// The JSON text `text` of `cell` parsed; bad_value when it is not JSON.
+// The size of a value amptune reads back (docs/SECURITY.md "Databases from elsewhere"): a JSON
+// column (config_json, axes_json, fork_overrides, ...: is_json_column) at most kMaxJsonBytes
+// bytes nested at most kMaxJsonDepth deep (amptune writes configs of about 1.6 KB, 4 deep);
+// every other text at most sql::kMaxTextBytes (the Statement refuses a longer one on any read).
+// Merge refuses an input value past them, the readers a value of a database opened directly, and
+// the writers never store one (a run's config past the bound is a ConfigError).
+constexpr size_t kMaxJsonBytes = 256 * 1024;
+constexpr int kMaxJsonDepth = 64;
+bool is_json_column(const std::string& column);
+// The bound of `column`'s values: kMaxJsonBytes for a JSON column, else sql::kMaxTextBytes.
+size_t max_value_bytes(const std::string& column);
+// The JSON text `text` of `cell` parsed; bad_value when it is not JSON, is longer than
+// kMaxJsonBytes or nests deeper than kMaxJsonDepth (checked before it is parsed: nlohmann's
+// copy and dump recurse, so a value 300,000 deep would overflow the stack of a later reader).
 nlohmann::json json_column(const std::string& path, const Cell& cell, const std::string& text);
 // json_column, and bad_value unless the value is a JSON object (a config, axes, overrides, a
 // tune block or change).

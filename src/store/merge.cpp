@@ -46,6 +46,7 @@ class Input {
       throw StoreError("cannot open " + path + " to merge it: " + message +
                        "; check that it and its directory are readable");
     }
+    sql::bound_work(db_);
     sqlite3_busy_timeout(db_, 10000);
     sqlite3_extended_result_codes(db_, 1);
     // Another machine's file: no SQL function in its schema (views, defaults) runs trusted, and
@@ -322,6 +323,19 @@ class Merger {
     Statement select(in, "SELECT " + column_list(names) + ", rowid FROM metric_info");
     Statement insert(db_, "INSERT OR IGNORE INTO metric_info (" + column_list(names) +
                               ") VALUES (" + placeholders(names.size()) + ")");
+    // A name the target ranks the other way is refused: one of the two rankings would be wrong.
+    Statement direction(in, "SELECT rowid, name, higher_is_better FROM metric_info");
+    Statement target(db_, "SELECT higher_is_better FROM metric_info WHERE name = ?");
+    while (direction.step()) {
+      target.bind_all(direction.column_text(1));
+      if (target.step() && target.column_int(0) != direction.column_int(2)) {
+        throw StoreError(path + ": table metric_info, row " +
+                         std::to_string(direction.column_int(0)) + ": metric " +
+                         direction.column_text(1) + " is ranked the other way than in the " +
+                         "target (two models gave the name opposite directions); merge it into "
+                         "another database");
+      }
+    }
     while (select.step()) {
       insert.reset();
       for (size_t c = 0; c < names.size(); ++c) {
@@ -908,6 +922,33 @@ void check_ranges(sqlite3* in, const std::string& path) {
   }
 }
 
+// Refuses an input with a TEXT or BLOB value longer than its column's bound
+// (detail::max_value_bytes: JSON columns 256 KiB, other text 1 MiB) in a table merge reads,
+// naming the file, the table, the row and the column: every later reader of the target would pay
+// for it (a 50 MB config_json took 1.5 GB in each `list`).
+void check_sizes(sqlite3* in, const std::string& path) {
+  for (const char* table : kReadTables) {
+    if (!detail::table_exists(in, table)) continue;
+    std::vector<std::string> columns;
+    Statement info(in, "SELECT name FROM pragma_table_info(?)", table);
+    while (info.step()) columns.push_back(info.column_text(0));
+    for (const std::string& name : columns) {
+      const std::string column = quote_identifier(name);
+      const auto bound = static_cast<int64_t>(detail::max_value_bytes(name));
+      Statement big(in, "SELECT rowid, length(CAST(" + column + " AS BLOB)) FROM " +
+                            quote_identifier(table) + " WHERE typeof(" + column +
+                            ") IN ('text', 'blob') AND length(CAST(" + column +
+                            " AS BLOB)) > ? LIMIT 1",
+                    bound);
+      if (big.step()) {
+        detail::bad_value(path, {table, big.column_int(0), name},
+                          "holds " + std::to_string(big.column_int(1)) + " bytes, more than the " +
+                              std::to_string(bound) + " amptune reads there");
+      }
+    }
+  }
+}
+
 // Refuses an input whose structure merge cannot trust (check_merge_input, after
 // check_tables_are_tables): a column value of the wrong type, an id twice, a fork whose parents
 // lead back to itself. Throws StoreError naming the file, the table and the row.
@@ -924,6 +965,7 @@ void check_structure(sqlite3* in, const std::string& path) {
     }
   }
   check_ranges(in, path);
+  check_sizes(in, path);
   for (const char* table : {"sweeps", "runs"}) {
     Statement twice(in, std::string("SELECT id FROM ") + table +
                             " GROUP BY id HAVING count(*) > 1 LIMIT 1");

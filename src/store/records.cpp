@@ -1,5 +1,6 @@
 #include "store/records.h"
 
+#include <algorithm>
 #include <string>
 
 #include "core/name_table.h"
@@ -74,6 +75,43 @@ std::optional<PruneAction> parse_prune_action(const std::string& text) {
 }
 std::optional<DiagnosticKind> parse_diagnostic_kind(const std::string& text) {
   return value_in(kDiagnosticKind, text);
+}
+
+// --- metric names -------------------------------------------------------------------------
+
+const std::vector<std::string>& amptune_metric_names() {
+  // What train/ records into EpochRecord::metrics beside a model's own (trainer.cpp,
+  // precision.h, the tasks' evaluation): RecordedMetricsAreKnown (torchscript_test) fails when
+  // a run records a name missing here.
+  static const std::vector<std::string> names = {
+      "val_samples",    "val_skipped_samples", "train_images",  "rank_fps_min",
+      "rank_fps_max",   "allreduce_ms",        "allreduce_share", "world_size",
+      "loss_scale",     "loss_scale_min",      "loss_scale_max",  "skipped_steps",
+      "overflow_steps", "nonfinite_streak"};
+  return names;
+}
+
+std::string metric_name_problem(const std::string& name) {
+  // The columns of epochs, which the metrics table's CHECK (migration 1) keeps out of it.
+  static const std::vector<std::string> epoch_columns = {
+      "epoch",         "global_step",   "lr",           "train_loss",     "train_fps_mean",
+      "train_fps_min", "train_fps_max", "epoch_seconds", "skipped_samples"};
+  constexpr size_t kMaxLength = 64;
+  if (name.empty() || name.size() > kMaxLength || name[0] < 'a' || name[0] > 'z' ||
+      std::any_of(name.begin(), name.end(), [](char c) {
+        return !((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_');
+      })) {
+    return "metric names are lowercase identifiers [a-z][a-z0-9_]* of at most " +
+           std::to_string(kMaxLength) + " characters";
+  }
+  if (std::find(epoch_columns.begin(), epoch_columns.end(), name) != epoch_columns.end()) {
+    return name + " is a column of every epoch row, which amptune records itself";
+  }
+  const auto& own = amptune_metric_names();
+  if (std::find(own.begin(), own.end(), name) != own.end()) {
+    return name + " is a metric amptune records itself for every run";
+  }
+  return "";
 }
 
 }  // namespace amptune::store

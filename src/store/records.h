@@ -93,7 +93,21 @@ struct RunSpec {
   std::map<std::string, std::string> columns;
   // A fork (amptune fork / sweep `forks:`): its parent must be a run of the same sweep.
   std::optional<ForkOrigin> fork;
+  // The per-epoch metrics the run's model records and whether higher is better for each
+  // (train::recorded_metrics): written to metric_info, which every reader ranks by (views,
+  // list, compare, report, serve). A name metric_info holds with the other direction is a
+  // ConfigError: a metric name has one direction in a database.
+  std::map<std::string, bool> metric_directions;
 };
+
+// Why `name` cannot be the name of a metric a model records (empty when it can): not a
+// lowercase identifier [a-z][a-z0-9_]* of at most 64 characters, a column of the epochs table
+// (train_loss, lr, epoch, ...: the metrics table's CHECK, migration 1, refuses these too), or a
+// metric amptune records itself beside every model's (val_samples, train_images, loss_scale,
+// ...: amptune_metric_names). A custom model's names are checked when its sweep is planned.
+std::string metric_name_problem(const std::string& name);
+// The metrics amptune records itself into a run's metrics rows, whatever the model.
+const std::vector<std::string>& amptune_metric_names();
 
 struct Provenance {
   std::string amptune_version;

@@ -413,6 +413,17 @@ CheckedSpec check_spec(const RunSpec& spec, const SettingColumns& setting_column
     fail("config_hash '" + spec.config_hash + "' is shorter than 8 characters");
   }
   if (spec.cell_index < 0) fail("cell_index must be >= 0");
+  // amptune never stores what its readers refuse (internal.h kMaxJsonBytes).
+  for (const auto& [column, text] : {std::pair<const char*, const std::string&>{
+                                         "config_json", spec.config_json},
+                                     {"axes_json", spec.axes_json}}) {
+    if (text.size() > detail::kMaxJsonBytes) {
+      throw ConfigError("the run's " + std::string(column) + " would be " +
+                        std::to_string(text.size()) + " bytes, more than the " +
+                        std::to_string(detail::kMaxJsonBytes) +
+                        " amptune stores: a value of the sweep is far too long; shorten it");
+    }
+  }
   if (!json::accept(spec.config_json)) fail("config_json is not valid JSON");
   if (spec.fork) {
     if (spec.fork->parent_epoch < 0) fail("fork parent_epoch must be >= 0");
@@ -442,6 +453,29 @@ CheckedSpec check_spec(const RunSpec& spec, const SettingColumns& setting_column
   return out;
 }
 
+// The run's metric directions into metric_info (RunSpec::metric_directions), inside the
+// caller's transaction: new names inserted; a name held with the other direction is a
+// ConfigError naming both.
+void record_metric_directions(sqlite3* db, const RunSpec& spec) {
+  Statement known(db, "SELECT higher_is_better FROM metric_info WHERE name = ?");
+  Statement insert(db,
+                   "INSERT INTO metric_info (name, higher_is_better, description) VALUES (?, ?, ?)");
+  const auto word = [](bool higher) { return higher ? "higher" : "lower"; };
+  for (const auto& [name, higher] : spec.metric_directions) {
+    known.bind_all(name);
+    if (!known.step()) {
+      insert.bind_all(name, higher ? 1 : 0, "declared by the model of sweep " + spec.sweep_name)
+          .run();
+    } else if ((known.column_int(0) != 0) != higher) {
+      throw ConfigError("metric " + name + ": the run's model says " + word(higher) +
+                        " is better, but the database already ranks " + name + " " +
+                        word(known.column_int(0) != 0) + "-is-better (table metric_info): a " +
+                        "metric name has one direction in a database; rename the model's metric "
+                        "or use another --db");
+    }
+  }
+}
+
 }  // namespace
 
 RunRow Store::ensure_run(int64_t sweep_id, const RunSpec& spec) {
@@ -464,6 +498,7 @@ RunRow Store::ensure_run(int64_t sweep_id, const RunSpec& spec) {
            " is '" + *sweep_name + "'");
     }
 
+    record_metric_directions(db_, spec);
     if (const std::optional<int64_t> id = find_identity(db_, sweep_id, spec)) {
       // The same run. What it is does not change; how and where it executes may (another
       // checkpoint.dir, thread count, a copy of the data at another path): the config this

@@ -2,6 +2,9 @@
 
 #include <cmath>
 #include <limits>
+#include <utility>
+
+#include "core/process.h"
 
 namespace amptune::store::sql {
 
@@ -16,7 +19,43 @@ std::string first_line(std::string_view sql) {
   return std::string(line);
 }
 
+// Why this thread's last statement was interrupted by on_progress (raise reads it).
+enum class Interrupt { kNone, kSteps, kWorkBound };
+thread_local Interrupt t_interrupt = Interrupt::kNone;
+// The progress calls of the statement this thread is stepping (its Statement's count, kept
+// over all its steps; sqlite3_stmt_status's VM_STEP is only added up when a step returns).
+thread_local int64_t* t_progress = nullptr;
+
+// SQLite calls it every kProgressPeriod steps of a statement, on the thread that steps it;
+// non-zero interrupts the statement.
+constexpr int kProgressPeriod = 10000;
+int on_progress(void*) {
+  if (work_bound_passed()) {
+    t_interrupt = Interrupt::kWorkBound;
+    return 1;
+  }
+  if (t_progress != nullptr && ++*t_progress > kMaxStatementSteps / kProgressPeriod) {
+    t_interrupt = Interrupt::kSteps;
+    return 1;
+  }
+  return 0;
+}
+
+// Counts the progress calls of one statement's step into `count` while it lives.
+class Counting {
+ public:
+  explicit Counting(int64_t* count) : outer_(std::exchange(t_progress, count)) {}
+  ~Counting() { t_progress = outer_; }
+  Counting(const Counting&) = delete;
+  Counting& operator=(const Counting&) = delete;
+
+ private:
+  int64_t* outer_;
+};
+
 }  // namespace
+
+void bound_work(sqlite3* db) { sqlite3_progress_handler(db, kProgressPeriod, on_progress, nullptr); }
 
 void raise(sqlite3* db, int rc, std::string_view sql) {
   int code = db ? sqlite3_extended_errcode(db) : rc;
@@ -24,11 +63,22 @@ void raise(sqlite3* db, int rc, std::string_view sql) {
   std::string message = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
   if (message.empty() || message == "not an error") message = sqlite3_errstr(rc);
   std::string where = first_line(sql);
+  if ((rc & 0xff) == SQLITE_INTERRUPT) {
+    const Interrupt why = std::exchange(t_interrupt, Interrupt::kNone);
+    if (why == Interrupt::kWorkBound) check_work_bound();  // throws WorkAbandoned
+    if (why == Interrupt::kSteps) {
+      message = "the statement ran past " + std::to_string(kMaxStatementSteps) +
+                " steps without ending: the database makes it run away (a view or values amptune "
+                "never writes); check the database or leave it out";
+    }
+  }
   throw SqliteError(code, where.empty() ? message : message + " [in: " + where + "]");
 }
 
 void exec(sqlite3* db, std::string_view sql) {
   std::string text(sql);
+  int64_t progress = 0;
+  Counting counting(&progress);
   int rc = sqlite3_exec(db, text.c_str(), nullptr, nullptr, nullptr);
   if (rc != SQLITE_OK) raise(db, rc, sql);
 }
@@ -77,13 +127,18 @@ Statement& Statement::bind_column(int index, const Statement& from, int column) 
 }
 
 Statement& Statement::reset() {
+  progress_ = 0;
   sqlite3_reset(stmt_);  // returns the last step's error, which step() already reported
   sqlite3_clear_bindings(stmt_);
   return *this;
 }
 
 bool Statement::step() {
-  int rc = sqlite3_step(stmt_);
+  int rc = 0;
+  {
+    Counting counting(&progress_);
+    rc = sqlite3_step(stmt_);
+  }
   if (rc == SQLITE_ROW) return true;
   if (rc == SQLITE_DONE) return false;
   raise(db_, rc, sql_);
@@ -113,8 +168,16 @@ double Statement::column_double(int column) const {
 std::string Statement::column_text(int column) const {
   const unsigned char* text = sqlite3_column_text(stmt_, column);
   if (!text) return "";
-  return std::string(reinterpret_cast<const char*>(text),
-                     static_cast<size_t>(sqlite3_column_bytes(stmt_, column)));
+  const auto bytes = static_cast<size_t>(sqlite3_column_bytes(stmt_, column));
+  if (bytes > kMaxTextBytes) {
+    throw SqliteError(SQLITE_TOOBIG, "column " + column_name(column) + " holds a value of " +
+                                         std::to_string(bytes) + " bytes, more than the " +
+                                         std::to_string(kMaxTextBytes) +
+                                         " amptune reads (amptune never writes that: the "
+                                         "database was edited or crafted) [in: " +
+                                         first_line(sql_) + "]");
+  }
+  return std::string(reinterpret_cast<const char*>(text), bytes);
 }
 
 }  // namespace amptune::store::sql

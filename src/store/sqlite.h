@@ -7,6 +7,7 @@
 
 #include <sqlite3.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -28,6 +29,19 @@ class SqliteError : public StoreError {
  private:
   int code_;
 };
+
+// The most bytes of one TEXT or BLOB value a read takes (Statement::column_text refuses a longer
+// one with a StoreError naming the column and the statement): amptune writes none near it.
+constexpr size_t kMaxTextBytes = 1024 * 1024;
+// The most virtual-machine steps one statement may take, all its rows together, before it is
+// interrupted (seconds on these cores; docs/DATABASE.md "How it is written" has the figures):
+// a database that makes a query run away (a view, data amptune never writes) ends in a
+// StoreError naming the statement, never a hang.
+constexpr int kMaxStatementSteps = 500'000'000;
+// Installs on `db` the progress handler that interrupts a statement past kMaxStatementSteps,
+// or once the calling thread's WorkBound (core/process.h) is passed; such a statement's step()
+// then throws SqliteError (SQLITE_INTERRUPT) saying so, or WorkAbandoned for the bound.
+void bound_work(sqlite3* db);
 
 // Throws SqliteError for `rc` (not SQLITE_OK / ROW / DONE), reading the message from `db`.
 [[noreturn]] void raise(sqlite3* db, int rc, std::string_view sql);
@@ -90,12 +104,14 @@ class Statement {
   bool is_null(int column) const { return column_type(column) == SQLITE_NULL; }
   int64_t column_int(int column) const;  // NULL -> 0
   double column_double(int column) const;  // NULL -> NaN
-  std::string column_text(int column) const;  // NULL -> ""
+  // NULL -> ""; a value longer than kMaxTextBytes is a SqliteError naming the column.
+  std::string column_text(int column) const;
 
  private:
   sqlite3* db_;
   sqlite3_stmt* stmt_ = nullptr;
   std::string sql_;
+  int64_t progress_ = 0;  // progress-handler calls since it was prepared or reset (bound_work)
 };
 
 // One statement that returns no rows we need, with `args` bound to ?1, ?2, ...; returns the

@@ -11,7 +11,10 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -135,7 +138,50 @@ double real_column(const std::string& path, const Statement& row, int column, co
   return row.column_double(column);
 }
 
+bool is_json_column(const std::string& column) {
+  const std::string suffix = "_json";
+  return column == "fork_overrides" ||
+         (column.size() > suffix.size() &&
+          column.compare(column.size() - suffix.size(), suffix.size(), suffix) == 0);
+}
+
+size_t max_value_bytes(const std::string& column) {
+  return is_json_column(column) ? kMaxJsonBytes : sql::kMaxTextBytes;
+}
+
+namespace {
+// The deepest nesting of arrays and objects in `text`, counted outside strings; stops counting
+// past `limit` (one pass, no recursion).
+int json_depth(const std::string& text, int limit) {
+  int depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+      if (deepest > limit) break;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+}  // namespace
+
 nlohmann::json json_column(const std::string& path, const Cell& cell, const std::string& text) {
+  if (text.size() > kMaxJsonBytes) {
+    bad_value(path, cell, "holds " + std::to_string(text.size()) + " bytes of JSON, more than the " +
+                              std::to_string(kMaxJsonBytes) + " amptune reads");
+  }
+  if (json_depth(text, kMaxJsonDepth) > kMaxJsonDepth) {
+    bad_value(path, cell, "holds JSON nested more than " + std::to_string(kMaxJsonDepth) +
+                              " deep");
+  }
   nlohmann::json value = nlohmann::json::parse(text, nullptr, false);
   if (value.is_discarded()) bad_value(path, cell, "is not JSON: '" + text.substr(0, 40) + "'");
   return value;
@@ -230,6 +276,7 @@ void check_location(const std::string& path) {
 
 // The connection's settings: busy timeout, extended error codes, WAL, foreign keys, synchronous.
 void configure_connection(sqlite3* db) {
+  sql::bound_work(db);
   sqlite3_busy_timeout(db, 10000);
   sqlite3_extended_result_codes(db, 1);
   // The first statement reads the header: a file that is not SQLite fails here (NOTADB).
@@ -254,6 +301,11 @@ void refuse_foreign_database(sqlite3* db, const std::string& path) {
                      names + " and no schema_version); choose another database path");
   }
 }
+
+// The table of applied migrations, made before the first.
+constexpr const char* kCreateSchemaVersion =
+    "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL, "
+    "applied_at TEXT NOT NULL)";
 
 // Migration `m`'s SQL and what it needs done in code (runs re-hashed; CHECK constraints of
 // older tables widened), inside the caller's transaction.
@@ -286,9 +338,7 @@ void migrate(sqlite3* db, const std::string& path) {
   for (const Migration& migration : migrations) {
     if (migration.version <= current) continue;
     sql::write_transaction(db, [&] {
-      exec(db,
-           "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL, "
-           "applied_at TEXT NOT NULL)");
+      exec(db, kCreateSchemaVersion);
       current = read_schema_version(db);  // another process may have migrated meanwhile
       if (current > latest) return;
       if (migration.version <= current) return;
@@ -301,6 +351,64 @@ void migrate(sqlite3* db, const std::string& path) {
     throw StoreError(path + " was written by a newer amptune (schema " + std::to_string(current) +
                      " > " + std::to_string(latest) + "); upgrade amptune");
   }
+}
+
+// The tables of a database of schema `version`, lower-case: those an in-memory database has
+// after migrations 1 to `version` (schemas/store.sql is the one list). Made once per version.
+const std::set<std::string>& schema_tables(int version) {
+  static std::mutex mutex;
+  static std::map<int, std::set<std::string>> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(version);
+  if (it != cache.end()) return it->second;
+  sqlite3* memory = nullptr;
+  if (sqlite3_open(":memory:", &memory) != SQLITE_OK) {
+    sqlite3_close(memory);
+    throw StoreError("cannot open an in-memory database to check a schema against");
+  }
+  std::set<std::string> tables;
+  try {
+    exec(memory, kCreateSchemaVersion);
+    for (const Migration& m : parse_migrations(embedded::store_sql)) {
+      if (m.version > version) break;
+      sql::write_transaction(memory, [&] { apply_migration(memory, ":memory:", m); });
+    }
+    Statement names(memory, "SELECT lower(name) FROM sqlite_master WHERE type = 'table' AND "
+                            "name NOT LIKE 'sqlite_%'");
+    while (names.step()) tables.insert(names.column_text(0));
+  } catch (...) {
+    sqlite3_close(memory);
+    throw;
+  }
+  sqlite3_close(memory);
+  return cache.emplace(version, std::move(tables)).first->second;
+}
+
+// Refuses a database of schema `version` in which a table amptune's migrations create is not
+// an ordinary table (a view, possibly recursive, or a virtual table: a view EPOCHS, which SQLite
+// finds for `FROM epochs`, would make every reader of epochs run forever), or which has a
+// trigger (amptune creates none; one would run on amptune's writes). Names are matched as SQLite
+// matches them, without regard to case. The user's own extra tables and views are left alone.
+void check_schema_objects(sqlite3* db, const std::string& path, int version) {
+  const auto crafted = [&](const std::string& what) {
+    throw StoreError(path + ": " + what +
+                     " (an amptune database never holds that: it was edited or crafted); "
+                     "restore the database from a copy, or leave it out");
+  };
+  for (const std::string& table : schema_tables(version)) {
+    Statement kind(db,
+                   "SELECT type, name, sql LIKE 'CREATE VIRTUAL%' FROM sqlite_master "
+                   "WHERE name = ? COLLATE NOCASE",
+                   table);
+    if (!kind.step()) crafted("it has no table " + table);
+    const std::string what = kind.column_int(2) ? "virtual table" : kind.column_text(0);
+    if (what != "table") {
+      crafted(table + " is a " + what + ", not a table (\"" + kind.column_text(1) +
+              "\" in its schema)");
+    }
+  }
+  Statement triggers(db, "SELECT name FROM sqlite_master WHERE type = 'trigger' LIMIT 1");
+  if (triggers.step()) crafted("it has a trigger (\"" + triggers.column_text(0) + "\")");
 }
 
 }  // namespace
@@ -327,7 +435,17 @@ Store::Store(const std::string& open_path, const std::string& name) : path_(name
   }
   try {
     guarded(path_, "opening", [&] { configure_connection(db_); });
+    guarded(path_, "checking the schema", [&] {
+      // Before migrating too: a migration reads tables (migration 12 every run), and a table
+      // replaced by a recursive view would have it read forever.
+      const int version = read_schema_version(db_);
+      if (version > 0 && version <= detail::latest_schema_version()) {
+        check_schema_objects(db_, path_, version);
+      }
+    });
     guarded(path_, "migrating the schema", [&] { migrate(db_, path_); });
+    guarded(path_, "checking the schema",
+            [&] { check_schema_objects(db_, path_, read_schema_version(db_)); });
     guarded(path_, "reading the runs table",
             [&] { setting_columns_ = detail::read_setting_columns(db_); });
   } catch (...) {
@@ -351,6 +469,7 @@ Store::Store(const std::string& path, ReadOnly) : path_(path) {
   }
   try {
     guarded(path_, "opening it read-only", [&] {
+      sql::bound_work(db_);
       sqlite3_busy_timeout(db_, 10000);
       sqlite3_extended_result_codes(db_, 1);
       exec(db_, "PRAGMA query_only = ON");
@@ -370,6 +489,7 @@ Store::Store(const std::string& path, ReadOnly) : path_(path) {
                          "; migrate it once with a command that writes " +
                          "it (amptune status --db " + path_ + ")");
       }
+      check_schema_objects(db_, path_, current);
       setting_columns_ = detail::read_setting_columns(db_);
     });
   } catch (...) {

@@ -10,8 +10,10 @@
 #include <filesystem>
 #include <iterator>
 #include <sstream>
-#include <thread>
 #include <string>
+#include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "integration/harness.h"
@@ -410,6 +412,114 @@ TEST(Untrusted, TorchPipTakesReleaseNumbersOnly) {
   }
   EXPECT_TRUE(fs::is_empty(dir + "/.deps/torch-x"));
   EXPECT_EQ(std::distance(fs::directory_iterator(dir + "/.deps"), fs::directory_iterator()), 1);
+}
+
+}  // namespace
+}  // namespace amptune::testing
+
+namespace amptune::testing {
+namespace {
+
+// Runs `args` in the background and returns its exit code within `seconds`, and its stderr
+// (a hang or a crash of the child fails the test, which stops it).
+std::pair<int, std::string> exit_and_err(const std::vector<std::string>& args,
+                                         const std::string& dir, double seconds = 60) {
+  const pid_t pid = spawn_amptune(args, dir);
+  StopOnExit stop(pid);
+  const int code = wait_exit_code(pid, seconds);
+  return {code, read_file(dir + "/child.err")};
+}
+
+// A database whose JSON columns nest 300,000 deep (CHECK constraints bypassed, as in a copied
+// file): every reader refuses it, exit 5 naming the table, row and column. Before, compare and
+// report crashed (exit 139: nlohmann copies and prints recursively) and show --config of a config
+// 10,000 deep printed 200 MB.
+TEST(Untrusted, DeeplyNestedJsonIsRefusedByEveryReader) {
+  const TinySweep f = make_tiny_sweep(quick_tiny("", 1));
+  ASSERT_EQ(run_amptune({"run", f.yaml, "-q"}, f.dir).exit_code, 0);
+  const std::string saved = f.dir + "/saved.sqlite";
+  fs::copy_file(f.db, saved);
+  const std::string deep =
+      "replace(hex(zeroblob(N)), '00', '{\"a\":') || '1' || replace(hex(zeroblob(N)), '00', '}')";
+  const auto nested = [&](int n) {
+    std::string s = deep;
+    for (size_t at; (at = s.find('N')) != std::string::npos;) s.replace(at, 1, std::to_string(n));
+    return s;
+  };
+  struct Case {
+    std::string craft;
+    std::vector<std::vector<std::string>> commands;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {"UPDATE runs SET axes_json = '{\"x\":' || replace(hex(zeroblob(300000)), '00', '[') || "
+       "replace(hex(zeroblob(300000)), '00', ']') || '}'",
+       {{"compare", "--sweep", "tiny"}, {"report", "--sweep", "tiny", "--out", "report"},
+        {"list"}, {"status"}},
+       "table runs, row 1, column axes_json holds 600006 bytes of JSON, more than the 262144"},
+      {"UPDATE runs SET config_json = " + nested(10000),
+       {{"show", "1", "--config"}, {"list"}, {"compare", "--sweep", "tiny"}},
+       "table runs, row 1, column config_json holds JSON nested more than 64 deep"},
+  };
+  for (const Case& c : cases) {
+    fs::copy_file(saved, f.db, fs::copy_options::overwrite_existing);
+    sql(f.db, "PRAGMA ignore_check_constraints = ON; " + c.craft);
+    for (const auto& args : c.commands) {
+      const auto [code, err] = exit_and_err(args, f.dir);
+      EXPECT_EQ(code, 5) << args[0] << ": " << err;
+      EXPECT_NE(err.find(c.expected), std::string::npos) << args[0] << ": " << err;
+    }
+  }
+}
+
+// A database (not a merge input: the file given with --db) whose epochs table was replaced by a
+// recursive view spelled EPOCHS: every command refuses it when it opens the file, exit 5 naming
+// it, where status, list, show, compare and report ran until killed.
+TEST(Untrusted, ATableReplacedByAViewIsRefusedByEveryCommand) {
+  const TinySweep f = make_tiny_sweep(quick_tiny("", 1));
+  ASSERT_EQ(run_amptune({"run", f.yaml, "-q"}, f.dir).exit_code, 0);
+  sql(f.db, "PRAGMA foreign_keys = OFF;"
+            "DROP TABLE loss_scale_events; DROP TABLE metrics; DROP TABLE epochs;"
+            "CREATE VIEW EPOCHS AS WITH RECURSIVE x(n) AS (SELECT 1 UNION ALL "
+            "SELECT n + 1 FROM x) SELECT n AS run_id, n AS epoch, n AS global_step FROM x");
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"status"},
+           {"list"},
+           {"show", "1"},
+           {"compare", "--sweep", "tiny"},
+           {"report", "--sweep", "tiny", "--out", "report"},
+           {"run", f.yaml, "-q"}}) {
+    const auto [code, err] = exit_and_err(args, f.dir);
+    EXPECT_EQ(code, 5) << args[0] << ": " << err;
+    EXPECT_NE(err.find("results/amptune.sqlite: epochs is a view, not a table (\"EPOCHS\" in "
+                       "its schema)"),
+              std::string::npos)
+        << args[0] << ": " << err;
+  }
+}
+
+// A shard with a valid 50 MB config_json: merge refuses it (exit 5 naming the row and column)
+// instead of merging it for every later list, status and serve to pay 1.5 GB; the target is
+// unchanged. The same value in a database opened directly is refused by the readers.
+TEST(Untrusted, HugeValuesAreRefusedByMergeAndByReaders) {
+  const TinySweep f = make_tiny_sweep(quick_tiny("", 1));
+  ASSERT_EQ(run_amptune({"run", f.yaml, "-q"}, f.dir).exit_code, 0);
+  const std::string into = f.dir + "/results/into.sqlite";
+  ASSERT_EQ(run_amptune({"merge", f.db, "--into", into}, f.dir).exit_code, 0);
+  const std::string crafted = f.dir + "/results/crafted.sqlite";
+  fs::copy_file(f.db, crafted);
+  sql(crafted, "UPDATE runs SET config_hash = 'another1', name = 'other', config_json = "
+               "json_set(config_json, '$.padding', hex(zeroblob(25000000)))");
+  auto [code, err] = exit_and_err({"merge", crafted, "--into", into}, f.dir);
+  EXPECT_EQ(code, 5) << err;
+  EXPECT_NE(err.find(crafted + ": table runs, row 1, column config_json holds 500"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("bytes, more than the 262144 amptune reads there"), std::string::npos) << err;
+  EXPECT_EQ(store::Store(into).runs().size(), 1u);
+  std::tie(code, err) = exit_and_err({"list", "--db", crafted}, f.dir);
+  EXPECT_EQ(code, 5) << err;
+  EXPECT_NE(err.find("column config_json holds a value of 500"), std::string::npos) << err;
 }
 
 }  // namespace

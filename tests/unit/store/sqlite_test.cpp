@@ -5,12 +5,15 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "core/process.h"
 
 namespace amptune::store::sql {
 namespace {
@@ -96,6 +99,78 @@ TEST_F(SqliteTest, AFailureNamesTheStatement) {
   }
   // More values than the statement has parameters.
   EXPECT_THROW(run(db_, "DELETE FROM t WHERE i = ?", 1, 2), SqliteError);
+}
+
+}  // namespace
+}  // namespace amptune::store::sql
+
+namespace amptune::store::sql {
+namespace {
+
+// A statement that never ends by itself (a recursive CTE without a bound, as a crafted view can
+// hold) is interrupted past kMaxStatementSteps with an error naming the statement; without
+// bound_work it would run until killed.
+TEST_F(SqliteTest, AStatementThatRunsAwayIsInterruptedNamingIt) {
+  bound_work(db_);
+  Statement runaway(db_,
+                    "WITH RECURSIVE x(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM x) "
+                    "SELECT count(*) FROM x");
+  try {
+    runaway.step();
+    FAIL() << "the statement ended";
+  } catch (const SqliteError& e) {
+    EXPECT_EQ(e.primary_code(), SQLITE_INTERRUPT);
+    EXPECT_NE(std::string(e.what()).find("ran past 500000000 steps"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("[in: WITH RECURSIVE x(n)"), std::string::npos)
+        << e.what();
+  }
+  // The connection goes on: a short statement after it runs.
+  EXPECT_EQ(query_one<int>(db_, "SELECT 1 + 1"), 2);
+}
+
+// Inside a WorkBound whose deadline passes, a long statement stops with WorkAbandoned (a web
+// page past its time); the same statement is not stopped by the bound outside the scope.
+TEST_F(SqliteTest, AStatementStopsWhenTheThreadsWorkBoundPasses) {
+  bound_work(db_);
+  const std::string sql =
+      "WITH RECURSIVE x(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM x WHERE n < 200000000) "
+      "SELECT count(*) FROM x";
+  bool left = false;
+  {
+    WorkBound bound(std::chrono::steady_clock::now() + std::chrono::hours(1),
+                    [&] { return left; });
+    left = true;  // the client is gone
+    try {
+      Statement(db_, sql).step();
+      FAIL() << "the statement ended";
+    } catch (const WorkAbandoned& e) {
+      EXPECT_FALSE(e.timed_out());
+    }
+  }
+  {
+    WorkBound bound(std::chrono::steady_clock::now(), nullptr);  // already past
+    EXPECT_THROW(Statement(db_, sql).step(), WorkAbandoned);
+  }
+  EXPECT_EQ(query_one<int>(db_, "SELECT 2 + 2"), 4);
+}
+
+// A value longer than kMaxTextBytes is refused as it is read, naming the column.
+TEST_F(SqliteTest, AValueLongerThanTheBoundIsRefusedNamingTheColumn) {
+  run(db_, "INSERT INTO t (i, s) VALUES (1, ?)", std::string(kMaxTextBytes, 'a'));
+  run(db_, "INSERT INTO t (i, s) VALUES (2, ?)", std::string(kMaxTextBytes + 1, 'a'));
+  Statement select(db_, "SELECT s AS label FROM t ORDER BY i");
+  ASSERT_TRUE(select.step());
+  EXPECT_EQ(select.column_text(0).size(), kMaxTextBytes);
+  ASSERT_TRUE(select.step());
+  try {
+    (void)select.column_text(0);
+    FAIL() << "read a value past the bound";
+  } catch (const SqliteError& e) {
+    EXPECT_NE(std::string(e.what()).find("column label holds a value of 1048577 bytes"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -900,6 +900,23 @@ TEST_F(StoreTest, ReadersRefuseValuesOfAnotherShapeNamingTheRowAndColumn) {
        "table loss_scale_events, row 1, column global_step holds -1, outside"},
       {"UPDATE initial_metrics SET value = 'x'", initial,
        "table initial_metrics, row 1, column value holds 'x', not a number"},
+      // Nested 300,000 deep (600 KB, over the size bound too) and 100 deep (valid, small): the
+      // depth is checked before parsing, so no later copy or dump of it recurses that deep.
+      {"UPDATE runs SET axes_json = replace(hex(zeroblob(300000)), '00', '[') || "
+       "replace(hex(zeroblob(300000)), '00', ']')",
+       runs, "table runs, row 1, column axes_json holds 600000 bytes of JSON, more than the 262144"},
+      {"UPDATE runs SET axes_json = '{\"a\":' || replace(hex(zeroblob(100)), '00', '[') || "
+       "replace(hex(zeroblob(100)), '00', ']') || '}'",
+       runs, "table runs, row 1, column axes_json holds JSON nested more than 64 deep"},
+      {"UPDATE runs SET config_json = '{\"x\": \"' || hex(zeroblob(200000)) || '\"}'", runs,
+       "table runs, row 1, column config_json holds 400009 bytes of JSON, more than the 262144"},
+      {"UPDATE tune_candidates SET change_json = '{\"a\":' || "
+       "replace(hex(zeroblob(1000)), '00', '{\"b\":') || '1' || "
+       "replace(hex(zeroblob(1000)), '00', '}') || '}'",
+       candidates, "table tune_candidates, row 1, column change_json holds JSON nested more than 64"},
+      {"UPDATE runs SET label = hex(zeroblob(600000))", runs,
+       "listing runs: column label holds a value of 1200000 bytes, more than the 1048576 "
+       "amptune reads"},
   };
   {
     RawDb raw(path);
@@ -1565,6 +1582,113 @@ TEST_F(StoreTest, ForkRowsAndRecursiveLineage) {
   EXPECT_THROW(store.ensure_run(other, stray), StoreError);
   stray.fork = ForkOrigin{root, 1, "[1]", "", false};
   EXPECT_THROW(store.ensure_run(sweep, stray), StoreError);
+}
+
+}  // namespace
+}  // namespace amptune::store
+
+namespace amptune::store {
+namespace {
+
+// A database whose table amptune reads was replaced by a view (a recursive one returns rows
+// forever; SQLite finds a view "EPOCHS" for `FROM epochs`), or that holds a trigger, is refused
+// when it is opened, read-write or read-only, naming the file and the object, before any reader
+// runs: before, status, list, show, compare and report on such a file never ended.
+TEST_F(StoreTest, ATableReplacedByAViewOrATriggerIsRefusedWhenOpened) {
+  const std::string path = db_path();
+  {
+    Store store(path);
+    store.ensure_run(store.ensure_sweep("s", "", "", ""), spec("s", 0, "a"));
+  }
+  const std::string saved = db_path("saved.sqlite");
+  fs::copy_file(path, saved);
+  struct Case {
+    std::string craft;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {"PRAGMA foreign_keys = OFF; DROP TABLE loss_scale_events; DROP TABLE metrics; "
+       "DROP TABLE epochs; CREATE VIEW EPOCHS AS WITH RECURSIVE x(n) AS (SELECT 1 UNION ALL "
+       "SELECT n + 1 FROM x) SELECT n AS run_id, n AS epoch, n AS global_step FROM x",
+       "epochs is a view, not a table (\"EPOCHS\" in its schema)"},
+      {"PRAGMA foreign_keys = OFF; DROP TABLE run_params; CREATE VIEW Run_Params AS "
+       "SELECT 1 AS run_id",
+       "run_params is a view, not a table (\"Run_Params\" in its schema)"},
+      {"CREATE TRIGGER wipe AFTER INSERT ON epochs BEGIN DELETE FROM runs; END",
+       "it has a trigger (\"wipe\")"},
+      {"PRAGMA foreign_keys = OFF; DROP TABLE diagnosis_advice", "it has no table diagnosis_advice"},
+  };
+  for (const Case& c : cases) {
+    fs::copy_file(saved, path, fs::copy_options::overwrite_existing);
+    RawDb(path).exec(c.craft);
+    EXPECT_NE(message_of([&] { Store store(path); }).find(path + ": " + c.expected),
+              std::string::npos)
+        << c.craft << ": " << message_of([&] { Store store(path); });
+    EXPECT_NE(message_of([&] { Store::open_read_only(path); }).find(path + ": " + c.expected),
+              std::string::npos)
+        << c.craft;
+  }
+  // The user's own tables and views beside amptune's are left alone.
+  fs::copy_file(saved, path, fs::copy_options::overwrite_existing);
+  RawDb(path).exec("CREATE TABLE notes (t TEXT); CREATE VIEW my_runs AS SELECT name FROM runs");
+  EXPECT_EQ(Store(path).runs().size(), 1u);
+  EXPECT_EQ(Store::open_read_only(path)->runs().size(), 1u);
+}
+
+// A run's metric directions reach metric_info, which the views rank by: a custom model's mse,
+// lower is better, makes the run's best epoch its lowest mse. A name the database ranks the
+// other way is a ConfigError naming both directions, and nothing of that run is written.
+TEST_F(StoreTest, ARunsMetricDirectionsAreRecordedAndConflictsRefused) {
+  Store store(db_path());
+  const int64_t sweep = store.ensure_sweep("s", "", "", "");
+  RunSpec custom = spec("s", 0, "a");
+  custom.columns["primary_metric"] = "\"mse\"";
+  custom.metric_directions = {{"mse", false}, {"train_loss", false}};
+  const int64_t id = store.ensure_run(sweep, custom).id;
+  store.record_epoch(epoch_record(id, 0, {{"mse", 2.61}}));
+  store.record_epoch(epoch_record(id, 1, {{"mse", 0.876}}));
+  store.record_epoch(epoch_record(id, 2, {{"mse", 1.5}}));
+  EXPECT_EQ(store.higher_is_better("mse"), false);
+  const auto best = store.query("SELECT best_value FROM run_summary WHERE run_id = ?1",
+                                {std::to_string(id)});
+  ASSERT_EQ(best.rows.size(), 1u);
+  EXPECT_EQ(best.rows[0][0], std::optional<std::string>("0.876"));
+
+  RunSpec other = spec("s", 1, "b");
+  other.metric_directions = {{"mse", true}};
+  const std::string message =
+      testing::message_of<ConfigError>([&] { store.ensure_run(sweep, other); });
+  EXPECT_NE(message.find("metric mse: the run's model says higher is better, but the database "
+                         "already ranks mse lower-is-better"),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(store.runs().size(), 1u);
+}
+
+// metric_name_problem and the metrics table's CHECK (migration 1) agree on every name the CHECK
+// judges, and the names amptune records itself are refused for a model's metrics too.
+TEST_F(StoreTest, MetricNamesAreRefusedAsTheMetricsTablesCheckRefusesThem) {
+  Store store(db_path());
+  const int64_t id = store.ensure_run(store.ensure_sweep("s", "", "", ""), spec("s", 0, "a")).id;
+  store.record_epoch(epoch_record(id, 0, {}));
+  std::vector<std::string> names = {"mse", "acc1", "a_1", "x", "train_loss", "epoch", "lr",
+                                    "global_step", "train_fps_mean", "train_fps_min",
+                                    "train_fps_max", "epoch_seconds", "skipped_samples", "",
+                                    "Bad'Name", "MSE", "1st", "_x", "a-b", "a b", "é"};
+  for (const std::string& name : names) {
+    bool stored = true;
+    try {
+      store.record_metrics(id, 0, {{name, 1.0}});
+    } catch (const StoreError&) {
+      stored = false;
+    }
+    EXPECT_EQ(metric_name_problem(name).empty(), stored) << "'" << name << "'";
+  }
+  for (const std::string& own : amptune_metric_names()) {
+    EXPECT_NE(metric_name_problem(own), "") << own;
+    EXPECT_NE(metric_name_problem(own).find("amptune records itself"), std::string::npos);
+  }
+  EXPECT_NE(metric_name_problem(std::string(65, 'a')), "");
 }
 
 }  // namespace
