@@ -150,7 +150,9 @@ store::RunSpec cell_spec(const Sweep& sweep, const Cell& cell, const Config& con
   spec.data_fingerprint = data_fingerprint;
   spec.config_key = cell.hash;
   spec.axes_json = cell.axes.dump();
-  spec.columns = train::run_columns(Settings::from(config));
+  const Settings settings = Settings::from(config);
+  spec.columns = train::run_columns(settings);
+  spec.metric_directions = train::run_metric_directions(settings);
   return spec;
 }
 
@@ -200,6 +202,7 @@ class CellChecks {
       if (!read) read = Settings::from(config);
       return *read;
     };
+    announce_model_file(config);
     try {
       train::validate_config(config);
       if (world_size_ > 1) train::check_parallel(settings(), world_size_);
@@ -210,6 +213,17 @@ class CellChecks {
     if (data_) check_data(cell, settings());
     plan_forks(cell, config);
     ++position_;
+  }
+
+  // Says, once per file and before it is loaded, that checking a TorchScript model runs its
+  // code (docs/MODELS.md "Your own model": a model file is code).
+  void announce_model_file(const Config& config) {
+    if (config.get_string("model.name") != "torchscript") return;
+    const std::string path = config.get_string("model.path");
+    if (!announced_.insert(path).second) return;
+    log::info("model.path " + path + ": loading it to check it; a TorchScript file is code " +
+              "that runs when it is loaded: use only model files you trust as a script " +
+              "(docs/MODELS.md \"Your own model\")");
   }
 
   // Forks in declaration order, then cell order (for_each_config visits cell by cell).
@@ -268,6 +282,7 @@ class CellChecks {
   const int world_size_;
   std::vector<std::string> data_axes_;
   std::unordered_set<std::string> data_checked_;
+  std::set<std::string> announced_;  // model files said to be code (announce_model_file)
   size_t position_ = 0;  // of the visited cell in plan.cells
   PrunePlanner pruner_;
 };

@@ -97,7 +97,8 @@ int cmd_run(const Invocation& inv) {
   opts.positional(&sweep_path).db(&db).quiet().sweep_selection(&sets, &only).stale_after(
       &stale_after);
   opts.add()("dry-run",
-             "check and print the cells (index, config hash, axis values); train nothing")(
+             "check and print the cells (index, config hash, axis values); train nothing. A "
+             "TorchScript model.path is loaded to check it, and loading one runs its code")(
       "skip-data",
       "with --dry-run: do not check that the data sets open (planning on a machine "
       "without the data)")(

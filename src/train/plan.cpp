@@ -322,8 +322,15 @@ store::RunSpec plan_fork(const store::RunRow& parent, int epoch,
   // What no run can take (amp combinations, cast points, ...); the columns resolve the amp
   // policy once for both.
   spec.columns = validated_columns(config, s);
+  spec.metric_directions = run_metric_directions(s);
   spec.fork = store::ForkOrigin{parent.id, epoch, applied.dump(), changes, reset_optimizer};
   return spec;
+}
+
+std::map<std::string, bool> run_metric_directions(const Settings& settings) {
+  std::map<std::string, bool> out;
+  for (const MetricDef& def : recorded_metrics(settings)) out[def.name] = def.higher_is_better;
+  return out;
 }
 
 std::map<std::string, std::string> run_columns(const Settings& settings) {

@@ -26,6 +26,9 @@ namespace amptune::train {
 // The readable run columns (model, optimizer, lr, ...), primary metric and resolved amp policy
 // of a run's settings. Throws ConfigError for an amp combination apex refuses.
 std::map<std::string, std::string> run_columns(const Settings& settings);
+// The metrics a run of `settings` records and their directions (recorded_metrics), as
+// store::RunSpec::metric_directions takes them.
+std::map<std::string, bool> run_metric_directions(const Settings& settings);
 
 // Threads a run uses: `override` > 0, else its setting `threads`, else all cores.
 int resolve_threads(const Settings& settings, int override_threads);

@@ -9,6 +9,7 @@
 #include "core/settings.h"
 #include "models/scripted.h"
 #include "models/weights.h"
+#include "store/records.h"
 
 namespace amptune::train {
 namespace {
@@ -59,6 +60,15 @@ std::vector<std::pair<std::string, bool>> directions_of(const Settings& settings
     if (custom(settings)) {
       check_custom_methods(*model);
       directions = model->metric_directions();
+      for (const auto& [name, higher] : directions) {
+        const std::string problem = store::metric_name_problem(name);
+        if (!problem.empty()) {
+          throw ModelError("model.path: " + settings.model.path +
+                           ": the attribute higher_is_better names the metric '" + name +
+                           "', which a custom model cannot record: " + problem +
+                           "; rename it in the module (docs/MODELS.md \"Tasks\")");
+        }
+      }
     }
     it = cache.emplace(key, std::move(directions)).first;
   }

@@ -5,6 +5,8 @@
 // it trains as a 2-rank data-parallel job; bad files and keys are refused with their exit codes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -177,6 +179,25 @@ TEST(TorchScriptCli, ACustomTaskTrainsResumesBitwiseAndIsCompared) {
   EXPECT_EQ(a.train_loss, b.train_loss);
   EXPECT_EQ(a.metrics.at("val_samples"), 64);
   EXPECT_LT(straight[2].metrics.at("mse"), straight[0].metrics.at("mse")) << "it learns";
+  // Every metric amptune recorded beside the module's own is one it names as its own
+  // (store::amptune_metric_names: the names a custom module may not take).
+  for (const auto& [name, value] : a.metrics) {
+    if (name == "mse" || name == "mae") continue;
+    const auto& own = store::amptune_metric_names();
+    EXPECT_NE(std::find(own.begin(), own.end(), name), own.end()) << name;
+  }
+  {
+    // mse is lower-is-better (the module's higher_is_better): the run's best epoch in the view
+    // every reader ranks by (metric_info) is its lowest mse, not its highest.
+    store::Store store(db);
+    EXPECT_EQ(store.higher_is_better("mse"), false);
+    double lowest = straight[0].metrics.at("mse");
+    for (const auto& e : straight) lowest = std::min(lowest, e.metrics.at("mse"));
+    const auto best = store.query("SELECT best_value FROM run_summary WHERE run_id = 2");
+    ASSERT_EQ(best.rows.size(), 1u);
+    ASSERT_TRUE(best.rows[0][0]);
+    EXPECT_DOUBLE_EQ(std::stod(*best.rows[0][0]), lowest);
+  }
   r = run_amptune({"compare", "--sweep", "regression", "--db", db, "--format", "csv"}, dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("mse"), std::string::npos) << r.out;
@@ -229,6 +250,81 @@ TEST(TorchScriptCli, TuneFindsAndFixesThePlantedOverflowInTheScriptedModel) {
   ASSERT_FALSE(candidates.empty());
   EXPECT_EQ(candidates[0].advice_rule, "activation_overflow");
   EXPECT_EQ(candidates[0].advice_module, "conv1");
+}
+
+}  // namespace
+}  // namespace amptune::testing
+
+namespace amptune::testing {
+namespace {
+
+// A custom module whose higher_is_better names a metric amptune cannot record (an epochs column,
+// one of amptune's own, not an identifier) is refused when the sweep is planned, --dry-run
+// included, exit 7 naming the metric: before, each cell trained a whole epoch and failed on
+// recording (exit 8), or val_samples / train_images were silently overwritten. The modules are
+// made here with Debian's PyTorch (tools/install-deps.sh installs python3-torch).
+TEST(TorchScriptCli, CustomMetricNamesAreCheckedWhenTheSweepIsPlanned) {
+  if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "/usr/bin/python3 with torch missing (tools/install-deps.sh installs it)";
+  }
+  const std::string dir = scratch_dir("metric_names");
+  fs::copy(kFixtures + "tensors", dir + "/data", fs::copy_options::recursive);
+  const std::vector<std::string> names = {"train_loss", "epoch", "", "Bad'Name", "val_samples",
+                                          "train_images"};
+  std::string script =
+      "import sys, torch\nfrom typing import Dict\n"
+      "class M(torch.nn.Module):\n"
+      "    higher_is_better: Dict[str, bool]\n"
+      "    def __init__(self, name: str):\n"
+      "        super().__init__()\n"
+      "        self.head = torch.nn.Linear(8, 1)\n"
+      "        self.higher_is_better = {name: False}\n"
+      "    def forward(self, x):\n"
+      "        return self.head(x)\n"
+      "    @torch.jit.export\n"
+      "    def training_loss(self, batch: Dict[str, torch.Tensor]) -> torch.Tensor:\n"
+      "        return ((self.forward(batch['x']) - batch['y']) ** 2).mean()\n"
+      "    @torch.jit.export\n"
+      "    def eval_batch(self, batch: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:\n"
+      "        e = self.forward(batch['x']) - batch['y']\n"
+      "        out: Dict[str, torch.Tensor] = {}\n"
+      "        for k in self.higher_is_better:\n"
+      "            out[k] = (e * e).sum()\n"
+      "        return out\n"
+      "for i, name in enumerate(sys.argv[1:]):\n"
+      "    torch.jit.save(torch.jit.script(M(name)), 'm%d.pt' % i)\n";
+  write_file(dir + "/make.py", script);
+  std::string command = "cd '" + dir + "' && /usr/bin/python3 make.py";
+  for (const std::string& name : names) command += " \"" + name + "\"";
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  write_file(dir + "/sweep.yaml",
+             "name: names\n"
+             "base:\n"
+             "  model: {name: torchscript, path: m0.pt, task: custom}\n"
+             "  data: {format: tensors, root: data, train_split: train, val_split: val,\n"
+             "         batch_size: 32, workers: 1}\n"
+             "  schedule: {epochs: 1}\n");
+  for (size_t i = 0; i < names.size(); ++i) {
+    for (const std::vector<std::string>& mode :
+         {std::vector<std::string>{"--dry-run"}, std::vector<std::string>{"-q"}}) {
+      std::vector<std::string> args = {"run", "sweep.yaml", "--db", dir + "/r.sqlite", "--set",
+                                       "model.path=m" + std::to_string(i) + ".pt"};
+      args.insert(args.end(), mode.begin(), mode.end());
+      const Result r = run_amptune(args, dir);
+      EXPECT_EQ(r.exit_code, 7) << names[i] << ": " << r.err;
+      EXPECT_NE(r.err.find("names the metric '" + names[i] + "', which a custom model cannot "
+                           "record"),
+                std::string::npos)
+          << names[i] << ": " << r.err;
+      if (mode[0] == "--dry-run") {  // it says that checking the file runs its code
+        EXPECT_NE(r.err.find("model.path m" + std::to_string(i) +
+                             ".pt: loading it to check it; a TorchScript file is code"),
+                  std::string::npos)
+            << r.err;
+      }
+    }
+  }
+  EXPECT_FALSE(fs::exists(dir + "/r.sqlite")) << "nothing is written for a refused sweep";
 }
 
 }  // namespace
