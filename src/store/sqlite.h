@@ -37,7 +37,7 @@ constexpr size_t kMaxTextBytes = 1024 * 1024;
 // interrupted (seconds on these cores; docs/DATABASE.md "How it is written" has the figures):
 // a database that makes a query run away (a view, data amptune never writes) ends in a
 // StoreError naming the statement, never a hang.
-constexpr int kMaxStatementSteps = 500'000'000;
+constexpr int kMaxStatementSteps = 250'000'000;
 // Installs on `db` the progress handler that interrupts a statement past kMaxStatementSteps,
 // or once the calling thread's WorkBound (core/process.h) is passed; such a statement's step()
 // then throws SqliteError (SQLITE_INTERRUPT) saying so, or WorkAbandoned for the bound.
