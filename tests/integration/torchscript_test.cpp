@@ -231,5 +231,29 @@ TEST(TorchScriptCli, TuneFindsAndFixesThePlantedOverflowInTheScriptedModel) {
   EXPECT_EQ(candidates[0].advice_module, "conv1");
 }
 
+// issue 46 item 12: a scripted classifier whose first convolution takes one channel, with
+// model.in_channels left at its default 3, failed in its first step with LibTorch's message
+// ("expected input[16, 3, 12, 12] to have 1 channels", exit 8); planning now refuses it, naming
+// the key and the value to set, before any run exists.
+TEST(TorchScriptCli, AClassifiersChannelsAreCheckedAgainstModelInChannelsWhilePlanning) {
+  const TinySweep f = scripted_sweep("channels", "", 1);
+  for (const bool dry : {true, false}) {
+    std::vector<std::string> args = run_args(f, {"--set", "model.in_channels=3"});
+    if (dry) args.push_back("--dry-run");
+    const Result r = run_amptune(args, f.dir);
+    EXPECT_EQ(r.exit_code, 3) << r.err;
+    EXPECT_NE(r.err.find("model.in_channels is 3 but the first layer of model.path "),
+              std::string::npos)
+        << r.err;
+    EXPECT_NE(r.err.find("model.pt, 'conv1' (Conv2d, weight [4, 1, 3, 3]), takes 1 input "
+                         "channel; set model.in_channels: 1"),
+              std::string::npos)
+        << r.err;
+  }
+  EXPECT_TRUE(store::Store(f.db).runs("tiny").empty());
+  const Result ok = run_amptune(run_args(f, {"--dry-run"}), f.dir);  // in_channels: 1
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+}
+
 }  // namespace
 }  // namespace amptune::testing
