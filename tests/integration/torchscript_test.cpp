@@ -255,5 +255,24 @@ TEST(TorchScriptCli, AClassifiersChannelsAreCheckedAgainstModelInChannelsWhilePl
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
 }
 
+// issue 46 item 14: a model with a bool buffer (a transformer's causal mask) failed --nproc 2 on
+// Gloo with "(gloo): Invalid scalar type", reported as "rank 0 lost contact with rank 1"; the
+// buffer now goes through the broadcast as its bytes, and the run trains on both ranks.
+TEST(TorchScriptCli, AModelWithABoolBufferTrainsAsATwoRankJob) {
+  const TinySweep f = scripted_sweep("boolmask", "", 1);
+  fs::copy_file(kFixtures + "causal_mask_classifier.pt", f.dir + "/model.pt",
+                fs::copy_options::overwrite_existing);
+  const Result r = run_amptune(run_args(f, {"--nproc", "2", "--set", "data.batch_size=8"}), f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("lost contact"), std::string::npos) << r.err;
+  const auto run = store::Store(f.db).find_run("1");
+  ASSERT_TRUE(run);
+  EXPECT_EQ(run->status, store::RunStatus::kDone) << run->message;
+  EXPECT_EQ(run->provenance.world_size, 2);
+  const auto epochs = epochs_of(f.db, "1");
+  ASSERT_EQ(epochs.size(), 1u);
+  EXPECT_EQ(epochs[0].metrics.at("train_images"), 64);
+}
+
 }  // namespace
 }  // namespace amptune::testing
