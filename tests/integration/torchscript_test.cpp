@@ -4,9 +4,13 @@
 // not its path, is the run's identity; a planted fp16 overflow in it is found and fixed by `tune`;
 // it trains as a 2-rank data-parallel job; bad files and keys are refused with their exit codes.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 
+#include <chrono>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "integration/harness.h"
@@ -253,6 +257,56 @@ TEST(TorchScriptCli, AClassifiersChannelsAreCheckedAgainstModelInChannelsWhilePl
   EXPECT_TRUE(store::Store(f.db).runs("tiny").empty());
   const Result ok = run_amptune(run_args(f, {"--dry-run"}), f.dir);  // in_channels: 1
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
+}
+
+// The run `run` of `db` once its status is `status`, waiting at most `seconds`.
+std::optional<store::RunRow> run_when(const std::string& db, const std::string& run,
+                                      store::RunStatus status, double seconds) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < until) {
+    try {
+      if (fs::exists(db)) {
+        auto row = store::Store(db).find_run(run);
+        if (row && row->status == status) return row;
+      }
+    } catch (const std::exception&) {  // the database is being created
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return std::nullopt;
+}
+
+// issue 46 item 9: a scripted forward that never returns (never_returns_in_training.pt loops in
+// train mode) held the process through SIGINT, SIGTERM and a second SIGINT, and the run stayed
+// `running`. The first signal still only asks the loop to stop after the step (which never
+// ends); the second ends the process at once with exit code 130, the run put back to pending.
+TEST(TorchScriptCli, ASecondSignalEndsAStepThatNeverReturnsAndReleasesTheRun) {
+  for (const int second : {SIGINT, SIGTERM}) {
+    SCOPED_TRACE(second);
+    const TinySweep f = scripted_sweep(second == SIGINT ? "forever-int" : "forever-term", "", 1);
+    fs::copy_file(kFixtures + "never_returns_in_training.pt", f.dir + "/model.pt",
+                  fs::copy_options::overwrite_existing);
+    const pid_t pid = spawn_amptune(run_args(f), f.dir);
+    StopOnExit stop(pid);
+    ASSERT_TRUE(run_when(f.db, "1", store::RunStatus::kRunning, 120))
+        << read_file(f.dir + "/child.err");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // into the first step
+    ASSERT_EQ(::kill(pid, SIGINT), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    ASSERT_EQ(::waitpid(pid, nullptr, WNOHANG), 0) << "the first signal waits for the step";
+    const auto sent = std::chrono::steady_clock::now();
+    ASSERT_EQ(::kill(pid, second), 0);
+    EXPECT_EQ(wait_exit_code(pid, 10), 130) << read_file(f.dir + "/child.err");
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+    EXPECT_LT(took, 3.0) << "s from the second signal to the exit";
+    const auto run = store::Store(f.db).find_run("1");
+    ASSERT_TRUE(run);
+    EXPECT_EQ(run->status, store::RunStatus::kPending) << run->message;
+    EXPECT_NE(run->message.find("second signal"), std::string::npos) << run->message;
+    EXPECT_NE(read_file(f.dir + "/child.err").find("interrupted again"), std::string::npos)
+        << read_file(f.dir + "/child.err");
+  }
 }
 
 // issue 46 item 14: a model with a bool buffer (a transformer's causal mask) failed --nproc 2 on
