@@ -88,11 +88,12 @@ StoreRecorder::StoreRecorder(store::Store& store, const store::RunRow& run,
                              const Settings& settings, double heartbeat_seconds)
     : store_(store), run_(run), checkpoint_(settings.checkpoint) {
   heartbeat_ = std::make_unique<Heartbeat>(store.path(), run.id, heartbeat_seconds);
-  release_on_forced_exit_ = std::make_unique<ForcedExitHook>(
-      [path = store.path(), id = run.id, ended = ended_] {
+  release_on_forced_exit_ =
+      std::make_unique<ForcedExitHook>([path = store.path(), id = run.id, ended = ended_] {
         if (*ended) return;
-        store::Store(path).release_run(id, "interrupted: the process was stopped by a second "
-                                           "signal during a step");
+        store::Store(path).release_run(id,
+                                       "interrupted: the process was stopped by a second "
+                                       "signal during a step");
       });
   claim_checkpoint_root(checkpoint_, store);  // before anything is written or deleted there
   dir_ = train::checkpoint_dir(checkpoint_, store.path(), run.id);

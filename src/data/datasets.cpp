@@ -157,8 +157,8 @@ class ImageFolderDataset : public Dataset {
       std::vector<uint8_t> bytes;
       std::string error;
       if (!read_file_bytes(file, &bytes, &error)) return skip(file, error);
-      std::optional<Image> image = decode_image(bytes.data(), bytes.size(), options_.channels,
-                                                &error, options_.max_pixels);
+      std::optional<Image> image =
+          decode_image(bytes.data(), bytes.size(), options_.channels, &error, options_.max_pixels);
       if (!image) return skip(file, error);
       const Image out = train && options_.augment
                             ? imagefolder_train_transform(*image, options_, rng)

@@ -163,9 +163,9 @@ IdxData read_idx(const std::string& root, const std::string& split) {
     throw DataError(d.images_path + ": implausible image size " + std::to_string(rows) + "x" +
                     std::to_string(cols));
   }
-  d.pixels = read_declared(images, 16, uint64_t{n_img} * rows * cols,
-                           std::to_string(n_img) + " images of " + std::to_string(rows) + "x" +
-                               std::to_string(cols));
+  d.pixels = read_declared(
+      images, 16, uint64_t{n_img} * rows * cols,
+      std::to_string(n_img) + " images of " + std::to_string(rows) + "x" + std::to_string(cols));
 
   IdxFile labels(d.labels_path);
   got = labels.read(head, 8);

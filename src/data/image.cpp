@@ -45,12 +45,12 @@ void set_error(std::string* error, const std::string& text) {
 void check_pixels(const char* format, int64_t width, int64_t height, int channels,
                   int64_t max_pixels) {
   if (width * height <= max_pixels) return;
-  throw ImageTooLarge(std::string(format) + " declares " + std::to_string(width) + "x" +
-                      std::to_string(height) + " = " + std::to_string(width * height) +
-                      " pixels (" + std::to_string(width * height * channels) +
-                      " bytes decoded), more than data.max_image_pixels = " +
-                      std::to_string(max_pixels) +
-                      " (a decompression bomb? raise data.max_image_pixels if the image is real)");
+  throw ImageTooLarge(
+      std::string(format) + " declares " + std::to_string(width) + "x" + std::to_string(height) +
+      " = " + std::to_string(width * height) + " pixels (" +
+      std::to_string(width * height * channels) +
+      " bytes decoded), more than data.max_image_pixels = " + std::to_string(max_pixels) +
+      " (a decompression bomb? raise data.max_image_pixels if the image is real)");
 }
 
 bool is_jpeg(const uint8_t* data, size_t size) {
@@ -61,8 +61,8 @@ bool is_png(const uint8_t* data, size_t size) {
   return size >= 8 && std::memcmp(data, kSig, 8) == 0;
 }
 
-std::optional<Image> decode_jpeg(const uint8_t* data, size_t size, int channels,
-                                 std::string* error, int64_t max_pixels) {
+std::optional<Image> decode_jpeg(const uint8_t* data, size_t size, int channels, std::string* error,
+                                 int64_t max_pixels) {
   tjhandle tj = thread_decompressor();
   if (!tj) {
     set_error(error, "cannot create a libturbojpeg decompressor");
@@ -119,8 +119,8 @@ std::optional<Image> decode_jpeg(const uint8_t* data, size_t size, int channels,
   return image;
 }
 
-std::optional<Image> decode_png(const uint8_t* data, size_t size, int channels,
-                                std::string* error, int64_t max_pixels) {
+std::optional<Image> decode_png(const uint8_t* data, size_t size, int channels, std::string* error,
+                                int64_t max_pixels) {
   png_image png;
   std::memset(&png, 0, sizeof(png));
   png.version = PNG_IMAGE_VERSION;

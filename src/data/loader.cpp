@@ -287,8 +287,8 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options)
     throw DataError("Loader: rank " + std::to_string(options.rank) + " of world size " +
                     std::to_string(options.world) + " is not a shard");
   }
-  s.order = std::make_unique<EpochOrder>(s.dataset->size(), options.seed, options.epoch,
-                                         options.shuffle);
+  s.order =
+      std::make_unique<EpochOrder>(s.dataset->size(), options.seed, options.epoch, options.shuffle);
   const auto n = static_cast<int64_t>(s.order->size());
   const int64_t bs = options.batch_size, world = options.world;
   auto batches_of = [&](int64_t count) {

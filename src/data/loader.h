@@ -69,9 +69,9 @@ class EpochOrder {
 
  private:
   size_t n_ = 0;
-  std::vector<int64_t> table_;    // the Fisher-Yates order (shuffled, n <= kTableOrderMax)
-  std::vector<uint64_t> keys_;    // the Feistel round keys (shuffled, n > kTableOrderMax)
-  unsigned half_bits_ = 0;        // the Feistel halves' width: the domain is 4^half_bits_ >= n
+  std::vector<int64_t> table_;  // the Fisher-Yates order (shuffled, n <= kTableOrderMax)
+  std::vector<uint64_t> keys_;  // the Feistel round keys (shuffled, n > kTableOrderMax)
+  unsigned half_bits_ = 0;      // the Feistel halves' width: the domain is 4^half_bits_ >= n
   uint64_t feistel(uint64_t x) const;
 };
 

@@ -3,9 +3,9 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
-#include <cctype>
 #include <cstring>
 #include <optional>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -50,11 +50,16 @@ bool carried(c10::ScalarType t) {
 
 std::optional<c10::ScalarType> carrier_of_size(int64_t element_size) {
   switch (element_size) {
-    case 1: return c10::ScalarType::Byte;
-    case 2: return c10::ScalarType::Half;  // bits copied, never converted
-    case 4: return c10::ScalarType::Int;
-    case 8: return c10::ScalarType::Long;
-    default: return std::nullopt;
+    case 1:
+      return c10::ScalarType::Byte;
+    case 2:
+      return c10::ScalarType::Half;  // bits copied, never converted
+    case 4:
+      return c10::ScalarType::Int;
+    case 8:
+      return c10::ScalarType::Long;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -149,8 +154,8 @@ class ProcessGroup::Impl {
 
 struct ProcessGroup::Pending::Work {
   c10::intrusive_ptr<c10d::Work> work;
-  std::string what;     // the tensor, for a failure's message
-  torch::Tensor wire;   // summed in float32 when the tensor's dtype is not carried
+  std::string what;      // the tensor, for a failure's message
+  torch::Tensor wire;    // summed in float32 when the tensor's dtype is not carried
   torch::Tensor target;  // ... and copied back into it
 };
 
