@@ -79,6 +79,40 @@ class WrongOutputShape(nn.Module):
         return self.conv1(x).mean(dim=(1, 2, 3))
 
 
+class NeverReturnsInTraining(nn.Module):
+    """A [B, 1, 12, 12] classifier whose forward never returns in train mode (an endless loop
+    that polls nothing), and returns at once in eval mode (amptune counts the forward's work in
+    eval mode). Bad input: a step that cannot be stopped from inside (issue 46 item 9)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 4, 3, padding=1)
+        self.head = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n = 0
+        while self.training and n >= 0:
+            n = n + 1 - 1
+        return self.head(self.conv1(x).mean(dim=(2, 3)))
+
+
+class CausalMaskClassifier(nn.Module):
+    """A [B, 1, 12, 12] classifier with a bool buffer, as a transformer's causal mask: the conv's
+    4 channel means h, then h_i = sum of h_j for j <= i (masked_fill with the lower-triangular
+    mask), then a Linear head to 4 classes (issue 46 item 14)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 4, 3, padding=1)
+        self.head = nn.Linear(4, 4)
+        self.register_buffer("mask", torch.ones(4, 4).tril().bool())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.conv1(x).mean(dim=(2, 3))
+        pairs = h.unsqueeze(1).expand(h.size(0), 4, 4)
+        return self.head(pairs.masked_fill(~self.mask, 0.0).sum(dim=2))
+
+
 def import_from_root(name, relpath):
     """Imports ROOT/relpath as module `name`, its code objects and __file__ naming `relpath`:
     TorchScript records the source file of every scripted function in the archive, and the
@@ -191,6 +225,13 @@ def make(out, ets, mmf, fixtures):
     write(out, "wrong_output_shape.pt",
           archive_bytes(torch.jit.script(fixtures.WrongOutputShape().train())))
 
+    torch.manual_seed(3)
+    write(out, "never_returns_in_training.pt",
+          archive_bytes(torch.jit.script(fixtures.NeverReturnsInTraining().train())))
+    torch.manual_seed(4)
+    write(out, "causal_mask_classifier.pt",
+          archive_bytes(torch.jit.script(fixtures.CausalMaskClassifier().train())))
+
     with open(reg_path, "rb") as f:
         original = f.read()
     record, _ = version_record(original)
@@ -255,6 +296,11 @@ def verify(out, ets):
             assert why in str(e), str(e)
         else:
             raise AssertionError(f"{name} passed the checks")
+
+    m = load("never_returns_in_training.pt").eval()
+    assert m(image).shape == (5, 4)
+    m = load("causal_mask_classifier.pt")
+    assert m.mask.dtype == torch.bool and m(image).shape == (5, 4)
 
     newer = open(os.path.join(out, "newer_version.pt"), "rb").read()
     check_aligned(newer, "newer_version.pt")

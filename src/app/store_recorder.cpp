@@ -88,6 +88,13 @@ StoreRecorder::StoreRecorder(store::Store& store, const store::RunRow& run,
                              const Settings& settings, double heartbeat_seconds)
     : store_(store), run_(run), checkpoint_(settings.checkpoint) {
   heartbeat_ = std::make_unique<Heartbeat>(store.path(), run.id, heartbeat_seconds);
+  release_on_forced_exit_ =
+      std::make_unique<ForcedExitHook>([path = store.path(), id = run.id, ended = ended_] {
+        if (*ended) return;
+        store::Store(path).release_run(id,
+                                       "interrupted: the process was stopped by a second "
+                                       "signal during a step");
+      });
   claim_checkpoint_root(checkpoint_, store);  // before anything is written or deleted there
   dir_ = train::checkpoint_dir(checkpoint_, store.path(), run.id);
   // Saves of this run that a killed process left half-written (it holds the run now).
@@ -163,6 +170,7 @@ void StoreRecorder::record_epoch(store::EpochRecord& record) {
 
 void StoreRecorder::end(Ending ending, const std::string& message,
                         const std::string& summary_json) {
+  *ended_ = true;  // the run's end is recorded here, not by a forced exit
   switch (ending) {
     case Ending::kDone:  // a store error here fails the run (the loop's caller catches it)
       store_.finish_run(run_.id, store::RunStatus::kDone, "", summary_json);

@@ -4,11 +4,13 @@
 // run through it. No torch here.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "app/prune_rules.h"
+#include "core/process.h"
 #include "core/settings.h"
 #include "store/store.h"
 #include "train/recorder.h"
@@ -56,6 +58,11 @@ class StoreRecorder : public train::Recorder {
   std::string primary_metric_;
   bool higher_is_better_ = true;
   std::unique_ptr<Heartbeat> heartbeat_;
+  // A forced exit (a second SIGINT / SIGTERM while a scripted forward never returns:
+  // core/process.h)
+  // puts the run back to pending through a connection of its own, unless end() began.
+  std::shared_ptr<std::atomic<bool>> ended_ = std::make_shared<std::atomic<bool>>(false);
+  std::unique_ptr<ForcedExitHook> release_on_forced_exit_;
   int64_t epochs_ = 0;  // schedule.epochs
   PruneSettings prune_;
   std::optional<store::PruneDecisionRow> pruned_;  // the decision that stopped the run

@@ -1,6 +1,8 @@
 #include "core/process.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,8 +12,13 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <sstream>
+#include <thread>
 #include <utility>
+#include <vector>
 
 namespace amptune {
 namespace {
@@ -115,16 +122,114 @@ std::string allocator_name() {
 namespace {
 std::atomic<bool> g_stop{false};
 std::atomic<int> g_graceful{0};
-static_assert(std::atomic<bool>::is_always_lock_free && std::atomic<int>::is_always_lock_free,
+std::atomic<int> g_signals{0};
+// The forced-exit watcher: the write end of its pipe and the process that started it (a forked
+// child has neither the thread nor a reason to wake its parent's).
+std::atomic<int> g_wake_fd{-1};
+std::atomic<pid_t> g_watcher_pid{0};
+static_assert(std::atomic<bool>::is_always_lock_free && std::atomic<int>::is_always_lock_free &&
+                  std::atomic<pid_t>::is_always_lock_free,
               "used from a signal handler");
+
+std::mutex& hooks_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<int64_t, std::function<void()>>& hooks() {
+  static std::map<int64_t, std::function<void()>> h;
+  return h;
+}
+
+void say(const char* text, size_t size) { (void)!::write(STDERR_FILENO, text, size); }
+
+// Runs the hooks on a thread of their own and waits for them at most kForcedExitHookSeconds:
+// a hook stuck on a lock the stuck thread holds must not keep the process alive.
+[[noreturn]] void forced_exit() {
+  std::vector<std::function<void()>> todo;
+  {
+    std::lock_guard<std::mutex> lock(hooks_mutex());
+    for (const auto& [id, hook] : hooks()) todo.push_back(hook);
+  }
+  const std::string line = std::string("amptune: interrupted") +
+                           (g_signals.load() > 1 ? " again" : "") + ": exiting now" +
+                           (todo.empty() ? "" : ", releasing what this process holds") + "\n";
+  say(line.data(), line.size());
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  std::thread([todo, done] {
+    for (const auto& hook : todo) {
+      try {
+        hook();
+      } catch (const std::exception& e) {
+        const std::string line = std::string("amptune: on exit: ") + e.what() + "\n";
+        say(line.data(), line.size());
+      } catch (...) {
+      }
+    }
+    *done = true;
+  }).detach();
+  const auto until = std::chrono::steady_clock::now() +
+                     std::chrono::milliseconds(static_cast<int>(kForcedExitHookSeconds * 1000));
+  while (!*done && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ::_exit(130);
+}
+
+// Started with the first hook: blocks SIGINT / SIGTERM in itself (the handler runs elsewhere) and
+// waits for the handler's byte.
+void start_watcher() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) return;  // no watcher: a signal ends the process at once
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    std::thread([read_fd = fds[0]] {
+      char byte = 0;
+      for (;;) {
+        const ssize_t n = ::read(read_fd, &byte, 1);
+        if (n == 1) forced_exit();
+        if (n < 0 && errno == EINTR) continue;
+        return;  // cannot happen: the write end stays open
+      }
+    }).detach();
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    g_wake_fd = fds[1];
+    g_watcher_pid = ::getpid();
+  });
+}
 }  // namespace
 
 void on_stop_signal() {
   g_stop = true;
-  if (g_graceful.load() > 0) return;
+  const int signals = ++g_signals;
+  if (g_graceful.load() > 0 && signals == 1) return;
+  const int fd = g_wake_fd.load();
+  if (fd >= 0 && g_watcher_pid.load() == ::getpid()) {
+    const char byte = 1;
+    if (::write(fd, &byte, 1) == 1) return;  // the watcher runs the hooks, then _exit(130)
+  }
   static const char kMessage[] = "amptune: interrupted\n";
-  (void)!::write(STDERR_FILENO, kMessage, sizeof kMessage - 1);
+  say(kMessage, sizeof kMessage - 1);
   ::_exit(130);
+}
+
+ForcedExitHook::ForcedExitHook(std::function<void()> hook) {
+  static std::atomic<int64_t> next_id{0};
+  id_ = ++next_id;
+  {
+    std::lock_guard<std::mutex> lock(hooks_mutex());
+    hooks()[id_] = std::move(hook);
+  }
+  start_watcher();
+}
+
+ForcedExitHook::~ForcedExitHook() {
+  std::lock_guard<std::mutex> lock(hooks_mutex());
+  hooks().erase(id_);
 }
 
 void request_stop() { g_stop = true; }

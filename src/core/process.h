@@ -45,9 +45,30 @@ std::optional<bool> alive_if_local(const ProcessIdentity& p);
 // work there writes nothing, or writes inside one SQLite transaction (merge, eval), which a dead
 // process never leaves half-done, so parsing a sweep, fingerprinting data, a long query and a
 // rendezvous wait all stop within a second. Inside a scope (a run being trained, a process that
-// waits for its children) the signal only sets the flag the work polls (stop_requested): the
-// trainer ends the step, puts its run back to pending and returns. Async-signal-safe.
+// waits for its children) the first signal only sets the flag the work polls (stop_requested):
+// the trainer ends the step, puts its run back to pending and returns. A second signal inside a
+// scope is a forced exit: work that never polls (a user's scripted forward that never returns)
+// cannot hold the process. Async-signal-safe.
+//
+// A forced exit (the second signal inside a scope, or any signal outside one while a hook is
+// registered) runs the registered ForcedExitHooks on a watcher thread, woken through a pipe (the
+// handler only writes one byte), for at most kForcedExitHookSeconds in all, then ends the process
+// with exit code 130, whether or not they returned. A hook must not rely on the thread that is
+// stuck: it uses its own resources (a run's claim is released through a new database
+// connection, app/store_recorder.cpp). In a process forked from the one that registered hooks
+// (no exec) the signal ends the process at once, as before.
 void on_stop_signal();
+constexpr double kForcedExitHookSeconds = 2.0;
+class ForcedExitHook {  // registered for its lifetime; not copyable
+ public:
+  explicit ForcedExitHook(std::function<void()> hook);
+  ~ForcedExitHook();
+  ForcedExitHook(const ForcedExitHook&) = delete;
+  ForcedExitHook& operator=(const ForcedExitHook&) = delete;
+
+ private:
+  int64_t id_;
+};
 void request_stop();    // what a signal does inside a GracefulStop scope
 bool stop_requested();
 class GracefulStop {  // nests; not copyable

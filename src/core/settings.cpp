@@ -97,6 +97,7 @@ DataSettings read_data(Reader& in) {
   s.eval_batch_size = in.get_int("data.eval_batch_size");
   s.workers = in.get_int("data.workers");
   s.prefetch = in.get_int("data.prefetch");
+  s.max_image_pixels = in.get_int("data.max_image_pixels");
   return s;
 }
 

@@ -57,6 +57,7 @@ struct DataSettings {
   int64_t eval_batch_size = 0;  // 0 = batch_size
   int64_t workers = 0;
   int64_t prefetch = 0;
+  int64_t max_image_pixels = 89478485;  // larger images are a DataError (decompression bombs)
 };
 
 struct OptimSettings {

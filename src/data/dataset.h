@@ -68,8 +68,9 @@ std::shared_ptr<Dataset> make_idx_dataset(const std::string& root, const std::st
 // relative path; folders starting with '.' are ignored. Train: imagefolder_train_transform when
 // options.augment, else the eval transform; eval: imagefolder_eval_transform. Sample: image
 // [channels, image_size, image_size] normalised, field "label" int64 scalar. A file that cannot
-// be read or decoded gives nullopt, with one warning per file. Throws DataError when ROOT/SPLIT
-// is missing, holds no class folders, or a class folder holds no image.
+// be read or decoded gives nullopt, with one warning per file; one declaring more pixels than
+// options.max_pixels (data.max_image_pixels) makes get() throw DataError naming it. Throws
+// DataError when ROOT/SPLIT is missing, holds no class folders, or a class folder holds no image.
 std::shared_ptr<Dataset> make_imagefolder_dataset(const std::string& root,
                                                   const std::string& split,
                                                   const TransformOptions& options);

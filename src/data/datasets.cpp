@@ -157,8 +157,8 @@ class ImageFolderDataset : public Dataset {
       std::vector<uint8_t> bytes;
       std::string error;
       if (!read_file_bytes(file, &bytes, &error)) return skip(file, error);
-      std::optional<Image> image = decode_image(bytes.data(), bytes.size(), options_.channels,
-                                                &error);
+      std::optional<Image> image =
+          decode_image(bytes.data(), bytes.size(), options_.channels, &error, options_.max_pixels);
       if (!image) return skip(file, error);
       const Image out = train && options_.augment
                             ? imagefolder_train_transform(*image, options_, rng)
@@ -168,6 +168,10 @@ class ImageFolderDataset : public Dataset {
                                      options_.channels, options_.mean, options_.std, false);
       s.fields["label"] = label_tensor(labels_[index]);
       return s;
+    } catch (const ImageTooLarge& e) {
+      // A bomb is not a broken file to skip: the run would "succeed" without it, and the user
+      // must either remove it or raise the bound (docs/DATA.md).
+      throw DataError(file + ": " + e.what());
     } catch (const std::exception& e) {
       // A broken file must not stop a training run: skip it (the loader counts it).
       return skip(file, e.what());

@@ -30,12 +30,12 @@ struct IdxData {
 std::string find_idx_file(const std::string& root, const std::string& split,
                           const std::string& kind);
 
-// Reads both files of a split completely. Throws DataError naming the file and what was expected
-// on a missing file, bad magic number, truncated data, trailing bytes or mismatched counts.
+// Reads both files of a split completely (gzip or plain). Throws DataError naming the file and
+// what was expected on a missing file, bad magic number, truncated data, trailing bytes or
+// mismatched counts. Memory is bounded by what the headers declare: a header is read first, a
+// declared size the file cannot hold (a plain file's size, deflate's 1032:1 bound of a gzip
+// file's) is refused before anything is allocated, and nothing is inflated past the declared
+// bytes plus one (a gzip bomb behind a small header costs the header's size).
 IdxData read_idx(const std::string& root, const std::string& split);
-
-// The bytes of a file, gunzipped when it is gzip (plain files are read as they are).
-// Throws DataError naming the path on read or decompression errors.
-std::vector<uint8_t> read_maybe_gzip(const std::string& path);
 
 }  // namespace amptune::data

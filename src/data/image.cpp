@@ -39,6 +39,20 @@ void set_error(std::string* error, const std::string& text) {
   if (error) *error = text;
 }
 
+// Refuses an image larger than `max_pixels` by its declared size (PIL's DecompressionBombError
+// past twice its limit; amptune refuses past the limit itself: a skipped sample would let the
+// run "succeed" without it).
+void check_pixels(const char* format, int64_t width, int64_t height, int channels,
+                  int64_t max_pixels) {
+  if (width * height <= max_pixels) return;
+  throw ImageTooLarge(
+      std::string(format) + " declares " + std::to_string(width) + "x" + std::to_string(height) +
+      " = " + std::to_string(width * height) + " pixels (" +
+      std::to_string(width * height * channels) +
+      " bytes decoded), more than data.max_image_pixels = " + std::to_string(max_pixels) +
+      " (a decompression bomb? raise data.max_image_pixels if the image is real)");
+}
+
 bool is_jpeg(const uint8_t* data, size_t size) {
   return size >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF;
 }
@@ -47,8 +61,8 @@ bool is_png(const uint8_t* data, size_t size) {
   return size >= 8 && std::memcmp(data, kSig, 8) == 0;
 }
 
-std::optional<Image> decode_jpeg(const uint8_t* data, size_t size, int channels,
-                                 std::string* error) {
+std::optional<Image> decode_jpeg(const uint8_t* data, size_t size, int channels, std::string* error,
+                                 int64_t max_pixels) {
   tjhandle tj = thread_decompressor();
   if (!tj) {
     set_error(error, "cannot create a libturbojpeg decompressor");
@@ -70,6 +84,7 @@ std::optional<Image> decode_jpeg(const uint8_t* data, size_t size, int channels,
   const bool cmyk = colorspace == TJCS_CMYK || colorspace == TJCS_YCCK;
   const int pixel_format = cmyk ? TJPF_CMYK : (channels == 1 ? TJPF_GRAY : TJPF_RGB);
   const int decoded_channels = cmyk ? 4 : channels;
+  check_pixels("JPEG", width, height, decoded_channels, max_pixels);
   std::vector<uint8_t> buffer(static_cast<size_t>(width) * height * decoded_channels);
   // STOPONWARNING: a truncated file or corrupt entropy data is a failure, not a grey image.
   if (tjDecompress2(tj, src, static_cast<unsigned long>(size), buffer.data(), width, 0, height,
@@ -104,8 +119,8 @@ std::optional<Image> decode_jpeg(const uint8_t* data, size_t size, int channels,
   return image;
 }
 
-std::optional<Image> decode_png(const uint8_t* data, size_t size, int channels,
-                                std::string* error) {
+std::optional<Image> decode_png(const uint8_t* data, size_t size, int channels, std::string* error,
+                                int64_t max_pixels) {
   png_image png;
   std::memset(&png, 0, sizeof(png));
   png.version = PNG_IMAGE_VERSION;
@@ -113,6 +128,12 @@ std::optional<Image> decode_png(const uint8_t* data, size_t size, int channels,
     set_error(error, std::string("bad PNG header: ") + png.message);
     png_image_free(&png);
     return std::nullopt;
+  }
+  try {
+    check_pixels("PNG", png.width, png.height, channels, max_pixels);
+  } catch (...) {
+    png_image_free(&png);
+    throw;
   }
   png.format = channels == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
   Image image;
@@ -179,14 +200,14 @@ Coeffs resample_coeffs(int in_size, int out_size) {
 }  // namespace
 
 std::optional<Image> decode_image(const uint8_t* data, size_t size, int channels,
-                                  std::string* error) {
+                                  std::string* error, int64_t max_pixels) {
   if (channels != 1 && channels != 3) {
     set_error(error, "decode_image supports 1 or 3 channels, asked for " +
                          std::to_string(channels));
     return std::nullopt;
   }
-  if (is_jpeg(data, size)) return decode_jpeg(data, size, channels, error);
-  if (is_png(data, size)) return decode_png(data, size, channels, error);
+  if (is_jpeg(data, size)) return decode_jpeg(data, size, channels, error, max_pixels);
+  if (is_png(data, size)) return decode_png(data, size, channels, error, max_pixels);
   set_error(error, size == 0 ? "empty file" : "neither JPEG nor PNG (unknown signature)");
   return std::nullopt;
 }

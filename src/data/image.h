@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
+
 namespace amptune::data {
 
 // Interleaved (HWC) 8-bit pixels, row-major, no padding: pixels.size() == height * width * channels.
@@ -24,13 +26,26 @@ struct Image {
   }
 };
 
+// PIL's Image.MAX_IMAGE_PIXELS, the default of data.max_image_pixels.
+constexpr int64_t kDefaultMaxImagePixels = 89478485;
+
+// An image whose header declares more than the allowed pixels (a decompression bomb): thrown
+// before its pixels are allocated. The data set adds the file's path.
+class ImageTooLarge : public DataError {
+ public:
+  using DataError::DataError;
+};
+
 // Decodes JPEG or PNG bytes (recognised by their signature, not by the file name) into an image
 // with `channels` (1 or 3; colour is converted to grey with the ITU-R 601 luma as PIL does,
 // grey is replicated into RGB; CMYK JPEGs are converted to RGB; PNG alpha is dropped).
 // Returns nullopt and sets `*error` (when not null) for anything it cannot decode completely:
 // unknown format, corrupt data, truncated files (libjpeg warnings count as failures).
+// Throws ImageTooLarge when the header declares more than `max_pixels` pixels (width x height),
+// before anything of the image's size is allocated.
 std::optional<Image> decode_image(const uint8_t* data, size_t size, int channels,
-                                  std::string* error = nullptr);
+                                  std::string* error = nullptr,
+                                  int64_t max_pixels = kDefaultMaxImagePixels);
 
 // Encodes an image (1 or 3 channels) as baseline JPEG with libturbojpeg; quality 1..100
 // (4:2:0 chroma for RGB). Throws DataError on failure.

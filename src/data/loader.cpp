@@ -101,16 +101,55 @@ LoaderOptions loader_options(const DataSettings& data, int64_t seed, Split split
   return o;
 }
 
-std::vector<int64_t> epoch_order(size_t n, uint64_t seed, uint64_t epoch, bool shuffle) {
-  std::vector<int64_t> order(n);
-  for (size_t i = 0; i < n; ++i) order[i] = static_cast<int64_t>(i);
-  if (shuffle && n > 1) {
-    Rng rng = sample_rng(seed, epoch, UINT64_MAX);
-    for (size_t i = n - 1; i > 0; --i) {
-      std::swap(order[i], order[uniform_index(rng, i + 1)]);
-    }
+EpochOrder::EpochOrder(size_t n, uint64_t seed, uint64_t epoch, bool shuffle, size_t table_max)
+    : n_(n) {
+  if (!shuffle || n < 2) return;
+  Rng rng = sample_rng(seed, epoch, UINT64_MAX);
+  if (n <= table_max) {
+    // The order of every split up to the bound, unchanged since the first release.
+    table_.resize(n);
+    for (size_t i = 0; i < n; ++i) table_[i] = static_cast<int64_t>(i);
+    for (size_t i = n - 1; i > 0; --i) std::swap(table_[i], table_[uniform_index(rng, i + 1)]);
+    return;
   }
-  return order;
+  while ((uint64_t{1} << (2 * half_bits_)) < n) ++half_bits_;
+  keys_.resize(6);  // six rounds: past the four of Luby-Rackoff's strong pseudo-random permutation
+  for (uint64_t& k : keys_) k = rng();
+}
+
+uint64_t EpochOrder::feistel(uint64_t x) const {
+  const uint64_t mask = (uint64_t{1} << half_bits_) - 1;
+  uint64_t left = x >> half_bits_, right = x & mask;
+  for (uint64_t key : keys_) {
+    // splitmix64's finaliser of (key, right) as the round function.
+    uint64_t z = (right + key) * 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z ^= z >> 31;
+    const uint64_t next = left ^ (z & mask);
+    left = right;
+    right = next;
+  }
+  return (left << half_bits_) | right;
+}
+
+int64_t EpochOrder::operator[](size_t pos) const {
+  if (!table_.empty()) return table_[pos];
+  if (keys_.empty()) return static_cast<int64_t>(pos);
+  // Cycle walking: the permutation of [0, 4^half_bits_) restricted to [0, n) stays a
+  // permutation; the domain is under 4 n, so a position takes under 4 rounds on average.
+  uint64_t x = pos;
+  do {
+    x = feistel(x);
+  } while (x >= n_);
+  return static_cast<int64_t>(x);
+}
+
+std::vector<int64_t> epoch_order(size_t n, uint64_t seed, uint64_t epoch, bool shuffle) {
+  const EpochOrder order(n, seed, epoch, shuffle);
+  std::vector<int64_t> all(n);
+  for (size_t i = 0; i < n; ++i) all[i] = order[i];
+  return all;
 }
 
 std::vector<int64_t> shard_order(const std::vector<int64_t>& order, int rank, int world) {
@@ -137,7 +176,10 @@ struct Loader::State {
 
   std::shared_ptr<const Dataset> dataset;
   LoaderOptions options;
-  std::vector<int64_t> order;
+  // This loader's samples are positions 0..size - 1 of its own sequence, read from the epoch
+  // order without copying it (a split of 10^8 rows keeps one order, or none: EpochOrder).
+  std::unique_ptr<EpochOrder> order;
+  int64_t size = 0;
   int64_t num_batches = 0;
   int64_t index_stride = 1, index_offset = 0;  // Batch::index = b * stride + offset
 
@@ -153,14 +195,28 @@ struct Loader::State {
 
   int64_t batch_begin(int64_t b) const { return b * options.batch_size; }
   int64_t batch_len(int64_t b) const {
-    return std::min<int64_t>(options.batch_size,
-                             static_cast<int64_t>(order.size()) - batch_begin(b));
+    return std::min<int64_t>(options.batch_size, size - batch_begin(b));
+  }
+
+  // The sample index at position `pos` of this loader's sequence. kSamples: the epoch order
+  // padded by repeating its start to a multiple of world, every world-th position from rank
+  // (shard_order). kBatches: the single-process batches rank, rank + world, ... back to back (only
+  // the last batch of the set can be short, and it is then this rank's last).
+  int64_t sample_at(int64_t pos) const {
+    const auto n = static_cast<int64_t>(order->size());
+    const int64_t rank = options.rank, world = options.world;
+    if (options.shard == LoaderOptions::Shard::kSamples) {
+      return (*order)[static_cast<size_t>((rank + pos * world) % n)];
+    }
+    const int64_t bs = options.batch_size;
+    const int64_t global_batch = rank + (pos / bs) * world;
+    return (*order)[static_cast<size_t>(global_batch * bs + pos % bs)];
   }
 
   // Loads the sample at position `pos` of batch `b`; errors go to *error, never out.
   std::optional<Sample> load(int64_t b, int64_t pos, std::exception_ptr* error) const {
     try {
-      const int64_t index = order[static_cast<size_t>(batch_begin(b) + pos)];
+      const int64_t index = sample_at(batch_begin(b) + pos);
       Rng rng = sample_rng(options.seed, options.epoch, static_cast<uint64_t>(index));
       return dataset->get(static_cast<size_t>(index), rng, options.train);
     } catch (...) {
@@ -231,29 +287,26 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options)
     throw DataError("Loader: rank " + std::to_string(options.rank) + " of world size " +
                     std::to_string(options.world) + " is not a shard");
   }
-  s.order = epoch_order(s.dataset->size(), options.seed, options.epoch, options.shuffle);
-  const int64_t bs = options.batch_size;
-  auto batches_of = [&](int64_t n) {
-    int64_t b = options.drop_last ? n / bs : (n + bs - 1) / bs;
+  s.order =
+      std::make_unique<EpochOrder>(s.dataset->size(), options.seed, options.epoch, options.shuffle);
+  const auto n = static_cast<int64_t>(s.order->size());
+  const int64_t bs = options.batch_size, world = options.world;
+  auto batches_of = [&](int64_t count) {
+    int64_t b = options.drop_last ? count / bs : (count + bs - 1) / bs;
     return options.max_batches >= 0 ? std::min(b, options.max_batches) : b;
   };
   if (options.shard == LoaderOptions::Shard::kSamples) {
-    s.order = shard_order(s.order, options.rank, options.world);
-    num_batches_ = batches_of(static_cast<int64_t>(s.order.size()));
+    s.size = world <= 1 || n == 0 ? n : (n + world - 1) / world;  // shard_order's length
+    num_batches_ = batches_of(s.size);
   } else {
-    // The single-process batches rank, rank + world, ...: their samples back to back (only the
-    // last batch of the set can be short, and it is then this rank's last).
-    const int64_t global = batches_of(static_cast<int64_t>(s.order.size()));
-    std::vector<int64_t> mine;
-    num_batches_ = 0;
-    for (int64_t b = options.rank; b < global; b += options.world) {
-      const int64_t begin = b * bs;
-      const int64_t end = std::min<int64_t>(begin + bs, static_cast<int64_t>(s.order.size()));
-      mine.insert(mine.end(), s.order.begin() + begin, s.order.begin() + end);
-      ++num_batches_;
+    const int64_t global = batches_of(n);
+    num_batches_ = global > options.rank ? (global - options.rank + world - 1) / world : 0;
+    s.size = 0;
+    if (num_batches_ > 0) {
+      const int64_t last = options.rank + (num_batches_ - 1) * world;
+      s.size = (num_batches_ - 1) * bs + (std::min<int64_t>((last + 1) * bs, n) - last * bs);
     }
-    s.order = std::move(mine);
-    s.index_stride = options.world;
+    s.index_stride = world;
     s.index_offset = options.rank;
   }
   s.num_batches = num_batches_;

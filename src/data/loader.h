@@ -51,8 +51,31 @@ struct Batch {
 // drop_last, val = none.
 LoaderOptions loader_options(const DataSettings& data, int64_t seed, Split split, uint64_t epoch);
 
-// The sample order of an epoch: 0..n-1, or when `shuffle` a Fisher-Yates permutation drawn from
-// sample_rng(seed, epoch, 2^64 - 1) (that index is reserved for the order).
+// The sample order of an epoch: 0..n-1, or when `shuffle` a permutation drawn from
+// sample_rng(seed, epoch, 2^64 - 1) (that index is reserved for the order): for n up to
+// kTableOrderMax a Fisher-Yates shuffle held as a table (n int64: 128 MiB at the bound), above it
+// a keyed Feistel permutation computed per position in constant memory (docs/DATA.md
+// "Determinism": a Fisher-Yates order needs the whole table, so a split of 10^9 rows would need
+// 8 GB for its order alone). Positions are read with order[pos], pos < size().
+class EpochOrder {
+ public:
+  static constexpr size_t kTableOrderMax = size_t{1} << 24;
+
+  // `table_max` is kTableOrderMax but in tests, which try the per-position order on small n.
+  EpochOrder(size_t n, uint64_t seed, uint64_t epoch, bool shuffle,
+             size_t table_max = kTableOrderMax);
+  size_t size() const { return n_; }
+  int64_t operator[](size_t pos) const;
+
+ private:
+  size_t n_ = 0;
+  std::vector<int64_t> table_;  // the Fisher-Yates order (shuffled, n <= kTableOrderMax)
+  std::vector<uint64_t> keys_;  // the Feistel round keys (shuffled, n > kTableOrderMax)
+  unsigned half_bits_ = 0;      // the Feistel halves' width: the domain is 4^half_bits_ >= n
+  uint64_t feistel(uint64_t x) const;
+};
+
+// The whole order of EpochOrder(n, seed, epoch, shuffle) as a vector (tests, small splits).
 std::vector<int64_t> epoch_order(size_t n, uint64_t seed, uint64_t epoch, bool shuffle);
 
 // The sample order of rank `rank` of `world` under LoaderOptions::Shard::kSamples: `order`

@@ -31,6 +31,7 @@ TransformOptions transform_options(const DataSettings& data, int64_t in_channels
   o.image_size = static_cast<int>(data.image_size);
   o.resize_size = static_cast<int>(data.resize_size);
   o.augment = data.augment;
+  o.max_pixels = data.max_image_pixels;
   const std::vector<double>& scale = data.crop_scale;
   if (scale.size() != 2 || !(scale[0] > 0.0) || scale[0] > scale[1] || scale[1] > 1.0) {
     throw ConfigError("data.crop_scale must be [lo, hi] with 0 < lo <= hi <= 1, got " +

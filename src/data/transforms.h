@@ -25,6 +25,7 @@ struct TransformOptions {
   bool augment = true;     // data.augment (training split only)
   std::vector<double> mean{0.485, 0.456, 0.406};  // per channel, 0..1 pixels
   std::vector<double> std{0.229, 0.224, 0.225};
+  int64_t max_pixels = kDefaultMaxImagePixels;  // data.max_image_pixels: larger images refused
 };
 
 // From the data.* section and `in_channels` (model.in_channels). Throws ConfigError naming the

@@ -3,9 +3,11 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #ifdef AMPTUNE_HAVE_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -26,6 +28,60 @@ using Backend = compat::C10dBackend;  // 1.13's ProcessGroup, 2.x's Backend
 std::string first_line(const std::string& text) {
   const auto nl = text.find('\n');
   return nl == std::string::npos ? text : text.substr(0, nl);
+}
+
+// The dtypes the collectives carry as they are (Gloo's: it refuses others with "Invalid scalar
+// type", NCCL's set is larger). A buffer of another dtype - a transformer's bool causal mask - is
+// broadcast as the same bytes in the carried type of its element size, and summed in float32.
+bool carried(c10::ScalarType t) {
+  switch (t) {
+    case c10::ScalarType::Float:
+    case c10::ScalarType::Double:
+    case c10::ScalarType::Half:
+    case c10::ScalarType::Char:
+    case c10::ScalarType::Byte:
+    case c10::ScalarType::Int:
+    case c10::ScalarType::Long:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::optional<c10::ScalarType> carrier_of_size(int64_t element_size) {
+  switch (element_size) {
+    case 1:
+      return c10::ScalarType::Byte;
+    case 2:
+      return c10::ScalarType::Half;  // bits copied, never converted
+    case 4:
+      return c10::ScalarType::Int;
+    case 8:
+      return c10::ScalarType::Long;
+    default:
+      return std::nullopt;
+  }
+}
+
+std::string describe(const torch::Tensor& t) {
+  std::string shape;
+  for (int64_t d = 0; d < t.dim(); ++d) shape += (d ? ", " : "") + std::to_string(t.size(d));
+  return std::string("a ") + c10::toString(t.scalar_type()) + " tensor [" + shape + "]";
+}
+
+// A failure that a lost peer causes: the transport's errors (Gloo names its transport files),
+// timeouts, closed or reset connections. Anything else is the operation's own error (a dtype,
+// a shape, a root), which reporting as a lost rank would send the user after the network.
+bool lost_peer_message(const std::string& text, DistBackend backend) {
+  if (backend == DistBackend::kNccl) return true;  // NCCL's remote errors name no transport
+  std::string lower = text;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  for (const char* mark : {"transport", "timed out", "timeout", "connection", "by peer",
+                           "broken pipe", "socket", "eof", "unreachable", "refused"}) {
+    if (lower.find(mark) != std::string::npos) return true;
+  }
+  return false;
 }
 
 c10d::ReduceOp reduce_op(ProcessGroup::Op op) {
@@ -98,6 +154,9 @@ class ProcessGroup::Impl {
 
 struct ProcessGroup::Pending::Work {
   c10::intrusive_ptr<c10d::Work> work;
+  std::string what;      // the tensor, for a failure's message
+  torch::Tensor wire;    // summed in float32 when the tensor's dtype is not carried
+  torch::Tensor target;  // ... and copied back into it
 };
 
 ProcessGroup::Pending::Pending() = default;
@@ -108,13 +167,16 @@ bool ProcessGroup::Pending::started() const { return work_ != nullptr; }
 
 void ProcessGroup::Pending::wait() {
   if (!work_) return;
+  std::unique_ptr<Work> work = std::move(work_);
   try {
-    work_->work->wait();
+    work->work->wait();
   } catch (const std::exception& e) {
-    work_.reset();
-    group_->lost(e);
+    group_->failed("all-reduce", work->what, e, true);
   }
-  work_.reset();
+  if (work->target.defined()) {
+    torch::NoGradGuard no_grad;
+    work->target.copy_(work->wire);
+  }
 }
 
 ProcessGroup::ProcessGroup(Cluster& cluster, const std::string& name, DistBackend backend,
@@ -159,38 +221,91 @@ void ProcessGroup::lost(const std::exception& e) const {
                       "): " + first_line(e.what()));
 }
 
+void ProcessGroup::failed(const std::string& op, const std::string& what, const std::exception& e,
+                          bool submitted) const {
+  if (submitted && lost_peer_message(e.what(), backend_)) lost(e);
+  throw EnvironmentError(cluster_.describe_rank(rank()) + ": the " + op + " of " + what + " (" +
+                         to_string(backend_) + ") failed: " + first_line(e.what()) +
+                         " (an error of the operation, not a lost rank)");
+}
+
+torch::Tensor ProcessGroup::summable(const torch::Tensor& tensor, const std::string& op) const {
+  if (carried(tensor.scalar_type())) return tensor;
+  if (!tensor.is_floating_point()) {
+    throw EnvironmentError(cluster_.describe_rank(rank()) + ": cannot " + op + " " +
+                           describe(tensor) + " over the ranks (" + to_string(backend_) +
+                           " sums floating and integer tensors)");
+  }
+  return tensor.to(torch::kFloat);
+}
+
 ProcessGroup::Pending ProcessGroup::allreduce_async(torch::Tensor& tensor) {
   Pending p;
   p.group_ = this;
+  p.work_ = std::make_unique<Pending::Work>();
+  p.work_->what = describe(tensor);
+  p.work_->wire = summable(tensor, "all-reduce");
+  if (!p.work_->wire.is_same(tensor)) p.work_->target = tensor;
   try {
-    std::vector<torch::Tensor> tensors{tensor};
-    p.work_ = std::make_unique<Pending::Work>();
+    std::vector<torch::Tensor> tensors{p.work_->wire};
     p.work_->work = impl_->pg->allreduce(tensors);
   } catch (const std::exception& e) {
-    lost(e);
+    failed("all-reduce", p.work_->what, e, false);
   }
   return p;
 }
 
 void ProcessGroup::allreduce(torch::Tensor& tensor, Op op) {
+  torch::Tensor wire = summable(tensor, "all-reduce");
+  std::vector<torch::Tensor> tensors{wire};
+  c10d::AllreduceOptions options;
+  options.reduceOp = reduce_op(op);
+  c10::intrusive_ptr<c10d::Work> work;
   try {
-    std::vector<torch::Tensor> tensors{tensor};
-    c10d::AllreduceOptions options;
-    options.reduceOp = reduce_op(op);
-    impl_->pg->allreduce(tensors, options)->wait();
+    work = impl_->pg->allreduce(tensors, options);
   } catch (const std::exception& e) {
-    lost(e);
+    failed("all-reduce", describe(tensor), e, false);
+  }
+  try {
+    work->wait();
+  } catch (const std::exception& e) {
+    failed("all-reduce", describe(tensor), e, true);
+  }
+  if (!wire.is_same(tensor)) {
+    torch::NoGradGuard no_grad;
+    tensor.copy_(wire);
   }
 }
 
 void ProcessGroup::broadcast(torch::Tensor& tensor, int root) {
+  // A dtype the backend does not carry travels as its bytes (a view: received in place).
+  torch::Tensor wire = tensor;
+  if (!carried(tensor.scalar_type())) {
+    const auto carrier = carrier_of_size(tensor.element_size());
+    if (!carrier) {
+      throw EnvironmentError(cluster_.describe_rank(rank()) + ": cannot broadcast " +
+                             describe(tensor) + " (" + to_string(backend_) +
+                             " carries no type of its element size)");
+    }
+    wire = (tensor.is_contiguous() ? tensor : tensor.contiguous()).view(*carrier);
+  }
+  std::vector<torch::Tensor> tensors{wire};
+  c10d::BroadcastOptions options;
+  options.rootRank = root;
+  c10::intrusive_ptr<c10d::Work> work;
   try {
-    std::vector<torch::Tensor> tensors{tensor};
-    c10d::BroadcastOptions options;
-    options.rootRank = root;
-    impl_->pg->broadcast(tensors, options)->wait();
+    work = impl_->pg->broadcast(tensors, options);
   } catch (const std::exception& e) {
-    lost(e);
+    failed("broadcast", describe(tensor), e, false);
+  }
+  try {
+    work->wait();
+  } catch (const std::exception& e) {
+    failed("broadcast", describe(tensor), e, true);
+  }
+  if (!tensor.is_contiguous()) {
+    torch::NoGradGuard no_grad;
+    tensor.copy_(wire.view(tensor.scalar_type()));
   }
 }
 

@@ -1,7 +1,10 @@
 // A c10d process group for one run (docs/DISTRIBUTED.md): Gloo over CPU tensors, NCCL over CUDA
 // tensors, built over the cluster's store with the run's dist.* settings. Every operation is
 // collective - all ranks call it, in the same order - and throws RankLostError naming the
-// lost rank when a peer is gone or dist.timeout_s passes. Internal to src/dist and src/train.
+// lost rank when a peer is gone or dist.timeout_s passes; an error of the operation itself is an
+// EnvironmentError naming it and the tensor. Every dtype a module can hold goes through: one the
+// backend does not carry (Gloo: bool, bfloat16, ...) is broadcast as its bytes and summed in
+// float32. Internal to src/dist and src/train.
 #pragma once
 
 #include <torch/types.h>
@@ -68,6 +71,15 @@ class ProcessGroup {
   [[noreturn]] void lost(const std::exception& e) const;
 
  private:
+  // A collective `op` of the tensor `what` failed with `e`: lost() when it was submitted and `e`
+  // is a lost peer's failure (transport, timeout), else EnvironmentError naming the operation and
+  // the tensor - an error of the collective is never reported as a lost rank.
+  [[noreturn]] void failed(const std::string& op, const std::string& what, const std::exception& e,
+                           bool submitted) const;
+  // `tensor`, or a float32 copy of it when the backend does not sum its dtype (bfloat16).
+  // EnvironmentError for a dtype that has no sum (bool, complex).
+  torch::Tensor summable(const torch::Tensor& tensor, const std::string& op) const;
+
   class Impl;
   Cluster& cluster_;
   DistBackend backend_;

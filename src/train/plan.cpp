@@ -27,6 +27,7 @@
 #include "train/profile.h"
 #include "train/plan.h"
 #include "train/session.h"
+#include "train/task_scripted.h"
 
 namespace amptune::train {
 
@@ -99,6 +100,7 @@ std::map<std::string, std::string> validated_columns(const Config& config, const
     throw ConfigError("casts.int32: the cast points are fields of RootNet's data path; model " +
                       s.model.name + " has none, so they would change nothing; remove casts.int32");
   }
+  check_scripted_input_channels(s);
   const bool custom = s.model.name == "torchscript" && s.model.task == ModelTask::kCustom;
   const bool tensors = s.data.format == DataFormat::kTensors;
   if (custom && !tensors) {

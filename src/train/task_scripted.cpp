@@ -42,12 +42,38 @@ void check_custom_methods(const models::ScriptedModelImpl& model) {
   }
 }
 
-// The file's metric directions (none for a classifier), read once per file version: model_info
-// and recorded_metrics are asked often while a sweep is planned, and the first ask checks the
-// file (a TorchScript archive this build reads; a custom task's methods) before anything runs.
-std::vector<std::pair<std::string, bool>> directions_of(const Settings& settings) {
+// What planning needs of a file, read once per file version: model_info and recorded_metrics
+// are asked often while a sweep is planned, and the first ask checks the file (a TorchScript
+// archive this build reads; a custom task's methods) before anything runs.
+struct FileFacts {
+  std::vector<std::pair<std::string, bool>> directions;  // the metrics (none for a classifier)
+  // The input channels of the first layer when it is a Conv2d (0 when the first layer is
+  // another kind, or the module has none): a classifier's images must have that many.
+  int64_t input_channels = 0;
+  std::string first_layer;  // its module path and weight shape, for the message
+};
+
+// The first Conv2d / ConvTranspose2d / Linear of the module tree, in the order the module
+// registered them (what its forward meets first, for the usual network): when a Conv2d, the
+// channels it takes (weight [out, in / groups, kh, kw]).
+void read_first_layer(const models::ScriptedModelImpl& model, FileFacts* facts) {
+  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+    const auto layer = models::scripted_layer(*item.value());
+    if (!layer) continue;
+    if (layer->kind != "Conv2d" || layer->weight.dim() != 4) return;
+    facts->input_channels = layer->weight.size(1) * layer->groups;
+    std::string shape;
+    for (int64_t d = 0; d < layer->weight.dim(); ++d) {
+      shape += (d ? ", " : "") + std::to_string(layer->weight.size(d));
+    }
+    facts->first_layer = "'" + item.key() + "' (Conv2d, weight [" + shape + "])";
+    return;
+  }
+}
+
+const FileFacts& facts_of(const Settings& settings) {
   static std::mutex mutex;
-  static std::map<std::string, std::vector<std::pair<std::string, bool>>> cache;
+  static std::map<std::string, FileFacts> cache;
   std::error_code ec;
   const auto mtime = std::filesystem::last_write_time(settings.model.path, ec);
   const std::string key = to_string(settings.model.task) + '\n' + settings.model.path + '\n' +
@@ -56,11 +82,11 @@ std::vector<std::pair<std::string, bool>> directions_of(const Settings& settings
   auto it = cache.find(key);
   if (it == cache.end()) {
     models::ScriptedModel model = load_file(settings);
-    std::vector<std::pair<std::string, bool>> directions;
+    FileFacts facts;
     if (custom(settings)) {
       check_custom_methods(*model);
-      directions = model->metric_directions();
-      for (const auto& [name, higher] : directions) {
+      facts.directions = model->metric_directions();
+      for (const auto& [name, higher] : facts.directions) {
         const std::string problem = store::metric_name_problem(name);
         if (!problem.empty()) {
           throw ModelError("model.path: " + settings.model.path +
@@ -69,11 +95,35 @@ std::vector<std::pair<std::string, bool>> directions_of(const Settings& settings
                            "; rename it in the module (docs/MODELS.md \"Tasks\")");
         }
       }
+    } else {
+      read_first_layer(*model, &facts);
     }
-    it = cache.emplace(key, std::move(directions)).first;
+    it = cache.emplace(key, std::move(facts)).first;
   }
-  return it->second;
+  return it->second;  // std::map: stays valid while other entries are added
 }
+
+std::vector<std::pair<std::string, bool>> directions_of(const Settings& settings) {
+  return facts_of(settings).directions;
+}
+
+}  // namespace
+
+void check_scripted_input_channels(const Settings& settings) {
+  if (settings.model.name != "torchscript" || custom(settings)) return;
+  const FileFacts& facts = facts_of(settings);
+  if (facts.input_channels == 0 || facts.input_channels == settings.model.in_channels) return;
+  std::string hint = "set model.in_channels: " + std::to_string(facts.input_channels);
+  if (facts.input_channels != 1 && facts.input_channels != 3) {
+    hint = "image data has 1 or 3 channels, so this model cannot read it";
+  }
+  throw ConfigError("model.in_channels is " + std::to_string(settings.model.in_channels) +
+                    " but the first layer of model.path " + settings.model.path + ", " +
+                    facts.first_layer + ", takes " + std::to_string(facts.input_channels) +
+                    " input channel" + (facts.input_channels == 1 ? "" : "s") + "; " + hint);
+}
+
+namespace {
 
 std::map<std::string, torch::Tensor> on_device(const data::Batch& batch,
                                                const torch::Device& device) {

@@ -4,11 +4,15 @@
 // not its path, is the run's identity; a planted fp16 overflow in it is found and fixed by `tune`;
 // it trains as a 2-rank data-parallel job; bad files and keys are refused with their exit codes.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "integration/harness.h"
@@ -250,6 +254,99 @@ TEST(TorchScriptCli, TuneFindsAndFixesThePlantedOverflowInTheScriptedModel) {
   ASSERT_FALSE(candidates.empty());
   EXPECT_EQ(candidates[0].advice_rule, "activation_overflow");
   EXPECT_EQ(candidates[0].advice_module, "conv1");
+}
+
+// issue 46 item 12: a scripted classifier whose first convolution takes one channel, with
+// model.in_channels left at its default 3, failed in its first step with LibTorch's message
+// ("expected input[16, 3, 12, 12] to have 1 channels", exit 8); planning now refuses it, naming
+// the key and the value to set, before any run exists.
+TEST(TorchScriptCli, AClassifiersChannelsAreCheckedAgainstModelInChannelsWhilePlanning) {
+  const TinySweep f = scripted_sweep("channels", "", 1);
+  for (const bool dry : {true, false}) {
+    std::vector<std::string> args = run_args(f, {"--set", "model.in_channels=3"});
+    if (dry) args.push_back("--dry-run");
+    const Result r = run_amptune(args, f.dir);
+    EXPECT_EQ(r.exit_code, 3) << r.err;
+    EXPECT_NE(r.err.find("model.in_channels is 3 but the first layer of model.path "),
+              std::string::npos)
+        << r.err;
+    EXPECT_NE(r.err.find("model.pt, 'conv1' (Conv2d, weight [4, 1, 3, 3]), takes 1 input "
+                         "channel; set model.in_channels: 1"),
+              std::string::npos)
+        << r.err;
+  }
+  EXPECT_TRUE(store::Store(f.db).runs("tiny").empty());
+  const Result ok = run_amptune(run_args(f, {"--dry-run"}), f.dir);  // in_channels: 1
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+}
+
+// The run `run` of `db` once its status is `status`, waiting at most `seconds`.
+std::optional<store::RunRow> run_when(const std::string& db, const std::string& run,
+                                      store::RunStatus status, double seconds) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < until) {
+    try {
+      if (fs::exists(db)) {
+        auto row = store::Store(db).find_run(run);
+        if (row && row->status == status) return row;
+      }
+    } catch (const std::exception&) {  // the database is being created
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return std::nullopt;
+}
+
+// issue 46 item 9: a scripted forward that never returns (never_returns_in_training.pt loops in
+// train mode) held the process through SIGINT, SIGTERM and a second SIGINT, and the run stayed
+// `running`. The first signal still only asks the loop to stop after the step (which never
+// ends); the second ends the process at once with exit code 130, the run put back to pending.
+TEST(TorchScriptCli, ASecondSignalEndsAStepThatNeverReturnsAndReleasesTheRun) {
+  for (const int second : {SIGINT, SIGTERM}) {
+    SCOPED_TRACE(second);
+    const TinySweep f = scripted_sweep(second == SIGINT ? "forever-int" : "forever-term", "", 1);
+    fs::copy_file(kFixtures + "never_returns_in_training.pt", f.dir + "/model.pt",
+                  fs::copy_options::overwrite_existing);
+    const pid_t pid = spawn_amptune(run_args(f), f.dir);
+    StopOnExit stop(pid);
+    ASSERT_TRUE(run_when(f.db, "1", store::RunStatus::kRunning, 120))
+        << read_file(f.dir + "/child.err");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // into the first step
+    ASSERT_EQ(::kill(pid, SIGINT), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    ASSERT_EQ(::waitpid(pid, nullptr, WNOHANG), 0) << "the first signal waits for the step";
+    const auto sent = std::chrono::steady_clock::now();
+    ASSERT_EQ(::kill(pid, second), 0);
+    EXPECT_EQ(wait_exit_code(pid, 10), 130) << read_file(f.dir + "/child.err");
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+    EXPECT_LT(took, 3.0) << "s from the second signal to the exit";
+    const auto run = store::Store(f.db).find_run("1");
+    ASSERT_TRUE(run);
+    EXPECT_EQ(run->status, store::RunStatus::kPending) << run->message;
+    EXPECT_NE(run->message.find("second signal"), std::string::npos) << run->message;
+    EXPECT_NE(read_file(f.dir + "/child.err").find("interrupted again"), std::string::npos)
+        << read_file(f.dir + "/child.err");
+  }
+}
+
+// issue 46 item 14: a model with a bool buffer (a transformer's causal mask) failed --nproc 2 on
+// Gloo with "(gloo): Invalid scalar type", reported as "rank 0 lost contact with rank 1"; the
+// buffer now goes through the broadcast as its bytes, and the run trains on both ranks.
+TEST(TorchScriptCli, AModelWithABoolBufferTrainsAsATwoRankJob) {
+  const TinySweep f = scripted_sweep("boolmask", "", 1);
+  fs::copy_file(kFixtures + "causal_mask_classifier.pt", f.dir + "/model.pt",
+                fs::copy_options::overwrite_existing);
+  const Result r = run_amptune(run_args(f, {"--nproc", "2", "--set", "data.batch_size=8"}), f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("lost contact"), std::string::npos) << r.err;
+  const auto run = store::Store(f.db).find_run("1");
+  ASSERT_TRUE(run);
+  EXPECT_EQ(run->status, store::RunStatus::kDone) << run->message;
+  EXPECT_EQ(run->provenance.world_size, 2);
+  const auto epochs = epochs_of(f.db, "1");
+  ASSERT_EQ(epochs.size(), 1u);
+  EXPECT_EQ(epochs[0].metrics.at("train_images"), 64);
 }
 
 }  // namespace

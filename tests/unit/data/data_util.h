@@ -53,6 +53,27 @@ std::string data_error_of(Fn fn) {
   return "";
 }
 
+// A line "Name:   N kB" of /proc/self/status, in kB (0 when missing).
+inline int64_t proc_status_kb(const std::string& name) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(name + ":", 0) == 0) return std::stoll(line.substr(name.size() + 1));
+  }
+  return 0;
+}
+
+// How far the resident set rose above its size at the start while fn() ran, in MB: the peak
+// (VmHWM) is reset through /proc/self/clear_refs first (Linux 4.0), so earlier tests' peaks do
+// not hide this one's.
+template <typename Fn>
+int64_t peak_rss_growth_mb(Fn fn) {
+  { std::ofstream("/proc/self/clear_refs") << "5"; }
+  const int64_t before = proc_status_kb("VmRSS");
+  fn();
+  return (proc_status_kb("VmHWM") - before) / 1024;
+}
+
 inline std::string fixture(const std::string& rel) {
   return std::string(AMPTUNE_FIXTURE_DIR) + "/data/" + rel;
 }

@@ -4,6 +4,8 @@
 
 #include <filesystem>
 
+#include <zlib.h>
+
 #include <torch/torch.h>
 
 #include "core/config.h"
@@ -70,6 +72,53 @@ TEST(IdxReader, CountMismatchAndMissingFiles) {
   EXPECT_NE(msg.find("t10k"), std::string::npos) << msg;  // the hint for Fashion-MNIST
   msg = data_error_of([] { read_idx(fixture("no_such_dir"), "train"); });
   EXPECT_NE(msg.find("no_such_dir"), std::string::npos) << msg;
+}
+
+// A gzip file of `header` followed by `zeros` zero bytes (deflate packs 1 MB of them in ~1 KB).
+void write_gzip(const std::string& path, const std::vector<uint8_t>& header, size_t zeros) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  gzFile f = gzopen(path.c_str(), "wb1");
+  ASSERT_NE(f, nullptr) << path;
+  gzwrite(f, header.data(), static_cast<unsigned>(header.size()));
+  const std::vector<uint8_t> chunk(1 << 20, 0);
+  for (size_t done = 0; done < zeros; done += chunk.size()) {
+    gzwrite(f, chunk.data(), static_cast<unsigned>(std::min(chunk.size(), zeros - done)));
+  }
+  gzclose(f);
+}
+
+std::vector<uint8_t> idx3_header(uint32_t count, uint32_t rows, uint32_t cols) {
+  std::vector<uint8_t> h;
+  for (uint32_t v : {2051u, count, rows, cols}) {
+    for (int k = 0; k < 4; ++k) h.push_back(static_cast<uint8_t>(v >> (24 - 8 * k)));
+  }
+  return h;
+}
+
+// issue 46 item 10: a 1 MB .gz inflated to 2.3 GB before its header was compared (a 2 MB one
+// ended in std::bad_alloc, on --dry-run too). The header is read first and nothing is inflated
+// past the size it declares; a size the file cannot hold is refused before any allocation.
+TEST(IdxReader, GzipBombsStopAtTheDeclaredSize) {
+  const std::string root = amptune::testing::scratch_dir();
+  const std::vector<uint8_t> labels{0, 0, 8, 1, 0, 0, 0, 2, 3, 4};  // 2 labels
+  testing_util::write_bytes(root + "/train-labels-idx1-ubyte", labels);
+  // Two 28x28 images declared, 192 MB of zeros behind them (a 190 KB file).
+  write_gzip(root + "/train-images-idx3-ubyte.gz", idx3_header(2, 28, 28), size_t{192} << 20);
+  std::string msg;
+  int64_t grew = testing_util::peak_rss_growth_mb(
+      [&] { msg = data_error_of([&] { read_idx(root, "train"); }); });
+  EXPECT_NE(msg.find("train-images-idx3-ubyte.gz has trailing bytes"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("2 images of 28x28 = 1584 bytes"), std::string::npos) << msg;
+  EXPECT_LT(grew, 40) << "MB";
+
+  // A header declaring 4 x 10^9 bytes in a file of a few hundred: refused from the header.
+  write_gzip(root + "/train-images-idx3-ubyte.gz", idx3_header(1000000, 2000, 2), 4096);
+  grew = testing_util::peak_rss_growth_mb(
+      [&] { msg = data_error_of([&] { read_idx(root, "train"); }); });
+  EXPECT_NE(msg.find("is truncated: header says 1000000 images of 2000x2"), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("more than a gzip file of"), std::string::npos) << msg;
+  EXPECT_LT(grew, 40) << "MB";
 }
 
 TEST(IdxReader, RealFashionMnistWhenInstalled) {

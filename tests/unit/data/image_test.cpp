@@ -4,6 +4,9 @@
 #include <cmath>
 #include <set>
 
+#include <zlib.h>
+
+#include "data/dataset.h"
 #include "data/image.h"
 #include "data/transforms.h"
 #include "data_util.h"
@@ -229,6 +232,93 @@ TEST(Uniform, RangesHold) {
   }
   EXPECT_EQ(seen.size(), 7u);
   EXPECT_EQ(uniform_index(rng, 1), 0u);
+}
+
+// A JPEG of 16 x 16 pixels whose frame header (SOF0) declares width x height instead: what a
+// 335-byte decompression bomb is.
+std::vector<uint8_t> jpeg_declaring(int width, int height) {
+  std::vector<uint8_t> jpeg = encode_jpeg(testing_util::gradient(16, 16, 3), 90);
+  for (size_t i = 2; i + 8 < jpeg.size(); ++i) {
+    if (jpeg[i] == 0xFF && jpeg[i + 1] == 0xC0) {  // FF C0, length(2), precision, height, width
+      jpeg[i + 5] = static_cast<uint8_t>(height >> 8);
+      jpeg[i + 6] = static_cast<uint8_t>(height & 0xFF);
+      jpeg[i + 7] = static_cast<uint8_t>(width >> 8);
+      jpeg[i + 8] = static_cast<uint8_t>(width & 0xFF);
+      return jpeg;
+    }
+  }
+  ADD_FAILURE() << "no SOF0 marker in the encoded JPEG";
+  return jpeg;
+}
+
+// A 1 x 1 PNG whose IHDR declares width x height (its CRC fixed, so libpng reads on).
+std::vector<uint8_t> png_declaring(uint32_t width, uint32_t height) {
+  std::vector<uint8_t> png = encode_png(testing_util::gradient(1, 1, 3));
+  // Signature (8), IHDR length (4), "IHDR" (4) at 12, width at 16, height at 20, CRC at 29.
+  for (int k = 0; k < 4; ++k) {
+    png[16 + k] = static_cast<uint8_t>(width >> (24 - 8 * k));
+    png[20 + k] = static_cast<uint8_t>(height >> (24 - 8 * k));
+  }
+  const uLong crc = crc32(crc32(0L, Z_NULL, 0), png.data() + 12, 17);
+  for (int k = 0; k < 4; ++k) png[29 + k] = static_cast<uint8_t>(crc >> (24 - 8 * k));
+  return png;
+}
+
+// issue 46 item 10: a 65500 x 65500 JPEG zero-filled 4.3 GB (12.9 GB as RGB) and a 60000^2 PNG
+// cost 3.6 GB before failing as truncated; the header is now compared with data.max_image_pixels
+// (PIL's 89,478,485 by default) before the pixels are allocated. Asked for grey images of
+// 12000 x 12000 (144 MB) so the test stays light even where the bound is missing.
+TEST(Decode, DecompressionBombsAreRefusedFromTheirHeader) {
+  std::vector<uint8_t> jpeg = jpeg_declaring(12000, 12000);
+  std::string msg;
+  int64_t grew = testing_util::peak_rss_growth_mb([&] {
+    msg = testing_util::data_error_of([&] { decode_image(jpeg.data(), jpeg.size(), 1); });
+  });
+  EXPECT_NE(msg.find("12000x12000 = 144000000 pixels"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("data.max_image_pixels = 89478485"), std::string::npos) << msg;
+  EXPECT_LT(grew, 40) << "MB";
+
+  const std::vector<uint8_t> png = png_declaring(12000, 12000);
+  grew = testing_util::peak_rss_growth_mb([&] {
+    msg = testing_util::data_error_of([&] { decode_image(png.data(), png.size(), 1); });
+  });
+  EXPECT_NE(msg.find("PNG declares 12000x12000"), std::string::npos) << msg;
+  EXPECT_LT(grew, 40) << "MB";
+
+  // The issue's own bombs end the same way, and as ImageTooLarge for the data set to name.
+  jpeg = jpeg_declaring(65500, 65500);
+  EXPECT_THROW(decode_image(jpeg.data(), jpeg.size(), 3), ImageTooLarge);
+  const std::vector<uint8_t> big_png = png_declaring(60000, 60000);
+  EXPECT_THROW(decode_image(big_png.data(), big_png.size(), 3), ImageTooLarge);
+}
+
+TEST(Decode, PixelBoundIsInclusiveAndSettable) {
+  const std::vector<uint8_t> jpeg = encode_jpeg(testing_util::gradient(64, 64, 3), 90);
+  std::string error;
+  EXPECT_TRUE(decode_image(jpeg.data(), jpeg.size(), 3, &error, 64 * 64)) << error;
+  EXPECT_THROW(decode_image(jpeg.data(), jpeg.size(), 3, &error, 64 * 64 - 1), ImageTooLarge);
+}
+
+// A bomb in an ImageFolder is a DataError naming the file, not a skipped sample: a run that left
+// it out would "succeed" on other data than the user's.
+TEST(ImageFolderDataset, AnImageOverTheBoundIsADataErrorNamingIt) {
+  const std::string root = amptune::testing::scratch_dir();
+  testing_util::write_bytes(root + "/train/cat/a.jpg",
+                            encode_jpeg(testing_util::gradient(40, 40, 3), 90));
+  testing_util::write_bytes(root + "/train/cat/b.jpg", jpeg_declaring(65500, 65500));
+  TransformOptions options;
+  options.image_size = 32;
+  options.resize_size = 32;
+  const auto data = make_imagefolder_dataset(root, "train", options);
+  Rng rng(1);
+  EXPECT_TRUE(data->get(0, rng, false));
+  const std::string msg = testing_util::data_error_of([&] { data->get(1, rng, false); });
+  EXPECT_NE(msg.find(root + "/train/cat/b.jpg: JPEG declares 65500x65500"), std::string::npos)
+      << msg;
+  // The key raises the bound (checked here on the good file, below it).
+  options.max_pixels = 40 * 40 - 1;
+  const auto strict = make_imagefolder_dataset(root, "train", options);
+  EXPECT_THROW(strict->get(0, rng, false), DataError);
 }
 
 }  // namespace

@@ -260,5 +260,39 @@ TEST(TensorsDataset, MoreShardsThanTheBoundAreRefusedBeforeAnyIsOpened) {
   expect_names(refusal(root), root + "/train/s1.safetensors", "too short");  // at the bound
 }
 
+// issue 46 item 10: a 4 KB sparse shard declaring 10^8 rows cost 1.75 GB for a 2-step run (the
+// epoch's int64 order built whole, then copied for the shard); the order is now read per
+// position, so a short run over a huge split costs what its batches touch.
+TEST(TensorsDataset, AShardOfAHundredMillionRowsLoadsTwoBatchesInBoundedMemory) {
+  const std::string root = scratch_dir();
+  const std::string path = root + "/train/shard-00000.safetensors";
+  const int64_t rows = 100000000;
+  std::string header = R"({"x":{"dtype":"U8","shape":[)" + std::to_string(rows) +
+                       R"(,1],"data_offsets":[0,)" + std::to_string(rows) + "]}}";
+  while (header.size() % 8) header += ' ';
+  std::string bytes(8, '\0');
+  for (int k = 0; k < 8; ++k) bytes[k] = static_cast<char>((header.size() >> (8 * k)) & 0xFF);
+  write_file(path, bytes + header);
+  fs::resize_file(path, 8 + header.size() + static_cast<uint64_t>(rows));  // sparse zeros
+  int64_t grew = 0;
+  int64_t loaded = 0;
+  grew = testing_util::peak_rss_growth_mb([&] {
+    const auto data = make_tensors_dataset(root, "train");
+    ASSERT_EQ(data->size(), static_cast<size_t>(rows));
+    LoaderOptions o;
+    o.batch_size = 4;
+    o.workers = 0;
+    o.max_batches = 2;
+    o.seed = 3;
+    for (const int world : {1, 2}) {
+      o.world = world;
+      Loader loader(data, o);
+      while (std::optional<Batch> b = loader.next()) loaded += b->size;
+    }
+  });
+  EXPECT_EQ(loaded, 16);
+  EXPECT_LT(grew, 100) << "MB (the order alone was 800 MB)";
+}
+
 }  // namespace
 }  // namespace amptune::data

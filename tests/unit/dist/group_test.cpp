@@ -245,6 +245,66 @@ TEST(DistGroup, ALostRankIsNamed) {
   EXPECT_NE(message.find("lost contact with rank 1 (pid"), std::string::npos) << message;
 }
 
+// issue 46 item 14: Gloo refuses bool (a transformer's causal mask) with "Invalid scalar type",
+// which was reported as "rank 0 lost contact with rank 1". Every dtype a module holds is now
+// broadcast (as its bytes when the backend does not carry it) and floating ones summed; an error
+// of the operation is an EnvironmentError naming it and the tensor, never a lost rank.
+TEST(DistGroup, EveryDtypeAModuleHoldsGoesThroughAndAnOperationsErrorIsNoLostRank) {
+  two_ranks([](int rank, Cluster&, ProcessGroup& group) {
+    const torch::Tensor causal = torch::ones({4, 4}).tril().to(torch::kBool);
+    torch::Tensor mask = rank == 0 ? causal.clone() : torch::zeros({4, 4}, torch::kBool);
+    group.broadcast(mask);
+    EXPECT_TRUE(mask.equal(causal)) << "bool";
+    torch::Tensor transposed =
+        rank == 0 ? causal.clone().t() : torch::zeros({4, 4}, torch::kBool).t();
+    group.broadcast(transposed);  // not contiguous: received into a copy, written back
+    EXPECT_TRUE(transposed.equal(causal.t())) << "bool, transposed";
+    const torch::Tensor values = torch::arange(6).to(torch::kBFloat16) / 3;
+    torch::Tensor brain = rank == 0 ? values.clone() : torch::zeros({6}, torch::kBFloat16);
+    group.broadcast(brain);
+    EXPECT_TRUE(brain.equal(values)) << "bfloat16";
+    const torch::Tensor complex =
+        torch::view_as_complex(torch::arange(6, torch::kFloat).reshape({3, 2}));
+    torch::Tensor c = rank == 0 ? complex.clone() : torch::zeros({3}, torch::kComplexFloat);
+    group.broadcast(c);
+    EXPECT_TRUE(c.equal(complex)) << "complex64";
+
+    torch::Tensor sum = torch::full({3}, rank + 1, torch::kBFloat16);
+    group.allreduce(sum);
+    EXPECT_TRUE(sum.equal(torch::full({3}, 3, torch::kBFloat16))) << sum;
+    torch::Tensor async = torch::full({3}, 2 * rank + 1, torch::kBFloat16);
+    ProcessGroup::Pending pending = group.allreduce_async(async);
+    pending.wait();
+    EXPECT_TRUE(async.equal(torch::full({3}, 4, torch::kBFloat16))) << async;
+
+    auto error_of = [](const std::function<void()>& fn) -> std::string {
+      try {
+        fn();
+      } catch (const RankLostError& e) {
+        return std::string("RankLostError: ") + e.what();
+      } catch (const EnvironmentError& e) {
+        return e.what();
+      }
+      return "no error";
+    };
+    std::string msg = error_of([&] {
+      torch::Tensor flags = torch::ones({2}, torch::kBool);
+      group.allreduce(flags);
+    });
+    EXPECT_NE(msg.find("cannot all-reduce a Bool tensor [2]"), std::string::npos) << msg;
+    msg = error_of([&] {
+      torch::Tensor t = torch::ones({2});
+      group.broadcast(t, /*root=*/5);  // the backend's own error, on both ranks
+    });
+    EXPECT_NE(msg.find("the broadcast of a Float tensor [2] (gloo) failed"), std::string::npos)
+        << msg;
+    EXPECT_EQ(msg.find("lost contact"), std::string::npos) << msg;
+    torch::Tensor after = torch::ones({2});  // both ranks still there
+    group.allreduce(after);
+    EXPECT_TRUE(after.equal(torch::full({2}, 2.0f)));
+  });
+}
+
 TEST(DistGroup, BackendChoices) {
   const torch::Device cpu(torch::kCPU);
   EXPECT_EQ(resolve_backend(DistBackend::kAuto, cpu), DistBackend::kGloo);
