@@ -24,6 +24,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/log.h"
+#include "core/process.h"
 #include "train/diagnose.h"
 #include "train/model_info.h"
 
@@ -72,7 +73,8 @@ template <typename Visit>
 void walk_lineage(const RunIndex& runs, int64_t run_id, Visit visit) {
   std::set<int64_t> seen;
   int upto = std::numeric_limits<int>::max();
-  while (seen.insert(run_id).second) {
+  while (upto >= 0 && seen.insert(run_id).second) {  // past epoch 0 no ancestor adds a point
+    check_work_bound();  // a chain of 100,000 forks: the live view's page bound stops it
     visit(run_id, upto);
     const store::RunRow* run = runs.find(run_id);
     if (!run || !run->fork) break;
