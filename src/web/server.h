@@ -35,7 +35,7 @@ struct ServeOptions {
   size_t max_queued = 64;          // pages waiting for a render thread (503 past it)
   size_t max_connections = 256;    // connections open at once
   size_t max_per_peer = 32;        // connections open at once from one client address
-  double page_seconds = 10;        // a page not rendered by then (from its request) is 503
+  double page_seconds = 5;         // a page not rendered by then (from its request) is 503
 };
 
 // Whether `host` (a Host header's value) names this server for a client: a loopback name
