@@ -26,7 +26,8 @@ namespace amptune::web {
 // rows; a run's epochs table its first kPageMetrics metrics (by name). The rest is said, with
 // the command that prints all of it.
 // A sweep of more than kMaxComparedRuns runs has its runs table alone (a page at a time) and
-// names the commands that compare and plot them all.
+// names the commands that compare and plot them all; a database of more (or of more than
+// kPageRows sweeps) has its sweeps listed with their run counts, not their status counts.
 constexpr size_t kPageRows = 500;
 constexpr size_t kPageMetrics = 100;
 constexpr size_t kMaxComparedRuns = 5000;

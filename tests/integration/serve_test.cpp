@@ -557,7 +557,8 @@ TEST(ServeCli, AFullRenderQueueIs503AndTheConnectionGoesOn) {
 }
 
 // A sweep of 100,000 runs: a page of kPageRows runs (only those read) with a link to the next,
-// and the commands that compare them all; the page is a bounded size.
+// and the commands that compare them all; the page is a bounded size. The sweeps page counts
+// the runs without reading them.
 TEST(ServeCli, ASweepOf100000RunsIsPaged) {
   const TinySweep f = trained_sweep(1, "paged");
   clone_run(f.db, 100000, false);
@@ -576,6 +577,12 @@ TEST(ServeCli, ASweepOf100000RunsIsPaged) {
   EXPECT_NE(last.body.find("Runs 100001-100001 of 100001."), std::string::npos);
   EXPECT_NE(last.body.find("href=\"/run/100001\""), std::string::npos);
   EXPECT_EQ(get(server.port, "/sweep/tiny?from=x").status, 400);
+  // The sweeps page lists them with their run counts (their status would read every run).
+  const Reply index = get(server.port, "/");
+  EXPECT_EQ(index.status, 200);
+  EXPECT_NE(index.body.find("<a href=\"/sweep/tiny\">tiny</a></td><td>100001</td>"),
+            std::string::npos)
+      << index.body.substr(0, 2000);
   std::printf("a sweep page of 100,001 runs: %.2f s, %zu bytes; server peak %ld kB\n", seconds,
               page.body.size(), peak_kb(server.pid));
 }
@@ -595,7 +602,9 @@ TEST(ServeCli, ARefusedDatabaseValueIs503AndTheServerGoesOn) {
     EXPECT_EQ(r.status, 503) << target << "\n" << r.head << r.body.substr(0, 400);
     EXPECT_NE(r.body.find("Database not readable"), std::string::npos) << r.body.substr(0, 400);
   }
-  EXPECT_EQ(get(server.port, "/").status, 200);  // still serving
+  // Still serving (every page that reads run 1 says the same; one that does not is answered).
+  EXPECT_EQ(get(server.port, "/nope").status, 404);
+  EXPECT_EQ(get(server.port, "/sweep/tiny").status, 503);
   EXPECT_EQ(::kill(server.pid, 0), 0);
 }
 
