@@ -391,7 +391,7 @@ std::string run_summary(const app::RunDetails& details) {
 
 std::string run_part(const store::Store& store, int64_t run_id, size_t from) {
   const app::RunDetails details = app::show_run(store, std::to_string(run_id));
-  const app::ReportModel model = app::build_run_plots(store, details.run);
+  const app::ReportModel model = app::build_run_plots(store, details.run, details.epochs);
   LinePlot fps{"img_s", "training img/s per epoch", "epoch", "img/s"};
   PlotSeries points{details.run.name, "", {}, details.run.id};
   for (const auto& e : details.epochs) points.points.emplace_back(e.epoch, e.train_fps_mean);
