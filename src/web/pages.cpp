@@ -285,10 +285,17 @@ std::string sweep_part(const store::Store& store, const std::string& sweep, size
 }
 
 std::string tune_part(const store::Store& store, const std::string& sweep) {
-  const app::ReportModel model = app::build_report(store, sweep);
   std::ostringstream html;
   html << "<h1>Sweep <a href=\"" << html_escape(sweep_href(sweep)) << "\">" << html_escape(sweep)
        << "</a>: tune search</h1>\n";
+  // Each candidate of a search is a run: a sweep past the bound is a search of as many rounds.
+  if (const int64_t runs = store.run_count(sweep); runs > static_cast<int64_t>(kMaxComparedRuns)) {
+    html << "<p class=\"note\">" << runs << " runs: more than a page reads for a search's tree ("
+         << kMaxComparedRuns << "). <code>amptune report --sweep " << html_escape(sweep)
+         << "</code> draws it.</p>\n";
+    return html.str();
+  }
+  const app::ReportModel model = app::build_report(store, sweep);
   if (!model.tune) {
     html << "<p class=\"note\">This sweep has no tune search (amptune tune).</p>\n";
     return html.str();

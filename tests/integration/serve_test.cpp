@@ -577,6 +577,10 @@ TEST(ServeCli, ASweepOf100000RunsIsPaged) {
   EXPECT_NE(last.body.find("Runs 100001-100001 of 100001."), std::string::npos);
   EXPECT_NE(last.body.find("href=\"/run/100001\""), std::string::npos);
   EXPECT_EQ(get(server.port, "/sweep/tiny?from=x").status, 400);
+  const Reply tune = get(server.port, "/sweep/tiny/tune");
+  EXPECT_EQ(tune.status, 200);
+  EXPECT_NE(tune.body.find("100001 runs: more than a page reads for a search's tree (5000)."),
+            std::string::npos);
   // The sweeps page lists them with their run counts (their status would read every run).
   const Reply index = get(server.port, "/");
   EXPECT_EQ(index.status, 200);
