@@ -476,6 +476,16 @@ TEST(ServeCli, OneAddressCannotHoldEveryConnection) {
   EXPECT_EQ(bad.exit_code, 2) << bad.err;
 }
 
+// Removes a test's scratch directory when the test ends (a database of 100,000 crafted runs is
+// 400 MB); declared before the server, so the server has ended first.
+struct RemoveOnExit {
+  std::string dir;
+  ~RemoveOnExit() {
+    std::error_code ignored;
+    fs::remove_all(dir, ignored);
+  }
+};
+
 // The slow page of these tests: the last run of a fork chain 100,000 deep, whose lineage walks
 // every ancestor (seconds of queries).
 std::string chain_db(const std::string& tag) {
@@ -489,6 +499,7 @@ std::string chain_db(const std::string& tag) {
 TEST(ServeCli, SlowAndAbandonedPagesLeaveTheServerToOtherClients) {
   const std::string db = chain_db("slow");
   const std::string dir = fs::path(db).parent_path().string();
+  const RemoveOnExit remove{fs::path(db).parent_path().parent_path().string()};
   const Server server = start_server(db, dir, {"--page-seconds", "2"});
   StopOnExit stop(server.pid);
   ASSERT_NE(server.port, 0);
@@ -535,6 +546,7 @@ TEST(ServeCli, SlowAndAbandonedPagesLeaveTheServerToOtherClients) {
 TEST(ServeCli, AFullRenderQueueIs503AndTheConnectionGoesOn) {
   const std::string db = chain_db("queue");
   const std::string dir = fs::path(db).parent_path().string();
+  const RemoveOnExit remove{fs::path(db).parent_path().parent_path().string()};
   const Server server = start_server(
       db, dir, {"--render-threads", "1", "--max-queued", "1", "--page-seconds", "3"});
   StopOnExit stop(server.pid);
@@ -561,6 +573,7 @@ TEST(ServeCli, AFullRenderQueueIs503AndTheConnectionGoesOn) {
 // the runs without reading them.
 TEST(ServeCli, ASweepOf100000RunsIsPaged) {
   const TinySweep f = trained_sweep(1, "paged");
+  const RemoveOnExit remove{f.dir};
   clone_run(f.db, 100000, false);
   const Server server = start_server(f.db, f.dir);
   StopOnExit stop(server.pid);
