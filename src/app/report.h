@@ -135,8 +135,11 @@ ReportModel build_report(const store::Store& store, const std::string& sweep);
 // page): its metric and train loss along its lineage, its loss scale per step, its newest
 // diagnosis; whatever its place in the sweep (build_report plots the first kMaxPlottedRuns), and
 // without reading the sweep's other runs. The table is empty but for its sweep and metric (the
-// run's primary metric); no tune tree, throughput or time bars. Throws StoreError.
-ReportModel build_run_plots(const store::Store& store, const store::RunRow& run);
+// run's primary metric); no tune tree, throughput or time bars. `epochs` are the run's as
+// Store::epochs(run.id) reads them: the caller has them already (the run page's table), and a
+// run of 10,000 metrics x 100 epochs takes a second to read each time. Throws StoreError.
+ReportModel build_run_plots(const store::Store& store, const store::RunRow& run,
+                            const std::vector<store::EpochRow>& epochs);
 
 struct ReportOutput {
   std::string dir;                  // created (with its parents) when missing

@@ -116,11 +116,13 @@ std::vector<SweepStatus> build_status(const store::Store& store,
   return sweeps;
 }
 
-std::vector<RunLine> list_runs(const store::Store& store,
-                               const std::optional<std::string>& sweep) {
+namespace {
+
+// `runs` with the best value of each one's primary metric over its epochs.
+std::vector<RunLine> with_best(const store::Store& store, std::vector<store::RunRow> runs) {
   std::vector<RunLine> lines;
   std::map<std::string, bool> higher;  // metric -> higher is better
-  for (store::RunRow& run : store.runs(sweep)) {
+  for (store::RunRow& run : runs) {
     RunLine line;
     const std::string& metric = run.primary_metric;
     if (!higher.count(metric)) higher[metric] = store.higher_is_better(metric).value_or(true);
@@ -138,6 +140,19 @@ std::vector<RunLine> list_runs(const store::Store& store,
     lines.push_back(std::move(line));
   }
   return lines;
+}
+
+}  // namespace
+
+std::vector<RunLine> list_runs(const store::Store& store,
+                               const std::optional<std::string>& sweep) {
+  return with_best(store, store.runs(sweep));
+}
+
+std::vector<RunLine> list_runs(const store::Store& store, const std::string& sweep, size_t offset,
+                               size_t limit) {
+  return with_best(store, store.runs(sweep, static_cast<int64_t>(offset),
+                                     static_cast<int64_t>(limit)));
 }
 
 }  // namespace amptune::app

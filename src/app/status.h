@@ -60,6 +60,10 @@ struct RunLine {
 };
 // The runs of the database (or of `sweep`), in sweep and cell order.
 std::vector<RunLine> list_runs(const store::Store& store, const std::optional<std::string>& sweep);
+// The runs of `sweep` from the `offset`th, at most `limit` (a page of the live view), and
+// reading only those.
+std::vector<RunLine> list_runs(const store::Store& store, const std::string& sweep, size_t offset,
+                               size_t limit);
 
 // Seconds from an ISO-8601 UTC timestamp ("2024-05-01T12:00:00.123Z") to `now`; unset when the
 // text is not one.

@@ -578,6 +578,28 @@ std::vector<RunRow> Store::runs(const std::optional<std::string>& sweep_name) co
   });
 }
 
+std::vector<RunRow> Store::runs(const std::string& sweep_name, int64_t offset,
+                                int64_t limit) const {
+  return guarded(path_, "listing runs of " + sweep_name, [&] {
+    Statement select(db_,
+                     std::string(kRunSelect) +
+                         "WHERE s.name = ? ORDER BY s.id, r.cell_index, r.id LIMIT ? OFFSET ?",
+                     sweep_name, limit, offset);
+    return sql::read_rows(select, [&](const Statement& row) {
+      return read_run(path_, row, setting_columns_);
+    });
+  });
+}
+
+int64_t Store::run_count(const std::string& sweep_name) const {
+  return guarded(path_, "counting runs of " + sweep_name, [&] {
+    return sql::query_one<int64_t>(
+               db_, "SELECT COUNT(*) FROM runs r JOIN sweeps s ON s.id = r.sweep_id WHERE s.name = ?",
+               sweep_name)
+        .value_or(0);
+  });
+}
+
 std::vector<int> Store::fork_epochs(int64_t run_id) const {
   return guarded(path_, "reading the forks of run " + std::to_string(run_id), [&] {
     Statement select(db_,

@@ -77,6 +77,10 @@ class Store {
   // By id ("12") or name ("quickstart/0-1a2b3c4d").
   std::optional<RunRow> find_run(const std::string& id_or_name) const;
   std::vector<RunRow> runs(const std::optional<std::string>& sweep_name = std::nullopt) const;
+  // A page of runs(sweep_name): at most `limit` from the `offset`th (the live view's paged
+  // table, which must not read 100,000 runs for 500); and how many runs the sweep has.
+  std::vector<RunRow> runs(const std::string& sweep_name, int64_t offset, int64_t limit) const;
+  int64_t run_count(const std::string& sweep_name) const;
 
   // Holding a run: mark_running and claim_run make this process (current_process()) the run's
   // holder. From then on heartbeat, record_epoch, finish_run and release_run of that run throw

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "app/report_html.h"
 #include "app/status.h"
 #include "core/error.h"
+#include "core/process.h"
 #include "web/svg.h"
 
 namespace amptune::web {
@@ -20,25 +22,43 @@ namespace {
 
 using app::html_escape;
 
-// Polls the live part of this page every two seconds and swaps it in; says when it last did.
+// Polls the live part of this page and swaps it in; says when it last did and when it will
+// again. Two seconds after an answer, or five times as long as the answer took (a slow page is a
+// busy server or a large database: it is asked less often); not while the tab is hidden (at once
+// when it is shown again); after a failure 4, 8, ... up to 60 seconds. One request at a time.
 const char* const kLiveScript = R"(<script>
 (function () {
   var live = document.getElementById('live'), state = document.getElementById('state');
   var url = location.pathname + (location.search ? location.search + '&' : '?') + 'part=live';
+  var timer = null, busy = false, failures = 0;
+  function later(ms, text, cls) {
+    busy = false;
+    if (text) { state.textContent = text + Math.round(ms / 1000) + ' s'; state.className = cls; }
+    timer = setTimeout(poll, ms);
+  }
   function poll() {
+    timer = null;
+    if (document.hidden) return;
+    busy = true;
+    var start = Date.now();
     fetch(url, {cache: 'no-store'}).then(function (r) {
       if (!r.ok) throw new Error('HTTP ' + r.status);
       return r.text();
     }).then(function (text) {
       if (live.innerHTML !== text) live.innerHTML = text;
-      state.textContent = 'live: updated ' + new Date().toLocaleTimeString();
-      state.className = 'state live';
+      failures = 0;
+      later(Math.max(2000, 5 * (Date.now() - start)),
+            'live: updated ' + new Date().toLocaleTimeString() + ', next in ', 'state live');
     }).catch(function (e) {
-      state.textContent = 'not updated (' + e.message + '); retrying';
-      state.className = 'state stale';
-    }).then(function () { setTimeout(poll, 2000); });
+      failures += 1;
+      later(Math.min(60000, 2000 * Math.pow(2, failures)),
+            'not updated (' + e.message + '); retrying in ', 'state stale');
+    });
   }
-  setTimeout(poll, 2000);
+  document.addEventListener('visibilitychange', function () {
+    if (!document.hidden && timer === null && !busy) poll();
+  });
+  later(2000);
 })();
 </script>
 )";
@@ -80,13 +100,61 @@ std::string sweep_href(const std::string& sweep) {
 
 std::string run_href(int64_t id) { return "/run/" + std::to_string(id); }
 
+// The rows [from, end) of `total` a paged table shows (web/pages.h kPageRows).
+size_t page_end(size_t from, size_t total) { return std::min(total, from + kPageRows); }
+
+// Under a paged table of `total` rows that shows [from, page_end): which rows, and links to the
+// pages before and after at `href` (the page's path, escaped here). Nothing when one page holds
+// them all.
+std::string pager(const std::string& href, size_t from, size_t total, const std::string& what) {
+  if (from == 0 && total <= kPageRows) return "";
+  std::ostringstream html;
+  html << "<p class=\"note pager\">" << what << " " << std::min(from + 1, total) << "-"
+       << page_end(from, total) << " of " << total << ".";
+  const std::string base = html_escape(href) + "?from=";
+  if (from > 0) {
+    html << " <a href=\"" << base << (from > kPageRows ? from - kPageRows : 0)
+         << "\">previous " << kPageRows << "</a>";
+  }
+  if (page_end(from, total) < total) {
+    html << " <a href=\"" << base << page_end(from, total) << "\">next " << kPageRows << "</a>";
+  }
+  html << "</p>\n";
+  return html.str();
+}
+
 // --- the sweeps ---------------------------------------------------------------------------------
 
 const std::vector<store::RunStatus> kStatuses = {
     store::RunStatus::kPending, store::RunStatus::kRunning,  store::RunStatus::kDone,
     store::RunStatus::kFailed,  store::RunStatus::kDiverged, store::RunStatus::kPruned};
 
-std::string index_part(const store::Store& store) {
+// The sweeps [from, page_end) with their run counts alone, when the database holds more runs than
+// a page reads whole (build_status reads every run: 100,000 took seconds and 700 MB).
+std::string large_index_part(const store::Store& store, const std::vector<std::string>& names,
+                             size_t from) {
+  std::ostringstream html;
+  html << "<h1>Sweeps</h1>\n<p>Database " << html_escape(store.path()) << ". More runs than a "
+       << "page reads for their status (" << kMaxComparedRuns
+       << "): <code>amptune status</code> counts them.</p>\n"
+       << "<table>\n<tr><th class=\"t\">sweep</th><th>runs</th></tr>\n";
+  for (size_t i = from; i < page_end(from, names.size()); ++i) {
+    check_work_bound();
+    html << "<tr><td class=\"t\"><a href=\"" << html_escape(sweep_href(names[i])) << "\">"
+         << html_escape(names[i]) << "</a></td><td>" << store.run_count(names[i])
+         << "</td></tr>\n";
+  }
+  html << "</table>\n" << pager("/", from, names.size(), "Sweeps");
+  return html.str();
+}
+
+std::string index_part(const store::Store& store, size_t from) {
+  const std::vector<std::string> names = store.sweep_names();
+  int64_t runs = 0;
+  for (size_t i = 0; i < names.size() && i < kPageRows; ++i) runs += store.run_count(names[i]);
+  if (names.size() > kPageRows || runs > static_cast<int64_t>(kMaxComparedRuns)) {
+    return large_index_part(store, names, from);
+  }
   std::ostringstream html;
   const auto sweeps = app::build_status(store, std::nullopt);
   html << "<h1>Sweeps</h1>\n<p>Database " << html_escape(store.path()) << ".</p>\n";
@@ -97,7 +165,9 @@ std::string index_part(const store::Store& store) {
   html << "<table>\n<tr><th class=\"t\">sweep</th><th>runs</th>";
   for (auto status : kStatuses) html << "<th>" << store::to_string(status) << "</th>";
   html << "<th class=\"t\">training now</th></tr>\n";
-  for (const auto& sweep : sweeps) {
+  for (size_t i = from; i < page_end(from, sweeps.size()); ++i) {
+    check_work_bound();
+    const auto& sweep = sweeps[i];
     html << "<tr><td class=\"t\"><a href=\"" << html_escape(sweep_href(sweep.sweep)) << "\">"
          << html_escape(sweep.sweep) << "</a></td><td>" << sweep.runs << "</td>";
     for (auto status : kStatuses) {
@@ -113,7 +183,7 @@ std::string index_part(const store::Store& store) {
     }
     html << "</td></tr>\n";
   }
-  html << "</table>\n";
+  html << "</table>\n" << pager("/", from, sweeps.size(), "Sweeps");
   return html.str();
 }
 
@@ -142,23 +212,55 @@ std::string curves(const app::ReportModel& model, int64_t only) {
   return svg_line_plot(metric_plot) + svg_line_plot(loss) + svg_line_plot(scale);
 }
 
-std::string runs_table(const store::Store& store, const std::string& sweep) {
+// The runs [from, page_end) of the `total` of `sweep`: only those are read.
+std::string runs_table(const store::Store& store, const std::string& sweep, size_t from,
+                       size_t total) {
   std::ostringstream html;
   html << "<h2>Runs</h2>\n<table>\n<tr><th>id</th><th class=\"t\">name</th><th class=\"t\">label"
        << "</th><th class=\"t\">status</th><th>epochs</th><th>best</th></tr>\n";
-  for (const auto& line : app::list_runs(store, sweep)) {
+  for (const app::RunLine& line : app::list_runs(store, sweep, from, kPageRows)) {
+    check_work_bound();
     html << "<tr><td><a href=\"" << run_href(line.run.id) << "\">" << line.run.id
          << "</a></td><td class=\"t\">" << html_escape(line.run.name) << "</td><td class=\"t\">"
          << html_escape(line.run.label) << "</td><td class=\"t\">"
          << store::to_string(line.run.status) << "</td><td>" << line.run.epochs_done << "</td><td>"
          << (line.best ? number_text(*line.best) : "-") << "</td></tr>\n";
   }
-  html << "</table>\n";
+  html << "</table>\n" << pager(sweep_href(sweep), from, total, "Runs");
   return html.str();
 }
 
-std::string sweep_part(const store::Store& store, const std::string& sweep) {
-  const app::ReportModel model = app::build_report(store, sweep);
+// The comparison table's kPageRows best rows (the rest dropped from `table`), and what is left
+// out said.
+void comparison(app::CompareTable& table, std::ostream& html) {
+  const size_t rows = table.rows.size();
+  if (rows > kPageRows) table.rows.erase(table.rows.begin() + kPageRows, table.rows.end());
+  app::write_comparison_table(table, html);
+  if (rows > kPageRows) {
+    html << "<p class=\"note\">The best " << kPageRows << " of " << rows
+         << " rows; <code>amptune compare --sweep " << html_escape(table.sweep)
+         << "</code> prints them all.</p>\n";
+  }
+}
+
+// A sweep of more runs than kMaxComparedRuns: its runs, a page at a time, and where to compare
+// them (reading every run of 100,000 takes the store seconds and most of a GB).
+std::string large_sweep_part(const store::Store& store, const std::string& sweep, size_t from,
+                             size_t total) {
+  std::ostringstream html;
+  html << "<h1>Sweep " << html_escape(sweep) << "</h1>\n<p class=\"note\">" << total
+       << " runs: more than a page compares (" << kMaxComparedRuns
+       << "). <code>amptune compare --sweep " << html_escape(sweep)
+       << "</code> and <code>amptune report --sweep " << html_escape(sweep)
+       << "</code> compare and plot them all.</p>\n"
+       << runs_table(store, sweep, from, total);
+  return html.str();
+}
+
+std::string sweep_part(const store::Store& store, const std::string& sweep, size_t from) {
+  const auto total = static_cast<size_t>(store.run_count(sweep));
+  if (total > kMaxComparedRuns) return large_sweep_part(store, sweep, from, total);
+  app::ReportModel model = app::build_report(store, sweep);
   std::ostringstream html;
   html << "<h1>Sweep " << html_escape(sweep) << "</h1>\n<p>" << model.runs << " runs; metric <b>"
        << html_escape(model.table.metric) << "</b> ("
@@ -169,9 +271,13 @@ std::string sweep_part(const store::Store& store, const std::string& sweep) {
          << "/tune\">Tune search: " << html_escape(model.tune->status) << "</a>.";
   }
   html << "</p>\n<h2>Comparison</h2>\n";
-  app::write_comparison_table(model.table, html);
+  comparison(model.table, html);
   app::write_mfu_note(model.peaks, html);
-  html << runs_table(store, sweep) << "<h2>Curves</h2>\n" << curves(model, 0);
+  html << runs_table(store, sweep, from, total) << "<h2>Curves</h2>\n" << curves(model, 0);
+  if (model.truncated) {
+    html << "<p class=\"note\">The curves show the first " << app::kMaxPlottedRuns
+         << " runs with an epoch; each run's page shows its own.</p>\n";
+  }
   BarChart fps{"throughput", "mean training img/s per run", "img/s"};
   for (const auto& bar : model.throughput) fps.bars.emplace_back(bar.label, bar.img_s);
   html << svg_bar_chart(fps);
@@ -179,10 +285,17 @@ std::string sweep_part(const store::Store& store, const std::string& sweep) {
 }
 
 std::string tune_part(const store::Store& store, const std::string& sweep) {
-  const app::ReportModel model = app::build_report(store, sweep);
   std::ostringstream html;
   html << "<h1>Sweep <a href=\"" << html_escape(sweep_href(sweep)) << "\">" << html_escape(sweep)
        << "</a>: tune search</h1>\n";
+  // Each candidate of a search is a run: a sweep past the bound is a search of as many rounds.
+  if (const int64_t runs = store.run_count(sweep); runs > static_cast<int64_t>(kMaxComparedRuns)) {
+    html << "<p class=\"note\">" << runs << " runs: more than a page reads for a search's tree ("
+         << kMaxComparedRuns << "). <code>amptune report --sweep " << html_escape(sweep)
+         << "</code> draws it.</p>\n";
+    return html.str();
+  }
+  const app::ReportModel model = app::build_report(store, sweep);
   if (!model.tune) {
     html << "<p class=\"note\">This sweep has no tune search (amptune tune).</p>\n";
     return html.str();
@@ -197,26 +310,32 @@ std::string tune_part(const store::Store& store, const std::string& sweep) {
 
 // --- a run --------------------------------------------------------------------------------------
 
-std::vector<std::string> metric_names(const std::vector<store::EpochRow>& epochs) {
-  std::vector<std::string> names;
+// The metric names of `epochs`, sorted: a set, so the work is linear in epochs x metrics (a
+// vector searched for each epoch's each metric took 18 s for 10,000 metrics x 100 epochs).
+std::set<std::string> metric_names(const std::vector<store::EpochRow>& epochs) {
+  std::set<std::string> names;
   for (const auto& e : epochs) {
-    for (const auto& [name, value] : e.metrics) {
-      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
-    }
+    check_work_bound();
+    for (const auto& entry : e.metrics) names.insert(names.end(), entry.first);
   }
-  std::sort(names.begin(), names.end());
   return names;
 }
 
-std::string epochs_table(const std::vector<store::EpochRow>& epochs) {
+// The epochs [from, page_end) with their first kPageMetrics metrics by name.
+std::string epochs_table(const store::RunRow& run, const std::vector<store::EpochRow>& epochs,
+                         size_t from) {
   if (epochs.empty()) return "<h2>Epochs</h2>\n<p class=\"note\">No epoch recorded yet.</p>\n";
-  const std::vector<std::string> metrics = metric_names(epochs);
+  const std::set<std::string> all = metric_names(epochs);
+  std::vector<std::string> metrics(all.begin(), all.end());
+  if (metrics.size() > kPageMetrics) metrics.resize(kPageMetrics);
   std::ostringstream html;
   html << "<h2>Epochs</h2>\n<div class=\"scroll\"><table id=\"epochs\">\n<tr><th>epoch</th>"
        << "<th>step</th><th>lr</th><th>train_loss</th><th>img/s</th><th>seconds</th>";
   for (const auto& name : metrics) html << "<th>" << html_escape(name) << "</th>";
   html << "</tr>\n";
-  for (const auto& e : epochs) {
+  for (size_t i = from; i < page_end(from, epochs.size()); ++i) {
+    check_work_bound();
+    const store::EpochRow& e = epochs[i];
     html << "<tr><td>" << e.epoch << "</td><td>" << e.global_step << "</td><td>"
          << number_text(e.lr) << "</td><td>" << number_text(e.train_loss) << "</td><td>"
          << number_text(e.train_fps_mean) << "</td><td>" << number_text(e.epoch_seconds) << "</td>";
@@ -226,7 +345,12 @@ std::string epochs_table(const std::vector<store::EpochRow>& epochs) {
     }
     html << "</tr>\n";
   }
-  html << "</table></div>\n";
+  html << "</table></div>\n" << pager(run_href(run.id), from, epochs.size(), "Epochs");
+  if (all.size() > metrics.size()) {
+    html << "<p class=\"note\">The first " << metrics.size() << " of " << all.size()
+         << " metrics (by name); <code>amptune show " << run.id
+         << "</code> prints them all.</p>\n";
+  }
   return html.str();
 }
 
@@ -272,14 +396,15 @@ std::string run_summary(const app::RunDetails& details) {
   return html.str();
 }
 
-std::string run_part(const store::Store& store, int64_t run_id) {
+std::string run_part(const store::Store& store, int64_t run_id, size_t from) {
   const app::RunDetails details = app::show_run(store, std::to_string(run_id));
-  const app::ReportModel model = app::build_run_plots(store, details.run);
+  const app::ReportModel model = app::build_run_plots(store, details.run, details.epochs);
   LinePlot fps{"img_s", "training img/s per epoch", "epoch", "img/s"};
   PlotSeries points{details.run.name, "", {}, details.run.id};
   for (const auto& e : details.epochs) points.points.emplace_back(e.epoch, e.train_fps_mean);
   fps.series.push_back(points);
-  return run_summary(details) + epochs_table(details.epochs) + "<h2>Curves</h2>\n" +
+  return run_summary(details) + epochs_table(details.run, details.epochs, from) +
+         "<h2>Curves</h2>\n" +
          curves(model, run_id) + svg_line_plot(fps) + diagnosis(model, run_id);
 }
 
@@ -290,15 +415,28 @@ struct Route {
   std::string sweep;
   int64_t run_id = 0;
   bool live = false;  // ?part=live
+  size_t from = 0;    // ?from=N: the first row of a paged table
 };
+
+// The query's parameters into `r`; false when ?from= is not a row number.
+bool read_query(const std::string& query, Route* r) {
+  std::istringstream params(query);
+  for (std::string param; std::getline(params, param, '&');) {
+    r->live |= param == "part=live";
+    if (param.rfind("from=", 0) != 0) continue;
+    const std::string n = param.substr(5);
+    if (n.empty() || n.size() > 9 || !std::all_of(n.begin(), n.end(), ::isdigit)) return false;
+    r->from = std::stoul(n);
+  }
+  return true;
+}
 
 Route route(const std::string& target) {
   Route r;
   const size_t q = target.find('?');
   const std::string path = target.substr(0, q);
   const std::string query = q == std::string::npos ? "" : target.substr(q + 1);
-  std::istringstream params(query);
-  for (std::string param; std::getline(params, param, '&');) r.live |= param == "part=live";
+  if (!read_query(query, &r)) return r.kind = Route::Kind::kMalformed, r;
   if (path == "/" || path == "/index.html") return r.kind = Route::Kind::kIndex, r;
   if (path.rfind("/run/", 0) == 0) {
     const std::string id = path.substr(5);
@@ -358,21 +496,22 @@ Page render_page(const std::string& db, const std::string& target) {
     std::string part, title;
     switch (r.kind) {
       case Route::Kind::kIndex:
-        part = index_part(*store), title = "sweeps";
+        part = index_part(*store, r.from), title = "sweeps";
         break;
       case Route::Kind::kSweep:
-        part = sweep_part(*store, r.sweep), title = "sweep " + r.sweep;
+        part = sweep_part(*store, r.sweep, r.from), title = "sweep " + r.sweep;
         break;
       case Route::Kind::kTune:
         part = tune_part(*store, r.sweep), title = "tune search of " + r.sweep;
         break;
       default:
-        part = run_part(*store, r.run_id), title = "run " + std::to_string(r.run_id);
+        part = run_part(*store, r.run_id, r.from), title = "run " + std::to_string(r.run_id);
     }
     return {200, r.live ? part : document(title, part)};
   } catch (const UsageError& e) {  // an unknown sweep or run
     return error_page(404, "Not found", e.what(), r.live);
   } catch (const StoreError& e) {
+    check_work_bound();  // a query interrupted because the page's bound passed: its owner says so
     return error_page(503, "Database not readable", e.what(), r.live);
   }
 }

@@ -15,26 +15,37 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <set>
 #include <sstream>
 #include <thread>
 
+#include <sqlite3.h>
+
 #include "integration/harness.h"
 
 namespace amptune::testing {
 namespace {
 
+namespace fs = std::filesystem;
+
 // --- a client -----------------------------------------------------------------------------------
 
-int connect_to(int port) {
+// A connection to the server's port from the loopback address `from` (127.0.0.1 unless told:
+// another 127.x address is another client to the server).
+int connect_to(int port, const char* from = "127.0.0.1") {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in source{};
+  source.sin_family = AF_INET;
+  ::inet_pton(AF_INET, from, &source.sin_addr);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&source), sizeof source) != 0 ||
+      ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
     if (fd >= 0) ::close(fd);
     return -1;
   }
@@ -76,16 +87,21 @@ Reply parse(const std::string& raw) {
 }
 
 // Sends `request` on a new connection and reads until the server closes it.
-Reply http_exchange(int port, const std::string& request) {
-  const int fd = connect_to(port);
+Reply http_exchange(int port, const std::string& request, const char* from = "127.0.0.1") {
+  const int fd = connect_to(port, from);
   if (fd < 0) return {};
   send_all(fd, request);
   return parse(read_all(fd));
 }
 
-Reply get(int port, const std::string& target) {
+Reply get(int port, const std::string& target, const char* from = "127.0.0.1") {
   return http_exchange(
-      port, "GET " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+      port, "GET " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+      from);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 // --- the server ---------------------------------------------------------------------------------
@@ -150,7 +166,7 @@ TEST(ServeCli, EveryPageAndEveryRefusalOverHttp) {
   EXPECT_EQ(get(server.port, "/sweep/%zz").status, 400);
   // HEAD: the headers of the page, its length, no body.
   const Reply head =
-      http_exchange(server.port, "HEAD / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+      http_exchange(server.port, "HEAD / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
   EXPECT_EQ(head.status, 200);
   EXPECT_NE(head.head.find("Content-Length: " + std::to_string(get(server.port, "/").body.size())),
             std::string::npos)
@@ -187,16 +203,20 @@ TEST(ServeCli, EveryPageAndEveryRefusalOverHttp) {
 
 TEST(ServeCli, TwoHundredConnectionsAtOnceAreServedInBoundedMemory) {
   const TinySweep f = trained_sweep(1, "many");
-  const Server server = start_server(f.db, f.dir);
+  // Every page waits its turn (a queue of 200); from 8 addresses, 25 each (at most 32 each).
+  const Server server = start_server(f.db, f.dir, {"--max-queued", "200"});
   StopOnExit stop(server.pid);
   ASSERT_NE(server.port, 0);
   EXPECT_EQ(get(server.port, "/sweep/tiny").status, 200);
   const long before = peak_kb(server.pid);
   std::vector<int> fds;
-  for (int i = 0; i < 200; ++i) fds.push_back(connect_to(server.port));
+  for (int i = 0; i < 200; ++i) {
+    fds.push_back(connect_to(server.port, ("127.0.0." + std::to_string(1 + i % 8)).c_str()));
+  }
   for (int fd : fds) {
     ASSERT_GE(fd, 0);
-    ASSERT_TRUE(send_all(fd, "GET /sweep/tiny HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+    ASSERT_TRUE(send_all(
+        fd, "GET /sweep/tiny HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"));
   }
   int ok = 0;
   for (int fd : fds) ok += parse(read_all(fd)).status == 200;
@@ -303,6 +323,306 @@ TEST(ServeCli, ARunPageFollowsTheRunAsAnotherProcessTrainsIt) {
   std::string states;
   for (const auto& s : seen) states += s + " ";
   std::printf("epochs recorded as seen while the run trained: %s\n", states.c_str());
+}
+
+// --- hostile clients and crafted databases (issue 46) -------------------------------------------
+
+void exec_sql(const std::string& db, const std::string& sql) {
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(db.c_str(), &raw), SQLITE_OK);
+  char* error = nullptr;
+  const int rc = sqlite3_exec(raw, sql.c_str(), nullptr, nullptr, &error);
+  EXPECT_EQ(rc, SQLITE_OK) << (error ? error : "") << "\n" << sql.substr(0, 400);
+  sqlite3_free(error);
+  sqlite3_close(raw);
+}
+
+std::vector<std::string> run_columns(const std::string& db) {
+  sqlite3* raw = nullptr;
+  std::vector<std::string> columns;
+  if (sqlite3_open(db.c_str(), &raw) != SQLITE_OK) return columns;
+  sqlite3_stmt* st = nullptr;
+  sqlite3_prepare_v2(raw, "SELECT name FROM pragma_table_info('runs')", -1, &st, nullptr);
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    columns.emplace_back(reinterpret_cast<const char*>(sqlite3_column_text(st, 0)));
+  }
+  sqlite3_finalize(st);
+  sqlite3_close(raw);
+  return columns;
+}
+
+// Adds `n` copies of run 1 to its sweep, without epochs, each with a name, cell and hash of its
+// own (ids 2 .. n + 1); with `chain`, each forked from the one before at epoch 5: a fork chain
+// n deep whose last run's lineage reaches run 1 through every other.
+void clone_run(const std::string& db, int n, bool chain) {
+  std::string columns, values;
+  for (const std::string& c : run_columns(db)) {
+    std::string v = "r." + c;
+    if (c == "id") v = "1 + c.n";
+    if (c == "name") v = "r.name || '-' || c.n";
+    if (c == "cell_index") v = "c.n";
+    if (c == "config_hash") v = "r.config_hash || c.n";
+    if (c == "label") v = "'clone ' || c.n";
+    if (c == "status") v = "'pending'";
+    if (chain && c == "parent_run_id") v = "c.n";
+    if (chain && c == "parent_epoch") v = "5";
+    if (chain && c == "fork_changes") v = "'crafted'";
+    columns += (columns.empty() ? "" : ", ") + c;
+    values += (values.empty() ? "" : ", ") + v;
+  }
+  exec_sql(db, "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < " +
+                   std::to_string(n) + ") INSERT INTO runs (" + columns + ") SELECT " + values +
+                   " FROM runs r, c WHERE r.id = 1");
+}
+
+// Sends `target` and returns the connection without reading the answer.
+int send_get(int port, const std::string& target, const char* from = "127.0.0.1") {
+  const int fd = connect_to(port, from);
+  send_all(fd, "GET " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+  return fd;
+}
+
+// Requests with a Host header that names another server are refused (DNS rebinding: a page of
+// rebind.attacker.example whose name now resolves to 127.0.0.1 must not read the results).
+TEST(ServeCli, AHostHeaderThatNamesAnotherServerIs421) {
+  const TinySweep f = trained_sweep(1, "host");
+  const Server server = start_server(f.db, f.dir);
+  StopOnExit stop(server.pid);
+  ASSERT_NE(server.port, 0);
+  const std::string port = std::to_string(server.port);
+  const auto with_host = [&](const std::string& host) {
+    return http_exchange(server.port,
+                         "GET /sweep/tiny HTTP/1.1\r\nHost: " + host + "\r\nConnection: close\r\n\r\n");
+  };
+  for (const std::string& host : std::vector<std::string>{
+           "rebind.attacker.example", "rebind.attacker.example:" + port,
+                                  "10.1.2.3:" + port, "localhost.attacker.example", "127.0.0.1:x",
+                                  "[::1", "::1", "[fe80::1]:" + port}) {
+    const Reply r = with_host(host);
+    EXPECT_EQ(r.status, 421) << host << "\n" << r.head << r.body;
+    EXPECT_EQ(r.body.find("<table"), std::string::npos) << host;
+  }
+  EXPECT_NE(with_host("evil.example").body.find("not for the Host 'evil.example'"),
+            std::string::npos);
+  // A loopback name with any port (an SSH tunnel forwards another local port to this one).
+  for (const std::string& host : std::vector<std::string>{"localhost", "LocalHost:" + port, "127.0.0.1", "127.0.0.1:" + port,
+                                 "127.9.8.7:9000", "[::1]", "[::1]:" + port}) {
+    EXPECT_EQ(with_host(host).status, 200) << host;
+  }
+  // HTTP/1.1 without a Host is malformed; HTTP/1.0 need not send one.
+  EXPECT_EQ(http_exchange(server.port, "GET / HTTP/1.1\r\nConnection: close\r\n\r\n").status, 400);
+  const int fd = connect_to(server.port);
+  send_all(fd, "GET / HTTP/1.0\r\n\r\n");
+  EXPECT_EQ(read_all(fd).substr(0, 13), "HTTP/1.0 200 ");
+}
+
+// Two requests sent at once on one connection are both answered, in order, without waiting for
+// the idle close; a Transfer-Encoding the server cannot frame is 400 (RFC 9112 6.3).
+TEST(ServeCli, PipelinedRequestsAreAnsweredAndAnUnknownTransferEncodingIs400) {
+  const TinySweep f = trained_sweep(1, "pipeline");
+  const Server server = start_server(f.db, f.dir);
+  StopOnExit stop(server.pid);
+  ASSERT_NE(server.port, 0);
+  const auto start = std::chrono::steady_clock::now();
+  const int fd = connect_to(server.port);
+  send_all(fd,
+           "GET /run/1?part=live HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+           "GET /nope HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+           "HEAD / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+  const std::string raw = read_all(fd);
+  const double seconds = seconds_since(start);
+  std::vector<int> statuses;
+  static const std::regex status_line(R"(HTTP/1\.1 (\d{3}) )");
+  for (std::sregex_iterator it(raw.begin(), raw.end(), status_line), end; it != end; ++it) {
+    statuses.push_back(std::stoi((*it)[1]));
+  }
+  EXPECT_EQ(statuses, (std::vector<int>{200, 404, 200})) << raw.substr(0, 600);
+  EXPECT_LT(seconds, 10.0) << "the pipelined requests waited for the idle close";
+  for (const char* coding : {"xchunked", "chunked, gzip", "gzip"}) {
+    const Reply r = http_exchange(server.port, std::string("GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                                           "Transfer-Encoding: ") +
+                                                   coding + "\r\n\r\n");
+    EXPECT_EQ(r.status, 400) << coding << "\n" << r.head;
+  }
+  const Reply chunked = http_exchange(
+      server.port,
+      "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n"
+      "\r\n0\r\n\r\n");
+  EXPECT_EQ(chunked.status, 200) << chunked.head;
+}
+
+// One address holding every connection it may (256 idle ones, the old limit of all) leaves the
+// server to the others: past --max-per-peer (32) it is refused, another address is served.
+TEST(ServeCli, OneAddressCannotHoldEveryConnection) {
+  const TinySweep f = trained_sweep(1, "peer");
+  const Server server = start_server(f.db, f.dir);
+  StopOnExit stop(server.pid);
+  ASSERT_NE(server.port, 0);
+  std::vector<int> idle;
+  for (int i = 0; i < 256; ++i) idle.push_back(connect_to(server.port));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // all accepted (or refused)
+  const Reply refused = get(server.port, "/");
+  EXPECT_EQ(refused.status, 503);
+  EXPECT_NE(refused.body.find("too many connections from 127.0.0.1 (at most 32)"),
+            std::string::npos)
+      << refused.body;
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(get(server.port, "/sweep/tiny", "127.0.0.2").status, 200);
+  std::printf("another address served in %.3f s while 127.0.0.1 held 256 connections\n",
+              seconds_since(start));
+  std::fflush(stdout);  // before a child is forked
+  for (int fd : idle) ::close(fd);
+  const Result bad = run_amptune({"serve", "--db", f.db, "--max-per-peer", "0"}, f.dir);
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+}
+
+// Removes a test's scratch directory when the test ends (a database of 100,000 crafted runs is
+// 400 MB); declared before the server, so the server has ended first.
+struct RemoveOnExit {
+  std::string dir;
+  ~RemoveOnExit() {
+    std::error_code ignored;
+    fs::remove_all(dir, ignored);
+  }
+};
+
+// The slow page of these tests: the last run of a fork chain 100,000 deep, whose lineage walks
+// every ancestor (seconds of queries).
+std::string chain_db(const std::string& tag) {
+  const TinySweep f = trained_sweep(1, tag);
+  clone_run(f.db, 100000, true);
+  return f.db;
+}
+
+// Pages render on their own threads under a bound: a page past --page-seconds is 503 and says
+// so; the pages of clients that left stop; meanwhile other clients are answered.
+TEST(ServeCli, SlowAndAbandonedPagesLeaveTheServerToOtherClients) {
+  const std::string db = chain_db("slow");
+  const std::string dir = fs::path(db).parent_path().string();
+  const RemoveOnExit remove{fs::path(db).parent_path().parent_path().string()};
+  const Server server = start_server(db, dir, {"--page-seconds", "2"});
+  StopOnExit stop(server.pid);
+  ASSERT_NE(server.port, 0);
+  const std::string slow = "/run/100001?part=live";
+  auto start = std::chrono::steady_clock::now();
+  const Reply late = get(server.port, slow);
+  const double late_seconds = seconds_since(start);
+  EXPECT_EQ(late.status, 503) << late.head << late.body.substr(0, 400);
+  EXPECT_NE(late.body.find("this page took longer than 2 s to render"), std::string::npos)
+      << late.body.substr(0, 400);
+  EXPECT_LT(late_seconds, 4.0);
+  std::printf("a 100,000-deep fork chain's run page: 503 after %.2f s\n", late_seconds);
+  std::fflush(stdout);
+  // Three slow pages of one client render (it may hold 3 of the 4 threads) while another
+  // client's pages are answered, each before any slow one.
+  std::vector<int> busy;
+  for (int i = 0; i < 3; ++i) busy.push_back(send_get(server.port, slow));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  double worst = 0;
+  for (int i = 0; i < 5; ++i) {
+    start = std::chrono::steady_clock::now();
+    EXPECT_EQ(get(server.port, "/run/1", "127.0.0.2").status, 200);
+    worst = std::max(worst, seconds_since(start));
+  }
+  std::printf("another client's run page while 3 slow pages render: at most %.3f s\n", worst);
+  EXPECT_LT(worst, 1.0);
+  for (int fd : busy) EXPECT_EQ(parse(read_all(fd)).status, 503);
+  // Four slow pages whose clients leave at once: their renders stop, and the same client's next
+  // page is answered long before a slow page's bound.
+  for (int i = 0; i < 4; ++i) ::close(send_get(server.port, slow));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  start = std::chrono::steady_clock::now();
+  EXPECT_EQ(get(server.port, "/run/1").status, 200);
+  const double after_left = seconds_since(start);
+  std::printf("a page after 4 slow pages' clients left: %.3f s\n", after_left);
+  std::fflush(stdout);
+  EXPECT_LT(after_left, 1.0);
+  const Result bad = run_amptune({"serve", "--db", db, "--page-seconds", "0"}, dir);
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+}
+
+// A queue of one page behind one render thread: the next page is 503 with a message, and the
+// connection it came on answers its next request.
+TEST(ServeCli, AFullRenderQueueIs503AndTheConnectionGoesOn) {
+  const std::string db = chain_db("queue");
+  const std::string dir = fs::path(db).parent_path().string();
+  const RemoveOnExit remove{fs::path(db).parent_path().parent_path().string()};
+  const Server server = start_server(
+      db, dir, {"--render-threads", "1", "--max-queued", "1", "--page-seconds", "3"});
+  StopOnExit stop(server.pid);
+  ASSERT_NE(server.port, 0);
+  const int rendering = send_get(server.port, "/run/100001?part=live");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const int waiting = send_get(server.port, "/run/100001?part=live", "127.0.0.2");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const int fd = connect_to(server.port, "127.0.0.3");
+  send_all(fd, "GET /run/1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+  char buffer[4096];
+  const ssize_t n = ::recv(fd, buffer, sizeof buffer, 0);
+  const Reply busy = parse(std::string(buffer, n > 0 ? n : 0));
+  EXPECT_EQ(busy.status, 503) << busy.head;
+  EXPECT_NE(busy.body.find("busy: 1 pages wait to be rendered"), std::string::npos) << busy.body;
+  EXPECT_NE(busy.head.find("Retry-After: 2"), std::string::npos);
+  for (int slow : {rendering, waiting}) EXPECT_EQ(parse(read_all(slow)).status, 503);
+  send_all(fd, "GET /run/1 HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(parse(read_all(fd)).status, 200);
+}
+
+// A sweep of 100,000 runs: a page of kPageRows runs (only those read) with a link to the next,
+// and the commands that compare them all; the page is a bounded size. The sweeps page counts
+// the runs without reading them.
+TEST(ServeCli, ASweepOf100000RunsIsPaged) {
+  const TinySweep f = trained_sweep(1, "paged");
+  const RemoveOnExit remove{f.dir};
+  clone_run(f.db, 100000, false);
+  const Server server = start_server(f.db, f.dir);
+  StopOnExit stop(server.pid);
+  ASSERT_NE(server.port, 0);
+  const auto start = std::chrono::steady_clock::now();
+  const Reply page = get(server.port, "/sweep/tiny");
+  const double seconds = seconds_since(start);
+  ASSERT_EQ(page.status, 200) << page.head << page.body.substr(0, 400);
+  EXPECT_NE(page.body.find("Runs 1-500 of 100001."), std::string::npos);
+  EXPECT_NE(page.body.find("100001 runs: more than a page compares (5000)."), std::string::npos);
+  EXPECT_NE(page.body.find("<a href=\"/sweep/tiny?from=500\">next 500</a>"), std::string::npos);
+  EXPECT_LT(page.body.size(), 2u << 20) << "a page of 500 runs";
+  const Reply last = get(server.port, "/sweep/tiny?from=100000");
+  EXPECT_NE(last.body.find("Runs 100001-100001 of 100001."), std::string::npos);
+  EXPECT_NE(last.body.find("href=\"/run/100001\""), std::string::npos);
+  EXPECT_EQ(get(server.port, "/sweep/tiny?from=x").status, 400);
+  const Reply tune = get(server.port, "/sweep/tiny/tune");
+  EXPECT_EQ(tune.status, 200);
+  EXPECT_NE(tune.body.find("100001 runs: more than a page reads for a search's tree (5000)."),
+            std::string::npos);
+  // The sweeps page lists them with their run counts (their status would read every run).
+  const Reply index = get(server.port, "/");
+  EXPECT_EQ(index.status, 200);
+  EXPECT_NE(index.body.find("<a href=\"/sweep/tiny\">tiny</a></td><td>100001</td>"),
+            std::string::npos)
+      << index.body.substr(0, 2000);
+  std::printf("a sweep page of 100,001 runs: %.2f s, %zu bytes; server peak %ld kB\n", seconds,
+              page.body.size(), peak_kb(server.pid));
+}
+
+// A database value the store refuses (a run's axes nested 300,000 deep, as a copied database
+// can hold) is 503 naming it, and the server goes on.
+TEST(ServeCli, ARefusedDatabaseValueIs503AndTheServerGoesOn) {
+  const TinySweep f = trained_sweep(1, "refused");
+  exec_sql(f.db, "PRAGMA ignore_check_constraints = 1; UPDATE runs SET axes_json = '{\"a\":' || "
+                 "replace(hex(zeroblob(300000)), '00', '[') || "
+                 "replace(hex(zeroblob(300000)), '00', ']') || '}' WHERE id = 1");
+  const Server server = start_server(f.db, f.dir);
+  StopOnExit stop(server.pid);
+  ASSERT_NE(server.port, 0);
+  for (const char* target : {"/sweep/tiny", "/sweep/tiny?part=live"}) {
+    const Reply r = get(server.port, target);
+    EXPECT_EQ(r.status, 503) << target << "\n" << r.head << r.body.substr(0, 400);
+    EXPECT_NE(r.body.find("Database not readable"), std::string::npos) << r.body.substr(0, 400);
+  }
+  // Still serving (every page that reads run 1 says the same; one that does not is answered).
+  EXPECT_EQ(get(server.port, "/nope").status, 404);
+  EXPECT_EQ(get(server.port, "/sweep/tiny").status, 503);
+  EXPECT_EQ(::kill(server.pid, 0), 0);
 }
 
 // --- a real browser -----------------------------------------------------------------------------

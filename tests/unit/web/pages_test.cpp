@@ -3,6 +3,8 @@
 // each route's page and status from a real SQLite database, and that the view cannot write it.
 #include "web/pages.h"
 
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -13,6 +15,7 @@
 #include "app/plot_axes.h"
 #include "app/report.h"
 #include "core/error.h"
+#include "core/process.h"
 #include "unit/app/app_fixture.h"
 #include "web/svg.h"
 
@@ -253,6 +256,86 @@ TEST_F(PagesTest, UnknownMalformedAndUnreadableAreErrorPages) {
   const Page page = render_page(other, "/");
   EXPECT_EQ(page.status, 503);
   EXPECT_NE(page.body.find("other.sqlite"), std::string::npos) << page.body;
+}
+
+// A sweep of more runs than a page: kPageRows of them, a link to the next page, and the next
+// page holds the rest; a row number that is not one is a malformed address.
+TEST_F(PagesTest, ASweepOfMoreRunsThanAPageIsPaged) {
+  int64_t last = 0;
+  for (int cell = 0; cell < static_cast<int>(kPageRows) + 20; ++cell) {
+    Run run;
+    run.cell = cell;
+    run.axes = "{\"seed\":" + std::to_string(cell) + "}";
+    last = add_run(run);
+  }
+  const Page first = get("/sweep/grid");
+  ASSERT_EQ(first.status, 200) << first.body.substr(0, 400);
+  EXPECT_NE(first.body.find("Runs 1-500 of 520."), std::string::npos);
+  EXPECT_NE(first.body.find("<a href=\"/sweep/grid?from=500\">next 500</a>"), std::string::npos);
+  EXPECT_EQ(first.body.find("href=\"/run/" + std::to_string(last) + "\""), std::string::npos);
+  EXPECT_NE(first.body.find("The best 500 of 520 rows"), std::string::npos);  // the comparison
+  const Page next = get("/sweep/grid?from=500");
+  EXPECT_NE(next.body.find("Runs 501-520 of 520."), std::string::npos);
+  EXPECT_NE(next.body.find("href=\"/run/" + std::to_string(last) + "\""), std::string::npos);
+  EXPECT_NE(next.body.find("<a href=\"/sweep/grid?from=0\">previous 500</a>"), std::string::npos);
+  EXPECT_EQ(get("/sweep/grid?from=-1").status, 400);
+  EXPECT_EQ(get("/sweep/grid?from=99999999999").status, 400);
+}
+
+// A run of many metrics: its epochs table has the first kPageMetrics by name, and says where
+// the rest are (the table was every metric's, found by a search per epoch and metric).
+TEST_F(PagesTest, ARunOfManyMetricsShowsAPageOfThemAndSaysSo) {
+  const int64_t run = add_run(Run{});
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    Epoch e;
+    for (int m = 0; m < 150; ++m) {
+      char name[16];
+      std::snprintf(name, sizeof name, "m%03d", m);
+      e.metrics[name] = epoch + m / 1000.0;
+    }
+    add_epoch(run, epoch, e);
+  }
+  const Page page = get("/run/" + std::to_string(run));
+  ASSERT_EQ(page.status, 200);
+  EXPECT_NE(page.body.find("<th>m099</th>"), std::string::npos);
+  EXPECT_EQ(page.body.find("<th>m100</th>"), std::string::npos);
+  EXPECT_NE(page.body.find("The first 100 of 150 metrics (by name); <code>amptune show " +
+                           std::to_string(run) + "</code>"),
+            std::string::npos);
+}
+
+// A page rendered under a WorkBound stops at it: past its deadline, or once its client is gone
+// (web/server.h answers 503, or nothing).
+TEST_F(PagesTest, APageStopsAtItsWorkBound) {
+  add_sweep();
+  for (const std::string& target : {std::string("/"), std::string("/sweep/grid"),
+                                    "/run/" + std::to_string(run_)}) {
+    WorkBound late(std::chrono::steady_clock::now(), nullptr);
+    try {
+      get(target);
+      ADD_FAILURE() << target << " went on past its deadline";
+    } catch (const WorkAbandoned& e) {
+      EXPECT_TRUE(e.timed_out());
+    }
+  }
+  WorkBound gone(std::chrono::steady_clock::now() + std::chrono::hours(1), [] { return true; });
+  try {
+    get("/sweep/grid");
+    ADD_FAILURE() << "the page went on for a client that left";
+  } catch (const WorkAbandoned& e) {
+    EXPECT_FALSE(e.timed_out());
+  }
+}
+
+// The live part is polled less when it is slow, not while the tab is hidden, and less after
+// failures (the browser runs it: serve_cli_test's ServeBrowser).
+TEST_F(PagesTest, TheLiveScriptBacksOff) {
+  add_sweep();
+  const std::string page = get("/").body;
+  EXPECT_NE(page.find("if (document.hidden) return;"), std::string::npos);
+  EXPECT_NE(page.find("addEventListener('visibilitychange'"), std::string::npos);
+  EXPECT_NE(page.find("Math.max(2000, 5 * (Date.now() - start))"), std::string::npos);
+  EXPECT_NE(page.find("Math.min(60000, 2000 * Math.pow(2, failures))"), std::string::npos);
 }
 
 TEST_F(PagesTest, TheViewCannotWriteTheDatabase) {
