@@ -155,7 +155,8 @@ int cmd_show(const Invocation& inv) {
     std::cout << "ran on " << log::printable(p.host) << " (" << p.device << ", " << p.threads << " threads"
               << (p.world_size > 1 ? ", " + std::to_string(p.world_size) + " processes" : "")
               << "), amptune " << p.amptune_version << ", LibTorch " << p.torch_version
-              << (p.allocator.empty() ? "" : ", malloc " + p.allocator) << "\n";
+              << (p.allocator.empty() ? "" : ", malloc " + p.allocator)
+              << (p.blas.empty() ? "" : ", BLAS " + log::printable(p.blas)) << "\n";
   }
   if (opts.has("config")) {
     std::cout << config.dump(2) << "\n";
