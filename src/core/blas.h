@@ -20,7 +20,7 @@ std::string blas_name();
 // `cpu_flags`; "" when nothing. The reference BLAS: install OpenBLAS. An OpenBLAS whose
 // DYNAMIC_ARCH did not know the CPU and took generic SSE kernels (Prescott, Core2, Nehalem, ...;
 // Debian's 0.3.21 does so on Intel family 6 model 0xcf, Emerald Rapids): OPENBLAS_CORETYPE=
-// SkylakeX (avx512f) or Haswell (avx2 + fma), which ran 7x faster there.
+// SkylakeX (avx512f) or Haswell (avx2 + fma): 3x faster there (docs/PERFORMANCE.md "BLAS").
 std::string blas_advice(const std::string& blas, const std::string& cpu_flags);
 // The flags line of this machine's /proc/cpuinfo ("" when unreadable).
 std::string cpu_flags();

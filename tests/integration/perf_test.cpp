@@ -131,7 +131,7 @@ TEST(PerfCli, VersionNamesTheMallocInUse) {
 // `version` names the BLAS that serves LibTorch's fp32 matmuls (core/blas.h; docs/PERFORMANCE.md
 // "BLAS"): with Debian's LibTorch, the file the system's libblas.so.3 resolves to.
 TEST(PerfCli, VersionNamesTheBlasInUse) {
-  auto r = run_amptune({"version"}, ".");
+  auto r = run_amptune({"version"}, scratch_dir());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto at = r.out.find("\nBLAS: ");
   ASSERT_NE(at, std::string::npos) << r.out;

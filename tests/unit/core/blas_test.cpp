@@ -32,7 +32,7 @@ TEST(Blas, DescribesOpenBlasByItsConfigAndTheOthersByTheirFile) {
 
 // The reference BLAS: install OpenBLAS. An OpenBLAS whose DYNAMIC_ARCH fell back to generic
 // kernels on a CPU it does not know (Debian's 0.3.21 says Prescott on an Emerald Rapids VM, where
-// OPENBLAS_CORETYPE=SkylakeX ran 7x faster): the core type to set. Nothing otherwise.
+// OPENBLAS_CORETYPE=SkylakeX ran 3x faster): the core type to set. Nothing otherwise.
 TEST(Blas, AdvisesOnTheReferenceBlasAndOnOpenBlasWithGenericKernels) {
   const std::string avx512 = "fpu sse sse2 avx fma avx2 avx512f hypervisor";
   EXPECT_NE(blas_advice("reference BLAS (netlib, unoptimised: /b)", avx512)
