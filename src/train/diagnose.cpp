@@ -650,9 +650,10 @@ namespace {
 // functional call in either. An op of the table below is counted from its operands' shapes, and
 // the ops it calls in turn (linear's addmm, matmul's bmm, lstm's linear, a convolution's
 // backend) are not counted again. An op the table does not name is not counted itself; the
-// table's ops it calls are (einsum's bmm, a cell written in Python). Ops that compute products
-// in their own kernels without calling the table's (the fused fast paths of attention and
-// transformer layers, oneDNN's RNN, quantized kernels) are named in ForwardWork::uncounted.
+// table's ops it calls are (einsum's bmm, a cell written in Python). The fused kernels of
+// attention and transformer layers, oneDNN's RNN and quantized kernels count through the
+// table's ops they call, if any; one that computed with none of them (its products inside its
+// own kernel) is named in ForwardWork::uncounted.
 enum class OpClass {
   kOther,
   kConv,
@@ -829,9 +830,11 @@ struct OpCount {
 thread_local OpCount* t_count = nullptr;
 
 struct CountedCall : at::ObserverContext {
-  bool counted = false;  // false: an op called by a counted one
+  bool counted = false;  // false: an op called by a counted one, or a fused one (below)
   bool fp32 = false;
   OpWork work;
+  bool fused = false;         // an op of kOpaque: not counted itself, nor does it hide its calls
+  double macs_before = 0;     // the count when it began: unchanged at its end, it was opaque
 };
 
 std::unique_ptr<at::ObserverContext> on_op_start(const at::RecordFunction& fn) {
@@ -844,8 +847,12 @@ std::unique_ptr<at::ObserverContext> on_op_start(const at::RecordFunction& fn) {
   const OpClass c = op_class(fn.name());
   if (c == OpClass::kOther) return nullptr;
   if (c == OpClass::kOpaque) {
-    count->uncounted.insert(fn.name());
-    return nullptr;
+    // Its kernel may compute through the table's ops (LibTorch 1.13's CPU multi-head attention
+    // calls addmm and bmm), which count as they run; named only when none of them did.
+    auto call = std::make_unique<CountedCall>();
+    call->fused = true;
+    call->macs_before = count->macs;
+    return call;
   }
   ++count->depth;
   auto call = std::make_unique<CountedCall>();
@@ -859,8 +866,12 @@ std::unique_ptr<at::ObserverContext> on_op_start(const at::RecordFunction& fn) {
 void on_op_end(const at::RecordFunction& fn, at::ObserverContext* context) {
   OpCount* count = t_count;
   if (!count || !context) return;
-  --count->depth;
   const auto* call = static_cast<const CountedCall*>(context);
+  if (call->fused) {
+    if (count->macs == call->macs_before) count->uncounted.insert(fn.name());
+    return;
+  }
+  --count->depth;
   if (!call->counted) return;
   double macs = call->work.macs;
   if (call->work.per_output > 0) {

@@ -128,10 +128,10 @@ store::Diagnosis diagnose(const store::RunRow& run,
 // whether the model is amptune's or a TorchScript file (its graph's ops, functional calls
 // included); elementwise work is left out. fp32_macs: those that run in fp32 under the config's
 // amp policy - all under O0, those inside amp.fp32_modules under O1-O3. The objective
-// "precision" of amptune tune ranks solutions by the fp32 share (docs/TUNE.md). `uncounted`
-// names the ops seen that compute products in fused kernels the count cannot see into
-// ("aten::_native_multi_head_attention", ...): when not empty the count is a lower bound, and
-// the run says so. Builds the model and runs it once (train_loss, gradients on, eval mode), in
+// "precision" of amptune tune ranks solutions by the fp32 share (docs/TUNE.md). A fused kernel
+// (attention, transformer layer, oneDNN RNN, quantized) counts through the counted ops it
+// calls; `uncounted` names those inside which none ran (their products in their own kernel):
+// when not empty the count is a lower bound, and the run says so. Builds the model and runs it once (train_loss, gradients on, eval mode), in
 // fp32 on the CPU, on the first sample of the training split; throws ConfigError / DataError
 // as loading the run's model and data does.
 struct ForwardWork {
