@@ -869,3 +869,15 @@ CREATE VIEW epoch_mfu AS
          r.peak_precision, r.peak_source
   FROM epochs e JOIN runs r ON r.id = e.run_id JOIN sweeps s ON s.id = r.sweep_id
   WHERE e.train_fps_mean > 0 AND r.train_flops_per_sample > 0 AND r.peak_flops > 0;
+
+-- migration: 20
+-- The BLAS library the training process's fp32 matmuls ran on (blas: the library serving
+-- sgemm_, found at run time, e.g. "OpenBLAS 0.3.21 ..., OpenMP (...)" or "reference BLAS (netlib,
+-- unoptimised: ...)"): Debian's LibTorch hands every matmul to the system's libblas.so.3, and the
+-- reference one is ~30x slower than OpenBLAS (docs/PERFORMANCE.md "BLAS"). Written with the
+-- other provenance at each start. And uncounted_ops: the ops of the run's forward pass that
+-- compute products in fused kernels train_flops_per_sample cannot see into (aten names, comma
+-- separated), so that figure and the MFU are lower bounds; NULL when every product was counted.
+-- Both NULL for runs started before this migration.
+ALTER TABLE runs ADD COLUMN blas TEXT;
+ALTER TABLE runs ADD COLUMN uncounted_ops TEXT;

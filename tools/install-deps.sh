@@ -17,6 +17,11 @@ packages=(
   gnuplot-nox  # amptune report draws its plots with gnuplot
   chromium  # the browser test of amptune serve (tests/integration/serve_test.cpp)
   libtcmalloc-minimal4  # the amptune binary's malloc (docs/PERFORMANCE.md "Allocator")
+  # LibTorch's fp32 matmuls (linear, matmul, LSTM, attention): Debian's LibTorch calls the
+  # libblas.so.3 the system selects, and the reference one that libtorch-dev pulls in runs a
+  # 1024^3 matmul ~30x slower. OpenBLAS with OpenMP threads, like LibTorch's own; it takes the
+  # alternative by priority (docs/PERFORMANCE.md "BLAS").
+  libopenblas0-openmp
   python3-torch python3-torchvision  # tests: PyTorch reads exported weights; fixture scripts
   python3-pip  # installs Python's safetensors package below
 )
@@ -33,6 +38,18 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 else
   echo "install-deps: all ${#packages[@]} packages present"
+fi
+if [ "${1:-}" != slurm ]; then
+  # OpenBLAS takes libblas.so.3 by priority (95 against the reference BLAS's 10) unless the
+  # alternative was set by hand; say so rather than override a choice (MKL, BLIS).
+  multiarch=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
+  blas=$(readlink -f "/usr/lib/$multiarch/libblas.so.3" || true)
+  case "$blas" in
+    */openblas*) echo "install-deps: libblas.so.3 is OpenBLAS ($blas)" ;;
+    *) echo "install-deps: libblas.so.3 is $blas, not OpenBLAS: LibTorch's matmuls run on it;" \
+            "to select OpenBLAS: $SUDO update-alternatives --set libblas.so.3-$multiarch" \
+            "/usr/lib/$multiarch/openblas-openmp/libblas.so.3" ;;
+  esac
 fi
 if [ "${1:-}" != slurm ] && ! /usr/bin/python3 -c 'import safetensors.torch' 2>/dev/null; then
   # tests: Python's safetensors package reads amptune's checkpoints. Not in Debian 12: from PyPI,

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "amp/module_marks.h"
 #include "amp/op_emulation.h"
 #include "compat/torch_compat.h"
 #include "core/error.h"
@@ -23,6 +24,7 @@ thread_local std::shared_ptr<const Policy> t_policy;
 thread_local std::shared_ptr<const ModuleMap> t_modules;
 thread_local std::shared_ptr<const Observer> t_observer;
 thread_local int t_fp32_depth = 0;  // open fp32 regions (ModuleCall of a marked module)
+thread_local int t_marked_depth = 0;  // open ModuleCalls of marked modules, under any policy
 
 class RoundThrough : public torch::autograd::Function<RoundThrough> {
  public:
@@ -275,6 +277,7 @@ ScopedObserver::~ScopedObserver() { t_observer = previous_; }
 ModuleCall::ModuleCall(const torch::nn::Module& module) {
   if (!t_modules) return;
   entry_ = t_modules->find(module);
+  if (entry_ && entry_->fp32) ++t_marked_depth;
   if (!entry_ || !entry_->fp32 || t_fp32_depth > 0 || !t_policy || !t_policy->low_precision()) {
     return;
   }
@@ -288,6 +291,7 @@ ModuleCall::ModuleCall(const torch::nn::Module& module) {
 }
 
 ModuleCall::~ModuleCall() {
+  if (entry_ && entry_->fp32) --t_marked_depth;
   if (!region_) return;
   --t_fp32_depth;
   if (autocast_paused_) set_autocast_enabled(t_policy->on_cuda, true);
@@ -313,6 +317,8 @@ torch::Tensor ModuleCall::output(const torch::Tensor& y) const {
   if (t_observer && entry_) (*t_observer)(entry_->name, input_, out);
   return out;
 }
+
+bool in_marked_module() { return t_marked_depth > 0; }
 
 bool fp32_module(const torch::nn::Module& module) {
   if (t_fp32_depth > 0) return true;

@@ -107,6 +107,10 @@ static void print_work(const store::RunWork& work, const std::vector<store::Epoc
             << (work.peak_flops > 0 ? app::significant(work.peak_flops / 1e12, 4) : "-")
             << " TFLOP/s " << work.peak_precision << " (" << log::printable(work.peak_source)
             << ")\n";
+  if (!work.uncounted_ops.empty()) {
+    std::cout << "work is partial: the products of " << log::printable(work.uncounted_ops)
+              << " (fused kernels) are not counted, so the MFU is a lower bound\n";
+  }
   for (auto e = epochs.rbegin(); e != epochs.rend(); ++e) {
     if (e->global_step == 0 || !(e->train_fps_mean > 0)) continue;
     std::cout << "epoch " << e->epoch << ": "
@@ -151,7 +155,8 @@ int cmd_show(const Invocation& inv) {
     std::cout << "ran on " << log::printable(p.host) << " (" << p.device << ", " << p.threads << " threads"
               << (p.world_size > 1 ? ", " + std::to_string(p.world_size) + " processes" : "")
               << "), amptune " << p.amptune_version << ", LibTorch " << p.torch_version
-              << (p.allocator.empty() ? "" : ", malloc " + p.allocator) << "\n";
+              << (p.allocator.empty() ? "" : ", malloc " + p.allocator)
+              << (p.blas.empty() ? "" : ", BLAS " + log::printable(p.blas)) << "\n";
   }
   if (opts.has("config")) {
     std::cout << config.dump(2) << "\n";

@@ -10,6 +10,7 @@
 #include "app/runner.h"
 #include "app/table.h"
 #include "cli/commands.h"
+#include "core/blas.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/process.h"
@@ -34,6 +35,10 @@ app::SweepOptions sweep_options(const Options& opts, const Invocation& inv, int 
   o.provenance.git_dirty = kGitDirty;
   o.provenance.torch_version = TORCH_VERSION;
   o.provenance.allocator = allocator_name();
+  o.provenance.blas = blas_name();
+  if (const std::string advice = blas_advice(o.provenance.blas, cpu_flags()); !advice.empty()) {
+    log::warn(advice);
+  }
   o.on_result = [](const store::RunRow&, const train::RunResult& result) {
     if (result.outcome == train::Outcome::kDone) std::cout << result.summary_json << std::endl;
   };

@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/terminal.h"
+#include "core/blas.h"
 #include "core/error.h"
 #include "core/process.h"
 #include "core/version.h"
@@ -96,7 +97,8 @@ int main(int argc, char** argv) {
     if (command == "slurm") return cli::cmd_slurm(inv);
     if (command == "version" || command == "--version") {
       std::cout << "amptune " << kVersion << " (" << kGitCommit << (kGitDirty ? "-dirty" : "")
-                << ")\nLibTorch " << TORCH_VERSION << ", malloc: " << allocator_name() << "\n";
+                << ")\nLibTorch " << TORCH_VERSION << ", malloc: " << allocator_name()
+                << "\nBLAS: " << blas_name() << "\n";
       return 0;
     }
     std::cerr << "amptune: unknown command '" << command << "'\n\n" << kUsage;

@@ -123,6 +123,7 @@ struct Provenance {
   int world_size = 1;
   int64_t global_batch = 0;
   std::string allocator;  // the malloc of the process (allocator_name(): tcmalloc, glibc, ...)
+  std::string blas;       // the BLAS serving its matmuls (core/blas.h blas_name(); migration 20)
 };
 
 // A run's distance to the hardware limit (runs columns of migration 19; docs/PERFORMANCE.md
@@ -133,6 +134,10 @@ struct RunWork {
   double peak_flops = 0;              // FLOP/s of the job (one device's x world size); 0: unknown
   std::string peak_precision;         // "fp32" | "fp16" | "bf16": the arithmetic of the peak
   std::string peak_source;            // how the peak was found ("cpu: 2 cores x ...", ...)
+  // Ops of the forward pass whose products the count cannot see (train/diagnose.h ForwardWork::
+  // uncounted, comma-separated; migration 20): "" when every product was counted, else the
+  // FLOPs and the MFU are lower bounds.
+  std::string uncounted_ops = {};  // (an initializer: the 4-field aggregates stay complete)
   // The share of the peak that `img_per_s` (the job's train img/s) achieves; unset when either
   // figure is unknown or no image was trained.
   std::optional<double> mfu(double img_per_s) const {

@@ -73,7 +73,9 @@ const std::set<std::string>& reserved_run_columns() {
                                               "train_flops_per_sample",
                                               "peak_flops",
                                               "peak_precision",
-                                              "peak_source"};
+                                              "peak_source",
+                                              "blas",
+                                              "uncounted_ops"};
   return names;
 }
 
@@ -244,6 +246,8 @@ RunRow read_run(const std::string& path, const Statement& row,
     else if (name == "torch_version") run.provenance.torch_version = row.column_text(column);
     else if (name == "host") run.provenance.host = row.column_text(column);
     else if (name == "allocator") run.provenance.allocator = row.column_text(column);
+    else if (name == "blas") run.provenance.blas = row.column_text(column);
+    else if (name == "uncounted_ops") run.work.uncounted_ops = row.column_text(column);
     else if (name == "train_flops_per_sample" || name == "peak_flops") {
       const double value = detail::real_column(path, row, column, {"runs", run.id, name});
       (name == "peak_flops" ? run.work.peak_flops : run.work.train_flops_per_sample) =
@@ -325,11 +329,11 @@ void mark_running_by_this_process(sqlite3* db, const std::string& now, int64_t r
            "heartbeat_at = ?1, finished_at = NULL, message = '', amptune_version = ?3, "
            "git_commit = ?4, git_dirty = ?5, torch_version = ?6, host = ?7, threads = ?8, "
            "device = ?9, command_line = ?10, claim_machine = ?11, claim_pid = ?12, "
-           "claim_pid_start = ?13, world_size = ?14, global_batch = ?15, allocator = ?16 "
-           "WHERE id = ?2",
+           "claim_pid_start = ?13, world_size = ?14, global_batch = ?15, allocator = ?16, "
+           "blas = ?17 WHERE id = ?2",
            now, run_id, p.amptune_version, p.git_commit, p.git_dirty, p.torch_version, p.host,
            p.threads, p.device, p.command_line, self.machine, self.pid, self.start_ticks,
-           p.world_size, p.global_batch, p.allocator);
+           p.world_size, p.global_batch, p.allocator, p.blas);
 }
 
 // What claim_run and the writers need of a run row: status, heartbeat and holder.
@@ -671,9 +675,9 @@ void Store::record_run_work(int64_t run_id, const RunWork& work) {
     require_holder(db_, path_, run_id, action);
     Statement(db_,
               "UPDATE runs SET train_flops_per_sample = ?1, peak_flops = ?2, peak_precision = ?3, "
-              "peak_source = ?4 WHERE id = ?5",
+              "peak_source = ?4, uncounted_ops = ?6 WHERE id = ?5",
               known(work.train_flops_per_sample), known(work.peak_flops), text(work.peak_precision),
-              text(work.peak_source), run_id)
+              text(work.peak_source), run_id, text(work.uncounted_ops))
         .run();
   });
 }

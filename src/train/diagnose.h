@@ -121,16 +121,23 @@ store::Diagnosis diagnose(const store::RunRow& run,
                           const std::optional<store::EpochRow>& checkpoint,
                           const DiagnoseOptions& options);
 
-// The work of one training sample's forward pass: the multiply-accumulates of its convolutions,
-// transposed convolutions and linear layers (the ops autocast runs in low precision; the rest is
-// elementwise), and those of them that run in fp32 under the config's amp policy - all under O0,
-// those inside amp.fp32_modules under O1-O3. The objective "precision" of amptune tune ranks
-// solutions by the fp32 share (docs/TUNE.md). Builds the model and runs it once, in fp32 on the
-// CPU, on the first sample of the training split; throws ConfigError / DataError as loading the
-// run's model and data does.
+// The work of one training sample's forward pass: the multiply-accumulates of every
+// matmul-class op the forward runs - convolutions (transposed too), linear, matmul / mm / bmm /
+// addmm / baddbmm / mv / dot, the LSTM / GRU / RNN layers and cells, scaled dot-product
+// attention - each counted from its operands' shapes and once (not again in the ops it calls),
+// whether the model is amptune's or a TorchScript file (its graph's ops, functional calls
+// included); elementwise work is left out. fp32_macs: those that run in fp32 under the config's
+// amp policy - all under O0, those inside amp.fp32_modules under O1-O3. The objective
+// "precision" of amptune tune ranks solutions by the fp32 share (docs/TUNE.md). A fused kernel
+// (attention, transformer layer, oneDNN RNN, quantized) counts through the counted ops it
+// calls; `uncounted` names those inside which none ran (their products in their own kernel):
+// when not empty the count is a lower bound, and the run says so. Builds the model and runs it once (train_loss, gradients on, eval mode), in
+// fp32 on the CPU, on the first sample of the training split; throws ConfigError / DataError
+// as loading the run's model and data does.
 struct ForwardWork {
   double macs = 0;
   double fp32_macs = 0;
+  std::vector<std::string> uncounted;  // "aten::..." op names, sorted; empty: the count is whole
   double fp32_share() const { return macs > 0 ? fp32_macs / macs : 0.0; }
 };
 ForwardWork forward_work(const Config& config);

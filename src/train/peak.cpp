@@ -56,6 +56,20 @@ std::optional<double> model_name_ghz(const std::string& name) {
   return number(name.substr(at + 1, ghz - at - 1));
 }
 
+// The number after `word` in `name` ("Intel(R) Xeon(R) Gold 5218 CPU" and "Gold" -> 5218); -1
+// when the word is not there or no number follows it.
+int number_after(const std::string& name, const std::string& word) {
+  const auto at = name.find(word + " ");
+  if (at == std::string::npos) return -1;
+  size_t i = at + word.size() + 1;
+  int value = 0, digits = 0;
+  for (; i < name.size() && std::isdigit(static_cast<unsigned char>(name[i])) && digits < 6;
+       ++i, ++digits) {
+    value = value * 10 + (name[i] - '0');
+  }
+  return digits > 0 ? value : -1;
+}
+
 // The vector lanes and FMA units of `flags` (a /proc/cpuinfo flags line), held at `limit`.
 void read_flags(const std::string& flags, const std::string& limit, CpuVector& cpu) {
   std::istringstream words(flags);
@@ -65,12 +79,15 @@ void read_flags(const std::string& flags, const std::string& limit, CpuVector& c
   const bool avx512 = have.count("avx512f") && !(limited && cap.rfind("AVX512", 0) != 0);
   const bool avx = have.count("avx") && !(limited && cap.rfind("AVX", 0) != 0);
   cpu.fma = have.count("fma") > 0 && avx;
+  cpu.hypervisor = have.count("hypervisor") > 0;
   const bool amx_allowed = !limited || cap.find("AMX") != std::string::npos;
   cpu.amx_bf16 = have.count("amx_bf16") && avx512 && amx_allowed;
   cpu.avx512_bf16 =
       have.count("avx512_bf16") && avx512 && (amx_allowed || cap.find("BF16") != std::string::npos);
   if (avx512) {
-    cpu.fp32_lanes = 16, cpu.fma_units = 2, cpu.isa = "avx512f";
+    const Avx512Units units = avx512_units(cpu.vendor, cpu.family, cpu.model, cpu.model_name);
+    cpu.fp32_lanes = units.lanes, cpu.fma_units = units.units, cpu.part = units.part;
+    cpu.isa = units.lanes == 8 ? "avx512f on 256-bit units" : "avx512f";
   } else if (avx && have.count("avx2") && cpu.fma) {
     cpu.fp32_lanes = 8, cpu.fma_units = 2, cpu.isa = "avx2+fma";
   } else if (avx) {
@@ -130,11 +147,60 @@ std::set<std::string> name_tokens(const std::string& name) {
 
 }  // namespace
 
+// Sources (docs/PERFORMANCE.md "MFU" lists them too):
+// - AMD, Software Optimization Guide for the AMD Zen4 Microarchitecture (pub. 57647, 2023),
+//   "Floating-Point Unit": the FP pipes are 256 bits wide and a 512-bit instruction is executed
+//   as two 256-bit halves, so AVX-512 doubles the work per instruction, not per cycle: two
+//   256-bit FMA pipes, 8 fp32 lanes x 2 per cycle (family 0x19: Zen 3 has no avx512f, every
+//   Zen 4 has it).
+// - AMD, Software Optimization Guide for the AMD Zen5 Microarchitecture (pub. 58455, 2024): the
+//   FP datapath is 512 bits wide (two 512-bit FMA pipes: 16 x 2) in the desktop and server
+//   parts; the mobile parts (Strix Point, family 0x1a models 0x20-0x2f) keep 256-bit pipes and
+//   run AVX-512 as Zen 4 does (8 x 2).
+// - Intel, ark.intel.com, "# of AVX-512 FMA Units" of each Xeon Scalable part: 1 for Bronze
+//   31xx / 32xx, Silver 41xx / 42xx and Gold 51xx / 52xx (Skylake-SP and Cascade Lake, family 6
+//   model 0x55) but Gold 5122 and 5222 (2); 2 for Gold 6xxx, Platinum, Cooper Lake (Gold 53xx on
+//   the same model number) and every later generation.
+// - Intel 64 and IA-32 Architectures Optimization Reference Manual (248966), Ice Lake client
+//   microarchitecture: one 512-bit FMA unit (ports 0 and 1 fused), as in Cannon Lake (model
+//   0x66), Ice Lake client (0x7d, 0x7e), Tiger Lake (0x8c, 0x8d) and Rocket Lake (0xa7).
+// A VM whose model name is the generic "Intel(R) Xeon(R) Processor" cannot be told apart: it
+// gets the two units of the current server parts (--peak-flops when that is wrong).
+Avx512Units avx512_units(const std::string& vendor, int family, int model,
+                         const std::string& model_name) {
+  Avx512Units u;
+  if (vendor == "AuthenticAMD" && family == 0x19) {
+    u.lanes = 8, u.part = "AMD Zen 4 runs AVX-512 as 2 x 256 bits";
+  } else if (vendor == "AuthenticAMD" && family == 0x1a && model >= 0x20 && model <= 0x2f) {
+    u.lanes = 8, u.part = "AMD Zen 5 mobile runs AVX-512 as 2 x 256 bits";
+  } else if (vendor == "AuthenticAMD" && family == 0x1a) {
+    u.part = "AMD Zen 5, 512-bit FMA units";
+  } else if (vendor == "GenuineIntel" && family == 6 &&
+             (model == 0x66 || model == 0x7d || model == 0x7e || model == 0x8c || model == 0x8d ||
+              model == 0xa7)) {
+    u.units = 1, u.part = "Intel client core: one 512-bit FMA unit";
+  } else if (vendor == "GenuineIntel" && family == 6 && model == 0x55) {
+    const int bronze = number_after(model_name, "Bronze");
+    const int silver = number_after(model_name, "Silver");
+    const int gold = number_after(model_name, "Gold");
+    if (bronze >= 3100 && bronze < 3300) {
+      u.units = 1,
+      u.part = "Intel Xeon Bronze " + std::to_string(bronze) + ": one 512-bit FMA unit";
+    } else if (silver >= 4100 && silver < 4300) {
+      u.units = 1,
+      u.part = "Intel Xeon Silver " + std::to_string(silver) + ": one 512-bit FMA unit";
+    } else if (gold >= 5100 && gold < 5300 && gold != 5122 && gold != 5222) {
+      u.units = 1, u.part = "Intel Xeon Gold " + std::to_string(gold) + ": one 512-bit FMA unit";
+    }
+  }
+  return u;
+}
+
 CpuVector parse_cpu(const std::string& cpuinfo, const std::string& max_freq_khz,
                     const std::string& isa_limit) {
   CpuVector cpu;
   std::set<std::pair<std::string, std::string>> cores;  // (physical id, core id)
-  std::string physical, flags, mhz, model;
+  std::string physical, flags, mhz, model, vendor, family, model_number;
   int processors = 0;
   std::istringstream lines(cpuinfo);
   std::string line;
@@ -154,7 +220,21 @@ CpuVector parse_cpu(const std::string& cpuinfo, const std::string& max_freq_khz,
       mhz = value;
     else if (key == "model name" && model.empty())
       model = value;
+    else if (key == "vendor_id" && vendor.empty())
+      vendor = value;
+    else if (key == "cpu family" && family.empty())
+      family = value;
+    else if (key == "model" && model_number.empty())
+      model_number = value;
   }
+  cpu.vendor = vendor;
+  cpu.model_name = model;
+  const auto small = [](const std::string& text) {
+    const auto v = number(text);
+    return v && *v >= 0 && *v < 4096 && *v == std::floor(*v) ? static_cast<int>(*v) : -1;
+  };
+  cpu.family = small(family);
+  cpu.model = small(model_number);
   cpu.physical_cores = cores.empty() ? processors : static_cast<int>(cores.size());
   read_flags(flags, isa_limit, cpu);
   if (const auto khz = number(max_freq_khz); khz && *khz > 0) {
@@ -170,7 +250,11 @@ CpuVector parse_cpu(const std::string& cpuinfo, const std::string& max_freq_khz,
 Peak cpu_peak(const CpuVector& cpu, int threads, const std::string& precision) {
   const int cores =
       std::max(1, cpu.physical_cores > 0 ? std::min(threads, cpu.physical_cores) : threads);
-  const std::string clock = fixed(cpu.ghz, 2) + " GHz (" + cpu.clock_from + ")";
+  // A VM's `cpu MHz` is what the hypervisor reports (often the part's nominal clock), not
+  // what its cores run at.
+  const bool vm_clock = cpu.hypervisor && cpu.clock_from == "/proc/cpuinfo cpu MHz";
+  const std::string clock = fixed(cpu.ghz, 2) + " GHz (" + cpu.clock_from +
+                            (vm_clock ? ": the nominal clock a VM's hypervisor reports" : "") + ")";
   Peak peak;
   peak.precision = precision;
   std::string per_core;
@@ -181,9 +265,13 @@ Peak cpu_peak(const CpuVector& cpu, int threads, const std::string& precision) {
   } else {
     const int pairs = precision == "bf16" && cpu.avx512_bf16 ? 2 : 1;
     flop_per_cycle = static_cast<double>(cpu.fp32_lanes * pairs * cpu.fma_units * 2);
-    per_core = std::to_string(cpu.fp32_lanes) + " fp32 lanes (" + cpu.isa + ")" +
+    per_core = std::to_string(cpu.fp32_lanes) + " fp32 lanes (" + cpu.isa +
+               (cpu.part.empty() ? "" : ": " + cpu.part) + ")" +
                (pairs == 2 ? " x 2 bf16 products (avx512_bf16)" : "") + " x " +
-               std::to_string(cpu.fma_units) + (cpu.fma ? " FMA units x 2 flop" : " x mul + add");
+               std::to_string(cpu.fma_units) +
+               (!cpu.fma             ? " x mul + add"
+                : cpu.fma_units == 1 ? " FMA unit x 2 flop"
+                                     : " FMA units x 2 flop");
   }
   peak.flops = static_cast<double>(cores) * flop_per_cycle * cpu.ghz * 1e9;
   peak.source = "cpu: " + std::to_string(cores) + (cores == 1 ? " core x " : " cores x ") +

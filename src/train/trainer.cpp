@@ -256,7 +256,17 @@ void RunTraining::record_work() {
   // MFU is a measurement beside the run: a model whose work cannot be counted still trains.
   try {
     const KeepCpuRng keep;  // counting builds a seeded model of its own
-    work_.train_flops_per_sample = training_flops(forward_work(settings_, train_set_));
+    const ForwardWork work = forward_work(settings_, train_set_);
+    work_.train_flops_per_sample = training_flops(work);
+    work_.uncounted_ops.clear();
+    for (const std::string& op : work.uncounted) {
+      work_.uncounted_ops += (work_.uncounted_ops.empty() ? "" : ", ") + op;
+    }
+    if (!work_.uncounted_ops.empty()) {
+      recorder_.note("run " + run_.name + ": the training FLOPs leave out the products of " +
+                         work_.uncounted_ops + " (fused kernels): the MFU is a lower bound",
+                     true);
+    }
   } catch (const std::exception& e) {
     recorder_.note("run " + run_.name + ": the training FLOPs were not counted (" +
                        log::clipped(e.what(), 300) + "): no MFU",

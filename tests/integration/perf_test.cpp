@@ -1,6 +1,7 @@
 // Performance records of a real run: the per-epoch time breakdown in the database and in
 // `amptune show`, profile.steps' Chrome trace beside the checkpoints with its path on the epoch
 // row, and the check of profile.steps before anything trains.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -127,6 +128,25 @@ TEST(PerfCli, VersionNamesTheMallocInUse) {
   EXPECT_NE(r.out.find("LibTorch "), std::string::npos) << r.out;
 }
 
+// `version` names the BLAS that serves LibTorch's fp32 matmuls (core/blas.h; docs/PERFORMANCE.md
+// "BLAS"): with Debian's LibTorch, the file the system's libblas.so.3 resolves to.
+TEST(PerfCli, VersionNamesTheBlasInUse) {
+  auto r = run_amptune({"version"}, scratch_dir());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto at = r.out.find("\nBLAS: ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string blas = r.out.substr(at + 7, r.out.find('\n', at + 1) - at - 7);
+  EXPECT_NE(blas, "unknown");
+  // The libblas.so.3 the dynamic linker gives this process (same environment: LD_LIBRARY_PATH
+  // counts), when the LibTorch calls one.
+  void* lib = ::dlopen("libblas.so.3", RTLD_NOW | RTLD_LOCAL);
+  Dl_info info{};
+  if (lib && blas.rfind("none", 0) != 0 && ::dladdr(::dlsym(lib, "sgemm_"), &info) != 0) {
+    const std::string file = fs::canonical(info.dli_fname).string();
+    EXPECT_NE(blas.find(file), std::string::npos) << blas << " should name " << file;
+  }
+}
+
 TEST(PerfCli, ProfileStepsMustBeARange) {
   TinySweep f = make_tiny_sweep(quick_tiny(""));
   for (const char* bad : {"profile.steps=[3, 1]", "profile.steps=[2]"}) {
@@ -171,8 +191,14 @@ TEST(PerfCli, ARunRecordsItsWorkAndPeakAndShowsItsMfu) {
   EXPECT_EQ(summary.at("peak_source"), work.peak_source);
   EXPECT_TRUE(summary.contains("mfu"));
 
+  // The BLAS its matmuls ran on is recorded with its provenance and shown (migration 20).
+  EXPECT_FALSE(run.provenance.blas.empty());
+  EXPECT_TRUE(run.work.uncounted_ops.empty()) << run.work.uncounted_ops;
+
   r = run_amptune({"show", "1", "--db", f.db}, f.dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find(", BLAS " + run.provenance.blas + "\n"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("work is partial"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("GFLOP per training sample; peak "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("(" + work.peak_source + ")"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("MFU"), std::string::npos) << r.out;

@@ -406,6 +406,54 @@ TEST_F(StoreTest, MigrationNineteenRecordsTheWorkAndPeakOfARun) {
   EXPECT_THROW(raw.exec("UPDATE runs SET peak_flops = -1"), std::runtime_error);
 }
 
+// Migration 20: a database written at schema 19 keeps its runs (no BLAS, no uncounted ops:
+// empty); a start records the BLAS its process ran on with the rest of its provenance (each start
+// again: a resume elsewhere replaces it), and the work the ops the count left out.
+TEST_F(StoreTest, MigrationTwentyRecordsTheBlasAndTheUncountedOpsOfARun) {
+  const std::string path = db_path();
+  const auto migrations = parse_migrations(embedded::store_sql);
+  ASSERT_GE(migrations.size(), 20u);
+  {
+    std::string sql =
+        "BEGIN; CREATE TABLE schema_version (version INTEGER NOT NULL, applied_at TEXT NOT NULL);";
+    for (int v = 1; v <= 19; ++v) {
+      sql += migrations[v - 1].sql + "\nINSERT INTO schema_version VALUES (" + std::to_string(v) +
+             ", 't');";
+    }
+    RawDb raw(path);
+    raw.exec("PRAGMA journal_mode = WAL");
+    raw.exec(sql + "COMMIT;");
+    raw.exec(
+        "INSERT INTO sweeps (name, created_at, updated_at) VALUES ('old', 't', 't');"
+        "INSERT INTO runs (sweep_id, name, cell_index, label, status, config_json, config_hash, "
+        "created_at, allocator) VALUES (1, 'old/0-aaaaaaaa', 0, 'base', 'done', '{}', "
+        "'aaaaaaaaaaaa', 't', 'tcmalloc');");
+  }
+  Store store(path);
+  EXPECT_EQ(store.schema_version(), latest_version());
+  const RunRow old = *store.find_run("old/0-aaaaaaaa");
+  EXPECT_EQ(old.provenance.allocator, "tcmalloc");
+  EXPECT_EQ(old.provenance.blas, "");
+  EXPECT_EQ(old.work.uncounted_ops, "");
+
+  Provenance p;
+  p.host = "alpha";
+  p.blas = "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY SkylakeX MAX_THREADS=64, OpenMP (/x)";
+  store.mark_running(old.id, p);
+  EXPECT_EQ(store.find_run(old.id)->provenance.blas, p.blas);
+  p.blas = "reference BLAS (netlib, unoptimised: /y)";  // resumed elsewhere
+  store.mark_running(old.id, p);
+  EXPECT_EQ(store.find_run(old.id)->provenance.blas, p.blas);
+
+  RunWork work{2e6, 1e11, "fp32", "cpu", "aten::_native_multi_head_attention"};
+  store.record_run_work(old.id, work);
+  EXPECT_EQ(store.find_run(old.id)->work.uncounted_ops, "aten::_native_multi_head_attention");
+  work.uncounted_ops = "";  // every product counted: NULL
+  store.record_run_work(old.id, work);
+  EXPECT_EQ(store.find_run(old.id)->work.uncounted_ops, "");
+  EXPECT_EQ(*store.query("SELECT count(*) FROM runs WHERE uncounted_ops IS NULL").rows[0][0], "1");
+}
+
 // --- sweeps and runs ---------------------------------------------------------------------------
 
 TEST_F(StoreTest, EnsureSweepIsIdempotentAndUpdatesText) {

@@ -341,6 +341,69 @@ TEST(ForwardWork, CountsConvolutionsAndLinearLayersAndTheOnesKeptInFp32) {
   EXPECT_EQ(all.fp32_share(), 1.0);
 }
 
+// A TorchScript model's work is every matmul-class op of its graph, not only its convolutions and
+// nn.Linear layers (issue 46: a scripted LSTM classifier showed MFU 0.003 %, its gates' products
+// uncounted; a transformer's attention scores and values were left out). The fixtures'
+// multiply-accumulates are counted by hand in tests/fixtures/work/README.md (PyTorch's profiler
+// agrees): the LSTM classifier 46144, the transformer (an nn.TransformerEncoderLayer and an
+// attention written with @) 48448. amp.fp32_modules marks the products inside a module.
+TEST(ForwardWork, CountsEveryMatmulOfAScriptedLstmAndTransformer) {
+  const std::string dir = testing::scratch_dir();
+  testing::write_tiny_idx(dir + "/data", 8, 4);
+  Config c = testing::tiny_config();
+  c.set("model.name", "torchscript");
+  c.set("data.format", "idx");
+  c.set("data.root", dir + "/data");
+  c.set("data.val_split", "t10k");
+  c.set("data.mean", nlohmann::json::array({0.3}));
+  c.set("data.std", nlohmann::json::array({0.3}));
+  c.set("data.batch_size", 4);
+  const std::string fixtures = std::string(AMPTUNE_FIXTURE_DIR) + "/work/";
+
+  c.set("model.path", fixtures + "lstm_classifier.pt");
+  const ForwardWork lstm = forward_work(c);
+  EXPECT_EQ(lstm.macs, 46144);
+  EXPECT_TRUE(lstm.uncounted.empty());
+  c.set("amp.opt_level", "O1");
+  c.set("amp.fp32_modules", nlohmann::json::array({"lstm"}));
+  EXPECT_EQ(forward_work(c).fp32_macs, 21504 + 24576);
+  c.set("amp.fp32_modules", nlohmann::json::array());
+  c.set("amp.opt_level", "O0");
+
+  c.set("model.path", fixtures + "tiny_transformer.pt");
+  const ForwardWork transformer = forward_work(c);
+  EXPECT_EQ(transformer.macs, 48448);
+  EXPECT_TRUE(transformer.uncounted.empty());
+  EXPECT_EQ(transformer.fp32_macs, 48448);  // O0: all of it
+  c.set("amp.opt_level", "O1");
+  c.set("amp.fp32_modules", nlohmann::json::array({"attn"}));  // qkv, scores, values, proj
+  EXPECT_EQ(forward_work(c).fp32_macs, 16896);
+  c.set("amp.fp32_modules", nlohmann::json::array({"encoder"}));
+  EXPECT_EQ(forward_work(c).fp32_macs, 9216 + 2304 + 2304 + 3072 + 12288);
+}
+
+// A fused kernel (here torch._native_multi_head_attention, nn.MultiheadAttention's inference fast
+// path, called by the model itself) is not a product the table knows; LibTorch 1.13's CPU kernel
+// computes through addmm and bmm, which are counted as they run: the embedding 2304, the
+// attention's in-projection 9216, scores 2304, values 2304 and out-projection 3072, the head 64.
+// Only a fused op inside which nothing was counted is named as uncounted.
+TEST(ForwardWork, CountsTheProductsInsideAFusedAttentionKernel) {
+  const std::string dir = testing::scratch_dir();
+  testing::write_tiny_idx(dir + "/data", 8, 4);
+  Config c = testing::tiny_config();
+  c.set("model.name", "torchscript");
+  c.set("model.path", std::string(AMPTUNE_FIXTURE_DIR) + "/work/fused_attention.pt");
+  c.set("data.format", "idx");
+  c.set("data.root", dir + "/data");
+  c.set("data.val_split", "t10k");
+  c.set("data.mean", nlohmann::json::array({0.3}));
+  c.set("data.std", nlohmann::json::array({0.3}));
+  c.set("data.batch_size", 4);
+  const ForwardWork work = forward_work(c);
+  EXPECT_EQ(work.macs, 2304 + 9216 + 2304 + 2304 + 3072 + 64);
+  EXPECT_TRUE(work.uncounted.empty()) << work.uncounted.front();
+}
+
 // The training FLOPs of one sample (the MFU's numerator, docs/PERFORMANCE.md "MFU") are the
 // forward pass's multiply-accumulates x 2 flops x 3 (forward + backward): for the tiny ResNet's
 // conv1 alone (5184 multiply-accumulates, above) 31104, for its fc (128) 768.

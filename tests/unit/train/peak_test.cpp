@@ -83,6 +83,91 @@ TEST(CpuPeak, OldCpuAndUnknownClock) {
   EXPECT_NE(peak.source.find("unknown clock"), std::string::npos) << peak.source;
 }
 
+// One processor of `vendor`, `family`, `model` (decimal, as /proc/cpuinfo writes them) named
+// `name`, with AVX-512 (and the hypervisor flag when `vm`), its clock in `cpu MHz`.
+std::string one_cpu(const std::string& vendor, int family, int model, const std::string& name,
+                    bool vm) {
+  return "processor\t: 0\nvendor_id\t: " + vendor + "\ncpu family\t: " + std::to_string(family) +
+         "\nmodel\t\t: " + std::to_string(model) + "\nmodel name\t: " + name +
+         "\ncpu MHz\t\t: 2600.000\nphysical id\t: 0\ncore id\t\t: 0\n"
+         "flags\t\t: fpu sse sse2 avx fma avx2 avx512f avx512_bf16" +
+         (vm ? " hypervisor" : "") + "\n\n";
+}
+
+// AMD Zen 4 (family 0x19 = 25) executes AVX-512 on its two 256-bit FMA pipes: half the peak of
+// two 512-bit units (issue 46: a Zen 4 VM's quickstart showed MFU 0.41-0.44 for about 0.85).
+// Zen 5 (family 0x1a = 26) has full 512-bit pipes, but for its mobile parts (models 0x20-0x2f).
+TEST(CpuPeak, AmdZen4RunsAvx512OnHalfWidthUnitsAndZen5OnFullWidth) {
+  const CpuVector zen4 =
+      parse_cpu(one_cpu("AuthenticAMD", 25, 17, "AMD EPYC 9R14 96-Core Processor", true), "");
+  EXPECT_EQ(zen4.family, 0x19);
+  EXPECT_EQ(zen4.model, 17);
+  EXPECT_TRUE(zen4.hypervisor);
+  EXPECT_EQ(zen4.fp32_lanes * zen4.fma_units, 16);
+  const Peak zen4_fp32 = cpu_peak(zen4, 1, "fp32");
+  EXPECT_NEAR(zen4_fp32.flops, 8 * 2 * 2 * 2.6e9, 1);  // 83.2 GFLOP/s per core, not 166.4
+  EXPECT_EQ(zen4_fp32.source,
+            "cpu: 1 core x 8 fp32 lanes (avx512f on 256-bit units: AMD Zen 4 runs AVX-512 as 2 x "
+            "256 bits) x 2 FMA units x 2 flop x 2.60 GHz (/proc/cpuinfo cpu MHz: the nominal "
+            "clock a VM's hypervisor reports)");
+  // Its bf16 dot products (avx512_bf16) on the same pipes: twice its fp32 rate, no more.
+  EXPECT_NEAR(cpu_peak(zen4, 1, "bf16").flops, 2 * zen4_fp32.flops, 1);
+
+  const CpuVector zen5 = parse_cpu(one_cpu("AuthenticAMD", 26, 2, "AMD EPYC 9R45", true), "");
+  EXPECT_EQ(zen5.fp32_lanes, 16);
+  EXPECT_EQ(zen5.fma_units, 2);
+  EXPECT_NEAR(cpu_peak(zen5, 1, "fp32").flops, 16 * 2 * 2 * 2.6e9, 1);
+  EXPECT_NE(cpu_peak(zen5, 1, "fp32").source.find("AMD Zen 5, 512-bit FMA units"),
+            std::string::npos);
+  const CpuVector strix =
+      parse_cpu(one_cpu("AuthenticAMD", 26, 0x24, "AMD Ryzen AI 9 HX 370", false), "");
+  EXPECT_EQ(strix.fp32_lanes * strix.fma_units, 16);
+  // Not a VM: the clock is the part's, said without the VM's caveat.
+  EXPECT_EQ(cpu_peak(strix, 1, "fp32").source.find("hypervisor"), std::string::npos);
+  // An older AMD part with AVX2 only is unchanged: 8 lanes x 2 FMA units.
+  const CpuVector zen3 = parse_cpu(
+      "processor : 0\nvendor_id : AuthenticAMD\ncpu family : 25\nmodel : 1\n"
+      "flags : fpu avx fma avx2\ncpu MHz : 2000\n",
+      "");
+  EXPECT_EQ(zen3.isa, "avx2+fma");
+  EXPECT_EQ(zen3.fp32_lanes * zen3.fma_units, 16);
+}
+
+// Intel Xeon parts with one 512-bit FMA unit, told by their model name (ark.intel.com, "# of
+// AVX-512 FMA Units"): Skylake-SP / Cascade Lake Bronze, Silver and Gold 5xxx but 5122 / 5222;
+// the client cores by model number. The rest, and a VM's generic name, two units.
+TEST(CpuPeak, IntelPartsWithOne512BitFmaUnit) {
+  const auto units = [](int model, const std::string& name) {
+    const CpuVector cpu = parse_cpu(one_cpu("GenuineIntel", 6, model, name, false), "");
+    return cpu.fp32_lanes * cpu.fma_units;
+  };
+  EXPECT_EQ(units(85, "Intel(R) Xeon(R) Silver 4214 CPU @ 2.20GHz"), 16);
+  EXPECT_EQ(units(85, "Intel(R) Xeon(R) Bronze 3204 CPU @ 1.90GHz"), 16);
+  EXPECT_EQ(units(85, "Intel(R) Xeon(R) Gold 5218 CPU @ 2.30GHz"), 16);
+  EXPECT_EQ(units(85, "Intel(R) Xeon(R) Gold 5122 CPU @ 3.60GHz"), 32);
+  EXPECT_EQ(units(85, "Intel(R) Xeon(R) Gold 5222 CPU @ 3.80GHz"), 32);
+  EXPECT_EQ(units(85, "Intel(R) Xeon(R) Gold 6230 CPU @ 2.10GHz"), 32);
+  EXPECT_EQ(units(85, "Intel(R) Xeon(R) Platinum 8280 CPU @ 2.70GHz"), 32);
+  EXPECT_EQ(units(85, "Intel(R) Xeon(R) Gold 5320H CPU"), 32);              // Cooper Lake: two
+  EXPECT_EQ(units(106, "Intel(R) Xeon(R) Silver 4314 CPU @ 2.40GHz"), 32);  // Ice Lake-SP
+  EXPECT_EQ(units(143, "Intel(R) Xeon(R) Platinum 8480+"), 32);             // Sapphire Rapids
+  EXPECT_EQ(units(207, "Intel(R) Xeon(R) Processor"), 32);                  // a VM's generic name
+  EXPECT_EQ(units(140, "11th Gen Intel(R) Core(TM) i7-1165G7 @ 2.80GHz"), 16);  // Tiger Lake
+  EXPECT_EQ(units(126, "Intel(R) Core(TM) i7-1065G7 CPU @ 1.30GHz"), 16);       // Ice Lake
+  const CpuVector silver = parse_cpu(
+      one_cpu("GenuineIntel", 6, 85, "Intel(R) Xeon(R) Silver 4214 CPU @ 2.20GHz", true), "");
+  EXPECT_EQ(cpu_peak(silver, 1, "fp32").source,
+            "cpu: 1 core x 16 fp32 lanes (avx512f: Intel Xeon Silver 4214: one 512-bit FMA unit) "
+            "x 1 FMA unit x 2 flop x 2.60 GHz (/proc/cpuinfo cpu MHz: the nominal clock a VM's "
+            "hypervisor reports)");
+  // Held at AVX2 by oneDNN, the part's two 256-bit FMA ports do the work: the same 16 lanes.
+  const CpuVector avx2 =
+      parse_cpu(one_cpu("GenuineIntel", 6, 85, "Intel(R) Xeon(R) Silver 4214 CPU @ 2.20GHz", false),
+                "", "AVX2");
+  EXPECT_EQ(avx2.fp32_lanes, 8);
+  EXPECT_EQ(avx2.fma_units, 2);
+}
+
 TEST(CudaPeak, TableByNameAndComputeCapability) {
   Peak h200 = cuda_peak({"NVIDIA H200", 9, 0}, "bf16");
   EXPECT_DOUBLE_EQ(h200.flops, 989.5e12);
