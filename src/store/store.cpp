@@ -384,11 +384,12 @@ const std::set<std::string>& schema_tables(int version) {
   return cache.emplace(version, std::move(tables)).first->second;
 }
 
-// Refuses a database of schema `version` in which a table amptune's migrations create is not
-// an ordinary table (a view, possibly recursive, or a virtual table: a view EPOCHS, which SQLite
-// finds for `FROM epochs`, would make every reader of epochs run forever), or which has a
-// trigger (amptune creates none; one would run on amptune's writes). Names are matched as SQLite
-// matches them, without regard to case. The user's own extra tables and views are left alone.
+// Refuses a database of schema `version` in which a table amptune's migrations create is
+// missing or not an ordinary table (a view, possibly recursive, or a virtual table: a view
+// EPOCHS, which SQLite finds for `FROM epochs`, would make every reader of epochs run forever).
+// Names are matched as SQLite matches them, without regard to case. The user's own extra
+// tables, views and triggers are left alone (a trigger runs only on a write, whose statements
+// bound_work bounds like any other).
 void check_schema_objects(sqlite3* db, const std::string& path, int version) {
   const auto crafted = [&](const std::string& what) {
     throw StoreError(path + ": " + what +
@@ -407,8 +408,6 @@ void check_schema_objects(sqlite3* db, const std::string& path, int version) {
               "\" in its schema)");
     }
   }
-  Statement triggers(db, "SELECT name FROM sqlite_master WHERE type = 'trigger' LIMIT 1");
-  if (triggers.step()) crafted("it has a trigger (\"" + triggers.column_text(0) + "\")");
 }
 
 }  // namespace
