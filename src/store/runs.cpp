@@ -463,7 +463,8 @@ CheckedSpec check_spec(const RunSpec& spec, const SettingColumns& setting_column
 void record_metric_directions(sqlite3* db, const RunSpec& spec) {
   Statement known(db, "SELECT higher_is_better FROM metric_info WHERE name = ?");
   Statement insert(db,
-                   "INSERT INTO metric_info (name, higher_is_better, description) VALUES (?, ?, ?)");
+                   "INSERT INTO metric_info (name, higher_is_better, description) "
+                   "VALUES (?, ?, ?)");
   const auto word = [](bool higher) { return higher ? "higher" : "lower"; };
   for (const auto& [name, higher] : spec.metric_directions) {
     known.bind_all(name);
@@ -598,7 +599,8 @@ std::vector<RunRow> Store::runs(const std::string& sweep_name, int64_t offset,
 int64_t Store::run_count(const std::string& sweep_name) const {
   return guarded(path_, "counting runs of " + sweep_name, [&] {
     return sql::query_one<int64_t>(
-               db_, "SELECT COUNT(*) FROM runs r JOIN sweeps s ON s.id = r.sweep_id WHERE s.name = ?",
+               db_,
+               "SELECT COUNT(*) FROM runs r JOIN sweeps s ON s.id = r.sweep_id WHERE s.name = ?",
                sweep_name)
         .value_or(0);
   });

@@ -55,7 +55,9 @@ class Counting {
 
 }  // namespace
 
-void bound_work(sqlite3* db) { sqlite3_progress_handler(db, kProgressPeriod, on_progress, nullptr); }
+void bound_work(sqlite3* db) {
+  sqlite3_progress_handler(db, kProgressPeriod, on_progress, nullptr);
+}
 
 void raise(sqlite3* db, int rc, std::string_view sql) {
   int code = db ? sqlite3_extended_errcode(db) : rc;

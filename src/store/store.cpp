@@ -175,8 +175,9 @@ int json_depth(const std::string& text, int limit) {
 
 nlohmann::json json_column(const std::string& path, const Cell& cell, const std::string& text) {
   if (text.size() > kMaxJsonBytes) {
-    bad_value(path, cell, "holds " + std::to_string(text.size()) + " bytes of JSON, more than the " +
-                              std::to_string(kMaxJsonBytes) + " amptune reads");
+    bad_value(path, cell,
+              "holds " + std::to_string(text.size()) + " bytes of JSON, more than the " +
+                  std::to_string(kMaxJsonBytes) + " amptune reads");
   }
   if (json_depth(text, kMaxJsonDepth) > kMaxJsonDepth) {
     bad_value(path, cell, "holds JSON nested more than " + std::to_string(kMaxJsonDepth) +
