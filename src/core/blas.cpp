@@ -21,6 +21,8 @@ std::string describe_blas(const std::string& path, const std::string& openblas_c
   }
   const auto has = [&](const char* word) { return path.find(word) != std::string::npos; };
   if (has("mkl")) return "Intel MKL (" + path + ")";
+  // PyTorch's x86 wheels link their BLAS (MKL) into libtorch_cpu.so, which then serves sgemm_.
+  if (has("libtorch_cpu")) return "the BLAS built into LibTorch (" + path + ")";
   if (has("blis")) return "BLIS (" + path + ")";
   if (has("atlas")) return "ATLAS (" + path + ")";
   if (has("openblas")) return "OpenBLAS (" + path + ")";

@@ -27,6 +27,8 @@ TEST(Blas, DescribesOpenBlasByItsConfigAndTheOthersByTheirFile) {
             "BLIS (/usr/lib/x86_64-linux-gnu/blis-openmp/libblas.so.3)");
   EXPECT_EQ(describe_blas("/usr/lib/x86_64-linux-gnu/atlas/libblas.so.3.10.3", "", -1),
             "ATLAS (/usr/lib/x86_64-linux-gnu/atlas/libblas.so.3.10.3)");
+  EXPECT_EQ(describe_blas("/v/site-packages/torch/lib/libtorch_cpu.so", "", -1),
+            "the BLAS built into LibTorch (/v/site-packages/torch/lib/libtorch_cpu.so)");
   EXPECT_EQ(describe_blas("/somewhere/libfoo.so", "", -1), "/somewhere/libfoo.so");
 }
 
