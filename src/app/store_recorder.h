@@ -59,8 +59,8 @@ class StoreRecorder : public train::Recorder {
   bool higher_is_better_ = true;
   std::unique_ptr<Heartbeat> heartbeat_;
   // A forced exit (a second SIGINT / SIGTERM while a scripted forward never returns:
-  // core/process.h)
-  // puts the run back to pending through a connection of its own, unless end() began.
+  // core/process.h) puts the run back to pending through a connection of its own, unless end()
+  // began.
   std::shared_ptr<std::atomic<bool>> ended_ = std::make_shared<std::atomic<bool>>(false);
   std::unique_ptr<ForcedExitHook> release_on_forced_exit_;
   int64_t epochs_ = 0;  // schedule.epochs

@@ -114,11 +114,6 @@ class IdxFile {
 // them (a gzip bomb stops at the declared size plus one byte).
 std::vector<uint8_t> read_declared(IdxFile& file, uint64_t header_bytes, uint64_t want,
                                    const std::string& declared) {
-  auto refuse = [&](const std::string& what, uint64_t have) {
-    throw DataError(file.path() + " " + what + ": header says " + declared + " = " +
-                    std::to_string(header_bytes + want) + " bytes, the file has " +
-                    std::to_string(have));
-  };
   if (want > file.capacity()) {
     throw DataError(file.path() + " is truncated: header says " + declared + " = " +
                     std::to_string(header_bytes + want) + " bytes, more than " +
@@ -126,7 +121,11 @@ std::vector<uint8_t> read_declared(IdxFile& file, uint64_t header_bytes, uint64_
   }
   std::vector<uint8_t> data(static_cast<size_t>(want));
   const size_t got = file.read(data.data(), data.size());
-  if (got < want) refuse("is truncated", header_bytes + got);
+  if (got < want) {
+    throw DataError(file.path() + " is truncated: header says " + declared + " = " +
+                    std::to_string(header_bytes + want) + " bytes, the file has " +
+                    std::to_string(header_bytes + got));
+  }
   if (file.more()) {
     throw DataError(file.path() + " has trailing bytes: header says " + declared + " = " +
                     std::to_string(header_bytes + want) +

@@ -204,6 +204,23 @@ void read_holder_columns(const Statement& row, RunRow& run) {
   }
 }
 
+// A text column of the run's provenance (who ran it, where, with what) into `p`; false for
+// another column.
+bool read_provenance_text(const std::string& name, const Statement& row, int column,
+                          Provenance& p) {
+  std::string* field = name == "amptune_version" ? &p.amptune_version
+                       : name == "git_commit"    ? &p.git_commit
+                       : name == "torch_version" ? &p.torch_version
+                       : name == "host"          ? &p.host
+                       : name == "allocator"     ? &p.allocator
+                       : name == "blas"          ? &p.blas
+                       : name == "device"        ? &p.device
+                       : name == "command_line"  ? &p.command_line
+                                                 : nullptr;
+  if (field) *field = row.column_text(column);
+  return field != nullptr;
+}
+
 RunRow read_run(const std::string& path, const Statement& row,
                 const SettingColumns& setting_columns) {
   RunRow run;
@@ -240,13 +257,8 @@ RunRow read_run(const std::string& path, const Statement& row,
     else if (name == "finished_at") run.finished_at = row.column_text(column);
     else if (name == "heartbeat_at") run.heartbeat_at = row.column_text(column);
     else if (name == "created_at") run.created_at = row.column_text(column);
-    else if (name == "amptune_version") run.provenance.amptune_version = row.column_text(column);
-    else if (name == "git_commit") run.provenance.git_commit = row.column_text(column);
+    else if (read_provenance_text(name, row, column, run.provenance)) continue;
     else if (name == "git_dirty") run.provenance.git_dirty = row.column_int(column) != 0;
-    else if (name == "torch_version") run.provenance.torch_version = row.column_text(column);
-    else if (name == "host") run.provenance.host = row.column_text(column);
-    else if (name == "allocator") run.provenance.allocator = row.column_text(column);
-    else if (name == "blas") run.provenance.blas = row.column_text(column);
     else if (name == "uncounted_ops") run.work.uncounted_ops = row.column_text(column);
     else if (name == "train_flops_per_sample" || name == "peak_flops") {
       const double value = detail::real_column(path, row, column, {"runs", run.id, name});
@@ -262,9 +274,7 @@ RunRow read_run(const std::string& path, const Statement& row,
       if (!row.is_null(column)) run.provenance.world_size = number(column, 0, detail::kMaxInt);
     } else if (name == "global_batch") {
       if (!row.is_null(column)) run.provenance.global_batch = row.column_int(column);
-    } else if (name == "device") run.provenance.device = row.column_text(column);
-    else if (name == "command_line") run.provenance.command_line = row.column_text(column);
-    else if (name == "claim_pid") {
+    } else if (name == "claim_pid") {
       if (!row.is_null(column)) {
         if (!run.holder) run.holder.emplace();
         run.holder->pid = row.column_int(column);
@@ -603,6 +613,17 @@ int64_t Store::run_count(const std::string& sweep_name) const {
                "SELECT COUNT(*) FROM runs r JOIN sweeps s ON s.id = r.sweep_id WHERE s.name = ?",
                sweep_name)
         .value_or(0);
+  });
+}
+
+std::map<std::string, int64_t> Store::run_counts() const {
+  return guarded(path_, "counting the runs of each sweep", [&] {
+    std::map<std::string, int64_t> counts;
+    Statement select(db_,
+                     "SELECT s.name, COUNT(r.id) FROM sweeps s LEFT JOIN runs r "
+                     "ON r.sweep_id = s.id GROUP BY s.id");
+    while (select.step()) counts[select.column_text(0)] = select.column_int(1);
+    return counts;
   });
 }
 

@@ -81,6 +81,8 @@ class Store {
   // table, which must not read 100,000 runs for 500); and how many runs the sweep has.
   std::vector<RunRow> runs(const std::string& sweep_name, int64_t offset, int64_t limit) const;
   int64_t run_count(const std::string& sweep_name) const;
+  // Every sweep's run count, in one query (sweep name -> runs; a sweep without runs is 0).
+  std::map<std::string, int64_t> run_counts() const;
 
   // Holding a run: mark_running and claim_run make this process (current_process()) the run's
   // holder. From then on heartbeat, record_epoch, finish_run and release_run of that run throw

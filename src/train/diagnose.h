@@ -131,9 +131,9 @@ store::Diagnosis diagnose(const store::RunRow& run,
 // "precision" of amptune tune ranks solutions by the fp32 share (docs/TUNE.md). A fused kernel
 // (attention, transformer layer, oneDNN RNN, quantized) counts through the counted ops it
 // calls; `uncounted` names those inside which none ran (their products in their own kernel):
-// when not empty the count is a lower bound, and the run says so. Builds the model and runs it once (train_loss, gradients on, eval mode), in
-// fp32 on the CPU, on the first sample of the training split; throws ConfigError / DataError
-// as loading the run's model and data does.
+// when not empty the count is a lower bound, and the run says so. Builds the model and runs it
+// once (train_loss, gradients on, eval mode), in fp32 on the CPU, on the first sample of the
+// training split; throws ConfigError / DataError as loading the run's model and data does.
 struct ForwardWork {
   double macs = 0;
   double fp32_macs = 0;

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <memory>
 #include <set>
 #include <sstream>
@@ -132,7 +133,7 @@ const std::vector<store::RunStatus> kStatuses = {
 // The sweeps [from, page_end) with their run counts alone, when the database holds more runs than
 // a page reads whole (build_status reads every run: 100,000 took seconds and 700 MB).
 std::string large_index_part(const store::Store& store, const std::vector<std::string>& names,
-                             size_t from) {
+                             const std::map<std::string, int64_t>& counts, size_t from) {
   std::ostringstream html;
   html << "<h1>Sweeps</h1>\n<p>Database " << html_escape(store.path()) << ". More runs than a "
        << "page reads for their status (" << kMaxComparedRuns
@@ -141,8 +142,8 @@ std::string large_index_part(const store::Store& store, const std::vector<std::s
   for (size_t i = from; i < page_end(from, names.size()); ++i) {
     check_work_bound();
     html << "<tr><td class=\"t\"><a href=\"" << html_escape(sweep_href(names[i])) << "\">"
-         << html_escape(names[i]) << "</a></td><td>" << store.run_count(names[i])
-         << "</td></tr>\n";
+         << html_escape(names[i]) << "</a></td><td>"
+         << (counts.count(names[i]) ? counts.at(names[i]) : 0) << "</td></tr>\n";
   }
   html << "</table>\n" << pager("/", from, names.size(), "Sweeps");
   return html.str();
@@ -150,10 +151,11 @@ std::string large_index_part(const store::Store& store, const std::vector<std::s
 
 std::string index_part(const store::Store& store, size_t from) {
   const std::vector<std::string> names = store.sweep_names();
+  const std::map<std::string, int64_t> counts = store.run_counts();
   int64_t runs = 0;
-  for (size_t i = 0; i < names.size() && i < kPageRows; ++i) runs += store.run_count(names[i]);
+  for (const auto& [name, count] : counts) runs += count;
   if (names.size() > kPageRows || runs > static_cast<int64_t>(kMaxComparedRuns)) {
-    return large_index_part(store, names, from);
+    return large_index_part(store, names, counts, from);
   }
   std::ostringstream html;
   const auto sweeps = app::build_status(store, std::nullopt);

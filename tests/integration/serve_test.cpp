@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -514,7 +515,8 @@ TEST(ServeCli, SlowAndAbandonedPagesLeaveTheServerToOtherClients) {
   std::printf("a 100,000-deep fork chain's run page: 503 after %.2f s\n", late_seconds);
   std::fflush(stdout);
   // Three slow pages of one client render (it may hold 3 of the 4 threads) while another
-  // client's pages are answered, each before any slow one.
+  // client's pages are answered, each before any slow one: no slow page has an answer yet when
+  // the fifth fast one is in (no timing assumed; the times are printed for docs/SERVE.md).
   std::vector<int> busy;
   for (int i = 0; i < 3; ++i) busy.push_back(send_get(server.port, slow));
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -525,10 +527,13 @@ TEST(ServeCli, SlowAndAbandonedPagesLeaveTheServerToOtherClients) {
     worst = std::max(worst, seconds_since(start));
   }
   std::printf("another client's run page while 3 slow pages render: at most %.3f s\n", worst);
-  EXPECT_LT(worst, 1.0);
+  for (int fd : busy) {
+    pollfd p{fd, POLLIN, 0};
+    EXPECT_EQ(::poll(&p, 1, 0), 0) << "a slow page was answered before the other client's";
+  }
   for (int fd : busy) EXPECT_EQ(parse(read_all(fd)).status, 503);
   // Four slow pages whose clients leave at once: their renders stop, and the same client's next
-  // page is answered long before a slow page's bound.
+  // page is answered before a slow page's bound (2 s) could have freed a thread.
   for (int i = 0; i < 4; ++i) ::close(send_get(server.port, slow));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   start = std::chrono::steady_clock::now();
@@ -536,7 +541,7 @@ TEST(ServeCli, SlowAndAbandonedPagesLeaveTheServerToOtherClients) {
   const double after_left = seconds_since(start);
   std::printf("a page after 4 slow pages' clients left: %.3f s\n", after_left);
   std::fflush(stdout);
-  EXPECT_LT(after_left, 1.0);
+  EXPECT_LT(after_left, 2.0);
   const Result bad = run_amptune({"serve", "--db", db, "--page-seconds", "0"}, dir);
   EXPECT_EQ(bad.exit_code, 2) << bad.err;
 }
