@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -61,6 +62,11 @@ bool table_exists(sqlite3* db, const std::string& name);
 int read_schema_version(sqlite3* db);
 // The last migration of schemas/store.sql (what this build creates).
 int latest_schema_version();
+// The tables (lower-case) a database of schema `version` has: schema_version and those the
+// migrations 1 to `version` create and do not drop, read from their SQL text once per version
+// (schemas/store.sql stays the one list; StoreTest.SchemaTablesAreWhatTheMigrationsCreate
+// compares it with a database migrated so far).
+const std::set<std::string>& schema_tables(int version);
 
 // --- values read back (store.cpp) ---
 // Every number and JSON text the store hands on is checked for type and range as it is read (a

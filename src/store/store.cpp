@@ -14,7 +14,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <regex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -210,6 +212,36 @@ int latest_schema_version() {
   return latest;
 }
 
+const std::set<std::string>& schema_tables(int version) {
+  static std::mutex mutex;
+  static std::map<int, std::set<std::string>> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (const auto it = cache.find(version); it != cache.end()) return it->second;
+  // Statements outside comments: CREATE TABLE [IF NOT EXISTS] name and DROP TABLE [IF EXISTS]
+  // name, in order (SQLite's words are case-insensitive, a name may be quoted).
+  static const std::regex statement(
+      R"((CREATE|DROP)\s+TABLE\s+(?:IF\s+(?:NOT\s+)?EXISTS\s+)?["`\[]?(\w+))",
+      std::regex::icase);
+  std::set<std::string> tables = {"schema_version"};
+  for (const Migration& m : parse_migrations(embedded::store_sql)) {
+    if (m.version > version) break;
+    std::string code;  // the migration without its -- comments
+    std::istringstream lines(m.sql);
+    for (std::string line; std::getline(lines, line);) {
+      code += line.substr(0, line.find("--")) + "\n";
+    }
+    for (std::sregex_iterator it(code.begin(), code.end(), statement), end; it != end; ++it) {
+      std::string name = (*it)[2];
+      std::transform(name.begin(), name.end(), name.begin(),
+                     [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+      const bool create = std::toupper(static_cast<unsigned char>((*it)[1].str()[0])) == 'C';
+      if (create) tables.insert(name);
+      else tables.erase(name);
+    }
+  }
+  return cache.emplace(version, std::move(tables)).first->second;
+}
+
 void widen_checks(sqlite3* db, const std::string& path, int migration, const std::string& table,
                   const std::vector<std::pair<std::string, std::string>>& changes) {
   std::string sql =
@@ -354,37 +386,6 @@ void migrate(sqlite3* db, const std::string& path) {
   }
 }
 
-// The tables of a database of schema `version`, lower-case: those an in-memory database has
-// after migrations 1 to `version` (schemas/store.sql is the one list). Made once per version.
-const std::set<std::string>& schema_tables(int version) {
-  static std::mutex mutex;
-  static std::map<int, std::set<std::string>> cache;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = cache.find(version);
-  if (it != cache.end()) return it->second;
-  sqlite3* memory = nullptr;
-  if (sqlite3_open(":memory:", &memory) != SQLITE_OK) {
-    sqlite3_close(memory);
-    throw StoreError("cannot open an in-memory database to check a schema against");
-  }
-  std::set<std::string> tables;
-  try {
-    exec(memory, kCreateSchemaVersion);
-    for (const Migration& m : parse_migrations(embedded::store_sql)) {
-      if (m.version > version) break;
-      sql::write_transaction(memory, [&] { apply_migration(memory, ":memory:", m); });
-    }
-    Statement names(memory, "SELECT lower(name) FROM sqlite_master WHERE type = 'table' AND "
-                            "name NOT LIKE 'sqlite_%'");
-    while (names.step()) tables.insert(names.column_text(0));
-  } catch (...) {
-    sqlite3_close(memory);
-    throw;
-  }
-  sqlite3_close(memory);
-  return cache.emplace(version, std::move(tables)).first->second;
-}
-
 // Refuses a database of schema `version` in which a table amptune's migrations create is
 // missing or not an ordinary table (a view, possibly recursive, or a virtual table: a view
 // EPOCHS, which SQLite finds for `FROM epochs`, would make every reader of epochs run forever).
@@ -397,7 +398,7 @@ void check_schema_objects(sqlite3* db, const std::string& path, int version) {
                      " (an amptune database never holds that: it was edited or crafted); "
                      "restore the database from a copy, or leave it out");
   };
-  for (const std::string& table : schema_tables(version)) {
+  for (const std::string& table : detail::schema_tables(version)) {
     Statement kind(db,
                    "SELECT type, name, sql LIKE 'CREATE VIRTUAL%' FROM sqlite_master "
                    "WHERE name = ? COLLATE NOCASE",

@@ -14,12 +14,14 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "core/embedded.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "store/internal.h"
 #include "store/migrations.h"
 #include "store/store.h"
 #include "raw_exec.h"
@@ -1737,6 +1739,29 @@ TEST_F(StoreTest, MetricNamesAreRefusedAsTheMetricsTablesCheckRefusesThem) {
     EXPECT_NE(metric_name_problem(own).find("amptune records itself"), std::string::npos);
   }
   EXPECT_NE(metric_name_problem(std::string(65, 'a')), "");
+}
+
+}  // namespace
+}  // namespace amptune::store
+
+namespace amptune::store {
+namespace {
+
+// detail::schema_tables, read from the migrations' text, names the tables a database migrated to
+// each version has (the statements run here; the code parts of migrations create no table).
+TEST_F(StoreTest, SchemaTablesAreWhatTheMigrationsCreate) {
+  const std::vector<Migration> migrations = parse_migrations(embedded::store_sql);
+  RawDb raw((dir_ / "migrated.sqlite").string());  // not a Store: no versions recorded
+  raw.exec("CREATE TABLE schema_version (version INTEGER NOT NULL, applied_at TEXT NOT NULL)");
+  for (const Migration& m : migrations) {
+    raw.exec(m.sql);
+    std::set<std::string> tables;
+    for (const auto& row : raw.rows("SELECT lower(name) FROM sqlite_master WHERE type = 'table' "
+                                    "AND name NOT LIKE 'sqlite_%'")) {
+      tables.insert(row.at(0));
+    }
+    EXPECT_EQ(detail::schema_tables(m.version), tables) << "migration " << m.version;
+  }
 }
 
 }  // namespace
