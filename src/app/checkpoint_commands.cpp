@@ -20,7 +20,7 @@ Result on_run(const std::string& db, const std::string& ref, const Work& work) {
 
 // Run `run`'s epoch row of `epoch`, read now (retention may have run since the epochs were
 // chosen); unset when the row is gone.
-std::optional<store::EpochRow> row_now(const store::Store& store, const store::RunRow& run,
+std::optional<records::EpochRow> row_now(const store::Store& store, const records::RunRow& run,
                                        int epoch) {
   for (auto& row : store.epochs(run.id)) {
     if (row.epoch == epoch) return row;
@@ -39,7 +39,7 @@ RunEvaluation evaluate_run(const std::string& db, const std::string& ref,
     log::info("run " + r.run.name + ": evaluating " + std::to_string(epochs.size()) +
               " checkpoint(s) on " + evaluator.describe());
     for (const int epoch : epochs) {
-      const std::optional<store::EpochRow> row = row_now(store, r.run, epoch);
+      const std::optional<records::EpochRow> row = row_now(store, r.run, epoch);
       if (!row) throw CheckpointError("internal: epoch " + std::to_string(epoch) + " vanished");
       train::EpochEvaluation result = evaluator.evaluate(*row);
       if (result.error.empty() && (result.not_recorded.empty() || options.replace)) {

@@ -23,7 +23,7 @@ namespace amptune::app {
 // that is missing or corrupt is reported in its EpochEvaluation::error and the others are still
 // evaluated.
 struct RunEvaluation {
-  store::RunRow run;
+  records::RunRow run;
   std::vector<train::EpochEvaluation> epochs;  // ascending
 };
 RunEvaluation evaluate_run(const std::string& db, const std::string& ref,
@@ -31,7 +31,7 @@ RunEvaluation evaluate_run(const std::string& db, const std::string& ref,
 
 // `amptune export`: train::export_checkpoint of run `ref`'s epoch `epoch` to `out`.
 struct RunExport {
-  store::RunRow run;
+  records::RunRow run;
   train::ExportResult file;
 };
 RunExport export_run(const std::string& db, const std::string& ref, int epoch,
@@ -42,10 +42,10 @@ RunExport export_run(const std::string& db, const std::string& ref, int epoch,
 // order to show them (train::rows_by_severity) and its first departing module
 // (train::first_divergence).
 struct RunDiagnosis {
-  store::RunRow run;
-  store::Diagnosis diagnosis;
-  std::vector<store::DiagnosticRow> by_severity;
-  std::optional<store::DiagnosticRow> first_divergence;
+  records::RunRow run;
+  records::Diagnosis diagnosis;
+  std::vector<records::DiagnosticRow> by_severity;
+  std::optional<records::DiagnosticRow> first_divergence;
 };
 RunDiagnosis diagnose_run(const std::string& db, const std::string& ref,
                           const train::DiagnoseOptions& options);

@@ -115,7 +115,7 @@ GcReport collect_garbage(store::Store& store, bool dry_run) {
     run_dirs.insert(normal(dir));
     std::error_code ec;
     if (!fs::is_directory(dir, ec)) continue;
-    if (run.status == store::RunStatus::kRunning) {
+    if (run.status == records::RunStatus::kRunning) {
       report.skipped.push_back(dir.string() + ": run " + run.name +
                                " is running (a save may be in flight; if its worker died, resume "
                                "or reclaim it first)");

@@ -59,7 +59,7 @@ std::optional<int> epoch_number(const std::string& epoch) {
 }
 
 // The swept keys of the runs (run_params), in first-seen order; `axes` gets each run's object.
-std::vector<std::string> swept_keys(const std::vector<store::RunRow>& runs,
+std::vector<std::string> swept_keys(const std::vector<records::RunRow>& runs,
                                     std::vector<json>* axes) {
   std::vector<std::string> keys;
   axes->assign(runs.size(), json::object());
@@ -94,7 +94,7 @@ void require_metric(const store::Store& store, const CompareOptions& options,
 
 // --metric when given, else the runs' common primary metric.
 std::string choose_metric(const store::Store& store, const CompareOptions& options,
-                          const std::vector<store::RunRow>& runs) {
+                          const std::vector<records::RunRow>& runs) {
   if (!options.metric.empty()) {
     require_metric(store, options, "--metric", options.metric);
     return options.metric;
@@ -151,7 +151,7 @@ std::map<int64_t, PerRun> per_run_values(const store::Store& store, const Compar
 
 // One row per distinct combination of --by values (no key at all: one row per run), in the
 // order of the runs' first cell; each with its run ids.
-void group_runs(const std::vector<store::RunRow>& runs, const std::vector<json>& axes,
+void group_runs(const std::vector<records::RunRow>& runs, const std::vector<json>& axes,
                 CompareTable* table) {
   std::map<std::vector<std::string>, size_t> group_of;
   for (size_t i = 0; i < runs.size(); ++i) {
@@ -198,7 +198,7 @@ class Mean {
 
 // Means and sums over the runs of a row, its status words.
 void fill_row(CompareRow* row, size_t also, const std::map<int64_t, PerRun>& per_run,
-              const std::map<int64_t, const store::RunRow*>& run_of) {
+              const std::map<int64_t, const records::RunRow*>& run_of) {
   row->runs = static_cast<int>(row->run_ids.size());
   Mean value, fps, mfu;
   std::vector<Mean> also_means(also);
@@ -218,7 +218,7 @@ void fill_row(CompareRow* row, size_t also, const std::map<int64_t, PerRun>& per
     if (p.totals.skipped_steps) {
       row->skipped_steps = row->skipped_steps.value_or(0) + *p.totals.skipped_steps;
     }
-    ++statuses[store::to_string(run_of.at(id)->status)];
+    ++statuses[records::to_string(run_of.at(id)->status)];
   }
   row->runs_with_value = value.count();
   row->value = value.get();
@@ -324,7 +324,7 @@ CompareTable build_compare(const store::Store& store, const CompareOptions& opti
 }
 
 CompareTable build_compare(const store::Store& store, const CompareOptions& options,
-                           const std::vector<store::RunRow>& runs) {
+                           const std::vector<records::RunRow>& runs) {
   require_sweep(store, options.sweep);
   CompareTable table;
   table.sweep = options.sweep;
@@ -349,7 +349,7 @@ CompareTable build_compare(const store::Store& store, const CompareOptions& opti
   }
 
   const std::map<int64_t, PerRun> per_run = per_run_values(store, table, number);
-  std::map<int64_t, const store::RunRow*> run_of;
+  std::map<int64_t, const records::RunRow*> run_of;
   for (const auto& run : runs) run_of[run.id] = &run;
   group_runs(runs, axes, &table);
   for (auto& row : table.rows) fill_row(&row, table.also.size(), per_run, run_of);

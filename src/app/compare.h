@@ -42,7 +42,7 @@ struct CompareRow {
   std::vector<std::optional<double>> also_values;
   std::vector<int> best_epochs;    // distinct, sorted; the epochs the value was taken from
   std::optional<double> mean_fps;  // mean of the runs' mean train img/s
-  // Mean of the runs' model FLOPs utilisation at their mean img/s (store::RunWork::mfu: a share
+  // Mean of the runs' model FLOPs utilisation at their mean img/s (records::RunWork::mfu: a share
   // of the peak, 0.05 is 5%); unset when no run of the group has its work and peak.
   std::optional<double> mfu;
   std::optional<double> overflow_steps, skipped_steps;  // summed over epochs and runs
@@ -71,7 +71,7 @@ CompareTable build_compare(const store::Store& store, const CompareOptions& opti
 // The same, from the sweep's runs already read (store.runs(options.sweep)), so a caller that
 // holds them (the report) does not hold them twice.
 CompareTable build_compare(const store::Store& store, const CompareOptions& options,
-                           const std::vector<store::RunRow>& runs);
+                           const std::vector<records::RunRow>& runs);
 
 // Display text of a by-value: strings unquoted, numbers as JSON spells them, null as "-".
 std::string by_text(const nlohmann::json& value);

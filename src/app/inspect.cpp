@@ -13,8 +13,8 @@ store::Store open_existing(const std::string& db) {
   return store::Store(db);
 }
 
-store::RunRow find_run(const store::Store& store, const std::string& ref) {
-  std::optional<store::RunRow> run = store.find_run(ref);
+records::RunRow find_run(const store::Store& store, const std::string& ref) {
+  std::optional<records::RunRow> run = store.find_run(ref);
   if (!run) {
     throw UsageError("no run '" + ref + "' in " + store.path() + " (see amptune list --db " +
                      store.path() + ")");

@@ -23,7 +23,7 @@ std::unique_ptr<store::Store> open_read_only(const std::string& db);
 
 // The run `ref` (an id or a name) of `store`. Throws UsageError "no run 'REF' in DB (see amptune
 // list --db DB)" when there is none.
-store::RunRow find_run(const store::Store& store, const std::string& ref);
+records::RunRow find_run(const store::Store& store, const std::string& ref);
 
 // `amptune list`: the runs of the database `db` (or of `sweep`) with their best values
 // (list_runs, app/status.h).
@@ -33,10 +33,10 @@ std::vector<RunLine> list_runs(const std::string& db, const std::optional<std::s
 // evaluation of its initial weights (empty when it has none) and the decisions a prune rule made
 // about it.
 struct RunDetails {
-  store::RunRow run;
-  std::vector<store::EpochRow> epochs;
+  records::RunRow run;
+  std::vector<records::EpochRow> epochs;
   std::map<std::string, double> initial_metrics;
-  std::vector<store::PruneDecisionRow> prune_decisions;  // oldest first (docs/PRUNING.md)
+  std::vector<records::PruneDecisionRow> prune_decisions;  // oldest first (docs/PRUNING.md)
 };
 RunDetails show_run(const std::string& db, const std::string& ref);
 RunDetails show_run(const store::Store& store, const std::string& ref);

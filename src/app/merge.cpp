@@ -12,8 +12,8 @@ namespace fs = std::filesystem;
 namespace {
 
 // Where runs keep their checkpoints: train's rule, which merge checks an input's paths against.
-store::CheckpointLayout checkpoint_layout() {
-  store::CheckpointLayout layout;
+records::CheckpointLayout checkpoint_layout() {
+  records::CheckpointLayout layout;
   layout.default_root = train::default_checkpoint_root;
   layout.is_checkpoint_name = train::is_checkpoint_file_name;
   return layout;
@@ -21,7 +21,7 @@ store::CheckpointLayout checkpoint_layout() {
 
 }  // namespace
 
-store::MergeReport merge_databases(const std::string& into,
+records::MergeReport merge_databases(const std::string& into,
                                    const std::vector<std::string>& inputs) {
   std::error_code ec;
   const bool existed = fs::exists(into, ec);
@@ -44,7 +44,7 @@ store::MergeReport merge_databases(const std::string& into,
 }
 
 std::unique_ptr<store::Store> open_databases(const std::vector<std::string>& paths,
-                                             store::MergeReport* report) {
+                                             records::MergeReport* report) {
   if (paths.empty()) throw UsageError("no results database given; pass --db FILE");
   if (paths.size() == 1) {
     std::error_code ec;
@@ -58,7 +58,7 @@ std::unique_ptr<store::Store> open_databases(const std::vector<std::string>& pat
   std::string name;
   for (const auto& p : paths) name += (name.empty() ? "" : " + ") + p;
   auto merged = store::Store::in_memory(name + " (merged in memory)");
-  store::MergeReport done = merged->merge(paths, checkpoint_layout());
+  records::MergeReport done = merged->merge(paths, checkpoint_layout());
   if (report) *report = std::move(done);
   return merged;
 }

@@ -45,18 +45,18 @@ void PrunePlanner::add(const Settings& run) {
 
 namespace {
 
-PruneCell::Status cell_status(store::RunStatus status) {
+PruneCell::Status cell_status(records::RunStatus status) {
   switch (status) {
-    case store::RunStatus::kDone:
+    case records::RunStatus::kDone:
       return PruneCell::Status::kDone;
-    case store::RunStatus::kFailed:
+    case records::RunStatus::kFailed:
       return PruneCell::Status::kFailed;
-    case store::RunStatus::kDiverged:
+    case records::RunStatus::kDiverged:
       return PruneCell::Status::kDiverged;
-    case store::RunStatus::kPruned:
+    case records::RunStatus::kPruned:
       return PruneCell::Status::kPruned;
-    case store::RunStatus::kPending:
-    case store::RunStatus::kRunning:
+    case records::RunStatus::kPending:
+    case records::RunStatus::kRunning:
       break;
   }
   return PruneCell::Status::kRunning;
@@ -67,7 +67,7 @@ PruneCell::Status cell_status(store::RunStatus status) {
 PruneTable prune_table(const store::Store& store, const std::string& sweep,
                        const PruneSettings& settings) {
   std::map<int64_t, PruneCell> cells;
-  for (const store::RunRow& run : store.runs(sweep)) {
+  for (const records::RunRow& run : store.runs(sweep)) {
     if (run.fork) continue;
     PruneCell& cell = cells[run.id];
     cell.id = run.id;
@@ -85,9 +85,9 @@ PruneTable prune_table(const store::Store& store, const std::string& sweep,
   return table;
 }
 
-store::PruneDecisionRow decision_row(const PruneDecision& decision, const PruneSettings& settings,
-                                     store::PruneAction action) {
-  store::PruneDecisionRow row;
+records::PruneDecisionRow decision_row(const PruneDecision& decision, const PruneSettings& settings,
+                                     records::PruneAction action) {
+  records::PruneDecisionRow row;
   row.run_id = decision.cell_id;
   row.epoch = decision.epoch;
   row.action = action;
@@ -108,27 +108,27 @@ store::PruneDecisionRow decision_row(const PruneDecision& decision, const PruneS
   return row;
 }
 
-std::optional<store::PruneDecisionRow> decide_after_epoch(const store::Store& store,
-                                                          const store::RunRow& run, int epoch,
+std::optional<records::PruneDecisionRow> decide_after_epoch(const store::Store& store,
+                                                          const records::RunRow& run, int epoch,
                                                           const PruneSettings& settings) {
   if (settings.rule == PruneRule::kNone || run.fork) return std::nullopt;
   const PruneDecision d =
       decide_prune(prune_table(store, run.sweep_name, settings), settings, run.id, epoch);
   if (!d.stop) return std::nullopt;
-  return decision_row(d, settings, store::PruneAction::kStop);
+  return decision_row(d, settings, records::PruneAction::kStop);
 }
 
-std::vector<store::PruneDecisionRow> prune_promotions(const store::Store& store,
+std::vector<records::PruneDecisionRow> prune_promotions(const store::Store& store,
                                                       const std::string& sweep,
                                                       const PruneSettings& settings) {
-  std::vector<store::PruneDecisionRow> rows;
+  std::vector<records::PruneDecisionRow> rows;
   const PruneTable table = prune_table(store, sweep, settings);
   bool any_pruned = false;
   for (const PruneCell& cell : table)
     any_pruned = any_pruned || cell.status == PruneCell::Status::kPruned;
   if (!any_pruned) return rows;
   for (const PruneDecision& d : promotable_cells(table, settings)) {
-    store::PruneDecisionRow row = decision_row(d, settings, store::PruneAction::kContinue);
+    records::PruneDecisionRow row = decision_row(d, settings, records::PruneAction::kContinue);
     if (row.epoch < 0) row.epoch = 0;  // a cell stopped before any epoch: none to decide at
     rows.push_back(std::move(row));
   }

@@ -46,20 +46,20 @@ PruneTable prune_table(const store::Store& store, const std::string& sweep,
 
 // The decision of `settings` about run `run` of its sweep having recorded `epoch` (read from
 // `store` now), as the row to record; unset when the run continues (or is a fork).
-std::optional<store::PruneDecisionRow> decide_after_epoch(const store::Store& store,
-                                                          const store::RunRow& run, int epoch,
+std::optional<records::PruneDecisionRow> decide_after_epoch(const store::Store& store,
+                                                          const records::RunRow& run, int epoch,
                                                           const PruneSettings& settings);
 
 // The pruned cells of `sweep` that `settings` lets continue now (promotable_cells: asha promotes
 // a cell stopped at a rung once enough worse cells have reached it; rule none, as --no-prune
 // gives, lets every one continue), each with its decision as the row to record (action
 // "continue"), by run id.
-std::vector<store::PruneDecisionRow> prune_promotions(const store::Store& store,
+std::vector<records::PruneDecisionRow> prune_promotions(const store::Store& store,
                                                       const std::string& sweep,
                                                       const PruneSettings& settings);
 
 // A decision of app/prune_rules.h as a row of prune_decisions (action stop or continue).
-store::PruneDecisionRow decision_row(const PruneDecision& decision, const PruneSettings& settings,
-                                     store::PruneAction action);
+records::PruneDecisionRow decision_row(const PruneDecision& decision, const PruneSettings& settings,
+                                     records::PruneAction action);
 
 }  // namespace amptune::app

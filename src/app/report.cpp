@@ -36,33 +36,33 @@ namespace fs = std::filesystem;
 // --- the model ----------------------------------------------------------------------------------
 
 // A pruned run says where its prune rule stopped it.
-std::string run_title(const store::RunRow& run) {
+std::string run_title(const records::RunRow& run) {
   const std::string title = run.label.empty() ? run.name : run.label;
-  if (run.status != store::RunStatus::kPruned) return title;
+  if (run.status != records::RunStatus::kPruned) return title;
   return title + " (pruned after epoch " + std::to_string(run.epochs_done - 1) + ")";
 }
 
 // The runs a report reads, by id: the sweep's, and ancestors elsewhere read once when asked for.
 class RunIndex {
  public:
-  RunIndex(const store::Store& store, const std::vector<store::RunRow>& runs) : store_(store) {
+  RunIndex(const store::Store& store, const std::vector<records::RunRow>& runs) : store_(store) {
     for (const auto& run : runs) runs_[run.id] = &run;
   }
-  const store::RunRow* find(int64_t id) const {
+  const records::RunRow* find(int64_t id) const {
     if (const auto it = runs_.find(id); it != runs_.end()) return it->second;
     auto [it, added] = others_.try_emplace(id);
     if (added) it->second = store_.find_run(id);
     return it->second ? &*it->second : nullptr;
   }
   std::string name(int64_t id) const {
-    const store::RunRow* run = find(id);
+    const records::RunRow* run = find(id);
     return run ? run->name : "run " + std::to_string(id);
   }
 
  private:
   const store::Store& store_;
-  std::map<int64_t, const store::RunRow*> runs_;
-  mutable std::map<int64_t, std::optional<store::RunRow>> others_;
+  std::map<int64_t, const records::RunRow*> runs_;
+  mutable std::map<int64_t, std::optional<records::RunRow>> others_;
 };
 
 // Calls visit(ancestor id, upto) for `run_id` and each run up its fork chain, `upto` the last
@@ -76,7 +76,7 @@ void walk_lineage(const RunIndex& runs, int64_t run_id, Visit visit) {
   while (upto >= 0 && seen.insert(run_id).second) {  // past epoch 0 no ancestor adds a point
     check_work_bound();  // a chain of 100,000 forks: the live view's page bound stops it
     visit(run_id, upto);
-    const store::RunRow* run = runs.find(run_id);
+    const records::RunRow* run = runs.find(run_id);
     if (!run || !run->fork) break;
     upto = std::min(upto, run->fork->parent_epoch);
     run_id = run->fork->parent_run_id;
@@ -85,7 +85,7 @@ void walk_lineage(const RunIndex& runs, int64_t run_id, Visit visit) {
 
 // The value of `metric` in an epoch row: an epochs column (as in metric_names) or a metric; NaN
 // when not recorded.
-double epoch_value(const store::EpochRow& e, const std::string& metric) {
+double epoch_value(const records::EpochRow& e, const std::string& metric) {
   if (metric == "train_loss") return e.train_loss;
   if (metric == "lr") return e.lr;
   if (metric == "train_fps_mean") return e.train_fps_mean;
@@ -98,15 +98,15 @@ double epoch_value(const store::EpochRow& e, const std::string& metric) {
 // point, one series per run. Each plotted run reads its own and its ancestors' epoch rows: the
 // work is the plotted lineages', not every run's full lineage (the lineage view's).
 void lineage_series(const store::Store& store, const RunIndex& index,
-                    const std::map<int64_t, const store::RunRow*>& runs, ReportModel* model,
-                    const std::vector<store::EpochRow>* known = nullptr) {
+                    const std::map<int64_t, const records::RunRow*>& runs, ReportModel* model,
+                    const std::vector<records::EpochRow>* known = nullptr) {
   for (const auto& [id, run] : runs) {
     std::map<int, std::pair<double, double>> points;  // epoch -> (metric, train loss)
     walk_lineage(index, id, [&](int64_t ancestor, int upto) {
       // A run's own epochs already read (`known`, the run page's) are not read again: 10,000
       // metrics x 100 epochs take a second each time.
       const bool own = known != nullptr && ancestor == id;
-      const std::vector<store::EpochRow> read = own ? std::vector<store::EpochRow>{}
+      const std::vector<records::EpochRow> read = own ? std::vector<records::EpochRow>{}
                                                     : store.epochs(ancestor);
       for (const auto& e : own ? *known : read) {
         if (e.epoch > upto) continue;
@@ -137,7 +137,7 @@ namespace {
 
 // The run's time bar (when it has epochs with a breakdown) and profile traces, from its epoch
 // rows (Store::timed_epochs).
-void add_times(const store::RunRow& run, const std::vector<store::EpochRow>& rows,
+void add_times(const records::RunRow& run, const std::vector<records::EpochRow>& rows,
                ReportModel* model) {
   if (model->times.size() >= kMaxPlottedRuns) return;
   TimeBar bar{run.id, std::to_string(run.cell_index) + ": " + run_title(run),
@@ -146,7 +146,7 @@ void add_times(const store::RunRow& run, const std::vector<store::EpochRow>& row
   for (const auto& e : rows) {
     if (!e.profile_trace.empty()) model->traces.push_back({run.name, e.epoch, e.profile_trace});
     if (!e.times) continue;
-    const store::EpochTimes& t = *e.times;
+    const records::EpochTimes& t = *e.times;
     const double phases[] = {t.data_wait, t.forward, t.backward, t.optimizer, t.eval,
                              e.epoch_seconds - t.inside_epoch(), t.checkpoint,
                              std::max(0.0, t.db)};
@@ -161,7 +161,7 @@ void add_times(const store::RunRow& run, const std::vector<store::EpochRow>& row
 // The headline metrics (train/model_info.h) of the runs' models that the sweep recorded, in the
 // order of the runs and of each model's list.
 std::vector<std::string> headline_metrics(const store::Store& store, const std::string& sweep,
-                                          const std::vector<store::RunRow>& runs) {
+                                          const std::vector<records::RunRow>& runs) {
   const std::vector<std::string> recorded = store.metric_names(sweep);
   std::set<std::string> models;  // the runs' model columns (JSON text) seen
   std::vector<std::string> out;
@@ -179,7 +179,7 @@ std::vector<std::string> headline_metrics(const store::Store& store, const std::
 }
 
 // Why the first departing module departs, in words.
-std::string departure_reason(const store::DiagnosticRow& row, double cosine_min) {
+std::string departure_reason(const records::DiagnosticRow& row, double cosine_min) {
   if (row.overflow_frac > 0) {
     return "overflow (" + significant(100 * row.overflow_frac, 3) + "% of its outputs)";
   }
@@ -188,7 +188,7 @@ std::string departure_reason(const store::DiagnosticRow& row, double cosine_min)
 }
 
 // The newest diagnosis of each diagnosed run, in cell order, at most kMaxPlottedRuns.
-void add_module_errors(const store::Store& store, const std::vector<store::RunRow>& runs,
+void add_module_errors(const store::Store& store, const std::vector<records::RunRow>& runs,
                        ReportModel* model) {
   const auto errors = store.module_errors(model->sweep);
   std::map<int64_t, int> newest;  // run -> its newest diagnosed epoch
@@ -204,7 +204,7 @@ void add_module_errors(const store::Store& store, const std::vector<store::RunRo
                    run_title(run) + (it->second >= 0 ? ", epoch " + std::to_string(it->second)
                                                      : ", initial weights"),
                    {}};
-    store::Diagnosis diagnosis;  // its worst rows, for train::first_divergence
+    records::Diagnosis diagnosis;  // its worst rows, for train::first_divergence
     for (const auto& e : errors) {
       if (e.run_id != run.id || e.epoch != it->second) continue;
       const double c = e.worst.cosine;
@@ -243,7 +243,7 @@ std::vector<std::pair<double, double>> lineage_of(
 }
 
 // A candidate as a node (its children are added later).
-TuneNode candidate_node(const store::TuneCandidateRow& c, const store::TuneSearchRow& s,
+TuneNode candidate_node(const records::TuneCandidateRow& c, const records::TuneSearchRow& s,
                         const RunIndex& runs) {
   TuneNode node;
   node.run_id = c.run_id;
@@ -254,10 +254,10 @@ TuneNode candidate_node(const store::TuneCandidateRow& c, const store::TuneSearc
     node.move += " " + key + "=" + (value.is_string() ? value.get<std::string>() : value.dump());
   }
   node.reason = c.reason;
-  node.outcome = store::to_string(c.outcome);
+  node.outcome = records::to_string(c.outcome);
   node.round = c.round;
   node.value = c.value;
-  node.answer = s.status == store::TuneStatus::kAnswered && s.answer_run_id == c.run_id;
+  node.answer = s.status == records::TuneStatus::kAnswered && s.answer_run_id == c.run_id;
   return node;
 }
 
@@ -265,9 +265,9 @@ void add_tune_tree(const store::Store& store, const RunIndex& runs, const std::s
                    ReportModel* model) {
   const auto searches = store.tune_searches(sweep);
   if (searches.empty()) return;
-  const store::TuneSearchRow& s = searches.back();
+  const records::TuneSearchRow& s = searches.back();
   TuneTree tree;
-  tree.status = store::to_string(s.status);
+  tree.status = records::to_string(s.status);
   tree.metric = s.metric;
   tree.note = s.note;
   tree.answer_yaml = s.answer_yaml;
@@ -283,7 +283,7 @@ void add_tune_tree(const store::Store& store, const RunIndex& runs, const std::s
   root.run_id = s.start_run_id;
   root.run = runs.name(s.start_run_id);
   root.outcome = "start";
-  root.answer = s.status == store::TuneStatus::kAnswered && s.answer_run_id == s.start_run_id;
+  root.answer = s.status == records::TuneStatus::kAnswered && s.answer_run_id == s.start_run_id;
   const auto start_curve = lineage_of(runs, s.start_run_id, values);
   root.value =
       start_curve.empty() ? std::numeric_limits<double>::quiet_NaN() : start_curve.back().second;
@@ -305,7 +305,7 @@ void add_tune_tree(const store::Store& store, const RunIndex& runs, const std::s
   tree.curves.push_back({s.start_run_id, "start " + tree.nodes[0].run, start_curve});
   if (s.answer_run_id && s.answer_run_id != s.start_run_id) {
     tree.curves.push_back({s.answer_run_id,
-                           (s.status == store::TuneStatus::kAnswered ? "answer " : "closest ") +
+                           (s.status == records::TuneStatus::kAnswered ? "answer " : "closest ") +
                                runs.name(s.answer_run_id),
                            lineage_of(runs, s.answer_run_id, values)});
   }
@@ -314,7 +314,7 @@ void add_tune_tree(const store::Store& store, const RunIndex& runs, const std::s
 
 // A run's loss scale per global step (`events` not empty): each change as recorded, then the last
 // scale held until `last_step`, so a constant scale is a line.
-Series scale_series(const store::RunRow& run, const std::vector<store::ScaleEvent>& events,
+Series scale_series(const records::RunRow& run, const std::vector<records::ScaleEvent>& events,
                     std::optional<int64_t> last_step) {
   Series scale{run.id, run_title(run), {}};
   for (const auto& event : events) {
@@ -330,12 +330,12 @@ Series scale_series(const store::RunRow& run, const std::vector<store::ScaleEven
 // its traces, and the loss scale per step. The runs with times or scale events come from one
 // query each (a sweep of 100,000 runs made one query per run).
 void add_run_plots(const store::Store& store, const std::string& sweep,
-                   const std::vector<store::RunRow>& runs, ReportModel* model) {
+                   const std::vector<records::RunRow>& runs, ReportModel* model) {
   std::map<int64_t, store::Store::RunTotals> totals;
   for (const auto& t : store.run_totals(sweep)) totals[t.run_id] = t;
-  std::map<int64_t, std::vector<store::EpochRow>> timed;
+  std::map<int64_t, std::vector<records::EpochRow>> timed;
   for (auto& [id, rows] : store.timed_epochs(sweep, kMaxPlottedRuns)) timed[id] = std::move(rows);
-  std::map<int64_t, std::vector<store::ScaleEvent>> scaled;
+  std::map<int64_t, std::vector<records::ScaleEvent>> scaled;
   for (auto& [id, events] : store.scale_events(sweep, kMaxPlottedRuns)) {
     scaled[id] = std::move(events);
   }
@@ -354,15 +354,15 @@ void add_run_plots(const store::Store& store, const std::string& sweep,
 
 }  // namespace
 
-ReportModel build_run_plots(const store::Store& store, const store::RunRow& run,
-                            const std::vector<store::EpochRow>& epochs) {
+ReportModel build_run_plots(const store::Store& store, const records::RunRow& run,
+                            const std::vector<records::EpochRow>& epochs) {
   ReportModel model;
   model.sweep = run.sweep_name;
   model.database = store.path();
   model.runs = 1;
   model.table.sweep = run.sweep_name;
   model.table.metric = run.primary_metric;
-  const std::vector<store::RunRow> only{run};
+  const std::vector<records::RunRow> only{run};
   const RunIndex index(store, only);  // its ancestors are read as its lineage reaches them
   lineage_series(store, index, {{run.id, &only[0]}}, &model, &epochs);
   if (const auto events = store.scale_events(run.id); !events.empty()) {
@@ -378,13 +378,13 @@ ReportModel build_report(const store::Store& store, const std::string& sweep) {
   ReportModel model;
   model.sweep = sweep;
   model.database = store.path();
-  const std::vector<store::RunRow> runs = store.runs(sweep);
+  const std::vector<records::RunRow> runs = store.runs(sweep);
   CompareOptions options;
   options.sweep = sweep;
   options.also = headline_metrics(store, sweep, runs);
   model.table = build_compare(store, options, runs);
   model.runs = static_cast<int>(runs.size());
-  std::map<int64_t, const store::RunRow*> by_id;
+  std::map<int64_t, const records::RunRow*> by_id;
   for (const auto& run : runs) by_id[run.id] = &run;
   const RunIndex index(store, runs);
   lineage_series(store, index, by_id, &model);

@@ -39,7 +39,7 @@ struct ThroughputBar {
   double img_s = 0;   // mean over the run's epochs of train_fps_mean
 };
 
-// Where a run's epochs spent their time (store::EpochTimes), mean seconds per epoch over its
+// Where a run's epochs spent their time (records::EpochTimes), mean seconds per epoch over its
 // epochs with a breakdown, in kTimePhases order.
 struct TimeBar {
   int64_t run_id = 0;
@@ -138,8 +138,8 @@ ReportModel build_report(const store::Store& store, const std::string& sweep);
 // run's primary metric); no tune tree, throughput or time bars. `epochs` are the run's as
 // Store::epochs(run.id) reads them: the caller has them already (the run page's table), and a
 // run of 10,000 metrics x 100 epochs takes a second to read each time. Throws StoreError.
-ReportModel build_run_plots(const store::Store& store, const store::RunRow& run,
-                            const std::vector<store::EpochRow>& epochs);
+ReportModel build_run_plots(const store::Store& store, const records::RunRow& run,
+                            const std::vector<records::EpochRow>& epochs);
 
 struct ReportOutput {
   std::string dir;                  // created (with its parents) when missing

@@ -25,7 +25,7 @@ namespace amptune::app {
 namespace {
 
 // "process 123 on host-a": who holds a running run, for messages.
-std::string holder_text(const store::RunRow& run) {
+std::string holder_text(const records::RunRow& run) {
   if (!run.holder) return "another process";
   return "process " + std::to_string(run.holder->pid) + " on " +
          (run.provenance.host.empty() ? "another host" : run.provenance.host);
@@ -33,7 +33,7 @@ std::string holder_text(const store::RunRow& run) {
 
 // A run with recorded epochs continues in this process: say when its thread count differs from
 // the one it trained with, since reductions then sum in another order (not bitwise).
-void warn_if_not_bitwise(const store::RunRow& run, const store::Provenance& now) {
+void warn_if_not_bitwise(const records::RunRow& run, const records::Provenance& now) {
   if (run.epochs_done == 0 || run.provenance.threads == now.threads) return;
   log::warn("run " + run.name + " trained with " + std::to_string(run.provenance.threads) +
             " threads and continues with " + std::to_string(now.threads) +
@@ -44,7 +44,7 @@ void warn_if_not_bitwise(const store::RunRow& run, const store::Provenance& now)
 
 // A run continued outside its sweep (resume) reads the data paths it recorded: they must hold
 // the data it trained on.
-void check_same_data(const store::RunRow& run, const Settings& settings) {
+void check_same_data(const records::RunRow& run, const Settings& settings) {
   if (run.data_fingerprint.empty()) return;  // recorded before fingerprints
   const std::string now = train::data_fingerprint(settings);
   if (now == run.data_fingerprint) return;
@@ -54,8 +54,8 @@ void check_same_data(const store::RunRow& run, const Settings& settings) {
                   "the data it trained on back, or run its sweep with --set pointing at them");
 }
 
-store::Provenance provenance(const SweepOptions& options, const Settings& settings) {
-  store::Provenance p = options.provenance;
+records::Provenance provenance(const SweepOptions& options, const Settings& settings) {
+  records::Provenance p = options.provenance;
   char host[256] = {0};
   ::gethostname(host, sizeof host - 1);
   p.host = host;
@@ -68,7 +68,7 @@ store::Provenance provenance(const SweepOptions& options, const Settings& settin
 }
 
 // The settings of a run's stored config.
-Settings settings_of(const store::RunRow& run, const std::string& origin) {
+Settings settings_of(const records::RunRow& run, const std::string& origin) {
   return Settings::from(Config::from_json(run.config_json, origin));
 }
 
@@ -89,8 +89,8 @@ SourceLoc loc_of(const Sweep& sweep, const std::string& message) {
 }
 
 // A run row as plan_fork needs its parent: the cell's spec, not yet in any database.
-store::RunRow unsaved_row(const store::RunSpec& spec) {
-  store::RunRow row;
+records::RunRow unsaved_row(const records::RunSpec& spec) {
+  records::RunRow row;
   row.sweep_name = spec.sweep_name;
   row.name = spec.sweep_name + "/" + std::to_string(spec.cell_index) + "-" +
              spec.config_hash.substr(0, 8);
@@ -139,9 +139,9 @@ std::vector<std::string> cell_hashes(const std::vector<Cell>& cells) {
   return hashes;
 }
 
-store::RunSpec cell_spec(const Sweep& sweep, const Cell& cell, const Config& config,
+records::RunSpec cell_spec(const Sweep& sweep, const Cell& cell, const Config& config,
                          const std::string& data_fingerprint) {
-  store::RunSpec spec;
+  records::RunSpec spec;
   spec.sweep_name = sweep.name;
   spec.cell_index = cell.index;
   spec.label = cell.label();
@@ -255,7 +255,7 @@ class CellChecks {
   // The forks of this cell: plan_fork checks their overrides (model keys, optimizer, a schedule
   // that ends too early, and validate_config of the fork's config).
   void plan_forks(const Cell& cell, const Config& config) {
-    std::optional<store::RunRow> parent;  // built once, for the first entry that forks the cell
+    std::optional<records::RunRow> parent;  // built once, for the first entry that forks the cell
     for (size_t d = 0; d < sweep_.forks.size(); ++d) {
       const ForkDecl& decl = sweep_.forks[d];
       if (std::find(decl.cells.begin(), decl.cells.end(), cell.index) == decl.cells.end()) continue;
@@ -351,7 +351,7 @@ std::string Tally::summary() const {
 namespace {
 
 // Trains one claimed run, logs its outcome and counts it.
-train::RunResult train_claimed(store::Store& store, const store::RunRow& run,
+train::RunResult train_claimed(store::Store& store, const records::RunRow& run,
                                const SweepOptions& options, Tally& tally,
                                const PruneSettings& prune = {}) {
   const train::RunResult result = train_claimed_run(store, run, options.training, prune);
@@ -397,7 +397,7 @@ struct WorkItem {
 std::vector<WorkItem> ensure_runs(store::Store& store, const Plan& plan, int64_t sweep_id) {
   const Sweep& sweep = plan.sweep;
   std::vector<WorkItem> work;
-  std::vector<store::RunRow> cell_runs;
+  std::vector<records::RunRow> cell_runs;
   cell_runs.reserve(plan.cells.size());
   if (plan.fingerprints.size() != plan.cells.size()) {
     throw Error(ExitCode::kInternal, "run_sweep needs a plan whose data were read (plan_sweep "
@@ -405,19 +405,19 @@ std::vector<WorkItem> ensure_runs(store::Store& store, const Plan& plan, int64_t
   }
   size_t position = 0;
   for_each_config(plan.cells, [&](const Cell& cell, const Config& config) {
-    store::RunRow run =
+    records::RunRow run =
         store.ensure_run(sweep_id, cell_spec(sweep, cell, config, plan.fingerprints[position++]));
     work.push_back({run.id});
     // Forks need the parent's row; keep the rows only when there are forks.
-    cell_runs.push_back(plan.forks.empty() ? store::RunRow{} : std::move(run));
+    cell_runs.push_back(plan.forks.empty() ? records::RunRow{} : std::move(run));
   });
   for (const PlannedFork& fork : plan.forks) {
-    const store::RunRow& parent = cell_runs.at(fork.parent);
+    const records::RunRow& parent = cell_runs.at(fork.parent);
     const ForkDecl& decl = sweep.forks.at(fork.decl);
-    const store::RunSpec spec =
+    const records::RunSpec spec =
         train::plan_fork(parent, decl.epoch, decl.override_sets.at(fork.set),
                          decl.reset_optimizer, fork_label(fork, plan, parent.label));
-    store::RunRow run = store.ensure_run(sweep_id, spec);
+    records::RunRow run = store.ensure_run(sweep_id, spec);
     work.push_back({run.id, parent.id, decl.epoch});
   }
   return work;
@@ -431,11 +431,11 @@ std::vector<int64_t> promote_runs(store::Store& store, const std::string& sweep,
   std::set<int64_t> in_work;
   for (const WorkItem& item : work) in_work.insert(item.run_id);
   std::vector<int64_t> promoted;
-  for (store::PruneDecisionRow& row : prune_promotions(store, sweep, prune)) {
+  for (records::PruneDecisionRow& row : prune_promotions(store, sweep, prune)) {
     if (!in_work.count(row.run_id)) continue;
     if (no_prune) row.reason = "--no-prune: the prune rule is off for this run";
     if (!store.promote_run(row)) continue;  // another process did
-    const store::RunRow run = *store.find_run(row.run_id);
+    const records::RunRow run = *store.find_run(row.run_id);
     log::info("run " + run.name + " [" + run.label + "] continues from epoch " +
               std::to_string(run.epochs_done - 1) + ": " + row.reason);
     promoted.push_back(row.run_id);
@@ -445,16 +445,16 @@ std::vector<int64_t> promote_runs(store::Store& store, const std::string& sweep,
 
 // A fork waits for its parent's checkpoint: while the parent trains (kWait), or for good when
 // the parent has stopped without it (kSkip, said by `skipped`).
-Turn fork_turn(const store::Store& store, const WorkItem& item, const store::RunRow& run,
+Turn fork_turn(const store::Store& store, const WorkItem& item, const records::RunRow& run,
                const std::function<void(const std::string&)>& skipped) {
   if (!item.parent_id || run.epochs_done > 0) return Turn::kTrain;
-  for (const store::EpochRow& e : store.epochs(item.parent_id)) {
+  for (const records::EpochRow& e : store.epochs(item.parent_id)) {
     if (e.epoch == item.parent_epoch && e.checkpoint) return Turn::kTrain;
   }
-  const store::RunRow parent = *store.find_run(item.parent_id);
-  if (parent.status == store::RunStatus::kRunning) return Turn::kWait;
+  const records::RunRow parent = *store.find_run(item.parent_id);
+  if (parent.status == records::RunStatus::kRunning) return Turn::kWait;
   skipped("fork " + run.name + " waits for epoch " + std::to_string(item.parent_epoch) + " of " +
-          parent.name + " (" + store::to_string(parent.status) + "), skipped");
+          parent.name + " (" + records::to_string(parent.status) + "), skipped");
   return Turn::kSkip;
 }
 
@@ -470,7 +470,7 @@ bool train_schedule(store::Store& store, const Schedule& schedule, const SweepOp
     for (const int64_t id : schedule.ids) {
       if (train::stop_requested()) return false;
       if (attempted.count(id)) continue;  // once per call (a failure stays failed)
-      const store::RunRow run = *store.find_run(id);
+      const records::RunRow run = *store.find_run(id);
       const Turn turn = schedule.turn ? schedule.turn(run) : Turn::kTrain;
       if (turn != Turn::kTrain) {
         waiting = waiting || turn == Turn::kWait;
@@ -542,8 +542,8 @@ Tally run_sweep(store::Store& store, const Plan& plan, const SweepOptions& optio
   };
   schedule.reopen();
   const auto& stop_after = options.training.stop_after_epoch;
-  schedule.turn = [&](const store::RunRow& run) {
-    if (run.status == store::RunStatus::kPruned) {
+  schedule.turn = [&](const records::RunRow& run) {
+    if (run.status == records::RunStatus::kPruned) {
       report_once(run.id,
                   "run " + run.name + " [" + run.label + "] is pruned (" + run.message +
                       "), skipped; --no-prune continues it",
@@ -557,13 +557,13 @@ Tally run_sweep(store::Store& store, const Plan& plan, const SweepOptions& optio
                   tally.skipped);
       return Turn::kSkip;
     }
-    if (run.status == store::RunStatus::kDone || run.status == store::RunStatus::kDiverged) {
+    if (records::is_complete(run.status)) {
       report_once(run.id, "run " + run.name + " [" + run.label + "] is " +
-                              store::to_string(run.status) + ", skipped",
+                              records::to_string(run.status) + ", skipped",
                   tally.skipped);
       return Turn::kSkip;
     }
-    if (run.status == store::RunStatus::kFailed && !options.retry_failed) {
+    if (run.status == records::RunStatus::kFailed && !options.retry_failed) {
       report_once(run.id, "run " + run.name + " failed before (" + run.message +
                               "), skipped; use --retry-failed to train it again",
                   tally.failed);
@@ -577,7 +577,7 @@ Tally run_sweep(store::Store& store, const Plan& plan, const SweepOptions& optio
   return tally;
 }
 
-void require_checkpoint(const store::Store& store, const store::RunRow& run, int epoch) {
+void require_checkpoint(const store::Store& store, const records::RunRow& run, int epoch) {
   bool found = false;
   std::string have;
   for (auto& e : store.epochs(run.id)) {
@@ -593,10 +593,10 @@ void require_checkpoint(const store::Store& store, const store::RunRow& run, int
   }
 }
 
-Tally resume_run(store::Store& store, const store::RunRow& run, std::optional<int> from_epoch,
+Tally resume_run(store::Store& store, const records::RunRow& run, std::optional<int> from_epoch,
                  const SweepOptions& options) {
   Tally tally;
-  if (run.status == store::RunStatus::kDone && !from_epoch) {
+  if (run.status == records::RunStatus::kDone && !from_epoch) {
     tally.note = "run " + run.name + " is already done; use --from-epoch N to train again from "
                  "epoch N";
     ++tally.skipped;
@@ -608,9 +608,7 @@ Tally resume_run(store::Store& store, const store::RunRow& run, std::optional<in
   check_same_data(run, settings);
   const auto prov = provenance(options, settings);
   warn_if_not_bitwise(run, prov);
-  const bool finished =
-      run.status == store::RunStatus::kDone || run.status == store::RunStatus::kDiverged;
-  if (finished) {
+  if (records::is_complete(run.status)) {
     store.mark_running(run.id, prov);  // explicit request to train a finished run again
   } else if (!store.claim_run(run.id, prov, options.stale_after, true,
                               /*continue_pruned=*/true)) {  // an explicit request
@@ -623,17 +621,17 @@ Tally resume_run(store::Store& store, const store::RunRow& run, std::optional<in
   return tally;
 }
 
-Tally fork_run(store::Store& store, const store::RunRow& parent, int epoch,
+Tally fork_run(store::Store& store, const records::RunRow& parent, int epoch,
                const std::vector<std::pair<std::string, nlohmann::json>>& overrides,
                bool reset_optimizer, const std::string& name, const SweepOptions& options) {
   require_checkpoint(store, parent, epoch);
-  const store::RunSpec spec = train::plan_fork(parent, epoch, overrides, reset_optimizer, name);
-  store::RunRow run = store.ensure_run(parent.sweep_id, spec);
+  const records::RunSpec spec = train::plan_fork(parent, epoch, overrides, reset_optimizer, name);
+  records::RunRow run = store.ensure_run(parent.sweep_id, spec);
   log::info("fork " + run.name + " [" + run.label + "] of " + parent.name + " at epoch " +
             std::to_string(epoch));
   Tally tally;
-  if (run.status == store::RunStatus::kDone || run.status == store::RunStatus::kDiverged) {
-    tally.note = "fork " + run.name + " is already " + store::to_string(run.status) +
+  if (records::is_complete(run.status)) {
+    tally.note = "fork " + run.name + " is already " + records::to_string(run.status) +
                  " (amptune show " + run.name + ")";
     ++tally.skipped;
     return tally;
@@ -707,8 +705,8 @@ int run_workers(const std::vector<std::string>& args, int workers, const std::st
     store::Store store(db);
     int unfinished = 0;
     for (const auto& run : store.runs(sweep_name)) {
-      unfinished += run.status == store::RunStatus::kPending ||
-                    run.status == store::RunStatus::kRunning;
+      unfinished += run.status == records::RunStatus::kPending ||
+                    run.status == records::RunStatus::kRunning;
     }
     if (unfinished > 0) {
       log::warn(std::to_string(unfinished) + " runs of sweep " + sweep_name +

@@ -72,7 +72,7 @@ std::vector<std::string> cell_hashes(const std::vector<Cell>& cells);
 
 // The run spec (Store::ensure_run) of a cell: label, canonical config, identity (its config hash
 // with `data_fingerprint`, run_identity), axes, run columns.
-store::RunSpec cell_spec(const Sweep& sweep, const Cell& cell, const Config& config,
+records::RunSpec cell_spec(const Sweep& sweep, const Cell& cell, const Config& config,
                          const std::string& data_fingerprint);
 
 // --stale-after's default: a run held by a process on another host that has not beaten its
@@ -83,7 +83,7 @@ struct SweepOptions {
   train::RunOptions training;  // threads, progress, command line, stop after epoch
   // Version fields of the provenance recorded with each claim (the CLI fills them from the
   // binary; host, threads, device and command line are filled here).
-  store::Provenance provenance;
+  records::Provenance provenance;
   bool retry_failed = false;   // train failed runs again (they are skipped otherwise)
   // --no-prune: the plan's prune rule is off; pruned cells continue from their newest checkpoint.
   bool no_prune = false;
@@ -91,7 +91,7 @@ struct SweepOptions {
   double poll_seconds = 2;     // while waiting for runs other processes hold
   // Called when this process has trained a run to an outcome (the CLI prints the end-of-run
   // JSON line of a done run).
-  std::function<void(const store::RunRow&, const train::RunResult&)> on_result;
+  std::function<void(const records::RunRow&, const train::RunResult&)> on_result;
 };
 
 // One device's peak FLOP/s for the runs' MFU when detection is wrong (docs/PERFORMANCE.md "MFU"):
@@ -133,7 +133,7 @@ Tally run_sweep(store::Store& store, const Plan& plan, const SweepOptions& optio
 enum class Turn { kTrain, kSkip, kWait };
 struct Schedule {
   std::vector<int64_t> ids;  // in the order to train them
-  std::function<Turn(const store::RunRow&)> turn;  // unset: kTrain
+  std::function<Turn(const records::RunRow&)> turn;  // unset: kTrain
   // After each pass: runs that may train again in this call (pruned cells promoted since).
   std::function<std::vector<int64_t>()> reopen;
   PruneSettings prune;  // the rule the trainer applies after each epoch
@@ -150,18 +150,18 @@ bool train_schedule(store::Store& store, const Schedule& schedule, const SweepOp
 // `amptune resume`: continues `run` from its newest valid checkpoint (or `from_epoch`'s). A
 // finished run is trained again only with from_epoch. Throws CheckpointError naming the saved
 // epochs when from_epoch has no checkpoint, UsageError when a live process holds the run.
-Tally resume_run(store::Store& store, const store::RunRow& run, std::optional<int> from_epoch,
+Tally resume_run(store::Store& store, const records::RunRow& run, std::optional<int> from_epoch,
                  const SweepOptions& options);
 
 // `amptune fork`: the fork of `parent` at `epoch` with `overrides` (see train::plan_fork),
 // created or found again, then trained unless it is finished. Throws as plan_fork does,
 // CheckpointError when the parent has no checkpoint of `epoch`.
-Tally fork_run(store::Store& store, const store::RunRow& parent, int epoch,
+Tally fork_run(store::Store& store, const records::RunRow& parent, int epoch,
                const std::vector<std::pair<std::string, nlohmann::json>>& overrides,
                bool reset_optimizer, const std::string& name, const SweepOptions& options);
 
 // Throws CheckpointError naming the saved epochs when `run` keeps no checkpoint of `epoch`.
-void require_checkpoint(const store::Store& store, const store::RunRow& run, int epoch);
+void require_checkpoint(const store::Store& store, const records::RunRow& run, int epoch);
 
 // `run --workers N`: starts N processes of this binary with `args` (a `run` command line without
 // --workers) on the same database, passes SIGINT/SIGTERM on (core/child.h ForwardSignals), and

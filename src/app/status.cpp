@@ -13,7 +13,7 @@ namespace amptune::app {
 namespace {
 
 // The run's planned number of epochs: the epochs column, else schedule.epochs of its config.
-int planned_epochs(const store::RunRow& run) {
+int planned_epochs(const records::RunRow& run) {
   if (auto it = run.columns.find("epochs"); it != run.columns.end()) {
     try {
       return nlohmann::json::parse(it->second).get<int>();
@@ -41,7 +41,7 @@ std::optional<double> mean_epoch_seconds(const store::Store& store, int64_t run_
   return seconds / timed;
 }
 
-RunningRun running_run(const store::Store& store, const store::RunRow& run,
+RunningRun running_run(const store::Store& store, const records::RunRow& run,
                        std::chrono::system_clock::time_point now) {
   RunningRun r;
   r.run_id = run.id;
@@ -87,7 +87,7 @@ std::optional<double> seconds_since(const std::string& stamp,
 std::vector<SweepStatus> build_status(const store::Store& store,
                                       const std::optional<std::string>& sweep,
                                       std::chrono::system_clock::time_point now) {
-  const std::vector<store::RunRow> runs = store.runs(sweep);
+  const std::vector<records::RunRow> runs = store.runs(sweep);
   if (sweep && runs.empty()) {
     const std::vector<std::string> names = store.sweep_names();
     if (std::find(names.begin(), names.end(), *sweep) == names.end()) {
@@ -95,21 +95,17 @@ std::vector<SweepStatus> build_status(const store::Store& store,
     }
   }
   std::vector<SweepStatus> sweeps;
-  for (const store::RunRow& run : runs) {
+  for (const records::RunRow& run : runs) {
     if (sweeps.empty() || sweeps.back().sweep != run.sweep_name) {
       SweepStatus s;
       s.sweep = run.sweep_name;
-      for (auto status :
-           {store::RunStatus::kPending, store::RunStatus::kRunning, store::RunStatus::kDone,
-            store::RunStatus::kFailed, store::RunStatus::kDiverged, store::RunStatus::kPruned}) {
-        s.counts[status] = 0;
-      }
+      for (auto status : records::kRunStatuses) s.counts[status] = 0;
       sweeps.push_back(s);
     }
     SweepStatus& s = sweeps.back();
     ++s.runs;
     ++s.counts[run.status];
-    if (run.status == store::RunStatus::kRunning) {
+    if (run.status == records::RunStatus::kRunning) {
       s.running.push_back(running_run(store, run, now));
     }
   }
@@ -119,10 +115,10 @@ std::vector<SweepStatus> build_status(const store::Store& store,
 namespace {
 
 // `runs` with the best value of each one's primary metric over its epochs.
-std::vector<RunLine> with_best(const store::Store& store, std::vector<store::RunRow> runs) {
+std::vector<RunLine> with_best(const store::Store& store, std::vector<records::RunRow> runs) {
   std::vector<RunLine> lines;
   std::map<std::string, bool> higher;  // metric -> higher is better
-  for (store::RunRow& run : runs) {
+  for (records::RunRow& run : runs) {
     RunLine line;
     const std::string& metric = run.primary_metric;
     if (!higher.count(metric)) higher[metric] = store.higher_is_better(metric).value_or(true);

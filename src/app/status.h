@@ -40,7 +40,7 @@ struct RunningRun {
 struct SweepStatus {
   std::string sweep;
   int runs = 0;
-  std::map<store::RunStatus, int> counts;  // every status, 0 included
+  std::map<records::RunStatus, int> counts;  // every status, 0 included
   std::vector<RunningRun> running;         // in cell order
 };
 
@@ -54,7 +54,7 @@ std::vector<SweepStatus> build_status(
 // One line of `amptune list`: a run and the best value of its primary metric over its epochs
 // (max or min as metric_info says; higher is better for metrics it does not list).
 struct RunLine {
-  store::RunRow run;
+  records::RunRow run;
   std::optional<double> best;  // unset when no epoch recorded the metric
   int best_epoch = -1;
 };

@@ -61,7 +61,7 @@ class StoreRecorder::Heartbeat {
       std::string lost;
       try {
         store_.heartbeat(run_id_);
-      } catch (const store::ClaimLostError& e) {
+      } catch (const records::ClaimLostError& e) {
         lost = e.what();
       } catch (const std::exception& e) {  // a busy or full disk: the next beat tries again
         log::warn(std::string("heartbeat: ") + e.what());
@@ -84,7 +84,7 @@ class StoreRecorder::Heartbeat {
   std::thread thread_;  // last: starts once the members above exist
 };
 
-StoreRecorder::StoreRecorder(store::Store& store, const store::RunRow& run,
+StoreRecorder::StoreRecorder(store::Store& store, const records::RunRow& run,
                              const Settings& settings, double heartbeat_seconds)
     : store_(store), run_(run), checkpoint_(settings.checkpoint) {
   heartbeat_ = std::make_unique<Heartbeat>(store.path(), run.id, heartbeat_seconds);
@@ -109,13 +109,13 @@ StoreRecorder::StoreRecorder(store::Store& store, const store::RunRow& run,
 
 StoreRecorder::~StoreRecorder() = default;
 
-std::vector<store::EpochRow> StoreRecorder::epochs() { return store_.epochs(run_.id); }
+std::vector<records::EpochRow> StoreRecorder::epochs() { return store_.epochs(run_.id); }
 
-std::vector<store::EpochRow> StoreRecorder::epochs_of(int64_t run_id) {
+std::vector<records::EpochRow> StoreRecorder::epochs_of(int64_t run_id) {
   return store_.epochs(run_id);
 }
 
-std::optional<store::RunRow> StoreRecorder::find_run(int64_t run_id) {
+std::optional<records::RunRow> StoreRecorder::find_run(int64_t run_id) {
   return store_.find_run(run_id);
 }
 
@@ -138,13 +138,13 @@ void StoreRecorder::record_initial_metrics(const std::map<std::string, double>& 
   store_.record_initial_metrics(run_.id, metrics);
 }
 
-void StoreRecorder::record_work(const store::RunWork& work) {
+void StoreRecorder::record_work(const records::RunWork& work) {
   store_.record_run_work(run_.id, work);
 }
 
 void StoreRecorder::check_claim() {
   if (const std::string lost = heartbeat_->lost(); !lost.empty()) {
-    throw store::ClaimLostError(lost);
+    throw records::ClaimLostError(lost);
   }
   store_.heartbeat(run_.id);  // still ours? (the new holder writes the same file names)
 }
@@ -156,7 +156,7 @@ std::optional<StopRequest> StoreRecorder::own_stop_request() {
   return std::nullopt;
 }
 
-void StoreRecorder::record_epoch(store::EpochRecord& record) {
+void StoreRecorder::record_epoch(records::EpochRecord& record) {
   const auto db_start = std::chrono::steady_clock::now();
   record.run_id = run_.id;
   store_.record_epoch(record);  // advances the heartbeat in the same transaction
@@ -173,10 +173,10 @@ void StoreRecorder::end(Ending ending, const std::string& message,
   *ended_ = true;  // the run's end is recorded here, not by a forced exit
   switch (ending) {
     case Ending::kDone:  // a store error here fails the run (the loop's caller catches it)
-      store_.finish_run(run_.id, store::RunStatus::kDone, "", summary_json);
+      store_.finish_run(run_.id, records::RunStatus::kDone, "", summary_json);
       return;
     case Ending::kDiverged:
-      store_.finish_run(run_.id, store::RunStatus::kDiverged, message, "");
+      store_.finish_run(run_.id, records::RunStatus::kDiverged, message, "");
       log::warn("run " + run_.name + " diverged: " + message);
       return;
     case Ending::kUntouched:
@@ -194,7 +194,7 @@ void StoreRecorder::end(Ending ending, const std::string& message,
   // The run's outcome is decided: a store error is logged, not thrown.
   try {
     if (ending == Ending::kFailed || ending == Ending::kPruned) {
-      store_.finish_run(run_.id, store::RunStatus::kFailed, message, "");
+      store_.finish_run(run_.id, records::RunStatus::kFailed, message, "");
     } else {
       store_.release_run(run_.id, message);
     }
@@ -203,7 +203,7 @@ void StoreRecorder::end(Ending ending, const std::string& message,
   }
 }
 
-train::RunResult train_claimed_run(store::Store& store, const store::RunRow& run,
+train::RunResult train_claimed_run(store::Store& store, const records::RunRow& run,
                                    const train::RunOptions& options, const PruneSettings& prune) {
   Settings settings;  // the run's config, read once for the recorder and the training
   std::unique_ptr<StoreRecorder> recorder;
@@ -213,7 +213,7 @@ train::RunResult train_claimed_run(store::Store& store, const store::RunRow& run
     recorder->set_prune(prune);
   } catch (const std::exception& e) {
     try {
-      store.finish_run(run.id, store::RunStatus::kFailed, e.what(), "");
+      store.finish_run(run.id, records::RunStatus::kFailed, e.what(), "");
     } catch (const std::exception& e2) {
       log::warn(std::string("could not mark run failed: ") + e2.what());
     }

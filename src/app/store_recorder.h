@@ -25,7 +25,7 @@ class StoreRecorder : public train::Recorder {
   // folder, and starts the heartbeat (every `heartbeat_seconds`); retention ranks by the model's
   // primary metric (model_info of `settings`). Throws CheckpointError when the root belongs to
   // another database.
-  StoreRecorder(store::Store& store, const store::RunRow& run, const Settings& settings,
+  StoreRecorder(store::Store& store, const records::RunRow& run, const Settings& settings,
                 double heartbeat_seconds);
   // After each recorded epoch but the last, the sweep's prune rule decides about the run
   // (decide_after_epoch); a decision to stop is a stop request (kPruned) and is recorded with
@@ -33,16 +33,16 @@ class StoreRecorder : public train::Recorder {
   void set_prune(const PruneSettings& settings) { prune_ = settings; }
   ~StoreRecorder() override;
 
-  std::vector<store::EpochRow> epochs() override;
-  std::vector<store::EpochRow> epochs_of(int64_t run_id) override;
-  std::optional<store::RunRow> find_run(int64_t run_id) override;
+  std::vector<records::EpochRow> epochs() override;
+  std::vector<records::EpochRow> epochs_of(int64_t run_id) override;
+  std::optional<records::RunRow> find_run(int64_t run_id) override;
   void forget_after(int64_t epoch) override;
   std::string checkpoint_dir() const override { return dir_; }
   void note(const std::string& line, bool warning) override;
   void record_initial_metrics(const std::map<std::string, double>& metrics) override;
-  void record_work(const store::RunWork& work) override;
+  void record_work(const records::RunWork& work) override;
   void check_claim() override;
-  void record_epoch(store::EpochRecord& record) override;
+  void record_epoch(records::EpochRecord& record) override;
   void end(train::Ending ending, const std::string& message,
            const std::string& summary_json) override;
 
@@ -52,7 +52,7 @@ class StoreRecorder : public train::Recorder {
  private:
   class Heartbeat;
   store::Store& store_;
-  const store::RunRow run_;
+  const records::RunRow run_;
   const CheckpointSettings checkpoint_;  // checkpoint.*
   std::string dir_;
   std::string primary_metric_;
@@ -65,7 +65,7 @@ class StoreRecorder : public train::Recorder {
   std::unique_ptr<ForcedExitHook> release_on_forced_exit_;
   int64_t epochs_ = 0;  // schedule.epochs
   PruneSettings prune_;
-  std::optional<store::PruneDecisionRow> pruned_;  // the decision that stopped the run
+  std::optional<records::PruneDecisionRow> pruned_;  // the decision that stopped the run
 };
 
 // Trains `run` (already claimed: status running) to the end of its schedule, recording every
@@ -76,7 +76,7 @@ class StoreRecorder : public train::Recorder {
 // train::follow_run), hands them its restored state, and alone writes the store and the
 // checkpoints.
 // With `prune`, its rule may stop the run after an epoch (StoreRecorder::set_prune).
-train::RunResult train_claimed_run(store::Store& store, const store::RunRow& run,
+train::RunResult train_claimed_run(store::Store& store, const records::RunRow& run,
                                    const train::RunOptions& options,
                                    const PruneSettings& prune = {});
 

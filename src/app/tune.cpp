@@ -12,7 +12,7 @@ namespace amptune::app {
 namespace {
 
 // A search and what it refers to, as stored.
-TuneOutcome load_outcome(const store::Store& store, const store::TuneSearchRow& search) {
+TuneOutcome load_outcome(const store::Store& store, const records::TuneSearchRow& search) {
   TuneOutcome out;
   out.search = search;
   out.rounds = store.tune_rounds(search.id);

@@ -45,10 +45,10 @@ TunePlan plan_tune(const std::string& path, const std::vector<std::string>& sets
 
 // A search as the database holds it.
 struct TuneOutcome {
-  store::TuneSearchRow search;
-  std::vector<store::TuneRoundRow> rounds;
-  std::vector<store::TuneCandidateRow> candidates;
-  std::map<int64_t, store::RunRow> runs;  // the reference, the start and every candidate's run
+  records::TuneSearchRow search;
+  std::vector<records::TuneRoundRow> rounds;
+  std::vector<records::TuneCandidateRow> candidates;
+  std::map<int64_t, records::RunRow> runs;  // the reference, the start and every candidate's run
   Tally tally;                            // what this process trained
   bool stopped = false;                   // a signal stopped it: it continues when run again
 };

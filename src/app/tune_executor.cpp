@@ -30,11 +30,6 @@ nlohmann::ordered_json changed_keys(const Config& config, const Config& base) {
   return out;
 }
 
-bool ended(const store::RunRow& run) {
-  return run.status == store::RunStatus::kDone || run.status == store::RunStatus::kDiverged ||
-         run.status == store::RunStatus::kFailed || run.status == store::RunStatus::kPruned;
-}
-
 }  // namespace
 
 StoreExecutor::StoreExecutor(store::Store& store, const TunePlan& plan, const SweepOptions& options)
@@ -49,16 +44,16 @@ int64_t StoreExecutor::fresh_run(const Config& config, const std::string& label,
   cell.axes = changed_keys(config, plan_.base);
   cell.hash = config.hash();
   cell.base = std::make_shared<const Config>(plan_.base);
-  store::RunSpec spec = cell_spec(plan_.sweep, cell, config,
+  records::RunSpec spec = cell_spec(plan_.sweep, cell, config,
                                   reference ? plan_.reference_fingerprint : plan_.start_fingerprint);
   spec.label = label;
   return store_.ensure_run(sweep_id_, spec).id;
 }
 
-StoreExecutor::ForkPoint StoreExecutor::fork_point(const store::RunRow& run, int epoch) {
+StoreExecutor::ForkPoint StoreExecutor::fork_point(const records::RunRow& run, int epoch) {
   ForkPoint at;
   if (epoch < 0) return at;
-  store::RunRow owner = run;
+  records::RunRow owner = run;
   std::vector<nlohmann::json> steps;  // overrides from the owner down to `run`, innermost first
   std::set<int64_t> seen{owner.id};
   while (owner.fork && epoch <= owner.fork->parent_epoch) {
@@ -66,7 +61,7 @@ StoreExecutor::ForkPoint StoreExecutor::fork_point(const store::RunRow& run, int
     const std::string& overrides = owner.fork->overrides_json;
     steps.push_back(overrides.empty() ? nlohmann::json::object()
                                       : nlohmann::json::parse(overrides));
-    std::optional<store::RunRow> parent = store_.find_run(owner.fork->parent_run_id);
+    std::optional<records::RunRow> parent = store_.find_run(owner.fork->parent_run_id);
     if (!parent || !seen.insert(parent->id).second) {
       throw StoreError(store_.path() + ": run " + owner.name + "'s fork parent " +
                        std::to_string(owner.fork->parent_run_id) +
@@ -75,7 +70,7 @@ StoreExecutor::ForkPoint StoreExecutor::fork_point(const store::RunRow& run, int
     owner = *parent;
   }
   bool kept = false;
-  for (const store::EpochRow& row : store_.epochs(owner.id)) {
+  for (const records::EpochRow& row : store_.epochs(owner.id)) {
     kept = kept || (row.epoch == epoch && row.checkpoint);
   }
   if (!kept) return at;
@@ -90,7 +85,7 @@ StoreExecutor::ForkPoint StoreExecutor::fork_point(const store::RunRow& run, int
 
 int64_t StoreExecutor::candidate_run(int64_t from, int epoch, const Overrides& change,
                                      const std::string& label) {
-  const store::RunRow run = *store_.find_run(from);
+  const records::RunRow run = *store_.find_run(from);
   const ForkPoint at = fork_point(run, epoch);
   if (at.owner && epoch < plan_.epochs - 1) {
     Overrides overrides = at.overrides;
@@ -119,8 +114,8 @@ bool StoreExecutor::train_to(const std::vector<int64_t>& ids, int epoch) {
   if (epoch < plan_.epochs - 1) options.training.stop_after_epoch = epoch;
   Schedule schedule;
   schedule.ids = ids;
-  schedule.turn = [&](const store::RunRow& run) {
-    return ended(run) || run.epochs_done > epoch ? Turn::kSkip : Turn::kTrain;
+  schedule.turn = [&](const records::RunRow& run) {
+    return records::is_finished(run.status) || run.epochs_done > epoch ? Turn::kSkip : Turn::kTrain;
   };
   const bool finished = train_schedule(store_, schedule, options, tally_);
   values_stale_ = true;
@@ -141,7 +136,7 @@ const std::map<int64_t, std::map<int, double>>& StoreExecutor::values() {
 
 RunView StoreExecutor::view(int64_t id) {
   RunView v;
-  const store::RunRow run = *store_.find_run(id);
+  const records::RunRow run = *store_.find_run(id);
   v.id = run.id;
   v.name = run.name;
   v.config = Config::from_json(run.config_json, "run " + run.name);
@@ -156,7 +151,7 @@ RunView StoreExecutor::view(int64_t id) {
   const auto& own = values();
   std::set<int64_t> seen;
   int upto = std::numeric_limits<int>::max();
-  std::optional<store::RunRow> at = run;
+  std::optional<records::RunRow> at = run;
   while (at && seen.insert(at->id).second) {
     if (const auto it = own.find(at->id); it != own.end()) {
       for (const auto& [epoch, value] : it->second) {
@@ -167,7 +162,7 @@ RunView StoreExecutor::view(int64_t id) {
     upto = std::min(upto, at->fork->parent_epoch);
     at = store_.find_run(at->fork->parent_run_id);
   }
-  const std::vector<store::EpochRow> epochs = store_.epochs(id);
+  const std::vector<records::EpochRow> epochs = store_.epochs(id);
   if (!epochs.empty()) {
     const auto streak = epochs.back().metrics.find(kStreakMetric);
     v.curve.ends_non_finite = streak != epochs.back().metrics.end() && streak->second > 0;
@@ -177,12 +172,12 @@ RunView StoreExecutor::view(int64_t id) {
 
 int StoreExecutor::trained(int64_t id, int after, int upto) {
   int count = 0;
-  for (const store::EpochRow& row : store_.epochs(id)) count += row.epoch > after && row.epoch <= upto;
+  for (const records::EpochRow& row : store_.epochs(id)) count += row.epoch > after && row.epoch <= upto;
   return count;
 }
 
-std::vector<store::DiagnosisAdvice> StoreExecutor::diagnose(int64_t id, int epoch) {
-  const store::RunRow run = *store_.find_run(id);
+std::vector<records::DiagnosisAdvice> StoreExecutor::diagnose(int64_t id, int epoch) {
+  const records::RunRow run = *store_.find_run(id);
   if (auto stored = store_.diagnosis_advice(run.id, epoch)) return *stored;
   const ForkPoint at = fork_point(run, epoch);
   train::DiagnoseOptions options;
@@ -195,9 +190,9 @@ std::vector<store::DiagnosisAdvice> StoreExecutor::diagnose(int64_t id, int epoc
   try {
     // The checkpoint of the fork point (an ancestor's for an epoch before the run's own), under
     // the run's policy.
-    std::optional<store::EpochRow> checkpoint;  // unset: the initial weights
+    std::optional<records::EpochRow> checkpoint;  // unset: the initial weights
     if (at.owner) checkpoint = train::pick_checkpoint(run, store_.epochs(at.owner->id), options);
-    store::Diagnosis d = train::diagnose(run, checkpoint, options);
+    records::Diagnosis d = train::diagnose(run, checkpoint, options);
     d.run_id = run.id;
     d.epoch = at.owner ? epoch : -1;
     store_.record_diagnosis(d);
@@ -209,16 +204,16 @@ std::vector<store::DiagnosisAdvice> StoreExecutor::diagnose(int64_t id, int epoc
   }
 }
 
-void StoreExecutor::prune(const store::PruneDecisionRow& decision) {
+void StoreExecutor::prune(const records::PruneDecisionRow& decision) {
   if (!store_.prune_pending_run(decision)) return;  // another process of the search did
-  const store::RunRow run = *store_.find_run(decision.run_id);
+  const records::RunRow run = *store_.find_run(decision.run_id);
   log::info("tune: " + run.name + " [" + run.label + "] stops at epoch " +
             std::to_string(decision.epoch) + ": " + decision.reason);
 }
 
 double StoreExecutor::fp32_share(int64_t id) {
   if (auto it = shares_.find(id); it != shares_.end()) return it->second;
-  const store::RunRow run = *store_.find_run(id);
+  const records::RunRow run = *store_.find_run(id);
   double share = kNaN;
   try {
     share = train::forward_work(Config::from_json(run.config_json, "run " + run.name)).fp32_share();
@@ -236,23 +231,23 @@ double StoreExecutor::speed(int64_t id) {
   return 0;
 }
 
-store::TuneSearchRow StoreExecutor::open_search(const store::TuneSearchRow& row) {
+records::TuneSearchRow StoreExecutor::open_search(const records::TuneSearchRow& row) {
   return store_.ensure_tune_search(row);
 }
 
-void StoreExecutor::record_round(const store::TuneRoundRow& round) {
+void StoreExecutor::record_round(const records::TuneRoundRow& round) {
   store_.record_tune_round(round);
 }
 
-void StoreExecutor::record_candidate(const store::TuneCandidateRow& candidate) {
+void StoreExecutor::record_candidate(const records::TuneCandidateRow& candidate) {
   store_.record_tune_candidate(candidate);
 }
 
-void StoreExecutor::update_candidate(const store::TuneCandidateRow& candidate) {
+void StoreExecutor::update_candidate(const records::TuneCandidateRow& candidate) {
   store_.update_tune_candidate(candidate);
 }
 
-void StoreExecutor::finish_search(const store::TuneSearchRow& search) {
+void StoreExecutor::finish_search(const records::TuneSearchRow& search) {
   store_.finish_tune_search(search);
 }
 

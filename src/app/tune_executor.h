@@ -32,25 +32,25 @@ class StoreExecutor : public TuneExecutor {
   bool train_to(const std::vector<int64_t>& ids, int epoch) override;
   RunView view(int64_t id) override;
   int trained(int64_t id, int after, int upto) override;
-  std::vector<store::DiagnosisAdvice> diagnose(int64_t id, int epoch) override;
-  void prune(const store::PruneDecisionRow& decision) override;
+  std::vector<records::DiagnosisAdvice> diagnose(int64_t id, int epoch) override;
+  void prune(const records::PruneDecisionRow& decision) override;
   double fp32_share(int64_t id) override;
   double speed(int64_t id) override;
 
-  store::TuneSearchRow open_search(const store::TuneSearchRow& row) override;
-  void record_round(const store::TuneRoundRow& round) override;
-  void record_candidate(const store::TuneCandidateRow& candidate) override;
-  void update_candidate(const store::TuneCandidateRow& candidate) override;
-  void finish_search(const store::TuneSearchRow& search) override;
+  records::TuneSearchRow open_search(const records::TuneSearchRow& row) override;
+  void record_round(const records::TuneRoundRow& round) override;
+  void record_candidate(const records::TuneCandidateRow& candidate) override;
+  void update_candidate(const records::TuneCandidateRow& candidate) override;
+  void finish_search(const records::TuneSearchRow& search) override;
 
  private:
   // Where run `run`'s state at `epoch` is kept: the run itself, or the ancestor whose epoch it
   // is, with the overrides that lead from that run's config to `run`'s. No owner: not kept.
   struct ForkPoint {
-    std::optional<store::RunRow> owner;
+    std::optional<records::RunRow> owner;
     Overrides overrides;
   };
-  ForkPoint fork_point(const store::RunRow& run, int epoch);
+  ForkPoint fork_point(const records::RunRow& run, int epoch);
   // The sweep's values of the metric by run and epoch, read again after training.
   const std::map<int64_t, std::map<int, double>>& values();
 

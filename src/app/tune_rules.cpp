@@ -55,10 +55,10 @@ std::optional<int> exit_epoch(const std::map<int, double>& values,
 }
 
 Outcome judge(const RunCurve& curve, int last, double reference, const Tolerance& tolerance) {
-  if (curve.status == store::RunStatus::kFailed) return Outcome::kFailed;
-  if (curve.status == store::RunStatus::kPruned) return Outcome::kPruned;
+  if (curve.status == records::RunStatus::kFailed) return Outcome::kFailed;
+  if (curve.status == records::RunStatus::kPruned) return Outcome::kPruned;
   const auto value = curve.values.find(last);
-  if (curve.status == store::RunStatus::kDiverged || curve.ends_non_finite ||
+  if (curve.status == records::RunStatus::kDiverged || curve.ends_non_finite ||
       value == curve.values.end() || !std::isfinite(value->second)) {
     return Outcome::kDiverged;
   }
@@ -143,7 +143,7 @@ class MoveList {
 };
 
 // The move an advice row maps to; unset when none does over `s`.
-std::optional<TuneMove> advice_move(const store::DiagnosisAdvice& a, const Setting& s) {
+std::optional<TuneMove> advice_move(const records::DiagnosisAdvice& a, const Setting& s) {
   TuneMove m;
   m.advice_rule = a.rule;
   m.advice_module = a.module;
@@ -240,13 +240,13 @@ std::optional<TuneMove> level_move(const Setting& s) {
 }  // namespace
 
 std::vector<TuneMove> candidate_moves(const Config& current,
-                                      const std::vector<store::DiagnosisAdvice>& advice,
+                                      const std::vector<records::DiagnosisAdvice>& advice,
                                       const std::vector<std::string>& allowed, int fork_epoch,
                                       bool lr_shifted) {
   const Setting s = setting_of(current);
   MoveList out(allowed);
   std::vector<TuneMove> advised;
-  for (const store::DiagnosisAdvice& a : advice) {
+  for (const records::DiagnosisAdvice& a : advice) {
     if (auto m = advice_move(a, s)) advised.push_back(*m);
   }
   // Every overflowing module together first: when each alone still diverges (the others
@@ -401,7 +401,7 @@ std::string changed_yaml(const Config& config, const Config& base,
   return out;
 }
 
-int grid_epochs(const std::vector<store::TuneCandidateRow>& candidates, int epochs) {
+int grid_epochs(const std::vector<records::TuneCandidateRow>& candidates, int epochs) {
   std::map<std::string, std::set<std::string>> tried;
   std::set<std::string> modules;  // every module a fp32_modules move named
   for (const auto& c : candidates) {

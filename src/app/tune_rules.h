@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "core/config.h"
-#include "store/records.h"
+#include "records/records.h"
 
 namespace amptune::app {
 
@@ -46,13 +46,13 @@ std::optional<int> exit_epoch(const std::map<int, double>& values,
                               const std::map<int, double>& reference, int last,
                               const Tolerance& tolerance);
 
-// How a candidate ended (tune_candidates.outcome; its names: store/records.h).
-using Outcome = store::CandidateOutcome;
+// How a candidate ended (tune_candidates.outcome; its names: records/records.h).
+using Outcome = records::CandidateOutcome;
 
 // What the rules see of a run: how it ended and its metric per epoch (a fork's values include
 // its ancestors' epochs up to where it forked).
 struct RunCurve {
-  store::RunStatus status = store::RunStatus::kPending;
+  records::RunStatus status = records::RunStatus::kPending;
   std::map<int, double> values;  // epoch -> the metric (NaN when recorded as not finite)
   // Its last recorded epoch ended inside a streak of non-finite training losses (the epoch's
   // nonfinite_streak > 0, docs/AMP.md "Divergence").
@@ -99,7 +99,7 @@ struct TuneMove {
 // precision, a cast model) is amp::apex_properties'. fp32_modules is offered only by a
 // diagnosis. Two moves with the same change are one (the first).
 std::vector<TuneMove> candidate_moves(const Config& current,
-                                      const std::vector<store::DiagnosisAdvice>& advice,
+                                      const std::vector<records::DiagnosisAdvice>& advice,
                                       const std::vector<std::string>& allowed, int fork_epoch,
                                       bool lr_shifted);
 
@@ -149,6 +149,6 @@ double seed_noise(const std::vector<double>& values);
 // What the full grid of the tried moves would train: the product over moves of the values each
 // took (fp32_modules: every subset of the modules its changes named; another move: 1 + its
 // distinct changes), times `epochs` per run, plus the reference.
-int grid_epochs(const std::vector<store::TuneCandidateRow>& candidates, int epochs);
+int grid_epochs(const std::vector<records::TuneCandidateRow>& candidates, int epochs);
 
 }  // namespace amptune::app

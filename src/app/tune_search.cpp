@@ -16,7 +16,7 @@ namespace amptune::app {
 namespace {
 
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
-using Candidate = store::TuneCandidateRow;
+using Candidate = records::TuneCandidateRow;
 
 nlohmann::json change_json(const Overrides& change) {
   nlohmann::json out = nlohmann::json::object();
@@ -81,7 +81,7 @@ class Search {
   Overrides probe_change(const RunView& run, const std::vector<std::string>& kept,
                          const std::vector<std::string>& dropped, int64_t solution);
   void confirm(const Candidate& answer, std::string& note);
-  SearchResult finish(store::TuneStatus status, const std::optional<Candidate>& answer,
+  SearchResult finish(records::TuneStatus status, const std::optional<Candidate>& answer,
                       const std::string& note);
   bool affordable(int epochs, const std::string& what);
   // Adds to the ledger the epochs run `id` recorded itself up to `upto` and not counted yet (a
@@ -107,7 +107,7 @@ class Search {
   const SearchSpec& spec_;
   const TuneBlock& block_;
   const int last_;
-  store::TuneSearchRow search_;
+  records::TuneSearchRow search_;
   std::map<int, double> reference_;  // the reference's metric per epoch
   std::vector<Candidate> repeats_;   // the reference trained with other seeds (round 0)
   std::vector<Candidate> tried_;     // the search rounds' candidates (the grid's moves)
@@ -126,7 +126,7 @@ class Search {
 SearchResult Search::run(int64_t sweep_id) {
   const int64_t reference = exec_.fresh_run(spec_.reference, "tune reference", true);
   const int64_t start = exec_.fresh_run(spec_.start, "tune start");
-  store::TuneSearchRow row;
+  records::TuneSearchRow row;
   row.sweep_id = sweep_id;
   row.block_json = block_.canonical;
   row.metric = spec_.metric;
@@ -134,16 +134,16 @@ SearchResult Search::run(int64_t sweep_id) {
   row.reference_run_id = reference;
   row.start_run_id = start;
   search_ = exec_.open_search(row);
-  if (search_.status != store::TuneStatus::kSearching) return result();
+  if (search_.status != records::TuneStatus::kSearching) return result();
   std::vector<int64_t> first = {reference, start};
   for (const int64_t id : reference_repeats(reference)) first.push_back(id);
   if (!train_from_scratch(first)) return result();
   reference_ = exec_.view(reference).curve.values;
   if (!std::isfinite(ref_value(last_))) {
     const RunView r = exec_.view(reference);
-    return finish(store::TuneStatus::kExhausted, std::nullopt,
+    return finish(records::TuneStatus::kExhausted, std::nullopt,
                   "the reference run " + r.name + " has no finite " + spec_.metric +
-                      " at its last epoch (" + store::to_string(r.curve.status) +
+                      " at its last epoch (" + records::to_string(r.curve.status) +
                       "): nothing to compare with");
   }
   const std::string noise = seed_noise_note();
@@ -159,7 +159,7 @@ SearchResult Search::run(int64_t sweep_id) {
   if (stopped_) return result();
   if (solutions.empty()) {
     if (!stop_reason_.empty()) end_note = stop_reason_;
-    return finish(store::TuneStatus::kExhausted, closest_,
+    return finish(records::TuneStatus::kExhausted, closest_,
                   "no setting within tolerance: " + end_note + noise);
   }
   return answer(solutions, noise);
@@ -169,7 +169,7 @@ SearchResult Search::run(int64_t sweep_id) {
 std::vector<int64_t> Search::reference_repeats(int64_t reference) {
   std::vector<int64_t> ids;
   if (block_.reference_repeats < 2) return ids;
-  exec_.record_round({search_.id, 0, store::TuneRoundKind::kReference, reference, -1, std::nullopt,
+  exec_.record_round({search_.id, 0, records::TuneRoundKind::kReference, reference, -1, std::nullopt,
                       "the reference with other seeds: the seed noise of " + spec_.metric});
   const int64_t seed = spec_.reference.get_int("seed");
   for (int64_t i = 1; i < block_.reference_repeats; ++i) {
@@ -247,7 +247,7 @@ std::vector<Candidate> Search::search_rounds(Candidate node, std::string& end_no
                  " (tune.moves: " + flow_yaml(nlohmann::json(block_.moves)) + ")";
       return {};
     }
-    exec_.record_round({search_.id, round_, store::TuneRoundKind::kSearch, v.id, plan.fork_epoch,
+    exec_.record_round({search_.id, round_, records::TuneRoundKind::kSearch, v.id, plan.fork_epoch,
                         plan.diagnosis_epoch, plan.note});
     std::vector<Candidate> round = record_candidates(v, plan.fork_epoch, plan.moves);
     tried_.insert(tried_.end(), round.begin(), round.end());
@@ -285,7 +285,7 @@ Search::RoundPlan Search::plan_round(const RunView& node) {
   plan.fork_epoch = fork >= 0 && fork < last_ && exec_.kept(node.id, fork) ? fork : -1;
   plan.diagnosis_epoch = std::max(exit, fork);
   if (!exec_.kept(node.id, plan.diagnosis_epoch)) plan.diagnosis_epoch = plan.fork_epoch;
-  const std::vector<store::DiagnosisAdvice> advice = exec_.diagnose(node.id, plan.diagnosis_epoch);
+  const std::vector<records::DiagnosisAdvice> advice = exec_.diagnose(node.id, plan.diagnosis_epoch);
   plan.moves = candidate_moves(node.config, advice, block_.moves, plan.fork_epoch, lr_shifted_);
   plan.note = node.name + " leaves the band after epoch " + std::to_string(fork) + "; " +
               std::to_string(advice.size()) + " advice rows";
@@ -364,8 +364,8 @@ bool Search::train_rung(std::vector<Candidate*>& alive, int k, int rung,
     count_trained(c->run_id, rung);
     reached[c->run_id] = rung;
     // (A candidate pruned at this rung by an earlier pass stays for the rung's decision.)
-    const store::RunStatus status = exec_.view(c->run_id).curve.status;
-    if (status == store::RunStatus::kDiverged || status == store::RunStatus::kFailed) {
+    const records::RunStatus status = exec_.view(c->run_id).curve.status;
+    if (status == records::RunStatus::kDiverged || status == records::RunStatus::kFailed) {
       judge_final(*c);
     } else {
       running.push_back(c);
@@ -407,7 +407,7 @@ std::vector<Candidate*> Search::decide_rung(const std::vector<Candidate*>& alive
       kept.push_back(c);
       continue;
     }
-    store::PruneDecisionRow row = decision_row(d, rule, store::PruneAction::kStop);
+    records::PruneDecisionRow row = decision_row(d, rule, records::PruneAction::kStop);
     row.epoch = rung;
     row.reason = "tune round " + std::to_string(c->round) + ", " + d.reason;
     exec_.prune(row);
@@ -464,7 +464,7 @@ std::optional<Candidate> Search::try_union(const RunView& node, const std::vecto
     if (change_json(change_of(c)) == change_json(change)) return std::nullopt;
   }
   ++round_;
-  exec_.record_round({search_.id, round_, store::TuneRoundKind::kUnion, node.id, fork_epoch,
+  exec_.record_round({search_.id, round_, records::TuneRoundKind::kUnion, node.id, fork_epoch,
                       std::nullopt,
                       "the union of the " + std::to_string(helped.size()) + " moves of round " +
                           std::to_string(round_ - 1) + " that each got further than " + node.name});
@@ -499,7 +499,7 @@ SearchResult Search::answer(const std::vector<Candidate>& solutions, std::string
   if (!stop_reason_.empty()) note += "; " + stop_reason_ + " before bisection ended";
   confirm(best, note);
   if (stopped_) return result();
-  return finish(store::TuneStatus::kAnswered, best, note + noise);
+  return finish(records::TuneStatus::kAnswered, best, note + noise);
 }
 
 // Whether `a` is a better answer than `b` by the objective (then the metric, then the order).
@@ -562,7 +562,7 @@ std::optional<Candidate> Search::bisect(const Candidate& solution,
     ++round_;
     const std::string dropped = flow_yaml(nlohmann::json(*chunk));
     const Overrides change = probe_change(run, kept, *chunk, solution.run_id);
-    exec_.record_round({search_.id, round_, store::TuneRoundKind::kBisect, solution.run_id,
+    exec_.record_round({search_.id, round_, records::TuneRoundKind::kBisect, solution.run_id,
                         solution.fork_epoch, std::nullopt,
                         "bisection of " + flow_yaml(nlohmann::json(kept))});
     const bool modules_only = change.size() == 1;
@@ -587,7 +587,7 @@ void Search::confirm(const Candidate& answer, std::string& note) {
   const RunView run = exec_.view(answer.run_id);
   if (!block_.confirm || run.parent == 0) return;
   ++round_;
-  exec_.record_round({search_.id, round_, store::TuneRoundKind::kConfirm, answer.run_id, -1,
+  exec_.record_round({search_.id, round_, records::TuneRoundKind::kConfirm, answer.run_id, -1,
                       std::nullopt, "the answer trained from scratch, not as a fork"});
   TuneMove m{"confirm", {}, "tune.confirm: the answer's setting from scratch", "", ""};
   const int64_t id = exec_.fresh_run(run.config, "tune confirm: " + run.name + " from scratch");
@@ -614,7 +614,7 @@ void Search::confirm(const Candidate& answer, std::string& note) {
   }
 }
 
-SearchResult Search::finish(store::TuneStatus status, const std::optional<Candidate>& answer,
+SearchResult Search::finish(records::TuneStatus status, const std::optional<Candidate>& answer,
                             const std::string& note) {
   search_.status = status;
   search_.note = note;
@@ -623,7 +623,7 @@ SearchResult Search::finish(store::TuneStatus status, const std::optional<Candid
   search_.reference_value = ref_value(last_);
   if (answer) {
     const RunView run = exec_.view(answer->run_id);
-    if (status == store::TuneStatus::kAnswered && block_.objective == "precision") {
+    if (status == records::TuneStatus::kAnswered && block_.objective == "precision") {
       const double share = exec_.fp32_share(run.id);
       if (!std::isnan(share)) {
         search_.note += "; " + significant(share * 100, 3) + " %" +

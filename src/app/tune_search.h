@@ -19,7 +19,7 @@
 #include "app/tune_rules.h"
 #include "core/config.h"
 #include "core/sweep.h"
-#include "store/records.h"
+#include "records/records.h"
 
 namespace amptune::app {
 
@@ -56,9 +56,9 @@ class TuneExecutor {
   virtual int trained(int64_t id, int after, int upto) = 0;
   // The advice of a diagnosis of run `id` at its state of `epoch` (-1: its initial weights),
   // stored with its evidence, or the stored one. Empty when it cannot be diagnosed.
-  virtual std::vector<store::DiagnosisAdvice> diagnose(int64_t id, int epoch) = 0;
+  virtual std::vector<records::DiagnosisAdvice> diagnose(int64_t id, int epoch) = 0;
   // Stops a candidate at a rung: status pruned with `decision` as its evidence.
-  virtual void prune(const store::PruneDecisionRow& decision) = 0;
+  virtual void prune(const records::PruneDecisionRow& decision) = 0;
   // The share of run `id`'s forward multiply-accumulates in fp32 (NaN: not measured), and its
   // mean training images/s (0: none).
   virtual double fp32_share(int64_t id) = 0;
@@ -66,11 +66,11 @@ class TuneExecutor {
 
   // --- decisions (tune_searches, tune_rounds, tune_candidates); recording a row that is
   // already there keeps it.
-  virtual store::TuneSearchRow open_search(const store::TuneSearchRow& row) = 0;
-  virtual void record_round(const store::TuneRoundRow& round) = 0;
-  virtual void record_candidate(const store::TuneCandidateRow& candidate) = 0;
-  virtual void update_candidate(const store::TuneCandidateRow& candidate) = 0;
-  virtual void finish_search(const store::TuneSearchRow& search) = 0;
+  virtual records::TuneSearchRow open_search(const records::TuneSearchRow& row) = 0;
+  virtual void record_round(const records::TuneRoundRow& round) = 0;
+  virtual void record_candidate(const records::TuneCandidateRow& candidate) = 0;
+  virtual void update_candidate(const records::TuneCandidateRow& candidate) = 0;
+  virtual void finish_search(const records::TuneSearchRow& search) = 0;
 };
 
 // What the search is asked: a sweep's tune: block resolved (app/tune.h plan_tune).

@@ -34,7 +34,7 @@ std::string human_bytes(int64_t bytes) {
 // the exit status: 6 when a checkpoint could not be evaluated, 2 when metrics were left
 // unstored, 0 otherwise.
 int print_evaluation(const app::RunEvaluation& evaluation) {
-  const store::RunRow& run = evaluation.run;
+  const records::RunRow& run = evaluation.run;
   const std::vector<train::EpochEvaluation>& results = evaluation.epochs;
 
   std::set<std::string> names;
@@ -176,15 +176,15 @@ int cmd_diagnose(const Invocation& inv) {
   options.cosine_min = cosine_min;
   options.threads = threads;
   const app::RunDiagnosis diagnosis = app::diagnose_run(db, run_ref, options);
-  const store::RunRow& run = diagnosis.run;
-  const store::Diagnosis& d = diagnosis.diagnosis;
-  const std::vector<store::DiagnosticRow>& sorted = diagnosis.by_severity;
+  const records::RunRow& run = diagnosis.run;
+  const records::Diagnosis& d = diagnosis.diagnosis;
+  const std::vector<records::DiagnosticRow>& sorted = diagnosis.by_severity;
   auto share = [](double v) { return std::isnan(v) ? std::string("-") : app::fixed(v * 100, 2); };
   app::Table table({"kind", "module", "dtype", "cosine", "max_abs", "max_rel", ">1e-3 %",
                     ">5e-3 %", "overflow %", "underflow %"});
   for (size_t i = 0; i < sorted.size() && static_cast<int>(i) < top; ++i) {
     const auto& r = sorted[i];
-    table.add({store::to_string(r.kind), r.module.empty() ? "(model)" : r.module,
+    table.add({records::to_string(r.kind), r.module.empty() ? "(model)" : r.module,
                to_string(r.dtype), value_text(r.cosine), value_text(r.max_abs_err),
                value_text(r.max_rel_err), share(r.frac_rel_err_1e3), share(r.frac_rel_err_5e3),
                share(r.overflow_frac), share(r.underflow_frac)});

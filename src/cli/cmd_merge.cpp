@@ -11,7 +11,7 @@
 namespace amptune::cli {
 namespace {
 
-std::string conflict_text(const store::MergeConflict& c) {
+std::string conflict_text(const records::MergeConflict& c) {
   return "same cell in two databases: " + c.run + ": kept the copy of " + c.kept_from + " (" +
          std::to_string(c.kept_epochs) + " epochs, " + c.kept_status + ") over " + c.dropped_from +
          " (" + std::to_string(c.dropped_epochs) + " epochs, " + c.dropped_status + ")";
@@ -21,7 +21,7 @@ std::string conflict_text(const store::MergeConflict& c) {
 
 std::unique_ptr<store::Store> open_results(const std::vector<std::string>& dbs) {
   const std::vector<std::string> paths = expand_globs(dbs);
-  store::MergeReport report;
+  records::MergeReport report;
   auto store = app::open_databases(paths, &report);
   if (paths.size() > 1) {
     std::string list;
@@ -56,7 +56,7 @@ int cmd_merge(const Invocation& inv) {
         "'results/SWEEP.shard-*.sqlite' --into results/amptune.sqlite");
   }
   inputs = expand_globs(inputs);
-  const store::MergeReport report = app::merge_databases(into, inputs);
+  const records::MergeReport report = app::merge_databases(into, inputs);
   int added = 0, replaced = 0, kept = 0, unchanged = 0;
   int64_t epochs = 0;
   for (const auto& in : report.inputs) {

@@ -18,13 +18,13 @@ std::string metric_or_dash(const std::map<std::string, double>& m, const std::st
   return it == m.end() ? "-" : app::fixed(it->second, decimals);
 }
 
-// Where each epoch's time went (store::EpochTimes), in seconds, and the profile traces.
-void print_time_breakdown(const std::vector<store::EpochRow>& epochs) {
+// Where each epoch's time went (records::EpochTimes), in seconds, and the profile traces.
+void print_time_breakdown(const std::vector<records::EpochRow>& epochs) {
   app::Table table({"epoch", "data wait", "forward", "backward", "optimizer", "eval", "other",
                     "checkpoint", "db", "compute %", "start-up", "profile trace"});
   for (const auto& e : epochs) {
     if (!e.times) continue;
-    const store::EpochTimes& t = *e.times;
+    const records::EpochTimes& t = *e.times;
     auto secs = [](double v) { return v < 0 ? std::string("-") : app::fixed(v, 2); };
     const double wall = e.epoch_seconds + t.checkpoint + std::max(0.0, t.db);
     table.add({std::to_string(e.epoch), secs(t.data_wait), secs(t.forward), secs(t.backward),
@@ -39,7 +39,7 @@ void print_time_breakdown(const std::vector<store::EpochRow>& epochs) {
   table.print(std::cout);
 }
 
-// A setting column's value (store::RunRow::columns, JSON text) as shown: a string without its
+// A setting column's value (records::RunRow::columns, JSON text) as shown: a string without its
 // quotes, anything else (a number in a database edited by hand) as it is.
 std::string setting_text(const std::string& json_text) {
   const nlohmann::json value = nlohmann::json::parse(json_text, nullptr, false);
@@ -58,8 +58,8 @@ int cmd_list(const Invocation& inv) {
       app::list_runs(db, sweep.empty() ? std::nullopt : std::optional<std::string>(sweep));
   app::Table table({"id", "run", "status", "epochs", "best", "settings"});
   for (const auto& line : lines) {
-    const store::RunRow& r = line.run;
-    table.add({std::to_string(r.id), r.name, store::to_string(r.status),
+    const records::RunRow& r = line.run;
+    table.add({std::to_string(r.id), r.name, records::to_string(r.status),
                std::to_string(r.epochs_done),
                line.best ? r.primary_metric + " " + app::fixed(*line.best, 2) : "-", r.label});
   }
@@ -70,7 +70,7 @@ int cmd_list(const Invocation& inv) {
 
 // Why a prune rule stopped the run, or let a pruned run continue (docs/PRUNING.md), with the
 // runs each decision compared it with.
-static void print_prune_decisions(const std::vector<store::PruneDecisionRow>& decisions) {
+static void print_prune_decisions(const std::vector<records::PruneDecisionRow>& decisions) {
   if (decisions.empty()) return;
   std::cout << "prune decisions:\n";
   app::Table table(
@@ -82,7 +82,7 @@ static void print_prune_decisions(const std::vector<store::PruneDecisionRow>& de
           (compared.empty() ? "" : " ") + std::to_string(other.at("run_id").get<int64_t>()) + ":" +
           (other.at("value").is_null() ? "nan" : app::fixed(other.at("value").get<double>(), 4));
     }
-    table.add({std::to_string(d.epoch), store::to_string(d.action), to_string(d.rule),
+    table.add({std::to_string(d.epoch), records::to_string(d.action), to_string(d.rule),
                d.rung < 0 ? "-" : std::to_string(d.rung), app::fixed(d.value, 4),
                app::fixed(d.threshold, 4), compared.empty() ? "-" : compared,
                log::printable(d.reason)});
@@ -91,13 +91,13 @@ static void print_prune_decisions(const std::vector<store::PruneDecisionRow>& de
 }
 
 // The percentage of the peak that an epoch's img/s achieved; "-" when not known.
-static std::string mfu_text(const store::RunWork& work, const store::EpochRow& e) {
+static std::string mfu_text(const records::RunWork& work, const records::EpochRow& e) {
   const auto mfu = e.global_step > 0 ? work.mfu(e.train_fps_mean) : std::nullopt;
   return mfu ? app::significant(100.0 * *mfu, 3) + "%" : "-";
 }
 
 // The run's work and peak (docs/PERFORMANCE.md "MFU"), and what its last trained epoch achieved.
-static void print_work(const store::RunWork& work, const std::vector<store::EpochRow>& epochs) {
+static void print_work(const records::RunWork& work, const std::vector<records::EpochRow>& epochs) {
   if (work.train_flops_per_sample <= 0 && work.peak_source.empty()) return;  // never started
   std::cout << "work "
             << (work.train_flops_per_sample > 0
@@ -127,7 +127,7 @@ int cmd_show(const Invocation& inv) {
   opts.add()("config", "also print the run's full resolved config (JSON)");
   if (!opts.parse(inv.args)) return 0;
   const app::RunDetails details = app::show_run(db, run_ref);
-  const store::RunRow& run = details.run;
+  const records::RunRow& run = details.run;
   // Checked before anything is printed (the store's CHECK json_valid, unless the file was edited).
   const nlohmann::json config = nlohmann::json::parse(run.config_json, nullptr, false);
   if (opts.has("config") && config.is_discarded()) {
@@ -136,7 +136,7 @@ int cmd_show(const Invocation& inv) {
   }
   std::cout << "run " << run.id << " " << log::printable(run.name) << "  ["
             << log::printable(run.label) << "]\n"
-            << "status " << store::to_string(run.status)
+            << "status " << records::to_string(run.status)
             << (run.message.empty() ? "" : " (" + log::printable(run.message) + ")") << "\n"
             << "identity " << run.config_hash.substr(0, 12) << "  data "
             << (run.data_fingerprint.empty() ? "-" : run.data_fingerprint.substr(0, 12))
@@ -151,7 +151,7 @@ int cmd_show(const Invocation& inv) {
               << "\n";
   }
   if (!run.provenance.host.empty()) {
-    const store::Provenance& p = run.provenance;
+    const records::Provenance& p = run.provenance;
     std::cout << "ran on " << log::printable(p.host) << " (" << p.device << ", " << p.threads << " threads"
               << (p.world_size > 1 ? ", " + std::to_string(p.world_size) + " processes" : "")
               << "), amptune " << p.amptune_version << ", LibTorch " << p.torch_version

@@ -39,7 +39,7 @@ app::SweepOptions sweep_options(const Options& opts, const Invocation& inv, int 
   if (const std::string advice = blas_advice(o.provenance.blas, cpu_flags()); !advice.empty()) {
     log::warn(advice);
   }
-  o.on_result = [](const store::RunRow&, const train::RunResult& result) {
+  o.on_result = [](const records::RunRow&, const train::RunResult& result) {
     if (result.outcome == train::Outcome::kDone) std::cout << result.summary_json << std::endl;
   };
   return o;
@@ -178,7 +178,7 @@ int cmd_resume(const Invocation& inv) {
   options.stale_after = stale_after;
   return app::run_as_job(job_launch("resume", inv, nproc), options, [&] {
     store::Store store = app::open_existing(db);
-    const store::RunRow run = app::find_run(store, run_ref);
+    const records::RunRow run = app::find_run(store, run_ref);
     const app::Tally tally = app::resume_run(
         store, run, from_epoch >= 0 ? std::optional<int>(from_epoch) : std::nullopt, options);
     if (!tally.note.empty()) std::cout << log::printable(tally.note) << "\n";
@@ -208,7 +208,7 @@ int cmd_fork(const Invocation& inv) {
   app::SweepOptions options = sweep_options(opts, inv, threads, stop_after);
   return app::run_as_job(job_launch("fork", inv, nproc), options, [&] {
     store::Store store = app::open_existing(db);
-    const store::RunRow parent = app::find_run(store, run_ref);
+    const records::RunRow parent = app::find_run(store, run_ref);
     std::vector<std::pair<std::string, nlohmann::json>> overrides;
     for (const std::string& text : sets) {
       auto [key, value] = split_assignment(text);

@@ -37,12 +37,12 @@ std::string eta_text(const app::RunningRun& run) {
 }
 
 void print_sweep(const app::SweepStatus& sweep, std::ostream& out) {
-  auto count = [&](store::RunStatus status) { return sweep.counts.at(status); };
+  auto count = [&](records::RunStatus status) { return sweep.counts.at(status); };
   out << "sweep " << log::printable(sweep.sweep) << ": " << sweep.runs << " runs: done "
-      << count(store::RunStatus::kDone) << ", running " << count(store::RunStatus::kRunning)
-      << ", pending " << count(store::RunStatus::kPending) << ", failed "
-      << count(store::RunStatus::kFailed) << ", diverged " << count(store::RunStatus::kDiverged)
-      << ", pruned " << count(store::RunStatus::kPruned) << "\n";
+      << count(records::RunStatus::kDone) << ", running " << count(records::RunStatus::kRunning)
+      << ", pending " << count(records::RunStatus::kPending) << ", failed "
+      << count(records::RunStatus::kFailed) << ", diverged " << count(records::RunStatus::kDiverged)
+      << ", pruned " << count(records::RunStatus::kPruned) << "\n";
   if (sweep.running.empty()) return;
   app::Table running({"run", "label", "epoch", "heartbeat", "eta"});
   for (const auto& run : sweep.running) {

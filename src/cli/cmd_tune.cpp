@@ -31,12 +31,12 @@ std::string change_text(const std::string& change_json) {
 }
 
 void print_path(const app::TuneOutcome& out, std::ostream& os) {
-  const store::TuneSearchRow& s = out.search;
+  const records::TuneSearchRow& s = out.search;
   os << "reference " << run_name(out, s.reference_run_id) << ", start "
      << run_name(out, s.start_run_id) << "; metric " << s.metric << " ("
      << (s.higher_is_better ? "higher" : "lower") << " is better)\n";
-  for (const store::TuneRoundRow& r : out.rounds) {
-    os << "\nround " << r.round << " (" << store::to_string(r.kind) << ") from "
+  for (const records::TuneRoundRow& r : out.rounds) {
+    os << "\nround " << r.round << " (" << records::to_string(r.kind) << ") from "
        << run_name(out, r.start_run_id);
     if (!r.note.empty()) os << " (" << r.note << ")";
     if (r.fork_epoch >= 0)
@@ -50,17 +50,17 @@ void print_path(const app::TuneOutcome& out, std::ostream& os) {
     }
     os << "\n";
     app::Table table({"move", "change", "from", "run", "rung", s.metric, "reference", "outcome"});
-    for (const store::TuneCandidateRow& c : out.candidates) {
+    for (const records::TuneCandidateRow& c : out.candidates) {
       if (c.round != r.round) continue;
       table.add({c.move, change_text(c.change_json),
                  !c.advice_rule.empty() ? c.advice_rule + " " + c.advice_module
-                 : r.kind == store::TuneRoundKind::kSearch
+                 : r.kind == records::TuneRoundKind::kSearch
                      ? "move order"
-                     : store::to_string(r.kind),  // union, bisect, confirm, reference
+                     : records::to_string(r.kind),  // union, bisect, confirm, reference
                  run_name(out, c.run_id), c.rung >= 0 ? std::to_string(c.rung) : "-",
                  value_text(c.value), value_text(c.reference_value),
-                 store::to_string(c.outcome) + (c.run_id != s.answer_run_id ? ""
-                                                : s.status == store::TuneStatus::kAnswered
+                 records::to_string(c.outcome) + (c.run_id != s.answer_run_id ? ""
+                                                : s.status == records::TuneStatus::kAnswered
                                                     ? " (answer)"
                                                     : " (closest)")});
     }
@@ -69,12 +69,12 @@ void print_path(const app::TuneOutcome& out, std::ostream& os) {
 }
 
 void print_outcome(const app::TuneOutcome& out, const std::string& db, std::ostream& os) {
-  const store::TuneSearchRow& s = out.search;
+  const records::TuneSearchRow& s = out.search;
   print_path(out, os);
   os << "\n";
-  if (s.status == store::TuneStatus::kSearching) {
+  if (s.status == records::TuneStatus::kSearching) {
     os << "the search is not finished; run the command again to continue it\n";
-  } else if (s.status == store::TuneStatus::kAnswered) {
+  } else if (s.status == records::TuneStatus::kAnswered) {
     os << "answer: " << run_name(out, s.answer_run_id) << ", " << s.metric << " "
        << value_text(s.answer_value) << " against the reference's " << value_text(s.reference_value)
        << " (" << s.note << ")\n";
@@ -94,7 +94,7 @@ void print_outcome(const app::TuneOutcome& out, const std::string& db, std::ostr
          << value_text(s.reference_value) << "\n";
     }
   }
-  if (s.status != store::TuneStatus::kSearching) {
+  if (s.status != records::TuneStatus::kSearching) {
     os << "epochs: " << s.epochs_spent << " trained by the search; the full grid of the moves it "
        << "tried: " << s.grid_epochs << "\n";
   }

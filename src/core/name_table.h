@@ -1,4 +1,4 @@
-// One table of names for an enum class (core/words.h, store/records.h): the value -> word for
+// One table of names for an enum class (core/words.h, records/records.h): the value -> word for
 // writing and printing, the word -> value for reading, so the two directions cannot drift.
 //
 //   const NameTable<Dtype, 2> kDtype = {{{Dtype::kFp16, "fp16"}, {Dtype::kBf16, "bf16"}}};

@@ -10,7 +10,7 @@
 //
 // They live in core because the layers that need one value cannot include each other: the
 // config's typed sections (core/settings.h) and sweep blocks (core/sweep.h), the loss scaler
-// (amp/scaler.h) and the store's records (store/records.h, which neither amp nor any torch code
+// (amp/scaler.h) and the store's records (records/records.h, which neither amp nor any torch code
 // may reach from below). A value here carries no meaning: what an opt level does is apex's rule
 // and stays in amp/policy.h, which backend `auto` picks in amp/policy.h and dist/group.h, how a
 // prune rule decides in app/prune_rules.h.

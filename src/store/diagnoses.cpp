@@ -12,7 +12,7 @@ namespace amptune::store {
 
 using sql::Statement;
 
-void Store::record_diagnosis(const Diagnosis& d) {
+void Store::record_diagnosis(const records::Diagnosis& d) {
   const std::string action = "recording the diagnosis of epoch " + std::to_string(d.epoch) +
                              " of run " + std::to_string(d.run_id);
   detail::guarded_write(path_, db_, action, [&] {
@@ -76,7 +76,7 @@ std::vector<Store::ModuleError> Store::module_errors(const std::string& sweep) c
       ModuleError e;
       e.run_id = select.column_int(0);
       e.epoch = static_cast<int>(integer(1, "epoch", -1, detail::kMaxEpoch));
-      e.worst.kind = DiagnosticKind::kForward;
+      e.worst.kind = records::DiagnosticKind::kForward;
       e.worst.seq = static_cast<int>(integer(2, "seq", 0, detail::kMaxInt));
       e.worst.module = select.column_text(3);
       e.worst.dtype =

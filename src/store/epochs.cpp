@@ -31,7 +31,7 @@ void run_metric_insert(Statement& insert, const std::string& where, const std::s
     throw StoreError(where + ": metric name '" + name + "' is not allowed (" + error.what() +
                      "); metric names are lowercase identifiers [a-z][a-z0-9_]*, and lr, "
                      "train_loss, train_fps_*, epoch_seconds, skipped_samples, global_step "
-                     "go in their EpochRecord fields");
+                     "go in their records::EpochRecord fields");
   }
 }
 
@@ -65,7 +65,7 @@ std::optional<double> measured(double seconds) {
 
 }  // namespace
 
-void Store::record_epoch(const EpochRecord& record) {
+void Store::record_epoch(const records::EpochRecord& record) {
   const std::string action = "recording epoch " + std::to_string(record.epoch) + " of run " +
                              std::to_string(record.run_id);
   guarded_write(path_, db_, action, [&] {
@@ -88,11 +88,11 @@ void Store::record_epoch(const EpochRecord& record) {
                     record.train_fps_mean, record.train_fps_min, record.train_fps_max,
                     record.epoch_seconds, record.skipped_samples, now, record.profile_trace);
     if (record.checkpoint) {  // else NULL, as the times below
-      const CheckpointFile& c = *record.checkpoint;
+      const records::CheckpointFile& c = *record.checkpoint;
       insert.bind(13, c.path).bind(14, c.bytes).bind(15, c.sha256);
     }
     if (record.times) {
-      const EpochTimes& t = *record.times;
+      const records::EpochTimes& t = *record.times;
       insert.bind(16, t.data_wait).bind(17, t.forward).bind(18, t.backward);
       insert.bind(19, t.optimizer).bind(20, t.eval).bind(21, t.checkpoint);
       insert.bind(22, measured(t.db)).bind(23, measured(t.startup));
@@ -119,9 +119,9 @@ namespace {
 
 // A loss_scale_events row of `path` from "global_step, scale, reason, rowid" starting at column
 // `at`, its numbers checked as they are read.
-ScaleEvent read_scale_event(const std::string& path, const Statement& row, int at) {
+records::ScaleEvent read_scale_event(const std::string& path, const Statement& row, int at) {
   const int64_t rowid = row.column_int(at + 3);
-  return ScaleEvent{detail::int_column(path, row, at, {"loss_scale_events", rowid, "global_step"},
+  return records::ScaleEvent{detail::int_column(path, row, at, {"loss_scale_events", rowid, "global_step"},
                                        0, detail::kMaxInt64),
                     detail::real_column(path, row, at + 1, {"loss_scale_events", rowid, "scale"}),
                     detail::word_column(path, {"loss_scale_events", rowid, "reason"},
@@ -130,7 +130,7 @@ ScaleEvent read_scale_event(const std::string& path, const Statement& row, int a
 
 }  // namespace
 
-std::vector<ScaleEvent> Store::scale_events(int64_t run_id) const {
+std::vector<records::ScaleEvent> Store::scale_events(int64_t run_id) const {
   return guarded(path_, "reading loss-scale events of run " + std::to_string(run_id), [&] {
     Statement select(db_,
                      "SELECT global_step, scale, reason, rowid FROM loss_scale_events WHERE "
@@ -155,7 +155,7 @@ constexpr const char* kEpochColumns =
 
 // An epochs row of `path` (without its metrics) from kEpochColumns, starting at column `at`, its
 // numbers checked as they are read (detail::int_column, real_column).
-EpochRow read_epoch(const std::string& path, const Statement& select, int at) {
+records::EpochRow read_epoch(const std::string& path, const Statement& select, int at) {
   auto cell = [&](const char* column) {
     return detail::Cell{"epochs", select.column_int(at + 23), column};
   };
@@ -165,7 +165,7 @@ EpochRow read_epoch(const std::string& path, const Statement& select, int at) {
   auto real = [&](int column, const char* name) {
     return detail::real_column(path, select, at + column, cell(name));
   };
-  EpochRow row;
+  records::EpochRow row;
   row.epoch = static_cast<int>(integer(0, "epoch", detail::kMaxEpoch));
   row.global_step = integer(1, "global_step", detail::kMaxInt64);
   row.lr = real(2, "lr");
@@ -178,7 +178,7 @@ EpochRow read_epoch(const std::string& path, const Statement& select, int at) {
   if (!select.is_null(at + 9) && select.is_null(at + 12)) {
     const int64_t bytes =
         select.is_null(at + 10) ? 0 : integer(10, "checkpoint_bytes", detail::kMaxInt64);
-    row.checkpoint = CheckpointFile{select.column_text(at + 9), bytes, select.column_text(at + 11)};
+    row.checkpoint = records::CheckpointFile{select.column_text(at + 9), bytes, select.column_text(at + 11)};
   }
   row.recorded_at = select.column_text(at + 13);
   if (!select.is_null(at + 14)) {
@@ -188,7 +188,7 @@ EpochRow read_epoch(const std::string& path, const Statement& select, int at) {
     auto seconds = [&](int column) {
       return select.is_null(at + column) ? -1.0 : real(column, names[column - 14]);
     };
-    row.times = EpochTimes{seconds(14), seconds(15), seconds(16), seconds(17),
+    row.times = records::EpochTimes{seconds(14), seconds(15), seconds(16), seconds(17),
                            seconds(18), seconds(19), seconds(20), seconds(21)};
   }
   if (!select.is_null(at + 22)) row.profile_trace = select.column_text(at + 22);
@@ -219,13 +219,13 @@ auto group_by_run(Statement& select, Read read)
 
 }  // namespace
 
-std::vector<EpochRow> Store::epochs(int64_t run_id) const {
+std::vector<records::EpochRow> Store::epochs(int64_t run_id) const {
   return guarded(path_, "reading epochs of run " + std::to_string(run_id), [&] {
     Statement select(db_,
                      std::string("SELECT ") + kEpochColumns +
                          " FROM epochs e WHERE e.run_id = ? ORDER BY e.epoch",
                      run_id);
-    std::vector<EpochRow> rows =
+    std::vector<records::EpochRow> rows =
         sql::read_rows(select, [&](const Statement& row) { return read_epoch(path_, row, 0); });
     Statement metrics(db_,
                       "SELECT epoch, name, value, rowid FROM metrics WHERE run_id = ? "
@@ -246,7 +246,7 @@ std::vector<EpochRow> Store::epochs(int64_t run_id) const {
   });
 }
 
-std::vector<std::pair<int64_t, std::vector<EpochRow>>> Store::timed_epochs(const std::string& sweep,
+std::vector<std::pair<int64_t, std::vector<records::EpochRow>>> Store::timed_epochs(const std::string& sweep,
                                                                            size_t max_runs) const {
   return guarded(path_, "reading the epoch times of sweep '" + sweep + "'", [&] {
     // The first max_runs runs (in runs(sweep)'s order) with a breakdown or a trace, then their
@@ -263,7 +263,7 @@ std::vector<std::pair<int64_t, std::vector<EpochRow>>> Store::timed_epochs(const
   });
 }
 
-std::vector<std::pair<int64_t, std::vector<ScaleEvent>>> Store::scale_events(
+std::vector<std::pair<int64_t, std::vector<records::ScaleEvent>>> Store::scale_events(
     const std::string& sweep, size_t max_runs) const {
   return guarded(path_, "reading the loss-scale events of sweep '" + sweep + "'", [&] {
     Statement select(db_,
@@ -278,7 +278,7 @@ std::vector<std::pair<int64_t, std::vector<ScaleEvent>>> Store::scale_events(
   });
 }
 
-std::vector<CheckpointFile> Store::truncate_after(int64_t run_id, int epoch) {
+std::vector<records::CheckpointFile> Store::truncate_after(int64_t run_id, int epoch) {
   const std::string action =
       "dropping epochs after " + std::to_string(epoch) + " of run " + std::to_string(run_id);
   return guarded_write(path_, db_, action, [&] {
@@ -288,8 +288,8 @@ std::vector<CheckpointFile> Store::truncate_after(int64_t run_id, int epoch) {
                      "WHERE run_id = ? AND epoch > ? AND checkpoint_path IS NOT NULL "
                      "AND checkpoint_deleted_at IS NULL ORDER BY epoch",
                      run_id, epoch);
-    const std::vector<CheckpointFile> files = sql::read_rows(select, [](const Statement& row) {
-      return CheckpointFile{row.column_text(0), row.column_int(1), row.column_text(2)};
+    const std::vector<records::CheckpointFile> files = sql::read_rows(select, [](const Statement& row) {
+      return records::CheckpointFile{row.column_text(0), row.column_int(1), row.column_text(2)};
     });
     sql::run(db_, "DELETE FROM epochs WHERE run_id = ? AND epoch > ?", run_id, epoch);
     return files;

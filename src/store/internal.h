@@ -88,7 +88,7 @@ struct Cell {
 };
 // StoreError "<path>: table T, row R, column C <what>; ..." for a value amptune never writes.
 [[noreturn]] void bad_value(const std::string& path, const Cell& cell, const std::string& what);
-// The word `text` of `cell` as `parse` reads it (store/records.h parse_*: an enum-like column);
+// The word `text` of `cell` as `parse` reads it (records/records.h parse_*: an enum-like column);
 // bad_value when it is none of the words amptune writes there.
 template <class Parse>
 auto word_column(const std::string& path, const Cell& cell, const std::string& text, Parse parse) {

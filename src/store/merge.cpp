@@ -188,7 +188,7 @@ struct Copy {
   int64_t id = 0;
   std::string name, status, started_at, last_recorded;
   int epochs = 0;
-  bool finished() const { return status == "done" || status == "diverged" || status == "pruned"; }
+  bool settled() const { return records::is_settled(records::parse_status(status)); }
   bool same_as(const Copy& o) const {
     return epochs == o.epochs && status == o.status && started_at == o.started_at &&
            last_recorded == o.last_recorded;
@@ -257,7 +257,7 @@ std::string absolute_normal(const std::string& path) {
 
 // The folders an input run's checkpoints may lie in: <checkpoint.dir>/<run id> from its config,
 // and <the input's default root>/<run id> (`layout`, train's rule).
-std::vector<std::string> own_checkpoint_dirs(const CheckpointLayout& layout,
+std::vector<std::string> own_checkpoint_dirs(const records::CheckpointLayout& layout,
                                              const std::string& input, int64_t run_id,
                                              const std::string& config_json) {
   const std::string id = std::to_string(run_id);
@@ -275,7 +275,7 @@ std::vector<std::string> own_checkpoint_dirs(const CheckpointLayout& layout,
 
 // Whether `path` is a checkpoint file amptune could have written into one of `dirs`: directly in
 // it, with a checkpoint's name (`layout`).
-bool own_checkpoint(const CheckpointLayout& layout, const std::string& path,
+bool own_checkpoint(const records::CheckpointLayout& layout, const std::string& path,
                     const std::vector<std::string>& dirs) {
   const fs::path file(absolute_normal(path));
   if (!layout.is_checkpoint_name(file.filename().string())) return false;
@@ -286,12 +286,12 @@ bool own_checkpoint(const CheckpointLayout& layout, const std::string& path,
 // The merge into one target connection, input after input, inside the caller's transaction.
 class Merger {
  public:
-  Merger(sqlite3* db, std::string path, MergeReport& report, const CheckpointLayout& layout)
+  Merger(sqlite3* db, std::string path, records::MergeReport& report, const records::CheckpointLayout& layout)
       : db_(db), path_(std::move(path)), report_(report), layout_(layout) {}
 
-  MergeCount merge(const std::string& input, int version) {
+  records::MergeCount merge(const std::string& input, int version) {
     Input in(input);
-    MergeCount count;
+    records::MergeCount count;
     count.path = input;
     count.schema_version = version;
     reading_input(input, "reading it", [&] {
@@ -348,7 +348,7 @@ class Merger {
 
   // Input sweep id -> target sweep id. A sweep is found by name; its description and YAML are
   // taken from the input when the input's copy was updated later.
-  std::unordered_map<int64_t, int64_t> merge_sweeps(sqlite3* in, MergeCount& count) {
+  std::unordered_map<int64_t, int64_t> merge_sweeps(sqlite3* in, records::MergeCount& count) {
     const auto names = shared_columns(target_columns("sweeps"), columns_of(in, "sweeps"), {"id"});
     std::unordered_map<int64_t, int64_t> ids;
     Statement select(in, "SELECT id, " + column_list(names) + " FROM sweeps ORDER BY id");
@@ -425,7 +425,7 @@ class Merger {
 
   // The input's runs into the target (RunMerge); sets copied_ for copy_children.
   void merge_runs(sqlite3* in, const std::string& input,
-                  const std::unordered_map<int64_t, int64_t>& sweeps, MergeCount& count,
+                  const std::unordered_map<int64_t, int64_t>& sweeps, records::MergeCount& count,
                   int version);
 
   // For prune_decisions (columns `names`): compared_json checked (detail::compared_runs) and its
@@ -451,7 +451,7 @@ class Merger {
 
   // run_params, epochs (with their checkpoint references), metrics, loss-scale events, initial
   // metrics and diagnoses of the copied runs; tables before the tables that reference them.
-  void copy_children(sqlite3* in, const std::string& input, MergeCount& count) {
+  void copy_children(sqlite3* in, const std::string& input, records::MergeCount& count) {
     const auto& copied = copied_;
     // Each copied input run's own checkpoint folders (own_checkpoint_dirs).
     std::unordered_map<int64_t, std::vector<std::string>> own_dirs;
@@ -500,8 +500,8 @@ class Merger {
 
   sqlite3* db_;
   std::string path_;
-  MergeReport& report_;
-  const CheckpointLayout& layout_;  // where input runs keep their checkpoints (train's rule)
+  records::MergeReport& report_;
+  const records::CheckpointLayout& layout_;  // where input runs keep their checkpoints (train's rule)
   std::map<std::string, std::vector<Column>> target_columns_;
   // Target runs written by this merge -> the input their copy came from (for conflicts).
   std::unordered_map<int64_t, std::string> origins_;
@@ -553,7 +553,7 @@ std::string input_runs_sql(const std::vector<Column>& input,
 class Merger::RunMerge {
  public:
   RunMerge(Merger& merger, sqlite3* in, const std::string& input,
-           const std::unordered_map<int64_t, int64_t>& sweeps, MergeCount& count, int version)
+           const std::unordered_map<int64_t, int64_t>& sweeps, records::MergeCount& count, int version)
       : merger_(merger),
         input_(input),
         sweeps_(sweeps),
@@ -644,15 +644,15 @@ class Merger::RunMerge {
   }
 
   // Two different copies of one cell: the one with more epochs is kept, at equal epochs a
-  // finished one over an unfinished one, else the target's. Reports the conflict; true when the
+  // settled one (records::is_settled) over one that is not, else the target's. Reports the conflict; true when the
   // input's copy is kept.
   bool settle_conflict(const Copy& mine, const Copy& theirs) {
     const bool take = mine.epochs > theirs.epochs ||
-                      (mine.epochs == theirs.epochs && mine.finished() && !theirs.finished());
+                      (mine.epochs == theirs.epochs && mine.settled() && !theirs.settled());
     const auto origin = merger_.origins_.find(theirs.id);
     const std::string their_file =
         origin == merger_.origins_.end() ? merger_.path_ : origin->second;
-    MergeConflict conflict;
+    records::MergeConflict conflict;
     conflict.run = take ? mine.name : theirs.name;
     conflict.kept_from = take ? input_ : their_file;
     conflict.dropped_from = take ? their_file : input_;
@@ -724,7 +724,7 @@ class Merger::RunMerge {
   Merger& merger_;
   const std::string& input_;
   const std::unordered_map<int64_t, int64_t>& sweeps_;  // input sweep id -> target sweep id
-  MergeCount& count_;
+  records::MergeCount& count_;
   const int version_;
   const std::vector<Column>& target_;
   const std::vector<Column> input_columns_;
@@ -742,7 +742,7 @@ class Merger::RunMerge {
 };
 
 void Merger::merge_runs(sqlite3* in, const std::string& input,
-                        const std::unordered_map<int64_t, int64_t>& sweeps, MergeCount& count,
+                        const std::unordered_map<int64_t, int64_t>& sweeps, records::MergeCount& count,
                         int version) {
   RunMerge runs(*this, in, input, sweeps, count, version);
   copied_ = runs.merge();
@@ -1032,7 +1032,7 @@ int check_merge_input(const std::string& path) {
   });
 }
 
-MergeReport Store::merge(const std::vector<std::string>& inputs, const CheckpointLayout& layout) {
+records::MergeReport Store::merge(const std::vector<std::string>& inputs, const records::CheckpointLayout& layout) {
   std::vector<int> versions;
   for (const std::string& input : inputs) {
     std::error_code ec;
@@ -1041,7 +1041,7 @@ MergeReport Store::merge(const std::vector<std::string>& inputs, const Checkpoin
     }
     versions.push_back(check_merge_input(input));
   }
-  MergeReport report;
+  records::MergeReport report;
   detail::guarded(path_, "merging into it", [&] {
     sql::write_transaction(db_, [&] {
       Merger merger(db_, path_, report, layout);

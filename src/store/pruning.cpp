@@ -14,7 +14,7 @@ using sql::Statement;
 
 namespace {
 
-void insert_decision(sqlite3* db, const PruneDecisionRow& d) {
+void insert_decision(sqlite3* db, const records::PruneDecisionRow& d) {
   sql::run(db,
            "INSERT INTO prune_decisions (run_id, epoch, action, rule, metric, rung, value, "
            "threshold, compared_json, reason, decided_at) "
@@ -25,9 +25,9 @@ void insert_decision(sqlite3* db, const PruneDecisionRow& d) {
 
 }  // namespace
 
-void Store::prune_run(const PruneDecisionRow& decision) {
+void Store::prune_run(const records::PruneDecisionRow& decision) {
   const std::string action = "pruning run " + std::to_string(decision.run_id);
-  if (decision.action != PruneAction::kStop) {
+  if (decision.action != records::PruneAction::kStop) {
     throw StoreError(path_ + ": " + action + ": a run is pruned by a decision to stop");
   }
   detail::guarded_write(path_, db_, action, [&] {
@@ -40,9 +40,9 @@ void Store::prune_run(const PruneDecisionRow& decision) {
   });
 }
 
-bool Store::prune_pending_run(const PruneDecisionRow& decision) {
+bool Store::prune_pending_run(const records::PruneDecisionRow& decision) {
   const std::string action = "pruning run " + std::to_string(decision.run_id);
-  if (decision.action != PruneAction::kStop) {
+  if (decision.action != records::PruneAction::kStop) {
     throw StoreError(path_ + ": " + action + ": a run is pruned by a decision to stop");
   }
   return detail::guarded_write(path_, db_, action, [&] {
@@ -58,9 +58,9 @@ bool Store::prune_pending_run(const PruneDecisionRow& decision) {
   });
 }
 
-bool Store::promote_run(const PruneDecisionRow& decision) {
+bool Store::promote_run(const records::PruneDecisionRow& decision) {
   const std::string action = "continuing pruned run " + std::to_string(decision.run_id);
-  if (decision.action != PruneAction::kContinue) {
+  if (decision.action != records::PruneAction::kContinue) {
     throw StoreError(path_ + ": " + action + ": a pruned run continues by a decision to continue");
   }
   return detail::guarded_write(path_, db_, action, [&] {
@@ -82,13 +82,13 @@ constexpr int64_t kIntMax = std::numeric_limits<int>::max();
 
 // A prune_decisions row of `path` (id, run_id, epoch, action, rule, metric, rung, value,
 // threshold, compared_json, reason, decided_at), its numbers and JSON checked as they are read.
-PruneDecisionRow read_decision(const std::string& path, const Statement& row) {
+records::PruneDecisionRow read_decision(const std::string& path, const Statement& row) {
   const int64_t id = row.column_int(0);
   auto cell = [&](const char* column) { return detail::Cell{"prune_decisions", id, column}; };
-  PruneDecisionRow d;
+  records::PruneDecisionRow d;
   d.run_id = row.column_int(1);
   d.epoch = static_cast<int>(detail::int_column(path, row, 2, cell("epoch"), 0, kIntMax));
-  d.action = detail::word_column(path, cell("action"), row.column_text(3), parse_prune_action);
+  d.action = detail::word_column(path, cell("action"), row.column_text(3), records::parse_prune_action);
   d.rule = detail::word_column(path, cell("rule"), row.column_text(4), parse_prune_rule);
   d.metric = row.column_text(5);
   d.rung = row.is_null(6)
@@ -105,7 +105,7 @@ PruneDecisionRow read_decision(const std::string& path, const Statement& row) {
 
 }  // namespace
 
-std::vector<PruneDecisionRow> Store::prune_decisions(int64_t run_id) const {
+std::vector<records::PruneDecisionRow> Store::prune_decisions(int64_t run_id) const {
   return detail::guarded(
       path_, "reading the prune decisions of run " + std::to_string(run_id), [&] {
         Statement select(db_,

@@ -142,10 +142,10 @@ constexpr const char* kRunSelect =
     "FROM runs r JOIN sweeps s ON s.id = r.sweep_id ";
 
 // The status in column `column` of run `id`'s row; bad_value for a word amptune never writes.
-RunStatus status_of(const std::string& path, const Statement& row, int column, int64_t id) {
+records::RunStatus status_of(const std::string& path, const Statement& row, int column, int64_t id) {
   const std::string text = row.column_text(column);
   try {
-    return parse_status(text);
+    return records::parse_status(text);
   } catch (const StoreError&) {
     detail::bad_value(path, {"runs", id, "status"},
                       "holds '" + log::clipped(text, 40) + "', not a run status (pending, "
@@ -164,7 +164,7 @@ int64_t run_id_of(const Statement& row) {
 // The JSON columns of a run read from `path`, checked to be what amptune writes: config_json,
 // axes_json and a fork's overrides JSON objects, summary_json JSON when there is one. Every
 // reader of runs gets them so (compare, report, tune, show), so none parses them unchecked.
-void check_run_json(const std::string& path, const RunRow& run) {
+void check_run_json(const std::string& path, const records::RunRow& run) {
   auto object = [&](const char* column, const std::string& text) {
     detail::json_object_column(path, {"runs", run.id, column}, text);
   };
@@ -179,7 +179,7 @@ void check_run_json(const std::string& path, const RunRow& run) {
 }
 
 // The columns of a fork (read_run found its parent_run_id).
-void read_fork_columns(const std::string& path, const Statement& row, RunRow& run) {
+void read_fork_columns(const std::string& path, const Statement& row, records::RunRow& run) {
   for (int column = 0; column < row.column_count(); ++column) {
     const std::string name = lower(row.column_name(column));
     if (name == "parent_epoch") {
@@ -196,7 +196,7 @@ void read_fork_columns(const std::string& path, const Statement& row, RunRow& ru
 }
 
 // The columns of the process that holds a run (read_run found its claim_pid).
-void read_holder_columns(const Statement& row, RunRow& run) {
+void read_holder_columns(const Statement& row, records::RunRow& run) {
   for (int column = 0; column < row.column_count(); ++column) {
     const std::string name = lower(row.column_name(column));
     if (name == "claim_machine") run.holder->machine = row.column_text(column);
@@ -207,7 +207,7 @@ void read_holder_columns(const Statement& row, RunRow& run) {
 // A text column of the run's provenance (who ran it, where, with what) into `p`; false for
 // another column.
 bool read_provenance_text(const std::string& name, const Statement& row, int column,
-                          Provenance& p) {
+                          records::Provenance& p) {
   std::string* field = name == "amptune_version" ? &p.amptune_version
                        : name == "git_commit"    ? &p.git_commit
                        : name == "torch_version" ? &p.torch_version
@@ -221,9 +221,9 @@ bool read_provenance_text(const std::string& name, const Statement& row, int col
   return field != nullptr;
 }
 
-RunRow read_run(const std::string& path, const Statement& row,
+records::RunRow read_run(const std::string& path, const Statement& row,
                 const SettingColumns& setting_columns) {
-  RunRow run;
+  records::RunRow run;
   run.id = run_id_of(row);
   // An INTEGER column of this run in [min, max] (detail::int_column).
   auto number = [&](int column, int64_t min, int64_t max) {
@@ -303,7 +303,7 @@ RunRow read_run(const std::string& path, const Statement& row,
 
 // The run kRunSelect + `where` finds with `key` bound to ?1, if any.
 template <class Key>
-std::optional<RunRow> select_run(sqlite3* db, const std::string& path,
+std::optional<records::RunRow> select_run(sqlite3* db, const std::string& path,
                                  const SettingColumns& setting_columns, const char* where,
                                  const Key& key) {
   Statement select(db, std::string(kRunSelect) + where, key);
@@ -314,7 +314,7 @@ std::optional<RunRow> select_run(sqlite3* db, const std::string& path,
 // The run of `sweep_id` that `spec` identifies: the one with its identity, else a run recorded
 // before data fingerprints (migration 12) whose config hash is spec.config_key and whose data
 // are not yet known (it takes spec's fingerprint when ensure_run updates it) or are spec's.
-std::optional<int64_t> find_identity(sqlite3* db, int64_t sweep_id, const RunSpec& spec) {
+std::optional<int64_t> find_identity(sqlite3* db, int64_t sweep_id, const records::RunSpec& spec) {
   const char* by_identity = "SELECT id FROM runs WHERE sweep_id = ? AND config_hash = ?";
   if (auto id = sql::query_one<int64_t>(db, by_identity, sweep_id, spec.config_hash)) return id;
   if (spec.config_key.empty() || spec.config_key == spec.config_hash) return std::nullopt;
@@ -332,7 +332,7 @@ std::optional<int64_t> find_identity(sqlite3* db, int64_t sweep_id, const RunSpe
 // status -> running with this process as the holder: started_at kept (set when unset),
 // heartbeat now, message and finished_at cleared, provenance stored.
 void mark_running_by_this_process(sqlite3* db, const std::string& now, int64_t run_id,
-                                  const Provenance& p) {
+                                  const records::Provenance& p) {
   const ProcessIdentity self = current_process();
   sql::run(db,
            "UPDATE runs SET status = 'running', started_at = COALESCE(started_at, ?1), "
@@ -395,7 +395,7 @@ void require_holder(sqlite3* db, const std::string& path, int64_t run_id,
                     const std::string& action) {
   const Holding h = read_holding(db, path, run_id, action);
   if (!h.holder || *h.holder == current_process()) return;
-  throw ClaimLostError(path + ": " + action + ": run " + std::to_string(run_id) +
+  throw records::ClaimLostError(path + ": " + action + ": run " + std::to_string(run_id) +
                        " was taken over by process " + std::to_string(h.holder->pid) + " on " +
                        (h.host.empty() ? "another host" : h.host) +
                        " (this process was presumed dead); this process stops working on it");
@@ -421,7 +421,7 @@ struct CheckedSpec {
   std::vector<std::pair<std::string, json>> settings;
 };
 
-CheckedSpec check_spec(const RunSpec& spec, const SettingColumns& setting_columns,
+CheckedSpec check_spec(const records::RunSpec& spec, const SettingColumns& setting_columns,
                        int schema_version, const std::function<void(const std::string&)>& fail) {
   if (spec.config_hash.size() < 8) {
     fail("config_hash '" + spec.config_hash + "' is shorter than 8 characters");
@@ -470,7 +470,7 @@ CheckedSpec check_spec(const RunSpec& spec, const SettingColumns& setting_column
 // The run's metric directions into metric_info (RunSpec::metric_directions), inside the
 // caller's transaction: new names inserted; a name held with the other direction is a
 // ConfigError naming both.
-void record_metric_directions(sqlite3* db, const RunSpec& spec) {
+void record_metric_directions(sqlite3* db, const records::RunSpec& spec) {
   Statement known(db, "SELECT higher_is_better FROM metric_info WHERE name = ?");
   Statement insert(db,
                    "INSERT INTO metric_info (name, higher_is_better, description) "
@@ -493,7 +493,7 @@ void record_metric_directions(sqlite3* db, const RunSpec& spec) {
 
 }  // namespace
 
-RunRow Store::ensure_run(int64_t sweep_id, const RunSpec& spec) {
+records::RunRow Store::ensure_run(int64_t sweep_id, const records::RunSpec& spec) {
   const std::string what = "creating run " + std::to_string(spec.cell_index) + " of sweep " +
                            (spec.sweep_name.empty() ? std::to_string(sweep_id) : spec.sweep_name);
   auto fail = [&](const std::string& why) -> void {
@@ -567,12 +567,12 @@ RunRow Store::ensure_run(int64_t sweep_id, const RunSpec& spec) {
   });
 }
 
-std::optional<RunRow> Store::find_run(int64_t id) const {
+std::optional<records::RunRow> Store::find_run(int64_t id) const {
   return guarded(path_, "reading run " + std::to_string(id),
                  [&] { return select_run(db_, path_, setting_columns_, "WHERE r.id = ?", id); });
 }
 
-std::optional<RunRow> Store::find_run(const std::string& id_or_name) const {
+std::optional<records::RunRow> Store::find_run(const std::string& id_or_name) const {
   if (all_digits(id_or_name) && id_or_name.size() < 19) return find_run(std::stoll(id_or_name));
   return guarded(path_, "reading run " + id_or_name,
                  [&] {
@@ -581,7 +581,7 @@ std::optional<RunRow> Store::find_run(const std::string& id_or_name) const {
                  });
 }
 
-std::vector<RunRow> Store::runs(const std::optional<std::string>& sweep_name) const {
+std::vector<records::RunRow> Store::runs(const std::optional<std::string>& sweep_name) const {
   return guarded(path_, "listing runs", [&] {
     Statement select(db_, std::string(kRunSelect) + (sweep_name ? "WHERE s.name = ? " : "") +
                               "ORDER BY s.id, r.cell_index, r.id");
@@ -593,7 +593,7 @@ std::vector<RunRow> Store::runs(const std::optional<std::string>& sweep_name) co
   });
 }
 
-std::vector<RunRow> Store::runs(const std::string& sweep_name, int64_t offset,
+std::vector<records::RunRow> Store::runs(const std::string& sweep_name, int64_t offset,
                                 int64_t limit) const {
   return guarded(path_, "listing runs of " + sweep_name, [&] {
     Statement select(db_,
@@ -640,7 +640,7 @@ std::vector<int> Store::fork_epochs(int64_t run_id) const {
 
 // --- holding a run ---------------------------------------------------------------------------
 
-void Store::mark_running(int64_t run_id, const Provenance& provenance) {
+void Store::mark_running(int64_t run_id, const records::Provenance& provenance) {
   const std::string action = "marking run " + std::to_string(run_id) + " running";
   guarded_write(path_, db_, action, [&] {
     require_run(db_, path_, run_id, action);
@@ -648,7 +648,7 @@ void Store::mark_running(int64_t run_id, const Provenance& provenance) {
   });
 }
 
-bool Store::claim_run(int64_t run_id, const Provenance& provenance, double stale_after_seconds,
+bool Store::claim_run(int64_t run_id, const records::Provenance& provenance, double stale_after_seconds,
                       bool retry_failed, bool continue_pruned, std::optional<int> epochs_seen) {
   const std::string action = "claiming run " + std::to_string(run_id);
   // In an IMMEDIATE transaction no other writer can interleave between the read and the write.
@@ -687,7 +687,7 @@ void Store::heartbeat(int64_t run_id) {
   });
 }
 
-void Store::record_run_work(int64_t run_id, const RunWork& work) {
+void Store::record_run_work(int64_t run_id, const records::RunWork& work) {
   const std::string action =
       "recording the training FLOPs and peak of run " + std::to_string(run_id);
   auto known = [](double value) { return value > 0 ? std::optional<double>(value) : std::nullopt; };
@@ -705,11 +705,11 @@ void Store::record_run_work(int64_t run_id, const RunWork& work) {
   });
 }
 
-void Store::finish_run(int64_t run_id, RunStatus status, const std::string& message,
+void Store::finish_run(int64_t run_id, records::RunStatus status, const std::string& message,
                        const std::string& summary_json) {
   const std::string action = "finishing run " + std::to_string(run_id) + " as " + to_string(status);
-  if (status == RunStatus::kPending || status == RunStatus::kRunning ||
-      status == RunStatus::kPruned) {
+  if (status == records::RunStatus::kPending || status == records::RunStatus::kRunning ||
+      status == records::RunStatus::kPruned) {
     throw StoreError(path_ + ": " + action +
                      ": a run finishes as done, failed, diverged or pruned (prune_run)");
   }

@@ -7,7 +7,7 @@
 //
 // Errors: StoreError whose message names the database file and what was being done.
 // Timestamps: ISO-8601 UTC with milliseconds ("2024-05-01T12:00:00.123Z"). NaN doubles are
-// stored as NULL and read back as NaN. The records it takes and returns: store/records.h.
+// stored as NULL and read back as NaN. The records it takes and returns: records/records.h.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +20,7 @@
 
 #include "core/error.h"
 #include "core/process.h"
-#include "store/records.h"
+#include "records/records.h"
 
 struct sqlite3;
 
@@ -71,15 +71,15 @@ class Store {
   // created with) and status; it takes spec.config_json, which differs from its own only in how
   // and where the run executes (schema `identity: never` and `content` keys), and
   // spec.data_fingerprint when it had none. spec.sweep_name, when set, must be the sweep's name.
-  RunRow ensure_run(int64_t sweep_id, const RunSpec& spec);
+  records::RunRow ensure_run(int64_t sweep_id, const records::RunSpec& spec);
 
-  std::optional<RunRow> find_run(int64_t id) const;
+  std::optional<records::RunRow> find_run(int64_t id) const;
   // By id ("12") or name ("quickstart/0-1a2b3c4d").
-  std::optional<RunRow> find_run(const std::string& id_or_name) const;
-  std::vector<RunRow> runs(const std::optional<std::string>& sweep_name = std::nullopt) const;
+  std::optional<records::RunRow> find_run(const std::string& id_or_name) const;
+  std::vector<records::RunRow> runs(const std::optional<std::string>& sweep_name = std::nullopt) const;
   // A page of runs(sweep_name): at most `limit` from the `offset`th (the live view's paged
   // table, which must not read 100,000 runs for 500); and how many runs the sweep has.
-  std::vector<RunRow> runs(const std::string& sweep_name, int64_t offset, int64_t limit) const;
+  std::vector<records::RunRow> runs(const std::string& sweep_name, int64_t offset, int64_t limit) const;
   int64_t run_count(const std::string& sweep_name) const;
   // Every sweep's run count, in one query (sweep name -> runs; a sweep without runs is 0).
   std::map<std::string, int64_t> run_counts() const;
@@ -92,7 +92,7 @@ class Store {
 
   // status -> running, started_at set when unset, provenance stored, heartbeat now, this
   // process the holder. Unconditional (an explicit request); workers use claim_run.
-  void mark_running(int64_t run_id, const Provenance& provenance);
+  void mark_running(int64_t run_id, const records::Provenance& provenance);
   // Atomically moves the run to running as mark_running does, but only when it is pending, or
   // failed and `retry_failed`, or running and its holder is gone:
   //  - a holder in this machine's pid space (ProcessIdentity::machine equal) is gone when its
@@ -107,35 +107,35 @@ class Store {
   // decided to train the run from a row read before (the runner's turn) does not win a run that
   // another process trained meanwhile and put back (stopped at --stop-after-epoch); it reads
   // the run again and decides on what it holds now.
-  bool claim_run(int64_t run_id, const Provenance& provenance, double stale_after_seconds,
+  bool claim_run(int64_t run_id, const records::Provenance& provenance, double stale_after_seconds,
                  bool retry_failed = false, bool continue_pruned = false,
                  std::optional<int> epochs_seen = std::nullopt);
   // The run's training FLOPs per sample and the peak of the devices that train it (RunWork;
   // migration 19), replacing what an earlier start wrote; figures <= 0 and empty texts are stored
   // as NULL. ClaimLostError when another process holds the run.
-  void record_run_work(int64_t run_id, const RunWork& work);
+  void record_run_work(int64_t run_id, const records::RunWork& work);
   // heartbeat_at = now. ClaimLostError when another process holds the run.
   void heartbeat(int64_t run_id);
   // status -> done / failed / diverged with a message (its first log::kMessageBytes kept) and
   // the final summary JSON (pruned: prune_run).
   // ClaimLostError when another process holds the run.
-  void finish_run(int64_t run_id, RunStatus status, const std::string& message,
+  void finish_run(int64_t run_id, records::RunStatus status, const std::string& message,
                   const std::string& summary_json);
 
   // status -> pruned with the decision's reason as message, and the decision (action "stop")
   // recorded, in one transaction. ClaimLostError when another process holds the run.
-  void prune_run(const PruneDecisionRow& decision);
+  void prune_run(const records::PruneDecisionRow& decision);
   // A pruned run the rule lets continue: status pruned -> pending (message: the reason) and the
   // decision (action "continue") recorded, in one transaction; false, writing nothing, when the
   // run is not pruned (another process promoted it first). StoreError when it does not exist.
-  bool promote_run(const PruneDecisionRow& decision);
+  bool promote_run(const records::PruneDecisionRow& decision);
   // A run no process holds now (status pending: stopped at an epoch on purpose) stopped by a
   // decision about it (amptune tune's rungs): status pruned with the decision recorded, in one
   // transaction, whoever held it last; false, writing nothing, when it is not pending (another
   // process pruned it first).
-  bool prune_pending_run(const PruneDecisionRow& decision);
+  bool prune_pending_run(const records::PruneDecisionRow& decision);
   // The run's decisions, oldest first.
-  std::vector<PruneDecisionRow> prune_decisions(int64_t run_id) const;
+  std::vector<records::PruneDecisionRow> prune_decisions(int64_t run_id) const;
 
   // --- Tuning (amptune tune; docs/TUNE.md). Every write here may be repeated by any process
   // running the same search: a row already there is left as it is (the search is a function of
@@ -143,19 +143,19 @@ class Store {
 
   // The search of row.sweep_id with row.block_json, created (status searching) when absent;
   // returns it as stored.
-  TuneSearchRow ensure_tune_search(const TuneSearchRow& row);
+  records::TuneSearchRow ensure_tune_search(const records::TuneSearchRow& row);
   // The searches of `sweep`, oldest first.
-  std::vector<TuneSearchRow> tune_searches(const std::string& sweep) const;
+  std::vector<records::TuneSearchRow> tune_searches(const std::string& sweep) const;
   // Sets status, answer, values, epochs, note and finished_at of search row.id.
-  void finish_tune_search(const TuneSearchRow& row);
-  void record_tune_round(const TuneRoundRow& round);              // kept when already there
-  void record_tune_candidate(const TuneCandidateRow& candidate);  // kept when already there
+  void finish_tune_search(const records::TuneSearchRow& row);
+  void record_tune_round(const records::TuneRoundRow& round);              // kept when already there
+  void record_tune_candidate(const records::TuneCandidateRow& candidate);  // kept when already there
   // Sets rung, value, reference_value and outcome of the candidate (search_id, round, seq).
-  void update_tune_candidate(const TuneCandidateRow& candidate);
-  std::vector<TuneRoundRow> tune_rounds(int64_t search_id) const;          // by round
-  std::vector<TuneCandidateRow> tune_candidates(int64_t search_id) const;  // by round, seq
+  void update_tune_candidate(const records::TuneCandidateRow& candidate);
+  std::vector<records::TuneRoundRow> tune_rounds(int64_t search_id) const;          // by round
+  std::vector<records::TuneCandidateRow> tune_candidates(int64_t search_id) const;  // by round, seq
   // The advice of the diagnosis of (run_id, epoch) in order; unset when there is none.
-  std::optional<std::vector<DiagnosisAdvice>> diagnosis_advice(int64_t run_id, int epoch) const;
+  std::optional<std::vector<records::DiagnosisAdvice>> diagnosis_advice(int64_t run_id, int epoch) const;
 
   // status -> pending with a message ("interrupted in epoch 3"; clipped so too): the run stopped
   // on purpose and continues from its last checkpoint. ClaimLostError when another process has it.
@@ -165,15 +165,15 @@ class Store {
   // run's heartbeat in the same transaction. Metric names are lowercase identifiers and must not
   // be columns of the epochs table (lr, train_loss, ...: use the EpochRecord fields).
   // ClaimLostError (nothing written) when another process holds the run.
-  void record_epoch(const EpochRecord& record);
+  void record_epoch(const records::EpochRecord& record);
   // Sets the db_seconds of an epoch already recorded (the time its record_epoch and retention
   // took, known only after them). ClaimLostError when another process holds the run.
   void set_epoch_db_seconds(int64_t run_id, int epoch, double seconds);
-  std::vector<EpochRow> epochs(int64_t run_id) const;
+  std::vector<records::EpochRow> epochs(int64_t run_id) const;
   // The epoch rows (without metrics) of the first `max_runs` runs of `sweep`, in the order of
   // runs(sweep), that have an epoch with a time breakdown (EpochTimes) or a profile trace, each
   // run with all its epochs: the report's time bars in one query, not one per run.
-  std::vector<std::pair<int64_t, std::vector<EpochRow>>> timed_epochs(const std::string& sweep,
+  std::vector<std::pair<int64_t, std::vector<records::EpochRow>>> timed_epochs(const std::string& sweep,
                                                                       size_t max_runs) const;
   // The evaluation of the run's initial weights (table initial_metrics, migration 9): replaces
   // every value the run had there, in one transaction. Names as in record_epoch's metrics.
@@ -184,30 +184,30 @@ class Store {
   std::map<std::string, double> initial_metrics(int64_t run_id) const;
   // The loss_scale_events of a run in step order (re-recording or truncating epochs drops
   // theirs).
-  std::vector<ScaleEvent> scale_events(int64_t run_id) const;
+  std::vector<records::ScaleEvent> scale_events(int64_t run_id) const;
   // The events of the first `max_runs` runs of `sweep` that have any, in the order of
   // runs(sweep), by global step: the report's loss-scale plot in one query, not one per run.
-  std::vector<std::pair<int64_t, std::vector<ScaleEvent>>> scale_events(const std::string& sweep,
+  std::vector<std::pair<int64_t, std::vector<records::ScaleEvent>>> scale_events(const std::string& sweep,
                                                                         size_t max_runs) const;
 
   // Drops epochs > `epoch` of a run (and their metrics) before it is resumed from `epoch`;
   // returns the checkpoint files those rows referenced so the caller can delete them.
   // ClaimLostError when another process holds the run.
-  std::vector<CheckpointFile> truncate_after(int64_t run_id, int epoch);
+  std::vector<records::CheckpointFile> truncate_after(int64_t run_id, int epoch);
   // The file of that epoch was deleted by retention: the epoch row keeps its metrics.
   void forget_checkpoint(int64_t run_id, int epoch);
 
   // Replaces the diagnosis of (run_id, epoch), its rows and advice, all or nothing. StoreError
   // when the run does not exist.
-  void record_diagnosis(const Diagnosis& diagnosis);
+  void record_diagnosis(const records::Diagnosis& diagnosis);
   // The forward rows of every diagnosis of the runs of `sweep`, worst over the batches per
   // module (min cosine, max of the others), ordered by run id, epoch, seq: the report's
   // per-module error plot. DiagnosticRow::batch holds the number of batches.
   struct ModuleError {
     int64_t run_id = 0;
     int epoch = 0;
-    double cosine_min = 0;  // the diagnosis's threshold (Diagnosis::cosine_min)
-    DiagnosticRow worst;
+    double cosine_min = 0;  // the diagnosis's threshold (records::Diagnosis::cosine_min)
+    records::DiagnosticRow worst;
   };
   std::vector<ModuleError> module_errors(const std::string& sweep) const;
 
@@ -230,7 +230,7 @@ class Store {
   //    as a checkpoint (`layout`: train's rule, given by app), is merged as deleted.
   // Throws StoreError naming the input (not SQLite, corrupt, newer schema, missing, two runs of
   // one name with different configs) or this database (cannot write).
-  MergeReport merge(const std::vector<std::string>& inputs, const CheckpointLayout& layout);
+  records::MergeReport merge(const std::vector<std::string>& inputs, const records::CheckpointLayout& layout);
 
   // "ok", or what PRAGMA integrity_check / foreign_key_check found.
   std::string integrity_check() const;

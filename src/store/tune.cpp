@@ -31,8 +31,8 @@ int int_of(const std::string& path, const Statement& row, int column, const deta
 }
 
 // A tune_searches row of `path` (kSearchColumns), its numbers and JSON checked as they are read.
-TuneSearchRow search_row(const std::string& path, const Statement& row) {
-  TuneSearchRow t;
+records::TuneSearchRow search_row(const std::string& path, const Statement& row) {
+  records::TuneSearchRow t;
   t.id = row.column_int(0);
   auto cell = [&](const char* column) { return detail::Cell{"tune_searches", t.id, column}; };
   t.sweep_id = row.column_int(1);
@@ -42,7 +42,7 @@ TuneSearchRow search_row(const std::string& path, const Statement& row) {
   t.higher_is_better = int_of(path, row, 4, cell("higher_is_better"), 0, 1) != 0;
   t.reference_run_id = row.column_int(5);
   t.start_run_id = row.column_int(6);
-  t.status = detail::word_column(path, cell("status"), row.column_text(7), parse_tune_status);
+  t.status = detail::word_column(path, cell("status"), row.column_text(7), records::parse_tune_status);
   t.answer_run_id = row.column_int(8);
   t.answer_yaml = row.column_text(9);
   t.answer_value = detail::real_column(path, row, 10, cell("answer_value"));
@@ -58,14 +58,14 @@ TuneSearchRow search_row(const std::string& path, const Statement& row) {
 
 // A tune_rounds row of `path` (search_id, round, kind, start_run_id, fork_epoch,
 // diagnosis_epoch, note, rowid), checked as it is read.
-TuneRoundRow round_row(const std::string& path, const Statement& row) {
+records::TuneRoundRow round_row(const std::string& path, const Statement& row) {
   auto cell = [&](const char* column) {
     return detail::Cell{"tune_rounds", row.column_int(7), column};
   };
-  TuneRoundRow r;
+  records::TuneRoundRow r;
   r.search_id = row.column_int(0);
   r.round = int_of(path, row, 1, cell("round"), 0, kMaxInt);
-  r.kind = detail::word_column(path, cell("kind"), row.column_text(2), parse_round_kind);
+  r.kind = detail::word_column(path, cell("kind"), row.column_text(2), records::parse_round_kind);
   r.start_run_id = row.column_int(3);
   r.fork_epoch = int_of(path, row, 4, cell("fork_epoch"), -1, kMaxEpoch);
   if (!row.is_null(5))
@@ -76,11 +76,11 @@ TuneRoundRow round_row(const std::string& path, const Statement& row) {
 
 // A tune_candidates row of `path` (the columns of Store::tune_candidates, rowid last), checked
 // as it is read: change_json a JSON object, the numbers in range.
-TuneCandidateRow candidate_row(const std::string& path, const Statement& row) {
+records::TuneCandidateRow candidate_row(const std::string& path, const Statement& row) {
   auto cell = [&](const char* column) {
     return detail::Cell{"tune_candidates", row.column_int(15), column};
   };
-  TuneCandidateRow c;
+  records::TuneCandidateRow c;
   c.search_id = row.column_int(0);
   c.round = int_of(path, row, 1, cell("round"), 0, kMaxInt);
   c.seq = int_of(path, row, 2, cell("seq"), 0, kMaxInt);
@@ -96,13 +96,13 @@ TuneCandidateRow candidate_row(const std::string& path, const Statement& row) {
   c.rung = int_of(path, row, 11, cell("rung"), -1, kMaxInt);  // -1: NULL, no rung yet
   c.value = detail::real_column(path, row, 12, cell("value"));
   c.reference_value = detail::real_column(path, row, 13, cell("reference_value"));
-  c.outcome = detail::word_column(path, cell("outcome"), row.column_text(14), parse_outcome);
+  c.outcome = detail::word_column(path, cell("outcome"), row.column_text(14), records::parse_outcome);
   return c;
 }
 
 }  // namespace
 
-TuneSearchRow Store::ensure_tune_search(const TuneSearchRow& row) {
+records::TuneSearchRow Store::ensure_tune_search(const records::TuneSearchRow& row) {
   const std::string action = "recording a tune search of sweep " + std::to_string(row.sweep_id);
   return detail::guarded_write(path_, db_, action, [&] {
     sql::run(db_,
@@ -121,7 +121,7 @@ TuneSearchRow Store::ensure_tune_search(const TuneSearchRow& row) {
   });
 }
 
-std::vector<TuneSearchRow> Store::tune_searches(const std::string& sweep) const {
+std::vector<records::TuneSearchRow> Store::tune_searches(const std::string& sweep) const {
   return detail::guarded(path_, "reading the tune searches of sweep " + sweep, [&] {
     Statement select(db_,
                      std::string("SELECT ") + kSearchColumns +
@@ -132,7 +132,7 @@ std::vector<TuneSearchRow> Store::tune_searches(const std::string& sweep) const 
   });
 }
 
-void Store::finish_tune_search(const TuneSearchRow& row) {
+void Store::finish_tune_search(const records::TuneSearchRow& row) {
   const std::string action = "recording the end of tune search " + std::to_string(row.id);
   detail::guarded_write(path_, db_, action, [&] {
     sql::run(db_,
@@ -145,7 +145,7 @@ void Store::finish_tune_search(const TuneSearchRow& row) {
   });
 }
 
-void Store::record_tune_round(const TuneRoundRow& r) {
+void Store::record_tune_round(const records::TuneRoundRow& r) {
   const std::string action = "recording round " + std::to_string(r.round) + " of tune search " +
                              std::to_string(r.search_id);
   detail::guarded_write(path_, db_, action, [&] {
@@ -157,7 +157,7 @@ void Store::record_tune_round(const TuneRoundRow& r) {
   });
 }
 
-void Store::record_tune_candidate(const TuneCandidateRow& c) {
+void Store::record_tune_candidate(const records::TuneCandidateRow& c) {
   const std::string action = "recording candidate " + std::to_string(c.seq) + " of round " +
                              std::to_string(c.round) + " of tune search " +
                              std::to_string(c.search_id);
@@ -174,7 +174,7 @@ void Store::record_tune_candidate(const TuneCandidateRow& c) {
   });
 }
 
-void Store::update_tune_candidate(const TuneCandidateRow& c) {
+void Store::update_tune_candidate(const records::TuneCandidateRow& c) {
   const std::string action = "recording the outcome of candidate " + std::to_string(c.seq) +
                              " of round " + std::to_string(c.round) + " of tune search " +
                              std::to_string(c.search_id);
@@ -187,7 +187,7 @@ void Store::update_tune_candidate(const TuneCandidateRow& c) {
   });
 }
 
-std::vector<TuneRoundRow> Store::tune_rounds(int64_t search_id) const {
+std::vector<records::TuneRoundRow> Store::tune_rounds(int64_t search_id) const {
   return detail::guarded(
       path_, "reading the rounds of tune search " + std::to_string(search_id), [&] {
         Statement select(db_,
@@ -199,7 +199,7 @@ std::vector<TuneRoundRow> Store::tune_rounds(int64_t search_id) const {
       });
 }
 
-std::vector<TuneCandidateRow> Store::tune_candidates(int64_t search_id) const {
+std::vector<records::TuneCandidateRow> Store::tune_candidates(int64_t search_id) const {
   return detail::guarded(
       path_, "reading the candidates of tune search " + std::to_string(search_id), [&] {
         Statement select(db_,
@@ -214,13 +214,13 @@ std::vector<TuneCandidateRow> Store::tune_candidates(int64_t search_id) const {
       });
 }
 
-std::optional<std::vector<DiagnosisAdvice>> Store::diagnosis_advice(int64_t run_id,
+std::optional<std::vector<records::DiagnosisAdvice>> Store::diagnosis_advice(int64_t run_id,
                                                                     int epoch) const {
   return detail::guarded(
       path_,
       "reading the diagnosis of epoch " + std::to_string(epoch) + " of run " +
           std::to_string(run_id),
-      [&]() -> std::optional<std::vector<DiagnosisAdvice>> {
+      [&]() -> std::optional<std::vector<records::DiagnosisAdvice>> {
         if (!sql::exists(db_, "SELECT 1 FROM diagnoses WHERE run_id = ? AND epoch = ?", run_id,
                          int64_t{epoch})) {
           return std::nullopt;
@@ -230,7 +230,7 @@ std::optional<std::vector<DiagnosisAdvice>> Store::diagnosis_advice(int64_t run_
                          "AND epoch = ? ORDER BY seq",
                          run_id, int64_t{epoch});
         return sql::read_rows(select, [](const Statement& row) {
-          return DiagnosisAdvice{row.column_text(0), row.column_text(1), row.column_text(2)};
+          return records::DiagnosisAdvice{row.column_text(0), row.column_text(1), row.column_text(2)};
         });
       });
 }

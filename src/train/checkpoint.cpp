@@ -492,7 +492,7 @@ void apply(const Contents& c, torch::nn::Module& model, torch::optim::Optimizer&
 // The position a file names must be the one its database row records: a file copied over
 // another's (another run's, an older epoch's) or written by hand must not move training to an
 // epoch or step the database does not know, nor to a negative one.
-void check_position(const CheckpointMeta& meta, const store::EpochRow& row,
+void check_position(const CheckpointMeta& meta, const records::EpochRow& row,
                     const std::string& origin) {
   if (meta.epoch == row.epoch && meta.global_step == row.global_step && meta.epoch >= 0 &&
       meta.global_step >= 0) {
@@ -508,7 +508,7 @@ void check_position(const CheckpointMeta& meta, const store::EpochRow& row,
 // Reads, checks (against `row` when given) and applies; every failure on the way is a
 // CheckpointError naming `origin`, but for a stop, which ends the run as interrupted.
 CheckpointMeta load_from(std::string_view bytes, const std::string& origin,
-                         const store::EpochRow* row, torch::nn::Module& model,
+                         const records::EpochRow* row, torch::nn::Module& model,
                          torch::optim::Optimizer& optimizer, const std::vector<std::string>& owners,
                          amp::Engine* amp) {
   const std::string what = "checkpoint " + origin + " cannot be read: ";
@@ -574,15 +574,15 @@ std::string checkpoint_bytes(const torch::nn::Module& model,
   return safetensors::serialize(state_tensors(model, optimizer, amp), metadata);
 }
 
-store::CheckpointFile save_checkpoint(const std::string& path, const torch::nn::Module& model,
+records::CheckpointFile save_checkpoint(const std::string& path, const torch::nn::Module& model,
                                       const torch::optim::Optimizer& optimizer,
                                       const CheckpointMeta& meta, const amp::Engine* amp) {
   const std::string bytes = checkpoint_bytes(model, optimizer, meta, amp);
   write_file_atomic(path, bytes);
-  return store::CheckpointFile{path, static_cast<int64_t>(bytes.size()), sha256_hex(bytes)};
+  return records::CheckpointFile{path, static_cast<int64_t>(bytes.size()), sha256_hex(bytes)};
 }
 
-std::vector<std::string> owner_hashes(const store::RunRow& run) {
+std::vector<std::string> owner_hashes(const records::RunRow& run) {
   std::vector<std::string> owners{run.config_hash};
   if (!run.legacy_config_hash.empty()) owners.push_back(run.legacy_config_hash);
   return owners;
@@ -594,13 +594,13 @@ CheckpointMeta load_checkpoint_bytes(const std::string& bytes, const std::string
   return load_from(bytes, origin, nullptr, model, optimizer, owners, amp);
 }
 
-CheckpointMeta load_checkpoint(const store::EpochRow& row, torch::nn::Module& model,
+CheckpointMeta load_checkpoint(const records::EpochRow& row, torch::nn::Module& model,
                                torch::optim::Optimizer& optimizer,
                                const std::vector<std::string>& owners, amp::Engine* amp) {
   if (!row.checkpoint) {
     throw CheckpointError("epoch " + std::to_string(row.epoch) + " has no checkpoint recorded");
   }
-  const store::CheckpointFile& expected = *row.checkpoint;
+  const records::CheckpointFile& expected = *row.checkpoint;
   const std::string& path = expected.path;
   const safetensors::MappedFile file(path, "checkpoint " + path,
                                      safetensors::Source::kCheckpoint);

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "store/records.h"
+#include "records/records.h"
 
 namespace amptune::amp {
 class Engine;
@@ -51,14 +51,14 @@ class LegacyCheckpointError : public CheckpointError {
 // `amp`, when given, adds the mixed-precision state (fp32 masters, loss scale and clean-step
 // counter). Throws EnvironmentError naming the path (e.g. disk full: exit code 9, an unwritable
 // output); no partial file is left behind.
-store::CheckpointFile save_checkpoint(const std::string& path, const torch::nn::Module& model,
+records::CheckpointFile save_checkpoint(const std::string& path, const torch::nn::Module& model,
                                       const torch::optim::Optimizer& optimizer,
                                       const CheckpointMeta& meta,
                                       const amp::Engine* amp = nullptr);
 
 // The config hashes a checkpoint of `run` may carry (its meta.config_hash): the run's identity,
 // and the identity it had before migration 12 re-hashed it, for checkpoints written before.
-std::vector<std::string> owner_hashes(const store::RunRow& run);
+std::vector<std::string> owner_hashes(const records::RunRow& run);
 
 // Loads the checkpoint file epoch row `row` names (row.checkpoint, which must be set). Maps the
 // file read-only, verifies size and sha256 against the row's (skipped when its sha256 is empty),
@@ -72,7 +72,7 @@ std::vector<std::string> owner_hashes(const store::RunRow& run);
 // empty; LibTorch errors and allocation failures included); LegacyCheckpointError for an
 // old-format file without the opt-in; RunStopped (train/phases.h) when a stop is requested while
 // the header is read. On an error before the load the model, optimizer and engine are unchanged.
-CheckpointMeta load_checkpoint(const store::EpochRow& row, torch::nn::Module& model,
+CheckpointMeta load_checkpoint(const records::EpochRow& row, torch::nn::Module& model,
                                torch::optim::Optimizer& optimizer,
                                const std::vector<std::string>& owners,
                                amp::Engine* amp = nullptr);

@@ -108,7 +108,7 @@ std::string parent_of(const std::string& name) {
 // The activation_overflow row of module `r`: keep it in fp32 (and, under O2/O3, its enclosing
 // module, since its output is cast back to the low-precision type). `evidence` follows the
 // share of overflowing outputs; `kept`: the modules in fp32 the overflow was seen with.
-store::DiagnosisAdvice overflow_row(const store::DiagnosticRow& r, const AdviceContext& c,
+records::DiagnosisAdvice overflow_row(const records::DiagnosticRow& r, const AdviceContext& c,
                                     const std::string& evidence,
                                     const std::vector<std::string>& kept = {}) {
   const std::string list = "amp.fp32_modules";
@@ -134,11 +134,11 @@ store::DiagnosisAdvice overflow_row(const store::DiagnosticRow& r, const AdviceC
 // the starts hid (c.hidden_overflows), in execution order. When no overflow is known to start
 // from finite input (an op outside every module overflowed, or inputs were not recorded),
 // `first`, the first module whose output overflows, as before.
-std::vector<store::DiagnosisAdvice> overflow_advice(const store::Diagnosis& d,
+std::vector<records::DiagnosisAdvice> overflow_advice(const records::Diagnosis& d,
                                                     const AdviceContext& c,
-                                                    const store::DiagnosticRow* first) {
-  std::vector<store::DiagnosisAdvice> out;
-  const std::vector<store::DiagnosticRow> starts = overflow_starts(d.rows);
+                                                    const records::DiagnosticRow* first) {
+  std::vector<records::DiagnosisAdvice> out;
+  const std::vector<records::DiagnosticRow> starts = overflow_starts(d.rows);
   if (starts.empty()) {
     if (first) out.push_back(overflow_row(*first, c, ""));
     return out;
@@ -153,10 +153,10 @@ std::vector<store::DiagnosisAdvice> overflow_advice(const store::Diagnosis& d,
 
 }  // namespace
 
-store::DiagnosticRow compare_tensors(const at::Tensor& reference, const at::Tensor& value,
+records::DiagnosticRow compare_tensors(const at::Tensor& reference, const at::Tensor& value,
                                      TensorDtype low_dtype, double scale) {
   torch::NoGradGuard no_grad;
-  store::DiagnosticRow row;
+  records::DiagnosticRow row;
   const torch::Tensor r = reference.detach().to(torch::kCPU, torch::kDouble).flatten();
   const torch::Tensor v = value.detach().to(torch::kCPU, torch::kDouble).flatten();
   if (r.numel() != v.numel()) {
@@ -202,13 +202,13 @@ store::DiagnosticRow compare_tensors(const at::Tensor& reference, const at::Tens
   return row;
 }
 
-std::vector<store::DiagnosticRow> worst_rows(const store::Diagnosis& d) {
+std::vector<records::DiagnosticRow> worst_rows(const records::Diagnosis& d) {
   // Keyed by the kind's word, so the order is cast, forward, gradient, as the table sorts it.
-  std::map<std::pair<std::string, int>, store::DiagnosticRow> worst;
+  std::map<std::pair<std::string, int>, records::DiagnosticRow> worst;
   for (const auto& r : d.rows) {
-    auto [it, added] = worst.try_emplace({store::to_string(r.kind), r.seq}, r);
+    auto [it, added] = worst.try_emplace({records::to_string(r.kind), r.seq}, r);
     if (added) continue;
-    store::DiagnosticRow& w = it->second;
+    records::DiagnosticRow& w = it->second;
     if (std::isnan(r.cosine) || r.cosine < w.cosine) w.cosine = r.cosine;
     for (auto [mine, theirs] : {std::pair{&w.max_abs_err, r.max_abs_err},
                                 {&w.max_rel_err, r.max_rel_err},
@@ -219,18 +219,18 @@ std::vector<store::DiagnosticRow> worst_rows(const store::Diagnosis& d) {
       if (theirs > *mine) *mine = theirs;
     }
   }
-  std::vector<store::DiagnosticRow> out;
+  std::vector<records::DiagnosticRow> out;
   out.reserve(worst.size());
   for (auto& [key, row] : worst) out.push_back(std::move(row));
   return out;
 }
 
-std::vector<store::DiagnosticRow> rows_by_severity(const store::Diagnosis& d) {
-  std::vector<store::DiagnosticRow> rows = worst_rows(d);
-  auto rank = [](const store::DiagnosticRow& r) {
+std::vector<records::DiagnosticRow> rows_by_severity(const records::Diagnosis& d) {
+  std::vector<records::DiagnosticRow> rows = worst_rows(d);
+  auto rank = [](const records::DiagnosticRow& r) {
     const bool overflows = r.overflow_frac > 0;
     return std::make_tuple(overflows ? 0 : 1,
-                           overflows && r.kind == store::DiagnosticKind::kForward ? 0 : 1,
+                           overflows && r.kind == records::DiagnosticKind::kForward ? 0 : 1,
                            overflows ? r.seq : 0, std::isnan(r.cosine) ? -2.0 : r.cosine);
   };
   std::stable_sort(rows.begin(), rows.end(),
@@ -238,23 +238,23 @@ std::vector<store::DiagnosticRow> rows_by_severity(const store::Diagnosis& d) {
   return rows;
 }
 
-std::optional<store::DiagnosticRow> first_divergence(const store::Diagnosis& d) {
+std::optional<records::DiagnosticRow> first_divergence(const records::Diagnosis& d) {
   for (const auto& w : worst_rows(d)) {  // forward rows come in seq order
-    if (w.kind == store::DiagnosticKind::kForward &&
+    if (w.kind == records::DiagnosticKind::kForward &&
         (!(w.cosine >= d.cosine_min) || w.overflow_frac > 0))
       return w;
   }
   return std::nullopt;
 }
 
-std::vector<store::DiagnosticRow> overflow_starts(const std::vector<store::DiagnosticRow>& rows) {
-  std::map<std::string, store::DiagnosticRow> by_module;  // the worst of its first call
+std::vector<records::DiagnosticRow> overflow_starts(const std::vector<records::DiagnosticRow>& rows) {
+  std::map<std::string, records::DiagnosticRow> by_module;  // the worst of its first call
   for (const auto& r : rows) {
-    if (r.kind != store::DiagnosticKind::kForward || !(r.overflow_frac > 0) ||
+    if (r.kind != records::DiagnosticKind::kForward || !(r.overflow_frac > 0) ||
         r.input_nonfinite_frac != 0)
       continue;
     auto [it, added] = by_module.try_emplace(r.module, r);
-    store::DiagnosticRow& w = it->second;
+    records::DiagnosticRow& w = it->second;
     if (added || r.seq > w.seq) continue;
     if (r.seq < w.seq) {
       w = r;
@@ -263,7 +263,7 @@ std::vector<store::DiagnosticRow> overflow_starts(const std::vector<store::Diagn
       w.batch = r.batch;
     }
   }
-  std::vector<store::DiagnosticRow> out;
+  std::vector<records::DiagnosticRow> out;
   for (const auto& [module, row] : by_module) {
     bool parent = false;  // of another start: it only contains the overflow
     for (const auto& [other, unused] : by_module) {
@@ -275,23 +275,23 @@ std::vector<store::DiagnosticRow> overflow_starts(const std::vector<store::Diagn
   return out;
 }
 
-std::vector<store::DiagnosisAdvice> advise(const store::Diagnosis& d, const AdviceContext& c) {
-  std::vector<store::DiagnosisAdvice> out;
+std::vector<records::DiagnosisAdvice> advise(const records::Diagnosis& d, const AdviceContext& c) {
+  std::vector<records::DiagnosisAdvice> out;
   const std::string list = "amp.fp32_modules";
   // 1. Where activations overflow: every start (overflow_starts) and those it hid.
-  const store::DiagnosticRow* overflow = nullptr;  // the first in execution order
+  const records::DiagnosticRow* overflow = nullptr;  // the first in execution order
   for (const auto& r : d.rows) {
-    if (r.kind == store::DiagnosticKind::kForward && r.overflow_frac > 0 &&
+    if (r.kind == records::DiagnosticKind::kForward && r.overflow_frac > 0 &&
         (!overflow || r.seq < overflow->seq)) {
       overflow = &r;
     }
   }
   for (auto& advice : overflow_advice(d, c, overflow)) out.push_back(std::move(advice));
   // 2. Scaled gradients: underflow (the worst parameter) and overflow.
-  const store::DiagnosticRow* under = nullptr;
-  const store::DiagnosticRow* over = nullptr;
+  const records::DiagnosticRow* under = nullptr;
+  const records::DiagnosticRow* over = nullptr;
   for (const auto& r : d.rows) {
-    if (r.kind != store::DiagnosticKind::kGradient) continue;
+    if (r.kind != records::DiagnosticKind::kGradient) continue;
     if (r.underflow_frac > 0.01 && (!under || r.underflow_frac > under->underflow_frac)) under = &r;
     if (r.overflow_frac > 0 && !over) over = &r;
   }
@@ -318,7 +318,7 @@ std::vector<store::DiagnosisAdvice> advise(const store::Diagnosis& d, const Advi
   // 3. BatchNorm in low precision that departs.
   if (c.batchnorm_low) {
     for (const auto& r : d.rows) {
-      if (r.kind == store::DiagnosticKind::kForward && c.batchnorm_modules.count(r.module) &&
+      if (r.kind == records::DiagnosticKind::kForward && c.batchnorm_modules.count(r.module) &&
           !(r.cosine >= d.cosine_min)) {
         out.push_back({"batchnorm_low_precision", r.module,
                        "BatchNorm " + r.module + " runs in " + to_string(c.dtype) +
@@ -330,7 +330,7 @@ std::vector<store::DiagnosisAdvice> advise(const store::Diagnosis& d, const Advi
   }
   // 4. The first module that departs without overflowing.
   if (auto first = first_divergence(d); first && (!overflow || first->seq < overflow->seq)) {
-    const store::DiagnosticRow& r = *first;
+    const records::DiagnosticRow& r = *first;
     if (!(r.overflow_frac > 0)) {
       out.push_back({"first_departure", r.module,
                      r.module + " is the first module whose output departs from " +
@@ -341,7 +341,7 @@ std::vector<store::DiagnosisAdvice> advise(const store::Diagnosis& d, const Advi
   }
   // 5. Cast points whose truncation is large.
   for (const auto& r : d.rows) {
-    if (r.kind == store::DiagnosticKind::kCast && r.frac_rel_err_1e3 > 0.01) {
+    if (r.kind == records::DiagnosticKind::kCast && r.frac_rel_err_1e3 > 0.01) {
       out.push_back({"cast_point", r.module,
                      "casts.int32 point " + r.module + " truncates " + percent(r.frac_rel_err_1e3) +
                          " of its values by more than 1e-3 relative (max absolute error " +
@@ -363,8 +363,8 @@ void check_options(const DiagnoseOptions& options) {
   }
 }
 
-std::optional<store::EpochRow> pick_checkpoint(const store::RunRow& run,
-                                               const std::vector<store::EpochRow>& rows,
+std::optional<records::EpochRow> pick_checkpoint(const records::RunRow& run,
+                                               const std::vector<records::EpochRow>& rows,
                                                const DiagnoseOptions& options) {
   int epoch = -1;
   if (options.epoch) {
@@ -455,18 +455,18 @@ struct Sides {
 
 // The rows of batch `b` of the module outputs of `got` (the run's policy) against `want` (the
 // reference's), with the share of each module's input that was inf/NaN.
-std::vector<store::DiagnosticRow> forward_rows(const Pass& want, const Pass& got, int b,
+std::vector<records::DiagnosticRow> forward_rows(const Pass& want, const Pass& got, int b,
                                                const PrecisionMap& map) {
   if (want.outputs.size() != got.outputs.size()) {
     throw ModelError("diagnose: the reference ran " + std::to_string(want.outputs.size()) +
                      " modules and the run's policy " + std::to_string(got.outputs.size()));
   }
-  std::vector<store::DiagnosticRow> rows;
+  std::vector<records::DiagnosticRow> rows;
   for (size_t i = 0; i < got.outputs.size(); ++i) {
     const std::string& name = got.outputs[i].first;
-    store::DiagnosticRow r =
+    records::DiagnosticRow r =
         compare_tensors(want.outputs[i].second, got.outputs[i].second, map.output_dtype(name));
-    r.kind = store::DiagnosticKind::kForward;
+    r.kind = records::DiagnosticKind::kForward;
     r.batch = b;
     r.seq = static_cast<int>(i);
     r.module = name;
@@ -480,11 +480,11 @@ std::vector<store::DiagnosticRow> forward_rows(const Pass& want, const Pass& got
 // Appends to `d` the rows of batch `b`: every module output and every gradient of the run
 // against the reference's, and every int32 cast point's values against the uncast ones.
 void compare_batch(const Sides& sides, const data::Batch& batch, int b, const PrecisionMap& map,
-                   const Int32Casts& casts, store::Diagnosis& d) {
+                   const Int32Casts& casts, records::Diagnosis& d) {
   const Pass want = run_pass(sides.reference, sides.reference_precision, batch, sides.device);
   const Pass got = run_pass(sides.run, sides.run_precision, batch, sides.device);
   for (auto& r : forward_rows(want, got, b, map)) d.rows.push_back(std::move(r));
-  auto add = [&](store::DiagnosticRow r, store::DiagnosticKind kind, int seq,
+  auto add = [&](records::DiagnosticRow r, records::DiagnosticKind kind, int seq,
                  const std::string& module, TensorDtype dtype) {
     r.kind = kind;
     r.batch = b;
@@ -496,7 +496,7 @@ void compare_batch(const Sides& sides, const data::Batch& batch, int b, const Pr
   };
   for (size_t i = 0; i < got.grads.size(); ++i) {
     add(compare_tensors(want.grads[i].second, got.grads[i].second, map.grad_dtype[i], d.loss_scale),
-        store::DiagnosticKind::kGradient, static_cast<int>(i), got.grads[i].first,
+        records::DiagnosticKind::kGradient, static_cast<int>(i), got.grads[i].first,
         map.grad_dtype[i]);
   }
   int seq = 0;
@@ -509,7 +509,7 @@ void compare_batch(const Sides& sides, const data::Batch& batch, int b, const Pr
     for (const auto& [field, cast] : fields) {
       const torch::Tensor& original = batch.fields.at(field);
       if (cast.is_same(original)) continue;
-      add(compare_tensors(original, cast, TensorDtype::kInt32), store::DiagnosticKind::kCast, seq++,
+      add(compare_tensors(original, cast, TensorDtype::kInt32), records::DiagnosticKind::kCast, seq++,
           point, TensorDtype::kInt32);
     }
   }
@@ -528,7 +528,7 @@ struct Probe {
 
 // The forward rows of the run's policy with `kept` added to its amp.fp32_modules, against the
 // reference, on the probe's batches (no gradients).
-std::vector<store::DiagnosticRow> forward_with_kept(const Probe& p,
+std::vector<records::DiagnosticRow> forward_with_kept(const Probe& p,
                                                     const std::vector<std::string>& kept) {
   Config config = p.config;
   nlohmann::json modules = config.at("amp.fp32_modules");
@@ -538,7 +538,7 @@ std::vector<store::DiagnosticRow> forward_with_kept(const Probe& p,
   Precision precision(amp::resolve_policy(settings.amp, p.device.is_cuda()));
   Session session = build_session(settings, p.device, precision, &p.values, p.origin);
   const PrecisionMap map = map_precision(session, precision);
-  std::vector<store::DiagnosticRow> rows;
+  std::vector<records::DiagnosticRow> rows;
   for (size_t b = 0; b < p.batches.size(); ++b) {
     const Pass want = run_pass(p.reference, p.reference_precision, p.batches[b], p.device, false);
     const Pass got = run_pass(session, precision, p.batches[b], p.device, false);
@@ -552,7 +552,7 @@ std::vector<store::DiagnosticRow> forward_with_kept(const Probe& p,
 // pass finds no new start. Each pass names at least one new module, so there are at most as many
 // passes as modules.
 std::vector<HiddenOverflow> hidden_overflows(const Probe& p,
-                                             const std::vector<store::DiagnosticRow>& rows,
+                                             const std::vector<records::DiagnosticRow>& rows,
                                              bool cast_model) {
   std::vector<HiddenOverflow> hidden;
   std::set<std::string> named;
@@ -564,7 +564,7 @@ std::vector<HiddenOverflow> hidden_overflows(const Probe& p,
   };
   for (const auto& r : overflow_starts(rows)) keep(r.module);
   while (!kept.empty()) {
-    std::vector<store::DiagnosticRow> fresh;
+    std::vector<records::DiagnosticRow> fresh;
     for (const auto& r : overflow_starts(forward_with_kept(p, kept))) {
       if (!named.count(r.module)) fresh.push_back(r);
     }
@@ -581,8 +581,8 @@ std::vector<HiddenOverflow> hidden_overflows(const Probe& p,
 
 }  // namespace
 
-store::Diagnosis diagnose(const store::RunRow& run,
-                          const std::optional<store::EpochRow>& checkpoint,
+records::Diagnosis diagnose(const records::RunRow& run,
+                          const std::optional<records::EpochRow>& checkpoint,
                           const DiagnoseOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   check_options(options);
@@ -605,7 +605,7 @@ store::Diagnosis diagnose(const store::RunRow& run,
   const PrecisionMap map = map_precision(session, precision);
   const Int32Casts casts(settings.casts.int32);
 
-  store::Diagnosis d;
+  records::Diagnosis d;
   d.run_id = run.id;
   d.epoch = epoch;
   d.against = *parse_opt_level(options.against);  // checked (check_options)

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "core/words.h"
-#include "store/records.h"
+#include "records/records.h"
 
 namespace at {
 class Tensor;
@@ -49,7 +49,7 @@ struct DiagnoseOptions {
 // NaN for any other dtype (fp32, int32). Errors are taken over elements finite in both;
 // relative errors over elements whose reference is not zero. The cosine is NaN when `value` is
 // inf/NaN where the reference is finite.
-store::DiagnosticRow compare_tensors(const at::Tensor& reference, const at::Tensor& value,
+records::DiagnosticRow compare_tensors(const at::Tensor& reference, const at::Tensor& value,
                                      TensorDtype low_dtype, double scale = 1.0);
 
 // An overflow that an earlier one hid: with the modules `kept` in fp32 as well (those the advice
@@ -57,7 +57,7 @@ store::DiagnosticRow compare_tensors(const at::Tensor& reference, const at::Tens
 // `row`'s module with finite values and its output overflows. `row` is its worst row of that
 // pass (overflow share, input_nonfinite_frac 0).
 struct HiddenOverflow {
-  store::DiagnosticRow row;
+  records::DiagnosticRow row;
   std::vector<std::string> kept;
 };
 
@@ -76,16 +76,16 @@ struct AdviceContext {
 // One row per compared tensor (kind, seq), the worst over the batches: the lowest cosine (NaN,
 // values lost to inf/NaN, is the worst there is, as in the view first_divergence), the largest
 // errors and shares. `batch` is that of the tensor's first row. Ordered by kind, then seq.
-std::vector<store::DiagnosticRow> worst_rows(const store::Diagnosis& d);
+std::vector<records::DiagnosticRow> worst_rows(const records::Diagnosis& d);
 
 // worst_rows in the order to show them: overflowing rows first (forward ones in execution order,
 // the first being where it starts), then the rest by cosine, lowest (or lost: NaN) first.
-std::vector<store::DiagnosticRow> rows_by_severity(const store::Diagnosis& d);
+std::vector<records::DiagnosticRow> rows_by_severity(const records::Diagnosis& d);
 
 // The worst row (worst_rows) of the first forward tensor in execution order that departs: its
 // cosine is below d.cosine_min (or NaN), or it overflows. Unset when none does. As the view
 // first_divergence.
-std::optional<store::DiagnosticRow> first_divergence(const store::Diagnosis& d);
+std::optional<records::DiagnosticRow> first_divergence(const records::Diagnosis& d);
 
 // Where activation overflows start among forward `rows`: each module whose output overflows
 // (overflow_frac > 0) in a batch where its input was finite (input_nonfinite_frac 0), except one
@@ -93,10 +93,10 @@ std::optional<store::DiagnosticRow> first_divergence(const store::Diagnosis& d);
 // whole model ""). Modules downstream of an overflow, whose input was already inf/NaN, only
 // carry it on and are not named. One row per module (its first call): the worst over those
 // batches. In execution order (seq).
-std::vector<store::DiagnosticRow> overflow_starts(const std::vector<store::DiagnosticRow>& rows);
+std::vector<records::DiagnosticRow> overflow_starts(const std::vector<records::DiagnosticRow>& rows);
 
 // The advice rules (docs/AMP.md "Advice rules") over a diagnosis's rows, in priority order.
-std::vector<store::DiagnosisAdvice> advise(const store::Diagnosis& d, const AdviceContext& context);
+std::vector<records::DiagnosisAdvice> advise(const records::Diagnosis& d, const AdviceContext& context);
 
 // Throws ConfigError naming the option (--batches, --cosine-min, --against) that cannot be used.
 void check_options(const DiagnoseOptions& options);
@@ -105,8 +105,8 @@ void check_options(const DiagnoseOptions& options);
 // epoch's, or the newest kept one; unset for the initial weights (a run without checkpoints, when
 // no epoch was asked for). Throws CheckpointError naming the saved epochs when the asked epoch
 // has no kept checkpoint.
-std::optional<store::EpochRow> pick_checkpoint(const store::RunRow& run,
-                                               const std::vector<store::EpochRow>& rows,
+std::optional<records::EpochRow> pick_checkpoint(const records::RunRow& run,
+                                               const std::vector<records::EpochRow>& rows,
                                                const DiagnoseOptions& options);
 
 // Diagnoses `run` (see the top of this file) at `checkpoint` (pick_checkpoint; unset: the
@@ -117,8 +117,8 @@ std::optional<store::EpochRow> pick_checkpoint(const store::RunRow& run,
 // way is a HiddenOverflow behind its own activation_overflow advice row. Throws
 // CheckpointError (unreadable checkpoint), ConfigError (bad options) or DataError as loading the
 // run does.
-store::Diagnosis diagnose(const store::RunRow& run,
-                          const std::optional<store::EpochRow>& checkpoint,
+records::Diagnosis diagnose(const records::RunRow& run,
+                          const std::optional<records::EpochRow>& checkpoint,
                           const DiagnoseOptions& options);
 
 // The work of one training sample's forward pass: the multiply-accumulates of every

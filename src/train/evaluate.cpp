@@ -23,7 +23,7 @@
 namespace amptune::train {
 namespace {
 
-std::string saved_epochs(const std::vector<store::EpochRow>& rows) {
+std::string saved_epochs(const std::vector<records::EpochRow>& rows) {
   std::string have;
   for (auto& r : rows) {
     if (r.checkpoint) have += (have.empty() ? "" : ", ") + std::to_string(r.epoch);
@@ -35,7 +35,7 @@ std::string saved_epochs(const std::vector<store::EpochRow>& rows) {
 // they were computed on a set of another size (val_samples), or, when the stored row does not
 // say, with another number of batches. Empty when storing is safe (nothing to replace, or the
 // same set).
-std::string other_set(const store::EpochRow& row, const std::map<std::string, double>& now,
+std::string other_set(const records::EpochRow& row, const std::map<std::string, double>& now,
                       bool same_batches) {
   bool replaces = false;
   for (const auto& [name, value] : now) {
@@ -56,8 +56,8 @@ std::string other_set(const store::EpochRow& row, const std::map<std::string, do
 
 }  // namespace
 
-Session load_session(const Settings& settings, const store::RunRow& run,
-                     const store::EpochRow& row, const torch::Device& device,
+Session load_session(const Settings& settings, const records::RunRow& run,
+                     const records::EpochRow& row, const torch::Device& device,
                      Precision& precision) {
   Session session = build_session(settings, device, precision);
   try {
@@ -71,8 +71,8 @@ Session load_session(const Settings& settings, const store::RunRow& run,
   return session;
 }
 
-std::vector<int> checkpoint_epochs(const store::RunRow& run,
-                                   const std::vector<store::EpochRow>& rows,
+std::vector<int> checkpoint_epochs(const records::RunRow& run,
+                                   const std::vector<records::EpochRow>& rows,
                                    const EvalOptions& options) {
   std::vector<int> epochs;
   for (auto& r : rows) {
@@ -97,7 +97,7 @@ std::vector<int> checkpoint_epochs(const store::RunRow& run,
 }
 
 struct CheckpointEvaluator::State {
-  State(const store::RunRow& r, const EvalOptions& o, Settings s)
+  State(const records::RunRow& r, const EvalOptions& o, Settings s)
       : run(r),
         options(o),
         settings(std::move(s)),
@@ -112,7 +112,7 @@ struct CheckpointEvaluator::State {
     batches = options.max_batches.value_or(training_batches);
   }
 
-  const store::RunRow run;
+  const records::RunRow run;
   const EvalOptions options;
   const Settings settings;
   const torch::Device device;
@@ -122,7 +122,7 @@ struct CheckpointEvaluator::State {
   int64_t batches = -1;
 };
 
-CheckpointEvaluator::CheckpointEvaluator(const store::RunRow& run, const EvalOptions& options) {
+CheckpointEvaluator::CheckpointEvaluator(const records::RunRow& run, const EvalOptions& options) {
   Settings settings = Settings::from(Config::from_json(run.config_json, "run " + run.name));
   torch::set_num_threads(resolve_threads(settings, options.threads));
   state_ = std::make_unique<State>(run, options, std::move(settings));
@@ -132,7 +132,7 @@ CheckpointEvaluator::~CheckpointEvaluator() = default;
 
 std::string CheckpointEvaluator::describe() const { return state_->val_set->describe(); }
 
-EpochEvaluation CheckpointEvaluator::evaluate(const store::EpochRow& row) {
+EpochEvaluation CheckpointEvaluator::evaluate(const records::EpochRow& row) {
   State& s = *state_;
   EpochEvaluation result;
   result.epoch = row.epoch;
@@ -165,7 +165,7 @@ EpochEvaluation CheckpointEvaluator::evaluate(const store::EpochRow& row) {
   return result;
 }
 
-ExportResult export_checkpoint(const store::RunRow& run, const store::EpochRow& row,
+ExportResult export_checkpoint(const records::RunRow& run, const records::EpochRow& row,
                                const std::string& out) {
   if (!row.checkpoint) {
     throw CheckpointError("run " + run.name + " has no checkpoint of epoch " +

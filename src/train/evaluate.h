@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "store/records.h"
+#include "records/records.h"
 
 namespace amptune::train {
 
@@ -43,8 +43,8 @@ struct EpochEvaluation {
 // The checkpoints `options` selects among `rows` (run `run`'s epoch rows), ascending. Throws
 // CheckpointError naming the run and its saved epochs when the asked epoch has no kept
 // checkpoint, or the run has none at all.
-std::vector<int> checkpoint_epochs(const store::RunRow& run,
-                                   const std::vector<store::EpochRow>& rows,
+std::vector<int> checkpoint_epochs(const records::RunRow& run,
+                                   const std::vector<records::EpochRow>& rows,
                                    const EvalOptions& options);
 
 // Evaluates checkpoints of one run on its configured evaluation split (data val split; RootNet:
@@ -52,7 +52,7 @@ std::vector<int> checkpoint_epochs(const store::RunRow& run,
 // a model built as the trainer builds it. Reads only the checkpoint files.
 class CheckpointEvaluator {
  public:
-  CheckpointEvaluator(const store::RunRow& run, const EvalOptions& options);
+  CheckpointEvaluator(const records::RunRow& run, const EvalOptions& options);
   ~CheckpointEvaluator();
   CheckpointEvaluator(const CheckpointEvaluator&) = delete;
   CheckpointEvaluator& operator=(const CheckpointEvaluator&) = delete;
@@ -63,7 +63,7 @@ class CheckpointEvaluator {
   // they must not replace the metrics stored in `row` (computed on another set: val_samples says
   // how many samples a set held; "" when storing is safe). A checkpoint that is missing or
   // corrupt (CheckpointError naming file and epoch) is reported in `error`, nothing thrown.
-  EpochEvaluation evaluate(const store::EpochRow& row);
+  EpochEvaluation evaluate(const records::EpochRow& row);
 
  private:
   struct State;
@@ -82,7 +82,7 @@ struct ExportResult {
 // as float32), BatchNorm buffers including num_batches_tracked (int64). Atomic (temp file +
 // rename). Throws CheckpointError as load_checkpoint does (or when `row` has no checkpoint),
 // ModelError when `out` cannot be written.
-ExportResult export_checkpoint(const store::RunRow& run, const store::EpochRow& row,
+ExportResult export_checkpoint(const records::RunRow& run, const records::EpochRow& row,
                                const std::string& out);
 
 }  // namespace amptune::train

@@ -77,13 +77,13 @@ struct Start {
 // CheckpointError (missing, corrupt, malformed, mismatched) falls back to the previous
 // checkpoint, except LegacyCheckpointError (an old-format file without the opt-in), which stops
 // with nothing deleted, and an explicit from_epoch, which must load.
-Start restore_run(Recorder& recorder, const store::RunRow& run, const Settings& settings,
+Start restore_run(Recorder& recorder, const records::RunRow& run, const Settings& settings,
                   const torch::Device& device, const RunOptions& options, Session& session);
 
 class RunTraining {
  public:
   // `settings`: those of run.config_json (Settings::from), read once for the whole run.
-  RunTraining(Recorder& recorder, const store::RunRow& run, Settings settings,
+  RunTraining(Recorder& recorder, const records::RunRow& run, Settings settings,
               const RunOptions& options);
   ~RunTraining();
   RunTraining(const RunTraining&) = delete;
@@ -92,9 +92,9 @@ class RunTraining {
   void set_up();
   void restore();
   void evaluate_initial();
-  store::EpochRecord train_epoch(int64_t epoch);
-  void evaluate_epoch(int64_t epoch, store::EpochRecord& record);
-  void record_epoch(int64_t epoch, store::EpochRecord& record);
+  records::EpochRecord train_epoch(int64_t epoch);
+  void evaluate_epoch(int64_t epoch, records::EpochRecord& record);
+  void record_epoch(int64_t epoch, records::EpochRecord& record);
   std::string finish();
 
   // The epochs still to train: first_epoch() .. epochs() - 1.
@@ -108,15 +108,15 @@ class RunTraining {
   std::map<std::string, double> evaluate(int64_t epoch);
   // One training step of this process alone on `batch`: its loss.
   double local_step(const data::Batch& batch, int64_t epoch, int64_t step_index,
-                    store::EpochTimes& times, std::chrono::steady_clock::time_point& phase_start);
+                    records::EpochTimes& times, std::chrono::steady_clock::time_point& phase_start);
   // Data-parallel: gradients averaged between backward and the amp check; the ranks agree on
   // overflow, a non-finite loss and a stop. `n`: this rank's samples (0: all corrupt). Returns
   // the mean loss over every rank's samples (NaN when not finite).
   double parallel_step(const data::Batch& batch, int64_t n, int64_t epoch, int64_t step_index,
-                       store::EpochTimes& times,
+                       records::EpochTimes& times,
                        std::chrono::steady_clock::time_point& phase_start);
   // The epoch's figures over every rank (img/s summed, each rank's slowest and fastest).
-  void combine_over_ranks(store::EpochRecord& record, int64_t steps, double step_seconds);
+  void combine_over_ranks(records::EpochRecord& record, int64_t steps, double step_seconds);
   // Throws RunStopped when the recorder holds a stop request.
   void stop_if_asked(int64_t epoch);
   // The leader's starting state (weights, optimizer, scaler, RNG) on every rank.
@@ -128,7 +128,7 @@ class RunTraining {
   void prepare_steps();
 
   Recorder& recorder_;
-  const store::RunRow run_;
+  const records::RunRow run_;
   const RunOptions options_;
   const std::chrono::steady_clock::time_point began_;
 
@@ -156,7 +156,7 @@ class RunTraining {
   double comm_seconds_ = 0;         // this epoch's time in cross-rank communication
   std::string setup_error_;         // a rank's set-up failure, shared before anyone trains
   std::vector<std::string> shown_metrics_;  // in the log lines: the model's headline metrics
-  store::RunWork work_;                     // record_work's (rank 0), for the summary line
+  records::RunWork work_;                     // record_work's (rank 0), for the summary line
 };
 
 }  // namespace amptune::train

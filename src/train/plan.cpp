@@ -250,7 +250,7 @@ std::string data_fingerprint(const Settings& s) {
   return sha256_hex(parts);
 }
 
-void refuse_evaluation_only(const store::RunRow& run, const std::string& purpose) {
+void refuse_evaluation_only(const records::RunRow& run, const std::string& purpose) {
   const Config config = Config::from_json(run.config_json, "run " + run.name);
   if (Settings::from(config).schedule.epochs != 0) return;
   throw CheckpointError("run " + run.name +
@@ -261,7 +261,7 @@ void refuse_evaluation_only(const store::RunRow& run, const std::string& purpose
                         "schedule.epochs >= 1 for one");
 }
 
-store::RunSpec plan_fork(const store::RunRow& parent, int epoch,
+records::RunSpec plan_fork(const records::RunRow& parent, int epoch,
                          const std::vector<std::pair<std::string, nlohmann::json>>& overrides,
                          bool reset_optimizer, const std::string& name, bool read_data) {
   if (epoch < 0) throw UsageError("a fork needs an epoch >= 0, got " + std::to_string(epoch));
@@ -300,7 +300,7 @@ store::RunSpec plan_fork(const store::RunRow& parent, int epoch,
                       std::to_string(epoch + 1));
   }
 
-  store::RunSpec spec;
+  records::RunSpec spec;
   spec.sweep_name = parent.sweep_name;
   spec.cell_index = parent.cell_index;
   spec.config_json = config.canonical_json();
@@ -325,7 +325,7 @@ store::RunSpec plan_fork(const store::RunRow& parent, int epoch,
   // policy once for both.
   spec.columns = validated_columns(config, s);
   spec.metric_directions = run_metric_directions(s);
-  spec.fork = store::ForkOrigin{parent.id, epoch, applied.dump(), changes, reset_optimizer};
+  spec.fork = records::ForkOrigin{parent.id, epoch, applied.dump(), changes, reset_optimizer};
   return spec;
 }
 

@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "store/records.h"
+#include "records/records.h"
 
 namespace amptune {
 class Config;
@@ -27,7 +27,7 @@ namespace amptune::train {
 // of a run's settings. Throws ConfigError for an amp combination apex refuses.
 std::map<std::string, std::string> run_columns(const Settings& settings);
 // The metrics a run of `settings` records and their directions (recorded_metrics), as
-// store::RunSpec::metric_directions takes them.
+// records::RunSpec::metric_directions takes them.
 std::map<std::string, bool> run_metric_directions(const Settings& settings);
 
 // Threads a run uses: `override` > 0, else its setting `threads`, else all cores.
@@ -76,7 +76,7 @@ std::string data_fingerprint(const Settings& settings);
 
 // Throws CheckpointError saying that `run` is evaluation-only (schedule.epochs: 0) and has no
 // checkpoint `purpose` ("to evaluate", "to fork from"); returns for any other run.
-void refuse_evaluation_only(const store::RunRow& run, const std::string& purpose);
+void refuse_evaluation_only(const records::RunRow& run, const std::string& purpose);
 
 // A fork of `parent` from its checkpoint of `epoch` (docs/DATABASE.md "Forks"): the parent's
 // config with `overrides` (key -> value, already coerced by the schema) applied. Returns the run
@@ -88,7 +88,7 @@ void refuse_evaluation_only(const store::RunRow& run, const std::string& purpose
 // Throws ConfigError for overrides a continued run cannot take: model.* keys, optim.name without
 // reset_optimizer, a schedule that ends at or before epoch + 1, and whatever validate_config
 // refuses (combinations apex refuses, ...); CheckpointError for an evaluation-only parent.
-store::RunSpec plan_fork(const store::RunRow& parent, int epoch,
+records::RunSpec plan_fork(const records::RunRow& parent, int epoch,
                          const std::vector<std::pair<std::string, nlohmann::json>>& overrides,
                          bool reset_optimizer, const std::string& name, bool read_data = true);
 

@@ -17,7 +17,7 @@
 #include "amp/engine.h"
 #include "amp/op_emulation.h"
 #include "amp/policy.h"
-#include "store/records.h"
+#include "records/records.h"
 #include "train/divergence.h"
 
 namespace amptune::train {
@@ -95,7 +95,7 @@ class Precision {
   // Adds loss_scale (end), loss_scale_min/max, skipped_steps, overflow_steps (dynamic only: a
   // static scale never checks), nonfinite_streak (the inf/NaN losses in a row at the epoch's end,
   // counting earlier epochs and the run it continues) and the scale events to the epoch's record.
-  void end_epoch(store::EpochRecord& record) const {
+  void end_epoch(records::EpochRecord& record) const {
     const double end = engine_->scaler().scale();
     record.metrics["loss_scale"] = end;
     record.metrics["loss_scale_min"] = std::min(scale_min_, end);
@@ -114,7 +114,7 @@ class Precision {
   std::unique_ptr<amp::Engine> engine_;
   std::unique_ptr<amp::ScopedModules> modules_scope_;
   std::unique_ptr<amp::ScopedLowStorage> low_storage_scope_;
-  std::vector<store::ScaleEvent> events_;
+  std::vector<records::ScaleEvent> events_;
   DivergenceWatch watch_;
   int64_t overflow_steps_ = 0, skipped_steps_ = 0;
   double scale_min_ = 0, scale_max_ = 0;

@@ -28,12 +28,12 @@ void FollowerRecorder::end(Ending ending, const std::string& message, const std:
   }
 }
 
-std::vector<store::EpochRow> MemoryRecorder::epochs_of(int64_t run_id) {
+std::vector<records::EpochRow> MemoryRecorder::epochs_of(int64_t run_id) {
   const auto it = others.find(run_id);
-  return it == others.end() ? std::vector<store::EpochRow>{} : it->second.second;
+  return it == others.end() ? std::vector<records::EpochRow>{} : it->second.second;
 }
 
-std::optional<store::RunRow> MemoryRecorder::find_run(int64_t run_id) {
+std::optional<records::RunRow> MemoryRecorder::find_run(int64_t run_id) {
   const auto it = others.find(run_id);
   if (it == others.end()) return std::nullopt;
   return it->second.first;
@@ -41,15 +41,15 @@ std::optional<store::RunRow> MemoryRecorder::find_run(int64_t run_id) {
 
 void MemoryRecorder::forget_after(int64_t epoch) {
   const auto first = std::find_if(rows_.begin(), rows_.end(),
-                                  [epoch](const store::EpochRow& r) { return r.epoch > epoch; });
+                                  [epoch](const records::EpochRow& r) { return r.epoch > epoch; });
   for (auto it = first; it != rows_.end(); ++it) {
     if (it->checkpoint && !dir_.empty()) remove_own_checkpoint(it->checkpoint->path, dir_);
   }
   rows_.erase(first, rows_.end());
 }
 
-void MemoryRecorder::record_epoch(store::EpochRecord& record) {
-  store::EpochRow row;
+void MemoryRecorder::record_epoch(records::EpochRecord& record) {
+  records::EpochRow row;
   row.epoch = record.epoch;
   row.global_step = record.global_step;
   row.lr = record.lr;

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "store/records.h"
+#include "records/records.h"
 
 namespace amptune::train {
 
@@ -53,9 +53,9 @@ class Recorder {
 
   // --- What the run has (restore) ---
   // The run's recorded epochs, oldest first; those of run `run_id` (a fork's parent).
-  virtual std::vector<store::EpochRow> epochs() = 0;
-  virtual std::vector<store::EpochRow> epochs_of(int64_t run_id) = 0;
-  virtual std::optional<store::RunRow> find_run(int64_t run_id) = 0;
+  virtual std::vector<records::EpochRow> epochs() = 0;
+  virtual std::vector<records::EpochRow> epochs_of(int64_t run_id) = 0;
+  virtual std::optional<records::RunRow> find_run(int64_t run_id) = 0;
   // Forgets the epochs after `epoch` (-1: every epoch) and deletes their checkpoint files that
   // lie in the run's own folder.
   virtual void forget_after(int64_t epoch) = 0;
@@ -70,13 +70,13 @@ class Recorder {
   virtual void record_initial_metrics(const std::map<std::string, double>& metrics) = 0;
   // The run's training FLOPs per sample and its devices' peak (docs/PERFORMANCE.md "MFU"), once
   // per start, before the first epoch.
-  virtual void record_work(const store::RunWork& work) = 0;
-  // Throws store::ClaimLostError when another process holds the run now; called before a
+  virtual void record_work(const records::RunWork& work) = 0;
+  // Throws records::ClaimLostError when another process holds the run now; called before a
   // checkpoint is written (the new holder writes the same file names).
   virtual void check_claim() = 0;
   // One epoch: its row, metrics, scale events, time breakdown and checkpoint file; then the
   // retention rule.
-  virtual void record_epoch(store::EpochRecord& record) = 0;
+  virtual void record_epoch(records::EpochRecord& record) = 0;
 
   // --- Stopping ---
   // Asks the loop to stop at its next step; the first request wins. Any thread.
@@ -101,16 +101,16 @@ class Recorder {
 class FollowerRecorder : public Recorder {
  public:
   FollowerRecorder(std::string run_name, int rank) : run_name_(std::move(run_name)), rank_(rank) {}
-  std::vector<store::EpochRow> epochs() override { return {}; }
-  std::vector<store::EpochRow> epochs_of(int64_t) override { return {}; }
-  std::optional<store::RunRow> find_run(int64_t) override { return std::nullopt; }
+  std::vector<records::EpochRow> epochs() override { return {}; }
+  std::vector<records::EpochRow> epochs_of(int64_t) override { return {}; }
+  std::optional<records::RunRow> find_run(int64_t) override { return std::nullopt; }
   void forget_after(int64_t) override {}
   std::string checkpoint_dir() const override { return ""; }
   void note(const std::string&, bool) override {}
   void record_initial_metrics(const std::map<std::string, double>&) override {}
-  void record_work(const store::RunWork&) override {}
+  void record_work(const records::RunWork&) override {}
   void check_claim() override {}
-  void record_epoch(store::EpochRecord&) override {}
+  void record_epoch(records::EpochRecord&) override {}
   void end(Ending ending, const std::string& message, const std::string&) override;
 
  private:
@@ -124,18 +124,18 @@ class FollowerRecorder : public Recorder {
 class MemoryRecorder : public Recorder {
  public:
   explicit MemoryRecorder(std::string checkpoint_dir = "") : dir_(std::move(checkpoint_dir)) {}
-  std::vector<store::EpochRow> epochs() override { return rows_; }
-  std::vector<store::EpochRow> epochs_of(int64_t run_id) override;
-  std::optional<store::RunRow> find_run(int64_t run_id) override;
+  std::vector<records::EpochRow> epochs() override { return rows_; }
+  std::vector<records::EpochRow> epochs_of(int64_t run_id) override;
+  std::optional<records::RunRow> find_run(int64_t run_id) override;
   void forget_after(int64_t epoch) override;
   std::string checkpoint_dir() const override { return dir_; }
   void note(const std::string& line, bool) override { notes.push_back(line); }
   void record_initial_metrics(const std::map<std::string, double>& metrics) override {
     initial_metrics = metrics;
   }
-  void record_work(const store::RunWork& recorded) override { work = recorded; }
+  void record_work(const records::RunWork& recorded) override { work = recorded; }
   void check_claim() override {}
-  void record_epoch(store::EpochRecord& record) override;
+  void record_epoch(records::EpochRecord& record) override;
   void end(Ending ending, const std::string& message, const std::string& summary_json) override {
     ended = ending;
     end_message = message;
@@ -143,16 +143,16 @@ class MemoryRecorder : public Recorder {
   }
 
   // Other runs this recorder knows (a fork's parent), with their epochs.
-  std::map<int64_t, std::pair<store::RunRow, std::vector<store::EpochRow>>> others;
+  std::map<int64_t, std::pair<records::RunRow, std::vector<records::EpochRow>>> others;
   std::map<std::string, double> initial_metrics;
-  std::optional<store::RunWork> work;
+  std::optional<records::RunWork> work;
   std::vector<std::string> notes;
   std::optional<Ending> ended;
   std::string end_message, summary;
 
  private:
   std::string dir_;
-  std::vector<store::EpochRow> rows_;
+  std::vector<records::EpochRow> rows_;
 };
 
 }  // namespace amptune::train

@@ -21,7 +21,7 @@ namespace {
 
 // The inf/NaN losses in a row at the end of epoch `row` of run `run_name` (the metric
 // nonfinite_streak, train/divergence.h); 0 for an epoch recorded before the metric existed.
-int64_t recorded_streak(const store::EpochRow& row, const std::string& run_name) {
+int64_t recorded_streak(const records::EpochRow& row, const std::string& run_name) {
   const auto it = row.metrics.find("nonfinite_streak");
   if (it == row.metrics.end()) return 0;
   const double v = it->second;
@@ -41,13 +41,13 @@ int64_t recorded_streak(const store::EpochRow& row, const std::string& run_name)
 // its full-precision weights (fp32 masters where the parent had them) and buffers seed a session
 // of the fork's config. Unless reset_optimizer, the optimizer state carries over, and the loss
 // scaler's state when both runs scale dynamically; the RNG continues from the parent's.
-Start start_from_parent(Recorder& recorder, const store::RunRow& run, const Settings& settings,
+Start start_from_parent(Recorder& recorder, const records::RunRow& run, const Settings& settings,
                         const torch::Device& device, Session& session) {
-  const store::ForkOrigin& fork = *run.fork;
+  const records::ForkOrigin& fork = *run.fork;
   auto parent = recorder.find_run(fork.parent_run_id);
   if (!parent) throw CheckpointError("fork " + run.name + ": its parent run " +
                                      std::to_string(fork.parent_run_id) + " is gone");
-  std::optional<store::EpochRow> row;
+  std::optional<records::EpochRow> row;
   for (auto& r : recorder.epochs_of(parent->id)) {
     if (r.epoch == fork.parent_epoch) row = r;
   }
@@ -104,9 +104,9 @@ Start start_from_parent(Recorder& recorder, const store::RunRow& run, const Sett
 
 }  // namespace
 
-Start restore_run(Recorder& recorder, const store::RunRow& run, const Settings& settings,
+Start restore_run(Recorder& recorder, const records::RunRow& run, const Settings& settings,
                   const torch::Device& device, const RunOptions& options, Session& session) {
-  std::vector<store::EpochRow> rows = recorder.epochs();
+  std::vector<records::EpochRow> rows = recorder.epochs();
   auto from_scratch = [&]() {
     if (run.fork) return start_from_parent(recorder, run, settings, device, session);
     return Start{};

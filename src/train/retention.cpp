@@ -13,9 +13,9 @@
 namespace amptune::train {
 namespace fs = std::filesystem;
 
-std::set<int> retained_epochs(const std::vector<store::EpochRow>& rows,
+std::set<int> retained_epochs(const std::vector<records::EpochRow>& rows,
                               const RetentionPolicy& policy, const std::vector<int>& fork_epochs) {
-  std::vector<const store::EpochRow*> with_file;
+  std::vector<const records::EpochRow*> with_file;
   for (auto& row : rows) {
     if (row.checkpoint) with_file.push_back(&row);
   }
@@ -31,7 +31,7 @@ std::set<int> retained_epochs(const std::vector<store::EpochRow>& rows,
   }
   if (policy.keep_best > 0) {
     auto ranked = with_file;
-    auto value = [&](const store::EpochRow* r) {
+    auto value = [&](const records::EpochRow* r) {
       auto it = r->metrics.find(policy.primary_metric);
       if (it == r->metrics.end() || std::isnan(it->second)) {
         return -std::numeric_limits<double>::infinity();

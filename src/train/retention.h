@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "store/records.h"
+#include "records/records.h"
 
 namespace amptune::train {
 
@@ -24,7 +24,7 @@ struct RetentionPolicy {
 // keep_last and keep_best are 0; otherwise the newest, the keep_last newest, the keep_best best
 // by the primary metric (rows without it rank last), every keep_epochs entry and every epoch in
 // `fork_epochs` (a fork starts from it). Only rows that still have a checkpoint are returned.
-std::set<int> retained_epochs(const std::vector<store::EpochRow>& rows,
+std::set<int> retained_epochs(const std::vector<records::EpochRow>& rows,
                               const RetentionPolicy& policy, const std::vector<int>& fork_epochs);
 
 // Deletes the recorded checkpoint file `path` of a run whose own checkpoint folder is `run_dir`

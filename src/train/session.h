@@ -96,8 +96,8 @@ inline Session build_session(const Settings& settings, const torch::Device& devi
 
 // build_session, then the checkpoint of `row` (size, sha256 and config identity verified) loaded
 // into it, on `device`. CheckpointError naming the epoch and run (evaluate.cpp).
-Session load_session(const Settings& settings, const store::RunRow& run,
-                     const store::EpochRow& row, const torch::Device& device,
+Session load_session(const Settings& settings, const records::RunRow& run,
+                     const records::EpochRow& row, const torch::Device& device,
                      Precision& precision);
 
 // The module's weights at full precision by state-dict name, as CPU tensors: the fp32 master of

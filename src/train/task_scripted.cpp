@@ -9,7 +9,7 @@
 #include "core/settings.h"
 #include "models/scripted.h"
 #include "models/weights.h"
-#include "store/records.h"
+#include "records/records.h"
 
 namespace amptune::train {
 namespace {
@@ -87,7 +87,7 @@ const FileFacts& facts_of(const Settings& settings) {
       check_custom_methods(*model);
       facts.directions = model->metric_directions();
       for (const auto& [name, higher] : facts.directions) {
-        const std::string problem = store::metric_name_problem(name);
+        const std::string problem = records::metric_name_problem(name);
         if (!problem.empty()) {
           throw ModelError("model.path: " + settings.model.path +
                            ": the attribute higher_is_better names the metric '" + name +

@@ -149,7 +149,7 @@ std::optional<std::pair<int, int64_t>> injected_overflow() {
   return std::make_pair(rank, static_cast<int64_t>(step));
 }
 
-std::string run_message(const store::RunRow& run) {
+std::string run_message(const records::RunRow& run) {
   nlohmann::json j;
   j["type"] = "run";
   j["id"] = run.id;
@@ -193,7 +193,7 @@ struct StepVote {
 // ---------------------------------------------------------------------------------------------
 // Phases
 
-RunTraining::RunTraining(Recorder& recorder, const store::RunRow& run, Settings settings,
+RunTraining::RunTraining(Recorder& recorder, const records::RunRow& run, Settings settings,
                          const RunOptions& options)
     : recorder_(recorder),
       run_(run),
@@ -417,7 +417,7 @@ void RunTraining::evaluate_initial() {
   }
   if (eval_only_) {
     const double nan = std::numeric_limits<double>::quiet_NaN();
-    store::EpochRecord record;
+    records::EpochRecord record;
     record.run_id = run_.id;
     record.epoch = 0;
     record.global_step = 0;
@@ -445,7 +445,7 @@ void RunTraining::stop_if_asked(int64_t epoch) {
 }
 
 double RunTraining::local_step(const data::Batch& batch, int64_t epoch, int64_t step_index,
-                               store::EpochTimes& times, Clock::time_point& phase_start) {
+                               records::EpochTimes& times, Clock::time_point& phase_start) {
   torch::Tensor loss;
   {
     auto autocast = precision_->autocast();  // native O1 only
@@ -467,7 +467,7 @@ double RunTraining::local_step(const data::Batch& batch, int64_t epoch, int64_t 
 }
 
 double RunTraining::parallel_step(const data::Batch& batch, int64_t n, int64_t epoch,
-                                  int64_t step_index, store::EpochTimes& times,
+                                  int64_t step_index, records::EpochTimes& times,
                                   Clock::time_point& phase_start) {
   reducer_->prepare();
   dist::broadcast_buffers(*group_, buffers_);  // rank 0's BatchNorm statistics, as DDP
@@ -567,7 +567,7 @@ struct EpochTally {
     return fps;
   }
 
-  void fill(store::EpochRecord& record) const {
+  void fill(records::EpochRecord& record) const {
     record.lr = lr;
     record.train_loss = finite_losses ? loss_sum / static_cast<double>(finite_losses)
                                       : std::numeric_limits<double>::quiet_NaN();
@@ -581,7 +581,7 @@ struct EpochTally {
 
 }  // namespace
 
-store::EpochRecord RunTraining::train_epoch(int64_t epoch) {
+records::EpochRecord RunTraining::train_epoch(int64_t epoch) {
   epoch_start_ = Clock::now();
   const auto epoch_start = epoch_start_;
   train_opts_.epoch = static_cast<uint64_t>(epoch);
@@ -594,7 +594,7 @@ store::EpochRecord RunTraining::train_epoch(int64_t epoch) {
   int64_t step = 0;
   comm_seconds_ = 0;
   precision_->begin_epoch(/*fresh=*/epoch == first_epoch() && start_.fresh_scaler, global_step_);
-  store::EpochTimes times;  // where the epoch's time goes (store.h)
+  records::EpochTimes times;  // where the epoch's time goes (store.h)
   std::string trace;
   auto step_start = Clock::now();
   auto phase_start = step_start;
@@ -635,7 +635,7 @@ store::EpochRecord RunTraining::train_epoch(int64_t epoch) {
                     (world_ > 1 ? " x " + std::to_string(world_) + " processes" : ""));
   }
 
-  store::EpochRecord record;
+  records::EpochRecord record;
   record.run_id = run_.id;
   record.epoch = static_cast<int>(epoch);
   record.global_step = global_step_;
@@ -646,7 +646,7 @@ store::EpochRecord RunTraining::train_epoch(int64_t epoch) {
   return record;
 }
 
-void RunTraining::combine_over_ranks(store::EpochRecord& record, int64_t steps,
+void RunTraining::combine_over_ranks(records::EpochRecord& record, int64_t steps,
                                      double step_seconds) {
   // Global figures: img/s summed over the ranks; each rank's mean, slowest and fastest.
   torch::Tensor sums = torch::tensor(
@@ -672,7 +672,7 @@ void RunTraining::combine_over_ranks(store::EpochRecord& record, int64_t steps,
   record.metrics["world_size"] = static_cast<double>(world_);
 }
 
-void RunTraining::evaluate_epoch(int64_t epoch, store::EpochRecord& record) {
+void RunTraining::evaluate_epoch(int64_t epoch, records::EpochRecord& record) {
   // Every rank evaluates and rank 0 saves the model with rank 0's statistics.
   if (group_) dist::broadcast_buffers(*group_, buffers_);
   const auto eval_start = Clock::now();
@@ -683,7 +683,7 @@ void RunTraining::evaluate_epoch(int64_t epoch, store::EpochRecord& record) {
   precision_->end_epoch(record);  // loss_scale*, overflow/skipped steps, scale events
 }
 
-void RunTraining::record_epoch(int64_t epoch, store::EpochRecord& record) {
+void RunTraining::record_epoch(int64_t epoch, records::EpochRecord& record) {
   record.epoch_seconds = seconds_since(epoch_start_);  // training and evaluation
   recorder_.check_claim();  // still ours? (another holder writes the same file names)
   const std::string dir = recorder_.checkpoint_dir();
@@ -765,19 +765,19 @@ bool stop_requested() { return amptune::stop_requested(); }
 namespace {
 
 // The settings of run.config_json.
-Settings run_settings(const store::RunRow& run) {
+Settings run_settings(const records::RunRow& run) {
   return Settings::from(Config::from_json(run.config_json, "run " + run.name));
 }
 
 // `settings`: the run's, or null to read them from run.config_json.
-RunResult train_phases(Recorder& recorder, const store::RunRow& run, const Settings* settings,
+RunResult train_phases(Recorder& recorder, const records::RunRow& run, const Settings* settings,
                        const RunOptions& options, Ending& ending) {
   RunTraining training(recorder, run, settings ? *settings : run_settings(run), options);
   training.set_up();
   training.restore();
   training.evaluate_initial();
   for (int64_t epoch = training.first_epoch(); epoch < training.epochs(); ++epoch) {
-    store::EpochRecord record = training.train_epoch(epoch);
+    records::EpochRecord record = training.train_epoch(epoch);
     training.evaluate_epoch(epoch, record);
     training.record_epoch(epoch, record);
     if (options.stop_after_epoch && epoch >= *options.stop_after_epoch &&
@@ -791,7 +791,7 @@ RunResult train_phases(Recorder& recorder, const store::RunRow& run, const Setti
 }
 
 // train_run with the run's settings, or null to read them inside (a failure is the run's).
-RunResult train_run_guarded(Recorder& recorder, const store::RunRow& run,
+RunResult train_run_guarded(Recorder& recorder, const records::RunRow& run,
                             const Settings* settings, const RunOptions& options) {
   const GracefulStop graceful;  // a signal stops the run at the next step (process.h)
   RunResult result;
@@ -804,7 +804,7 @@ RunResult train_run_guarded(Recorder& recorder, const store::RunRow& run,
              : e.outcome == Outcome::kDiverged ? Ending::kDiverged
              : e.outcome == Outcome::kPruned   ? Ending::kPruned
                                                : Ending::kPending;
-  } catch (const store::ClaimLostError& e) {
+  } catch (const records::ClaimLostError& e) {
     // Another process took the run over (this one was presumed dead): it owns the run's rows
     // and files now, so nothing more is written here.
     result = RunResult{Outcome::kLost, e.what(), ""};
@@ -833,33 +833,33 @@ RunResult train_run_guarded(Recorder& recorder, const store::RunRow& run,
 
 }  // namespace
 
-RunResult train_run(Recorder& recorder, const store::RunRow& run, const Settings& settings,
+RunResult train_run(Recorder& recorder, const records::RunRow& run, const Settings& settings,
                     const RunOptions& options) {
   return train_run_guarded(recorder, run, &settings, options);
 }
 
-RunResult train_run(Recorder& recorder, const store::RunRow& run, const RunOptions& options) {
+RunResult train_run(Recorder& recorder, const records::RunRow& run, const RunOptions& options) {
   return train_run_guarded(recorder, run, nullptr, options);
 }
 
-void lead_run(dist::Cluster& cluster, const store::RunRow& run) {
+void lead_run(dist::Cluster& cluster, const records::RunRow& run) {
   cluster.publish(run_message(run));
 }
 
-RunResult follow_run(const store::RunRow& run, const RunOptions& options) {
+RunResult follow_run(const records::RunRow& run, const RunOptions& options) {
   RunOptions o = options;
   o.progress = false;
   FollowerRecorder recorder(run.name, options.cluster ? options.cluster->rank() : 0);
   return train_run(recorder, run, o);
 }
 
-std::optional<store::RunRow> next_run(dist::Cluster& cluster, int* leader_exit) {
+std::optional<records::RunRow> next_run(dist::Cluster& cluster, int* leader_exit) {
   const auto j = nlohmann::json::parse(cluster.receive());
   if (j.at("type") == "end") {
     if (leader_exit) *leader_exit = j.value("exit", 0);
     return std::nullopt;
   }
-  store::RunRow run;
+  records::RunRow run;
   run.id = j.at("id").get<int64_t>();
   run.name = j.at("name").get<std::string>();
   run.sweep_name = j.at("sweep").get<std::string>();

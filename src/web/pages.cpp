@@ -126,10 +126,6 @@ std::string pager(const std::string& href, size_t from, size_t total, const std:
 
 // --- the sweeps ---------------------------------------------------------------------------------
 
-const std::vector<store::RunStatus> kStatuses = {
-    store::RunStatus::kPending, store::RunStatus::kRunning,  store::RunStatus::kDone,
-    store::RunStatus::kFailed,  store::RunStatus::kDiverged, store::RunStatus::kPruned};
-
 // The sweeps [from, page_end) with their run counts alone, when the database holds more runs than
 // a page reads whole (build_status reads every run: 100,000 took seconds and 700 MB).
 std::string large_index_part(const store::Store& store, const std::vector<std::string>& names,
@@ -165,14 +161,14 @@ std::string index_part(const store::Store& store, size_t from) {
     return html.str();
   }
   html << "<table>\n<tr><th class=\"t\">sweep</th><th>runs</th>";
-  for (auto status : kStatuses) html << "<th>" << store::to_string(status) << "</th>";
+  for (auto status : records::kRunStatuses) html << "<th>" << records::to_string(status) << "</th>";
   html << "<th class=\"t\">training now</th></tr>\n";
   for (size_t i = from; i < page_end(from, sweeps.size()); ++i) {
     check_work_bound();
     const auto& sweep = sweeps[i];
     html << "<tr><td class=\"t\"><a href=\"" << html_escape(sweep_href(sweep.sweep)) << "\">"
          << html_escape(sweep.sweep) << "</a></td><td>" << sweep.runs << "</td>";
-    for (auto status : kStatuses) {
+    for (auto status : records::kRunStatuses) {
       const auto it = sweep.counts.find(status);
       html << "<td>" << (it == sweep.counts.end() ? 0 : it->second) << "</td>";
     }
@@ -225,7 +221,7 @@ std::string runs_table(const store::Store& store, const std::string& sweep, size
     html << "<tr><td><a href=\"" << run_href(line.run.id) << "\">" << line.run.id
          << "</a></td><td class=\"t\">" << html_escape(line.run.name) << "</td><td class=\"t\">"
          << html_escape(line.run.label) << "</td><td class=\"t\">"
-         << store::to_string(line.run.status) << "</td><td>" << line.run.epochs_done << "</td><td>"
+         << records::to_string(line.run.status) << "</td><td>" << line.run.epochs_done << "</td><td>"
          << (line.best ? number_text(*line.best) : "-") << "</td></tr>\n";
   }
   html << "</table>\n" << pager(sweep_href(sweep), from, total, "Runs");
@@ -314,7 +310,7 @@ std::string tune_part(const store::Store& store, const std::string& sweep) {
 
 // The metric names of `epochs`, sorted: a set, so the work is linear in epochs x metrics (a
 // vector searched for each epoch's each metric took 18 s for 10,000 metrics x 100 epochs).
-std::set<std::string> metric_names(const std::vector<store::EpochRow>& epochs) {
+std::set<std::string> metric_names(const std::vector<records::EpochRow>& epochs) {
   std::set<std::string> names;
   for (const auto& e : epochs) {
     check_work_bound();
@@ -324,7 +320,7 @@ std::set<std::string> metric_names(const std::vector<store::EpochRow>& epochs) {
 }
 
 // The epochs [from, page_end) with their first kPageMetrics metrics by name.
-std::string epochs_table(const store::RunRow& run, const std::vector<store::EpochRow>& epochs,
+std::string epochs_table(const records::RunRow& run, const std::vector<records::EpochRow>& epochs,
                          size_t from) {
   if (epochs.empty()) return "<h2>Epochs</h2>\n<p class=\"note\">No epoch recorded yet.</p>\n";
   const std::set<std::string> all = metric_names(epochs);
@@ -337,7 +333,7 @@ std::string epochs_table(const store::RunRow& run, const std::vector<store::Epoc
   html << "</tr>\n";
   for (size_t i = from; i < page_end(from, epochs.size()); ++i) {
     check_work_bound();
-    const store::EpochRow& e = epochs[i];
+    const records::EpochRow& e = epochs[i];
     html << "<tr><td>" << e.epoch << "</td><td>" << e.global_step << "</td><td>"
          << number_text(e.lr) << "</td><td>" << number_text(e.train_loss) << "</td><td>"
          << number_text(e.train_fps_mean) << "</td><td>" << number_text(e.epoch_seconds) << "</td>";
@@ -377,11 +373,11 @@ std::string diagnosis(const app::ReportModel& model, int64_t run_id) {
 }
 
 std::string run_summary(const app::RunDetails& details) {
-  const store::RunRow& run = details.run;
+  const records::RunRow& run = details.run;
   std::ostringstream html;
   html << "<h1>Run " << run.id << ": " << html_escape(run.name) << "</h1>\n<p>Sweep <a href=\""
        << html_escape(sweep_href(run.sweep_name)) << "\">" << html_escape(run.sweep_name)
-       << "</a>; status <b class=\"status\">" << store::to_string(run.status) << "</b>; "
+       << "</a>; status <b class=\"status\">" << records::to_string(run.status) << "</b>; "
        << run.epochs_done << " epochs recorded; primary metric " << html_escape(run.primary_metric);
   if (!run.label.empty()) html << "; label " << html_escape(run.label);
   html << ".</p>\n";
@@ -392,7 +388,7 @@ std::string run_summary(const app::RunDetails& details) {
   }
   if (!run.message.empty()) html << "<p class=\"note\">" << html_escape(run.message) << "</p>\n";
   for (const auto& d : details.prune_decisions) {
-    html << "<p class=\"note\">epoch " << d.epoch << ": " << store::to_string(d.action) << " ("
+    html << "<p class=\"note\">epoch " << d.epoch << ": " << records::to_string(d.action) << " ("
          << html_escape(d.reason) << ")</p>\n";
   }
   return html.str();

@@ -27,6 +27,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace amptune::store;
+using namespace amptune::records;
 
 double cpu_seconds() {
   rusage usage{};

@@ -22,6 +22,7 @@
 
 int main(int argc, char** argv) {
   using namespace amptune::store;
+  using namespace amptune::records;
   if (argc < 2 || argc > 3) {
     std::fprintf(stderr, "usage: %s DB [EPOCHS]\n", argv[0]);
     return 2;

@@ -94,7 +94,7 @@ TEST(AmpCli, RunRowShowsResolvedPrecision) {
   store::Store s(f.db);
   std::map<std::string, std::vector<std::string>> seen;
   for (const auto& run : s.runs()) {
-    EXPECT_EQ(run.status, store::RunStatus::kDone) << run.message;
+    EXPECT_EQ(run.status, records::RunStatus::kDone) << run.message;
     seen[run.columns.at("opt_level")] = {run.columns.at("dtype"), run.columns.at("loss_scale"),
                                          run.columns.at("backend"),
                                          run.columns.at("backend_reason")};

@@ -85,7 +85,7 @@ void replace_checkpoint(const Fixture& f, const std::string& run, int epoch,
 
 // Trains `f` (3 epochs) and stops after epoch 1: `run` is its run's id, `rows` its two epoch
 // rows, each with a checkpoint.
-void train_two_of_three(const Fixture& f, std::string& run, std::vector<store::EpochRow>& rows) {
+void train_two_of_three(const Fixture& f, std::string& run, std::vector<records::EpochRow>& rows) {
   const auto r = run_amptune({"run", f.yaml, "--db", f.db, "-q", "--stop-after-epoch", "1"}, f.dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   run = std::to_string(only_run(f));
@@ -99,7 +99,7 @@ void train_two_of_three(const Fixture& f, std::string& run, std::vector<store::E
 TEST(CheckpointsCli, MalformedNewestCheckpointWithAMatchingHashFallsBack) {
   auto f = make(3);
   std::string run;
-  std::vector<store::EpochRow> before;
+  std::vector<records::EpochRow> before;
   ASSERT_NO_FATAL_FAILURE(train_two_of_three(f, run, before));
   const std::string newest = before[1].checkpoint->path;
   std::string bytes = read_file(newest);
@@ -129,7 +129,7 @@ TEST(CheckpointsCli, MalformedNewestCheckpointWithAMatchingHashFallsBack) {
 TEST(CheckpointsCli, ACheckpointOfAnotherEpochIsRefused) {
   auto f = make(3);
   std::string run;
-  std::vector<store::EpochRow> before;
+  std::vector<records::EpochRow> before;
   ASSERT_NO_FATAL_FAILURE(train_two_of_three(f, run, before));
   replace_checkpoint(f, run, 1, read_file(before[0].checkpoint->path));
 
@@ -435,7 +435,7 @@ TEST(CheckpointsCli, CrossVersionCheckpointsResumeInTheOtherBuild) {
     store::Store s(f.db);
     const auto runs = s.runs();
     ASSERT_EQ(runs.size(), 1u);
-    EXPECT_EQ(runs[0].status, store::RunStatus::kDone) << runs[0].message;
+    EXPECT_EQ(runs[0].status, records::RunStatus::kDone) << runs[0].message;
     const auto epochs = s.epochs(runs[0].id);
     ASSERT_EQ(epochs.size(), 2u);
     EXPECT_TRUE(std::isfinite(epochs[1].train_loss));

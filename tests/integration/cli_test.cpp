@@ -28,8 +28,8 @@ Fixture make(int epochs, const std::string& grid, int train_n = 96, const std::s
 }
 
 // Same training result: identical losses/metrics every epoch, identical final checkpoint bytes.
-void expect_same_training(const std::vector<store::EpochRow>& a,
-                          const std::vector<store::EpochRow>& b) {
+void expect_same_training(const std::vector<records::EpochRow>& a,
+                          const std::vector<records::EpochRow>& b) {
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_EQ(a[i].epoch, b[i].epoch);
@@ -164,7 +164,7 @@ TEST(Cli, SweepTrainsEveryCellAndReRunTrainsNothing) {
   ASSERT_EQ(runs.size(), 2u);
   std::vector<std::string> recorded;
   for (auto& run : runs) {
-    EXPECT_EQ(run.status, store::RunStatus::kDone) << run.message;
+    EXPECT_EQ(run.status, records::RunStatus::kDone) << run.message;
     auto ep = s.epochs(run.id);
     ASSERT_EQ(ep.size(), 2u);
     for (auto& e : ep) {
@@ -205,7 +205,7 @@ TEST(Cli, ResumeEqualsStraight) {
   store::Store s(staged.db);
   ASSERT_EQ(s.runs().size(), 2u);
   for (const auto& run : s.runs()) {
-    EXPECT_EQ(run.status, store::RunStatus::kPending);
+    EXPECT_EQ(run.status, records::RunStatus::kPending);
     EXPECT_EQ(s.epochs(run.id).size(), 1u);
     auto second = run_amptune({"resume", run.name, "--db", staged.db}, staged.dir);
     ASSERT_EQ(second.exit_code, 0) << second.err;
@@ -227,7 +227,7 @@ TEST(Cli, ResumeFromEarlierEpochRetrainsLaterEpochsIdentically) {
   auto missing = run_amptune({"resume", run.name, "--db", f.db, "--from-epoch", "7"}, f.dir);
   EXPECT_EQ(missing.exit_code, 6);
   EXPECT_NE(missing.err.find("no checkpoint of epoch 7"), std::string::npos) << missing.err;
-  EXPECT_EQ(s.find_run(run.id)->status, store::RunStatus::kDone);  // a typo changes nothing
+  EXPECT_EQ(s.find_run(run.id)->status, records::RunStatus::kDone);  // a typo changes nothing
 }
 
 TEST(Cli, CorruptNewestCheckpointFallsBackToPrevious) {
@@ -278,7 +278,7 @@ TEST(Cli, KilledMidEpochResumesToTheSameResult) {
   {
     store::Store s(f.db);
     auto run = s.runs().at(0);
-    EXPECT_EQ(run.status, store::RunStatus::kRunning);  // what a dead process leaves behind
+    EXPECT_EQ(run.status, records::RunStatus::kRunning);  // what a dead process leaves behind
     EXPECT_LT(s.epochs(run.id).size(), 3u);
   }
   // The same command again takes over the stale run and finishes it.
@@ -286,7 +286,7 @@ TEST(Cli, KilledMidEpochResumesToTheSameResult) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   store::Store s(f.db);
   auto run = s.runs().at(0);
-  EXPECT_EQ(run.status, store::RunStatus::kDone);
+  EXPECT_EQ(run.status, records::RunStatus::kDone);
   expect_same_training(epochs_of(straight.db, run.name), s.epochs(run.id));
   EXPECT_EQ(s.integrity_check(), "ok");
   // No temp files left in the checkpoint directory.
@@ -303,9 +303,9 @@ TEST(Cli, DivergedRunIsMarkedAndSweepGoesOn) {
   store::Store s(f.db);
   auto runs = s.runs(std::string("tiny"));
   ASSERT_EQ(runs.size(), 2u);
-  EXPECT_EQ(runs[0].status, store::RunStatus::kDiverged);
+  EXPECT_EQ(runs[0].status, records::RunStatus::kDiverged);
   EXPECT_NE(runs[0].message.find("epoch 0"), std::string::npos) << runs[0].message;
-  EXPECT_EQ(runs[1].status, store::RunStatus::kDone);
+  EXPECT_EQ(runs[1].status, records::RunStatus::kDone);
 }
 
 TEST(Cli, RetentionKeepsNewestAndBest) {
@@ -371,7 +371,7 @@ TEST(Cli, ImageFolderJpegPathTrainsAndSkipsACorruptImage) {
   EXPECT_NE(r.err.find(victim.filename().string()), std::string::npos) << r.err;  // named once
   store::Store s(db);
   auto run = s.runs().at(0);
-  EXPECT_EQ(run.status, store::RunStatus::kDone) << run.message;
+  EXPECT_EQ(run.status, records::RunStatus::kDone) << run.message;
   auto ep = s.epochs(run.id);
   ASSERT_EQ(ep.size(), 1u);
   EXPECT_EQ(ep[0].skipped_samples, 1);

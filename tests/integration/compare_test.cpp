@@ -128,7 +128,7 @@ void StatusCountsRunsAndFlagsAStaleWorker() {
   {
     store::Store store(db);
     const int64_t sweep_id = store.ensure_sweep("tiny", "", "", "");
-    store::RunSpec spec;
+    records::RunSpec spec;
     spec.sweep_name = "tiny";
     spec.cell_index = 4;
     spec.label = "optim.lr=0.9 seed=1";
@@ -136,7 +136,7 @@ void StatusCountsRunsAndFlagsAStaleWorker() {
     spec.config_hash = "feedfacefeedface";
     spec.axes_json = R"({"optim.lr": 0.9, "seed": 1})";
     id = store.ensure_run(sweep_id, spec).id;
-    store.mark_running(id, store::Provenance{});
+    store.mark_running(id, records::Provenance{});
   }
   r = run_amptune({"status", "--db", db, "--sweep", "tiny"}, dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -224,7 +224,7 @@ void CsvHasOneRowPerLrWithTheMeanBestMetric() {
 void EpochLastAndNTakeThatEpochsValue() {
   const Sweep& s = trained();
   store::Store store(s.db);
-  std::map<std::string, std::vector<store::EpochRow>> epochs;  // label -> epochs
+  std::map<std::string, std::vector<records::EpochRow>> epochs;  // label -> epochs
   for (const auto& run : store.runs("tiny")) epochs[run.label] = store.epochs(run.id);
   for (const std::string epoch : {"0", "last"}) {
     auto r = run_amptune({"compare", "--db", s.db, "--sweep", "tiny", "--by", "optim.lr,seed",

@@ -182,7 +182,7 @@ TEST(Distributed, TwoRanksWithSyncBnEqualOneRankWithTheWholeBatch) {
   EXPECT_LE(b.metrics.at("rank_fps_min"), b.metrics.at("rank_fps_max"));
   // MFU (docs/PERFORMANCE.md): the job's peak is one process's x 2, as its img/s is the ranks'
   // sum; the FLOPs per sample are the config's, whatever the batch.
-  const store::RunWork alone = store::Store(one.db).find_run("1")->work;
+  const records::RunWork alone = store::Store(one.db).find_run("1")->work;
   EXPECT_EQ(run->work.peak_flops, 2 * alone.peak_flops);
   EXPECT_EQ(run->work.peak_source, alone.peak_source + " x 2 processes");
   EXPECT_EQ(run->work.train_flops_per_sample, alone.train_flops_per_sample);
@@ -237,7 +237,7 @@ TEST(Distributed, TorchrunNprocAndSrunGiveTheSameRunsAndEvaluationIsExact) {
     EXPECT_EQ(a.find_run("1")->label, b.find_run("1")->label);
     EXPECT_EQ(a.find_run("1")->provenance.global_batch, b.find_run("1")->provenance.global_batch);
     EXPECT_EQ(b.find_run("1")->provenance.world_size, 2);
-    EXPECT_EQ(b.find_run("1")->status, store::RunStatus::kDone);
+    EXPECT_EQ(b.find_run("1")->status, records::RunStatus::kDone);
   }
 
   // `amptune eval` evaluates the last checkpoint in one process and records its metrics over
@@ -391,7 +391,7 @@ TEST(Distributed, ANonFiniteStreakDivergesAtTheSameStepAcrossAResume) {
     ASSERT_EQ(r.exit_code, 0) << r.err;
     store::Store store(f.db);
     const auto run = store.find_run("1");
-    EXPECT_EQ(run->status, store::RunStatus::kDiverged) << run->message;
+    EXPECT_EQ(run->status, records::RunStatus::kDiverged) << run->message;
     messages.push_back(run->message);
     const auto epochs = store.epochs(run->id);
     ASSERT_EQ(epochs.size(), 2u);
@@ -433,7 +433,7 @@ TEST(Distributed, AKilledRankLeavesTheRunResumableAndTheRerunEqualsAnUninterrupt
   {
     store::Store store(f.db);
     const auto run = store.find_run("1");
-    EXPECT_EQ(run->status, store::RunStatus::kPending) << run->message;
+    EXPECT_EQ(run->status, records::RunStatus::kPending) << run->message;
     EXPECT_GE(run->epochs_done, 1);
     EXPECT_LT(run->epochs_done, epochs);
   }
@@ -470,7 +470,7 @@ TEST(Distributed, AHungRankStopsTheOthersAfterTheTimeout) {
   const std::string err = read_file(f.dir + "/rank0.err");
   EXPECT_NE(err.find("lost contact with rank 1 (pid"), std::string::npos) << err;
   store::Store store(f.db);
-  EXPECT_EQ(store.find_run("1")->status, store::RunStatus::kPending);
+  EXPECT_EQ(store.find_run("1")->status, records::RunStatus::kPending);
 }
 
 // `bench --nproc 1,2` times real jobs of 1 and 2 processes (the trainer on a scratch database)

@@ -222,7 +222,7 @@ TEST(EvalOnly, EvalInitialRecordsTheStartAndChangesNoTrainingValue) {
   {
     store::Store target(merged);  // an unrelated run first, so the ids move
     const int64_t sweep = target.ensure_sweep("other", "", "", "");
-    store::RunSpec spec;
+    records::RunSpec spec;
     spec.config_json = "{}";
     spec.config_hash = "0123456789abcdef";
     target.ensure_run(sweep, spec);

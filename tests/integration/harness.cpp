@@ -21,11 +21,11 @@ namespace amptune::testing {
 namespace fs = std::filesystem;
 
 
-std::vector<store::EpochRow> epochs_of(const std::string& db, const std::string& run) {
+std::vector<records::EpochRow> epochs_of(const std::string& db, const std::string& run) {
   store::Store s(db);
   auto r = s.find_run(run);
   EXPECT_TRUE(r.has_value()) << run;
-  return r ? s.epochs(r->id) : std::vector<store::EpochRow>{};
+  return r ? s.epochs(r->id) : std::vector<records::EpochRow>{};
 }
 
 TinyOptions quick_tiny(const std::string& tail, int epochs) {

@@ -89,7 +89,7 @@ class StopOnExit {
 };
 
 // The epoch rows of run `run` (id or name) in database `db`; a missing run is a test failure.
-std::vector<store::EpochRow> epochs_of(const std::string& db, const std::string& run);
+std::vector<records::EpochRow> epochs_of(const std::string& db, const std::string& run);
 
 
 }  // namespace amptune::testing

@@ -26,13 +26,13 @@ constexpr double kTinyTrainingFlops = 6.0 * 366784;
 
 // Trains the one-cell sweep of `o`: its files, the command's output, its run (exit code and run
 // count checked).
-std::tuple<TinySweep, Result, store::RunRow> train_one(const TinyOptions& o) {
+std::tuple<TinySweep, Result, records::RunRow> train_one(const TinyOptions& o) {
   TinySweep f = make_tiny_sweep(o);
   Result r = run_amptune({"run", f.yaml, "--db", f.db}, f.dir);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   const auto runs = store::Store(f.db).runs();
   EXPECT_EQ(runs.size(), 1u);
-  return {f, r, runs.empty() ? store::RunRow{} : runs[0]};
+  return {f, r, runs.empty() ? records::RunRow{} : runs[0]};
 }
 
 // In a sweep process, a later run's start-up is what it spent before its first step, not the
@@ -71,7 +71,7 @@ TEST(PerfCli, TimeBreakdownAndProfileTraceAreRecorded) {
   ASSERT_EQ(epochs.size(), 2u);
   for (const auto& e : epochs) {
     ASSERT_TRUE(e.times) << "epoch " << e.epoch;
-    const store::EpochTimes& t = *e.times;
+    const records::EpochTimes& t = *e.times;
     EXPECT_GT(t.forward, 0);
     EXPECT_GT(t.backward, 0);
     EXPECT_GT(t.optimizer, 0);
@@ -175,7 +175,7 @@ TEST(PerfCli, ARunRecordsItsWorkAndPeakAndShowsItsMfu) {
   auto [f, r, run] = train_one(o);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   store::Store s(f.db);
-  const store::RunWork& work = run.work;
+  const records::RunWork& work = run.work;
   EXPECT_EQ(work.train_flops_per_sample, kTinyTrainingFlops);
   EXPECT_EQ(work.peak_precision, "fp32");                                          // O0
   EXPECT_EQ(work.peak_source.rfind("cpu: 1 core x ", 0), 0u) << work.peak_source;  // threads 1
@@ -226,7 +226,7 @@ TEST(PerfCli, PeakFlopsGivenByOptionOrEnvironment) {
   auto r = run_amptune({"run", f.yaml, "--db", f.db, "-q", "--peak-flops", "2e9"}, f.dir,
                        {{"AMPTUNE_PEAK_FLOPS", "3e9"}});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  store::RunWork work = store::Store(f.db).runs()[0].work;
+  records::RunWork work = store::Store(f.db).runs()[0].work;
   EXPECT_EQ(work.peak_flops, 2e9);
   EXPECT_EQ(work.peak_source, "--peak-flops");
 

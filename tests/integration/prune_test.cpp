@@ -48,10 +48,10 @@ struct Cell {
 std::map<int, Cell> cells_of(const std::string& db) {
   store::Store store(db);
   std::map<int, Cell> out;
-  for (const store::RunRow& run : store.runs()) {
+  for (const records::RunRow& run : store.runs()) {
     Cell c;
     c.name = run.name;
-    c.status = store::to_string(run.status);
+    c.status = records::to_string(run.status);
     const auto rows = store.epochs(run.id);
     c.epochs = static_cast<int>(rows.size());
     if (!rows.empty()) {
@@ -109,12 +109,12 @@ const TinySweep& full_grid() {
 void expect_decisions_consistent(const std::string& db, const std::string& log) {
   store::Store store(db);
   std::map<int64_t, std::map<int, double>> loss;  // val_loss, the compared metric
-  for (const store::RunRow& run : store.runs()) {
+  for (const records::RunRow& run : store.runs()) {
     for (const auto& row : store.epochs(run.id)) {
       loss[run.id][row.epoch] = row.metrics.at("val_loss");
     }
   }
-  for (const store::RunRow& run : store.runs()) {
+  for (const records::RunRow& run : store.runs()) {
     int allowed_until = kEpochs - 1;
     for (const auto& d : store.prune_decisions(run.id)) {
       ASSERT_TRUE(loss[run.id].count(d.epoch)) << run.name << " decided at a missing epoch";
@@ -124,7 +124,7 @@ void expect_decisions_consistent(const std::string& db, const std::string& log) 
         ASSERT_TRUE(loss[id].count(d.epoch)) << "compared with run " << id << " at " << d.epoch;
         EXPECT_EQ(loss[id][d.epoch], other.at("value").get<double>());
       }
-      allowed_until = d.action == store::PruneAction::kStop ? d.epoch : kEpochs - 1;
+      allowed_until = d.action == records::PruneAction::kStop ? d.epoch : kEpochs - 1;
     }
     EXPECT_LE(run.epochs_done - 1, allowed_until) << run.name << " trained after its stop";
   }
@@ -175,11 +175,11 @@ TEST(Prune, AshaTrainsAtMostHalfTheEpochsAndKeepsTheFullGridsBestCell) {
 
   // Every pruned run shows why: amptune show prints its decisions with the evidence.
   store::Store store(f.db);
-  for (const store::RunRow& run : store.runs()) {
-    if (run.status != store::RunStatus::kPruned) continue;
+  for (const records::RunRow& run : store.runs()) {
+    if (run.status != records::RunStatus::kPruned) continue;
     const auto decisions = store.prune_decisions(run.id);
     ASSERT_FALSE(decisions.empty()) << run.name;
-    EXPECT_EQ(store::to_string(decisions.back().action), "stop");
+    EXPECT_EQ(records::to_string(decisions.back().action), "stop");
     EXPECT_EQ(decisions.back().epoch, run.epochs_done - 1) << "stopped right after the decision";
     const Result show = run_amptune({"show", run.name, "--db", f.db}, f.dir);
     ASSERT_EQ(show.exit_code, 0) << show.err;
@@ -212,7 +212,7 @@ TEST(Prune, NoPruneContinuesAPrunedCellBitwise) {
   store::Store pruned_store(f.db);
   std::vector<std::string> pruned;
   for (const auto& run : pruned_store.runs()) {
-    if (run.status == store::RunStatus::kPruned) pruned.push_back(run.name);
+    if (run.status == records::RunStatus::kPruned) pruned.push_back(run.name);
   }
   ASSERT_FALSE(pruned.empty());
   const Result r = run_amptune({"run", f.yaml, "--db", f.db, "--no-progress", "--no-prune"}, f.dir);
@@ -222,7 +222,7 @@ TEST(Prune, NoPruneContinuesAPrunedCellBitwise) {
   // every checkpoint.
   store::Store full(full_grid().db);
   for (const auto& run : store::Store(f.db).runs()) {
-    EXPECT_EQ(run.status, store::RunStatus::kDone) << run.name;
+    EXPECT_EQ(run.status, records::RunStatus::kDone) << run.name;
     const auto mine = store::Store(f.db).epochs(run.id);
     const auto unpruned = full.find_run(run.name);
     ASSERT_TRUE(unpruned) << run.name << " is not in the full grid's database";
@@ -238,7 +238,7 @@ TEST(Prune, NoPruneContinuesAPrunedCellBitwise) {
     if (std::find(pruned.begin(), pruned.end(), run.name) != pruned.end()) {
       const auto decisions = store::Store(f.db).prune_decisions(run.id);
       ASSERT_GE(decisions.size(), 2u) << run.name;
-      EXPECT_EQ(store::to_string(decisions.back().action), "continue");
+      EXPECT_EQ(records::to_string(decisions.back().action), "continue");
     }
   }
 }
@@ -258,15 +258,15 @@ TEST(Prune, ADataParallelJobStopsAPrunedCellOnEveryRank) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   store::Store store(f.db);
   int pruned = 0, done = 0;
-  for (const store::RunRow& run : store.runs()) {
-    if (run.status == store::RunStatus::kPruned) {
+  for (const records::RunRow& run : store.runs()) {
+    if (run.status == records::RunStatus::kPruned) {
       ++pruned;
       const auto decisions = store.prune_decisions(run.id);
       ASSERT_FALSE(decisions.empty()) << run.name;
       EXPECT_EQ(run.epochs_done, decisions.back().epoch + 1) << run.name << " trained on";
       EXPECT_EQ(run.provenance.world_size, 2) << run.name;
     } else {
-      EXPECT_EQ(run.status, store::RunStatus::kDone) << run.name << ": " << run.message;
+      EXPECT_EQ(run.status, records::RunStatus::kDone) << run.name << ": " << run.message;
       ++done;
     }
   }

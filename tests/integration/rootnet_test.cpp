@@ -61,7 +61,7 @@ TEST(RootNetCli, SynthSweepRecordsMetricsPerEpoch) {
   auto runs = s.runs(std::string("rn"));
   ASSERT_EQ(runs.size(), 2u);
   for (const auto& run : runs) {
-    EXPECT_EQ(run.status, store::RunStatus::kDone) << run.message;
+    EXPECT_EQ(run.status, records::RunStatus::kDone) << run.message;
     auto ep = s.epochs(run.id);
     ASSERT_EQ(ep.size(), 2u);
     for (const auto& e : ep) {
@@ -115,7 +115,7 @@ TEST(RootNetCli, EvaluationOnlyCellsRecordMrpeAndApRootAndSaveNoCheckpoint) {
   ASSERT_EQ(runs.size(), 2u);
   std::map<std::string, std::map<std::string, double>> by_level;
   for (const auto& run : runs) {
-    EXPECT_EQ(run.status, store::RunStatus::kDone) << run.message;
+    EXPECT_EQ(run.status, records::RunStatus::kDone) << run.message;
     const auto epochs = s.epochs(run.id);
     ASSERT_EQ(epochs.size(), 1u) << run.name;
     const auto& e = epochs[0];
@@ -219,13 +219,13 @@ TEST(RootNetCli, TuneFromTheSeedPortEndsWithinTheMrpeTolerance) {
   store::Store store(s.db);
   const auto searches = store.tune_searches("rn");
   ASSERT_EQ(searches.size(), 1u);
-  const store::TuneSearchRow& search = searches[0];
-  ASSERT_EQ(store::to_string(search.status), "answered") << search.note << "\n" << r.out;
+  const records::TuneSearchRow& search = searches[0];
+  ASSERT_EQ(records::to_string(search.status), "answered") << search.note << "\n" << r.out;
   EXPECT_LE(search.answer_value, search.reference_value * 1.1);
   const auto answer = nlohmann::json::parse(store.find_run(search.answer_run_id)->config_json);
   EXPECT_EQ(answer.at("amp").at("loss_scale"), "dynamic") << r.out;
-  EXPECT_EQ(store.find_run(search.start_run_id)->status, store::RunStatus::kDiverged);
-  std::map<int, store::TuneRoundRow> rounds;
+  EXPECT_EQ(store.find_run(search.start_run_id)->status, records::RunStatus::kDiverged);
+  std::map<int, records::TuneRoundRow> rounds;
   for (const auto& round : store.tune_rounds(search.id)) rounds[round.round] = round;
   const auto candidates = store.tune_candidates(search.id);
   ASSERT_FALSE(candidates.empty());
@@ -234,7 +234,7 @@ TEST(RootNetCli, TuneFromTheSeedPortEndsWithinTheMrpeTolerance) {
       EXPECT_EQ(c.reason.rfind("move order: ", 0), 0u) << c.reason;
       continue;
     }
-    const store::TuneRoundRow& round = rounds.at(c.round);
+    const records::TuneRoundRow& round = rounds.at(c.round);
     ASSERT_TRUE(round.diagnosis_epoch);
     const auto advice = store.diagnosis_advice(round.start_run_id, *round.diagnosis_epoch);
     ASSERT_TRUE(advice) << "the diagnosis of round " << c.round << " is stored";

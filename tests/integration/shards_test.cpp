@@ -42,7 +42,7 @@ std::map<std::string, std::string> results_of(const std::string& db) {
   store::Store store(db);
   std::map<std::string, std::string> out;
   for (const auto& run : store.runs("tiny")) {
-    std::string text = store::to_string(run.status) + " " + run.config_hash;
+    std::string text = records::to_string(run.status) + " " + run.config_hash;
     for (const auto& e : store.epochs(run.id)) {
       text += " | " + std::to_string(e.epoch) + " loss " + std::to_string(e.train_loss) +
               " steps " + std::to_string(e.global_step);
@@ -122,7 +122,7 @@ TEST(Shards, ThreeShardsMergedCompareAsOneProcess) {
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   for (const auto& run : store::Store(f.dir + "/" + shard_db(busy)).runs("tiny")) {
     EXPECT_EQ(run.epochs_done, 2) << run.name;
-    EXPECT_EQ(run.status, store::RunStatus::kDone) << run.name;
+    EXPECT_EQ(run.status, records::RunStatus::kDone) << run.name;
   }
   r = run_amptune({"merge", "results/tiny.shard-*-of-3.sqlite", "--into", "results/merged.sqlite"},
                   f.dir);
@@ -151,7 +151,7 @@ TEST(Shards, ThreeShardsMergedCompareAsOneProcess) {
 
   // The merged database's checkpoint paths lead to the shards' files: eval of a merged run
   // reads its checkpoint and reproduces the recorded accuracy.
-  const store::RunRow run = store::Store(merged).runs("tiny").at(0);
+  const records::RunRow run = store::Store(merged).runs("tiny").at(0);
   const double recorded = epochs_of(merged, run.name).at(1).metrics.at("acc1");
   r = run_amptune({"eval", run.name, "--epoch", "1", "--db", "results/merged.sqlite", "-q"}, f.dir);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
@@ -200,7 +200,7 @@ TEST(Identity, WhereFilesGoAndWhereTheDataLieMakeNoNewRuns) {
   std::map<std::string, int64_t> after;
   for (const auto& run : store::Store(f.db).runs("tiny")) {
     EXPECT_EQ(run.epochs_done, 2) << run.name;  // continued from its epoch-0 checkpoint
-    EXPECT_EQ(run.status, store::RunStatus::kDone) << run.name;
+    EXPECT_EQ(run.status, records::RunStatus::kDone) << run.name;
     EXPECT_NE(run.config_json.find(f.dir + "/copy"), std::string::npos) << run.config_json;
     EXPECT_TRUE(fs::exists(f.dir + "/node2-ckpt/" + std::to_string(run.id) +
                            "/epoch_0001.safetensors"))
@@ -252,13 +252,13 @@ TEST(Identity, ADatabaseOfThePreviousReleaseContinuesWithItsRunsAndCheckpoints) 
     const auto runs = store.runs("legacy");
     ASSERT_EQ(runs.size(), 3u);
     for (const auto& run : runs) {
-      EXPECT_EQ(run.status, store::RunStatus::kDone) << run.name;
+      EXPECT_EQ(run.status, records::RunStatus::kDone) << run.name;
       EXPECT_EQ(run.epochs_done, 2) << run.name;
       EXPECT_FALSE(run.legacy_config_hash.empty()) << run.name;
     }
     EXPECT_EQ(store.find_run("legacy/0-f58bf14a")->id, 1);
     EXPECT_EQ(store.find_run("legacy/1-d159a863")->id, 2);
-    const store::RunRow fork = *store.find_run("legacy/0-6c396737");
+    const records::RunRow fork = *store.find_run("legacy/0-6c396737");
     ASSERT_TRUE(fork.fork);
     EXPECT_EQ(fork.fork->parent_run_id, 1);
     EXPECT_EQ(store.find_run(1)->data_fingerprint.size(), 64u);  // the cells met their data
@@ -330,14 +330,14 @@ TEST(Identity, OldFormatCheckpointsAreRefusedWithoutTheOptIn) {
   EXPECT_EQ(r.err.find("falling back"), std::string::npos) << r.err;
   EXPECT_TRUE(files() == before) << "checkpoint files changed";
   store::Store store(db);
-  const store::RunRow run = *store.find_run("legacy/1-d159a863");
-  EXPECT_EQ(run.status, store::RunStatus::kPending);  // the same command with the opt-in continues
+  const records::RunRow run = *store.find_run("legacy/1-d159a863");
+  EXPECT_EQ(run.status, records::RunStatus::kPending);  // the same command with the opt-in continues
   EXPECT_NE(run.message.find("AMPTUNE_TRUST_LEGACY_CHECKPOINTS"), std::string::npos) << run.message;
   const auto epochs = store.epochs(run.id);
   ASSERT_EQ(epochs.size(), 1u);
   ASSERT_TRUE(epochs[0].checkpoint);
   for (const char* done : {"legacy/0-f58bf14a", "legacy/0-6c396737"}) {
-    EXPECT_EQ(store.find_run(done)->status, store::RunStatus::kDone) << done;
+    EXPECT_EQ(store.find_run(done)->status, records::RunStatus::kDone) << done;
   }
 }
 

@@ -296,7 +296,7 @@ TEST(Slurm, AnArrayJobOfShardsAndItsMergeJob) {
   const auto runs = store.runs("tiny");
   ASSERT_EQ(runs.size(), 2u);
   for (const auto& run : runs) {
-    EXPECT_EQ(run.status, store::RunStatus::kDone) << run.name;
+    EXPECT_EQ(run.status, records::RunStatus::kDone) << run.name;
     const auto epochs = store.epochs(run.id);
     ASSERT_EQ(epochs.size(), 1u) << run.name;
     EXPECT_GT(epochs[0].metrics.at("acc1"), 0) << run.name;

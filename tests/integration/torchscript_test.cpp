@@ -184,10 +184,10 @@ TEST(TorchScriptCli, ACustomTaskTrainsResumesBitwiseAndIsCompared) {
   EXPECT_EQ(a.metrics.at("val_samples"), 64);
   EXPECT_LT(straight[2].metrics.at("mse"), straight[0].metrics.at("mse")) << "it learns";
   // Every metric amptune recorded beside the module's own is one it names as its own
-  // (store::amptune_metric_names: the names a custom module may not take).
+  // (records::amptune_metric_names: the names a custom module may not take).
   for (const auto& [name, value] : a.metrics) {
     if (name == "mse" || name == "mae") continue;
-    const auto& own = store::amptune_metric_names();
+    const auto& own = records::amptune_metric_names();
     EXPECT_NE(std::find(own.begin(), own.end(), name), own.end()) << name;
   }
   {
@@ -249,7 +249,7 @@ TEST(TorchScriptCli, TuneFindsAndFixesThePlantedOverflowInTheScriptedModel) {
   store::Store store(f.db);
   const auto searches = store.tune_searches("tiny");
   ASSERT_EQ(searches.size(), 1u);
-  EXPECT_EQ(store::to_string(searches[0].status), "answered") << searches[0].note;
+  EXPECT_EQ(records::to_string(searches[0].status), "answered") << searches[0].note;
   const auto candidates = store.tune_candidates(searches[0].id);
   ASSERT_FALSE(candidates.empty());
   EXPECT_EQ(candidates[0].advice_rule, "activation_overflow");
@@ -281,8 +281,8 @@ TEST(TorchScriptCli, AClassifiersChannelsAreCheckedAgainstModelInChannelsWhilePl
 }
 
 // The run `run` of `db` once its status is `status`, waiting at most `seconds`.
-std::optional<store::RunRow> run_when(const std::string& db, const std::string& run,
-                                      store::RunStatus status, double seconds) {
+std::optional<records::RunRow> run_when(const std::string& db, const std::string& run,
+                                      records::RunStatus status, double seconds) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   while (std::chrono::steady_clock::now() < until) {
     try {
@@ -309,7 +309,7 @@ TEST(TorchScriptCli, ASecondSignalEndsAStepThatNeverReturnsAndReleasesTheRun) {
                   fs::copy_options::overwrite_existing);
     const pid_t pid = spawn_amptune(run_args(f), f.dir);
     StopOnExit stop(pid);
-    ASSERT_TRUE(run_when(f.db, "1", store::RunStatus::kRunning, 120))
+    ASSERT_TRUE(run_when(f.db, "1", records::RunStatus::kRunning, 120))
         << read_file(f.dir + "/child.err");
     std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // into the first step
     ASSERT_EQ(::kill(pid, SIGINT), 0);
@@ -323,7 +323,7 @@ TEST(TorchScriptCli, ASecondSignalEndsAStepThatNeverReturnsAndReleasesTheRun) {
     EXPECT_LT(took, 3.0) << "s from the second signal to the exit";
     const auto run = store::Store(f.db).find_run("1");
     ASSERT_TRUE(run);
-    EXPECT_EQ(run->status, store::RunStatus::kPending) << run->message;
+    EXPECT_EQ(run->status, records::RunStatus::kPending) << run->message;
     EXPECT_NE(run->message.find("second signal"), std::string::npos) << run->message;
     EXPECT_NE(read_file(f.dir + "/child.err").find("interrupted again"), std::string::npos)
         << read_file(f.dir + "/child.err");
@@ -342,7 +342,7 @@ TEST(TorchScriptCli, AModelWithABoolBufferTrainsAsATwoRankJob) {
   EXPECT_EQ(r.err.find("lost contact"), std::string::npos) << r.err;
   const auto run = store::Store(f.db).find_run("1");
   ASSERT_TRUE(run);
-  EXPECT_EQ(run->status, store::RunStatus::kDone) << run->message;
+  EXPECT_EQ(run->status, records::RunStatus::kDone) << run->message;
   EXPECT_EQ(run->provenance.world_size, 2);
   const auto epochs = epochs_of(f.db, "1");
   ASSERT_EQ(epochs.size(), 1u);

@@ -59,9 +59,9 @@ std::vector<std::string> tune_args(const TinySweep& f, bool planted,
 
 // What a finished search says, and what it trained.
 struct Search {
-  store::TuneSearchRow row;
-  std::vector<store::TuneRoundRow> rounds;
-  std::vector<store::TuneCandidateRow> candidates;
+  records::TuneSearchRow row;
+  std::vector<records::TuneRoundRow> rounds;
+  std::vector<records::TuneCandidateRow> candidates;
   std::string answer_run, answer_modules;  // name; amp.fp32_modules as JSON
   std::set<std::string> runs;              // names of every run of the sweep
   int epoch_rows = 0;                      // recorded epochs of every run
@@ -98,7 +98,7 @@ TEST(TuneCli, FindsThePlantedOverflowAndSpendsLessThanTheGrid) {
   const Result r = run_amptune(tune_args(f, true), f.dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const Search s = search_of(f.db);
-  EXPECT_EQ(store::to_string(s.row.status), "answered") << s.row.note;
+  EXPECT_EQ(records::to_string(s.row.status), "answered") << s.row.note;
   EXPECT_EQ(s.answer_modules, R"(["conv1"])");
   EXPECT_LE(s.row.answer_value, s.row.reference_value + 0.1);
   ASSERT_FALSE(s.candidates.empty());
@@ -106,11 +106,11 @@ TEST(TuneCli, FindsThePlantedOverflowAndSpendsLessThanTheGrid) {
   EXPECT_EQ(s.candidates[0].advice_rule, "activation_overflow");
   EXPECT_EQ(s.candidates[0].advice_module, "conv1");
   EXPECT_EQ(s.candidates[0].move, "fp32_modules");
-  EXPECT_EQ(store::to_string(s.candidates[0].outcome), "within");
+  EXPECT_EQ(records::to_string(s.candidates[0].outcome), "within");
   EXPECT_EQ(s.candidates[0].run_id, s.row.answer_run_id);
   bool pruned = false;
   for (const auto& c : s.candidates)
-    pruned = pruned || c.outcome == store::CandidateOutcome::kPruned;
+    pruned = pruned || c.outcome == records::CandidateOutcome::kPruned;
   EXPECT_TRUE(pruned) << "the other candidate stops at the first rung";
   EXPECT_LT(s.row.epochs_spent, s.row.grid_epochs);
   EXPECT_EQ(s.row.epochs_spent, s.epoch_rows) << "the ledger counts what was trained";
@@ -138,7 +138,7 @@ TEST(TuneCli, AStartWithinToleranceIsTheAnswerAndNothingElseTrains) {
   const Result r = run_amptune(tune_args(f, false), f.dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const Search s = search_of(f.db);
-  EXPECT_EQ(store::to_string(s.row.status), "answered");
+  EXPECT_EQ(records::to_string(s.row.status), "answered");
   EXPECT_EQ(s.row.answer_run_id, s.row.start_run_id);
   EXPECT_TRUE(s.rounds.empty());
   EXPECT_EQ(s.runs.size(), 2u);  // the reference and the start
@@ -152,11 +152,11 @@ TEST(TuneCli, BisectionKeepsTheOneFp32ModuleThatMatters) {
   const Result r = run_amptune(tune_args(f, true), f.dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const Search s = search_of(f.db);
-  EXPECT_EQ(store::to_string(s.row.status), "answered") << s.row.note;
+  EXPECT_EQ(records::to_string(s.row.status), "answered") << s.row.note;
   EXPECT_EQ(s.answer_modules, R"(["conv1"])");
   std::vector<std::string> outcomes;
   for (const auto& c : s.candidates)
-    outcomes.push_back(c.change_json + " " + store::to_string(c.outcome));
+    outcomes.push_back(c.change_json + " " + records::to_string(c.outcome));
   EXPECT_EQ(outcomes, (std::vector<std::string>{
                           // (conv1 overflows: the loss is NaN at the end, a divergence)
                           R"({"amp.fp32_modules":["layer2","fc"]} diverged)",
@@ -164,7 +164,7 @@ TEST(TuneCli, BisectionKeepsTheOneFp32ModuleThatMatters) {
                           R"({"amp.fp32_modules":["conv1","layer2","fc"]} within)",
                           R"({"amp.fp32_modules":["conv1"]} within)",
                       }));
-  for (const auto& round : s.rounds) EXPECT_EQ(store::to_string(round.kind), "bisect");
+  for (const auto& round : s.rounds) EXPECT_EQ(records::to_string(round.kind), "bisect");
   EXPECT_NE(r.out.find("  amp.fp32_modules: [conv1]\n"), std::string::npos) << r.out;
 }
 
@@ -191,12 +191,12 @@ TinySweep two_overflows_sweep(const std::string& start, const std::string& tag) 
 std::vector<std::string> bisection_of(const Search& s) {
   std::set<int> bisect_rounds;
   for (const auto& round : s.rounds) {
-    if (round.kind == store::TuneRoundKind::kBisect) bisect_rounds.insert(round.round);
+    if (round.kind == records::TuneRoundKind::kBisect) bisect_rounds.insert(round.round);
   }
   std::vector<std::string> out;
   for (const auto& c : s.candidates) {
     if (bisect_rounds.count(c.round))
-      out.push_back(c.change_json + " " + store::to_string(c.outcome));
+      out.push_back(c.change_json + " " + records::to_string(c.outcome));
   }
   return out;
 }
@@ -207,7 +207,7 @@ Search search_keeping_both(const TinySweep& f, Result& r) {
   r = run_amptune(tune_args(f, true), f.dir);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   const Search s = search_of(f.db);
-  EXPECT_EQ(store::to_string(s.row.status), "answered") << s.row.note << "\n" << r.out;
+  EXPECT_EQ(records::to_string(s.row.status), "answered") << s.row.note << "\n" << r.out;
   EXPECT_EQ(s.answer_modules, R"(["conv1","layer2.0.conv1"])") << r.out;
   EXPECT_LE(s.row.answer_value, s.row.reference_value + 0.1);
   EXPECT_EQ(s.row.epochs_spent, s.epoch_rows) << "the ledger counts what was trained";
@@ -221,7 +221,7 @@ TEST(TuneCli, TwoOverflowsInDifferentStagesAreBothKeptInFp32) {
   const Search s = search_keeping_both(two_overflows_sweep("{amp.opt_level: O1}", "two"), r);
   ASSERT_FALSE(s.candidates.empty());
   EXPECT_EQ(s.candidates[0].advice_module, "conv1,layer2.0.conv1") << r.out;
-  EXPECT_EQ(store::to_string(s.candidates[0].outcome), "within") << r.out;
+  EXPECT_EQ(records::to_string(s.candidates[0].outcome), "within") << r.out;
   EXPECT_EQ(bisection_of(s), (std::vector<std::string>{
                                  R"({"amp.fp32_modules":["layer2.0.conv1"]} pruned)",
                                  R"({"amp.fp32_modules":["conv1"]} pruned)",
@@ -283,7 +283,7 @@ TEST(TuneCli, ASearchKilledInARoundContinuesWithTheSameAnswerAndTwoWorkersAgree)
   const TinySweep whole = tune_sweep(kSeedStart, "whole", "", kSlowEpochTestImages);
   ASSERT_EQ(run_amptune(tune_args(whole, true), whole.dir).exit_code, 0);
   const Search expected = search_of(whole.db);
-  ASSERT_EQ(store::to_string(expected.row.status), "answered");
+  ASSERT_EQ(records::to_string(expected.row.status), "answered");
 
   // SIGKILL once a candidate of round 1 has recorded an epoch.
   const TinySweep killed = tune_sweep(kSeedStart, "killed", "", kSlowEpochTestImages);
@@ -312,7 +312,7 @@ TEST(TuneCli, ASearchKilledInARoundContinuesWithTheSameAnswerAndTwoWorkersAgree)
   const Result rerun = run_amptune(tune_args(killed, true), killed.dir);
   ASSERT_EQ(rerun.exit_code, 0) << rerun.err;
   const Search resumed = search_of(killed.db);
-  EXPECT_EQ(store::to_string(resumed.row.status), "answered");
+  EXPECT_EQ(records::to_string(resumed.row.status), "answered");
   EXPECT_EQ(resumed.answer_run, expected.answer_run);
   EXPECT_EQ(resumed.row.answer_yaml, expected.row.answer_yaml);
   EXPECT_EQ(resumed.runs, expected.runs);
@@ -341,7 +341,7 @@ TEST(TuneCli, EachRunOfTheSearchTrainsWithNprocRanks) {
   const Result r = run_amptune(tune_args(f, true, {"--nproc", "2"}), f.dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const Search s = search_of(f.db);
-  EXPECT_EQ(store::to_string(s.row.status), "answered") << s.row.note;
+  EXPECT_EQ(records::to_string(s.row.status), "answered") << s.row.note;
   EXPECT_EQ(s.answer_modules, R"(["conv1"])");
   store::Store store(f.db);
   for (const auto& run : store.runs("tuned")) {

@@ -7,12 +7,12 @@
 #include <filesystem>
 #include <string>
 
-#include "store/records.h"
+#include "records/records.h"
 
 namespace amptune::testing {
 
-inline store::CheckpointLayout checkpoint_layout() {
-  store::CheckpointLayout layout;
+inline records::CheckpointLayout checkpoint_layout() {
+  records::CheckpointLayout layout;
   layout.default_root = [](const std::string& db_path) {
     const std::filesystem::path db(db_path);
     return (db.parent_path() / "checkpoints" / db.stem()).string();

@@ -31,12 +31,12 @@ class AppTest : public ::testing::Test {
     std::string axes = "{}";                     // swept values, a JSON object
     std::map<std::string, std::string> columns;  // setting columns as JSON text
     std::string label;                           // default: the axes
-    std::optional<store::ForkOrigin> fork;
+    std::optional<records::ForkOrigin> fork;
     std::string config = R"({"schedule":{"epochs":3}})";
   };
 
   int64_t add_run(const Run& run) {
-    store::RunSpec spec;
+    records::RunSpec spec;
     spec.sweep_name = run.sweep;
     spec.cell_index = run.cell;
     spec.label = run.label.empty() ? run.axes : run.label;
@@ -53,10 +53,10 @@ class AppTest : public ::testing::Test {
     std::map<std::string, double> metrics;
     double fps = 100;
     double seconds = 10;
-    std::vector<store::ScaleEvent> scale_events;
+    std::vector<records::ScaleEvent> scale_events;
   };
   void add_epoch(int64_t run_id, int epoch, const Epoch& e) {
-    store::EpochRecord record;
+    records::EpochRecord record;
     record.run_id = run_id;
     record.epoch = epoch;
     record.global_step = 10 * (epoch + 1);
@@ -78,7 +78,7 @@ class AppTest : public ::testing::Test {
       add_epoch(run_id, static_cast<int>(i), e);
     }
   }
-  void finish(int64_t run_id, store::RunStatus status = store::RunStatus::kDone) {
+  void finish(int64_t run_id, records::RunStatus status = records::RunStatus::kDone) {
     store_.finish_run(run_id, status, "", "{}");
   }
 

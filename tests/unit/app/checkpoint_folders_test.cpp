@@ -30,11 +30,11 @@ class CheckpointGc : public ::testing::Test {
   }
 
   // A done run with two epochs whose checkpoints exist at their recorded paths.
-  store::RunRow make_run(store::Store& store, int cell, const std::string& ckpt_dir = "") {
+  records::RunRow make_run(store::Store& store, int cell, const std::string& ckpt_dir = "") {
     Config config;
     config.set("seed", cell);
     if (!ckpt_dir.empty()) config.set("checkpoint.dir", ckpt_dir);
-    store::RunSpec spec;
+    records::RunSpec spec;
     spec.cell_index = cell;
     spec.label = "cell " + std::to_string(cell);
     spec.config_json = config.canonical_json();
@@ -43,15 +43,15 @@ class CheckpointGc : public ::testing::Test {
     const fs::path dir = train::checkpoint_dir(config, store.path(), run.id);
     for (int e = 0; e < 2; ++e) {
       const std::string bytes = "checkpoint " + std::to_string(run.id) + "/" + std::to_string(e);
-      store::EpochRecord r;
+      records::EpochRecord r;
       r.run_id = run.id;
       r.epoch = e;
       r.checkpoint =
-          store::CheckpointFile{write(dir / ("epoch_000" + std::to_string(e) + ".pt"), bytes),
+          records::CheckpointFile{write(dir / ("epoch_000" + std::to_string(e) + ".pt"), bytes),
                                 static_cast<int64_t>(bytes.size()), sha256_hex(bytes)};
       store.record_epoch(r);
     }
-    store.finish_run(run.id, store::RunStatus::kDone, "", "");
+    store.finish_run(run.id, records::RunStatus::kDone, "", "");
     return *store.find_run(run.id);
   }
 
@@ -111,7 +111,7 @@ TEST_F(CheckpointGc, LeavesRunningRunsAndMovedCheckpointsAlone) {
   const fs::path a_dir = dir_ / "checkpoints" / "amptune" / std::to_string(a.id);
   const fs::path b_dir = dir_ / "checkpoints" / "amptune" / std::to_string(b.id);
   const std::string in_flight = write(a_dir / "epoch_0002.pt.tmp.77", "being written");
-  store.mark_running(a.id, store::Provenance{});
+  store.mark_running(a.id, records::Provenance{});
   // Run b's recorded file is not where the database says: its directory is not trusted.
   fs::rename(b_dir / "epoch_0001.pt", b_dir / "moved.pt");
   auto report = collect_garbage(store, false);

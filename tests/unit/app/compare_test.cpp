@@ -274,7 +274,7 @@ TEST_F(CompareTest, MixedStatusGroupCountsEachStatus) {
   finish(done);
   run.cell = 1;
   const int64_t running = add_run(run);
-  store_.mark_running(running, store::Provenance{});
+  store_.mark_running(running, records::Provenance{});
   add_epochs(running, "acc1", {60});
   run.cell = 2;
   add_run(run);  // pending, no epoch

@@ -26,7 +26,7 @@ void write_shard(const std::string& path, const std::vector<int>& cells, int epo
   store::Store store(path);
   const int64_t sweep = store.ensure_sweep("grid", "", "", "");
   for (int cell : cells) {
-    store::RunSpec spec;
+    records::RunSpec spec;
     spec.sweep_name = "grid";
     spec.cell_index = cell;
     spec.config_json = "{}";
@@ -34,14 +34,14 @@ void write_shard(const std::string& path, const std::vector<int>& cells, int epo
     spec.axes_json = "{\"optim.lr\":" + std::to_string(cell) + "}";
     const int64_t id = store.ensure_run(sweep, spec).id;
     for (int e = 0; e < epochs; ++e) {
-      store::EpochRecord r;
+      records::EpochRecord r;
       r.run_id = id;
       r.epoch = e;
       r.global_step = e + 1;
       r.metrics = {{"acc1", 10.0 * cell + e}};
       store.record_epoch(r);
     }
-    store.finish_run(id, store::RunStatus::kDone, "", "{}");
+    store.finish_run(id, records::RunStatus::kDone, "", "{}");
   }
 }
 
@@ -76,7 +76,7 @@ TEST(OpenDatabases, SeveralAreReadAsOneWithoutWritingAnything) {
   write_shard(b, {1, 3}, 3);
   const std::string bytes_a = testing::read_file(a), bytes_b = testing::read_file(b);
 
-  store::MergeReport report;
+  records::MergeReport report;
   const auto both = open_databases({a, b}, &report);
   EXPECT_EQ(both->path(), a + " + " + b + " (merged in memory)");
   EXPECT_EQ(report.inputs.size(), 2u);
@@ -84,7 +84,7 @@ TEST(OpenDatabases, SeveralAreReadAsOneWithoutWritingAnything) {
   const auto status = build_status(*both, std::string("grid"));
   ASSERT_EQ(status.size(), 1u);
   EXPECT_EQ(status[0].runs, 4);
-  EXPECT_EQ(status[0].counts.at(store::RunStatus::kDone), 4);
+  EXPECT_EQ(status[0].counts.at(records::RunStatus::kDone), 4);
 
   CompareOptions by_lr;
   by_lr.sweep = "grid";

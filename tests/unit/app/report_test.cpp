@@ -75,7 +75,7 @@ class ReportTest : public AppTest {
     fork.cell = 1;
     fork.axes = R"({"amp.loss_scale": 128})";
     fork.label = "fork";
-    fork.fork = store::ForkOrigin{parent_, 1, R"({"amp.loss_scale": 128})",
+    fork.fork = records::ForkOrigin{parent_, 1, R"({"amp.loss_scale": 128})",
                                   "amp.loss_scale: \"dynamic\" -> 128", false};
     fork_ = add_run(fork);
     for (int epoch = 2; epoch < 4; ++epoch) {
@@ -89,7 +89,7 @@ class ReportTest : public AppTest {
 
   // A labelled run of `sweep`, a fork when `fork` is given.
   int64_t labelled_run(const std::string& sweep, const std::string& label,
-                       std::optional<store::ForkOrigin> fork = std::nullopt) {
+                       std::optional<records::ForkOrigin> fork = std::nullopt) {
     Run r;
     r.sweep = sweep;
     r.label = label;
@@ -97,8 +97,8 @@ class ReportTest : public AppTest {
     return add_run(r);
   }
   // A tune search of the reference's sweep on acc1, searching.
-  store::TuneSearchRow start_search(int64_t reference, int64_t start) {
-    store::TuneSearchRow row;
+  records::TuneSearchRow start_search(int64_t reference, int64_t start) {
+    records::TuneSearchRow row;
     row.sweep_id = store_.find_run(reference)->sweep_id;
     row.block_json = "{}";
     row.metric = "acc1";
@@ -134,7 +134,7 @@ TEST_F(ReportTest, AForkContinuesItsParentsLine) {
 // the candidate it started from; the curves of the reference, the start and the answer (a fork:
 // its parent's epochs up to the fork, then its own). The page shows the tree.
 TEST_F(ReportTest, ATuneSearchIsATreeOfRunsWithItsCurves) {
-  auto run = [&](const std::string& label, std::optional<store::ForkOrigin> fork = std::nullopt) {
+  auto run = [&](const std::string& label, std::optional<records::ForkOrigin> fork = std::nullopt) {
     return labelled_run("t", label, fork);
   };
   const int64_t ref = run("reference");
@@ -145,19 +145,19 @@ TEST_F(ReportTest, ATuneSearchIsATreeOfRunsWithItsCurves) {
   add_epochs(pruned, "acc1", {5});
   const int64_t best = run("r1 loss_scale");
   add_epochs(best, "acc1", {30, 40, 50});
-  store::ForkOrigin from_best{best, 0, R"({"amp.fp32_modules":["conv1"]})", "", false};
+  records::ForkOrigin from_best{best, 0, R"({"amp.fp32_modules":["conv1"]})", "", false};
   const int64_t answer = run("r2 fp32", from_best);
   for (int epoch = 1; epoch < 3; ++epoch) {
     Epoch e;
     e.metrics["acc1"] = epoch == 1 ? 62 : 68;
     add_epoch(answer, epoch, e);
   }
-  store::TuneSearchRow row = start_search(ref, start);
-  store_.record_tune_round({row.id, 1, store::TuneRoundKind::kSearch, start, -1, -1, ""});
-  store_.record_tune_round({row.id, 2, store::TuneRoundKind::kSearch, best, 0, 0, ""});
+  records::TuneSearchRow row = start_search(ref, start);
+  store_.record_tune_round({row.id, 1, records::TuneRoundKind::kSearch, start, -1, -1, ""});
+  store_.record_tune_round({row.id, 2, records::TuneRoundKind::kSearch, best, 0, 0, ""});
   auto candidate = [&](int round, int seq, const std::string& move, int64_t run,
                        const std::string& outcome) {
-    store::TuneCandidateRow c;
+    records::TuneCandidateRow c;
     c.search_id = row.id;
     c.round = round;
     c.seq = seq;
@@ -165,14 +165,14 @@ TEST_F(ReportTest, ATuneSearchIsATreeOfRunsWithItsCurves) {
     c.change_json = R"({"k":"v"})";
     c.reason = "why " + move;
     c.run_id = run;
-    c.outcome = *store::parse_outcome(outcome);
+    c.outcome = *records::parse_outcome(outcome);
     c.value = 1;
     store_.record_tune_candidate(c);
   };
   candidate(1, 0, "casts", pruned, "pruned");
   candidate(1, 1, "loss_scale", best, "outside");
   candidate(2, 0, "fp32_modules", answer, "within");
-  row.status = store::TuneStatus::kAnswered;
+  row.status = records::TuneStatus::kAnswered;
   row.answer_run_id = answer;
   row.answer_yaml = "amp.fp32_modules: [conv1]\n";
   store_.finish_tune_search(row);
@@ -219,28 +219,28 @@ TEST_F(ReportTest, ADeepTuneChainIsReadWhole) {
   const int64_t ref = labelled_run("deep", "reference"), start = labelled_run("deep", "start");
   add_epochs(ref, "acc1", {50});
   add_epochs(start, "acc1", {10});
-  store::TuneSearchRow row = start_search(ref, start);
+  records::TuneSearchRow row = start_search(ref, start);
   int64_t previous = start;
   for (int round = 1; round <= kDepth; ++round) {
     const int64_t id = labelled_run("deep", "r" + std::to_string(round),
-                                    store::ForkOrigin{previous, round - 1, "{}", "", false});
+                                    records::ForkOrigin{previous, round - 1, "{}", "", false});
     Epoch e;
     e.metrics["acc1"] = round;
     add_epoch(id, round, e);
     store_.record_tune_round(
-        {row.id, round, store::TuneRoundKind::kSearch, previous, round - 1, std::nullopt, ""});
-    store::TuneCandidateRow c;
+        {row.id, round, records::TuneRoundKind::kSearch, previous, round - 1, std::nullopt, ""});
+    records::TuneCandidateRow c;
     c.search_id = row.id;
     c.round = round;
     c.move = "casts";
     c.change_json = "{}";
     c.reason = "deeper";
     c.run_id = id;
-    c.outcome = store::CandidateOutcome::kOutside;
+    c.outcome = records::CandidateOutcome::kOutside;
     store_.record_tune_candidate(c);
     previous = id;
   }
-  row.status = store::TuneStatus::kExhausted;
+  row.status = records::TuneStatus::kExhausted;
   row.answer_run_id = previous;
   store_.finish_tune_search(row);
 
@@ -290,7 +290,7 @@ TEST_F(ReportTest, ThroughputIsTheMeanImgPerSecondOfEachRunWithEpochs) {
 // page names the peak it is a share of, once however many runs share it.
 TEST_F(ReportTest, ThePageNamesThePeaksOfTheMfuColumn) {
   add_fork_sweep();
-  const store::RunWork work{1e6, 1e9, "fp32", "cpu: 1 core x 16 fp32 lanes (avx512f)"};
+  const records::RunWork work{1e6, 1e9, "fp32", "cpu: 1 core x 16 fp32 lanes (avx512f)"};
   store_.record_run_work(parent_, work);
   store_.record_run_work(fork_, work);
   const ReportModel model = build_report(store_, "grid");
@@ -328,11 +328,11 @@ TEST_F(ReportTest, PlotsStopAtTheMaximumNumberOfRuns) {
 TEST_F(ReportTest, DiagnosedRunsPlotTheirNewestDiagnosisPerModule) {
   add_fork_sweep();
   auto rows = [](double first_cosine) {
-    std::vector<store::DiagnosticRow> out;
+    std::vector<records::DiagnosticRow> out;
     for (int batch = 0; batch < 2; ++batch) {
       for (int seq = 0; seq < 3; ++seq) {
-        store::DiagnosticRow r;
-        r.kind = store::DiagnosticKind::kForward;
+        records::DiagnosticRow r;
+        r.kind = records::DiagnosticKind::kForward;
         r.batch = batch;
         r.seq = seq;
         r.module = "m" + std::to_string(seq);
@@ -346,13 +346,13 @@ TEST_F(ReportTest, DiagnosedRunsPlotTheirNewestDiagnosisPerModule) {
     }
     return out;
   };
-  store::Diagnosis old_one;
+  records::Diagnosis old_one;
   old_one.run_id = parent_;
   old_one.epoch = 1;
   old_one.batches = 2;
   old_one.rows = rows(0.5);
   store_.record_diagnosis(old_one);
-  store::Diagnosis d = old_one;
+  records::Diagnosis d = old_one;
   d.epoch = 3;
   d.rows = rows(1.0);
   store_.record_diagnosis(d);
@@ -380,14 +380,14 @@ TEST_F(ReportTest, DiagnosedRunsPlotTheirNewestDiagnosisPerModule) {
 TEST_F(ReportTest, TheFirstDepartureFollowsTheDiagnosisThreshold) {
   add_fork_sweep();
   auto diagnose = [&](int64_t run, double cosine_min, double cosine1, double overflow2) {
-    store::Diagnosis d;
+    records::Diagnosis d;
     d.run_id = run;
     d.epoch = 3;
     d.batches = 1;
     d.cosine_min = cosine_min;
     for (int seq = 0; seq < 3; ++seq) {
-      store::DiagnosticRow r;
-      r.kind = store::DiagnosticKind::kForward;
+      records::DiagnosticRow r;
+      r.kind = records::DiagnosticKind::kForward;
       r.seq = seq;
       r.module = "layer" + std::to_string(seq);
       r.dtype = TensorDtype::kFp16;
@@ -427,9 +427,9 @@ TEST_F(ReportTest, APrimaryMetricInAnEpochsColumnHasALine) {
   Run fork = parent;
   fork.cell = 1;
   fork.label = "fork";
-  fork.fork = store::ForkOrigin{parent_id, 0, "{}", "", false};
+  fork.fork = records::ForkOrigin{parent_id, 0, "{}", "", false};
   const int64_t fork_id = add_run(fork);
-  store::EpochRecord own;
+  records::EpochRecord own;
   own.run_id = fork_id;
   own.epoch = 1;
   own.global_step = 20;
@@ -633,14 +633,14 @@ TEST_F(ReportTest, WideTablesWrapAndScroll) {
 // the diagnosis's threshold; the page says the same in words.
 TEST_F(ReportTest, ModuleErrorPlotNamesModulesAndMarksTheFirstDeparture) {
   add_fork_sweep();
-  store::Diagnosis d;
+  records::Diagnosis d;
   d.run_id = parent_;
   d.epoch = 3;
   d.batches = 1;
   const int modules = 100;
   for (int seq = 0; seq < modules; ++seq) {
-    store::DiagnosticRow r;
-    r.kind = store::DiagnosticKind::kForward;
+    records::DiagnosticRow r;
+    r.kind = records::DiagnosticKind::kForward;
     r.seq = seq;
     r.module = "backbone.layer" + std::to_string(seq);
     r.dtype = TensorDtype::kFp16;

@@ -15,7 +15,7 @@
 namespace amptune::app {
 namespace {
 
-using store::RunStatus;
+using records::RunStatus;
 using Clock = std::chrono::system_clock;
 
 class StatusTest : public AppTest {
@@ -27,7 +27,7 @@ class StatusTest : public AppTest {
     run.cell = cell;
     run.columns = {{"epochs", std::to_string(epochs)}};
     const int64_t id = add_run(run);
-    store_.mark_running(id, store::Provenance{});
+    store_.mark_running(id, records::Provenance{});
     for (size_t i = 0; i < seconds.size(); ++i) {
       Epoch e;
       e.seconds = seconds[i];
@@ -53,7 +53,7 @@ TEST_F(StatusTest, CountsEveryStatusPerSweep) {
         RunStatus::kPending, RunStatus::kRunning, RunStatus::kPruned}) {
     const int64_t id = add_run(run);
     ++run.cell;
-    if (status == RunStatus::kRunning) store_.mark_running(id, store::Provenance{});
+    if (status == RunStatus::kRunning) store_.mark_running(id, records::Provenance{});
     if (status == RunStatus::kPruned) set_run(id, "status = 'pruned'");
     if (status != RunStatus::kPending && status != RunStatus::kRunning &&
         status != RunStatus::kPruned) {
@@ -113,7 +113,7 @@ TEST_F(StatusTest, EtaIsTheMeanEpochTimeTimesTheEpochsLeft) {
 
 TEST_F(StatusTest, WithoutATimedEpochThereIsNoEtaAndPlannedEpochsComeFromTheConfig) {
   Run run;  // no epochs column: schedule.epochs of the config (3)
-  store_.mark_running(add_run(run), store::Provenance{});
+  store_.mark_running(add_run(run), records::Provenance{});
   const RunningRun r = only_running(build_status(store_, std::nullopt));
   EXPECT_EQ(r.planned_epochs, 3);
   EXPECT_EQ(r.epochs_done, 0);

@@ -30,7 +30,7 @@ struct Fault {
   std::function<bool(const Config&)> fixed;
   int diverge_at = -1;
   double penalty = 0;
-  store::DiagnosisAdvice advice;
+  records::DiagnosisAdvice advice;
   int visible_from = 0;
 };
 
@@ -63,7 +63,7 @@ struct FakeRun {
   int64_t parent = 0;
   int fork_epoch = -1;
   int done = 0;  // epochs recorded, its ancestors' included (a fork starts at fork_epoch + 1)
-  store::RunStatus status = store::RunStatus::kPending;
+  records::RunStatus status = records::RunStatus::kPending;
 };
 
 // The world: the reference's curve 1.0 - 0.1 e, each run's the same plus its unfixed faults'
@@ -77,9 +77,9 @@ class World : public TuneExecutor {
   int stop_after_trainings = -1;  // a signal after this many train_to calls (-1: none)
   int trainings = 0, diagnoses = 0;
   std::map<int64_t, int> trained_epochs;  // per run, every epoch trained (twice counts twice)
-  std::vector<store::TuneRoundRow> rounds;
-  std::vector<store::TuneCandidateRow> candidates;
-  std::optional<store::TuneSearchRow> search;
+  std::vector<records::TuneRoundRow> rounds;
+  std::vector<records::TuneCandidateRow> candidates;
+  std::optional<records::TuneSearchRow> search;
 
   double value(const Config& c, int epoch) const {
     double v = 1.0 - 0.1 * epoch + seed_noise * static_cast<double>(c.get_int("seed") - 1);
@@ -140,53 +140,53 @@ class World : public TuneExecutor {
     for (int e = std::max(after + 1, r.fork_epoch + 1); e <= upto && e < r.done; ++e) ++n;
     return n;
   }
-  std::vector<store::DiagnosisAdvice> diagnose(int64_t id, int epoch) override {
+  std::vector<records::DiagnosisAdvice> diagnose(int64_t id, int epoch) override {
     ++diagnoses;
-    std::vector<store::DiagnosisAdvice> out;
+    std::vector<records::DiagnosisAdvice> out;
     for (const Fault& f : faults_) {
       if (!f.fixed(run(id).config) && std::max(epoch, 0) >= f.visible_from) out.push_back(f.advice);
     }
     return out;
   }
-  void prune(const store::PruneDecisionRow& d) override {
+  void prune(const records::PruneDecisionRow& d) override {
     FakeRun& r = runs_[static_cast<size_t>(d.run_id - 1)];
-    if (r.status == store::RunStatus::kPending || r.status == store::RunStatus::kRunning) {
-      r.status = store::RunStatus::kPruned;
+    if (r.status == records::RunStatus::kPending || r.status == records::RunStatus::kRunning) {
+      r.status = records::RunStatus::kPruned;
     }
   }
   double fp32_share(int64_t id) override {
     return 0.1 * static_cast<double>(run(id).config.get_string_list("amp.fp32_modules").size());
   }
   double speed(int64_t) override { return 0; }
-  store::TuneSearchRow open_search(const store::TuneSearchRow& row) override {
+  records::TuneSearchRow open_search(const records::TuneSearchRow& row) override {
     if (!search) {
       search = row;
       search->id = 1;
     }
     return *search;
   }
-  void record_round(const store::TuneRoundRow& r) override {
+  void record_round(const records::TuneRoundRow& r) override {
     for (const auto& have : rounds) {
       if (have.round == r.round) return;
     }
     rounds.push_back(r);
   }
-  void record_candidate(const store::TuneCandidateRow& c) override {
+  void record_candidate(const records::TuneCandidateRow& c) override {
     for (const auto& have : candidates) {
       if (have.round == c.round && have.seq == c.seq) return;
     }
     candidates.push_back(c);
   }
-  void update_candidate(const store::TuneCandidateRow& c) override {
+  void update_candidate(const records::TuneCandidateRow& c) override {
     for (auto& have : candidates) {
       if (have.round == c.round && have.seq == c.seq) have = c;
     }
   }
-  void finish_search(const store::TuneSearchRow& s) override { search = s; }
+  void finish_search(const records::TuneSearchRow& s) override { search = s; }
 
   std::string kind_of(int round) const {
     for (const auto& r : rounds) {
-      if (r.round == round) return store::to_string(r.kind);
+      if (r.round == round) return records::to_string(r.kind);
     }
     return "";
   }
@@ -214,17 +214,17 @@ class World : public TuneExecutor {
     return r.id;
   }
   void train(FakeRun& r, int epoch) {
-    if (r.status != store::RunStatus::kPending && r.status != store::RunStatus::kRunning) return;
+    if (r.status != records::RunStatus::kPending && r.status != records::RunStatus::kRunning) return;
     const int diverge = diverges_at(r.config);
     while (r.done <= epoch) {
       if (r.done >= diverge) {
-        r.status = store::RunStatus::kDiverged;
+        r.status = records::RunStatus::kDiverged;
         return;
       }
       ++r.done;
       ++trained_epochs[r.id];
     }
-    r.status = r.done == epochs_ ? store::RunStatus::kDone : store::RunStatus::kRunning;
+    r.status = r.done == epochs_ ? records::RunStatus::kDone : records::RunStatus::kRunning;
   }
 
   std::vector<Fault> faults_;
@@ -255,7 +255,7 @@ std::vector<std::string> path_of(const World& w) {
   std::vector<std::string> out;
   for (const auto& c : w.candidates) {
     out.push_back(std::to_string(c.round) + " " + w.kind_of(c.round) + " " + c.move + " " +
-                  store::to_string(c.outcome));
+                  records::to_string(c.outcome));
   }
   return out;
 }
@@ -273,7 +273,7 @@ TEST(TuneSearch, TwoOverflowsNamedTogetherAreKeptTogether) {
   const SearchSpec spec = spec_of({{"amp.opt_level", "O1"}});
   const SearchResult r = run_search(w, spec, 1);
   ASSERT_FALSE(r.stopped);
-  ASSERT_EQ(store::to_string(w.search->status), "answered") << w.search->note << "\n"
+  ASSERT_EQ(records::to_string(w.search->status), "answered") << w.search->note << "\n"
                                                             << dump(path_of(w));
   EXPECT_EQ(w.fp32_modules_of_answer(), (std::vector<std::string>{"conv1", "layer3.0.conv1"}));
   EXPECT_EQ(path_of(w)[0], "1 search fp32_modules within") << "both modules together";
@@ -283,7 +283,7 @@ TEST(TuneSearch, TwoOverflowsNamedTogetherAreKeptTogether) {
   for (const auto& c : w.candidates) {
     if (w.kind_of(c.round) == "bisect") {
       ++bisect_probes;
-      EXPECT_EQ(store::to_string(c.outcome), "diverged");
+      EXPECT_EQ(records::to_string(c.outcome), "diverged");
     }
   }
   EXPECT_EQ(bisect_probes, 2);
@@ -298,7 +298,7 @@ TEST(TuneSearch, ADivergedCandidateThatGotFurtherIsTheNextStart) {
   World w({overflow("conv1"), late}, 4);
   const SearchSpec spec = spec_of({{"amp.opt_level", "O1"}});
   run_search(w, spec, 1);
-  ASSERT_EQ(store::to_string(w.search->status), "answered") << w.search->note << "\n"
+  ASSERT_EQ(records::to_string(w.search->status), "answered") << w.search->note << "\n"
                                                             << dump(path_of(w));
   EXPECT_EQ(w.fp32_modules_of_answer(), (std::vector<std::string>{"conv1", "layer3.0.conv1"}));
   const auto path = path_of(w);
@@ -318,7 +318,7 @@ TEST(TuneSearch, ThreeFaultsOfDifferentKindsAreEachFixedWithTheirReason) {
                                    {"amp.loss_scale", 128.0},
                                    {"casts.int32", {"k_value", "cam_param"}}});
   run_search(w, spec, 1);
-  ASSERT_EQ(store::to_string(w.search->status), "answered") << w.search->note << "\n"
+  ASSERT_EQ(records::to_string(w.search->status), "answered") << w.search->note << "\n"
                                                             << dump(path_of(w));
   const Config& answer = w.run(w.search->answer_run_id).config;
   EXPECT_EQ(answer.at("amp.loss_scale"), "dynamic");
@@ -342,7 +342,7 @@ TEST(TuneSearch, TheUnionOfMovesThatEachHelpedIsTriedAndBisected) {
   SearchSpec spec = spec_of({{"amp.opt_level", "O1"}, {"casts.int32", {"k_value"}}});
   spec.block.min_epochs = 4;
   run_search(w, spec, 1);
-  ASSERT_EQ(store::to_string(w.search->status), "answered") << w.search->note << "\n"
+  ASSERT_EQ(records::to_string(w.search->status), "answered") << w.search->note << "\n"
                                                             << dump(path_of(w));
   const auto path = path_of(w);
   EXPECT_EQ(path[0], "1 search fp32_modules outside");
@@ -361,16 +361,16 @@ TEST(TuneSearch, TheUnionOfMovesThatEachHelpedIsTriedAndBisected) {
 TEST(TuneSearch, ProgressRanksLateDivergenceAboveEarly) {
   const std::map<int, double> ref = {{0, 1.0}, {1, 0.9}, {2, 0.8}, {3, 0.7}};
   Tolerance t{0.1, 0, false};
-  RunCurve early{store::RunStatus::kDiverged, {}, false};
-  RunCurve late{store::RunStatus::kDiverged, {{0, 1.0}, {1, 0.95}}, false};
-  RunCurve close{store::RunStatus::kDiverged, {{0, 1.0}, {1, 0.91}}, false};
+  RunCurve early{records::RunStatus::kDiverged, {}, false};
+  RunCurve late{records::RunStatus::kDiverged, {{0, 1.0}, {1, 0.95}}, false};
+  RunCurve close{records::RunStatus::kDiverged, {{0, 1.0}, {1, 0.91}}, false};
   EXPECT_TRUE(further(progress_of(late, ref, 3, t), progress_of(early, ref, 3, t)));
   EXPECT_TRUE(further(progress_of(close, ref, 3, t), progress_of(late, ref, 3, t)));
   EXPECT_FALSE(further(progress_of(late, ref, 3, t), progress_of(late, ref, 3, t)));
   EXPECT_EQ(judge(late, 3, 0.7, t), Outcome::kDiverged);
-  RunCurve nan_end{store::RunStatus::kDone, {{0, 1}, {1, 0.9}, {2, 0.8}, {3, kNaN}}, false};
+  RunCurve nan_end{records::RunStatus::kDone, {{0, 1}, {1, 0.9}, {2, 0.8}, {3, kNaN}}, false};
   EXPECT_EQ(judge(nan_end, 3, 0.7, t), Outcome::kDiverged) << "a NaN at the end is a divergence";
-  RunCurve streak{store::RunStatus::kDone, {{0, 1}, {1, 0.9}, {2, 0.8}, {3, 0.7}}, true};
+  RunCurve streak{records::RunStatus::kDone, {{0, 1}, {1, 0.9}, {2, 0.8}, {3, 0.7}}, true};
   EXPECT_EQ(judge(streak, 3, 0.7, t), Outcome::kDiverged)
       << "an epoch that ends inside a non-finite streak";
 }
@@ -386,7 +386,7 @@ TEST(TuneSearch, NoiseAtTheToleranceEdge) {
   SearchSpec spec = spec_of({{"amp.opt_level", "O1"}, {"casts.int32", {"k_value"}}});
   spec.block.reference_repeats = 3;
   run_search(w, spec, 1);
-  ASSERT_EQ(store::to_string(w.search->status), "answered") << w.search->note;
+  ASSERT_EQ(records::to_string(w.search->status), "answered") << w.search->note;
   EXPECT_NE(w.search->note.find("seed noise of the reference 0.4 (range of 3 seeds), above the "
                                 "tolerance"),
             std::string::npos)
@@ -405,7 +405,7 @@ TEST(TuneSearch, AForkedAnswerIsConfirmedFromScratch) {
     SearchSpec spec = spec_of({{"amp.opt_level", "O1"}});
     spec.block.confirm = confirm;
     run_search(w, spec, 1);
-    ASSERT_EQ(store::to_string(w.search->status), "answered") << w.search->note << "\n"
+    ASSERT_EQ(records::to_string(w.search->status), "answered") << w.search->note << "\n"
                                                               << dump(path_of(w));
     const auto path = path_of(w);
     EXPECT_EQ(path[0], "1 search fp32_modules within");
@@ -432,7 +432,7 @@ TEST(TuneSearch, ResumingAfterEveryStepGivesTheSameSearch) {
                                    {"casts.int32", {"k_value"}}});
   World whole = world();
   run_search(whole, spec, 1);
-  ASSERT_EQ(store::to_string(whole.search->status), "answered");
+  ASSERT_EQ(records::to_string(whole.search->status), "answered");
   ASSERT_GT(whole.trainings, 3);
   for (int k = 0; k < whole.trainings; ++k) {
     World w = world();

@@ -61,7 +61,7 @@ TEST(AppTune, ToleranceBandInBothDirections) {
 
 TEST(AppTune, ADiagnosedOverflowUnderO1KeepsTheModuleInFp32) {
   const Config c = config({{"amp.opt_level", "O1"}, {"amp.loss_scale", "dynamic"}});
-  const std::vector<store::DiagnosisAdvice> advice = {{"activation_overflow", "conv1", "..."},
+  const std::vector<records::DiagnosisAdvice> advice = {{"activation_overflow", "conv1", "..."},
                                                       {"first_departure", "conv1", "..."}};
   const auto moves = candidate_moves(c, advice, kAll, 0, false);
   EXPECT_EQ(describe(moves), (std::vector<std::string>{"fp32_modules amp.fp32_modules=[conv1]"}))
@@ -79,7 +79,7 @@ TEST(AppTune, TheSeedPortGetsAdviceMovesThenTheMoveOrder) {
                            {"casts.int32", {"k_value", "cam_param"}},
                            {"schedule.epochs", 6},
                            {"schedule.lr_dec_epoch", {2, 5}}});
-  const std::vector<store::DiagnosisAdvice> advice = {
+  const std::vector<records::DiagnosisAdvice> advice = {
       {"activation_overflow", "layer1.0.conv1", ""},
       {"gradient_underflow", "fc.weight", ""},
       {"cast_point", "k_value", ""},
@@ -202,7 +202,7 @@ TEST(AppTune, TheAnswerIsYamlOfTheChangedKeys) {
 }
 
 TEST(AppTune, TheGridOfTriedMovesCountsEachDistinctChange) {
-  std::vector<store::TuneCandidateRow> rows(3);
+  std::vector<records::TuneCandidateRow> rows(3);
   rows[0].move = "loss_scale";
   rows[0].change_json = R"({"amp.loss_scale":"dynamic"})";
   rows[1] = rows[0];  // the same change in a later round: one value of the axis
@@ -226,7 +226,7 @@ namespace {
 // alone (docs/TUNE.md step 5).
 TEST(AppTune, SeveralOverflowsAreAlsoOfferedTogether) {
   const Config c = config({{"amp.opt_level", "O1"}, {"amp.fp32_modules", {"fc"}}});
-  const std::vector<store::DiagnosisAdvice> advice = {
+  const std::vector<records::DiagnosisAdvice> advice = {
       {"activation_overflow", "conv1", ""},
       {"activation_overflow", "layer3.0.conv1", ""},
       {"first_departure", "layer2.0.conv2", ""}};
@@ -277,9 +277,9 @@ TEST(AppTune, ARunLeavesTheBandWhereItHasNoValue) {
   EXPECT_EQ(exit_epoch({{0, 1.0}, {1, 1.2}}, ref, 2, t), 1);
   for (const Outcome o : {Outcome::kPending, Outcome::kWithin, Outcome::kOutside, Outcome::kPruned,
                           Outcome::kDiverged, Outcome::kFailed}) {
-    EXPECT_EQ(store::parse_outcome(store::to_string(o)), o);
+    EXPECT_EQ(records::parse_outcome(records::to_string(o)), o);
   }
-  EXPECT_FALSE(store::parse_outcome("Within"));
+  EXPECT_FALSE(records::parse_outcome("Within"));
 }
 
 }  // namespace
@@ -295,7 +295,7 @@ namespace {
 // whether the last recorded epoch ends inside a non-finite streak.
 RunCurve curve_of(const std::vector<double>& losses, int epoch_steps, bool static_scale) {
   RunCurve curve;
-  curve.status = store::RunStatus::kDone;
+  curve.status = records::RunStatus::kDone;
   int64_t streak = 0;  // carried from epoch to epoch as a resume restores it
   for (size_t first = 0, epoch = 0; first < losses.size(); first += epoch_steps, ++epoch) {
     train::DivergenceWatch watch(streak);
@@ -303,7 +303,7 @@ RunCurve curve_of(const std::vector<double>& losses, int epoch_steps, bool stati
     int finite = 0;
     for (size_t s = first; s < first + static_cast<size_t>(epoch_steps); ++s) {
       if (!watch.observe(losses[s], static_scale).empty()) {
-        curve.status = store::RunStatus::kDiverged;  // the epoch is not recorded
+        curve.status = records::RunStatus::kDiverged;  // the epoch is not recorded
         return curve;
       }
       if (std::isfinite(losses[s])) {

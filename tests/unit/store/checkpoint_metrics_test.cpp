@@ -10,6 +10,7 @@
 #include "support/scratch.h"
 
 namespace amptune::store {
+using namespace records;  // the records the store takes and returns
 namespace {
 
 std::string fresh_db() { return testing::scratch_dir() + "/amptune.sqlite"; }

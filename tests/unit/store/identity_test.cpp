@@ -18,6 +18,7 @@
 #include "support/scratch.h"
 
 namespace amptune::store {
+using namespace records;  // the records the store takes and returns
 namespace {
 
 using testing::ScratchDir;

@@ -26,6 +26,7 @@
 #include "unit/store/typical_epoch.h"
 
 namespace amptune::store {
+using namespace records;  // the records the store takes and returns
 namespace {
 
 namespace fs = std::filesystem;

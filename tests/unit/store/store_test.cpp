@@ -29,6 +29,7 @@
 #include "support/scratch.h"
 
 namespace amptune::store {
+using namespace records;  // the records the store takes and returns
 namespace {
 
 namespace fs = std::filesystem;
@@ -1590,6 +1591,7 @@ TEST_F(StoreTest, MigrationThreeAddsPrecisionColumnsAndScaleEvents) {
 }  // namespace amptune::store
 
 namespace amptune::store {
+using namespace records;  // the records the store takes and returns
 namespace {
 
 // Forks of forks: the lineage view walks every ancestor, each cut at the epoch its child forked
@@ -1638,6 +1640,7 @@ TEST_F(StoreTest, ForkRowsAndRecursiveLineage) {
 }  // namespace amptune::store
 
 namespace amptune::store {
+using namespace records;  // the records the store takes and returns
 namespace {
 
 // A database whose table amptune reads was replaced by a view (a recursive one returns rows
@@ -1745,6 +1748,7 @@ TEST_F(StoreTest, MetricNamesAreRefusedAsTheMetricsTablesCheckRefusesThem) {
 }  // namespace amptune::store
 
 namespace amptune::store {
+using namespace records;  // the records the store takes and returns
 namespace {
 
 // detail::schema_tables, read from the migrations' text, names the tables a database migrated to

@@ -10,8 +10,8 @@
 
 namespace amptune::store {
 
-inline EpochRecord typical_epoch(int64_t run, int epoch, const std::string& checkpoint_path) {
-  EpochRecord record;
+inline records::EpochRecord typical_epoch(int64_t run, int epoch, const std::string& checkpoint_path) {
+  records::EpochRecord record;
   record.run_id = run;
   record.epoch = epoch;
   record.global_step = 100 * (epoch + 1);
@@ -23,8 +23,8 @@ inline EpochRecord typical_epoch(int64_t run, int epoch, const std::string& chec
   record.epoch_seconds = 30;
   record.metrics = {{"acc1", 50.0 + epoch * 0.1}, {"acc5", 80.0},        {"val_loss", 0.5},
                     {"loss_scale", 65536.0},      {"overflow_steps", 1}, {"skipped_steps", 1}};
-  record.checkpoint = CheckpointFile{checkpoint_path, 46000000, std::string(64, 'a')};
-  record.scale_events = {ScaleEvent{record.global_step - 50, 32768.0, ScaleReason::kOverflow}};
+  record.checkpoint = records::CheckpointFile{checkpoint_path, 46000000, std::string(64, 'a')};
+  record.scale_events = {records::ScaleEvent{record.global_step - 50, 32768.0, ScaleReason::kOverflow}};
   return record;
 }
 

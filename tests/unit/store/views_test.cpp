@@ -16,6 +16,7 @@
 #include "support/scratch.h"
 
 namespace amptune::store {
+using namespace records;  // the records the store takes and returns
 namespace {
 
 namespace fs = std::filesystem;

@@ -46,8 +46,8 @@ struct Net : torch::nn::Module {
 std::string dir() { return testing::scratch_dir(); }
 
 // The epoch row that names `file` as the database records it: its epoch and global step.
-store::EpochRow row_of(const store::CheckpointFile& file, int epoch, int64_t global_step) {
-  store::EpochRow row;
+records::EpochRow row_of(const records::CheckpointFile& file, int epoch, int64_t global_step) {
+  records::EpochRow row;
   row.epoch = epoch;
   row.global_step = global_step;
   row.checkpoint = file;
@@ -223,7 +223,7 @@ TEST(TrainCheckpoint, AmpMastersAndScalerRoundTripAndMismatchesAreRefused) {
   EXPECT_TRUE(torch::equal(ea.masters()[0], eb.masters()[0]));
   expect_equal_modules(a, b);
 
-  auto expect_refused = [&](const store::CheckpointFile& f, torch::nn::Module& m,
+  auto expect_refused = [&](const records::CheckpointFile& f, torch::nn::Module& m,
                             torch::optim::Optimizer& o, amp::Engine& e, const std::string& needle) {
     try {
       load_checkpoint(row_of(f, 0, 1), m, o, {"h"}, &e);
@@ -291,7 +291,7 @@ TEST(TrainCheckpoint, MissingTruncatedCorruptAndForeignFilesAreErrors) {
   torch::optim::SGD opt(a.parameters(), torch::optim::SGDOptions(0.1));
   auto file = save_checkpoint(d + "/c.safetensors", a, opt, CheckpointMeta{0, 0, "mine"});
 
-  auto expect_error = [&](const store::CheckpointFile& f, const std::string& hash,
+  auto expect_error = [&](const records::CheckpointFile& f, const std::string& hash,
                           const std::string& needle) {
     try {
       load_checkpoint(row_of(f, 0, 0), a, opt, {hash});
@@ -303,7 +303,7 @@ TEST(TrainCheckpoint, MissingTruncatedCorruptAndForeignFilesAreErrors) {
   };
   expect_error(file, "theirs", "belongs to config");
 
-  store::CheckpointFile missing = file;
+  records::CheckpointFile missing = file;
   missing.path = d + "/nope.safetensors";
   expect_error(missing, "mine", "missing");
 
@@ -313,13 +313,13 @@ TEST(TrainCheckpoint, MissingTruncatedCorruptAndForeignFilesAreErrors) {
     f.seekp(static_cast<std::streamoff>(file.bytes / 2));
     f.put('\x5a');
   }
-  store::CheckpointFile flipped = file;
+  records::CheckpointFile flipped = file;
   flipped.path = d + "/flip.safetensors";
   expect_error(flipped, "mine", "sha256");
 
   fs::copy_file(file.path, d + "/short.safetensors");
   fs::resize_file(d + "/short.safetensors", 64);
-  store::CheckpointFile truncated = file;
+  records::CheckpointFile truncated = file;
   truncated.path = d + "/short.safetensors";
   expect_error(truncated, "mine", "truncated");
 

@@ -91,10 +91,10 @@ TEST(DiagnoseMetrics, NonFiniteValuesAreLeftOutOfTheErrors) {
   EXPECT_NEAR(r.overflow_frac, 1.0 / 3, 1e-12);
 }
 
-store::DiagnosticRow row(const std::string& kind, int seq, const std::string& module, double cosine,
+records::DiagnosticRow row(const std::string& kind, int seq, const std::string& module, double cosine,
                          double overflow = 0, double underflow = 0) {
-  store::DiagnosticRow r;
-  r.kind = store::parse_diagnostic_kind(kind).value();
+  records::DiagnosticRow r;
+  r.kind = records::parse_diagnostic_kind(kind).value();
   r.seq = seq;
   r.module = module;
   r.cosine = cosine;
@@ -104,7 +104,7 @@ store::DiagnosticRow row(const std::string& kind, int seq, const std::string& mo
 }
 
 TEST(DiagnoseRules, FirstDivergenceIsTheFirstModuleBelowTheThresholdOverBatches) {
-  store::Diagnosis d;
+  records::Diagnosis d;
   d.cosine_min = 0.99;
   d.rows = {row("forward", 0, "conv1", 0.999), row("forward", 1, "bn1", 0.995),
             row("forward", 2, "layer1.0", 0.9), row("gradient", 0, "conv1.weight", 0.5)};
@@ -126,7 +126,7 @@ TEST(DiagnoseRules, FirstDivergenceIsTheFirstModuleBelowTheThresholdOverBatches)
 // The CLI's table order: overflowing forward rows in execution order, other overflowing rows,
 // then the rest by cosine with lost values (NaN) first.
 TEST(DiagnoseRules, RowsBySeverity) {
-  store::Diagnosis d;
+  records::Diagnosis d;
   d.rows = {row("forward", 0, "conv1", 0.999), row("forward", 3, "layer2", 0.9, 0.1),
             row("gradient", 0, "conv1.weight", 0.5, 0.2), row("forward", 1, "bn1", 0.95, 0.3),
             row("forward", 2, "layer1", std::nan(""))};
@@ -136,7 +136,7 @@ TEST(DiagnoseRules, RowsBySeverity) {
 }
 
 TEST(DiagnoseRules, AdviceForOverflowUnderflowAndBatchNorm) {
-  store::Diagnosis d;
+  records::Diagnosis d;
   d.cosine_min = 0.99;
   d.loss_scale = 1;
   d.rows = {row("forward", 0, "conv1", 1.0), row("forward", 1, "layer1.0.conv1", 0.2, 0.1),
@@ -163,9 +163,9 @@ TEST(DiagnoseRules, AdviceForOverflowUnderflowAndBatchNorm) {
 
 // A forward row whose output overflows in `overflow` of its values and whose input was inf/NaN
 // in `input_nonfinite` of them.
-store::DiagnosticRow fwd(int seq, const std::string& module, double overflow,
+records::DiagnosticRow fwd(int seq, const std::string& module, double overflow,
                          double input_nonfinite, int batch = 0) {
-  store::DiagnosticRow r = row("forward", seq, module, overflow > 0 ? std::nan("") : 1.0, overflow);
+  records::DiagnosticRow r = row("forward", seq, module, overflow > 0 ? std::nan("") : 1.0, overflow);
   r.input_nonfinite_frac = input_nonfinite;
   r.batch = batch;
   return r;
@@ -181,7 +181,7 @@ AdviceContext o1_fp16() {
 
 using Advice = std::pair<std::string, std::string>;  // module, advice
 
-std::vector<Advice> overflow_advice(const store::Diagnosis& d, const AdviceContext& c) {
+std::vector<Advice> overflow_advice(const records::Diagnosis& d, const AdviceContext& c) {
   std::vector<Advice> out;
   for (const auto& a : advise(d, c)) {
     if (a.rule == "activation_overflow") out.emplace_back(a.module, a.advice);
@@ -194,7 +194,7 @@ std::vector<Advice> overflow_advice(const store::Diagnosis& d, const AdviceConte
 // input is already inf) and what contains them (the shortcut's Sequential, the block, the stage,
 // the whole model: their inputs were finite, but they only hold the overflow) are not named.
 TEST(DiagnoseRules, TwoIndependentOverflowsGiveTwoRows) {
-  store::Diagnosis d;
+  records::Diagnosis d;
   d.rows = {fwd(9, "layer1", 0, 0),
             fwd(10, "layer2.0.conv1", 0.02, 0),
             fwd(11, "layer2.0.bn1", 1.0, 0.02),
@@ -227,7 +227,7 @@ TEST(DiagnoseRules, TwoIndependentOverflowsGiveTwoRows) {
 // After an overflow every module downstream only carries its inf/NaN: one row. Over batches, a
 // module is named by the batches where its input was finite, its worst share among those.
 TEST(DiagnoseRules, AnOverflowAndTheModulesThatCarryItGiveOneRow) {
-  store::Diagnosis d;
+  records::Diagnosis d;
   d.rows = {fwd(0, "conv1", 0.0005, 0),
             fwd(1, "bn1", 0.06, 0.0005),
             fwd(2, "layer1.0.conv1", 1.0, 1.0),
@@ -252,7 +252,7 @@ TEST(DiagnoseRules, AnOverflowAndTheModulesThatCarryItGiveOneRow) {
 // though the block's input was finite; a block whose own op (the residual sum) overflows, with
 // no child that does, is.
 TEST(DiagnoseRules, AParentOfAnOverflowingChildIsNotNamed) {
-  store::Diagnosis d;
+  records::Diagnosis d;
   d.rows = {fwd(30, "layer3.0.conv1", 0.08, 0), fwd(31, "layer3.0.bn1", 1.0, 0.08),
             fwd(35, "layer3.0", 1.0, 0), fwd(40, "layer3", 1.0, 0)};
   auto advice = overflow_advice(d, o1_fp16());
@@ -268,7 +268,7 @@ TEST(DiagnoseRules, AParentOfAnOverflowingChildIsNotNamed) {
 // An overflow found with the earlier ones kept in fp32 (diagnose's further passes) is a row of
 // its own, in execution order, naming what was kept; under O2/O3 each row names the block too.
 TEST(DiagnoseRules, AnOverflowTheFirstHidGetsItsOwnRow) {
-  store::Diagnosis d;
+  records::Diagnosis d;
   d.rows = {fwd(0, "conv1", 0.001, 0), fwd(1, "bn1", 0.2, 0.001),
             fwd(30, "layer3.0.conv1", 1.0, 1.0)};
   AdviceContext c = o1_fp16();
@@ -292,7 +292,7 @@ TEST(DiagnoseRules, AnOverflowTheFirstHidGetsItsOwnRow) {
 // Without a recorded input (a module that passes none through amp::ModuleCall::input) nothing is
 // known to start from finite values: the first module that overflows is named, as before.
 TEST(DiagnoseRules, WithoutInputSharesTheFirstOverflowIsNamed) {
-  store::Diagnosis d;
+  records::Diagnosis d;
   d.rows = {fwd(0, "conv1", 0, std::nan("")), fwd(1, "bn1", 0.1, std::nan("")),
             fwd(2, "layer1", 1.0, std::nan(""))};
   EXPECT_TRUE(overflow_starts(d.rows).empty());

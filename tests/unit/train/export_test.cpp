@@ -37,12 +37,12 @@ class TrainExport : public ::testing::Test {
   // Trains a few steps as the trainer does, saves the checkpoint of epoch 0 and records it.
   // Returns the run and the module's state and masters at save time (copies).
   struct Saved {
-    store::RunRow run;
+    records::RunRow run;
     std::map<std::string, torch::Tensor> model;    // parameters and buffers as the model has them
     std::map<std::string, torch::Tensor> masters;  // parameter name -> fp32 master (O2)
   };
   Saved train_and_save(store::Store& store, const Config& config) {
-    store::RunSpec spec;
+    records::RunSpec spec;
     spec.label = "export";
     spec.config_json = config.canonical_json();
     spec.config_hash = config.hash();
@@ -74,7 +74,7 @@ class TrainExport : public ::testing::Test {
       if (i < m.size() && m[i].defined()) saved.masters[p.key()] = m[i].detach().clone();
       ++i;
     }
-    store::EpochRecord r;
+    records::EpochRecord r;
     r.run_id = saved.run.id;
     r.epoch = 0;
     r.global_step = 3;
@@ -87,14 +87,14 @@ class TrainExport : public ::testing::Test {
 
   // What `amptune export` does (app/checkpoint_commands.h): the epoch must have a kept checkpoint among
   // the run's rows (checkpoint_epochs names the saved ones otherwise), then its row is exported.
-  static ExportResult export_epoch(const store::Store& store, const store::RunRow& run, int epoch,
+  static ExportResult export_epoch(const store::Store& store, const records::RunRow& run, int epoch,
                                    const std::string& out) {
     EvalOptions select;
     select.epoch = epoch;
     const auto rows = store.epochs(run.id);
     checkpoint_epochs(run, rows, select);
     const auto row = std::find_if(rows.begin(), rows.end(),
-                                  [&](const store::EpochRow& r) { return r.epoch == epoch; });
+                                  [&](const records::EpochRow& r) { return r.epoch == epoch; });
     return export_checkpoint(run, *row, out);
   }
 

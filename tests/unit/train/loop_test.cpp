@@ -26,7 +26,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // A run of resnet18 / 16 on the tiny IDX set: 2 epochs of 64 images in batches of 16.
-store::RunRow tiny_run(const std::string& data_dir, int epochs = 2,
+records::RunRow tiny_run(const std::string& data_dir, int epochs = 2,
                        const std::string& model = "resnet18") {
   Config c = testing::tiny_config();
   c.set("model.name", model);
@@ -39,7 +39,7 @@ store::RunRow tiny_run(const std::string& data_dir, int epochs = 2,
   c.set("data.workers", 1);
   c.set("schedule.epochs", epochs);
   c.set("threads", 1);
-  store::RunRow run;
+  records::RunRow run;
   run.id = 1;
   run.name = "tiny";
   run.label = "tiny";
@@ -68,7 +68,7 @@ class TrainLoop : public ::testing::Test {
 // Each phase on its own: what it leaves behind is what the next one needs.
 TEST_F(TrainLoop, PhasesOneByOne) {
   MemoryRecorder recorder(folder("ckpt"));
-  const store::RunRow run = tiny_run(data());
+  const records::RunRow run = tiny_run(data());
   RunTraining training(recorder, run,
                        Settings::from(Config::from_json(run.config_json, "run " + run.name)),
                        quiet());
@@ -79,7 +79,7 @@ TEST_F(TrainLoop, PhasesOneByOne) {
   training.evaluate_initial();  // eval_initial is off: nothing recorded
   EXPECT_TRUE(recorder.initial_metrics.empty());
 
-  store::EpochRecord record = training.train_epoch(0);
+  records::EpochRecord record = training.train_epoch(0);
   EXPECT_EQ(record.epoch, 0);
   EXPECT_EQ(record.global_step, 4);  // 64 images / 16
   EXPECT_TRUE(std::isfinite(record.train_loss));
@@ -159,8 +159,8 @@ TEST_F(TrainLoop, AStoppedRunContinuesFromItsCheckpointBitwise) {
 // A run whose every loss is NaN under a dynamic scale (O1 fp16, emulated on the CPU: inputs
 // of about 10^6 overflow fp16 in conv1, every step is skipped, the weights never change): 16
 // steps an epoch, so the 100th NaN in a row is step 3 of epoch 6.
-store::RunRow nan_run(const std::string& data_dir) {
-  store::RunRow run = tiny_run(data_dir, 8);
+records::RunRow nan_run(const std::string& data_dir) {
+  records::RunRow run = tiny_run(data_dir, 8);
   Config c = Config::from_json(run.config_json, "test");
   c.set("data.std", nlohmann::json::array({1e-6}));
   c.set("data.batch_size", 4);
@@ -211,15 +211,15 @@ TEST_F(TrainLoop, AForkContinuesItsParentsNonFiniteStreak) {
   MemoryRecorder parent(folder("nan-parent"));
   RunOptions stop = quiet();
   stop.stop_after_epoch = 2;
-  const store::RunRow parent_run = nan_run(data());
+  const records::RunRow parent_run = nan_run(data());
   ASSERT_EQ(train_run(parent, parent_run, stop).outcome, Outcome::kInterrupted);
   ASSERT_EQ(parent.epochs().size(), 3u);
   EXPECT_EQ(parent.epochs()[2].metrics.at("nonfinite_streak"), 48);
 
-  store::RunRow fork = nan_run(data());
+  records::RunRow fork = nan_run(data());
   fork.id = 2;
   fork.name = "tiny-fork";
-  fork.fork = store::ForkOrigin{parent_run.id, 2, "{}", "", false};
+  fork.fork = records::ForkOrigin{parent_run.id, 2, "{}", "", false};
   MemoryRecorder forked(folder("nan-fork"));
   forked.others[parent_run.id] = {parent_run, parent.epochs()};
   const RunResult result = train_run(forked, fork, quiet());

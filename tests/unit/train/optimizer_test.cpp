@@ -297,7 +297,7 @@ void expect_checkpoint_carries_over(const Config& config, bool first_fused, cons
   auto net_b = std::make_shared<Net>();
   auto opt_b = make_optimizer(optim, net_b->parameters(), !first_fused);
   ASSERT_EQ(is_fused(*opt_b), !first_fused);
-  store::EpochRow row;  // as the database records the file
+  records::EpochRow row;  // as the database records the file
   row.global_step = 10;
   row.checkpoint = file;
   load_checkpoint(row, *net_b, *opt_b, {"h"});

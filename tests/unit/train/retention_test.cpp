@@ -9,13 +9,13 @@
 namespace amptune::train {
 namespace {
 
-std::vector<store::EpochRow> rows_with(const std::vector<double>& acc1) {
-  std::vector<store::EpochRow> rows;
+std::vector<records::EpochRow> rows_with(const std::vector<double>& acc1) {
+  std::vector<records::EpochRow> rows;
   for (size_t i = 0; i < acc1.size(); ++i) {
-    store::EpochRow r;
+    records::EpochRow r;
     r.epoch = static_cast<int>(i);
     r.metrics["acc1"] = acc1[i];
-    r.checkpoint = store::CheckpointFile{"e" + std::to_string(i), 1, "x"};
+    r.checkpoint = records::CheckpointFile{"e" + std::to_string(i), 1, "x"};
     rows.push_back(r);
   }
   return rows;

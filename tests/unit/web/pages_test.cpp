@@ -151,13 +151,13 @@ TEST_F(PagesTest, EachPageShowsWhatTheDatabaseHolds) {
 
 TEST_F(PagesTest, ARunPageNamesItsDiagnosedModulesAndATunePageDrawsItsTree) {
   add_sweep();
-  store::Diagnosis d;
+  records::Diagnosis d;
   d.run_id = run_;
   d.epoch = 1;
   d.batches = 1;
   for (int seq = 0; seq < 3; ++seq) {
-    store::DiagnosticRow r;
-    r.kind = store::DiagnosticKind::kForward;
+    records::DiagnosticRow r;
+    r.kind = records::DiagnosticKind::kForward;
     r.seq = seq;
     r.module = seq == 1 ? "layer1.0.conv2" : "m" + std::to_string(seq);
     r.dtype = TensorDtype::kFp16;
@@ -176,22 +176,22 @@ TEST_F(PagesTest, ARunPageNamesItsDiagnosedModulesAndATunePageDrawsItsTree) {
   other.label = "r1 loss_scale";
   const int64_t candidate = add_run(other);
   add_epochs(candidate, "acc1", {0.5, 0.6});
-  store::TuneSearchRow search;
+  records::TuneSearchRow search;
   search.sweep_id = store_.find_run(run_)->sweep_id;
   search.block_json = "{}";
   search.metric = "acc1";
   search.reference_run_id = run_;
   search.start_run_id = run_;
   search = store_.ensure_tune_search(search);
-  store_.record_tune_round({search.id, 1, store::TuneRoundKind::kSearch, run_, -1, -1, ""});
-  store::TuneCandidateRow c;
+  store_.record_tune_round({search.id, 1, records::TuneRoundKind::kSearch, run_, -1, -1, ""});
+  records::TuneCandidateRow c;
   c.search_id = search.id;
   c.round = 1;
   c.move = "loss_scale";
   c.change_json = R"({"amp.loss_scale":"dynamic"})";
   c.reason = "overflow <in conv1>";
   c.run_id = candidate;
-  c.outcome = store::CandidateOutcome::kWithin;
+  c.outcome = records::CandidateOutcome::kWithin;
   c.value = 0.6;
   store_.record_tune_candidate(c);
   const Page tune = get("/sweep/grid/tune");

@@ -16,7 +16,7 @@
 #include "core/process.h"
 #include "core/words.h"
 
-namespace amptune::store {
+namespace amptune::records {
 
 // A write by a process that no longer holds the run: another process claimed it (this one was
 // presumed dead). Nothing was written; the caller stops working on the run.
@@ -30,8 +30,24 @@ class ClaimLostError : public StoreError {
 // kPruned: a sweep's prune: rule stopped the run early (docs/PRUNING.md); it keeps its
 // checkpoints and continues when the rule (or --no-prune) lets it.
 enum class RunStatus { kPending, kRunning, kDone, kFailed, kDiverged, kPruned };
+// Every status, in the order tables show them.
+inline constexpr RunStatus kRunStatuses[] = {RunStatus::kPending, RunStatus::kRunning,
+                                             RunStatus::kDone,    RunStatus::kFailed,
+                                             RunStatus::kDiverged, RunStatus::kPruned};
 std::string to_string(RunStatus status);
 RunStatus parse_status(const std::string& text);  // throws StoreError on an unknown word
+
+// What a status says about the run's training: the one place that groups statuses (every reader
+// asks these; none lists statuses itself).
+// - complete: its training has ended for good: done (every epoch) or diverged (it cannot go on).
+//   A sweep skips it; resuming it without --from-epoch trains nothing.
+// - settled: ended by a rule, not cut short: complete, or pruned (the prune rule stopped it; it
+//   continues only when promoted or under --no-prune). Of two copies of a run with the same
+//   epochs, merge keeps the settled one.
+// - finished: neither pending nor running: settled, or failed. A search waiting for the run stops.
+bool is_complete(RunStatus status);
+bool is_settled(RunStatus status);
+bool is_finished(RunStatus status);
 
 // --- Enum-like columns ---------------------------------------------------------------------------
 // Each has one table of its names (records.cpp), which the store writes and reads and the
@@ -394,4 +410,4 @@ struct MergeReport {
   std::string first_foreign;        // one of them, for the message
 };
 
-}  // namespace amptune::store
+}  // namespace amptune::records

@@ -1,11 +1,11 @@
-#include "store/records.h"
+#include "records/records.h"
 
 #include <algorithm>
 #include <string>
 
 #include "core/name_table.h"
 
-namespace amptune::store {
+namespace amptune::records {
 
 std::string to_string(RunStatus status) {
   switch (status) {
@@ -30,6 +30,14 @@ RunStatus parse_status(const std::string& text) {
   throw StoreError("unknown run status '" + text +
                    "'; expected pending, running, done, failed, diverged or pruned");
 }
+
+bool is_complete(RunStatus status) {
+  return status == RunStatus::kDone || status == RunStatus::kDiverged;
+}
+
+bool is_settled(RunStatus status) { return is_complete(status) || status == RunStatus::kPruned; }
+
+bool is_finished(RunStatus status) { return is_settled(status) || status == RunStatus::kFailed; }
 
 namespace {
 
@@ -114,4 +122,4 @@ std::string metric_name_problem(const std::string& name) {
   return "";
 }
 
-}  // namespace amptune::store
+}  // namespace amptune::records
