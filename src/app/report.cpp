@@ -83,17 +83,6 @@ void walk_lineage(const RunIndex& runs, int64_t run_id, Visit visit) {
   }
 }
 
-// The value of `metric` in an epoch row: an epochs column (as in metric_names) or a metric; NaN
-// when not recorded.
-double epoch_value(const records::EpochRow& e, const std::string& metric) {
-  if (metric == "train_loss") return e.train_loss;
-  if (metric == "lr") return e.lr;
-  if (metric == "train_fps_mean") return e.train_fps_mean;
-  if (metric == "epoch_seconds") return e.epoch_seconds;
-  const auto it = e.metrics.find(metric);
-  return it == e.metrics.end() ? std::numeric_limits<double>::quiet_NaN() : it->second;
-}
-
 // Metric and train loss along the lineage of the first kMaxPlottedRuns runs (by id) that have a
 // point, one series per run. Each plotted run reads its own and its ancestors' epoch rows: the
 // work is the plotted lineages', not every run's full lineage (the lineage view's).
@@ -110,7 +99,7 @@ void lineage_series(const store::Store& store, const RunIndex& index,
                                                     : store.epochs(ancestor);
       for (const auto& e : own ? *known : read) {
         if (e.epoch > upto) continue;
-        points.emplace(e.epoch, std::make_pair(epoch_value(e, run->primary_metric), e.train_loss));
+        points.emplace(e.epoch, std::make_pair(records::epoch_value(e, run->primary_metric), e.train_loss));
       }
     });
     if (points.empty()) continue;

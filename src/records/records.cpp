@@ -122,4 +122,18 @@ std::string metric_name_problem(const std::string& name) {
   return "";
 }
 
+bool is_epoch_column_metric(const std::string& metric) {
+  return std::any_of(std::begin(kEpochColumnMetrics), std::end(kEpochColumnMetrics),
+                     [&](const char* name) { return metric == name; });
+}
+
+double epoch_value(const EpochRow& row, const std::string& metric) {
+  if (metric == "train_loss") return row.train_loss;
+  if (metric == "lr") return row.lr;
+  if (metric == "train_fps_mean") return row.train_fps_mean;
+  if (metric == "epoch_seconds") return row.epoch_seconds;
+  const auto it = row.metrics.find(metric);
+  return it == row.metrics.end() ? std::numeric_limits<double>::quiet_NaN() : it->second;
+}
+
 }  // namespace amptune::records

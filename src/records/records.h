@@ -259,6 +259,17 @@ struct EpochRow {
   std::string profile_trace;        // "" = none
 };
 
+// The metrics that are columns of `epochs` rather than rows of `metrics`, which every reader of
+// a metric by name asks (compare, report, the query side); schemas/store.sql's views name the
+// same four (epoch_values, best_epoch; StoreTest.EpochColumnMetricsAreTheViewsOwn keeps them in
+// step).
+inline constexpr const char* kEpochColumnMetrics[] = {"train_loss", "lr", "train_fps_mean",
+                                                      "epoch_seconds"};
+bool is_epoch_column_metric(const std::string& metric);
+// The value of `metric` in `row`: its column (kEpochColumnMetrics) or its entry of row.metrics;
+// NaN when the run did not record it.
+double epoch_value(const EpochRow& row, const std::string& metric);
+
 // --- Diagnoses (amptune diagnose; migration 8, docs/AMP.md "Diagnosing a precision setting") -
 
 // One compared tensor of one batch (see the diagnostics table in schemas/store.sql). NaN is

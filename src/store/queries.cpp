@@ -86,13 +86,6 @@ Store::QueryResult Store::query(const std::string& sql_text,
 
 namespace {
 
-// The epochs columns that the epoch_values view (schemas/store.sql) exposes as values.
-const std::set<std::string>& epoch_value_columns() {
-  static const std::set<std::string> names = {"train_loss", "lr", "train_fps_mean",
-                                              "epoch_seconds"};
-  return names;
-}
-
 // The ids of the runs of the sweep named ?1.
 constexpr const char* kRunsOfSweep =
     "(SELECT r.id FROM runs r JOIN sweeps s ON s.id = r.sweep_id WHERE s.name = ?1)";
@@ -120,7 +113,8 @@ std::optional<bool> Store::higher_is_better(const std::string& metric) const {
 
 std::vector<std::string> Store::metric_names(const std::string& sweep) const {
   return guarded(path_, "listing the metrics of sweep '" + sweep + "'", [&] {
-    std::set<std::string> names = epoch_value_columns();
+    std::set<std::string> names(std::begin(records::kEpochColumnMetrics),
+                                std::end(records::kEpochColumnMetrics));
     Statement select(db_,
                      std::string("SELECT DISTINCT m.name FROM metrics m WHERE m.run_id IN ") +
                          kRunsOfSweep,
@@ -134,25 +128,24 @@ std::vector<Store::MetricValue> Store::metric_values(const std::string& sweep,
                                                      const std::string& metric,
                                                      bool with_nulls) const {
   return guarded(path_, "reading " + metric + " of sweep '" + sweep + "'", [&] {
-    // The column name spliced in is one of epoch_value_columns(), never the caller's text.
-    const auto column = epoch_value_columns().find(metric);
+    // The column name spliced in is one of records::kEpochColumnMetrics, never the caller's text.
+    const bool in_epochs = records::is_epoch_column_metric(metric);
     const std::string sql =
-        column != epoch_value_columns().end()
-            ? "SELECT e.run_id, e.epoch, e." + *column + ", e.rowid FROM epochs e WHERE (e." +
-                  *column + " IS NOT NULL OR ?3) AND e.run_id IN " + kRunsOfSweep +
-                  " ORDER BY e.run_id, e.epoch"
-            : std::string(
-                  "SELECT m.run_id, m.epoch, m.value, m.rowid FROM metrics m WHERE m.name = ?2 "
-                  "AND (m.value IS NOT NULL OR ?3) AND m.run_id IN ") +
-                  kRunsOfSweep + " ORDER BY m.run_id, m.epoch";
+        in_epochs ? "SELECT e.run_id, e.epoch, e." + metric + ", e.rowid FROM epochs e WHERE (e." +
+                        metric + " IS NOT NULL OR ?3) AND e.run_id IN " + kRunsOfSweep +
+                        " ORDER BY e.run_id, e.epoch"
+                  : std::string(
+                        "SELECT m.run_id, m.epoch, m.value, m.rowid FROM metrics m WHERE m.name = "
+                        "?2 AND (m.value IS NOT NULL OR ?3) AND m.run_id IN ") +
+                        kRunsOfSweep + " ORDER BY m.run_id, m.epoch";
     Statement select(db_, sql);
     select.bind(1, sweep);
-    select.bind(2, column == epoch_value_columns().end() ? metric : std::string());
+    select.bind(2, in_epochs ? std::string() : metric);
     select.bind(3, static_cast<int64_t>(with_nulls));
-    const std::string table = column != epoch_value_columns().end() ? "epochs" : "metrics";
+    const std::string table = in_epochs ? "epochs" : "metrics";
     return sql::read_rows(select, [&](const Statement& row) {
       const detail::Cell epoch{table, row.column_int(3), "epoch"};
-      const detail::Cell value{table, epoch.row, table == "epochs" ? *column : "value"};
+      const detail::Cell value{table, epoch.row, in_epochs ? metric : "value"};
       return MetricValue{
           row.column_int(0),
           static_cast<int>(detail::int_column(path_, row, 1, epoch, 0, detail::kMaxEpoch)),
