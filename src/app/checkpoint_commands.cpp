@@ -2,19 +2,21 @@
 #include "app/checkpoint_commands.h"
 
 #include "app/inspect.h"
+#include "app/run_input.h"
 #include "core/error.h"
 #include "core/log.h"
 
 namespace amptune::app {
 namespace {
 
-// Opens `db`, looks run `ref` up into Result::run, and lets `work(store, result)` fill the rest.
+// Opens `db`, looks run `ref` up into Result::run, and lets `work(store, run, result)` fill the
+// rest (`run`: the row resolved, app/run_input.h).
 template <typename Result, typename Work>
 Result on_run(const std::string& db, const std::string& ref, const Work& work) {
   store::Store store = open_existing(db);
   Result result;
   result.run = find_run(store, ref);
-  work(store, result);
+  work(store, resolve_run(result.run), result);
   return result;
 }
 
@@ -32,10 +34,10 @@ std::optional<records::EpochRow> row_now(const store::Store& store, const record
 
 RunEvaluation evaluate_run(const std::string& db, const std::string& ref,
                            const train::EvalOptions& options) {
-  return on_run<RunEvaluation>(db, ref, [&](store::Store& store, RunEvaluation& r) {
-    const std::vector<int> epochs =
-        train::checkpoint_epochs(r.run, store.epochs(r.run.id), options);
-    train::CheckpointEvaluator evaluator(r.run, options);
+  return on_run<RunEvaluation>(db, ref, [&](store::Store& store, const train::RunInput& run,
+                                            RunEvaluation& r) {
+    const std::vector<int> epochs = train::checkpoint_epochs(run, store.epochs(run.id), options);
+    train::CheckpointEvaluator evaluator(run, options);
     log::info("run " + r.run.name + ": evaluating " + std::to_string(epochs.size()) +
               " checkpoint(s) on " + evaluator.describe());
     for (const int epoch : epochs) {
@@ -53,23 +55,25 @@ RunEvaluation evaluate_run(const std::string& db, const std::string& ref,
 
 RunExport export_run(const std::string& db, const std::string& ref, int epoch,
                      const std::string& out) {
-  return on_run<RunExport>(db, ref, [&](store::Store& store, RunExport& r) {
+  return on_run<RunExport>(db, ref, [&](store::Store& store, const train::RunInput& run,
+                                        RunExport& r) {
     train::EvalOptions select;
     select.epoch = epoch;
-    const auto rows = store.epochs(r.run.id);
-    train::checkpoint_epochs(r.run, rows, select);  // throws naming the saved epochs
+    const auto rows = store.epochs(run.id);
+    train::checkpoint_epochs(run, rows, select);  // throws naming the saved epochs
     for (const auto& row : rows) {
-      if (row.epoch == epoch) r.file = train::export_checkpoint(r.run, row, out);
+      if (row.epoch == epoch) r.file = train::export_checkpoint(run, row, out);
     }
   });
 }
 
 RunDiagnosis diagnose_run(const std::string& db, const std::string& ref,
                           const train::DiagnoseOptions& options) {
-  return on_run<RunDiagnosis>(db, ref, [&](store::Store& store, RunDiagnosis& r) {
+  return on_run<RunDiagnosis>(db, ref, [&](store::Store& store, const train::RunInput& run,
+                                           RunDiagnosis& r) {
     train::check_options(options);
-    const auto checkpoint = train::pick_checkpoint(r.run, store.epochs(r.run.id), options);
-    r.diagnosis = train::diagnose(r.run, checkpoint, options);
+    const auto checkpoint = train::pick_checkpoint(run, store.epochs(run.id), options);
+    r.diagnosis = train::diagnose(run, checkpoint, options);
     store.record_diagnosis(r.diagnosis);
     r.by_severity = train::rows_by_severity(r.diagnosis);
     r.first_divergence = train::first_divergence(r.diagnosis);

@@ -109,8 +109,8 @@ records::PruneDecisionRow decision_row(const PruneDecision& decision, const Prun
 }
 
 std::optional<records::PruneDecisionRow> decide_after_epoch(const store::Store& store,
-                                                          const records::RunRow& run, int epoch,
-                                                          const PruneSettings& settings) {
+                                                            const train::RunInput& run, int epoch,
+                                                            const PruneSettings& settings) {
   if (settings.rule == PruneRule::kNone || run.fork) return std::nullopt;
   const PruneDecision d =
       decide_prune(prune_table(store, run.sweep_name, settings), settings, run.id, epoch);

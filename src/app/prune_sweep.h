@@ -14,6 +14,7 @@
 #include "core/settings.h"
 #include "core/sweep.h"
 #include "store/store.h"
+#include "train/run_input.h"
 
 namespace amptune::app {
 
@@ -47,8 +48,8 @@ PruneTable prune_table(const store::Store& store, const std::string& sweep,
 // The decision of `settings` about run `run` of its sweep having recorded `epoch` (read from
 // `store` now), as the row to record; unset when the run continues (or is a fork).
 std::optional<records::PruneDecisionRow> decide_after_epoch(const store::Store& store,
-                                                          const records::RunRow& run, int epoch,
-                                                          const PruneSettings& settings);
+                                                            const train::RunInput& run, int epoch,
+                                                            const PruneSettings& settings);
 
 // The pruned cells of `sweep` that `settings` lets continue now (promotable_cells: asha promotes
 // a cell stopped at a rung once enough worse cells have reached it; rule none, as --no-prune

@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "app/prune_sweep.h"
+#include "app/run_input.h"
 #include "app/store_recorder.h"
 #include "core/child.h"
 #include "core/error.h"
@@ -67,11 +68,6 @@ records::Provenance provenance(const SweepOptions& options, const Settings& sett
   return p;
 }
 
-// The settings of a run's stored config.
-Settings settings_of(const records::RunRow& run, const std::string& origin) {
-  return Settings::from(Config::from_json(run.config_json, origin));
-}
-
 // The place to name for an error about a cell: where the first key the message names was set.
 SourceLoc loc_of(const Sweep& sweep, const std::string& message) {
   const std::string* best = nullptr;
@@ -88,19 +84,19 @@ SourceLoc loc_of(const Sweep& sweep, const std::string& message) {
   return best ? sweep.key_locs.at(*best) : SourceLoc{sweep.source_path};
 }
 
-// A run row as plan_fork needs its parent: the cell's spec, not yet in any database.
-records::RunRow unsaved_row(const records::RunSpec& spec) {
-  records::RunRow row;
-  row.sweep_name = spec.sweep_name;
-  row.name = spec.sweep_name + "/" + std::to_string(spec.cell_index) + "-" +
+// A run as plan_fork needs its parent: the cell of `config` and its spec, not yet in any
+// database.
+train::RunInput unsaved_run(const Config& config, const records::RunSpec& spec) {
+  train::RunInput run(config);
+  run.sweep_name = spec.sweep_name;
+  run.name = spec.sweep_name + "/" + std::to_string(spec.cell_index) + "-" +
              spec.config_hash.substr(0, 8);
-  row.cell_index = spec.cell_index;
-  row.label = spec.label;
-  row.config_json = spec.config_json;
-  row.config_hash = spec.config_hash;
-  row.data_fingerprint = spec.data_fingerprint;
-  row.axes_json = spec.axes_json;
-  return row;
+  run.cell_index = spec.cell_index;
+  run.label = spec.label;
+  run.config_hash = spec.config_hash;
+  run.data_fingerprint = spec.data_fingerprint;
+  run.axes_json = spec.axes_json;
+  return run;
 }
 
 // The label of a sweep fork: its declared name (plus the overrides when the entry has several
@@ -255,13 +251,13 @@ class CellChecks {
   // The forks of this cell: plan_fork checks their overrides (model keys, optimizer, a schedule
   // that ends too early, and validate_config of the fork's config).
   void plan_forks(const Cell& cell, const Config& config) {
-    std::optional<records::RunRow> parent;  // built once, for the first entry that forks the cell
+    std::optional<train::RunInput> parent;  // built once, for the first entry that forks the cell
     for (size_t d = 0; d < sweep_.forks.size(); ++d) {
       const ForkDecl& decl = sweep_.forks[d];
       if (std::find(decl.cells.begin(), decl.cells.end(), cell.index) == decl.cells.end()) continue;
       if (!parent) {
-        parent = unsaved_row(
-            cell_spec(sweep_, cell, config, data_ ? plan_.fingerprints.back() : std::string()));
+        parent = unsaved_run(config, cell_spec(sweep_, cell, config,
+                                               data_ ? plan_.fingerprints.back() : std::string()));
       }
       for (size_t set = 0; set < decl.override_sets.size(); ++set) {
         try {
@@ -415,7 +411,7 @@ std::vector<WorkItem> ensure_runs(store::Store& store, const Plan& plan, int64_t
     const records::RunRow& parent = cell_runs.at(fork.parent);
     const ForkDecl& decl = sweep.forks.at(fork.decl);
     const records::RunSpec spec =
-        train::plan_fork(parent, decl.epoch, decl.override_sets.at(fork.set),
+        train::plan_fork(resolve_run(parent), decl.epoch, decl.override_sets.at(fork.set),
                          decl.reset_optimizer, fork_label(fork, plan, parent.label));
     records::RunRow run = store.ensure_run(sweep_id, spec);
     work.push_back({run.id, parent.id, decl.epoch});
@@ -476,7 +472,7 @@ bool train_schedule(store::Store& store, const Schedule& schedule, const SweepOp
         waiting = waiting || turn == Turn::kWait;
         continue;
       }
-      const Settings settings = settings_of(run, run.name);
+      const Settings settings = resolve_run(run).settings();
       // The turn was decided on `run` as read: claimed only while it has the same epochs (else
       // another process trained it meanwhile, and the next pass decides again).
       if (!store.claim_run(run.id, provenance(options, settings), options.stale_after,
@@ -586,7 +582,7 @@ void require_checkpoint(const store::Store& store, const records::RunRow& run, i
     have += (have.empty() ? "" : ", ") + std::to_string(e.epoch);
   }
   if (!found) {
-    train::refuse_evaluation_only(run, "to continue or fork from");
+    train::refuse_evaluation_only(resolve_run(run), "to continue or fork from");
     throw CheckpointError("run " + run.name + " has no checkpoint of epoch " +
                           std::to_string(epoch) + " (saved epochs: " +
                           (have.empty() ? "none" : have) + ")");
@@ -604,7 +600,7 @@ Tally resume_run(store::Store& store, const records::RunRow& run, std::optional<
   }
   // checked before the run is claimed: a typo must not touch the run
   if (from_epoch) require_checkpoint(store, run, *from_epoch);
-  const Settings settings = settings_of(run, "run " + run.name);
+  const Settings settings = resolve_run(run).settings();
   check_same_data(run, settings);
   const auto prov = provenance(options, settings);
   warn_if_not_bitwise(run, prov);
@@ -625,7 +621,8 @@ Tally fork_run(store::Store& store, const records::RunRow& parent, int epoch,
                const std::vector<std::pair<std::string, nlohmann::json>>& overrides,
                bool reset_optimizer, const std::string& name, const SweepOptions& options) {
   require_checkpoint(store, parent, epoch);
-  const records::RunSpec spec = train::plan_fork(parent, epoch, overrides, reset_optimizer, name);
+  const records::RunSpec spec =
+      train::plan_fork(resolve_run(parent), epoch, overrides, reset_optimizer, name);
   records::RunRow run = store.ensure_run(parent.sweep_id, spec);
   log::info("fork " + run.name + " [" + run.label + "] of " + parent.name + " at epoch " +
             std::to_string(epoch));
@@ -636,7 +633,7 @@ Tally fork_run(store::Store& store, const records::RunRow& parent, int epoch,
     ++tally.skipped;
     return tally;
   }
-  if (!store.claim_run(run.id, provenance(options, settings_of(run, "run " + run.name)),
+  if (!store.claim_run(run.id, provenance(options, resolve_run(run).settings()),
                        options.stale_after, true)) {
     throw UsageError("fork " + run.name + " is being trained by " + holder_text(run) +
                      " (heartbeat " + run.heartbeat_at + "); wait for it, or stop that process");

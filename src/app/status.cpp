@@ -1,5 +1,7 @@
 #include "app/status.h"
 
+#include "app/run_input.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -21,8 +23,8 @@ int planned_epochs(const records::RunRow& run) {
     }
   }
   try {
-    return nlohmann::json::parse(run.config_json).at("schedule").at("epochs").get<int>();
-  } catch (const nlohmann::json::exception&) {
+    return static_cast<int>(resolve_run(run).settings().schedule.epochs);
+  } catch (const Error&) {  // a configuration this build cannot read: status still answers
     return 0;
   }
 }

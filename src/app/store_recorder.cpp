@@ -8,6 +8,7 @@
 
 #include "app/checkpoint_folders.h"
 #include "app/prune_sweep.h"
+#include "app/run_input.h"
 #include "core/config.h"
 #include "core/log.h"
 #include "train/model_info.h"
@@ -84,9 +85,10 @@ class StoreRecorder::Heartbeat {
   std::thread thread_;  // last: starts once the members above exist
 };
 
-StoreRecorder::StoreRecorder(store::Store& store, const records::RunRow& run,
-                             const Settings& settings, double heartbeat_seconds)
-    : store_(store), run_(run), checkpoint_(settings.checkpoint) {
+StoreRecorder::StoreRecorder(store::Store& store, const train::RunInput& run,
+                             double heartbeat_seconds)
+    : store_(store), run_(run), checkpoint_(run.settings().checkpoint) {
+  const Settings& settings = run.settings();
   heartbeat_ = std::make_unique<Heartbeat>(store.path(), run.id, heartbeat_seconds);
   release_on_forced_exit_ =
       std::make_unique<ForcedExitHook>([path = store.path(), id = run.id, ended = ended_] {
@@ -115,8 +117,10 @@ std::vector<records::EpochRow> StoreRecorder::epochs_of(int64_t run_id) {
   return store_.epochs(run_id);
 }
 
-std::optional<records::RunRow> StoreRecorder::find_run(int64_t run_id) {
-  return store_.find_run(run_id);
+std::optional<train::RunInput> StoreRecorder::find_run(int64_t run_id) {
+  const std::optional<records::RunRow> row = store_.find_run(run_id);
+  if (!row) return std::nullopt;
+  return resolve_run(*row);
 }
 
 void StoreRecorder::forget_after(int64_t epoch) {
@@ -205,11 +209,11 @@ void StoreRecorder::end(Ending ending, const std::string& message,
 
 train::RunResult train_claimed_run(store::Store& store, const records::RunRow& run,
                                    const train::RunOptions& options, const PruneSettings& prune) {
-  Settings settings;  // the run's config, read once for the recorder and the training
+  std::optional<train::RunInput> input;  // the run resolved once, for the recorder and training
   std::unique_ptr<StoreRecorder> recorder;
   try {
-    settings = Settings::from(Config::from_json(run.config_json, "run " + run.name));
-    recorder = std::make_unique<StoreRecorder>(store, run, settings, options.heartbeat_seconds);
+    input.emplace(resolve_run(run));
+    recorder = std::make_unique<StoreRecorder>(store, *input, options.heartbeat_seconds);
     recorder->set_prune(prune);
   } catch (const std::exception& e) {
     try {
@@ -219,8 +223,8 @@ train::RunResult train_claimed_run(store::Store& store, const records::RunRow& r
     }
     return train::RunResult{Outcome::kFailed, e.what(), ""};
   }
-  if (options.cluster) train::lead_run(*options.cluster, run);  // the others follow it
-  return train::train_run(*recorder, run, settings, options);
+  if (options.cluster) train::lead_run(*options.cluster, *input);  // the others follow it
+  return train::train_run(*recorder, *input, options);
 }
 
 }  // namespace amptune::app

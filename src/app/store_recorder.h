@@ -20,13 +20,12 @@ namespace amptune::app {
 
 class StoreRecorder : public train::Recorder {
  public:
-  // Claims the checkpoint root of the run's `settings` (checkpoint.*) for `store`
+  // Claims the checkpoint root of the run's settings (checkpoint.*) for `store`
   // (claim_checkpoint_root), removes temp files of saves a dead process left in the run's
   // folder, and starts the heartbeat (every `heartbeat_seconds`); retention ranks by the model's
-  // primary metric (model_info of `settings`). Throws CheckpointError when the root belongs to
+  // primary metric (model_info of the settings). Throws CheckpointError when the root belongs to
   // another database.
-  StoreRecorder(store::Store& store, const records::RunRow& run, const Settings& settings,
-                double heartbeat_seconds);
+  StoreRecorder(store::Store& store, const train::RunInput& run, double heartbeat_seconds);
   // After each recorded epoch but the last, the sweep's prune rule decides about the run
   // (decide_after_epoch); a decision to stop is a stop request (kPruned) and is recorded with
   // the run's end (Store::prune_run). Rule none (the default) never stops.
@@ -35,7 +34,7 @@ class StoreRecorder : public train::Recorder {
 
   std::vector<records::EpochRow> epochs() override;
   std::vector<records::EpochRow> epochs_of(int64_t run_id) override;
-  std::optional<records::RunRow> find_run(int64_t run_id) override;
+  std::optional<train::RunInput> find_run(int64_t run_id) override;  // resolve_run of its row
   void forget_after(int64_t epoch) override;
   std::string checkpoint_dir() const override { return dir_; }
   void note(const std::string& line, bool warning) override;
@@ -52,7 +51,7 @@ class StoreRecorder : public train::Recorder {
  private:
   class Heartbeat;
   store::Store& store_;
-  const records::RunRow run_;
+  const train::RunInput run_;
   const CheckpointSettings checkpoint_;  // checkpoint.*
   std::string dir_;
   std::string primary_metric_;
@@ -70,8 +69,9 @@ class StoreRecorder : public train::Recorder {
 
 // Trains `run` (already claimed: status running) to the end of its schedule, recording every
 // epoch in `store` through a StoreRecorder. Errors inside training are caught and reported as
-// kFailed with a message; the run row is updated before returning (a recorder that cannot start,
-// e.g. a checkpoint root of another database, fails the run). With options.cluster, the calling
+// kFailed with a message; the run row is updated before returning (a stored configuration that
+// does not resolve, or a recorder that cannot start, e.g. a checkpoint root of another database,
+// fails the run). With options.cluster, the calling
 // process is the leader (rank 0): it tells the other ranks which run to train (they call
 // train::follow_run), hands them its restored state, and alone writes the store and the
 // checkpoints.

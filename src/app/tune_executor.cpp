@@ -1,6 +1,8 @@
 // app/tune_executor.h: the search's actions on the results database and the runner.
 #include "app/tune_executor.h"
 
+#include "app/run_input.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -96,13 +98,14 @@ int64_t StoreExecutor::candidate_run(int64_t from, int epoch, const Overrides& c
     }
     try {
       return store_
-          .ensure_run(sweep_id_, train::plan_fork(*at.owner, epoch, overrides, false, label, false))
+          .ensure_run(sweep_id_, train::plan_fork(resolve_run(*at.owner), epoch, overrides, false,
+                                                  label, false))
           .id;
     } catch (const ConfigError& e) {
       log::info("tune: " + label + " cannot fork (" + e.what() + "); it trains from scratch");
     }
   }
-  return fresh_run(with(Config::from_json(run.config_json, run.name), change), label, false);
+  return fresh_run(with(resolve_run(run).config(), change), label, false);
 }
 
 bool StoreExecutor::kept(int64_t id, int epoch) {
@@ -139,7 +142,7 @@ RunView StoreExecutor::view(int64_t id) {
   const records::RunRow run = *store_.find_run(id);
   v.id = run.id;
   v.name = run.name;
-  v.config = Config::from_json(run.config_json, "run " + run.name);
+  v.config = resolve_run(run).config();
   v.curve.status = run.status;
   if (run.fork) {
     v.parent = run.fork->parent_run_id;
@@ -191,8 +194,9 @@ std::vector<records::DiagnosisAdvice> StoreExecutor::diagnose(int64_t id, int ep
     // The checkpoint of the fork point (an ancestor's for an epoch before the run's own), under
     // the run's policy.
     std::optional<records::EpochRow> checkpoint;  // unset: the initial weights
-    if (at.owner) checkpoint = train::pick_checkpoint(run, store_.epochs(at.owner->id), options);
-    records::Diagnosis d = train::diagnose(run, checkpoint, options);
+    const train::RunInput input = resolve_run(run);
+    if (at.owner) checkpoint = train::pick_checkpoint(input, store_.epochs(at.owner->id), options);
+    records::Diagnosis d = train::diagnose(input, checkpoint, options);
     d.run_id = run.id;
     d.epoch = at.owner ? epoch : -1;
     store_.record_diagnosis(d);
@@ -216,7 +220,7 @@ double StoreExecutor::fp32_share(int64_t id) {
   const records::RunRow run = *store_.find_run(id);
   double share = kNaN;
   try {
-    share = train::forward_work(Config::from_json(run.config_json, "run " + run.name)).fp32_share();
+    share = train::forward_work(resolve_run(run).config()).fp32_share();
   } catch (const std::exception& e) {
     log::warn("tune: cannot count the forward work of run " + run.name + " (" + e.what() +
               "); it is ranked as if all of it ran in fp32");

@@ -582,7 +582,7 @@ records::CheckpointFile save_checkpoint(const std::string& path, const torch::nn
   return records::CheckpointFile{path, static_cast<int64_t>(bytes.size()), sha256_hex(bytes)};
 }
 
-std::vector<std::string> owner_hashes(const records::RunRow& run) {
+std::vector<std::string> owner_hashes(const RunInput& run) {
   std::vector<std::string> owners{run.config_hash};
   if (!run.legacy_config_hash.empty()) owners.push_back(run.legacy_config_hash);
   return owners;

@@ -23,6 +23,7 @@
 
 #include "core/error.h"
 #include "records/records.h"
+#include "train/run_input.h"
 
 namespace amptune::amp {
 class Engine;
@@ -58,7 +59,7 @@ records::CheckpointFile save_checkpoint(const std::string& path, const torch::nn
 
 // The config hashes a checkpoint of `run` may carry (its meta.config_hash): the run's identity,
 // and the identity it had before migration 12 re-hashed it, for checkpoints written before.
-std::vector<std::string> owner_hashes(const records::RunRow& run);
+std::vector<std::string> owner_hashes(const RunInput& run);
 
 // Loads the checkpoint file epoch row `row` names (row.checkpoint, which must be set). Maps the
 // file read-only, verifies size and sha256 against the row's (skipped when its sha256 is empty),

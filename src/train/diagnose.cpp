@@ -363,9 +363,9 @@ void check_options(const DiagnoseOptions& options) {
   }
 }
 
-std::optional<records::EpochRow> pick_checkpoint(const records::RunRow& run,
-                                               const std::vector<records::EpochRow>& rows,
-                                               const DiagnoseOptions& options) {
+std::optional<records::EpochRow> pick_checkpoint(const RunInput& run,
+                                                 const std::vector<records::EpochRow>& rows,
+                                                 const DiagnoseOptions& options) {
   int epoch = -1;
   if (options.epoch) {
     EvalOptions eval;
@@ -581,21 +581,21 @@ std::vector<HiddenOverflow> hidden_overflows(const Probe& p,
 
 }  // namespace
 
-records::Diagnosis diagnose(const records::RunRow& run,
-                          const std::optional<records::EpochRow>& checkpoint,
-                          const DiagnoseOptions& options) {
+records::Diagnosis diagnose(const RunInput& run,
+                            const std::optional<records::EpochRow>& checkpoint,
+                            const DiagnoseOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   check_options(options);
-  const Config config = Config::from_json(run.config_json, "run " + run.name);
+  const Config& config = run.config();
   const Config reference = reference_config(config, options.against);
   const int epoch = checkpoint ? checkpoint->epoch : -1;
-  const Settings settings = Settings::from(config);
+  const Settings& settings = run.settings();
   torch::set_num_threads(resolve_threads(settings, options.threads));
   const torch::Device device = pick_device(settings.device);
 
   // The run as it trained, from its checkpoint (or its initial weights).
   Precision precision(amp::resolve_policy(settings.amp, device.is_cuda()));
-  Session session = checkpoint ? load_session(settings, run, *checkpoint, device, precision)
+  Session session = checkpoint ? load_session(run, *checkpoint, device, precision)
                                : build_session(settings, device, precision);
   // The reference from the same fp32 values (O2 runs: the masters).
   const auto values = full_precision_state(session.task->module(), precision.engine());

@@ -18,6 +18,7 @@
 
 #include "core/words.h"
 #include "records/records.h"
+#include "train/run_input.h"
 
 namespace at {
 class Tensor;
@@ -105,9 +106,9 @@ void check_options(const DiagnoseOptions& options);
 // epoch's, or the newest kept one; unset for the initial weights (a run without checkpoints, when
 // no epoch was asked for). Throws CheckpointError naming the saved epochs when the asked epoch
 // has no kept checkpoint.
-std::optional<records::EpochRow> pick_checkpoint(const records::RunRow& run,
-                                               const std::vector<records::EpochRow>& rows,
-                                               const DiagnoseOptions& options);
+std::optional<records::EpochRow> pick_checkpoint(const RunInput& run,
+                                                 const std::vector<records::EpochRow>& rows,
+                                                 const DiagnoseOptions& options);
 
 // Diagnoses `run` (see the top of this file) at `checkpoint` (pick_checkpoint; unset: the
 // initial weights) and returns the diagnosis (the caller records it: app/checkpoint_commands.h).
@@ -117,9 +118,9 @@ std::optional<records::EpochRow> pick_checkpoint(const records::RunRow& run,
 // way is a HiddenOverflow behind its own activation_overflow advice row. Throws
 // CheckpointError (unreadable checkpoint), ConfigError (bad options) or DataError as loading the
 // run does.
-records::Diagnosis diagnose(const records::RunRow& run,
-                          const std::optional<records::EpochRow>& checkpoint,
-                          const DiagnoseOptions& options);
+records::Diagnosis diagnose(const RunInput& run,
+                            const std::optional<records::EpochRow>& checkpoint,
+                            const DiagnoseOptions& options);
 
 // The work of one training sample's forward pass: the multiply-accumulates of every
 // matmul-class op the forward runs - convolutions (transposed too), linear, matmul / mm / bmm /

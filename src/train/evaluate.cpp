@@ -56,10 +56,9 @@ std::string other_set(const records::EpochRow& row, const std::map<std::string, 
 
 }  // namespace
 
-Session load_session(const Settings& settings, const records::RunRow& run,
-                     const records::EpochRow& row, const torch::Device& device,
-                     Precision& precision) {
-  Session session = build_session(settings, device, precision);
+Session load_session(const RunInput& run, const records::EpochRow& row,
+                     const torch::Device& device, Precision& precision) {
+  Session session = build_session(run.settings(), device, precision);
   try {
     load_checkpoint(row, session.task->module(), *session.optimizer, owner_hashes(run),
                     &precision.engine());
@@ -71,7 +70,7 @@ Session load_session(const Settings& settings, const records::RunRow& run,
   return session;
 }
 
-std::vector<int> checkpoint_epochs(const records::RunRow& run,
+std::vector<int> checkpoint_epochs(const RunInput& run,
                                    const std::vector<records::EpochRow>& rows,
                                    const EvalOptions& options) {
   std::vector<int> epochs;
@@ -97,10 +96,10 @@ std::vector<int> checkpoint_epochs(const records::RunRow& run,
 }
 
 struct CheckpointEvaluator::State {
-  State(const records::RunRow& r, const EvalOptions& o, Settings s)
+  State(const RunInput& r, const EvalOptions& o)
       : run(r),
         options(o),
-        settings(std::move(s)),
+        settings(run.settings()),
         device(pick_device(settings.device)),
         // this thread's amp policy while evaluating
         precision(amp::resolve_policy(settings.amp, device.is_cuda())),
@@ -112,9 +111,9 @@ struct CheckpointEvaluator::State {
     batches = options.max_batches.value_or(training_batches);
   }
 
-  const records::RunRow run;
+  const RunInput run;
   const EvalOptions options;
-  const Settings settings;
+  const Settings& settings;  // run.settings()
   const torch::Device device;
   Precision precision;
   std::shared_ptr<data::Dataset> val_set;
@@ -122,10 +121,9 @@ struct CheckpointEvaluator::State {
   int64_t batches = -1;
 };
 
-CheckpointEvaluator::CheckpointEvaluator(const records::RunRow& run, const EvalOptions& options) {
-  Settings settings = Settings::from(Config::from_json(run.config_json, "run " + run.name));
-  torch::set_num_threads(resolve_threads(settings, options.threads));
-  state_ = std::make_unique<State>(run, options, std::move(settings));
+CheckpointEvaluator::CheckpointEvaluator(const RunInput& run, const EvalOptions& options) {
+  torch::set_num_threads(resolve_threads(run.settings(), options.threads));
+  state_ = std::make_unique<State>(run, options);
 }
 
 CheckpointEvaluator::~CheckpointEvaluator() = default;
@@ -142,7 +140,7 @@ EpochEvaluation CheckpointEvaluator::evaluate(const records::EpochRow& row) {
       throw CheckpointError("the checkpoint of epoch " + std::to_string(row.epoch) + " of run " +
                             s.run.name + " was deleted while evaluating");
     }
-    Session session = load_session(s.settings, s.run, row, s.device, s.precision);
+    Session session = load_session(s.run, row, s.device, s.precision);
     // The same loader as training-time evaluation (trainer.cpp).
     data::LoaderOptions opts = data::loader_options(s.settings.data, s.settings.seed,
                                                     data::Split::kVal,
@@ -165,16 +163,16 @@ EpochEvaluation CheckpointEvaluator::evaluate(const records::EpochRow& row) {
   return result;
 }
 
-ExportResult export_checkpoint(const records::RunRow& run, const records::EpochRow& row,
+ExportResult export_checkpoint(const RunInput& run, const records::EpochRow& row,
                                const std::string& out) {
   if (!row.checkpoint) {
     throw CheckpointError("run " + run.name + " has no checkpoint of epoch " +
                           std::to_string(row.epoch));
   }
-  const Settings settings = Settings::from(Config::from_json(run.config_json, "run " + run.name));
+  const Settings& settings = run.settings();
   const torch::Device device = pick_device(settings.device);
   Precision precision(amp::resolve_policy(settings.amp, device.is_cuda()));
-  Session session = load_session(settings, run, row, device, precision);
+  Session session = load_session(run, row, device, precision);
 
   return write_weights(full_precision_state(session.task->module(), precision.engine()), out);
 }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "records/records.h"
+#include "train/run_input.h"
 
 namespace amptune::train {
 
@@ -43,7 +44,7 @@ struct EpochEvaluation {
 // The checkpoints `options` selects among `rows` (run `run`'s epoch rows), ascending. Throws
 // CheckpointError naming the run and its saved epochs when the asked epoch has no kept
 // checkpoint, or the run has none at all.
-std::vector<int> checkpoint_epochs(const records::RunRow& run,
+std::vector<int> checkpoint_epochs(const RunInput& run,
                                    const std::vector<records::EpochRow>& rows,
                                    const EvalOptions& options);
 
@@ -52,7 +53,7 @@ std::vector<int> checkpoint_epochs(const records::RunRow& run,
 // a model built as the trainer builds it. Reads only the checkpoint files.
 class CheckpointEvaluator {
  public:
-  CheckpointEvaluator(const records::RunRow& run, const EvalOptions& options);
+  CheckpointEvaluator(const RunInput& run, const EvalOptions& options);
   ~CheckpointEvaluator();
   CheckpointEvaluator(const CheckpointEvaluator&) = delete;
   CheckpointEvaluator& operator=(const CheckpointEvaluator&) = delete;
@@ -82,7 +83,7 @@ struct ExportResult {
 // as float32), BatchNorm buffers including num_batches_tracked (int64). Atomic (temp file +
 // rename). Throws CheckpointError as load_checkpoint does (or when `row` has no checkpoint),
 // ModelError when `out` cannot be written.
-ExportResult export_checkpoint(const records::RunRow& run, const records::EpochRow& row,
+ExportResult export_checkpoint(const RunInput& run, const records::EpochRow& row,
                                const std::string& out);
 
 }  // namespace amptune::train

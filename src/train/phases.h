@@ -1,5 +1,5 @@
 // The training of one run as named phases, in the order train() (train/trainer.cpp) calls them,
-// over the run's settings (core/settings.h), read once per run and given to RunTraining:
+// over the run's settings (core/settings.h), resolved once per run (train/run_input.h):
 //
 //   set_up            threads, device, process group, amp policy (resolved once) and precision,
 //                     model + optimizer, data
@@ -77,14 +77,12 @@ struct Start {
 // CheckpointError (missing, corrupt, malformed, mismatched) falls back to the previous
 // checkpoint, except LegacyCheckpointError (an old-format file without the opt-in), which stops
 // with nothing deleted, and an explicit from_epoch, which must load.
-Start restore_run(Recorder& recorder, const records::RunRow& run, const Settings& settings,
-                  const torch::Device& device, const RunOptions& options, Session& session);
+Start restore_run(Recorder& recorder, const RunInput& run, const torch::Device& device,
+                  const RunOptions& options, Session& session);
 
 class RunTraining {
  public:
-  // `settings`: those of run.config_json (Settings::from), read once for the whole run.
-  RunTraining(Recorder& recorder, const records::RunRow& run, Settings settings,
-              const RunOptions& options);
+  RunTraining(Recorder& recorder, const RunInput& run, const RunOptions& options);
   ~RunTraining();
   RunTraining(const RunTraining&) = delete;
   RunTraining& operator=(const RunTraining&) = delete;
@@ -128,11 +126,11 @@ class RunTraining {
   void prepare_steps();
 
   Recorder& recorder_;
-  const records::RunRow run_;
+  const RunInput run_;
   const RunOptions options_;
   const std::chrono::steady_clock::time_point began_;
 
-  const Settings settings_;  // the run's config as typed sections
+  const Settings& settings_;  // run_.settings(): the run's config as typed sections
   int threads_ = 1;
   torch::Device device_{torch::kCPU};
   std::unique_ptr<dist::ProcessGroup> group_;  // null for one process

@@ -250,9 +250,8 @@ std::string data_fingerprint(const Settings& s) {
   return sha256_hex(parts);
 }
 
-void refuse_evaluation_only(const records::RunRow& run, const std::string& purpose) {
-  const Config config = Config::from_json(run.config_json, "run " + run.name);
-  if (Settings::from(config).schedule.epochs != 0) return;
+void refuse_evaluation_only(const RunInput& run, const std::string& purpose) {
+  if (run.settings().schedule.epochs != 0) return;
   throw CheckpointError("run " + run.name +
                         " is evaluation-only (schedule.epochs: 0): its epoch 0 is the evaluation "
                         "of its initial weights and it saved no checkpoint " +
@@ -261,13 +260,12 @@ void refuse_evaluation_only(const records::RunRow& run, const std::string& purpo
                         "schedule.epochs >= 1 for one");
 }
 
-records::RunSpec plan_fork(const records::RunRow& parent, int epoch,
-                         const std::vector<std::pair<std::string, nlohmann::json>>& overrides,
-                         bool reset_optimizer, const std::string& name, bool read_data) {
+records::RunSpec plan_fork(const RunInput& parent, int epoch,
+                           const std::vector<std::pair<std::string, nlohmann::json>>& overrides,
+                           bool reset_optimizer, const std::string& name, bool read_data) {
   if (epoch < 0) throw UsageError("a fork needs an epoch >= 0, got " + std::to_string(epoch));
   refuse_evaluation_only(parent, "to fork from");
-  const Config parent_config = Config::from_json(parent.config_json, "run " + parent.name);
-  Config config = parent_config;
+  Config config = parent.config();
   nlohmann::ordered_json applied = nlohmann::ordered_json::object();
   std::string changes, short_changes;
   for (const auto& [key, value] : overrides) {
@@ -285,7 +283,7 @@ records::RunSpec plan_fork(const records::RunRow& parent, int epoch,
                      (after.is_string() ? after.get<std::string>() : after.dump());
   }
   const Settings s = Settings::from(config);
-  const OptimizerName parent_optim = Settings::from(parent_config).optim.name;
+  const OptimizerName parent_optim = parent.settings().optim.name;
   if (!reset_optimizer && s.optim.name != parent_optim) {
     throw ConfigError("fork of " + parent.name + ": optim.name changes from " +
                       to_string(parent_optim) + " to " + to_string(s.optim.name) +

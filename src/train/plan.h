@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "records/records.h"
+#include "train/run_input.h"
 
 namespace amptune {
 class Config;
@@ -76,7 +77,7 @@ std::string data_fingerprint(const Settings& settings);
 
 // Throws CheckpointError saying that `run` is evaluation-only (schedule.epochs: 0) and has no
 // checkpoint `purpose` ("to evaluate", "to fork from"); returns for any other run.
-void refuse_evaluation_only(const records::RunRow& run, const std::string& purpose);
+void refuse_evaluation_only(const RunInput& run, const std::string& purpose);
 
 // A fork of `parent` from its checkpoint of `epoch` (docs/DATABASE.md "Forks"): the parent's
 // config with `overrides` (key -> value, already coerced by the schema) applied. Returns the run
@@ -88,8 +89,8 @@ void refuse_evaluation_only(const records::RunRow& run, const std::string& purpo
 // Throws ConfigError for overrides a continued run cannot take: model.* keys, optim.name without
 // reset_optimizer, a schedule that ends at or before epoch + 1, and whatever validate_config
 // refuses (combinations apex refuses, ...); CheckpointError for an evaluation-only parent.
-records::RunSpec plan_fork(const records::RunRow& parent, int epoch,
-                         const std::vector<std::pair<std::string, nlohmann::json>>& overrides,
-                         bool reset_optimizer, const std::string& name, bool read_data = true);
+records::RunSpec plan_fork(const RunInput& parent, int epoch,
+                           const std::vector<std::pair<std::string, nlohmann::json>>& overrides,
+                           bool reset_optimizer, const std::string& name, bool read_data = true);
 
 }  // namespace amptune::train

@@ -33,7 +33,7 @@ std::vector<records::EpochRow> MemoryRecorder::epochs_of(int64_t run_id) {
   return it == others.end() ? std::vector<records::EpochRow>{} : it->second.second;
 }
 
-std::optional<records::RunRow> MemoryRecorder::find_run(int64_t run_id) {
+std::optional<RunInput> MemoryRecorder::find_run(int64_t run_id) {
   const auto it = others.find(run_id);
   if (it == others.end()) return std::nullopt;
   return it->second.first;

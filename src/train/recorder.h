@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "records/records.h"
+#include "train/run_input.h"
 
 namespace amptune::train {
 
@@ -55,7 +56,7 @@ class Recorder {
   // The run's recorded epochs, oldest first; those of run `run_id` (a fork's parent).
   virtual std::vector<records::EpochRow> epochs() = 0;
   virtual std::vector<records::EpochRow> epochs_of(int64_t run_id) = 0;
-  virtual std::optional<records::RunRow> find_run(int64_t run_id) = 0;
+  virtual std::optional<RunInput> find_run(int64_t run_id) = 0;
   // Forgets the epochs after `epoch` (-1: every epoch) and deletes their checkpoint files that
   // lie in the run's own folder.
   virtual void forget_after(int64_t epoch) = 0;
@@ -103,7 +104,7 @@ class FollowerRecorder : public Recorder {
   FollowerRecorder(std::string run_name, int rank) : run_name_(std::move(run_name)), rank_(rank) {}
   std::vector<records::EpochRow> epochs() override { return {}; }
   std::vector<records::EpochRow> epochs_of(int64_t) override { return {}; }
-  std::optional<records::RunRow> find_run(int64_t) override { return std::nullopt; }
+  std::optional<RunInput> find_run(int64_t) override { return std::nullopt; }
   void forget_after(int64_t) override {}
   std::string checkpoint_dir() const override { return ""; }
   void note(const std::string&, bool) override {}
@@ -126,7 +127,7 @@ class MemoryRecorder : public Recorder {
   explicit MemoryRecorder(std::string checkpoint_dir = "") : dir_(std::move(checkpoint_dir)) {}
   std::vector<records::EpochRow> epochs() override { return rows_; }
   std::vector<records::EpochRow> epochs_of(int64_t run_id) override;
-  std::optional<records::RunRow> find_run(int64_t run_id) override;
+  std::optional<RunInput> find_run(int64_t run_id) override;
   void forget_after(int64_t epoch) override;
   std::string checkpoint_dir() const override { return dir_; }
   void note(const std::string& line, bool) override { notes.push_back(line); }
@@ -143,7 +144,7 @@ class MemoryRecorder : public Recorder {
   }
 
   // Other runs this recorder knows (a fork's parent), with their epochs.
-  std::map<int64_t, std::pair<records::RunRow, std::vector<records::EpochRow>>> others;
+  std::map<int64_t, std::pair<RunInput, std::vector<records::EpochRow>>> others;
   std::map<std::string, double> initial_metrics;
   std::optional<records::RunWork> work;
   std::vector<std::string> notes;

@@ -41,8 +41,8 @@ int64_t recorded_streak(const records::EpochRow& row, const std::string& run_nam
 // its full-precision weights (fp32 masters where the parent had them) and buffers seed a session
 // of the fork's config. Unless reset_optimizer, the optimizer state carries over, and the loss
 // scaler's state when both runs scale dynamically; the RNG continues from the parent's.
-Start start_from_parent(Recorder& recorder, const records::RunRow& run, const Settings& settings,
-                        const torch::Device& device, Session& session) {
+Start start_from_parent(Recorder& recorder, const RunInput& run, const torch::Device& device,
+                        Session& session) {
   const records::ForkOrigin& fork = *run.fork;
   auto parent = recorder.find_run(fork.parent_run_id);
   if (!parent) throw CheckpointError("fork " + run.name + ": its parent run " +
@@ -57,8 +57,7 @@ Start start_from_parent(Recorder& recorder, const records::RunRow& run, const Se
                           ", which " + (row ? "was deleted (retention)" : "is not recorded yet") +
                           "; train the parent that far (amptune resume " + parent->name + ")");
   }
-  const Settings parent_settings =
-      Settings::from(Config::from_json(parent->config_json, "run " + parent->name));
+  const Settings& parent_settings = parent->settings();
   std::map<std::string, torch::Tensor> values;
   torch::Tensor rng;
   std::optional<amp::ScalerState> scaler;
@@ -81,7 +80,7 @@ Start start_from_parent(Recorder& recorder, const records::RunRow& run, const Se
     if (!fork.reset_optimizer) parent_optimizer = std::move(ps.optimizer);
   }
   const std::string origin = "checkpoint " + row->checkpoint->path + " of run " + parent->name;
-  session = build_session(settings, device, *session.precision, &values, origin);
+  session = build_session(run.settings(), device, *session.precision, &values, origin);
   Start start;
   start.epoch = fork.parent_epoch;
   start.global_step = row->global_step;
@@ -104,11 +103,12 @@ Start start_from_parent(Recorder& recorder, const records::RunRow& run, const Se
 
 }  // namespace
 
-Start restore_run(Recorder& recorder, const records::RunRow& run, const Settings& settings,
-                  const torch::Device& device, const RunOptions& options, Session& session) {
+Start restore_run(Recorder& recorder, const RunInput& run, const torch::Device& device,
+                  const RunOptions& options, Session& session) {
+  const Settings& settings = run.settings();
   std::vector<records::EpochRow> rows = recorder.epochs();
   auto from_scratch = [&]() {
-    if (run.fork) return start_from_parent(recorder, run, settings, device, session);
+    if (run.fork) return start_from_parent(recorder, run, device, session);
     return Start{};
   };
   // An evaluation-only run saved no checkpoint: running it again evaluates again.

@@ -96,9 +96,8 @@ inline Session build_session(const Settings& settings, const torch::Device& devi
 
 // build_session, then the checkpoint of `row` (size, sha256 and config identity verified) loaded
 // into it, on `device`. CheckpointError naming the epoch and run (evaluate.cpp).
-Session load_session(const Settings& settings, const records::RunRow& run,
-                     const records::EpochRow& row, const torch::Device& device,
-                     Precision& precision);
+Session load_session(const RunInput& run, const records::EpochRow& row,
+                     const torch::Device& device, Precision& precision);
 
 // The module's weights at full precision by state-dict name, as CPU tensors: the fp32 master of
 // each parameter that has one (O2), the parameter otherwise, and every buffer; floating tensors

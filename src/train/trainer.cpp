@@ -149,14 +149,17 @@ std::optional<std::pair<int, int64_t>> injected_overflow() {
   return std::make_pair(rank, static_cast<int64_t>(step));
 }
 
-std::string run_message(const records::RunRow& run) {
+// The leader's message that `run` is next: its identity and configuration (canonical JSON);
+// next_run reads it back. The other ranks restore nothing themselves (the leader hands them its
+// restored state), so a fork's origin stays with the leader.
+std::string run_message(const RunInput& run) {
   nlohmann::json j;
   j["type"] = "run";
   j["id"] = run.id;
   j["name"] = run.name;
   j["sweep"] = run.sweep_name;
   j["label"] = run.label;
-  j["config_json"] = run.config_json;
+  j["config_json"] = run.config().canonical_json();
   j["config_hash"] = run.config_hash;
   return j.dump();
 }
@@ -193,13 +196,12 @@ struct StepVote {
 // ---------------------------------------------------------------------------------------------
 // Phases
 
-RunTraining::RunTraining(Recorder& recorder, const records::RunRow& run, Settings settings,
-                         const RunOptions& options)
+RunTraining::RunTraining(Recorder& recorder, const RunInput& run, const RunOptions& options)
     : recorder_(recorder),
       run_(run),
       options_(options),
       began_(Clock::now()),
-      settings_(std::move(settings)) {}
+      settings_(run_.settings()) {}
 
 RunTraining::~RunTraining() = default;
 
@@ -295,7 +297,7 @@ void RunTraining::record_work() {
 void RunTraining::restore() {
   if (setup_error_.empty()) {
     try {
-      start_ = restore_run(recorder_, run_, settings_, device_, options_, session_);
+      start_ = restore_run(recorder_, run_, device_, options_, session_);
     } catch (const std::exception& e) {
       if (!group_) throw;
       setup_error_ = e.what();
@@ -764,15 +766,9 @@ bool stop_requested() { return amptune::stop_requested(); }
 
 namespace {
 
-// The settings of run.config_json.
-Settings run_settings(const records::RunRow& run) {
-  return Settings::from(Config::from_json(run.config_json, "run " + run.name));
-}
-
-// `settings`: the run's, or null to read them from run.config_json.
-RunResult train_phases(Recorder& recorder, const records::RunRow& run, const Settings* settings,
-                       const RunOptions& options, Ending& ending) {
-  RunTraining training(recorder, run, settings ? *settings : run_settings(run), options);
+RunResult train_phases(Recorder& recorder, const RunInput& run, const RunOptions& options,
+                       Ending& ending) {
+  RunTraining training(recorder, run, options);
   training.set_up();
   training.restore();
   training.evaluate_initial();
@@ -790,14 +786,14 @@ RunResult train_phases(Recorder& recorder, const records::RunRow& run, const Set
   return RunResult{Outcome::kDone, "", training.finish()};
 }
 
-// train_run with the run's settings, or null to read them inside (a failure is the run's).
-RunResult train_run_guarded(Recorder& recorder, const records::RunRow& run,
-                            const Settings* settings, const RunOptions& options) {
+}  // namespace
+
+RunResult train_run(Recorder& recorder, const RunInput& run, const RunOptions& options) {
   const GracefulStop graceful;  // a signal stops the run at the next step (process.h)
   RunResult result;
   Ending ending = Ending::kFailed;
   try {
-    result = train_phases(recorder, run, settings, options, ending);
+    result = train_phases(recorder, run, options, ending);
   } catch (const RunStopped& e) {
     result = RunResult{e.outcome, e.what(), ""};
     ending = e.outcome == Outcome::kLost       ? Ending::kUntouched
@@ -831,40 +827,29 @@ RunResult train_run_guarded(Recorder& recorder, const records::RunRow& run,
   return result;
 }
 
-}  // namespace
-
-RunResult train_run(Recorder& recorder, const records::RunRow& run, const Settings& settings,
-                    const RunOptions& options) {
-  return train_run_guarded(recorder, run, &settings, options);
-}
-
-RunResult train_run(Recorder& recorder, const records::RunRow& run, const RunOptions& options) {
-  return train_run_guarded(recorder, run, nullptr, options);
-}
-
-void lead_run(dist::Cluster& cluster, const records::RunRow& run) {
+void lead_run(dist::Cluster& cluster, const RunInput& run) {
   cluster.publish(run_message(run));
 }
 
-RunResult follow_run(const records::RunRow& run, const RunOptions& options) {
+RunResult follow_run(const RunInput& run, const RunOptions& options) {
   RunOptions o = options;
   o.progress = false;
   FollowerRecorder recorder(run.name, options.cluster ? options.cluster->rank() : 0);
   return train_run(recorder, run, o);
 }
 
-std::optional<records::RunRow> next_run(dist::Cluster& cluster, int* leader_exit) {
+std::optional<RunInput> next_run(dist::Cluster& cluster, int* leader_exit) {
   const auto j = nlohmann::json::parse(cluster.receive());
   if (j.at("type") == "end") {
     if (leader_exit) *leader_exit = j.value("exit", 0);
     return std::nullopt;
   }
-  records::RunRow run;
+  const std::string name = j.at("name").get<std::string>();
+  RunInput run(Config::from_json(j.at("config_json").get<std::string>(), "run " + name));
   run.id = j.at("id").get<int64_t>();
-  run.name = j.at("name").get<std::string>();
+  run.name = name;
   run.sweep_name = j.at("sweep").get<std::string>();
   run.label = j.at("label").get<std::string>();
-  run.config_json = j.at("config_json").get<std::string>();
   run.config_hash = j.at("config_hash").get<std::string>();
   return run;
 }

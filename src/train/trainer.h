@@ -9,10 +9,7 @@
 
 #include "records/records.h"
 #include "train/recorder.h"
-
-namespace amptune {
-struct Settings;
-}
+#include "train/run_input.h"
 
 namespace amptune::dist {
 class Cluster;
@@ -51,23 +48,19 @@ struct RunResult {
 // Trains `run` to the end of its schedule in the phases of train/phases.h, recording through
 // `recorder` (train/recorder.h) and stopping early when it holds a stop request. Errors inside
 // training are caught and reported as kFailed with a message; the recorder is told how the run
-// ended before this returns. `settings` are those of run.config_json (Settings::from of
-// Config::from_json), read once by the caller; the overload without reads them itself (a
-// config that does not parse is then a failed run).
-RunResult train_run(Recorder& recorder, const records::RunRow& run, const Settings& settings,
-                    const RunOptions& options);
-RunResult train_run(Recorder& recorder, const records::RunRow& run, const RunOptions& options);
+// ended before this returns.
+RunResult train_run(Recorder& recorder, const RunInput& run, const RunOptions& options);
 
 // The leader of a data-parallel job (rank 0) tells the other ranks that `run` is next (they get
 // it from next_run and call follow_run); it then trains it with train_run, and hands them its
 // restored state from there. app::train_claimed_run (app/store_recorder.h) does both.
-void lead_run(dist::Cluster& cluster, const records::RunRow& run);
+void lead_run(dist::Cluster& cluster, const RunInput& run);
 
 // The other ranks of a data-parallel job: the next run the leader trains (nullopt when the
 // leader has finished; its exit code is then in *leader_exit), and its training without a
 // store. Throws RankLostError when the leader is gone.
-std::optional<records::RunRow> next_run(dist::Cluster& cluster, int* leader_exit);
-RunResult follow_run(const records::RunRow& run, const RunOptions& options);
+std::optional<RunInput> next_run(dist::Cluster& cluster, int* leader_exit);
+RunResult follow_run(const RunInput& run, const RunOptions& options);
 // The leader's last word to the others: no more runs; `exit_code` is its own.
 void end_runs(dist::Cluster& cluster, int exit_code);
 

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "app/run_input.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/settings.h"
@@ -92,10 +93,11 @@ class TrainExport : public ::testing::Test {
     EvalOptions select;
     select.epoch = epoch;
     const auto rows = store.epochs(run.id);
-    checkpoint_epochs(run, rows, select);
+    const RunInput input = app::resolve_run(run);
+    checkpoint_epochs(input, rows, select);
     const auto row = std::find_if(rows.begin(), rows.end(),
                                   [&](const records::EpochRow& r) { return r.epoch == epoch; });
-    return export_checkpoint(run, *row, out);
+    return export_checkpoint(input, *row, out);
   }
 
   fs::path dir_;

@@ -25,9 +25,19 @@ namespace amptune::train {
 namespace {
 namespace fs = std::filesystem;
 
+// `config` as run 1, "tiny".
+RunInput as_run(const Config& config) {
+  RunInput run(config);
+  run.id = 1;
+  run.name = "tiny";
+  run.label = "tiny";
+  run.config_hash = config.hash();
+  return run;
+}
+
 // A run of resnet18 / 16 on the tiny IDX set: 2 epochs of 64 images in batches of 16.
-records::RunRow tiny_run(const std::string& data_dir, int epochs = 2,
-                       const std::string& model = "resnet18") {
+RunInput tiny_run(const std::string& data_dir, int epochs = 2,
+                  const std::string& model = "resnet18") {
   Config c = testing::tiny_config();
   c.set("model.name", model);
   c.set("data.format", "idx");
@@ -39,13 +49,7 @@ records::RunRow tiny_run(const std::string& data_dir, int epochs = 2,
   c.set("data.workers", 1);
   c.set("schedule.epochs", epochs);
   c.set("threads", 1);
-  records::RunRow run;
-  run.id = 1;
-  run.name = "tiny";
-  run.label = "tiny";
-  run.config_json = c.canonical_json();
-  run.config_hash = c.hash();
-  return run;
+  return as_run(c);
 }
 
 RunOptions quiet() {
@@ -68,10 +72,8 @@ class TrainLoop : public ::testing::Test {
 // Each phase on its own: what it leaves behind is what the next one needs.
 TEST_F(TrainLoop, PhasesOneByOne) {
   MemoryRecorder recorder(folder("ckpt"));
-  const records::RunRow run = tiny_run(data());
-  RunTraining training(recorder, run,
-                       Settings::from(Config::from_json(run.config_json, "run " + run.name)),
-                       quiet());
+  const RunInput run = tiny_run(data());
+  RunTraining training(recorder, run, quiet());
   training.set_up();
   training.restore();
   EXPECT_EQ(training.first_epoch(), 0);
@@ -159,16 +161,13 @@ TEST_F(TrainLoop, AStoppedRunContinuesFromItsCheckpointBitwise) {
 // A run whose every loss is NaN under a dynamic scale (O1 fp16, emulated on the CPU: inputs
 // of about 10^6 overflow fp16 in conv1, every step is skipped, the weights never change): 16
 // steps an epoch, so the 100th NaN in a row is step 3 of epoch 6.
-records::RunRow nan_run(const std::string& data_dir) {
-  records::RunRow run = tiny_run(data_dir, 8);
-  Config c = Config::from_json(run.config_json, "test");
+RunInput nan_run(const std::string& data_dir) {
+  Config c = tiny_run(data_dir, 8).config();
   c.set("data.std", nlohmann::json::array({1e-6}));
   c.set("data.batch_size", 4);
   c.set("amp.opt_level", "O1");
   c.set("amp.loss_scale", "dynamic");
-  run.config_json = c.canonical_json();
-  run.config_hash = c.hash();
-  return run;
+  return as_run(c);
 }
 
 // Divergence is a property of the steps (train/divergence.h): a run stopped and continued after
@@ -211,17 +210,17 @@ TEST_F(TrainLoop, AForkContinuesItsParentsNonFiniteStreak) {
   MemoryRecorder parent(folder("nan-parent"));
   RunOptions stop = quiet();
   stop.stop_after_epoch = 2;
-  const records::RunRow parent_run = nan_run(data());
+  const RunInput parent_run = nan_run(data());
   ASSERT_EQ(train_run(parent, parent_run, stop).outcome, Outcome::kInterrupted);
   ASSERT_EQ(parent.epochs().size(), 3u);
   EXPECT_EQ(parent.epochs()[2].metrics.at("nonfinite_streak"), 48);
 
-  records::RunRow fork = nan_run(data());
+  RunInput fork = nan_run(data());
   fork.id = 2;
   fork.name = "tiny-fork";
   fork.fork = records::ForkOrigin{parent_run.id, 2, "{}", "", false};
   MemoryRecorder forked(folder("nan-fork"));
-  forked.others[parent_run.id] = {parent_run, parent.epochs()};
+  forked.others.emplace(parent_run.id, std::make_pair(parent_run, parent.epochs()));
   const RunResult result = train_run(forked, fork, quiet());
   EXPECT_EQ(result.outcome, Outcome::kDiverged) << result.message;
   EXPECT_NE(result.message.find("100 steps in a row"), std::string::npos) << result.message;
@@ -236,7 +235,7 @@ TEST_F(TrainLoop, AForkContinuesItsParentsNonFiniteStreak) {
     auto rows = parent.epochs();
     rows[2].metrics["nonfinite_streak"] = bad;
     MemoryRecorder refused(folder("nan-refused"));
-    refused.others[parent_run.id] = {parent_run, rows};
+    refused.others.emplace(parent_run.id, std::make_pair(parent_run, rows));
     const RunResult r = train_run(refused, fork, quiet());
     EXPECT_EQ(r.outcome, Outcome::kFailed);
     EXPECT_NE(r.message.find("run tiny epoch 2: metric nonfinite_streak is"), std::string::npos)
@@ -284,8 +283,7 @@ TEST_F(TrainLoop, ANewClassifierIsItsModuleAndOneRegistration) {
   EXPECT_EQ(staged.epochs()[1].train_loss, whole.epochs()[1].train_loss);
   EXPECT_EQ(staged.epochs()[1].metrics.at("val_loss"), whole.epochs()[1].metrics.at("val_loss"));
 
-  Config config = Config::from_json(tiny_run(data(), 2, "test_mlp").config_json, "test");
-  EXPECT_EQ(model_info(Settings::from(config)).primary_metric, "acc1");
+  EXPECT_EQ(model_info(tiny_run(data(), 2, "test_mlp").settings()).primary_metric, "acc1");
   EXPECT_EQ(headline_metrics("test_mlp"), (std::vector<std::string>{"acc1", "acc5"}));
 }
 
