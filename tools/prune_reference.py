@@ -7,7 +7,7 @@ Feeds each case's trials, step by step, to a study with Optuna's SuccessiveHalvi
 (rule "asha") or MedianPruner (rule "median"), through study.ask / trial.report /
 trial.should_prune / study.tell, and writes the keep / stop decision of every report. The test
 tests/unit/app/prune_reference_test.cpp writes the cases, runs this script, and replays the same
-cases through app/prune_rules.h (docs/PRUNING.md "Differences from Optuna").
+cases through app/prune/prune_rules.h (docs/PRUNING.md "Differences from Optuna").
 
 CASES.json:
     {"cases": [{"name": "...", "rule": "asha" | "median", "higher_is_better": true,

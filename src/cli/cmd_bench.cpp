@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "app/bench.h"
-#include "app/table.h"
+#include "app/run/bench.h"
+#include "app/views/table.h"
 #include "cli/commands.h"
 #include "core/error.h"
 

@@ -1,13 +1,13 @@
 // `amptune eval`, `amptune export`, `amptune diagnose` and `amptune gc`: options and output;
-// app/checkpoint_commands.h does the work on the saved checkpoints of runs.
+// app/artifacts/checkpoint_commands.h does the work on the saved checkpoints of runs.
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <set>
 
-#include "app/checkpoint_commands.h"
-#include "app/table.h"
+#include "app/artifacts/checkpoint_commands.h"
+#include "app/views/table.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"

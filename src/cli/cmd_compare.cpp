@@ -1,9 +1,9 @@
 // `amptune compare`: the pivot table of a sweep (one row per combination of --by values), as
-// text, CSV or JSON. The table is app::build_compare (app/compare.h).
+// text, CSV or JSON. The table is app::build_compare (app/views/compare.h).
 #include <iostream>
 #include <sstream>
 
-#include "app/compare.h"
+#include "app/views/compare.h"
 #include "cli/commands.h"
 #include "core/error.h"
 

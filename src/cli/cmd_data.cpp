@@ -1,7 +1,7 @@
-// `amptune data <action>`: options and output of the data-set utilities (app/data.h).
+// `amptune data <action>`: options and output of the data-set utilities (app/artifacts/data.h).
 #include <iostream>
 
-#include "app/data.h"
+#include "app/artifacts/data.h"
 #include "cli/commands.h"
 #include "core/error.h"
 

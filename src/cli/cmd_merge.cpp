@@ -1,9 +1,9 @@
 // `amptune merge`: joins shard databases (or any results databases) into one; and the --db of
-// the commands that read several databases as one before they are merged. app/merge.h does the
+// the commands that read several databases as one before they are merged. app/run/merge.h does the
 // work.
 #include <iostream>
 
-#include "app/merge.h"
+#include "app/run/merge.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"

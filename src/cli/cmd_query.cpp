@@ -1,11 +1,11 @@
-// `amptune list` and `amptune show`: options and output; app/inspect.h reads the database.
+// `amptune list` and `amptune show`: options and output; app/views/inspect.h reads the database.
 #include <filesystem>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
 
-#include "app/inspect.h"
-#include "app/table.h"
+#include "app/views/inspect.h"
+#include "app/views/table.h"
 #include "cli/commands.h"
 #include "core/log.h"
 

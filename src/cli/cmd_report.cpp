@@ -1,11 +1,11 @@
 // `amptune report`: a self-contained HTML page (DIR/index.html + PNG plots in DIR) with the
 // comparison table of a sweep and plots drawn by gnuplot. The data is app::build_report, the
-// files app::write_report (app/report.h).
+// files app::write_report (app/views/report.h).
 #include <cstdlib>
 #include <iostream>
 
-#include "app/inspect.h"
-#include "app/report.h"
+#include "app/views/inspect.h"
+#include "app/views/report.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/version.h"

@@ -1,14 +1,14 @@
-// `amptune run`, `amptune resume`, `amptune fork`: options and output; app/runner.h does the work.
+// `amptune run`, `amptune resume`, `amptune fork`: options and output; app/run/runner.h does the work.
 #include <torch/version.h>
 #include <unistd.h>
 
 #include <iostream>
 #include <optional>
 
-#include "app/inspect.h"
-#include "app/job.h"
-#include "app/runner.h"
-#include "app/table.h"
+#include "app/views/inspect.h"
+#include "app/run/job.h"
+#include "app/run/runner.h"
+#include "app/views/table.h"
 #include "cli/commands.h"
 #include "core/blas.h"
 #include "core/error.h"
@@ -59,7 +59,7 @@ void add_training_options(Options& opts, int* threads, int* stop_after, int* npr
 
 namespace {
 
-// What `subcommand` starts (app/job.h): ranks with --nproc, a rank's part in a launched job.
+// What `subcommand` starts (app/run/job.h): ranks with --nproc, a rank's part in a launched job.
 app::JobLaunch job_launch(const std::string& subcommand, const Invocation& inv, int nproc,
                           int workers = 1, bool launch = true) {
   return app::JobLaunch{subcommand, inv.args, nproc, workers, launch};

@@ -2,7 +2,7 @@
 // docs/SERVE.md).
 #include <iostream>
 
-#include "app/inspect.h"
+#include "app/views/inspect.h"
 #include "cli/commands.h"
 #include "core/log.h"
 #include "web/server.h"

@@ -1,9 +1,9 @@
 // `amptune slurm`: writes (and with --submit, submits) the Slurm array job of a sweep's shards and
-// the job that merges them. app/slurm.h makes the scripts.
+// the job that merges them. app/run/slurm.h makes the scripts.
 #include <filesystem>
 #include <iostream>
 
-#include "app/slurm.h"
+#include "app/run/slurm.h"
 #include "cli/commands.h"
 #include "core/error.h"
 

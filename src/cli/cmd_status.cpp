@@ -1,12 +1,12 @@
 // `amptune status`: per sweep, how many runs are done / running / pending / failed / diverged /
 // pruned, and for each running run its epoch, heartbeat age and ETA. The model is
-// app::build_status (app/status.h).
+// app::build_status (app/views/status.h).
 #include <cmath>
 #include <iostream>
 
-#include "app/runner.h"
-#include "app/status.h"
-#include "app/table.h"
+#include "app/run/runner.h"
+#include "app/views/status.h"
+#include "app/views/table.h"
 #include "cli/commands.h"
 #include "core/log.h"
 

@@ -1,11 +1,11 @@
-// `amptune tune`: options and output; app/tune.h does the search.
+// `amptune tune`: options and output; app/tune/tune.h does the search.
 #include <cmath>
 #include <iostream>
 
-#include "app/inspect.h"
-#include "app/job.h"
-#include "app/table.h"
-#include "app/tune.h"
+#include "app/views/inspect.h"
+#include "app/run/job.h"
+#include "app/views/table.h"
+#include "app/tune/tune.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"

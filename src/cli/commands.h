@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "app/runner.h"
+#include "app/run/runner.h"
 #include "cli/options.h"
 
 namespace amptune::cli {

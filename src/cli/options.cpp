@@ -7,7 +7,7 @@
 
 #include <boost/program_options/parsers.hpp>
 
-#include "app/runner.h"
+#include "app/run/runner.h"
 #include "core/error.h"
 #include "core/log.h"
 

@@ -55,7 +55,7 @@ std::optional<bool> alive_if_local(const ProcessIdentity& p);
 // handler only writes one byte), for at most kForcedExitHookSeconds in all, then ends the process
 // with exit code 130, whether or not they returned. A hook must not rely on the thread that is
 // stuck: it uses its own resources (a run's claim is released through a new database
-// connection, app/store_recorder.cpp). In a process forked from the one that registered hooks
+// connection, app/run/store_recorder.cpp). In a process forked from the one that registered hooks
 // (no exec) the signal ends the process at once, as before.
 void on_stop_signal();
 constexpr double kForcedExitHookSeconds = 2.0;

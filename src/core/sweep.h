@@ -60,7 +60,7 @@ struct ForkDecl {
 
 // The sweep's prune: block (schemas/sweep.yaml; docs/PRUNING.md): which rule stops losing cells
 // early. Values are checked against the schema; the metric against the model when the sweep is
-// planned (app/runner.h plan_sweep).
+// planned (app/run/runner.h plan_sweep).
 struct PruneBlock {
   PruneRule rule = PruneRule::kNone;
   std::string metric;         // "" = the model's primary metric
@@ -73,7 +73,7 @@ struct PruneBlock {
 
 // The sweep's tune: block (schemas/sweep.yaml; docs/TUNE.md): the search `amptune tune` runs from
 // the base. Values are checked against the schemas here; the metric, the budget and the
-// reference / start configs when the search is planned (app/tune.h plan_tune).
+// reference / start configs when the search is planned (app/tune/tune.h plan_tune).
 struct TuneBlock {
   using Overrides = std::vector<std::pair<std::string, nlohmann::json>>;  // key -> coerced value
   std::string metric;                           // "" = the model's primary metric

@@ -13,7 +13,7 @@
 // (amp/scaler.h) and the store's records (records/records.h, which neither amp nor any torch code
 // may reach from below). A value here carries no meaning: what an opt level does is apex's rule
 // and stays in amp/policy.h, which backend `auto` picks in amp/policy.h and dist/group.h, how a
-// prune rule decides in app/prune_rules.h.
+// prune rule decides in app/prune/prune_rules.h.
 //
 // parse_*(text) is unset for a word not in the table; its caller says where the word came from
 // (ConfigError naming the key, StoreError naming table, row and column). No torch in this header.

@@ -57,7 +57,7 @@ enum class TuneStatus { kSearching, kAnswered, kExhausted };  // tune_searches.s
 // tune_rounds.kind (docs/TUNE.md): the search's rounds, the union of moves that helped, the
 // bisection's probes, the answer from scratch, the reference's seed repeats (round 0).
 enum class TuneRoundKind { kSearch, kUnion, kBisect, kConfirm, kReference };
-// tune_candidates.outcome: how a candidate's curve ended (app/tune_rules.h judge).
+// tune_candidates.outcome: how a candidate's curve ended (app/tune/tune_rules.h judge).
 enum class CandidateOutcome { kPending, kWithin, kOutside, kPruned, kDiverged, kFailed };
 enum class PruneAction { kStop, kContinue };  // prune_decisions.action
 // diagnostics.kind: a module's output, a parameter's gradient, an int32 cast point's values.

@@ -58,7 +58,7 @@ class Store {
   const std::string& path() const { return path_; }  // the file, or in_memory's name
   int schema_version() const;
   // This database's random id (32 hex characters, migration 14): what a checkpoint folder's
-  // marker names (app/checkpoint_folders.h claim_checkpoint_root).
+  // marker names (app/artifacts/checkpoint_folders.h claim_checkpoint_root).
   std::string database_id() const;
 
   // Creates the sweep or updates its description/yaml; returns its id.

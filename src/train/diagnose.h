@@ -111,7 +111,7 @@ std::optional<records::EpochRow> pick_checkpoint(const RunInput& run,
                                                  const DiagnoseOptions& options);
 
 // Diagnoses `run` (see the top of this file) at `checkpoint` (pick_checkpoint; unset: the
-// initial weights) and returns the diagnosis (the caller records it: app/checkpoint_commands.h).
+// initial weights) and returns the diagnosis (the caller records it: app/artifacts/checkpoint_commands.h).
 // When activations overflow, further forward passes on the same batches keep the modules named
 // so far in fp32 until no new overflow starts (at most one pass per module of the model), since
 // downstream of an overflow every value is NaN and a second one cannot be seen: each found this

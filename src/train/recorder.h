@@ -1,7 +1,7 @@
 // The one interface the training loop (train/trainer.h) records a run through and is stopped
 // through. No torch here.
 //
-//   StoreRecorder (app/store_recorder.h)    the process that owns the run: writes the database,
+//   StoreRecorder (app/run/store_recorder.h)    the process that owns the run: writes the database,
 //                                            saves checkpoints, keeps the claim's heartbeat
 //   FollowerRecorder                         another rank of a data-parallel job: records nothing
 //   MemoryRecorder                           tests: epoch rows in memory, checkpoints in a folder

@@ -1,6 +1,6 @@
 // Which checkpoint files of a run stay (docs/CONFIG.md checkpoint.*), and deleting files only
 // inside a run's own folder. The database side (applying retention to a run's rows, claiming a
-// checkpoint root, `amptune gc`) is app/checkpoint_folders.h. No torch in this header.
+// checkpoint root, `amptune gc`) is app/artifacts/checkpoint_folders.h. No torch in this header.
 #pragma once
 
 #include <cstdint>

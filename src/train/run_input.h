@@ -1,5 +1,5 @@
 // A run as train takes it: who the run is and its configuration as typed values, resolved once
-// (app/run_input.h's resolve_run from the run's database row; on the other ranks of a
+// (app/run/run_input.h's resolve_run from the run's database row; on the other ranks of a
 // data-parallel job, from the leader's message: trainer.cpp) and passed down. Train reads no
 // database row and parses no stored configuration. No torch in this header: app includes it.
 #pragma once

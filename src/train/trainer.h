@@ -53,7 +53,7 @@ RunResult train_run(Recorder& recorder, const RunInput& run, const RunOptions& o
 
 // The leader of a data-parallel job (rank 0) tells the other ranks that `run` is next (they get
 // it from next_run and call follow_run); it then trains it with train_run, and hands them its
-// restored state from there. app::train_claimed_run (app/store_recorder.h) does both.
+// restored state from there. app::train_claimed_run (app/run/store_recorder.h) does both.
 void lead_run(dist::Cluster& cluster, const RunInput& run);
 
 // The other ranks of a data-parallel job: the next run the leader trains (nullopt when the

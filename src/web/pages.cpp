@@ -10,10 +10,10 @@
 #include <sstream>
 #include <vector>
 
-#include "app/inspect.h"
-#include "app/report.h"
-#include "app/report_html.h"
-#include "app/status.h"
+#include "app/views/inspect.h"
+#include "app/views/report.h"
+#include "app/views/report_html.h"
+#include "app/views/status.h"
 #include "core/error.h"
 #include "core/process.h"
 #include "web/svg.h"

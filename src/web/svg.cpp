@@ -6,9 +6,9 @@
 #include <limits>
 #include <sstream>
 
-#include "app/plot_axes.h"
-#include "app/report_html.h"
-#include "app/table.h"
+#include "app/views/plot_axes.h"
+#include "app/views/report_html.h"
+#include "app/views/table.h"
 
 namespace amptune::web {
 namespace {

@@ -1,5 +1,5 @@
 // Plots as inline SVG for the live view (amptune serve): line plots (a series per run, each point
-// with its exact value as a tooltip, linear or log axes with app/plot_axes.h's ticks, module
+// with its exact value as a tooltip, linear or log axes with app/views/plot_axes.h's ticks, module
 // names as x labels) and bar charts. The SVG is text in the page: no script draws it, no file is
 // loaded, and every title and label is HTML-escaped. No torch.
 #pragma once

@@ -11,7 +11,7 @@
 #include <fstream>
 #include <string>
 
-#include "app/runner.h"
+#include "app/run/runner.h"
 
 int main(int argc, char** argv) {
   const long cells = argc > 1 ? std::atol(argv[1]) : 100000;

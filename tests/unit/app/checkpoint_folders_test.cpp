@@ -1,6 +1,6 @@
-// `amptune gc` (app/checkpoint_folders.h): checkpoint files the database does not reference, on
+// `amptune gc` (app/artifacts/checkpoint_folders.h): checkpoint files the database does not reference, on
 // real files and a real database in a temp dir.
-#include "app/checkpoint_folders.h"
+#include "app/artifacts/checkpoint_folders.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
-// Unit tests of the comparison table (app/compare.h) on made-up sweeps: grouping, the epoch a
+// Unit tests of the comparison table (app/views/compare.h) on made-up sweeps: grouping, the epoch a
 // run contributes, ranks and ties, direction, baselines, mixed statuses, errors, and the three
 // writers.
-#include "app/compare.h"
+#include "app/views/compare.h"
 
 #include <functional>
 #include <sstream>

@@ -1,6 +1,6 @@
-// app/merge.h: `amptune merge` around Store::merge (a target it created is removed when the
+// app/run/merge.h: `amptune merge` around Store::merge (a target it created is removed when the
 // merge fails) and several databases read as one (status and compare of shards before merging).
-#include "app/merge.h"
+#include "app/run/merge.h"
 
 #include <gtest/gtest.h>
 
@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "app/compare.h"
-#include "app/status.h"
+#include "app/views/compare.h"
+#include "app/views/status.h"
 #include "core/error.h"
 #include "support/scratch.h"
 

@@ -1,4 +1,4 @@
-// amptune's pruning rules (app/prune_rules.h) against Optuna's SuccessiveHalvingPruner and
+// amptune's pruning rules (app/prune/prune_rules.h) against Optuna's SuccessiveHalvingPruner and
 // MedianPruner: the same sequences of reported values, replayed here through decide_prune and
 // by tools/prune_reference.py through Optuna (study.ask / report / should_prune / tell), give
 // the same keep / stop decisions, and the same pruned cells are promotable at the end (by
@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "app/prune_rules.h"
+#include "app/prune/prune_rules.h"
 #include "support/scratch.h"
 
 namespace amptune::app {

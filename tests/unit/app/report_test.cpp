@@ -1,9 +1,9 @@
-// Unit tests of the report (app/report.h): the model's series (a fork's lineage, a primary
+// Unit tests of the report (app/views/report.h): the model's series (a fork's lineage, a primary
 // metric kept on the epoch rows, loss-scale steps, img/s, named module errors and the first
 // departure) and its table (headline metrics) from made-up runs, and the files write_report
 // makes with a stand-in for gnuplot (a shell script that writes the PNG files the script names),
 // without it, and when it fails.
-#include "app/report.h"
+#include "app/views/report.h"
 
 #include <sys/stat.h>
 
@@ -564,7 +564,7 @@ TEST_F(ReportTest, WritesThePageTheScriptAndTheData) {
                     "noenhanced\nset output 'throughput.png'"),
             std::string::npos)
       << gp;
-  // Loss scales on a log2 axis, ticks at powers of two labelled as such (app/plot_axes.h).
+  // Loss scales on a log2 axis, ticks at powers of two labelled as such (app/views/plot_axes.h).
   EXPECT_NE(gp.find("set ylabel 'loss scale (log2)'\nset logscale y 2\n"
                     "set ytics ('2^15' 32768, '2^16' 65536)\n"),
             std::string::npos)

@@ -1,11 +1,11 @@
-// The sweep runner's planning (app/runner.h): every check `run` makes before training, made
+// The sweep runner's planning (app/run/runner.h): every check `run` makes before training, made
 // without a database and without training, so a sweep that would fail at cell 5 fails here.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <string>
 
-#include "app/runner.h"
+#include "app/run/runner.h"
 #include "core/error.h"
 #include "support/scratch.h"
 

@@ -1,8 +1,8 @@
-// Shards of a sweep (app/shard.h): the partition of the cells (complete, disjoint, within one
+// Shards of a sweep (app/run/shard.h): the partition of the cells (complete, disjoint, within one
 // cell of even, stable when the sweep grows along its first axis, unmoved by where files go,
 // forks with their parents), --shard parsing from the text and from a Slurm
 // array or Kubernetes indexed job's environment.
-#include "app/shard.h"
+#include "app/run/shard.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include <set>
 #include <string>
 
-#include "app/runner.h"
+#include "app/run/runner.h"
 #include "core/error.h"
 #include "core/hash.h"
 #include "support/scratch.h"

@@ -1,8 +1,8 @@
-// app/slurm.h: the batch scripts of `amptune slurm`. Their text is checked, bash checks their
+// app/run/slurm.h: the batch scripts of `amptune slurm`. Their text is checked, bash checks their
 // syntax, and the array script is run by bash with /bin/echo in place of amptune, which prints
 // the command line each array task would run. A real Slurm runs them in
 // tests/integration/slurm_test.cpp (label slurm).
-#include "app/slurm.h"
+#include "app/run/slurm.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -11,8 +11,8 @@
 #include <functional>
 #include <string>
 
-#include "app/program.h"
-#include "app/shard.h"
+#include "app/run/program.h"
+#include "app/run/shard.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "support/scratch.h"

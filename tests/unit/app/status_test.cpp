@@ -1,8 +1,8 @@
-// Unit tests of the status model (app/status.h): counts per sweep, the ETA of a running run, and
+// Unit tests of the status model (app/views/status.h): counts per sweep, the ETA of a running run, and
 // when a running run counts as dead (a holder elsewhere by its heartbeat, a holder on this
 // machine by its process). Claims of other processes are faked with raw SQL, as in
 // tests/unit/store/store_test.cpp.
-#include "app/status.h"
+#include "app/views/status.h"
 
 #include <unistd.h>
 

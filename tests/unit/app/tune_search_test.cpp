@@ -1,4 +1,4 @@
-// The search of amptune tune (app/tune_search.h) over a scripted executor: a world of planted
+// The search of amptune tune (app/tune/tune_search.h) over a scripted executor: a world of planted
 // faults, each with its effect on the metric curve and the advice a diagnosis gives for it, in
 // which runs are made, forked and trained as the database executor makes them. Two faults, three
 // faults of different kinds, a candidate that diverges late, the union of moves that each help,
@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "app/tune_search.h"
+#include "app/tune/tune_search.h"
 
 namespace amptune::app {
 namespace {

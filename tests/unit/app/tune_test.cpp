@@ -1,4 +1,4 @@
-// The rules of amptune tune (app/tune_rules.h) on hand-made configs and advice: the tolerance
+// The rules of amptune tune (app/tune/tune_rules.h) on hand-made configs and advice: the tolerance
 // band, the moves and their order, the rungs, the bisection, the objective and the answer's YAML,
 // the union of moves, and one outcome per curve whatever its epoch length.
 #include <gtest/gtest.h>
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "app/tune_rules.h"
+#include "app/tune/tune_rules.h"
 #include "train/divergence.h"
 
 namespace amptune::app {

@@ -68,7 +68,7 @@ std::vector<std::string> layering_problems(const std::string& file, const std::s
 }
 
 TEST(CoreLayering, ScannerFlagsIncludesFromAboveAndOutsideTheNamedHeaders) {
-  const std::string planted = R"(#include "app/inspect.h"
+  const std::string planted = R"(#include "app/views/inspect.h"
 #include <store/store.h>
   #  include "store/store.h"  // a cli file reaching the store directly
 #include "dist/cluster.h"

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "app/run_input.h"
+#include "app/run/run_input.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/settings.h"
@@ -86,7 +86,7 @@ class TrainExport : public ::testing::Test {
     return saved;
   }
 
-  // What `amptune export` does (app/checkpoint_commands.h): the epoch must have a kept checkpoint among
+  // What `amptune export` does (app/artifacts/checkpoint_commands.h): the epoch must have a kept checkpoint among
   // the run's rows (checkpoint_epochs names the saved ones otherwise), then its row is exported.
   static ExportResult export_epoch(const store::Store& store, const records::RunRow& run, int epoch,
                                    const std::string& out) {

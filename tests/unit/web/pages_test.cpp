@@ -1,4 +1,4 @@
-// Unit tests of the live view's pages (web/pages.h) and plots (web/svg.h, app/plot_axes.h): a
+// Unit tests of the live view's pages (web/pages.h) and plots (web/svg.h, app/views/plot_axes.h): a
 // handful of ticks on a log2 axis however wide the range, every value from the database escaped,
 // each route's page and status from a real SQLite database, and that the view cannot write it.
 #include "web/pages.h"
@@ -11,9 +11,9 @@
 #include <regex>
 #include <sstream>
 
-#include "app/inspect.h"
-#include "app/plot_axes.h"
-#include "app/report.h"
+#include "app/views/inspect.h"
+#include "app/views/plot_axes.h"
+#include "app/views/report.h"
 #include "core/error.h"
 #include "core/process.h"
 #include "unit/app/app_fixture.h"

@@ -1,0 +1,44 @@
+// Looking at the runs of a results database (`amptune list`, `amptune show`), and the one lookup
+// of a run by id or name that every command naming a RUN goes through (show, resume, fork, eval,
+// export, diagnose). Plain data; the command formats it. No torch.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "app/views/status.h"
+#include "store/store.h"
+
+namespace amptune::app {
+
+// Opens the existing results database `db`; a missing file is a StoreError that says to run a
+// sweep first or pass --db (commands that read results must not create an empty database).
+store::Store open_existing(const std::string& db);
+// The existing database `db` read-only (amptune serve): Store::open_read_only, which writes
+// nothing, not even a migration.
+std::unique_ptr<store::Store> open_read_only(const std::string& db);
+
+// The run `ref` (an id or a name) of `store`. Throws UsageError "no run 'REF' in DB (see amptune
+// list --db DB)" when there is none.
+records::RunRow find_run(const store::Store& store, const std::string& ref);
+
+// `amptune list`: the runs of the database `db` (or of `sweep`) with their best values
+// (list_runs, app/views/status.h).
+std::vector<RunLine> list_runs(const std::string& db, const std::optional<std::string>& sweep);
+
+// `amptune show`: one run of the database `db` (find_run) with its epochs (ascending), the
+// evaluation of its initial weights (empty when it has none) and the decisions a prune rule made
+// about it.
+struct RunDetails {
+  records::RunRow run;
+  std::vector<records::EpochRow> epochs;
+  std::map<std::string, double> initial_metrics;
+  std::vector<records::PruneDecisionRow> prune_decisions;  // oldest first (docs/PRUNING.md)
+};
+RunDetails show_run(const std::string& db, const std::string& ref);
+RunDetails show_run(const store::Store& store, const std::string& ref);
+
+}  // namespace amptune::app
