@@ -13,6 +13,7 @@
 #include "app/views/inspect.h"
 #include "app/views/report.h"
 #include "app/views/report_html.h"
+#include "app/views/report_plots.h"
 #include "app/views/status.h"
 #include "core/error.h"
 #include "core/process.h"
@@ -114,8 +115,8 @@ std::string pager(const std::string& href, size_t from, size_t total, const std:
        << page_end(from, total) << " of " << total << ".";
   const std::string base = html_escape(href) + "?from=";
   if (from > 0) {
-    html << " <a href=\"" << base << (from > kPageRows ? from - kPageRows : 0)
-         << "\">previous " << kPageRows << "</a>";
+    html << " <a href=\"" << base << (from > kPageRows ? from - kPageRows : 0) << "\">previous "
+         << kPageRows << "</a>";
   }
   if (page_end(from, total) < total) {
     html << " <a href=\"" << base << page_end(from, total) << "\">next " << kPageRows << "</a>";
@@ -197,17 +198,63 @@ std::vector<PlotSeries> plot_series(const std::vector<app::Series>& all, int64_t
   return out;
 }
 
-std::string curves(const app::ReportModel& model, int64_t only) {
-  const std::string& metric = model.table.metric;
-  LinePlot metric_plot{"metric", metric + " per epoch", "epoch", metric};
-  metric_plot.series = plot_series(model.metric, only);
-  LinePlot loss{"train_loss", "train loss per epoch", "epoch", "train loss"};
-  loss.series = plot_series(model.train_loss, only);
-  LinePlot scale{"loss_scale",  "loss scale per global step",
-                 "global step", "loss scale (log2)",
-                 Scale::kLog2,  true};
-  scale.series = plot_series(model.loss_scale, only);
-  return svg_line_plot(metric_plot) + svg_line_plot(loss) + svg_line_plot(scale);
+Scale scale_of(app::PlotY y) {
+  if (y == app::PlotY::kLog2) return Scale::kLog2;
+  if (y == app::PlotY::kLog10) return Scale::kLog10;
+  return Scale::kLinear;
+}
+
+// A plot of the list (app/views/report_plots.h) as SVG, of the run `only` (every run when 0).
+std::string svg_plot(const app::ReportModel& model, const app::PlotDef& def, int64_t only) {
+  const std::string title = app::plot_text(def.title, model, def);
+  const std::string y_label = app::plot_text(def.y_label, model, def);
+  if (def.style == app::PlotStyle::kBars || def.style == app::PlotStyle::kStackedBars) {
+    BarChart chart{def.id, title, y_label};
+    for (const auto& bar : app::plot_bars(model, def)) {
+      if (only != 0 && bar.run_id != only) continue;
+      chart.bars.emplace_back(bar.label, bar.values.empty() ? 0.0 : bar.values.front());
+    }
+    return svg_bar_chart(chart);
+  }
+  LinePlot plot{def.id,  title,           app::plot_text(def.x_label, model, def),
+                y_label, scale_of(def.y), def.style == app::PlotStyle::kSteps};
+  plot.series = plot_series(app::plot_lines(model, def), only);
+  if (def.x != app::PlotX::kModule) return svg_line_plot(plot);
+  for (const auto& errors : model.module_error) {  // the modules' names, the departures marked
+    if (only != 0 && errors.series.run_id != only) continue;
+    for (size_t i = 0; i < errors.series.points.size() && i < errors.modules.size(); ++i) {
+      plot.x_names.emplace_back(static_cast<int>(errors.series.points[i].first), errors.modules[i]);
+    }
+    if (errors.first) plot.x_marks.push_back(errors.first->seq);
+  }
+  return svg_line_plot(plot);
+}
+
+// A run's newest diagnosis: the first module that departs, in words, above its plot; nothing for
+// a run never diagnosed.
+std::string diagnosis(const app::ReportModel& model, const app::PlotDef& def, int64_t run_id) {
+  for (const auto& errors : model.module_error) {
+    if (errors.series.run_id != run_id) continue;
+    std::string text = "no module departs";
+    if (errors.first) {
+      text = "first module that departs: <b>" + html_escape(errors.first->module) + "</b> (" +
+             html_escape(errors.first->reason) + ")";
+    }
+    return "<h2>Diagnosis</h2>\n<p>" + text + ".</p>\n" + svg_plot(model, def, run_id);
+  }
+  return "";
+}
+
+// The plots of the list (app/views/report_plots.h) that `place` shows, in its order, of the run `only`
+// (every run when 0).
+std::string plots(const app::ReportModel& model, app::PlotPlace place, int64_t only = 0) {
+  std::string html;
+  for (const app::PlotDef& def : app::report_plots()) {
+    if (!(def.places & place) || !app::has_plot(model, def)) continue;
+    html += def.x == app::PlotX::kModule && only != 0 ? diagnosis(model, def, only)
+                                                      : svg_plot(model, def, only);
+  }
+  return html;
 }
 
 // The runs [from, page_end) of the `total` of `sweep`: only those are read.
@@ -221,8 +268,8 @@ std::string runs_table(const store::Store& store, const std::string& sweep, size
     html << "<tr><td><a href=\"" << run_href(line.run.id) << "\">" << line.run.id
          << "</a></td><td class=\"t\">" << html_escape(line.run.name) << "</td><td class=\"t\">"
          << html_escape(line.run.label) << "</td><td class=\"t\">"
-         << records::to_string(line.run.status) << "</td><td>" << line.run.epochs_done << "</td><td>"
-         << (line.best ? number_text(*line.best) : "-") << "</td></tr>\n";
+         << records::to_string(line.run.status) << "</td><td>" << line.run.epochs_done
+         << "</td><td>" << (line.best ? number_text(*line.best) : "-") << "</td></tr>\n";
   }
   html << "</table>\n" << pager(sweep_href(sweep), from, total, "Runs");
   return html.str();
@@ -266,19 +313,17 @@ std::string sweep_part(const store::Store& store, const std::string& sweep, size
        << " is better), best epoch of each run, mean over runs with the same settings.";
   if (model.tune) {
     html << " <a href=\"" << html_escape(sweep_href(sweep))
-         << "/tune\">Tune search: " << html_escape(model.tune->status) << "</a>.";
+         << "/tune\">Tune search: " << records::to_string(model.tune->status) << "</a>.";
   }
   html << "</p>\n<h2>Comparison</h2>\n";
   comparison(model.table, html);
   app::write_mfu_note(model.peaks, html);
-  html << runs_table(store, sweep, from, total) << "<h2>Curves</h2>\n" << curves(model, 0);
+  html << runs_table(store, sweep, from, total) << "<h2>Curves</h2>\n";
   if (model.truncated) {
     html << "<p class=\"note\">The curves show the first " << app::kMaxPlottedRuns
          << " runs with an epoch; each run's page shows its own.</p>\n";
   }
-  BarChart fps{"throughput", "mean training img/s per run", "img/s"};
-  for (const auto& bar : model.throughput) fps.bars.emplace_back(bar.label, bar.img_s);
-  html << svg_bar_chart(fps);
+  html << plots(model, app::kOnSweepPage);
   return html.str();
 }
 
@@ -299,10 +344,7 @@ std::string tune_part(const store::Store& store, const std::string& sweep) {
     return html.str();
   }
   app::write_tune_section(*model.tune, html, "/run/");
-  LinePlot plot{"tune_curves", model.tune->metric + " of the reference, start and answer", "epoch",
-                model.tune->metric};
-  plot.series = plot_series(model.tune->curves);
-  html << svg_line_plot(plot);
+  html << plots(model, app::kOnTunePage);
   return html.str();
 }
 
@@ -346,30 +388,9 @@ std::string epochs_table(const records::RunRow& run, const std::vector<records::
   html << "</table></div>\n" << pager(run_href(run.id), from, epochs.size(), "Epochs");
   if (all.size() > metrics.size()) {
     html << "<p class=\"note\">The first " << metrics.size() << " of " << all.size()
-         << " metrics (by name); <code>amptune show " << run.id
-         << "</code> prints them all.</p>\n";
+         << " metrics (by name); <code>amptune show " << run.id << "</code> prints them all.</p>\n";
   }
   return html.str();
-}
-
-std::string diagnosis(const app::ReportModel& model, int64_t run_id) {
-  for (const auto& errors : model.module_error) {
-    if (errors.series.run_id != run_id) continue;
-    LinePlot plot{"module_error", "each module's error against the reference (newest diagnosis)",
-                  "module", "1 - cosine", Scale::kLog10};
-    for (size_t i = 0; i < errors.series.points.size() && i < errors.modules.size(); ++i) {
-      plot.x_names.emplace_back(static_cast<int>(errors.series.points[i].first), errors.modules[i]);
-    }
-    plot.series.push_back({errors.series.title, "", errors.series.points, run_id});
-    std::string text = "no module departs";
-    if (errors.first) {
-      plot.x_marks.push_back(errors.first->seq);
-      text = "first module that departs: <b>" + html_escape(errors.first->module) + "</b> (" +
-             html_escape(errors.first->reason) + ")";
-    }
-    return "<h2>Diagnosis</h2>\n<p>" + text + ".</p>\n" + svg_line_plot(plot);
-  }
-  return "";
 }
 
 std::string run_summary(const app::RunDetails& details) {
@@ -397,13 +418,8 @@ std::string run_summary(const app::RunDetails& details) {
 std::string run_part(const store::Store& store, int64_t run_id, size_t from) {
   const app::RunDetails details = app::show_run(store, std::to_string(run_id));
   const app::ReportModel model = app::build_run_plots(store, details.run, details.epochs);
-  LinePlot fps{"img_s", "training img/s per epoch", "epoch", "img/s"};
-  PlotSeries points{details.run.name, "", {}, details.run.id};
-  for (const auto& e : details.epochs) points.points.emplace_back(e.epoch, e.train_fps_mean);
-  fps.series.push_back(points);
   return run_summary(details) + epochs_table(details.run, details.epochs, from) +
-         "<h2>Curves</h2>\n" +
-         curves(model, run_id) + svg_line_plot(fps) + diagnosis(model, run_id);
+         "<h2>Curves</h2>\n" + plots(model, app::kOnRunPage, run_id);
 }
 
 // --- routing ------------------------------------------------------------------------------------

@@ -8,8 +8,9 @@
 // search's decision tree (each run a node coloured by its outcome, each edge the move that made
 // it) beside the metric curves of the reference, the start and the answer.
 //
-// build_report reads the data of the page into plain structs (no files, no gnuplot);
-// write_report turns them into files.
+// build_report reads the data of the page into plain structs (no files, no gnuplot; report.cpp);
+// write_report turns them into files (report_gnuplot.cpp). Which plots are drawn from the model,
+// by the report and by the live view alike, is one list: app/views/report_plots.h.
 #pragma once
 
 #include <cstddef>
@@ -90,7 +91,8 @@ struct TuneNode {
   std::vector<size_t> children;  // indices into TuneTree::nodes, in round, then candidate order
 };
 struct TuneTree {
-  std::string status, metric, note, answer_yaml;
+  records::TuneStatus status = records::TuneStatus::kSearching;
+  std::string metric, note, answer_yaml;
   std::string reference;  // the reference run's name
   double reference_value = 0;
   int epochs_spent = 0, grid_epochs = 0;
@@ -107,10 +109,10 @@ struct ReportModel {
   // (train/model_info.h) that the sweep recorded: mrpe beside ap_root_25 for RootNet.
   CompareTable table;
   // Along each run's lineage, epoch -> the run's primary metric (from the metrics table or, for
-  // train_loss, lr, ..., the epoch row: Store::lineage) / train loss (an epoch whose value is
-  // NULL has no point). One series per run that has an epoch, by run id, at most
-  // kMaxPlottedRuns (series are kept even without points).
-  std::vector<Series> metric, train_loss;
+  // train_loss, lr, ..., the epoch row: Store::lineage) / train loss / mean training img/s (an
+  // epoch whose value is NULL has no point). One series per run that has an epoch, by run id, at
+  // most kMaxPlottedRuns (series are kept even without points).
+  std::vector<Series> metric, train_loss, img_s;
   bool truncated = false;  // more runs than kMaxPlottedRuns had an epoch (the plots show the first)
   // Per run with loss-scale events, in cell order, at most kMaxPlottedRuns: global step ->
   // scale, each change as recorded, then the last scale held until the run's last recorded step.
@@ -140,6 +142,8 @@ ReportModel build_report(const store::Store& store, const std::string& sweep);
 // run of 10,000 metrics x 100 epochs takes a second to read each time. Throws StoreError.
 ReportModel build_run_plots(const store::Store& store, const records::RunRow& run,
                             const std::vector<records::EpochRow>& epochs);
+
+// --- the files (report_gnuplot.cpp) ---
 
 struct ReportOutput {
   std::string dir;                  // created (with its parents) when missing

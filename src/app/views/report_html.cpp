@@ -127,11 +127,11 @@ void tune_tree(const TuneTree& tree, const std::string& run_link, std::ostream& 
 }  // namespace
 
 void write_tune_section(const TuneTree& tree, std::ostream& html, const std::string& run_link) {
-  html << "<h2>Tune search</h2>\n<p>" << html_escape(tree.status) << ": " << html_escape(tree.note)
-       << ". Metric <b>" << html_escape(tree.metric) << "</b>; reference "
+  html << "<h2>Tune search</h2>\n<p>" << records::to_string(tree.status) << ": "
+       << html_escape(tree.note) << ". Metric <b>" << html_escape(tree.metric) << "</b>; reference "
        << html_escape(tree.reference) << " "
        << (std::isfinite(tree.reference_value) ? significant(tree.reference_value, 4) : "-");
-  if (tree.status != "searching") {
+  if (tree.status != records::TuneStatus::kSearching) {
     html << "; " << tree.epochs_spent << " epochs trained, the grid of the tried moves "
          << tree.grid_epochs;
   }
@@ -139,7 +139,7 @@ void write_tune_section(const TuneTree& tree, std::ostream& html, const std::str
        << "<ul class=\"tree\">\n";
   tune_tree(tree, run_link, html);
   html << "</ul>\n";
-  if (!tree.answer_yaml.empty() && tree.status == "answered") {
+  if (!tree.answer_yaml.empty() && tree.status == records::TuneStatus::kAnswered) {
     html << "<p>The answer, for base:</p>\n<pre>" << html_escape(tree.answer_yaml) << "</pre>\n";
   }
 }

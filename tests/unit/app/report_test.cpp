@@ -8,11 +8,12 @@
 #include <sys/stat.h>
 
 #include <filesystem>
-#include <limits>
 #include <fstream>
+#include <limits>
 #include <regex>
 #include <sstream>
 
+#include "app/views/report_plots.h"
 #include "core/error.h"
 #include "unit/app/app_fixture.h"
 
@@ -575,6 +576,40 @@ TEST_F(ReportTest, WritesThePageTheScriptAndTheData) {
                     "set output 'metric_vs_epoch.png'"),
             std::string::npos)
       << gp;
+}
+
+// The page has a section for every plot of the list (app/views/report_plots.h) the report draws, in
+// the list's order, titled by the list: its PNG, or the list's note where the sweep has no data.
+TEST_F(ReportTest, ThePageDrawsThePlotListsReportPlotsInItsOrder) {
+  add_fork_sweep();
+  const ReportModel model = build_report(store_, "grid");
+  const fs::path out = dir_.path() / "report";
+  write_report(model, {out.string(), fake_gnuplot(), "amptune test"});
+  const std::string html = read(out / "index.html");
+  const std::string gp = read(out / "report.gp");
+  size_t at = 0;
+  int drawn = 0;
+  for (const PlotDef& def : report_plots()) {
+    const std::string png = def.stem + ".png";
+    const std::string section = "<h2>" + plot_text(def.title, model, def) + "</h2>\n";
+    if (!(def.places & kInReport) || !has_plot(model, def)) {
+      EXPECT_EQ(html.find(section), std::string::npos) << def.stem;
+      EXPECT_FALSE(fs::exists(out / png)) << def.stem;
+      continue;
+    }
+    const size_t found = html.find(section, at);
+    ASSERT_NE(found, std::string::npos) << def.stem << " in order";
+    at = found + section.size();
+    const bool has_data = fs::exists(out / png);
+    drawn += has_data;
+    EXPECT_EQ(html.compare(at, 10, "<img src=\"") == 0, has_data) << def.stem;
+    EXPECT_EQ(gp.find("set output '" + png + "'") != std::string::npos, has_data) << def.stem;
+    if (!has_data) {
+      EXPECT_EQ(html.compare(at, 16, "<p class=\"note\">"), 0) << def.stem;
+      EXPECT_NE(html.find(plot_text(def.no_data, model, def), at), std::string::npos) << def.stem;
+    }
+  }
+  EXPECT_EQ(drawn, 4);  // metric, train loss, loss scale, img/s; no diagnosis, times or search
 }
 
 // A run title too long for the key keeps its start and end there; the model keeps it whole.

@@ -14,6 +14,7 @@
 #include "app/views/inspect.h"
 #include "app/views/plot_axes.h"
 #include "app/views/report.h"
+#include "app/views/report_plots.h"
 #include "core/error.h"
 #include "core/process.h"
 #include "unit/app/app_fixture.h"
@@ -140,6 +141,19 @@ TEST_F(PagesTest, EachPageShowsWhatTheDatabaseHolds) {
   EXPECT_NE(run.body.find("<td>1.75</td>"), std::string::npos);           // epoch 1's train loss
   EXPECT_NE(run.body.find("epoch 1: 0.625</title>"), std::string::npos);  // the metric's curve
   EXPECT_NE(run.body.find("global step 5: 32768</title>"), std::string::npos);
+  // The pages draw the plots of the report's list (app/views/report_plots.h) that name them, and no
+  // other: a plot added to the list appears here without a change to the pages.
+  const auto figure = [](const std::string& id) { return "data-plot=\"" + id + "\""; };
+  for (const app::PlotDef& def : app::report_plots()) {
+    EXPECT_EQ(sweep.body.find(figure(def.id)) != std::string::npos,
+              (def.places & app::kOnSweepPage) != 0)
+        << def.id;
+    // No run here was diagnosed: its page has no module errors (the test below shows them).
+    EXPECT_EQ(run.body.find(figure(def.id)) != std::string::npos,
+              (def.places & app::kOnRunPage) != 0 && def.x != app::PlotX::kModule)
+        << def.id;
+  }
+  EXPECT_NE(sweep.body.find(">acc1 per epoch</text>"), std::string::npos);  // the list's title
   const Page tune = get("/sweep/grid/tune");
   EXPECT_EQ(tune.status, 200);
   EXPECT_NE(tune.body.find("has no tune search"), std::string::npos);
@@ -171,6 +185,7 @@ TEST_F(PagesTest, ARunPageNamesItsDiagnosedModulesAndATunePageDrawsItsTree) {
   EXPECT_NE(run.body.find("first module that departs: <b>layer1.0.conv2</b>"), std::string::npos)
       << run.body;
   EXPECT_NE(run.body.find("<line class=\"mark\""), std::string::npos);
+  EXPECT_NE(run.body.find("data-plot=\"module_error\"><svg"), std::string::npos);
   Run other;
   other.cell = 1;
   other.label = "r1 loss_scale";
@@ -203,6 +218,11 @@ TEST_F(PagesTest, ARunPageNamesItsDiagnosedModulesAndATunePageDrawsItsTree) {
       tune.body.find("class=\"node within\"><a href=\"/run/" + std::to_string(candidate) + "\">"),
       std::string::npos)
       << tune.body;
+  // The search's curves, titled by the plot list: a search without an answer has a closest run.
+  EXPECT_NE(tune.body.find("data-plot=\"tune_curves\"><svg"), std::string::npos) << tune.body;
+  EXPECT_NE(
+      tune.body.find(">acc1 of the tune search&#39;s reference, start and closest run</text>"),
+      std::string::npos);
   EXPECT_NE(get("/sweep/grid").body.find("/sweep/grid/tune\">Tune search: searching</a>"),
             std::string::npos);
 }
