@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,12 +20,19 @@ struct Invocation {
 
 int cmd_run(const Invocation& inv);
 int cmd_tune(const Invocation& inv);  // cmd_tune.cpp
-// Options shared by the commands that train (run, resume, fork, tune; cmd_run.cpp): training
-// options and the binary's provenance; --threads, --stop-after-epoch and --nproc.
-app::SweepOptions sweep_options(const Options& opts, const Invocation& inv, int threads,
-                                int stop_after);
-void add_training_options(Options& opts, int* threads, int* stop_after, int* nproc,
-                          const char* stop_help);
+// The options the commands that train share (run, resume, fork, tune; cmd_run.cpp).
+struct TrainingFlags {
+  int threads = 0;                        // --threads; 0 = the config's `threads`
+  int stop_after = -1;                    // --stop-after-epoch; -1 = to the end
+  int nproc = 1;                          // --nproc
+  std::optional<std::string> peak_flops;  // --peak-flops
+  bool no_progress = false;               // --no-progress (run and tune declare it)
+};
+// --threads, --stop-after-epoch (its help `stop_help`), --nproc and --peak-flops into *flags.
+void add_training_options(Options& opts, TrainingFlags* flags, const char* stop_help);
+// The training options and the binary's provenance; progress lines unless -q or --no-progress.
+app::SweepOptions sweep_options(const Options& opts, const TrainingFlags& flags,
+                                const Invocation& inv);
 int cmd_resume(const Invocation& inv);
 int cmd_fork(const Invocation& inv);
 int cmd_list(const Invocation& inv);
