@@ -1,6 +1,7 @@
 // One function per subcommand. Each parses its options with cli::Options (options.h), calls the
 // application layer (src/app) and prints; it returns the process exit code. Errors are
-// thrown as amptune::Error and mapped to exit codes in main.cpp.
+// thrown as amptune::Error and mapped to exit codes by cli::dispatch (command_table.h), whose
+// table names each of these functions once.
 #pragma once
 
 #include <memory>
@@ -53,6 +54,8 @@ int cmd_diagnose(const Invocation& inv);
 // cmd_merge.cpp: several databases into one (shards of a sweep); cmd_slurm.cpp: Slurm scripts.
 int cmd_merge(const Invocation& inv);
 int cmd_slurm(const Invocation& inv);
+// cmd_version.cpp: version, git commit, LibTorch version, the malloc and BLAS in use.
+int cmd_version(const Invocation& inv);
 // The databases of Options::dbs (globs expanded) as one store (app::open_databases): several
 // are merged in memory, which an info line says.
 std::unique_ptr<store::Store> open_results(const std::vector<std::string>& dbs);

@@ -16,8 +16,9 @@
 // po::bool_switch(&flag), a value whose absence means something by optional_value(&x)): an
 // option's name is written once, and no command looks an option up by its name.
 //
-// parse() throws boost::program_options errors (main maps them to exit code 2) and UsageError
-// for a --format outside its choices; with quiet(), -q silences info lines (log::set_quiet).
+// parse() throws boost::program_options errors (cli::dispatch maps them to exit code 2) and
+// UsageError for a --format outside its choices; with quiet(), -q silences info lines
+// (log::set_quiet).
 #pragma once
 
 #include <optional>
