@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <set>
 
 #include "app/artifacts/checkpoint_commands.h"
@@ -54,7 +55,9 @@ int print_evaluation(const app::RunEvaluation& evaluation) {
       row.push_back(it == r.metrics.end() ? "-" : value_text(it->second));
     }
     row.push_back(app::fixed(r.seconds, 1));
-    row.push_back(!r.error.empty() ? "FAILED" : !r.not_recorded.empty() ? "not stored" : "recorded");
+    row.push_back(!r.error.empty()          ? "FAILED"
+                  : !r.not_recorded.empty() ? "not stored"
+                                            : "recorded");
     if (!r.error.empty()) ++failed;
     if (!r.not_recorded.empty()) ++unstored;
     table.add(row);
@@ -81,8 +84,10 @@ int print_evaluation(const app::RunEvaluation& evaluation) {
 
 int cmd_eval(const Invocation& inv) {
   std::string db, run_ref;
-  int epoch = -1, threads = 0;
-  int64_t max_batches = 0;
+  std::optional<int> epoch;
+  std::optional<int64_t> max_batches;
+  int threads = 0;
+  bool all = false, replace = false;
   Options opts("eval",
                "usage: amptune eval RUN [--epoch N | --all] [options]\n\n"
                "Evaluates saved checkpoints of RUN (id or name; default: the newest) on the\n"
@@ -94,58 +99,56 @@ int cmd_eval(const Invocation& inv) {
                "(val_samples records the set's size). Exits 6 when a checkpoint could not be\n"
                "evaluated, 2 when metrics were left unstored for that reason.");
   opts.run(&run_ref).db(&db).quiet().threads(&threads);
-  opts.add()("epoch", po::value(&epoch), "evaluate this epoch's checkpoint (0-based)")(
-      "all", "evaluate every kept checkpoint of the run")(
-      "max-batches", po::value(&max_batches),
+  opts.add()("epoch", optional_value(&epoch), "evaluate this epoch's checkpoint (0-based)")(
+      "all", po::bool_switch(&all), "evaluate every kept checkpoint of the run")(
+      "max-batches", optional_value(&max_batches),
       "evaluation batches per checkpoint; -1 = the whole evaluation split (default: the "
       "batches training evaluated, schedule.eval_step_per_epoch)")(
-      "replace",
+      "replace", po::bool_switch(&replace),
       "store the metrics even where training computed that epoch's metrics on "
       "another set (val_samples differs); without it they are printed, not stored");
   if (!opts.parse(inv.args)) return 0;
-  const po::variables_map& vm = opts.vm();
-  if (vm.count("epoch") && vm.count("all")) {
-    throw UsageError("amptune eval takes --epoch N or --all, not both");
-  }
-  if (vm.count("epoch") && epoch < 0) throw UsageError("--epoch must be >= 0");
-  if (vm.count("max-batches") && (max_batches == 0 || max_batches < -1)) {
+  if (epoch && all) throw UsageError("amptune eval takes --epoch N or --all, not both");
+  if (epoch && *epoch < 0) throw UsageError("--epoch must be >= 0");
+  if (max_batches && (*max_batches == 0 || *max_batches < -1)) {
     throw UsageError("--max-batches must be -1 (whole split) or >= 1, got " +
-                     std::to_string(max_batches));
+                     std::to_string(*max_batches));
   }
   train::EvalOptions options;
-  if (vm.count("epoch")) options.epoch = epoch;
-  options.all = vm.count("all") > 0;
+  if (epoch) options.epoch = *epoch;
+  options.all = all;
   options.threads = threads;
-  if (vm.count("max-batches")) options.max_batches = max_batches;
-  options.replace = vm.count("replace") > 0;
+  if (max_batches) options.max_batches = *max_batches;
+  options.replace = replace;
   return print_evaluation(app::evaluate_run(db, run_ref, options));
 }
 
 int cmd_export(const Invocation& inv) {
   std::string db, run_ref, out;
-  int epoch = -1;
+  std::optional<int> epoch;
   Options opts("export",
                "usage: amptune export RUN --epoch N --out FILE.pt [options]\n\n"
                "Writes the weights of RUN's checkpoint of epoch N as a state dict that\n"
                "PyTorch's torch.load reads ({name: tensor}, torchvision's names; full precision:\n"
                "O2 runs export their fp32 master weights).");
   opts.run(&run_ref).db(&db);
-  opts.add()("epoch", po::value(&epoch), "the checkpoint's epoch (0-based; required)")(
+  opts.add()("epoch", optional_value(&epoch), "the checkpoint's epoch (0-based; required)")(
       "out", po::value(&out), "file to write, e.g. weights.pt (required)");
   if (!opts.parse(inv.args)) return 0;
-  if (!opts.has("epoch") || epoch < 0) throw UsageError("amptune export needs --epoch N (>= 0)");
+  if (!epoch || *epoch < 0) throw UsageError("amptune export needs --epoch N (>= 0)");
   if (out.empty()) throw UsageError("amptune export needs --out FILE.pt");
-  const app::RunExport exported = app::export_run(db, run_ref, epoch, out);
+  const app::RunExport exported = app::export_run(db, run_ref, *epoch, out);
   const train::ExportResult& result = exported.file;
   std::cout << "wrote " << result.path << ": " << result.tensors << " tensors, "
-            << human_bytes(result.bytes) << " (run " << exported.run.name << ", epoch " << epoch
+            << human_bytes(result.bytes) << " (run " << exported.run.name << ", epoch " << *epoch
             << ")\n";
   return 0;
 }
 
 int cmd_diagnose(const Invocation& inv) {
   std::string db, run_ref, against = "O0";
-  int epoch = -1, batches = 2, threads = 0, top = 12;
+  std::optional<int> epoch;
+  int batches = 2, threads = 0, top = 12;
   double cosine_min = 0.99;
   Options opts("diagnose",
                "usage: amptune diagnose RUN [--epoch N] [--batches K] [--against O0]\n"
@@ -161,16 +164,16 @@ int cmd_diagnose(const Invocation& inv) {
                "diagnosis_advice; view first_divergence) and prints the worst rows, the first\n"
                "module that departs and advice (docs/AMP.md \"Diagnosing a precision setting\").");
   opts.run(&run_ref).db(&db).quiet().threads(&threads);
-  opts.add()("epoch", po::value(&epoch), "the checkpoint's epoch (0-based)")(
+  opts.add()("epoch", optional_value(&epoch), "the checkpoint's epoch (0-based)")(
       "batches", po::value(&batches)->default_value(2), "training batches to compare")(
       "against", po::value(&against)->default_value("O0"), "the reference opt level")(
       "cosine-min", po::value(&cosine_min)->default_value(0.99),
       "a module whose output's cosine similarity is below this departs")(
       "top", po::value(&top)->default_value(12), "worst rows to print");
   if (!opts.parse(inv.args)) return 0;
-  if (opts.has("epoch") && epoch < 0) throw UsageError("--epoch must be >= 0");
+  if (epoch && *epoch < 0) throw UsageError("--epoch must be >= 0");
   train::DiagnoseOptions options;
-  if (opts.has("epoch")) options.epoch = epoch;
+  if (epoch) options.epoch = *epoch;
   options.batches = batches;
   options.against = against;
   options.cosine_min = cosine_min;
@@ -180,8 +183,8 @@ int cmd_diagnose(const Invocation& inv) {
   const records::Diagnosis& d = diagnosis.diagnosis;
   const std::vector<records::DiagnosticRow>& sorted = diagnosis.by_severity;
   auto share = [](double v) { return std::isnan(v) ? std::string("-") : app::fixed(v * 100, 2); };
-  app::Table table({"kind", "module", "dtype", "cosine", "max_abs", "max_rel", ">1e-3 %",
-                    ">5e-3 %", "overflow %", "underflow %"});
+  app::Table table({"kind", "module", "dtype", "cosine", "max_abs", "max_rel", ">1e-3 %", ">5e-3 %",
+                    "overflow %", "underflow %"});
   for (size_t i = 0; i < sorted.size() && static_cast<int>(i) < top; ++i) {
     const auto& r = sorted[i];
     table.add({records::to_string(r.kind), r.module.empty() ? "(model)" : r.module,
@@ -208,20 +211,20 @@ int cmd_diagnose(const Invocation& inv) {
 
 int cmd_gc(const Invocation& inv) {
   std::string db;
+  bool dry_run = false;
   Options opts("gc",
                "usage: amptune gc [--dry-run] [options]\n\n"
                "Deletes checkpoint files the database no longer references: unreferenced files\n"
                "and temp files of interrupted saves in each run's checkpoint directory, and the\n"
                "directories of deleted runs under DB_DIR/checkpoints. Running runs are skipped.");
   opts.db(&db);
-  opts.add()("dry-run", "list what would be deleted and delete nothing");
+  opts.add()("dry-run", po::bool_switch(&dry_run), "list what would be deleted and delete nothing");
   if (!opts.parse(inv.args)) return 0;
-  const bool dry_run = opts.has("dry-run");
   const app::GcReport report = app::collect_garbage(db, dry_run);
   for (auto& s : report.skipped) std::cerr << "amptune gc: skipped " << s << "\n";
   for (auto& f : report.files) {
-    std::cout << (dry_run ? "would delete " : "deleted ") << f.path << " (" << f.bytes
-              << " bytes, " << f.reason << ")\n";
+    std::cout << (dry_run ? "would delete " : "deleted ") << f.path << " (" << f.bytes << " bytes, "
+              << f.reason << ")\n";
   }
   std::cout << (dry_run ? "would free " : "freed ") << report.bytes << " bytes ("
             << human_bytes(report.bytes) << ") in " << report.files.size() << " files"

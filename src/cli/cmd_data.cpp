@@ -39,8 +39,8 @@ int export_imagefolder(const std::vector<std::string>& args) {
   for (auto& [split, n] : stats.images) {
     std::cout << split << ": " << n << " images\n";
   }
-  std::cout << stats.bytes << " JPEG bytes in " << stats.out_dir << " ("
-            << stats.class_names.size() << " classes)\n";
+  std::cout << stats.bytes << " JPEG bytes in " << stats.out_dir << " (" << stats.class_names.size()
+            << " classes)\n";
   return 0;
 }
 
@@ -68,7 +68,8 @@ int synth_rootnet(const std::vector<std::string>& args) {
   if (unit != "mm" && unit != "m") throw UsageError("--unit must be mm or m, got '" + unit + "'");
   o.unit_mm = unit == "m" ? 1000.0 : 1.0;
   if (o.format.empty() || o.out.empty()) {
-    throw UsageError("amptune data synth-rootnet needs --format h36m|muco|mupots|mpii and --out DIR");
+    throw UsageError(
+        "amptune data synth-rootnet needs --format h36m|muco|mupots|mpii and --out DIR");
   }
   if (seed < 0) throw UsageError("--seed must be >= 0");
   o.seed = static_cast<uint64_t>(seed);
@@ -130,23 +131,42 @@ int plant_weights(const std::vector<std::string>& args) {
   return 0;
 }
 
+// The actions of `amptune data`: its usage text and its dispatch both come from this list.
+struct DataAction {
+  const char* name;
+  const char* summary;
+  int (*run)(const std::vector<std::string>& args);
+};
+
+const DataAction kDataActions[] = {
+    {"export-imagefolder", "write IDX images as an ImageNet-style JPEG folder", export_imagefolder},
+    {"synth-rootnet", "write a synthetic RootNet set (h36m|muco|mupots|mpii layout)",
+     synth_rootnet},
+    {"plant-weights", "write a model's seeded initial weights with tensors scaled", plant_weights},
+};
+
+std::string data_usage() {
+  std::string usage = "usage: amptune data <action> [options]\n\nactions:\n";
+  for (const DataAction& action : kDataActions) {
+    const std::string name = action.name;
+    usage += "  " + name + std::string(name.size() < 21 ? 21 - name.size() : 1, ' ') +
+             action.summary + "\n";
+  }
+  return usage;
+}
+
 }  // namespace
 
 int cmd_data(const Invocation& inv) {
-  const char* usage =
-      "usage: amptune data <action> [options]\n\nactions:\n"
-      "  export-imagefolder   write IDX images as an ImageNet-style JPEG folder\n"
-      "  synth-rootnet        write a synthetic RootNet set (h36m|muco|mupots|mpii layout)\n"
-      "  plant-weights        write a model's seeded initial weights with tensors scaled\n";
   if (inv.args.empty() || inv.args[0] == "--help" || inv.args[0] == "-h") {
-    std::cout << usage;
+    std::cout << data_usage();
     return inv.args.empty() ? static_cast<int>(ExitCode::kUsage) : 0;
   }
-  std::vector<std::string> rest(inv.args.begin() + 1, inv.args.end());
-  if (inv.args[0] == "export-imagefolder") return export_imagefolder(rest);
-  if (inv.args[0] == "synth-rootnet") return synth_rootnet(rest);
-  if (inv.args[0] == "plant-weights") return plant_weights(rest);
-  throw UsageError("unknown data action '" + inv.args[0] + "'\n" + usage);
+  const std::vector<std::string> rest(inv.args.begin() + 1, inv.args.end());
+  for (const DataAction& action : kDataActions) {
+    if (inv.args[0] == action.name) return action.run(rest);
+  }
+  throw UsageError("unknown data action '" + inv.args[0] + "'\n" + data_usage());
 }
 
 }  // namespace amptune::cli

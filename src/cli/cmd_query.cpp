@@ -1,7 +1,6 @@
 // `amptune list` and `amptune show`: options and output; app/views/inspect.h reads the database.
 #include <filesystem>
 #include <iostream>
-
 #include <nlohmann/json.hpp>
 
 #include "app/views/inspect.h"
@@ -122,15 +121,17 @@ static void print_work(const records::RunWork& work, const std::vector<records::
 
 int cmd_show(const Invocation& inv) {
   std::string db, run_ref;
+  bool print_config = false;
   Options opts("show", "usage: amptune show RUN [options]\n\nRUN is a run id or name.\n");
   opts.db(&db).run(&run_ref);
-  opts.add()("config", "also print the run's full resolved config (JSON)");
+  opts.add()("config", po::bool_switch(&print_config),
+             "also print the run's full resolved config (JSON)");
   if (!opts.parse(inv.args)) return 0;
   const app::RunDetails details = app::show_run(db, run_ref);
   const records::RunRow& run = details.run;
   // Checked before anything is printed (the store's CHECK json_valid, unless the file was edited).
   const nlohmann::json config = nlohmann::json::parse(run.config_json, nullptr, false);
-  if (opts.has("config") && config.is_discarded()) {
+  if (print_config && config.is_discarded()) {
     throw StoreError(db + ": table runs, row " + std::to_string(run.id) +
                      ", column config_json is not JSON; correct the row or leave it out");
   }
@@ -140,8 +141,8 @@ int cmd_show(const Invocation& inv) {
             << (run.message.empty() ? "" : " (" + log::printable(run.message) + ")") << "\n"
             << "identity " << run.config_hash.substr(0, 12) << "  data "
             << (run.data_fingerprint.empty() ? "-" : run.data_fingerprint.substr(0, 12))
-            << "  started " << run.started_at
-            << "  finished " << (run.finished_at.empty() ? "-" : run.finished_at) << "\n";
+            << "  started " << run.started_at << "  finished "
+            << (run.finished_at.empty() ? "-" : run.finished_at) << "\n";
   if (auto it = run.columns.find("backend"); it != run.columns.end()) {
     auto reason = run.columns.find("backend_reason");
     std::cout << "amp backend " << log::printable(setting_text(it->second))
@@ -152,13 +153,14 @@ int cmd_show(const Invocation& inv) {
   }
   if (!run.provenance.host.empty()) {
     const records::Provenance& p = run.provenance;
-    std::cout << "ran on " << log::printable(p.host) << " (" << p.device << ", " << p.threads << " threads"
+    std::cout << "ran on " << log::printable(p.host) << " (" << p.device << ", " << p.threads
+              << " threads"
               << (p.world_size > 1 ? ", " + std::to_string(p.world_size) + " processes" : "")
               << "), amptune " << p.amptune_version << ", LibTorch " << p.torch_version
               << (p.allocator.empty() ? "" : ", malloc " + p.allocator)
               << (p.blas.empty() ? "" : ", BLAS " + log::printable(p.blas)) << "\n";
   }
-  if (opts.has("config")) {
+  if (print_config) {
     std::cout << config.dump(2) << "\n";
   }
   print_work(run.work, details.epochs);

@@ -18,18 +18,15 @@
 
 namespace amptune::cli {
 
-app::SweepOptions sweep_options(const Options& opts, const Invocation& inv, int threads,
-                                int stop_after) {
+app::SweepOptions sweep_options(const Options& opts, const TrainingFlags& flags,
+                                const Invocation& inv) {
   app::SweepOptions o;
-  o.training.threads = threads;
-  o.training.progress = !opts.has("quiet") && !opts.has("no-progress");
+  o.training.threads = flags.threads;
+  o.training.progress = !opts.is_quiet() && !flags.no_progress;
   o.training.progress_tty = o.training.progress && ::isatty(STDERR_FILENO);
   o.training.command_line = inv.command_line;
-  if (stop_after >= 0) o.training.stop_after_epoch = stop_after;
-  app::set_peak_flops(opts.has("peak-flops")
-                          ? std::optional(opts.vm()["peak-flops"].as<std::string>())
-                          : std::nullopt,
-                      o.training);
+  if (flags.stop_after >= 0) o.training.stop_after_epoch = flags.stop_after;
+  app::set_peak_flops(flags.peak_flops, o.training);
   o.provenance.amptune_version = kVersion;
   o.provenance.git_commit = kGitCommit;
   o.provenance.git_dirty = kGitDirty;
@@ -45,14 +42,13 @@ app::SweepOptions sweep_options(const Options& opts, const Invocation& inv, int 
   return o;
 }
 
-void add_training_options(Options& opts, int* threads, int* stop_after, int* nproc,
-                          const char* stop_help) {
-  opts.threads(threads);
-  opts.add()("stop-after-epoch", po::value(stop_after)->default_value(-1), stop_help)(
-      "nproc", po::value(nproc)->default_value(1),
+void add_training_options(Options& opts, TrainingFlags* flags, const char* stop_help) {
+  opts.threads(&flags->threads);
+  opts.add()("stop-after-epoch", po::value(&flags->stop_after)->default_value(-1), stop_help)(
+      "nproc", po::value(&flags->nproc)->default_value(1),
       "data-parallel training with N processes on this machine (as torchrun --standalone "
       "--nproc_per_node N); torchrun and srun launches need no option (docs/DISTRIBUTED.md)")(
-      "peak-flops", po::value<std::string>(),
+      "peak-flops", optional_value(&flags->peak_flops),
       "peak FLOP/s of one device for the runs' MFU when detection is wrong (e.g. 3.2e11; "
       "else AMPTUNE_PEAK_FLOPS, else detected: docs/PERFORMANCE.md \"MFU\")");
 }
@@ -88,81 +84,102 @@ void print_dry_run(const app::Plan& plan) {
     std::cout << "plus " << plan.forks.size() << " forks declared under forks:\n";
 }
 
+// What `amptune run` is asked, beyond the options every training command takes.
+struct RunFlags {
+  std::string sweep_path, db;
+  bool db_given = false;  // --db named: no shard database name in its place
+  std::vector<std::string> sets, only;
+  double stale_after = app::kDefaultStaleAfterSeconds;
+  bool dry_run = false, skip_data = false, retry_failed = false, no_prune = false;
+  int workers = 1;
+  std::optional<std::string> shard;
+  TrainingFlags training;
+};
+
+void add_run_options(Options& opts, RunFlags* f) {
+  opts.positional(&f->sweep_path)
+      .db(&f->db, &f->db_given)
+      .quiet()
+      .sweep_selection(&f->sets, &f->only)
+      .stale_after(&f->stale_after);
+  opts.add()("dry-run", po::bool_switch(&f->dry_run),
+             "check and print the cells (index, config hash, axis values); train nothing. A "
+             "TorchScript model.path is loaded to check it, and loading one runs its code")(
+      "skip-data", po::bool_switch(&f->skip_data),
+      "with --dry-run: do not check that the data sets open (planning on a machine "
+      "without the data)")(
+      "workers", po::value(&f->workers)->default_value(1),
+      "worker processes training cells of the sweep at the same time (each claims cells)")(
+      "retry-failed", po::bool_switch(&f->retry_failed),
+      "train failed runs again (they are skipped otherwise)")(
+      "no-prune", po::bool_switch(&f->no_prune),
+      "switch the sweep's prune: rule off: no cell is stopped early, and pruned cells continue "
+      "from their newest checkpoint (docs/PRUNING.md)")(
+      "no-progress", po::bool_switch(&f->training.no_progress),
+      "no per-step progress lines (epoch lines stay)")(
+      "shard", optional_value(&f->shard),
+      "K/N: train only shard K (0-based) of N of the cells, into "
+      "results/<sweep>.shard-K-of-N.sqlite unless --db; auto: K/N of a Slurm array job; "
+      "auto/N: K from Slurm or Kubernetes' JOB_COMPLETION_INDEX (docs/SLURM.md)");
+  add_training_options(opts, &f->training,
+                       "stop each run after this epoch (0-based), leaving it resumable; -1 = "
+                       "train to the end");
+}
+
 }  // namespace
 
 int cmd_run(const Invocation& inv) {
-  std::string sweep_path, db, shard;
-  std::vector<std::string> sets, only;
-  int threads = 0, stop_after = -1, workers = 1, nproc = 1;
-  double stale_after = app::kDefaultStaleAfterSeconds;
+  RunFlags f;
   Options opts("run",
                "usage: amptune run SWEEP.yaml [options]\n\nTrains every cell of the sweep, then "
                "its forks; running it again skips finished runs and resumes the rest. Every cell "
                "is checked (config, amp policy, cast points, data) before anything is written.");
-  opts.positional(&sweep_path).db(&db).quiet().sweep_selection(&sets, &only).stale_after(
-      &stale_after);
-  opts.add()("dry-run",
-             "check and print the cells (index, config hash, axis values); train nothing. A "
-             "TorchScript model.path is loaded to check it, and loading one runs its code")(
-      "skip-data",
-      "with --dry-run: do not check that the data sets open (planning on a machine "
-      "without the data)")(
-      "workers", po::value(&workers)->default_value(1),
-      "worker processes training cells of the sweep at the same time (each claims cells)")(
-      "retry-failed", "train failed runs again (they are skipped otherwise)")(
-      "no-prune",
-      "switch the sweep's prune: rule off: no cell is stopped early, and pruned cells continue "
-      "from their newest checkpoint (docs/PRUNING.md)")(
-      "no-progress", "no per-step progress lines (epoch lines stay)")(
-      "shard", po::value(&shard),
-      "K/N: train only shard K (0-based) of N of the cells, into "
-      "results/<sweep>.shard-K-of-N.sqlite unless --db; auto: K/N of a Slurm array job; "
-      "auto/N: K from Slurm or Kubernetes' JOB_COMPLETION_INDEX (docs/SLURM.md)");
-  add_training_options(opts, &threads, &stop_after, &nproc,
-                       "stop each run after this epoch (0-based), leaving it resumable; -1 = "
-                       "train to the end");
+  add_run_options(opts, &f);
   if (!opts.parse(inv.args)) return 0;
-  if (sweep_path.empty())
+  if (f.sweep_path.empty())
     throw UsageError("amptune run needs a sweep file: amptune run SWEEP.yaml");
-  if (workers < 1) throw UsageError("--workers must be at least 1, got " + std::to_string(workers));
-  if (nproc != 1 && workers > 1) {
-    throw UsageError("--nproc and --workers do not go together: one sweep is either shared by "
-                     "workers or trained by one parallel job");
+  if (f.workers < 1) {
+    throw UsageError("--workers must be at least 1, got " + std::to_string(f.workers));
   }
-  app::SweepOptions options = sweep_options(opts, inv, threads, stop_after);
-  options.retry_failed = opts.has("retry-failed");
-  options.no_prune = opts.has("no-prune");
-  options.stale_after = stale_after;
-  if (opts.has("skip-data") && !opts.has("dry-run")) {
+  const int nproc = f.training.nproc;
+  if (nproc != 1 && f.workers > 1) {
+    throw UsageError(
+        "--nproc and --workers do not go together: one sweep is either shared by "
+        "workers or trained by one parallel job");
+  }
+  app::SweepOptions options = sweep_options(opts, f.training, inv);
+  options.retry_failed = f.retry_failed;
+  options.no_prune = f.no_prune;
+  options.stale_after = f.stale_after;
+  if (f.skip_data && !f.dry_run)
     throw UsageError("--skip-data goes with --dry-run: a run needs its data");
-  }
   // Everything is checked before the database is touched: an invalid sweep writes nothing.
   // (A dry run with --nproc N checks what the N processes will need.)
   auto plan_it = [&](int world_size) {
-    return app::plan_sweep(
-        sweep_path, sets, only, !opts.has("skip-data"), world_size,
-        opts.has("shard") ? std::optional(app::parse_shard(shard)) : std::nullopt);
+    return app::plan_sweep(f.sweep_path, f.sets, f.only, !f.skip_data, world_size,
+                           f.shard ? std::optional(app::parse_shard(*f.shard)) : std::nullopt);
   };
-  const app::JobLaunch launch = job_launch("run", inv, nproc, workers, !opts.has("dry-run"));
+  const app::JobLaunch launch = job_launch("run", inv, nproc, f.workers, !f.dry_run);
   return app::run_as_job(
       launch, options,
       [&] {
         const app::Plan plan = plan_it(app::job_size(options, nproc));
-        if (plan.shard && opts.vm()["db"].defaulted()) {
-          db = app::shard_db_path(plan.sweep.name, *plan.shard);  // one database per shard
+        if (plan.shard && !f.db_given) {
+          f.db = app::shard_db_path(plan.sweep.name, *plan.shard);  // one database per shard
         }
-        if (opts.has("dry-run")) {
+        if (f.dry_run) {
           print_dry_run(plan);
           return 0;
         }
-        return app::train_sweep(plan, db, workers, inv.args, options);
+        return app::train_sweep(plan, f.db, f.workers, inv.args, options);
       },
       [&] { (void)plan_it(nproc); });
 }
 
 int cmd_resume(const Invocation& inv) {
   std::string run_ref, db;
-  int from_epoch = -1, threads = 0, stop_after = -1, nproc = 1;
+  int from_epoch = -1;
+  TrainingFlags training;
   double stale_after = app::kDefaultStaleAfterSeconds;
   Options opts("resume",
                "usage: amptune resume RUN [options]\n\nRUN is a run id or name (amptune list). "
@@ -171,12 +188,12 @@ int cmd_resume(const Invocation& inv) {
   opts.add()("from-epoch", po::value(&from_epoch)->default_value(-1),
              "continue after this epoch's checkpoint (later epochs are discarded); -1 = newest "
              "valid");
-  add_training_options(opts, &threads, &stop_after, &nproc,
+  add_training_options(opts, &training,
                        "stop after this epoch (0-based), leaving the run resumable");
   if (!opts.parse(inv.args)) return 0;
-  app::SweepOptions options = sweep_options(opts, inv, threads, stop_after);
+  app::SweepOptions options = sweep_options(opts, training, inv);
   options.stale_after = stale_after;
-  return app::run_as_job(job_launch("resume", inv, nproc), options, [&] {
+  return app::run_as_job(job_launch("resume", inv, training.nproc), options, [&] {
     store::Store store = app::open_existing(db);
     const records::RunRow run = app::find_run(store, run_ref);
     const app::Tally tally = app::resume_run(
@@ -189,7 +206,9 @@ int cmd_resume(const Invocation& inv) {
 int cmd_fork(const Invocation& inv) {
   std::string run_ref, db, name;
   std::vector<std::string> sets;
-  int epoch = -1, threads = 0, stop_after = -1, nproc = 1;
+  int epoch = -1;
+  bool reset_optimizer = false;
+  TrainingFlags training;
   Options opts("fork",
                "usage: amptune fork RUN --epoch N [--set key=value]... [options]\n\nA new run "
                "that starts from RUN's checkpoint of epoch N with the changed settings and trains "
@@ -200,13 +219,14 @@ int cmd_fork(const Invocation& inv) {
       "set", po::value(&sets)->composing(),
       "a changed setting: key=value (YAML value); repeatable")(
       "name", po::value(&name), "label of the fork (default: the parent's label and the changes)")(
-      "reset-optimizer", "take only the weights: optimizer state and loss scaler start fresh");
-  add_training_options(opts, &threads, &stop_after, &nproc,
+      "reset-optimizer", po::bool_switch(&reset_optimizer),
+      "take only the weights: optimizer state and loss scaler start fresh");
+  add_training_options(opts, &training,
                        "stop after this epoch (0-based), leaving the fork resumable");
   if (!opts.parse(inv.args)) return 0;
   if (epoch < 0) throw UsageError("amptune fork needs --epoch N: the parent's epoch to start from");
-  app::SweepOptions options = sweep_options(opts, inv, threads, stop_after);
-  return app::run_as_job(job_launch("fork", inv, nproc), options, [&] {
+  app::SweepOptions options = sweep_options(opts, training, inv);
+  return app::run_as_job(job_launch("fork", inv, training.nproc), options, [&] {
     store::Store store = app::open_existing(db);
     const records::RunRow parent = app::find_run(store, run_ref);
     std::vector<std::pair<std::string, nlohmann::json>> overrides;
@@ -217,7 +237,7 @@ int cmd_fork(const Invocation& inv) {
       overrides.emplace_back(key, probe.at(key));
     }
     const app::Tally tally =
-        app::fork_run(store, parent, epoch, overrides, opts.has("reset-optimizer"), name, options);
+        app::fork_run(store, parent, epoch, overrides, reset_optimizer, name, options);
     if (!tally.note.empty()) std::cout << log::printable(tally.note) << "\n";
     return tally.exit_code();
   });

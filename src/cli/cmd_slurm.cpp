@@ -11,6 +11,7 @@ namespace amptune::cli {
 
 int cmd_slurm(const Invocation& inv) {
   app::SlurmOptions o;
+  bool skip_data = false, submit = false;
   Options opts("slurm",
                "usage: amptune slurm SWEEP.yaml [options]\n\n"
                "Writes a Slurm batch script that trains the sweep as an array job of N shards\n"
@@ -37,14 +38,15 @@ int cmd_slurm(const Invocation& inv) {
       "into", po::value(&o.into)->default_value(default_db()),
       "the database the merge job merges the shards into")(
       "out", po::value(&o.script), "the array job's script (default: slurm/<sweep>.sbatch)")(
-      "skip-data", "do not check that the data sets open here (a login node without the data)")(
-      "submit", "submit both jobs with sbatch and print their ids");
+      "skip-data", po::bool_switch(&skip_data),
+      "do not check that the data sets open here (a login node without the data)")(
+      "submit", po::bool_switch(&submit), "submit both jobs with sbatch and print their ids");
   if (!opts.parse(inv.args)) return 0;
   if (o.sweep_path.empty()) {
     throw UsageError("amptune slurm needs a sweep file: amptune slurm SWEEP.yaml");
   }
   // Checked as `run --dry-run` would; the array tasks check their data-parallel setup themselves.
-  const app::Plan plan = app::plan_sweep(o.sweep_path, o.sets, o.only, !opts.has("skip-data"));
+  const app::Plan plan = app::plan_sweep(o.sweep_path, o.sets, o.only, !skip_data);
   if (o.script.empty()) o.script = "slurm/" + plan.sweep.name + ".sbatch";
   o.workdir = std::filesystem::current_path().string();
   o.binary = std::filesystem::canonical("/proc/self/exe").string();
@@ -60,7 +62,7 @@ int cmd_slurm(const Invocation& inv) {
             << "cells per shard:";
   for (size_t k = 0; k < job.cells.size(); ++k) std::cout << " " << k << ":" << job.cells[k];
   std::cout << "\n";
-  if (!opts.has("submit")) {
+  if (!submit) {
     std::cout << "submit with: jobid=$(sbatch --parsable " << job.array_path
               << ") && sbatch --dependency=afterany:$jobid " << job.merge_path << "\n";
     return 0;

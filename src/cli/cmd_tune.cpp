@@ -60,9 +60,9 @@ void print_path(const app::TuneOutcome& out, std::ostream& os) {
                  run_name(out, c.run_id), c.rung >= 0 ? std::to_string(c.rung) : "-",
                  value_text(c.value), value_text(c.reference_value),
                  records::to_string(c.outcome) + (c.run_id != s.answer_run_id ? ""
-                                                : s.status == records::TuneStatus::kAnswered
-                                                    ? " (answer)"
-                                                    : " (closest)")});
+                                                  : s.status == records::TuneStatus::kAnswered
+                                                      ? " (answer)"
+                                                      : " (closest)")});
     }
     table.print(os);
   }
@@ -135,7 +135,9 @@ void print_plan(const app::TunePlan& plan, std::ostream& os) {
 int cmd_tune(const Invocation& inv) {
   std::string sweep_path, db;
   std::vector<std::string> sets, only;
-  int threads = 0, stop_after = -1, workers = 1, nproc = 1;
+  int workers = 1;
+  bool dry = false, status = false, as_worker = false;
+  TrainingFlags training;
   double stale_after = app::kDefaultStaleAfterSeconds;
   Options opts("tune",
                "usage: amptune tune SWEEP.yaml [options]\n\nSearches for the lowest-precision "
@@ -149,27 +151,30 @@ int cmd_tune(const Invocation& inv) {
       .quiet()
       .sweep_selection(&sets, &only)
       .stale_after(&stale_after);
-  opts.add()("dry-run", "check the tune: block and print the plan; train and write nothing")(
-      "status",
+  opts.add()("dry-run", po::bool_switch(&dry),
+             "check the tune: block and print the plan; train and write nothing")(
+      "status", po::bool_switch(&status),
       "print the newest search of the sweep from the database (its decision path and "
       "answer); train nothing")(
       "workers", po::value(&workers)->default_value(1),
       "processes running the search together: each trains the candidates it claims")(
-      "no-progress", "no per-step progress lines (epoch lines stay)")(
-      "as-worker", "(set by --workers for its processes) print no summary at the end");
-  add_training_options(opts, &threads, &stop_after, &nproc, "not used by tune");
+      "no-progress", po::bool_switch(&training.no_progress),
+      "no per-step progress lines (epoch lines stay)")(
+      "as-worker", po::bool_switch(&as_worker),
+      "(set by --workers for its processes) print no summary at the end");
+  add_training_options(opts, &training, "not used by tune");
   if (!opts.parse(inv.args)) return 0;
   if (sweep_path.empty())
     throw UsageError("amptune tune needs a sweep file: amptune tune SWEEP.yaml");
   if (!only.empty())
     throw UsageError("amptune tune searches from the base: --only has no cells to select");
-  if (stop_after >= 0)
+  if (training.stop_after >= 0)
     throw UsageError("amptune tune decides where each run stops: no --stop-after-epoch");
   if (workers < 1) throw UsageError("--workers must be at least 1, got " + std::to_string(workers));
-  if (nproc != 1 && workers > 1) {
+  if (training.nproc != 1 && workers > 1) {
     throw UsageError("--nproc and --workers do not go together");
   }
-  if (opts.has("status")) {
+  if (status) {
     const Sweep sweep = load_sweep(sweep_path, sets);
     const auto out = app::tune_status(db, sweep.name);
     if (!out) {
@@ -179,10 +184,9 @@ int cmd_tune(const Invocation& inv) {
     print_outcome(*out, db, std::cout);
     return 0;
   }
-  app::SweepOptions options = sweep_options(opts, inv, threads, -1);
+  app::SweepOptions options = sweep_options(opts, training, inv);
   options.stale_after = stale_after;
-  const bool dry = opts.has("dry-run");
-  const app::JobLaunch launch{"tune", inv.args, nproc, workers, !dry};
+  const app::JobLaunch launch{"tune", inv.args, training.nproc, workers, !dry};
   return app::run_as_job(
       launch, options,
       [&] {
@@ -197,7 +201,7 @@ int cmd_tune(const Invocation& inv) {
           args.push_back("--as-worker");
         }
         const app::TuneCommand done = app::tune_database(db, plan, options, workers, args);
-        if (done.outcome && !opts.has("as-worker")) print_outcome(*done.outcome, db, std::cout);
+        if (done.outcome && !as_worker) print_outcome(*done.outcome, db, std::cout);
         return done.exit_code;
       },
       [&] { (void)app::plan_tune(sweep_path, sets); });

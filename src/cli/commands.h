@@ -1,9 +1,11 @@
 // One function per subcommand. Each parses its options with cli::Options (options.h), calls the
 // application layer (src/app) and prints; it returns the process exit code. Errors are
-// thrown as amptune::Error and mapped to exit codes in main.cpp.
+// thrown as amptune::Error and mapped to exit codes by cli::dispatch (command_table.h), whose
+// table names each of these functions once.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,12 +21,19 @@ struct Invocation {
 
 int cmd_run(const Invocation& inv);
 int cmd_tune(const Invocation& inv);  // cmd_tune.cpp
-// Options shared by the commands that train (run, resume, fork, tune; cmd_run.cpp): training
-// options and the binary's provenance; --threads, --stop-after-epoch and --nproc.
-app::SweepOptions sweep_options(const Options& opts, const Invocation& inv, int threads,
-                                int stop_after);
-void add_training_options(Options& opts, int* threads, int* stop_after, int* nproc,
-                          const char* stop_help);
+// The options the commands that train share (run, resume, fork, tune; cmd_run.cpp).
+struct TrainingFlags {
+  int threads = 0;                        // --threads; 0 = the config's `threads`
+  int stop_after = -1;                    // --stop-after-epoch; -1 = to the end
+  int nproc = 1;                          // --nproc
+  std::optional<std::string> peak_flops;  // --peak-flops
+  bool no_progress = false;               // --no-progress (run and tune declare it)
+};
+// --threads, --stop-after-epoch (its help `stop_help`), --nproc and --peak-flops into *flags.
+void add_training_options(Options& opts, TrainingFlags* flags, const char* stop_help);
+// The training options and the binary's provenance; progress lines unless -q or --no-progress.
+app::SweepOptions sweep_options(const Options& opts, const TrainingFlags& flags,
+                                const Invocation& inv);
 int cmd_resume(const Invocation& inv);
 int cmd_fork(const Invocation& inv);
 int cmd_list(const Invocation& inv);
@@ -45,6 +54,8 @@ int cmd_diagnose(const Invocation& inv);
 // cmd_merge.cpp: several databases into one (shards of a sweep); cmd_slurm.cpp: Slurm scripts.
 int cmd_merge(const Invocation& inv);
 int cmd_slurm(const Invocation& inv);
+// cmd_version.cpp: version, git commit, LibTorch version, the malloc and BLAS in use.
+int cmd_version(const Invocation& inv);
 // The databases of Options::dbs (globs expanded) as one store (app::open_databases): several
 // are merged in memory, which an info line says.
 std::unique_ptr<store::Store> open_results(const std::vector<std::string>& dbs);

@@ -12,20 +12,29 @@
 #include "core/log.h"
 
 namespace amptune::cli {
+namespace {
+
+// Declared by db() and dbs(); parse() tells db()'s caller whether the command line named it.
+constexpr char kDbOption[] = "db";
+// The hidden option the positional arguments fill.
+constexpr char kPositional[] = "positional";
+
+}  // namespace
 
 Options::Options(const std::string& command, std::string usage)
     : desc_("amptune " + command + " options"), command_(command), usage_(std::move(usage)) {
-  desc_.add_options()("help,h", "show this help");
+  desc_.add_options()("help,h", po::bool_switch(&help_), "show this help");
 }
 
-Options& Options::db(std::string* path) {
-  desc_.add_options()("db", po::value(path)->default_value(default_db()),
+Options& Options::db(std::string* path, bool* given) {
+  desc_.add_options()(kDbOption, po::value(path)->default_value(default_db()),
                       "results database (env AMPTUNE_DB)");
+  db_given_ = given;
   return *this;
 }
 
 Options& Options::dbs(std::vector<std::string>* paths) {
-  desc_.add_options()("db",
+  desc_.add_options()(kDbOption,
                       po::value(paths)
                           ->multitoken()
                           ->composing()
@@ -36,7 +45,8 @@ Options& Options::dbs(std::vector<std::string>* paths) {
 }
 
 Options& Options::quiet() {
-  desc_.add_options()("quiet,q", "no progress or info lines (warnings stay)");
+  desc_.add_options()("quiet,q", po::bool_switch(&quiet_),
+                      "no progress or info lines (warnings stay)");
   return *this;
 }
 
@@ -94,16 +104,17 @@ bool Options::parse(const std::vector<std::string>& args) {
   if (positional_ || positionals_) {
     po::options_description hidden;
     if (positional_) {
-      hidden.add_options()("positional", po::value(positional_));
+      hidden.add_options()(kPositional, po::value(positional_));
     } else {
-      hidden.add_options()("positional", po::value(positionals_)->composing());
+      hidden.add_options()(kPositional, po::value(positionals_)->composing());
     }
     all.add(hidden);
-    pos.add("positional", positional_ ? 1 : -1);
+    pos.add(kPositional, positional_ ? 1 : -1);
   }
-  po::store(po::command_line_parser(args).options(all).positional(pos).run(), vm_);
-  po::notify(vm_);
-  if (vm_.count("help")) {
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(all).positional(pos).run(), vm);
+  po::notify(vm);
+  if (help_) {
     std::cout << usage_ << (usage_.empty() || usage_.back() == '\n' ? "" : "\n") << "\n" << desc_;
     return false;
   }
@@ -119,7 +130,8 @@ bool Options::parse(const std::vector<std::string>& args) {
   if (positional_is_run_ && positional_->empty()) {
     throw UsageError("amptune " + command_ + " needs a run id or name (see amptune list)");
   }
-  if (vm_.count("quiet")) log::set_quiet(true);
+  if (db_given_) *db_given_ = !vm[kDbOption].defaulted();
+  if (quiet_) log::set_quiet(true);
   return true;
 }
 
