@@ -113,8 +113,8 @@ class Row {
   const std::string& path_;
   const Table& table_;
   const sql::Statement& statement_;
-  std::vector<std::string> names_;     // the statement's columns
-  std::vector<const Column*> specs_;   // their descriptors (nullptr: not the table's)
+  std::vector<std::string> names_;    // the statement's columns
+  std::vector<const Column*> specs_;  // their descriptors (nullptr: not the table's)
   int id_at_;
 };
 

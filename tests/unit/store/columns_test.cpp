@@ -3,6 +3,8 @@
 // planted mismatches so that it can fail; the metrics that are columns of epochs
 // (records::kEpochColumnMetrics) against what schemas/store.sql's views and the metrics table's
 // CHECK treat as such.
+#include "store/columns.h"
+
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
@@ -13,7 +15,6 @@
 #include <vector>
 
 #include "records/records.h"
-#include "store/columns.h"
 #include "store/store.h"
 #include "support/scratch.h"
 
@@ -104,9 +105,8 @@ TEST_F(StoreColumns, TheCheckerFindsEachKindOfMismatch) {
   };
   table("runs").columns.push_back({"bogus", detail::ColumnType::kText, false});
   std::vector<detail::Column>& epochs = table("epochs").columns;
-  epochs.erase(std::find_if(epochs.begin(), epochs.end(), [](const detail::Column& c) {
-    return std::string(c.name) == "lr";
-  }));
+  epochs.erase(std::find_if(epochs.begin(), epochs.end(),
+                            [](const detail::Column& c) { return std::string(c.name) == "lr"; }));
   for (detail::Column& c : table("metrics").columns) {
     if (std::string(c.name) == "value") c.not_null = true;
     if (std::string(c.name) == "name") c.type = detail::ColumnType::kInteger;
@@ -122,8 +122,8 @@ TEST_F(StoreColumns, TheCheckerFindsEachKindOfMismatch) {
        {"runs.bogus is described but not in the schema",
         "epochs.lr is in the schema but not described",
         "metrics.value may be NULL in the schema, described otherwise",
-        "metrics.name is declared 'TEXT', described 'INTEGER'", "table tune_rounds is not described",
-        "table no_such_table is not in the schema"}) {
+        "metrics.name is declared 'TEXT', described 'INTEGER'",
+        "table tune_rounds is not described", "table no_such_table is not in the schema"}) {
     EXPECT_TRUE(has_line(problems, expected)) << expected << " not in:\n" << lines(problems);
   }
 }
@@ -190,17 +190,15 @@ TEST(StoreTest, EpochColumnMetricsAreTheViewsOwn) {
     if (raw.text("SELECT best_value FROM run_results") != "NULL") results.insert(name);
     if (raw.text("SELECT last_value FROM run_results") == "NULL") results.erase(name);
     if (raw.text("SELECT by_epoch FROM epoch_matrix") != "{}") matrix.insert(name);
-    const std::string refused =
-        raw.exec("INSERT INTO metrics (run_id, epoch, name, value) VALUES (1, 0, '" + name +
-                 "', 1)");
+    const std::string refused = raw.exec(
+        "INSERT INTO metrics (run_id, epoch, name, value) VALUES (1, 0, '" + name + "', 1)");
     const bool is_metric = expected.count(name) != 0;
     if (is_metric) {
       EXPECT_NE(refused.find("CHECK constraint failed"), std::string::npos) << name;
     }
     // records::metric_name_problem keeps out of custom tasks' metrics what the CHECK refuses.
-    const bool named_a_column =
-        records::metric_name_problem(name).find("is a column of every epoch row") !=
-        std::string::npos;
+    const bool named_a_column = records::metric_name_problem(name).find(
+                                    "is a column of every epoch row") != std::string::npos;
     EXPECT_EQ(named_a_column, !refused.empty()) << name << ": " << refused;
     if (refused.empty()) {
       ASSERT_EQ(raw.exec("DELETE FROM metrics WHERE name = '" + name + "'"), "");
