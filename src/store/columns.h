@@ -3,11 +3,13 @@
 // column: its declared type, whether it may be NULL, whether its readers take its values as that
 // type (merge refuses an input whose value there is of another type) and the range of an INTEGER
 // the readers take (merge refuses an input outside it). The readers read a row by column name
-// through these (Row), merge checks its inputs by them, and StoreTest.ColumnsAreTheSchemas keeps
-// them in step with PRAGMA table_info of a freshly migrated database (schema_differences).
+// through these (Row), merge checks its inputs by them (merge_check.cpp), and
+// StoreColumns.DescribeEveryTableOfAFreshDatabase keeps them in step with PRAGMA table_info of a
+// freshly migrated database (schema_differences). A new migration's columns go in both.
 //
-//   Row row(path, table("epochs"), select, "row_id");  // select: "SELECT ..., rowid AS row_id"
-//   while (select.step()) epochs.push_back(row.integer("epoch"));
+//   Statement select(db, "SELECT epoch, lr, rowid AS row_id FROM epochs WHERE run_id = ?", id);
+//   const Row row(path, table("epochs"), select, "row_id");  // the statement's columns, once
+//   while (select.step()) epochs.push_back({row.small("epoch"), row.number("lr")});
 #pragma once
 
 #include <sqlite3.h>
@@ -72,7 +74,8 @@ const std::vector<Table>& tables();
 const Table& table(std::string_view name);
 
 // Where the tables `described` and those of the database `db` differ: a table or a column one
-// has and the other lacks, a column's declared type or NOT NULL; one line each, "" when none.
+// has and the other lacks, a column's declared type or NOT NULL; one line each, none when
+// they agree.
 std::vector<std::string> schema_differences(sqlite3* db, const std::vector<Table>& described);
 
 // A statement's row read by column name, each value checked against its table's descriptor as
