@@ -397,12 +397,16 @@ struct MergeCount {
   int64_t epochs = 0;      // epoch rows copied
 };
 
-// Where a database's runs keep their checkpoint files, as train (which writes them) says; merge
-// takes over an input's recorded path only when it lies in one of its run's folders and has such
-// a name (docs/SECURITY.md "Databases from elsewhere"). app fills it from train/plan.h.
+// Where a database's runs keep their checkpoint files, as train (which writes them) says
+// (train/checkpoint_layout.h checkpoint_layout(), given by app); merge takes over an input's
+// recorded path only when it lies in one of its run's folders and has such a name
+// (docs/SECURITY.md "Databases from elsewhere").
 struct CheckpointLayout {
-  // The folder under which the database at `db_path` keeps its runs' folders by default.
-  std::function<std::string(const std::string& db_path)> default_root;
+  // The folders run `run_id` of the database at `db_path`, whose stored config is `config_json`
+  // (runs.config_json, any text), may keep its checkpoints in.
+  std::function<std::vector<std::string>(const std::string& db_path, int64_t run_id,
+                                         const std::string& config_json)>
+      run_dirs;
   // Whether `file_name` (without its folder) is the name of a run's checkpoint.
   std::function<bool(const std::string& file_name)> is_checkpoint_name;
 };

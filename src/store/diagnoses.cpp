@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "store/columns.h"
 #include "store/internal.h"
 #include "store/sqlite.h"
 #include "store/store.h"
@@ -51,11 +52,14 @@ std::vector<Store::ModuleError> Store::module_errors(const std::string& sweep) c
     std::vector<ModuleError> out;
     Statement select(
         db_,
-        "SELECT d.run_id, d.epoch, d.seq, d.module, MIN(d.dtype), MAX(d.numel), "
-        "COUNT(*), CASE WHEN COUNT(d.cosine) < COUNT(*) THEN NULL ELSE MIN(d.cosine) END, "
-        "MAX(d.max_abs_err), MAX(d.max_rel_err), "
-        "MAX(d.frac_rel_err_1e3), MAX(d.frac_rel_err_5e3), MAX(d.overflow_frac), "
-        "MAX(d.underflow_frac), g.cosine_min, MIN(d.rowid), g.rowid FROM diagnostics d "
+        "SELECT d.run_id, d.epoch, d.seq, d.module, MIN(d.dtype) AS dtype, "
+        "MAX(d.numel) AS numel, COUNT(*) AS batches, "
+        "CASE WHEN COUNT(d.cosine) < COUNT(*) THEN NULL ELSE MIN(d.cosine) END AS cosine, "
+        "MAX(d.max_abs_err) AS max_abs_err, MAX(d.max_rel_err) AS max_rel_err, "
+        "MAX(d.frac_rel_err_1e3) AS frac_rel_err_1e3, MAX(d.frac_rel_err_5e3) AS "
+        "frac_rel_err_5e3, MAX(d.overflow_frac) AS overflow_frac, MAX(d.underflow_frac) AS "
+        "underflow_frac, g.cosine_min, MIN(d.rowid) AS row_id, g.rowid AS diagnosis_row "
+        "FROM diagnostics d "
         "JOIN diagnoses g ON g.run_id = d.run_id AND g.epoch = d.epoch "
         "JOIN runs r ON r.id = d.run_id JOIN sweeps s ON s.id = r.sweep_id "
         "WHERE s.name = ? AND d.kind = 'forward' "
@@ -63,35 +67,26 @@ std::vector<Store::ModuleError> Store::module_errors(const std::string& sweep) c
         sweep);
     // Checked as read (a group's values are its rows'; a bad one is named by the group's first
     // row): NULL -> NaN, a TEXT (MAX over a group prefers it) refused.
-    const char* reals[] = {"cosine",           "max_abs_err",   "max_rel_err",   "frac_rel_err_1e3",
-                           "frac_rel_err_5e3", "overflow_frac", "underflow_frac"};
+    const detail::Row row(path_, detail::table("diagnostics"), select, "row_id");
+    const detail::Row diagnosis(path_, detail::table("diagnoses"), select, "diagnosis_row");
     while (select.step()) {
-      auto cell = [&](const char* column) {
-        return detail::Cell{"diagnostics", select.column_int(15), column};
-      };
-      auto real = [&](int c) { return detail::real_column(path_, select, c, cell(reals[c - 7])); };
-      auto integer = [&](int c, const char* column, int64_t min, int64_t max) {
-        return detail::int_column(path_, select, c, cell(column), min, max);
-      };
       ModuleError e;
-      e.run_id = select.column_int(0);
-      e.epoch = static_cast<int>(integer(1, "epoch", -1, detail::kMaxEpoch));
+      e.run_id = row.value("run_id").raw_integer();
+      e.epoch = row.small("epoch");
       e.worst.kind = records::DiagnosticKind::kForward;
-      e.worst.seq = static_cast<int>(integer(2, "seq", 0, detail::kMaxInt));
-      e.worst.module = select.column_text(3);
-      e.worst.dtype =
-          detail::word_column(path_, cell("dtype"), select.column_text(4), parse_tensor_dtype);
-      e.worst.numel = integer(5, "numel", 0, detail::kMaxInt64);
-      e.worst.batch = static_cast<int>(select.column_int(6));  // COUNT(*)
-      e.worst.cosine = real(7);
-      e.worst.max_abs_err = real(8);
-      e.worst.max_rel_err = real(9);
-      e.worst.frac_rel_err_1e3 = real(10);
-      e.worst.frac_rel_err_5e3 = real(11);
-      e.worst.overflow_frac = real(12);
-      e.worst.underflow_frac = real(13);
-      e.cosine_min = detail::real_column(path_, select, 14,
-                                         {"diagnoses", select.column_int(16), "cosine_min"});
+      e.worst.seq = row.small("seq");
+      e.worst.module = row.text("module");
+      e.worst.dtype = row.word("dtype", parse_tensor_dtype);
+      e.worst.numel = row.integer("numel");
+      e.worst.batch = static_cast<int>(row.value("batches").raw_integer());  // COUNT(*)
+      e.worst.cosine = row.number("cosine");
+      e.worst.max_abs_err = row.number("max_abs_err");
+      e.worst.max_rel_err = row.number("max_rel_err");
+      e.worst.frac_rel_err_1e3 = row.number("frac_rel_err_1e3");
+      e.worst.frac_rel_err_5e3 = row.number("frac_rel_err_5e3");
+      e.worst.overflow_frac = row.number("overflow_frac");
+      e.worst.underflow_frac = row.number("underflow_frac");
+      e.cosine_min = diagnosis.number("cosine_min");
       out.push_back(std::move(e));
     }
     return out;

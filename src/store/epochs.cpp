@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "store/columns.h"
 #include "store/internal.h"
 #include "store/sqlite.h"
 #include "store/store.h"
@@ -117,15 +118,18 @@ void Store::record_epoch(const records::EpochRecord& record) {
 
 namespace {
 
-// A loss_scale_events row of `path` from "global_step, scale, reason, rowid" starting at column
-// `at`, its numbers checked as they are read.
-records::ScaleEvent read_scale_event(const std::string& path, const Statement& row, int at) {
-  const int64_t rowid = row.column_int(at + 3);
-  return records::ScaleEvent{detail::int_column(path, row, at, {"loss_scale_events", rowid, "global_step"},
-                                       0, detail::kMaxInt64),
-                    detail::real_column(path, row, at + 1, {"loss_scale_events", rowid, "scale"}),
-                    detail::word_column(path, {"loss_scale_events", rowid, "reason"},
-                                        row.column_text(at + 2), parse_scale_reason)};
+// The columns of a loss_scale_events row that read_scale_event reads.
+constexpr const char* kScaleEventColumns =
+    "e.global_step, e.scale, e.reason, e.rowid AS row_id";
+
+// A loss_scale_events row (kScaleEventColumns), its numbers checked as they are read.
+records::ScaleEvent read_scale_event(const detail::Row& row) {
+  return records::ScaleEvent{row.integer("global_step"), row.number("scale"),
+                             row.word("reason", parse_scale_reason)};
+}
+
+detail::Row scale_event_row(const std::string& path, const Statement& select) {
+  return detail::Row(path, detail::table("loss_scale_events"), select, "row_id");
 }
 
 }  // namespace
@@ -133,66 +137,58 @@ records::ScaleEvent read_scale_event(const std::string& path, const Statement& r
 std::vector<records::ScaleEvent> Store::scale_events(int64_t run_id) const {
   return guarded(path_, "reading loss-scale events of run " + std::to_string(run_id), [&] {
     Statement select(db_,
-                     "SELECT global_step, scale, reason, rowid FROM loss_scale_events WHERE "
-                     "run_id = ? ORDER BY global_step",
+                     std::string("SELECT ") + kScaleEventColumns +
+                         " FROM loss_scale_events e WHERE e.run_id = ? ORDER BY e.global_step",
                      run_id);
-    return sql::read_rows(select,
-                          [&](const Statement& row) { return read_scale_event(path_, row, 0); });
+    const detail::Row row = scale_event_row(path_, select);
+    return sql::read_rows(select, [&](const Statement&) { return read_scale_event(row); });
   });
 }
 
 namespace {
 
-// The columns of an epoch row that read_epoch reads, in its order (the row's rowid last, for
-// error messages).
+// The columns of an epoch row that read_epoch reads (its rowid, for error messages).
 constexpr const char* kEpochColumns =
     "e.epoch, e.global_step, e.lr, e.train_loss, e.train_fps_mean, e.train_fps_min, "
     "e.train_fps_max, e.epoch_seconds, e.skipped_samples, e.checkpoint_path, "
     "e.checkpoint_bytes, e.checkpoint_sha256, e.checkpoint_deleted_at, e.recorded_at, "
     "e.data_wait_seconds, e.forward_seconds, e.backward_seconds, e.optimizer_seconds, "
     "e.eval_seconds, e.checkpoint_seconds, e.db_seconds, e.startup_seconds, e.profile_trace, "
-    "e.rowid";
+    "e.rowid AS row_id";
 
-// An epochs row of `path` (without its metrics) from kEpochColumns, starting at column `at`, its
-// numbers checked as they are read (detail::int_column, real_column).
-records::EpochRow read_epoch(const std::string& path, const Statement& select, int at) {
-  auto cell = [&](const char* column) {
-    return detail::Cell{"epochs", select.column_int(at + 23), column};
-  };
-  auto integer = [&](int column, const char* name, int64_t max) {
-    return detail::int_column(path, select, at + column, cell(name), 0, max);
-  };
-  auto real = [&](int column, const char* name) {
-    return detail::real_column(path, select, at + column, cell(name));
-  };
-  records::EpochRow row;
-  row.epoch = static_cast<int>(integer(0, "epoch", detail::kMaxEpoch));
-  row.global_step = integer(1, "global_step", detail::kMaxInt64);
-  row.lr = real(2, "lr");
-  row.train_loss = real(3, "train_loss");
-  row.train_fps_mean = real(4, "train_fps_mean");
-  row.train_fps_min = real(5, "train_fps_min");
-  row.train_fps_max = real(6, "train_fps_max");
-  row.epoch_seconds = real(7, "epoch_seconds");
-  row.skipped_samples = integer(8, "skipped_samples", detail::kMaxInt64);
-  if (!select.is_null(at + 9) && select.is_null(at + 12)) {
-    const int64_t bytes =
-        select.is_null(at + 10) ? 0 : integer(10, "checkpoint_bytes", detail::kMaxInt64);
-    row.checkpoint = records::CheckpointFile{select.column_text(at + 9), bytes, select.column_text(at + 11)};
+detail::Row epoch_row(const std::string& path, const Statement& select) {
+  return detail::Row(path, detail::table("epochs"), select, "row_id");
+}
+
+// An epochs row (without its metrics) from kEpochColumns, its numbers checked as they are read.
+records::EpochRow read_epoch(const detail::Row& row) {
+  records::EpochRow e;
+  e.epoch = row.small("epoch");
+  e.global_step = row.integer("global_step");
+  e.lr = row.number("lr");
+  e.train_loss = row.number("train_loss");
+  e.train_fps_mean = row.number("train_fps_mean");
+  e.train_fps_min = row.number("train_fps_min");
+  e.train_fps_max = row.number("train_fps_max");
+  e.epoch_seconds = row.number("epoch_seconds");
+  e.skipped_samples = row.integer("skipped_samples");
+  if (!row.is_null("checkpoint_path") && row.is_null("checkpoint_deleted_at")) {
+    const int64_t bytes = row.is_null("checkpoint_bytes") ? 0 : row.integer("checkpoint_bytes");
+    e.checkpoint = records::CheckpointFile{row.text("checkpoint_path"), bytes,
+                                           row.text("checkpoint_sha256")};
   }
-  row.recorded_at = select.column_text(at + 13);
-  if (!select.is_null(at + 14)) {
-    const char* names[] = {"data_wait_seconds", "forward_seconds", "backward_seconds",
-                           "optimizer_seconds", "eval_seconds",    "checkpoint_seconds",
-                           "db_seconds",        "startup_seconds"};
-    auto seconds = [&](int column) {
-      return select.is_null(at + column) ? -1.0 : real(column, names[column - 14]);
+  e.recorded_at = row.text("recorded_at");
+  if (!row.is_null("data_wait_seconds")) {
+    auto seconds = [&](const char* column) {
+      return row.is_null(column) ? -1.0 : row.number(column);
     };
-    row.times = records::EpochTimes{seconds(14), seconds(15), seconds(16), seconds(17),
-                           seconds(18), seconds(19), seconds(20), seconds(21)};
+    e.times = records::EpochTimes{seconds("data_wait_seconds"),  seconds("forward_seconds"),
+                                  seconds("backward_seconds"),   seconds("optimizer_seconds"),
+                                  seconds("eval_seconds"),       seconds("checkpoint_seconds"),
+                                  seconds("db_seconds"),         seconds("startup_seconds")};
   }
-  if (!select.is_null(at + 22)) row.profile_trace = select.column_text(at + 22);
-  return row;
+  if (!row.is_null("profile_trace")) e.profile_trace = row.text("profile_trace");
+  return e;
 }
 
 // "WITH picked AS (...) ": the first ?2 runs of the sweep named ?1 (in runs(sweep)'s order) for
@@ -225,21 +221,20 @@ std::vector<records::EpochRow> Store::epochs(int64_t run_id) const {
                      std::string("SELECT ") + kEpochColumns +
                          " FROM epochs e WHERE e.run_id = ? ORDER BY e.epoch",
                      run_id);
+    const detail::Row epoch = epoch_row(path_, select);
     std::vector<records::EpochRow> rows =
-        sql::read_rows(select, [&](const Statement& row) { return read_epoch(path_, row, 0); });
+        sql::read_rows(select, [&](const Statement&) { return read_epoch(epoch); });
     Statement metrics(db_,
-                      "SELECT epoch, name, value, rowid FROM metrics WHERE run_id = ? "
-                      "ORDER BY epoch",
+                      "SELECT epoch, name, value, rowid AS row_id FROM metrics "
+                      "WHERE run_id = ? ORDER BY epoch",
                       run_id);
+    const detail::Row metric(path_, detail::table("metrics"), metrics, "row_id");
     size_t next = 0;
     while (metrics.step()) {
-      const detail::Cell cell{"metrics", metrics.column_int(3), "epoch"};
-      const int epoch =
-          static_cast<int>(detail::int_column(path_, metrics, 0, cell, 0, detail::kMaxEpoch));
+      const int epoch = metric.small("epoch");
       while (next < rows.size() && rows[next].epoch < epoch) ++next;
       if (next < rows.size() && rows[next].epoch == epoch) {
-        rows[next].metrics[metrics.column_text(1)] =
-            detail::real_column(path_, metrics, 2, {"metrics", cell.row, "value"});
+        rows[next].metrics[metric.text("name")] = metric.number("value");
       }
     }
     return rows;
@@ -259,7 +254,8 @@ std::vector<std::pair<int64_t, std::vector<records::EpochRow>>> Store::timed_epo
                          " FROM picked p JOIN epochs e ON e.run_id = p.id "
                          "ORDER BY p.cell_index, p.id, e.epoch",
                      sweep, static_cast<int64_t>(max_runs));
-    return group_by_run(select, [&](const Statement& row) { return read_epoch(path_, row, 1); });
+    const detail::Row epoch = epoch_row(path_, select);
+    return group_by_run(select, [&](const Statement&) { return read_epoch(epoch); });
   });
 }
 
@@ -269,12 +265,12 @@ std::vector<std::pair<int64_t, std::vector<records::ScaleEvent>>> Store::scale_e
     Statement select(db_,
                      first_runs_where("EXISTS (SELECT 1 FROM loss_scale_events x WHERE "
                                       "x.run_id = r.id)") +
-                         "SELECT p.id, e.global_step, e.scale, e.reason, e.rowid FROM picked p "
-                         "JOIN loss_scale_events e ON e.run_id = p.id "
+                         "SELECT p.id, " + kScaleEventColumns +
+                         " FROM picked p JOIN loss_scale_events e ON e.run_id = p.id "
                          "ORDER BY p.cell_index, p.id, e.global_step",
                      sweep, static_cast<int64_t>(max_runs));
-    return group_by_run(select,
-                        [&](const Statement& row) { return read_scale_event(path_, row, 1); });
+    const detail::Row row = scale_event_row(path_, select);
+    return group_by_run(select, [&](const Statement&) { return read_scale_event(row); });
   });
 }
 
@@ -347,12 +343,11 @@ void Store::record_initial_metrics(int64_t run_id, const std::map<std::string, d
 std::map<std::string, double> Store::initial_metrics(int64_t run_id) const {
   return guarded(path_, "reading the initial metrics of run " + std::to_string(run_id), [&] {
     std::map<std::string, double> metrics;
-    Statement select(db_, "SELECT name, value, rowid FROM initial_metrics WHERE run_id = ?",
+    Statement select(db_,
+                     "SELECT name, value, rowid AS row_id FROM initial_metrics WHERE run_id = ?",
                      run_id);
-    while (select.step()) {
-      metrics[select.column_text(0)] = detail::real_column(
-          path_, select, 1, {"initial_metrics", select.column_int(2), "value"});
-    }
+    const detail::Row row(path_, detail::table("initial_metrics"), select, "row_id");
+    while (select.step()) metrics[row.text("name")] = row.number("value");
     return metrics;
   });
 }

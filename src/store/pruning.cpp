@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "store/columns.h"
 #include "store/internal.h"
 #include "store/sqlite.h"
 #include "store/store.h"
@@ -78,28 +79,22 @@ bool Store::promote_run(const records::PruneDecisionRow& decision) {
 
 namespace {
 
-constexpr int64_t kIntMax = std::numeric_limits<int>::max();
-
-// A prune_decisions row of `path` (id, run_id, epoch, action, rule, metric, rung, value,
-// threshold, compared_json, reason, decided_at), its numbers and JSON checked as they are read.
-records::PruneDecisionRow read_decision(const std::string& path, const Statement& row) {
-  const int64_t id = row.column_int(0);
-  auto cell = [&](const char* column) { return detail::Cell{"prune_decisions", id, column}; };
+// A prune_decisions row (Store::prune_decisions's columns), its numbers and JSON checked as they
+// are read.
+records::PruneDecisionRow read_decision(const detail::Row& row) {
   records::PruneDecisionRow d;
-  d.run_id = row.column_int(1);
-  d.epoch = static_cast<int>(detail::int_column(path, row, 2, cell("epoch"), 0, kIntMax));
-  d.action = detail::word_column(path, cell("action"), row.column_text(3), records::parse_prune_action);
-  d.rule = detail::word_column(path, cell("rule"), row.column_text(4), parse_prune_rule);
-  d.metric = row.column_text(5);
-  d.rung = row.is_null(6)
-               ? -1
-               : static_cast<int>(detail::int_column(path, row, 6, cell("rung"), 0, kIntMax));
-  d.value = detail::real_column(path, row, 7, cell("value"));
-  d.threshold = detail::real_column(path, row, 8, cell("threshold"));
-  d.compared_json = row.column_text(9);
-  detail::compared_runs(path, cell("compared_json"), d.compared_json);
-  d.reason = row.column_text(10);
-  d.decided_at = row.column_text(11);
+  d.run_id = row.integer("run_id");
+  d.epoch = row.small("epoch");
+  d.action = row.word("action", records::parse_prune_action);
+  d.rule = row.word("rule", parse_prune_rule);
+  d.metric = row.text("metric");
+  d.rung = row.small("rung", -1);
+  d.value = row.number("value");
+  d.threshold = row.number("threshold");
+  d.compared_json = row.text("compared_json");
+  detail::compared_runs(row.path(), row.cell("compared_json"), d.compared_json);
+  d.reason = row.text("reason");
+  d.decided_at = row.text("decided_at");
   return d;
 }
 
@@ -113,8 +108,8 @@ std::vector<records::PruneDecisionRow> Store::prune_decisions(int64_t run_id) co
                          "threshold, compared_json, reason, decided_at FROM prune_decisions "
                          "WHERE run_id = ? ORDER BY id",
                          run_id);
-        return sql::read_rows(select,
-                              [&](const Statement& row) { return read_decision(path_, row); });
+        const detail::Row row(path_, detail::table("prune_decisions"), select, "id");
+        return sql::read_rows(select, [&](const Statement&) { return read_decision(row); });
       });
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "store/columns.h"
 #include "store/internal.h"
 #include "store/sqlite.h"
 #include "store/store.h"
@@ -131,25 +132,23 @@ std::vector<Store::MetricValue> Store::metric_values(const std::string& sweep,
     // The column name spliced in is one of records::kEpochColumnMetrics, never the caller's text.
     const bool in_epochs = records::is_epoch_column_metric(metric);
     const std::string sql =
-        in_epochs ? "SELECT e.run_id, e.epoch, e." + metric + ", e.rowid FROM epochs e WHERE (e." +
-                        metric + " IS NOT NULL OR ?3) AND e.run_id IN " + kRunsOfSweep +
-                        " ORDER BY e.run_id, e.epoch"
-                  : std::string(
-                        "SELECT m.run_id, m.epoch, m.value, m.rowid FROM metrics m WHERE m.name = "
-                        "?2 AND (m.value IS NOT NULL OR ?3) AND m.run_id IN ") +
+        in_epochs ? "SELECT e.run_id, e.epoch, e." + metric + ", e.rowid AS row_id FROM epochs e "
+                        "WHERE (e." + metric + " IS NOT NULL OR ?3) AND e.run_id IN " +
+                        kRunsOfSweep + " ORDER BY e.run_id, e.epoch"
+                  : std::string("SELECT m.run_id, m.epoch, m.value, m.rowid AS row_id FROM "
+                                "metrics m WHERE m.name = ?2 AND (m.value IS NOT NULL OR ?3) AND "
+                                "m.run_id IN ") +
                         kRunsOfSweep + " ORDER BY m.run_id, m.epoch";
     Statement select(db_, sql);
     select.bind(1, sweep);
     select.bind(2, in_epochs ? std::string() : metric);
     select.bind(3, static_cast<int64_t>(with_nulls));
-    const std::string table = in_epochs ? "epochs" : "metrics";
-    return sql::read_rows(select, [&](const Statement& row) {
-      const detail::Cell epoch{table, row.column_int(3), "epoch"};
-      const detail::Cell value{table, epoch.row, in_epochs ? metric : "value"};
-      return MetricValue{
-          row.column_int(0),
-          static_cast<int>(detail::int_column(path_, row, 1, epoch, 0, detail::kMaxEpoch)),
-          detail::real_column(path_, row, 2, value)};  // NULL (a NaN stored) -> NaN
+    const detail::Row row(path_, detail::table(in_epochs ? "epochs" : "metrics"), select,
+                          "row_id");
+    const std::string value = in_epochs ? metric : "value";
+    return sql::read_rows(select, [&](const Statement&) {
+      return MetricValue{row.integer("run_id"), row.small("epoch"),
+                         row.number(value)};  // NULL (a NaN stored) -> NaN
     });
   });
 }

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/process.h"
+#include "store/columns.h"
 #include "store/internal.h"
 #include "store/sqlite.h"
 #include "store/store.h"
@@ -32,51 +33,10 @@ namespace {
 using json = nlohmann::json;
 using SettingColumns = std::vector<std::pair<std::string, std::string>>;  // name, declared type
 
-// Columns of runs that are not settings: written by the store itself.
-const std::set<std::string>& reserved_run_columns() {
-  static const std::set<std::string> names = {"id",
-                                              "sweep_id",
-                                              "name",
-                                              "cell_index",
-                                              "label",
-                                              "status",
-                                              "config_json",
-                                              "config_hash",
-                                              "axes_json",
-                                              "message",
-                                              "summary_json",
-                                              "started_at",
-                                              "finished_at",
-                                              "heartbeat_at",
-                                              "created_at",
-                                              "amptune_version",
-                                              "git_commit",
-                                              "git_dirty",
-                                              "torch_version",
-                                              "host",
-                                              "threads",
-                                              "device",
-                                              "command_line",
-                                              "parent_run_id",
-                                              "parent_epoch",
-                                              "fork_overrides",
-                                              "fork_changes",
-                                              "reset_optimizer",
-                                              "claim_machine",
-                                              "claim_pid",
-                                              "claim_pid_start",
-                                              "world_size",
-                                              "global_batch",
-                                              "allocator",
-                                              "data_fingerprint",
-                                              "legacy_config_hash",
-                                              "train_flops_per_sample",
-                                              "peak_flops",
-                                              "peak_precision",
-                                              "peak_source",
-                                              "blas",
-                                              "uncounted_ops"};
-  return names;
+// Whether `name` is a column of runs the store writes itself, not a setting (columns.h).
+bool is_reserved_run_column(const std::string& name) {
+  const detail::Column* column = detail::table("runs").find(name);
+  return column && !column->setting;
 }
 
 std::string upper(std::string text) {
@@ -84,15 +44,7 @@ std::string upper(std::string text) {
   return text;
 }
 
-// A column name as amptune spells it: SQLite's names do not tell case apart (internal.h
-// same_name), so a database whose runs table says "CONFIG_JSON" is read as amptune's.
-std::string lower(std::string text) {
-  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return text;
-}
-
 bool is_json_type(const std::string& declared) { return upper(declared).find("JSON") != std::string::npos; }
-bool is_bool_type(const std::string& declared) { return upper(declared).find("BOOL") != std::string::npos; }
 
 // Binds a RunSpec::columns value (JSON text) to a column of the given declared type.
 void bind_setting(Statement& statement, int index, const json& value, const std::string& declared) {
@@ -113,24 +65,6 @@ void bind_setting(Statement& statement, int index, const json& value, const std:
   }
 }
 
-// Reads a setting column back as JSON text.
-std::string read_setting(const Statement& statement, int column, const std::string& declared) {
-  switch (statement.column_type(column)) {
-    case SQLITE_INTEGER: {
-      int64_t value = statement.column_int(column);
-      if (is_bool_type(declared)) return value ? "true" : "false";
-      return std::to_string(value);
-    }
-    case SQLITE_FLOAT:
-      return json(statement.column_double(column)).dump();
-    case SQLITE_TEXT:
-      if (is_json_type(declared)) return statement.column_text(column);
-      return json(statement.column_text(column)).dump();
-    default:
-      return json(statement.column_text(column)).dump();  // BLOB: not written by amptune
-  }
-}
-
 bool all_digits(const std::string& text) {
   return !text.empty() &&
          std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c); });
@@ -140,26 +74,6 @@ constexpr const char* kRunSelect =
     "SELECT r.*, s.name AS sweep_name, "
     "(SELECT COALESCE(MAX(e.epoch) + 1, 0) FROM epochs e WHERE e.run_id = r.id) AS epochs_done "
     "FROM runs r JOIN sweeps s ON s.id = r.sweep_id ";
-
-// The status in column `column` of run `id`'s row; bad_value for a word amptune never writes.
-records::RunStatus status_of(const std::string& path, const Statement& row, int column, int64_t id) {
-  const std::string text = row.column_text(column);
-  try {
-    return records::parse_status(text);
-  } catch (const StoreError&) {
-    detail::bad_value(path, {"runs", id, "status"},
-                      "holds '" + log::clipped(text, 40) + "', not a run status (pending, "
-                      "running, done, failed, diverged or pruned)");
-  }
-}
-
-// The id of the run `row` holds (the column named id; 0 when there is none).
-int64_t run_id_of(const Statement& row) {
-  for (int column = 0; column < row.column_count(); ++column) {
-    if (lower(row.column_name(column)) == "id") return row.column_int(column);
-  }
-  return 0;
-}
 
 // The JSON columns of a run read from `path`, checked to be what amptune writes: config_json,
 // axes_json and a fork's overrides JSON objects, summary_json JSON when there is one. Every
@@ -178,137 +92,42 @@ void check_run_json(const std::string& path, const records::RunRow& run) {
   }
 }
 
-// The columns of a fork (read_run found its parent_run_id).
-void read_fork_columns(const std::string& path, const Statement& row, records::RunRow& run) {
-  for (int column = 0; column < row.column_count(); ++column) {
-    const std::string name = lower(row.column_name(column));
-    if (name == "parent_epoch") {
-      run.fork->parent_epoch = static_cast<int>(
-          detail::int_column(path, row, column, {"runs", run.id, name}, 0, detail::kMaxEpoch));
-    } else if (name == "fork_overrides") {
-      run.fork->overrides_json = row.column_text(column);
-    } else if (name == "fork_changes") {
-      run.fork->changes = row.column_text(column);
-    } else if (name == "reset_optimizer") {
-      run.fork->reset_optimizer = row.column_int(column) != 0;
-    }
-  }
-}
-
-// The columns of the process that holds a run (read_run found its claim_pid).
-void read_holder_columns(const Statement& row, records::RunRow& run) {
-  for (int column = 0; column < row.column_count(); ++column) {
-    const std::string name = lower(row.column_name(column));
-    if (name == "claim_machine") run.holder->machine = row.column_text(column);
-    else if (name == "claim_pid_start") run.holder->start_ticks = row.column_int(column);
-  }
-}
-
-// A text column of the run's provenance (who ran it, where, with what) into `p`; false for
-// another column.
-bool read_provenance_text(const std::string& name, const Statement& row, int column,
-                          records::Provenance& p) {
-  std::string* field = name == "amptune_version" ? &p.amptune_version
-                       : name == "git_commit"    ? &p.git_commit
-                       : name == "torch_version" ? &p.torch_version
-                       : name == "host"          ? &p.host
-                       : name == "allocator"     ? &p.allocator
-                       : name == "blas"          ? &p.blas
-                       : name == "device"        ? &p.device
-                       : name == "command_line"  ? &p.command_line
-                                                 : nullptr;
-  if (field) *field = row.column_text(column);
-  return field != nullptr;
-}
-
-records::RunRow read_run(const std::string& path, const Statement& row,
-                const SettingColumns& setting_columns) {
+// A run of `row` (kRunSelect): each column of runs into its member of RunRow (its descriptor's
+// fill, columns.h), the JSON columns checked.
+records::RunRow read_run(const detail::Row& row) {
   records::RunRow run;
-  run.id = run_id_of(row);
-  // An INTEGER column of this run in [min, max] (detail::int_column).
-  auto number = [&](int column, int64_t min, int64_t max) {
-    return static_cast<int>(detail::int_column(
-        path, row, column, {"runs", run.id, lower(row.column_name(column))}, min, max));
+  run.id = row.id();
+  auto is_set = [&](const char* column) {
+    return row.index(column) >= 0 && !row.is_null(column);
   };
-  std::map<std::string, std::string> declared;
-  for (const auto& [name, type] : setting_columns) declared[lower(name)] = type;
-  for (int column = 0; column < row.column_count(); ++column) {
-    const std::string name = lower(row.column_name(column));
-    if (name == "id") {
-      continue;  // run_id_of's
-    } else if (name == "sweep_id") run.sweep_id = row.column_int(column);
-    else if (name == "sweep_name") run.sweep_name = row.column_text(column);
-    else if (name == "name") run.name = row.column_text(column);
-    else if (name == "cell_index") run.cell_index = number(column, 0, detail::kMaxInt);
-    else if (name == "label") run.label = row.column_text(column);
-    else if (name == "status") run.status = status_of(path, row, column, run.id);
-    else if (name == "config_json") run.config_json = row.column_text(column);
-    else if (name == "config_hash") run.config_hash = row.column_text(column);
-    else if (name == "data_fingerprint") run.data_fingerprint = row.column_text(column);
-    else if (name == "legacy_config_hash") run.legacy_config_hash = row.column_text(column);
-    else if (name == "axes_json") run.axes_json = row.column_text(column);
-    else if (name == "epochs_done") {  // kRunSelect's, from epochs
-      run.epochs_done = static_cast<int>(detail::int_column(
-          path, row, column, {"runs", run.id, "epochs_done (its last epoch + 1)"}, 0,
-          detail::kMaxInt));
-    } else if (name == "message") run.message = row.column_text(column);
-    else if (name == "summary_json") run.summary_json = row.column_text(column);
-    else if (name == "started_at") run.started_at = row.column_text(column);
-    else if (name == "finished_at") run.finished_at = row.column_text(column);
-    else if (name == "heartbeat_at") run.heartbeat_at = row.column_text(column);
-    else if (name == "created_at") run.created_at = row.column_text(column);
-    else if (read_provenance_text(name, row, column, run.provenance)) continue;
-    else if (name == "git_dirty") run.provenance.git_dirty = row.column_int(column) != 0;
-    else if (name == "uncounted_ops") run.work.uncounted_ops = row.column_text(column);
-    else if (name == "train_flops_per_sample" || name == "peak_flops") {
-      const double value = detail::real_column(path, row, column, {"runs", run.id, name});
-      (name == "peak_flops" ? run.work.peak_flops : run.work.train_flops_per_sample) =
-          std::isnan(value) ? 0.0 : value;
-    } else if (name == "peak_precision")
-      run.work.peak_precision = row.column_text(column);
-    else if (name == "peak_source")
-      run.work.peak_source = row.column_text(column);
-    else if (name == "threads") {
-      if (!row.is_null(column)) run.provenance.threads = number(column, 0, detail::kMaxInt);
-    } else if (name == "world_size") {
-      if (!row.is_null(column)) run.provenance.world_size = number(column, 0, detail::kMaxInt);
-    } else if (name == "global_batch") {
-      if (!row.is_null(column)) run.provenance.global_batch = row.column_int(column);
-    } else if (name == "claim_pid") {
-      if (!row.is_null(column)) {
-        if (!run.holder) run.holder.emplace();
-        run.holder->pid = row.column_int(column);
-      }
-    } else if (name == "claim_machine" || name == "claim_pid_start") {
-      // read after the loop (claim_pid decides whether the run has a holder)
-    }
-    else if (name == "parent_run_id") {
-      if (!row.is_null(column)) {
-        if (!run.fork) run.fork.emplace();
-        run.fork->parent_run_id = row.column_int(column);
-      }
-    } else if (name == "parent_epoch" || name == "fork_overrides" || name == "fork_changes" ||
-               name == "reset_optimizer") {
-      // read after the loop (parent_run_id decides whether the run is a fork)
-    } else if (auto it = declared.find(name); it != declared.end()) {
-      if (name == "primary_metric") run.primary_metric = row.column_text(column);
-      if (!row.is_null(column)) run.columns[name] = read_setting(row, column, it->second);
-    }
+  if (is_set("parent_run_id")) run.fork.emplace();
+  if (is_set("claim_pid")) run.holder.emplace();
+  run.sweep_name = row.text("sweep_name");
+  run.epochs_done = static_cast<int>(
+      detail::int_column(row.path(), row.statement(), row.index("epochs_done"),
+                         {"runs", run.id, "epochs_done (its last epoch + 1)"}, 0, detail::kMaxInt));
+  for (int column = 0; column < row.size(); ++column) {
+    const detail::Value value = row.value(column);
+    if (value.column() && value.column()->fill) value.column()->fill(value, run);
   }
-  if (run.fork) read_fork_columns(path, row, run);
-  if (run.holder) read_holder_columns(row, run);
-  check_run_json(path, run);
+  check_run_json(row.path(), run);
   return run;
+}
+
+// The runs kRunSelect + `sql` finds, read by read_run.
+std::vector<records::RunRow> read_runs(const std::string& path, Statement& select) {
+  const detail::Row row(path, detail::table("runs"), select, "id");
+  return sql::read_rows(select, [&](const Statement&) { return read_run(row); });
 }
 
 // The run kRunSelect + `where` finds with `key` bound to ?1, if any.
 template <class Key>
-std::optional<records::RunRow> select_run(sqlite3* db, const std::string& path,
-                                 const SettingColumns& setting_columns, const char* where,
-                                 const Key& key) {
+std::optional<records::RunRow> select_run(sqlite3* db, const std::string& path, const char* where,
+                                          const Key& key) {
   Statement select(db, std::string(kRunSelect) + where, key);
-  if (!select.step()) return std::nullopt;
-  return read_run(path, select, setting_columns);
+  std::vector<records::RunRow> runs = read_runs(path, select);
+  if (runs.empty()) return std::nullopt;
+  return std::move(runs.front());
 }
 
 // The run of `sweep_id` that `spec` identifies: the one with its identity, else a run recorded
@@ -380,7 +199,7 @@ SettingColumns read_setting_columns(sqlite3* db) {
   Statement info(db, "SELECT name, type FROM pragma_table_info('runs') ORDER BY cid");
   while (info.step()) {
     std::string name = info.column_text(0);
-    if (!reserved_run_columns().count(lower(name))) columns.emplace_back(name, info.column_text(1));
+    if (!is_reserved_run_column(name)) columns.emplace_back(name, info.column_text(1));
   }
   return columns;
 }
@@ -524,7 +343,7 @@ records::RunRow Store::ensure_run(int64_t sweep_id, const records::RunSpec& spec
                "COALESCE(data_fingerprint, NULLIF(?2, '')) WHERE id = ?3 AND "
                "(config_json IS NOT ?1 OR (data_fingerprint IS NULL AND ?2 <> ''))",
                spec.config_json, spec.data_fingerprint, *id);
-      return select_run(db_, path_, setting_columns_, "WHERE r.id = ?", *id).value();
+      return select_run(db_, path_, "WHERE r.id = ?", *id).value();
     }
 
     if (spec.fork) {
@@ -563,20 +382,20 @@ records::RunRow Store::ensure_run(int64_t sweep_id, const records::RunSpec& spec
     Statement param(db_, "INSERT INTO run_params (run_id, key, value_json) VALUES (?, ?, ?)");
     for (const auto& [key, value] : axes.items()) param.bind_all(run_id, key, value.dump()).run();
 
-    return select_run(db_, path_, setting_columns_, "WHERE r.id = ?", run_id).value();
+    return select_run(db_, path_, "WHERE r.id = ?", run_id).value();
   });
 }
 
 std::optional<records::RunRow> Store::find_run(int64_t id) const {
   return guarded(path_, "reading run " + std::to_string(id),
-                 [&] { return select_run(db_, path_, setting_columns_, "WHERE r.id = ?", id); });
+                 [&] { return select_run(db_, path_, "WHERE r.id = ?", id); });
 }
 
 std::optional<records::RunRow> Store::find_run(const std::string& id_or_name) const {
   if (all_digits(id_or_name) && id_or_name.size() < 19) return find_run(std::stoll(id_or_name));
   return guarded(path_, "reading run " + id_or_name,
                  [&] {
-                   return select_run(db_, path_, setting_columns_, "WHERE r.name = ?",
+                   return select_run(db_, path_, "WHERE r.name = ?",
                                      id_or_name);
                  });
 }
@@ -586,10 +405,7 @@ std::vector<records::RunRow> Store::runs(const std::optional<std::string>& sweep
     Statement select(db_, std::string(kRunSelect) + (sweep_name ? "WHERE s.name = ? " : "") +
                               "ORDER BY s.id, r.cell_index, r.id");
     if (sweep_name) select.bind(1, *sweep_name);
-    return sql::read_rows(select,
-                          [&](const Statement& row) {
-                            return read_run(path_, row, setting_columns_);
-                          });
+    return read_runs(path_, select);
   });
 }
 
@@ -600,9 +416,7 @@ std::vector<records::RunRow> Store::runs(const std::string& sweep_name, int64_t 
                      std::string(kRunSelect) +
                          "WHERE s.name = ? ORDER BY s.id, r.cell_index, r.id LIMIT ? OFFSET ?",
                      sweep_name, limit, offset);
-    return sql::read_rows(select, [&](const Statement& row) {
-      return read_run(path_, row, setting_columns_);
-    });
+    return read_runs(path_, select);
   });
 }
 

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "store/columns.h"
 #include "store/internal.h"
 #include "store/sqlite.h"
 #include "store/store.h"
@@ -15,88 +16,76 @@ using sql::Statement;
 
 namespace {
 
+// The columns of a tune_searches row search_row reads (and its sweep's name).
 const char* const kSearchColumns =
     "t.id, t.sweep_id, t.block_json, t.metric, t.higher_is_better, t.reference_run_id, "
-    "t.start_run_id, t.status, coalesce(t.answer_run_id, 0), t.answer_yaml, t.answer_value, "
-    "t.reference_value, coalesce(t.epochs_spent, 0), coalesce(t.grid_epochs, 0), t.note, "
-    "t.created_at, coalesce(t.finished_at, ''), s.name";
+    "t.start_run_id, t.status, coalesce(t.answer_run_id, 0) AS answer_run_id, t.answer_yaml, "
+    "t.answer_value, t.reference_value, t.epochs_spent, t.grid_epochs, t.note, t.created_at, "
+    "coalesce(t.finished_at, '') AS finished_at, s.name AS sweep_name";
 
-using detail::kMaxEpoch;
-using detail::kMaxInt;
-
-// An INTEGER column of `row` (a row of `table` whose id or rowid is `id`) in [min, max].
-int int_of(const std::string& path, const Statement& row, int column, const detail::Cell& cell,
-           int64_t min, int64_t max) {
-  return static_cast<int>(detail::int_column(path, row, column, cell, min, max));
-}
-
-// A tune_searches row of `path` (kSearchColumns), its numbers and JSON checked as they are read.
-records::TuneSearchRow search_row(const std::string& path, const Statement& row) {
+// A tune_searches row (kSearchColumns), its numbers and JSON checked as they are read.
+records::TuneSearchRow search_row(const detail::Row& row) {
   records::TuneSearchRow t;
-  t.id = row.column_int(0);
-  auto cell = [&](const char* column) { return detail::Cell{"tune_searches", t.id, column}; };
-  t.sweep_id = row.column_int(1);
-  t.block_json = row.column_text(2);
-  detail::json_object_column(path, cell("block_json"), t.block_json);
-  t.metric = row.column_text(3);
-  t.higher_is_better = int_of(path, row, 4, cell("higher_is_better"), 0, 1) != 0;
-  t.reference_run_id = row.column_int(5);
-  t.start_run_id = row.column_int(6);
-  t.status = detail::word_column(path, cell("status"), row.column_text(7), records::parse_tune_status);
-  t.answer_run_id = row.column_int(8);
-  t.answer_yaml = row.column_text(9);
-  t.answer_value = detail::real_column(path, row, 10, cell("answer_value"));
-  t.reference_value = detail::real_column(path, row, 11, cell("reference_value"));
-  t.epochs_spent = int_of(path, row, 12, cell("epochs_spent"), 0, kMaxInt);
-  t.grid_epochs = int_of(path, row, 13, cell("grid_epochs"), 0, kMaxInt);
-  t.note = row.column_text(14);
-  t.created_at = row.column_text(15);
-  t.finished_at = row.column_text(16);
-  t.sweep_name = row.column_text(17);
+  t.id = row.id();
+  t.sweep_id = row.integer("sweep_id");
+  t.block_json = row.text("block_json");
+  row.value("block_json").require_json_object();
+  t.metric = row.text("metric");
+  t.higher_is_better = row.integer("higher_is_better") != 0;
+  t.reference_run_id = row.integer("reference_run_id");
+  t.start_run_id = row.integer("start_run_id");
+  t.status = row.word("status", records::parse_tune_status);
+  t.answer_run_id = row.integer("answer_run_id");
+  t.answer_yaml = row.text("answer_yaml");
+  t.answer_value = row.number("answer_value");
+  t.reference_value = row.number("reference_value");
+  t.epochs_spent = row.small("epochs_spent");  // NULL: 0
+  t.grid_epochs = row.small("grid_epochs");
+  t.note = row.text("note");
+  t.created_at = row.text("created_at");
+  t.finished_at = row.text("finished_at");
+  t.sweep_name = row.text("sweep_name");
   return t;
 }
 
-// A tune_rounds row of `path` (search_id, round, kind, start_run_id, fork_epoch,
-// diagnosis_epoch, note, rowid), checked as it is read.
-records::TuneRoundRow round_row(const std::string& path, const Statement& row) {
-  auto cell = [&](const char* column) {
-    return detail::Cell{"tune_rounds", row.column_int(7), column};
-  };
+std::vector<records::TuneSearchRow> search_rows(const std::string& path, Statement& select) {
+  const detail::Row row(path, detail::table("tune_searches"), select, "id");
+  return sql::read_rows(select, [&](const Statement&) { return search_row(row); });
+}
+
+// A tune_rounds row (Store::tune_rounds's columns, rowid AS row_id), checked as it is read.
+records::TuneRoundRow round_row(const detail::Row& row) {
   records::TuneRoundRow r;
-  r.search_id = row.column_int(0);
-  r.round = int_of(path, row, 1, cell("round"), 0, kMaxInt);
-  r.kind = detail::word_column(path, cell("kind"), row.column_text(2), records::parse_round_kind);
-  r.start_run_id = row.column_int(3);
-  r.fork_epoch = int_of(path, row, 4, cell("fork_epoch"), -1, kMaxEpoch);
-  if (!row.is_null(5))
-    r.diagnosis_epoch = int_of(path, row, 5, cell("diagnosis_epoch"), -1, kMaxEpoch);
-  r.note = row.column_text(6);
+  r.search_id = row.integer("search_id");
+  r.round = row.small("round");
+  r.kind = row.word("kind", records::parse_round_kind);
+  r.start_run_id = row.integer("start_run_id");
+  r.fork_epoch = row.small("fork_epoch");
+  if (!row.is_null("diagnosis_epoch")) r.diagnosis_epoch = row.small("diagnosis_epoch");
+  r.note = row.text("note");
   return r;
 }
 
-// A tune_candidates row of `path` (the columns of Store::tune_candidates, rowid last), checked
-// as it is read: change_json a JSON object, the numbers in range.
-records::TuneCandidateRow candidate_row(const std::string& path, const Statement& row) {
-  auto cell = [&](const char* column) {
-    return detail::Cell{"tune_candidates", row.column_int(15), column};
-  };
+// A tune_candidates row (Store::tune_candidates's columns, rowid AS row_id), checked as it is
+// read: change_json a JSON object, the numbers in range.
+records::TuneCandidateRow candidate_row(const detail::Row& row) {
   records::TuneCandidateRow c;
-  c.search_id = row.column_int(0);
-  c.round = int_of(path, row, 1, cell("round"), 0, kMaxInt);
-  c.seq = int_of(path, row, 2, cell("seq"), 0, kMaxInt);
-  c.move = row.column_text(3);
-  c.change_json = row.column_text(4);
-  detail::json_object_column(path, cell("change_json"), c.change_json);
-  c.reason = row.column_text(5);
-  c.advice_rule = row.column_text(6);
-  c.advice_module = row.column_text(7);
-  c.run_id = row.column_int(8);
-  c.parent_run_id = row.column_int(9);
-  c.fork_epoch = int_of(path, row, 10, cell("fork_epoch"), -1, kMaxEpoch);
-  c.rung = int_of(path, row, 11, cell("rung"), -1, kMaxInt);  // -1: NULL, no rung yet
-  c.value = detail::real_column(path, row, 12, cell("value"));
-  c.reference_value = detail::real_column(path, row, 13, cell("reference_value"));
-  c.outcome = detail::word_column(path, cell("outcome"), row.column_text(14), records::parse_outcome);
+  c.search_id = row.integer("search_id");
+  c.round = row.small("round");
+  c.seq = row.small("seq");
+  c.move = row.text("move");
+  c.change_json = row.text("change_json");
+  row.value("change_json").require_json_object();
+  c.reason = row.text("reason");
+  c.advice_rule = row.text("advice_rule");  // NULL: ""
+  c.advice_module = row.text("advice_module");
+  c.run_id = row.integer("run_id");
+  c.parent_run_id = row.is_null("parent_run_id") ? 0 : row.integer("parent_run_id");
+  c.fork_epoch = row.small("fork_epoch");
+  c.rung = row.small("rung", -1);  // NULL: no rung yet
+  c.value = row.number("value");
+  c.reference_value = row.number("reference_value");
+  c.outcome = row.word("outcome", records::parse_outcome);
   return c;
 }
 
@@ -116,8 +105,7 @@ records::TuneSearchRow Store::ensure_tune_search(const records::TuneSearchRow& r
                          " FROM tune_searches t JOIN sweeps s ON s.id = t.sweep_id "
                          "WHERE t.sweep_id = ? AND t.block_json = ?",
                      row.sweep_id, row.block_json);
-    select.step();
-    return search_row(path_, select);
+    return search_rows(path_, select).at(0);
   });
 }
 
@@ -128,7 +116,7 @@ std::vector<records::TuneSearchRow> Store::tune_searches(const std::string& swee
                          " FROM tune_searches t JOIN sweeps s ON s.id = t.sweep_id "
                          "WHERE s.name = ? ORDER BY t.id",
                      sweep);
-    return sql::read_rows(select, [&](const Statement& row) { return search_row(path_, row); });
+    return search_rows(path_, select);
   });
 }
 
@@ -192,10 +180,11 @@ std::vector<records::TuneRoundRow> Store::tune_rounds(int64_t search_id) const {
       path_, "reading the rounds of tune search " + std::to_string(search_id), [&] {
         Statement select(db_,
                          "SELECT search_id, round, kind, start_run_id, fork_epoch, "
-                         "diagnosis_epoch, note, rowid FROM tune_rounds WHERE search_id = ? "
-                         "ORDER BY round",
+                         "diagnosis_epoch, note, rowid AS row_id FROM tune_rounds "
+                         "WHERE search_id = ? ORDER BY round",
                          search_id);
-        return sql::read_rows(select, [&](const Statement& row) { return round_row(path_, row); });
+        const detail::Row row(path_, detail::table("tune_rounds"), select, "row_id");
+        return sql::read_rows(select, [&](const Statement&) { return round_row(row); });
       });
 }
 
@@ -203,14 +192,13 @@ std::vector<records::TuneCandidateRow> Store::tune_candidates(int64_t search_id)
   return detail::guarded(
       path_, "reading the candidates of tune search " + std::to_string(search_id), [&] {
         Statement select(db_,
-                         "SELECT search_id, round, seq, move, change_json, reason, "
-                         "coalesce(advice_rule, ''), coalesce(advice_module, ''), run_id, "
-                         "coalesce(parent_run_id, 0), fork_epoch, coalesce(rung, -1), value, "
-                         "reference_value, outcome, rowid FROM tune_candidates "
+                         "SELECT search_id, round, seq, move, change_json, reason, advice_rule, "
+                         "advice_module, run_id, parent_run_id, fork_epoch, rung, value, "
+                         "reference_value, outcome, rowid AS row_id FROM tune_candidates "
                          "WHERE search_id = ? ORDER BY round, seq",
                          search_id);
-        return sql::read_rows(select,
-                              [&](const Statement& row) { return candidate_row(path_, row); });
+        const detail::Row row(path_, detail::table("tune_candidates"), select, "row_id");
+        return sql::read_rows(select, [&](const Statement&) { return candidate_row(row); });
       });
 }
 

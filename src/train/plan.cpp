@@ -345,37 +345,9 @@ int resolve_threads(const Settings& settings, int override_threads) {
 
 std::string resolve_device(const Settings& settings) { return pick_device(settings.device).str(); }
 
-std::string default_checkpoint_root(const std::string& db_path) {
-  const std::filesystem::path db(db_path);
-  return (db.parent_path() / "checkpoints" / db.stem()).string();
-}
-
 std::string checkpoint_dir(const CheckpointSettings& checkpoint, const std::string& db_path,
                            int64_t run_id) {
-  const std::string dir =
-      checkpoint.dir.empty() ? default_checkpoint_root(db_path) : checkpoint.dir;
-  return (std::filesystem::path(dir) / std::to_string(run_id)).string();
-}
-
-std::string checkpoint_file_name(int64_t epoch) {
-  char name[48];
-  std::snprintf(name, sizeof name, "epoch_%04lld.safetensors", static_cast<long long>(epoch));
-  return name;
-}
-
-bool is_checkpoint_file_name(const std::string& name) {
-  constexpr size_t kPrefix = 6;  // "epoch_"
-  size_t digits = 0;
-  while (kPrefix + digits < name.size() &&
-         std::isdigit(static_cast<unsigned char>(name[kPrefix + digits]))) {
-    ++digits;
-  }
-  return name.rfind("epoch_", 0) == 0 && digits > 0 &&
-         (kPrefix + digits == name.size() || name[kPrefix + digits] == '.');
-}
-
-std::string checkpoint_dir(const Config& config, const std::string& db_path, int64_t run_id) {
-  return checkpoint_dir(Settings::from(config).checkpoint, db_path, run_id);
+  return checkpoint_dir(checkpoint.dir, db_path, run_id);
 }
 
 }  // namespace amptune::train

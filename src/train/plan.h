@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "records/records.h"
+#include "train/checkpoint_layout.h"
 #include "train/run_input.h"
 
 namespace amptune {
@@ -36,20 +37,10 @@ int resolve_threads(const Settings& settings, int override_threads);
 // "cpu" or "cuda:0": where a run trains on this machine (its setting `device`).
 std::string resolve_device(const Settings& settings);
 
-// Where a database keeps its runs' checkpoints by default: <db dir>/checkpoints/<db file stem>
-// (results/checkpoints/amptune for results/amptune.sqlite), so two databases in one directory never
-// share run directories.
-std::string default_checkpoint_root(const std::string& db_path);
-// Directory of a run's checkpoints: checkpoint.dir/<run id>, or default_checkpoint_root of the
-// database at `db_path`/<run id>.
+// Directory of a run's checkpoints (checkpoint_layout.h checkpoint_dir): checkpoint.dir/<run id>,
+// or default_checkpoint_root of the database at `db_path`/<run id>.
 std::string checkpoint_dir(const CheckpointSettings& checkpoint, const std::string& db_path,
                            int64_t run_id);
-std::string checkpoint_dir(const Config& config, const std::string& db_path, int64_t run_id);
-// The file name of a run's checkpoint of `epoch` in its directory: "epoch_0004.safetensors".
-std::string checkpoint_file_name(int64_t epoch);
-// Whether `name` is one a checkpoint of a run has: epoch_<digits>, with an extension or none
-// (.safetensors, or .pt of earlier releases).
-bool is_checkpoint_file_name(const std::string& name);
 
 // Everything about `config` that can refuse a run before it trains, without touching data: the
 // model, the amp policy (combinations apex refuses), the cast point names (and that the model has

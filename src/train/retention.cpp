@@ -73,9 +73,10 @@ bool remove_own_checkpoint(const std::string& path, const std::string& run_dir) 
   std::error_code ec;
   const fs::path file(path);
   const bool regular = fs::is_regular_file(fs::symlink_status(file, ec));
-  if (!regular || normal(file.parent_path()) != normal(run_dir)) {
+  if (!regular || !is_checkpoint_file_name(file.filename().string()) ||
+      normal(file.parent_path()) != normal(run_dir)) {
     if (fs::exists(fs::symlink_status(file, ec))) {
-      log::warn("not deleting " + path + ": it is not a file in the run's own checkpoint folder " +
+      log::warn("not deleting " + path + ": it is not a checkpoint file in the run's own folder " +
                 run_dir + " (a path recorded by another database?); its record is dropped");
     }
     return false;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "records/records.h"
+#include "train/checkpoint_layout.h"
 
 namespace amptune::train {
 
@@ -28,8 +29,9 @@ std::set<int> retained_epochs(const std::vector<records::EpochRow>& rows,
                               const RetentionPolicy& policy, const std::vector<int>& fork_epochs);
 
 // Deletes the recorded checkpoint file `path` of a run whose own checkpoint folder is `run_dir`
-// (checkpoint_dir) only when it lies directly in that folder and is a regular file, not a link;
-// otherwise leaves the file and says so (a warning naming it). A path that came from another
+// (checkpoint_layout.h checkpoint_dir) only when it lies directly in that folder, has a
+// checkpoint's name (is_checkpoint_file_name) and is a regular file, not a link; otherwise leaves
+// the file and says so (a warning naming it). A path that came from another
 // database (merge) or a copied row can so never make amptune delete anything outside its own
 // tree. Returns whether the file was deleted.
 bool remove_own_checkpoint(const std::string& path, const std::string& run_dir);

@@ -21,7 +21,7 @@
 #include "core/error.h"
 #include "store/store.h"
 #include "unit/store/typical_epoch.h"
-#include "support/checkpoint_layout.h"
+#include "train/checkpoint_layout.h"
 
 namespace {
 
@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
     for (const char* pass : {"merge into a new database", "merge again (all there)"}) {
       const double cpu = cpu_seconds();
       start = std::chrono::steady_clock::now();
-      MergeReport report = Store(into).merge(inputs, amptune::testing::checkpoint_layout());
+      MergeReport report = Store(into).merge(inputs, amptune::train::checkpoint_layout());
       const double wall =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       int64_t added = 0, unchanged = 0, copied = 0;

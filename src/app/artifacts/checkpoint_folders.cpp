@@ -11,12 +11,11 @@
 #include <map>
 #include <set>
 
-#include "core/config.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "core/log.h"
 #include "core/settings.h"
-#include "train/plan.h"
+#include "train/checkpoint_layout.h"
 #include "train/retention.h"
 
 namespace amptune::app {
@@ -51,7 +50,7 @@ void apply_retention(store::Store& store, int64_t run_id, const CheckpointSettin
   if (policy.keep_last == 0 && policy.keep_best == 0) return;
   const auto rows = store.epochs(run_id);
   const std::set<int> keep = train::retained_epochs(rows, policy, store.fork_epochs(run_id));
-  const std::string run_dir = train::checkpoint_dir(checkpoint, store.path(), run_id);
+  const std::string run_dir = train::checkpoint_dir(checkpoint.dir, store.path(), run_id);
   for (auto& row : rows) {
     if (!row.checkpoint || keep.count(row.epoch)) continue;
     train::remove_own_checkpoint(row.checkpoint->path, run_dir);
@@ -60,9 +59,7 @@ void apply_retention(store::Store& store, int64_t run_id, const CheckpointSettin
 }
 
 void claim_checkpoint_root(const CheckpointSettings& checkpoint, const store::Store& store) {
-  const std::string& configured = checkpoint.dir;
-  const fs::path root = configured.empty() ? fs::path(train::default_checkpoint_root(store.path()))
-                                           : fs::path(configured);
+  const fs::path root = train::checkpoint_root(checkpoint.dir, store.path());
   const fs::path marker = root / ".amptune-database";
   const std::string id = store.database_id();
   std::error_code ec;
@@ -110,8 +107,8 @@ GcReport collect_garbage(store::Store& store, bool dry_run) {
   std::set<int64_t> run_ids;
   for (const auto& run : runs) {
     run_ids.insert(run.id);
-    const Config config = Config::from_json(run.config_json, "run " + run.name);
-    const fs::path dir = train::checkpoint_dir(config, store.path(), run.id);
+    const fs::path dir = train::checkpoint_dir(train::configured_checkpoint_dir(run.config_json),
+                                               store.path(), run.id);
     run_dirs.insert(normal(dir));
     std::error_code ec;
     if (!fs::is_directory(dir, ec)) continue;

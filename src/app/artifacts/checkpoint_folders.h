@@ -22,8 +22,8 @@ namespace amptune::app {
 void apply_retention(store::Store& store, int64_t run_id, const CheckpointSettings& checkpoint,
                      const std::string& primary, bool higher_is_better);
 
-// The checkpoint folder of runs with `checkpoint` settings (checkpoint.dir, or
-// default_checkpoint_root of the database) belongs to one database: its file .amptune-database
+// The checkpoint folder of runs with `checkpoint` settings (train/checkpoint_layout.h
+// checkpoint_root: checkpoint.dir, or default_checkpoint_root of the database) belongs to one database: its file .amptune-database
 // names that database's id and path. Creates the folder and the file when missing; throws
 // CheckpointError naming both databases when the file names another (two databases given one
 // checkpoint.dir would write and delete each other's epoch_N files). Called before a run writes
@@ -43,9 +43,10 @@ struct GcReport {
 };
 
 // Finds checkpoint files the database no longer references: regular files in each run's
-// checkpoint directory (checkpoint_dir) that no epoch row references as a kept checkpoint
-// (temp files of interrupted saves included), and the directories under
-// default_checkpoint_root (plan.h) named after run ids that no longer exist. Nothing outside those
+// checkpoint directory (train/checkpoint_layout.h checkpoint_dir, from the checkpoint.dir its
+// stored config names) that no epoch row references as a kept checkpoint (temp files of
+// interrupted saves included), and the directories under default_checkpoint_root named after
+// run ids that no longer exist. Nothing outside those
 // directories is looked at. Directories of running runs are skipped (a save may be in flight),
 // and so is a run directory whose recorded checkpoints are not found at their recorded paths
 // (e.g. relative paths recorded from another working directory). Unless `dry_run`, deletes the

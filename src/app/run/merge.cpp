@@ -3,23 +3,11 @@
 #include <filesystem>
 
 #include "core/error.h"
-#include "train/plan.h"
+#include "train/checkpoint_layout.h"
 
 namespace amptune::app {
 
 namespace fs = std::filesystem;
-
-namespace {
-
-// Where runs keep their checkpoints: train's rule, which merge checks an input's paths against.
-records::CheckpointLayout checkpoint_layout() {
-  records::CheckpointLayout layout;
-  layout.default_root = train::default_checkpoint_root;
-  layout.is_checkpoint_name = train::is_checkpoint_file_name;
-  return layout;
-}
-
-}  // namespace
 
 records::MergeReport merge_databases(const std::string& into,
                                    const std::vector<std::string>& inputs) {
@@ -32,7 +20,7 @@ records::MergeReport merge_databases(const std::string& into,
   }
   try {
     store::Store target(into);
-    return target.merge(inputs, checkpoint_layout());
+    return target.merge(inputs, train::checkpoint_layout());
   } catch (...) {
     if (!existed) {
       // Store created (and migrated) it before the merge failed: an empty database nobody asked
@@ -58,7 +46,7 @@ std::unique_ptr<store::Store> open_databases(const std::vector<std::string>& pat
   std::string name;
   for (const auto& p : paths) name += (name.empty() ? "" : " + ") + p;
   auto merged = store::Store::in_memory(name + " (merged in memory)");
-  records::MergeReport done = merged->merge(paths, checkpoint_layout());
+  records::MergeReport done = merged->merge(paths, train::checkpoint_layout());
   if (report) *report = std::move(done);
   return merged;
 }

@@ -12,7 +12,7 @@
 #include "core/hash.h"
 #include "store/store.h"
 #include "support/scratch.h"
-#include "train/plan.h"
+#include "train/checkpoint_layout.h"
 
 namespace amptune::app {
 namespace {
@@ -40,7 +40,7 @@ class CheckpointGc : public ::testing::Test {
     spec.config_json = config.canonical_json();
     spec.config_hash = config.hash();
     auto run = store.ensure_run(store.ensure_sweep("s", "", "", ""), spec);
-    const fs::path dir = train::checkpoint_dir(config, store.path(), run.id);
+    const fs::path dir = train::checkpoint_dir(ckpt_dir, store.path(), run.id);
     for (int e = 0; e < 2; ++e) {
       const std::string bytes = "checkpoint " + std::to_string(run.id) + "/" + std::to_string(e);
       records::EpochRecord r;
@@ -119,6 +119,38 @@ TEST_F(CheckpointGc, LeavesRunningRunsAndMovedCheckpointsAlone) {
   EXPECT_EQ(report.skipped.size(), 2u);
   EXPECT_TRUE(fs::exists(in_flight));
   EXPECT_TRUE(fs::exists(b_dir / "moved.pt"));
+}
+
+// The layout rule itself (train/checkpoint_layout.h), which gc, retention, the trainer and merge
+// all go by.
+TEST(CheckpointLayout, FoldersAndNamesOfADatabasesRuns) {
+  EXPECT_EQ(train::default_checkpoint_root("results/amptune.sqlite"),
+            "results/checkpoints/amptune");
+  EXPECT_EQ(train::checkpoint_dir("", "results/amptune.sqlite", 12),
+            "results/checkpoints/amptune/12");
+  EXPECT_EQ(train::checkpoint_dir("/scratch/ckpt", "results/amptune.sqlite", 12),
+            "/scratch/ckpt/12");
+  EXPECT_EQ(train::configured_checkpoint_dir(R"({"checkpoint": {"dir": "ckpt"}})"), "ckpt");
+  for (const char* none : {R"({"checkpoint": {"dir": 3}})", R"({"checkpoint": "ckpt"})", "{}",
+                           "[1]", "not json"}) {
+    EXPECT_EQ(train::configured_checkpoint_dir(none), "") << none;
+  }
+  EXPECT_EQ(train::checkpoint_file_name(4), "epoch_0004.safetensors");
+  EXPECT_TRUE(train::is_checkpoint_file_name(train::checkpoint_file_name(12345)));
+  for (const char* name : {"epoch_7", "epoch_0004.pt", "epoch_0004.safetensors"}) {
+    EXPECT_TRUE(train::is_checkpoint_file_name(name)) << name;
+  }
+  for (const char* name : {"epoch_", "epoch_x.pt", "epoch_4x", "passwd", "Epoch_0004.pt"}) {
+    EXPECT_FALSE(train::is_checkpoint_file_name(name)) << name;
+  }
+  // What merge is given: the folder under the input's default root, and the configured one.
+  const records::CheckpointLayout layout = train::checkpoint_layout();
+  EXPECT_EQ(layout.run_dirs("in/a.sqlite", 3, R"({"checkpoint": {"dir": "ckpt"}})"),
+            (std::vector<std::string>{"in/checkpoints/a/3", "ckpt/3"}));
+  EXPECT_EQ(layout.run_dirs("in/a.sqlite", 3, "{}"),
+            (std::vector<std::string>{"in/checkpoints/a/3"}));
+  EXPECT_TRUE(layout.is_checkpoint_name("epoch_0001.safetensors"));
+  EXPECT_FALSE(layout.is_checkpoint_name("model.bin"));
 }
 
 }  // namespace

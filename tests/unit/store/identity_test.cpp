@@ -14,7 +14,7 @@
 #include "store/migrations.h"
 #include "store/store.h"
 #include "unit/store/raw_exec.h"
-#include "support/checkpoint_layout.h"
+#include "train/checkpoint_layout.h"
 #include "support/scratch.h"
 
 namespace amptune::store {
@@ -107,7 +107,7 @@ TEST(Identity, MergeRehashesAnInputOfThePreviousSchema) {
   const std::string old = (dir.path() / "old.sqlite").string();
   write_schema_11(old);
   Store target((dir.path() / "into.sqlite").string());
-  target.merge({old}, testing::checkpoint_layout());
+  target.merge({old}, train::checkpoint_layout());
   expect_rehashed(target);
   // The input was read, not migrated.
   sqlite3* db = nullptr;

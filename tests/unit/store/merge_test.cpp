@@ -20,7 +20,7 @@
 #include "store/migrations.h"
 #include "store/store.h"
 #include "unit/store/raw_exec.h"
-#include "support/checkpoint_layout.h"
+#include "train/checkpoint_layout.h"
 #include "support/errors.h"
 #include "support/scratch.h"
 #include "unit/store/typical_epoch.h"
@@ -172,11 +172,11 @@ class MergeTest : public ::testing::Test {
   void expect_each_refused(const std::vector<std::pair<std::string, std::string>>& cases) {
     const std::string good = path("good.sqlite"), into = path("into.sqlite");
     Shard(good).add(0, 1);
-    Store(into).merge({good}, testing::checkpoint_layout());
+    Store(into).merge({good}, train::checkpoint_layout());
     const auto before = snapshot(into);
     for (const auto& [bad, expected] : cases) {
       const std::string message =
-          testing::message_of<StoreError>([&] { Store(into).merge({good, bad}, testing::checkpoint_layout()); });
+          testing::message_of<StoreError>([&] { Store(into).merge({good, bad}, train::checkpoint_layout()); });
       EXPECT_NE(message.find(bad), std::string::npos) << message;
       EXPECT_NE(message.find(expected), std::string::npos) << bad << ": " << message;
       EXPECT_EQ(snapshot(into), before) << bad;
@@ -215,7 +215,7 @@ TEST_F(MergeTest, CopiesEveryRunUnderNewIdsWithItsRowsAndForkParent) {
     }
   }
   Store target(into);
-  const MergeReport report = target.merge({a, b}, testing::checkpoint_layout());
+  const MergeReport report = target.merge({a, b}, train::checkpoint_layout());
   ASSERT_EQ(report.inputs.size(), 2u);
   EXPECT_EQ(report.inputs[0].runs_added, 2);
   EXPECT_EQ(report.inputs[1].runs_added, 3);
@@ -259,11 +259,11 @@ TEST_F(MergeTest, MergingAgainChangesNothing) {
     const int64_t p = s.add(2, 3);
     s.add(5, 1, RunStatus::kDone, ForkOrigin{p, 0, "{}", "", false});
   }
-  Store(into).merge({a, b}, testing::checkpoint_layout());
+  Store(into).merge({a, b}, train::checkpoint_layout());
   const auto before = snapshot(into);
   ASSERT_EQ(before.at("runs").size(), 4u);
   for (const auto& inputs : {std::vector<std::string>{a}, {b, a}, {a, a, b}}) {
-    const MergeReport again = Store(into).merge(inputs, testing::checkpoint_layout());
+    const MergeReport again = Store(into).merge(inputs, train::checkpoint_layout());
     EXPECT_TRUE(again.conflicts.empty());
     for (const auto& count : again.inputs) {
       EXPECT_EQ(count.runs_added + count.runs_replaced + count.runs_kept, 0) << count.path;
@@ -296,7 +296,7 @@ TEST_F(MergeTest, TheCopyWithMoreEpochsIsKeptAndTheConflictNamed) {
   // A fork of cell 0 in the target, made before the merge brings the better copy of cell 0.
   {
     Store target(into);
-    target.merge({a}, testing::checkpoint_layout());
+    target.merge({a}, train::checkpoint_layout());
     const RunRow cell0 = *target.find_run("grid/0-cell0000");
     RunSpec fork;
     fork.sweep_name = "grid";
@@ -308,7 +308,7 @@ TEST_F(MergeTest, TheCopyWithMoreEpochsIsKeptAndTheConflictNamed) {
   }
   Store target(into);
   const int64_t cell0_id = target.find_run("grid/0-cell0000")->id;
-  const MergeReport report = target.merge({b, c}, testing::checkpoint_layout());
+  const MergeReport report = target.merge({b, c}, train::checkpoint_layout());
   EXPECT_EQ(report.inputs[0].runs_replaced, 2);
   EXPECT_EQ(report.inputs[0].runs_kept, 1);
   EXPECT_EQ(report.inputs[1].runs_kept, 1);
@@ -376,8 +376,8 @@ TEST_F(MergeTest, DiagnosesComeWithTheirRunAndAReplacedCopyBringsItsOwn) {
     diagnose(s.store(), s.add(0, 2), 1, 0.75);  // more epochs: replaces a's copy
   }
   Store target(into);
-  target.merge({a}, testing::checkpoint_layout());
-  target.merge({b}, testing::checkpoint_layout());
+  target.merge({a}, train::checkpoint_layout());
+  target.merge({b}, train::checkpoint_layout());
   const auto rows = target
                         .query("SELECT r.cell_index, d.epoch, d.cosine, a.advice, g.loss_scale "
                                "FROM diagnostics d JOIN runs r ON r.id = d.run_id "
@@ -391,7 +391,7 @@ TEST_F(MergeTest, DiagnosesComeWithTheirRunAndAReplacedCopyBringsItsOwn) {
   EXPECT_EQ(rows[1][1], "-1");
   EXPECT_EQ(rows[1][2], "0.25");
   EXPECT_EQ(target.query("SELECT module FROM first_divergence ORDER BY run_id").rows.size(), 2u);
-  target.merge({a, b}, testing::checkpoint_layout());  // again: nothing changes
+  target.merge({a, b}, train::checkpoint_layout());  // again: nothing changes
   EXPECT_EQ(target.query("SELECT COUNT(*) FROM diagnostics").rows[0][0], "2");
   EXPECT_EQ(target.integrity_check(), "ok");
 }
@@ -427,7 +427,7 @@ TEST_F(MergeTest, PrunedRunsComeWithTheirDecisions) {
     s.store().prune_run(decision(id, 2, PruneAction::kStop, "b stops"));
   }
   Store target(into);
-  target.merge({b, a}, testing::checkpoint_layout());
+  target.merge({b, a}, train::checkpoint_layout());
   const auto pruned = target.find_run("grid/0-cell0000");
   ASSERT_TRUE(pruned);
   EXPECT_EQ(pruned->status, RunStatus::kPruned);
@@ -438,7 +438,7 @@ TEST_F(MergeTest, PrunedRunsComeWithTheirDecisions) {
   EXPECT_EQ(target.query("SELECT run, stopped_after_epoch FROM pruned_runs ORDER BY run").rows,
             (std::vector<std::vector<std::optional<std::string>>>{{"grid/0-cell0000", "0"},
                                                                   {"grid/2-cell2000", "2"}}));
-  target.merge({a, b}, testing::checkpoint_layout());  // again: nothing changes
+  target.merge({a, b}, train::checkpoint_layout());  // again: nothing changes
   EXPECT_EQ(target.query("SELECT COUNT(*) FROM prune_decisions").rows[0][0], "4");
   EXPECT_EQ(target.integrity_check(), "ok");
 }
@@ -480,14 +480,14 @@ TEST_F(MergeTest, PruneDecisionsNameTheComparedRunsByTheirTargetIds) {
   for (const auto& [change, expected] : cases) {
     fs::copy_file(c, a, fs::copy_options::overwrite_existing);
     raw_exec(a, change);
-    const std::string message = testing::message_of<StoreError>([&] { Store(into).merge({a}, testing::checkpoint_layout()); });
+    const std::string message = testing::message_of<StoreError>([&] { Store(into).merge({a}, train::checkpoint_layout()); });
     EXPECT_NE(message.find(a), std::string::npos) << message;
     EXPECT_NE(message.find(expected), std::string::npos) << change << ": " << message;
     EXPECT_EQ(snapshot(into), before) << change;
   }
   fs::copy_file(c, a, fs::copy_options::overwrite_existing);
   Store target(into);
-  target.merge({a}, testing::checkpoint_layout());
+  target.merge({a}, train::checkpoint_layout());
   const int64_t merged = target.find_run("grid/2-cell2000")->id;
   const int64_t compared = target.find_run("grid/1-cell1000")->id;
   ASSERT_NE(compared, other);
@@ -542,14 +542,14 @@ TEST_F(MergeTest, BadInputsAreNamedAndNothingIsWritten) {
   };
   for (const auto& [bad, expected] : cases) {
     const std::string message = testing::message_of<StoreError>([&] {
-      Store(into).merge({good, bad}, testing::checkpoint_layout());
+      Store(into).merge({good, bad}, train::checkpoint_layout());
     });
     EXPECT_NE(message.find(bad), std::string::npos) << message;
     EXPECT_NE(message.find(expected), std::string::npos) << bad << ": " << message;
     EXPECT_EQ(snapshot(into), before) << bad;
   }
   EXPECT_FALSE(fs::exists(missing));  // opened read-only: never created
-  EXPECT_EQ(Store(into).merge({good}, testing::checkpoint_layout()).inputs.at(0).runs_added, 1);
+  EXPECT_EQ(Store(into).merge({good}, train::checkpoint_layout()).inputs.at(0).runs_added, 1);
 }
 
 // Inputs crafted with SQL: what an amptune database never holds is refused before anything is
@@ -638,14 +638,14 @@ TEST_F(MergeTest, NumbersOutsideTheReadersRangeAreRefused) {
   expect_each_refused(cases);
 }
 
-// What Store(into).merge(inputs, testing::checkpoint_layout()) throws, found in a child process given 60 s: an input that
+// What Store(into).merge(inputs, train::checkpoint_layout()) throws, found in a child process given 60 s: an input that
 // makes merge read forever fails the test ("<still merging after 60 s>") instead of hanging it.
 std::string merge_refusal(const std::string& into, const std::vector<std::string>& inputs) {
   const std::string out = into + ".refusal";
   const pid_t pid = ::fork();
   if (pid == 0) {
     {
-      std::ofstream(out) << testing::message_of<StoreError>([&] { Store(into).merge(inputs, testing::checkpoint_layout()); });
+      std::ofstream(out) << testing::message_of<StoreError>([&] { Store(into).merge(inputs, train::checkpoint_layout()); });
     }
     ::_exit(0);
   }
@@ -664,7 +664,7 @@ std::string merge_refusal(const std::string& into, const std::vector<std::string
 TEST_F(MergeTest, NamesAreMatchedAsSqliteMatchesThem) {
   const std::string good = path("good.sqlite"), into = path("into.sqlite");
   Shard(good).add(0, 1);
-  Store(into).merge({good}, testing::checkpoint_layout());
+  Store(into).merge({good}, train::checkpoint_layout());
   const auto before = snapshot(into);
   const std::string forever =
       " AS WITH RECURSIVE x(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM x) "
@@ -707,7 +707,7 @@ TEST_F(MergeTest, CheckpointPathsOutsideTheRunsFolderAreMergedAsDeleted) {
               "UPDATE epochs SET checkpoint_path = 'ckpt/" + std::to_string(id) +
                   "/notes.txt' WHERE epoch = 1");
   Store target(into);
-  const MergeReport report = target.merge({a}, testing::checkpoint_layout());
+  const MergeReport report = target.merge({a}, train::checkpoint_layout());
   EXPECT_EQ(report.foreign_checkpoints, 2);
   EXPECT_EQ(report.first_foreign, "/etc/passwd");
   EXPECT_EQ(report.checkpoints, 1);
@@ -743,7 +743,7 @@ TEST_F(MergeTest, AFailureHalfWayRollsEverythingBack) {
     s.add(0, 1);
   }
   const auto before = snapshot(into);
-  const std::string message = testing::message_of<StoreError>([&] { Store(into).merge({a, b}, testing::checkpoint_layout()); });
+  const std::string message = testing::message_of<StoreError>([&] { Store(into).merge({a, b}, train::checkpoint_layout()); });
   EXPECT_NE(message.find("grid/0-cell0000"), std::string::npos) << message;
   EXPECT_NE(message.find(b), std::string::npos) << message;
   EXPECT_NE(message.find("different configurations"), std::string::npos) << message;
@@ -764,7 +764,7 @@ TEST_F(MergeTest, CheckpointPathsAreKeptAsRecordedAndCheckedFromHere) {
   fs::current_path(dir_.path());
   testing::write_file("ckpt/" + std::to_string(id) + "/epoch_1", "weights");
   Store target(into);
-  const MergeReport report = target.merge({a}, testing::checkpoint_layout());
+  const MergeReport report = target.merge({a}, train::checkpoint_layout());
   fs::current_path(cwd);
   EXPECT_EQ(report.checkpoints, 1);  // the deleted one does not count
   EXPECT_EQ(report.missing_checkpoints, 0);
@@ -792,7 +792,7 @@ TEST_F(MergeTest, AnOlderSchemaMergesByTheColumnsItHas) {
                "INSERT INTO metrics VALUES (1, 1, 'acc1', 55.5);"
                "INSERT INTO metric_info VALUES ('my_error', 0, 'mine');");
   Store target(into);
-  const MergeReport report = target.merge({old}, testing::checkpoint_layout());
+  const MergeReport report = target.merge({old}, train::checkpoint_layout());
   EXPECT_EQ(report.inputs.at(0).schema_version, 2);
   const RunRow run = *target.find_run("old/0-aaaaaaaa");
   EXPECT_EQ(run.status, RunStatus::kDone);
