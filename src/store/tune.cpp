@@ -84,11 +84,14 @@ records::TuneCandidateRow candidate_row(const std::string& path, const Statement
   c.search_id = row.column_int(0);
   c.round = int_of(path, row, 1, cell("round"), 0, kMaxInt);
   c.seq = int_of(path, row, 2, cell("seq"), 0, kMaxInt);
-  c.move = row.column_text(3);
+  c.move = detail::word_column(path, cell("move"), row.column_text(3), parse_tune_move_kind);
   c.change_json = row.column_text(4);
   detail::json_object_column(path, cell("change_json"), c.change_json);
   c.reason = row.column_text(5);
-  c.advice_rule = row.column_text(6);
+  if (!row.column_text(6).empty()) {  // NULL (read as ''): the move came from the order
+    c.advice_rule = detail::word_column(path, cell("advice_rule"), row.column_text(6),
+                                        records::parse_advice_rule);
+  }
   c.advice_module = row.column_text(7);
   c.run_id = row.column_int(8);
   c.parent_run_id = row.column_int(9);
@@ -168,9 +171,11 @@ void Store::record_tune_candidate(const records::TuneCandidateRow& c) {
              "reason, advice_rule, advice_module, run_id, parent_run_id, fork_epoch, rung, "
              "value, reference_value, outcome) VALUES (?, ?, ?, ?, ?, ?, NULLIF(?, ''), "
              "NULLIF(?, ''), ?, NULLIF(?, 0), ?, NULLIF(?, -1), ?, ?, ?)",
-             c.search_id, int64_t{c.round}, int64_t{c.seq}, c.move, c.change_json, c.reason,
-             c.advice_rule, c.advice_module, c.run_id, c.parent_run_id, int64_t{c.fork_epoch},
-             int64_t{c.rung}, c.value, c.reference_value, to_string(c.outcome));
+             c.search_id, int64_t{c.round}, int64_t{c.seq}, to_string(c.move.value()),
+             c.change_json, c.reason,
+             c.advice_rule ? records::to_string(*c.advice_rule) : std::string(), c.advice_module,
+             c.run_id, c.parent_run_id, int64_t{c.fork_epoch}, int64_t{c.rung}, c.value,
+             c.reference_value, to_string(c.outcome));
   });
 }
 
@@ -226,11 +231,14 @@ std::optional<std::vector<records::DiagnosisAdvice>> Store::diagnosis_advice(int
           return std::nullopt;
         }
         Statement select(db_,
-                         "SELECT rule, module, advice FROM diagnosis_advice WHERE run_id = ? "
-                         "AND epoch = ? ORDER BY seq",
+                         "SELECT rule, module, advice, rowid FROM diagnosis_advice WHERE "
+                         "run_id = ? AND epoch = ? ORDER BY seq",
                          run_id, int64_t{epoch});
-        return sql::read_rows(select, [](const Statement& row) {
-          return records::DiagnosisAdvice{row.column_text(0), row.column_text(1), row.column_text(2)};
+        return sql::read_rows(select, [&](const Statement& row) {
+          const detail::Cell rule{"diagnosis_advice", row.column_int(3), "rule"};
+          return records::DiagnosisAdvice{
+              detail::word_column(path_, rule, row.column_text(0), records::parse_advice_rule),
+              row.column_text(1), row.column_text(2)};
         });
       });
 }

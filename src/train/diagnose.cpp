@@ -31,6 +31,8 @@
 namespace amptune::train {
 namespace {
 
+using records::AdviceRule;
+
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // What one pass over a batch leaves: each module's output in execution order with the share of
@@ -127,7 +129,7 @@ records::DiagnosisAdvice overflow_row(const records::DiagnosticRow& r, const Adv
               ", so keep the block that brings the values back into range too: " + list + ": [" +
               parent + "]";
   }
-  return {"activation_overflow", r.module, advice};
+  return {AdviceRule::kActivationOverflow, r.module, advice};
 }
 
 // Rule 1: one row per start of an activation overflow (overflow_starts), then one per overflow
@@ -148,6 +150,41 @@ std::vector<records::DiagnosisAdvice> overflow_advice(const records::Diagnosis& 
   std::stable_sort(all.begin(), all.end(),
                    [](const auto& a, const auto& b) { return a.row.seq < b.row.seq; });
   for (const auto& h : all) out.push_back(overflow_row(h.row, c, ", from finite inputs", h.kept));
+  return out;
+}
+
+// Rule 2: scaled gradients that underflow (the parameter with the largest share above 1 %) and
+// that overflow (the first parameter), each said for the kind of loss scale the run uses.
+std::vector<records::DiagnosisAdvice> gradient_advice(const records::Diagnosis& d,
+                                                      const AdviceContext& c) {
+  const records::DiagnosticRow* under = nullptr;
+  const records::DiagnosticRow* over = nullptr;
+  for (const auto& r : d.rows) {
+    if (r.kind != records::DiagnosticKind::kGradient) continue;
+    if (r.underflow_frac > 0.01 && (!under || r.underflow_frac > under->underflow_frac)) under = &r;
+    if (r.overflow_frac > 0 && !over) over = &r;
+  }
+  std::vector<records::DiagnosisAdvice> out;
+  if (under) {
+    out.push_back({AdviceRule::kGradientUnderflow, under->module,
+                   percent(under->underflow_frac) + " of the gradient values of " + under->module +
+                       " underflow " + to_string(c.dtype) + " at loss scale " +
+                       number(d.loss_scale) +
+                       (c.dynamic_scale
+                            ? ": the dynamic scale is low here; raise amp.min_loss_scale or check "
+                              "for repeated overflows that keep it down"
+                            : ": use amp.loss_scale: dynamic, or a larger static scale")});
+  }
+  if (over) {
+    out.push_back({AdviceRule::kGradientOverflow, over->module,
+                   "scaled gradients of " + over->module + " overflow " + to_string(c.dtype) +
+                       " at loss scale " + number(d.loss_scale) +
+                       (c.dynamic_scale
+                            ? ": such a step is skipped and the scale halved (occasional ones are "
+                              "expected; when nearly every step overflows, look for an activation "
+                              "overflow above)"
+                            : ": every such step fails; lower amp.loss_scale or use dynamic")});
+  }
   return out;
 }
 
@@ -288,39 +325,13 @@ std::vector<records::DiagnosisAdvice> advise(const records::Diagnosis& d, const 
   }
   for (auto& advice : overflow_advice(d, c, overflow)) out.push_back(std::move(advice));
   // 2. Scaled gradients: underflow (the worst parameter) and overflow.
-  const records::DiagnosticRow* under = nullptr;
-  const records::DiagnosticRow* over = nullptr;
-  for (const auto& r : d.rows) {
-    if (r.kind != records::DiagnosticKind::kGradient) continue;
-    if (r.underflow_frac > 0.01 && (!under || r.underflow_frac > under->underflow_frac)) under = &r;
-    if (r.overflow_frac > 0 && !over) over = &r;
-  }
-  if (under) {
-    out.push_back({"gradient_underflow", under->module,
-                   percent(under->underflow_frac) + " of the gradient values of " + under->module +
-                       " underflow " + to_string(c.dtype) + " at loss scale " +
-                       number(d.loss_scale) +
-                       (c.loss_scale == "dynamic"
-                            ? ": the dynamic scale is low here; raise amp.min_loss_scale or check "
-                              "for repeated overflows that keep it down"
-                            : ": use amp.loss_scale: dynamic, or a larger static scale")});
-  }
-  if (over) {
-    out.push_back({"gradient_overflow", over->module,
-                   "scaled gradients of " + over->module + " overflow " + to_string(c.dtype) +
-                       " at loss scale " + number(d.loss_scale) +
-                       (c.loss_scale == "dynamic"
-                            ? ": such a step is skipped and the scale halved (occasional ones are "
-                              "expected; when nearly every step overflows, look for an activation "
-                              "overflow above)"
-                            : ": every such step fails; lower amp.loss_scale or use dynamic")});
-  }
+  for (auto& advice : gradient_advice(d, c)) out.push_back(std::move(advice));
   // 3. BatchNorm in low precision that departs.
   if (c.batchnorm_low) {
     for (const auto& r : d.rows) {
       if (r.kind == records::DiagnosticKind::kForward && c.batchnorm_modules.count(r.module) &&
           !(r.cosine >= d.cosine_min)) {
-        out.push_back({"batchnorm_low_precision", r.module,
+        out.push_back({AdviceRule::kBatchnormLowPrecision, r.module,
                        "BatchNorm " + r.module + " runs in " + to_string(c.dtype) +
                            " and departs (cosine " + number(r.cosine) +
                            "): set amp.keep_batchnorm_fp32: true"});
@@ -332,7 +343,7 @@ std::vector<records::DiagnosisAdvice> advise(const records::Diagnosis& d, const 
   if (auto first = first_divergence(d); first && (!overflow || first->seq < overflow->seq)) {
     const records::DiagnosticRow& r = *first;
     if (!(r.overflow_frac > 0)) {
-      out.push_back({"first_departure", r.module,
+      out.push_back({AdviceRule::kFirstDeparture, r.module,
                      r.module + " is the first module whose output departs from " +
                          to_string(d.against) + " (cosine " + number(r.cosine) + " < " +
                          number(d.cosine_min) + "): try " + list + ": [" + r.module +
@@ -342,7 +353,7 @@ std::vector<records::DiagnosisAdvice> advise(const records::Diagnosis& d, const 
   // 5. Cast points whose truncation is large.
   for (const auto& r : d.rows) {
     if (r.kind == records::DiagnosticKind::kCast && r.frac_rel_err_1e3 > 0.01) {
-      out.push_back({"cast_point", r.module,
+      out.push_back({AdviceRule::kCastPoint, r.module,
                      "casts.int32 point " + r.module + " truncates " + percent(r.frac_rel_err_1e3) +
                          " of its values by more than 1e-3 relative (max absolute error " +
                          number(r.max_abs_err) + "): remove it from casts.int32"});
@@ -418,7 +429,7 @@ PrecisionMap map_precision(Session& session, Precision& precision) {
   AdviceContext& context = map.context;
   context.opt_level = policy.opt_level;
   context.dtype = policy.dtype;
-  context.loss_scale = policy.loss_scale_text();
+  context.dynamic_scale = policy.dynamic_scale;
   context.cast_model = policy.cast_model;
   context.batchnorm_low = policy.cast_model && !policy.keep_batchnorm_fp32;
   const auto& modules = *precision.engine().modules();
