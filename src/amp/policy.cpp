@@ -4,8 +4,10 @@
 #include <cctype>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <stdexcept>
 
 #include "core/error.h"
 #include "core/settings.h"
@@ -218,5 +220,31 @@ std::vector<std::pair<std::string, std::string>> opt_level_change(const AmpSetti
   if (refused(amp.master_weights)) change.emplace_back("amp.master_weights", automatic);
   return change;
 }
+
+namespace {
+
+// apex's levels, least fp32 work first (policy.h fp32_order), with what each keeps in fp32.
+const std::pair<OptLevel, const char*> kTowardFp32[] = {
+    {OptLevel::kO3, "no fp32 copy"},
+    {OptLevel::kO2, "fp32 master weights"},
+    {OptLevel::kO1, "per-op casts, fp32 weights"},
+    {OptLevel::kO0, "all fp32"}};
+
+}  // namespace
+
+int fp32_order(OptLevel level) {
+  for (int i = 0; i < static_cast<int>(std::size(kTowardFp32)); ++i) {
+    if (kTowardFp32[i].first == level) return i;
+  }
+  throw std::logic_error("no place in the opt-level order for " + to_string(level));
+}
+
+std::optional<OptLevel> toward_fp32(OptLevel level) {
+  const size_t next = static_cast<size_t>(fp32_order(level)) + 1;
+  if (next == std::size(kTowardFp32)) return std::nullopt;
+  return kTowardFp32[next].first;
+}
+
+std::string fp32_summary(OptLevel level) { return kTowardFp32[fp32_order(level)].second; }
 
 }  // namespace amptune::amp

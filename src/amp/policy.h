@@ -95,6 +95,17 @@ Policy apex_properties(const AmpSettings& amp);
 std::vector<std::pair<std::string, std::string>> opt_level_change(const AmpSettings& amp,
                                                                   OptLevel to);
 
+// apex's opt levels in the order of the fp32 work they keep, least first: O3 (the whole model in
+// low precision), O2 (fp32 master weights, BatchNorm in fp32), O1 (per-op casts, fp32 weights),
+// O0 (fp32). amptune tune steps along it (one level toward fp32 a move) and ranks by it.
+// The place of `level` in that order: 0 for O3 ... 3 for O0.
+int fp32_order(OptLevel level);
+// The next level toward fp32 (O3 -> O2 -> O1 -> O0); unset at O0.
+std::optional<OptLevel> toward_fp32(OptLevel level);
+// What `level` keeps in fp32, for people: "fp32 master weights" (O2), "per-op casts, fp32
+// weights" (O1), "no fp32 copy" (O3), "all fp32" (O0).
+std::string fp32_summary(OptLevel level);
+
 std::string to_string(Backend backend); // "none" | "native" | "emulate"
 
 }  // namespace amptune::amp

@@ -52,8 +52,8 @@ void print_path(const app::TuneOutcome& out, std::ostream& os) {
     app::Table table({"move", "change", "from", "run", "rung", s.metric, "reference", "outcome"});
     for (const records::TuneCandidateRow& c : out.candidates) {
       if (c.round != r.round) continue;
-      table.add({c.move, change_text(c.change_json),
-                 !c.advice_rule.empty() ? c.advice_rule + " " + c.advice_module
+      table.add({c.move ? to_string(*c.move) : "", change_text(c.change_json),
+                 c.advice_rule ? records::to_string(*c.advice_rule) + " " + c.advice_module
                  : r.kind == records::TuneRoundKind::kSearch
                      ? "move order"
                      : records::to_string(r.kind),  // union, bisect, confirm, reference
@@ -122,11 +122,11 @@ void print_plan(const app::TunePlan& plan, std::ostream& os) {
      << " is better), tolerance "
      << (b.tolerance_abs > 0 ? "abs " + app::significant(b.tolerance_abs, 6)
                              : "rel " + app::significant(b.tolerance_rel, 6))
-     << "; moves " << app::flow_yaml(nlohmann::json(b.moves)) << "; fork_from "
+     << "; moves " << app::moves_yaml(b.moves) << "; fork_from "
      << (b.fork_from ? std::to_string(*b.fork_from) : std::string("auto")) << "\n";
   os << plan.epochs << " epochs per run; budget " << plan.budget << " epochs; halving eta " << b.eta
-     << ", first rung " << b.min_epochs << " epochs past the fork; objective " << b.objective
-     << "\n";
+     << ", first rung " << b.min_epochs << " epochs past the fork; objective "
+     << to_string(b.objective) << "\n";
   os << "sweep " << plan.sweep.name << " checked (dry run: nothing trained or written)\n";
 }
 

@@ -747,12 +747,23 @@ class SweepReader {
     }
   }
 
+  // tune.moves: at least one, each a choice of the schema (which names the allowable moves).
+  void read_tune_moves(TuneBlock& t, const TuneLeaves& read) {
+    for (const std::string& word : read.value("tune.moves").get<std::vector<std::string>>()) {
+      const std::optional<TuneMoveKind> move = parse_tune_move_kind(word);
+      if (!move || !is_allowable(*move)) {
+        fail(read.where("tune.moves"), "tune.moves: no move named '" + word + "'");
+      }
+      t.moves.push_back(*move);
+    }
+    if (t.moves.empty()) fail(read.where("tune.moves"), "tune.moves must name at least one move");
+  }
+
   void read_tune_values(TuneBlock& t, TuneLeaves& read) {
     t.metric = read.value("tune.metric").get<std::string>();
     t.metric_loc = read.where("tune.metric");
     read_tolerance(t, read);
-    t.moves = read.value("tune.moves").get<std::vector<std::string>>();
-    if (t.moves.empty()) fail(read.where("tune.moves"), "tune.moves must name at least one move");
+    read_tune_moves(t, read);
     const std::string fork_from = read.value("tune.fork_from").get<std::string>();
     if (fork_from != "auto") {
       static const std::regex kEpoch("[0-9]{1,6}");
@@ -766,7 +777,12 @@ class SweepReader {
     t.budget_loc = read.where("tune.budget.epochs");
     t.eta = read.value("tune.halving.eta").get<int64_t>();
     t.min_epochs = read.value("tune.halving.min_epochs").get<int64_t>();
-    t.objective = read.value("tune.objective").get<std::string>();
+    const std::string objective = read.value("tune.objective").get<std::string>();
+    const std::optional<Objective> parsed = parse_objective(objective);  // one of its choices
+    if (!parsed) {
+      fail(read.where("tune.objective"), "tune.objective: no objective named '" + objective + "'");
+    }
+    t.objective = *parsed;
     t.diagnose_batches = read.value("tune.diagnose.batches").get<int64_t>();
     t.cosine_min = read.value("tune.diagnose.cosine_min").get<double>();
     t.confirm = read.value("tune.confirm").get<bool>();

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/tune_words.h"
 #include "core/words.h"
 
 namespace amptune {
@@ -79,11 +80,11 @@ struct TuneBlock {
   std::string metric;                           // "" = the model's primary metric
   double tolerance_abs = 0, tolerance_rel = 0;  // exactly one > 0
   Overrides reference, start;
-  std::vector<std::string> moves;
+  std::vector<TuneMoveKind> moves;  // each allowable (core/tune_words.h), each once
   std::optional<int> fork_from;  // unset: auto
   int64_t budget_epochs = 0;     // 0: 8 x schedule.epochs
   int64_t eta = 3, min_epochs = 1;
-  std::string objective = "precision";
+  Objective objective = Objective::kPrecision;
   int64_t diagnose_batches = 2;
   double cosine_min = 0.99;
   bool confirm = true;            // train the answer from scratch when it is a fork

@@ -61,6 +61,13 @@ const NameTable<PruneAction, 2> kPruneAction = {
 const NameTable<DiagnosticKind, 3> kDiagnosticKind = {{{DiagnosticKind::kForward, "forward"},
                                                        {DiagnosticKind::kGradient, "gradient"},
                                                        {DiagnosticKind::kCast, "cast"}}};
+const NameTable<AdviceRule, 6> kAdviceRule = {
+    {{AdviceRule::kActivationOverflow, "activation_overflow"},
+     {AdviceRule::kGradientUnderflow, "gradient_underflow"},
+     {AdviceRule::kGradientOverflow, "gradient_overflow"},
+     {AdviceRule::kBatchnormLowPrecision, "batchnorm_low_precision"},
+     {AdviceRule::kFirstDeparture, "first_departure"},
+     {AdviceRule::kCastPoint, "cast_point"}}};
 
 }  // namespace
 
@@ -69,6 +76,7 @@ std::string to_string(TuneRoundKind value) { return name_in(kRoundKind, value); 
 std::string to_string(CandidateOutcome value) { return name_in(kOutcome, value); }
 std::string to_string(PruneAction value) { return name_in(kPruneAction, value); }
 std::string to_string(DiagnosticKind value) { return name_in(kDiagnosticKind, value); }
+std::string to_string(AdviceRule value) { return name_in(kAdviceRule, value); }
 std::optional<TuneStatus> parse_tune_status(const std::string& text) {
   return value_in(kTuneStatus, text);
 }
@@ -83,6 +91,9 @@ std::optional<PruneAction> parse_prune_action(const std::string& text) {
 }
 std::optional<DiagnosticKind> parse_diagnostic_kind(const std::string& text) {
   return value_in(kDiagnosticKind, text);
+}
+std::optional<AdviceRule> parse_advice_rule(const std::string& text) {
+  return value_in(kAdviceRule, text);
 }
 
 // --- metric names -------------------------------------------------------------------------

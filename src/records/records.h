@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/process.h"
+#include "core/tune_words.h"
 #include "core/words.h"
 
 namespace amptune::records {
@@ -62,6 +63,21 @@ enum class CandidateOutcome { kPending, kWithin, kOutside, kPruned, kDiverged, k
 enum class PruneAction { kStop, kContinue };  // prune_decisions.action
 // diagnostics.kind: a module's output, a parameter's gradient, an int32 cast point's values.
 enum class DiagnosticKind { kForward, kGradient, kCast };
+// diagnosis_advice.rule: the advice rules of amptune diagnose (docs/AMP.md "Advice rules"), in
+// their priority order; made by train/diagnose.cpp, turned into moves by app/tune/tune_rules.cpp.
+enum class AdviceRule {
+  kActivationOverflow,
+  kGradientUnderflow,
+  kGradientOverflow,
+  kBatchnormLowPrecision,
+  kFirstDeparture,
+  kCastPoint
+};
+// Every advice rule, in priority order.
+inline constexpr AdviceRule kAdviceRules[] = {
+    AdviceRule::kActivationOverflow, AdviceRule::kGradientUnderflow,
+    AdviceRule::kGradientOverflow,   AdviceRule::kBatchnormLowPrecision,
+    AdviceRule::kFirstDeparture,     AdviceRule::kCastPoint};
 // The config's words that are columns too (opt_level, dtype, prune rule, loss-scale reason) are
 // enum classes of core/words.h, shared with the layers below the store.
 
@@ -70,11 +86,13 @@ std::string to_string(TuneRoundKind value);
 std::string to_string(CandidateOutcome value);
 std::string to_string(PruneAction value);
 std::string to_string(DiagnosticKind value);
+std::string to_string(AdviceRule value);  // "activation_overflow", "gradient_underflow", ...
 std::optional<TuneStatus> parse_tune_status(const std::string& text);
 std::optional<TuneRoundKind> parse_round_kind(const std::string& text);
 std::optional<CandidateOutcome> parse_outcome(const std::string& text);
 std::optional<PruneAction> parse_prune_action(const std::string& text);
 std::optional<DiagnosticKind> parse_diagnostic_kind(const std::string& text);
+std::optional<AdviceRule> parse_advice_rule(const std::string& text);
 
 // Where a fork starts: another run's checkpoint of one epoch, with changed settings.
 struct ForkOrigin {
@@ -289,7 +307,7 @@ struct DiagnosticRow {
 };
 
 struct DiagnosisAdvice {
-  std::string rule;  // activation_overflow, gradient_underflow, ... (docs/AMP.md)
+  AdviceRule rule = AdviceRule::kFirstDeparture;
   std::string module;
   std::string advice;
 };
@@ -361,10 +379,11 @@ struct TuneCandidateRow {
   int64_t search_id = 0;
   int round = 0;
   int seq = 0;
-  std::string move;
+  std::optional<TuneMoveKind> move;  // unset: the search's start (round 0's node, not stored)
   std::string change_json = "{}";  // the keys it changes over the round's start
   std::string reason;
-  std::string advice_rule, advice_module;  // "" when the move came from the order
+  std::optional<AdviceRule> advice_rule;  // the advice row it came from; unset: the move order
+  std::string advice_module;              // "" when the move came from the order
   int64_t run_id = 0;
   int64_t parent_run_id = 0;  // 0: a fresh run
   int fork_epoch = -1;

@@ -42,7 +42,10 @@ void Store::record_diagnosis(const records::Diagnosis& d) {
                      "VALUES (?, ?, ?, ?, ?, ?)");
     for (size_t i = 0; i < d.advice.size(); ++i) {
       const auto& a = d.advice[i];
-      advice.bind_all(d.run_id, d.epoch, static_cast<int64_t>(i), a.rule, a.module, a.advice).run();
+      advice
+          .bind_all(d.run_id, d.epoch, static_cast<int64_t>(i), records::to_string(a.rule),
+                    a.module, a.advice)
+          .run();
     }
   });
 }

@@ -73,11 +73,13 @@ records::TuneCandidateRow candidate_row(const detail::Row& row) {
   c.search_id = row.integer("search_id");
   c.round = row.small("round");
   c.seq = row.small("seq");
-  c.move = row.text("move");
+  c.move = row.word("move", parse_tune_move_kind);
   c.change_json = row.text("change_json");
   row.value("change_json").require_json_object();
   c.reason = row.text("reason");
-  c.advice_rule = row.text("advice_rule");  // NULL: ""
+  if (!row.text("advice_rule").empty()) {  // NULL (read as ''): the move came from the order
+    c.advice_rule = row.word("advice_rule", records::parse_advice_rule);
+  }
   c.advice_module = row.text("advice_module");
   c.run_id = row.integer("run_id");
   c.parent_run_id = row.is_null("parent_run_id") ? 0 : row.integer("parent_run_id");
@@ -156,9 +158,11 @@ void Store::record_tune_candidate(const records::TuneCandidateRow& c) {
              "reason, advice_rule, advice_module, run_id, parent_run_id, fork_epoch, rung, "
              "value, reference_value, outcome) VALUES (?, ?, ?, ?, ?, ?, NULLIF(?, ''), "
              "NULLIF(?, ''), ?, NULLIF(?, 0), ?, NULLIF(?, -1), ?, ?, ?)",
-             c.search_id, int64_t{c.round}, int64_t{c.seq}, c.move, c.change_json, c.reason,
-             c.advice_rule, c.advice_module, c.run_id, c.parent_run_id, int64_t{c.fork_epoch},
-             int64_t{c.rung}, c.value, c.reference_value, to_string(c.outcome));
+             c.search_id, int64_t{c.round}, int64_t{c.seq}, to_string(c.move.value()),
+             c.change_json, c.reason,
+             c.advice_rule ? records::to_string(*c.advice_rule) : std::string(), c.advice_module,
+             c.run_id, c.parent_run_id, int64_t{c.fork_epoch}, int64_t{c.rung}, c.value,
+             c.reference_value, to_string(c.outcome));
   });
 }
 
@@ -214,11 +218,14 @@ std::optional<std::vector<records::DiagnosisAdvice>> Store::diagnosis_advice(int
           return std::nullopt;
         }
         Statement select(db_,
-                         "SELECT rule, module, advice FROM diagnosis_advice WHERE run_id = ? "
-                         "AND epoch = ? ORDER BY seq",
+                         "SELECT rule, module, advice, rowid FROM diagnosis_advice WHERE "
+                         "run_id = ? AND epoch = ? ORDER BY seq",
                          run_id, int64_t{epoch});
-        return sql::read_rows(select, [](const Statement& row) {
-          return records::DiagnosisAdvice{row.column_text(0), row.column_text(1), row.column_text(2)};
+        return sql::read_rows(select, [&](const Statement& row) {
+          const detail::Cell rule{"diagnosis_advice", row.column_int(3), "rule"};
+          return records::DiagnosisAdvice{
+              detail::word_column(path_, rule, row.column_text(0), records::parse_advice_rule),
+              row.column_text(1), row.column_text(2)};
         });
       });
 }

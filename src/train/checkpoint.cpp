@@ -18,6 +18,7 @@
 #include "core/files.h"
 #include "core/hash.h"
 #include "core/log.h"
+#include "core/words.h"
 #include "data/safetensors.h"
 #include "train/optimizer.h"
 #include "train/phases.h"
@@ -42,10 +43,11 @@ std::vector<torch::Tensor> ordered_params(const torch::optim::Optimizer& optimiz
   return params;
 }
 
-// "sgd" | "adam" (FusedSGD and FusedAdam are these classes too).
-std::string optimizer_kind(const torch::optim::Optimizer& optimizer) {
-  if (dynamic_cast<const torch::optim::SGD*>(&optimizer)) return "sgd";
-  if (dynamic_cast<const torch::optim::Adam*>(&optimizer)) return "adam";
+// Which optim.name `optimizer` is (FusedSGD and FusedAdam are these classes too); its word is
+// the checkpoint's "optimizer" metadata.
+OptimizerName optimizer_kind(const torch::optim::Optimizer& optimizer) {
+  if (dynamic_cast<const torch::optim::SGD*>(&optimizer)) return OptimizerName::kSgd;
+  if (dynamic_cast<const torch::optim::Adam*>(&optimizer)) return OptimizerName::kAdam;
   throw CheckpointError("cannot save the state of this optimizer type");
 }
 
@@ -157,7 +159,7 @@ std::string hint(const std::string& name) {
 // Per-parameter optimizer state, all optional (a parameter without a gradient has none).
 void want_optimizer(const torch::optim::Optimizer& optimizer, Wants& wants) {
   const auto params = ordered_params(optimizer);
-  const bool sgd = optimizer_kind(optimizer) == "sgd";
+  const bool sgd = optimizer_kind(optimizer) == OptimizerName::kSgd;
   for (size_t i = 0; i < params.size(); ++i) {
     const std::string k = param_key(i);
     if (sgd) {
@@ -295,10 +297,10 @@ Contents read_safetensors(std::string_view bytes, const std::string& origin,
   c.meta.config_hash = meta_field(metadata, "config_hash", origin);
   check_owner(c.meta, owners, origin);
   const std::string kind = meta_field(metadata, "optimizer", origin);
-  if (kind != optimizer_kind(optimizer)) {
+  if (parse_optimizer_name(kind) != optimizer_kind(optimizer)) {
     throw CheckpointError("checkpoint " + origin + " holds the state of optimizer " +
                           log::clipped(kind, log::kQuotedBytes) + ", this run uses " +
-                          optimizer_kind(optimizer) + " (another optim.name?)");
+                          to_string(optimizer_kind(optimizer)) + " (another optim.name?)");
   }
   Listing found;
   for (const auto& [name, e] : view.entries()) found[name] = Shape{e.dtype, e.shape};
@@ -435,7 +437,7 @@ void set_optimizer_state(torch::optim::Optimizer& optimizer, const Tensors& tens
   using Map = std::remove_reference_t<decltype(state)>;
   state.clear();
   const auto params = ordered_params(optimizer);
-  const bool sgd = optimizer_kind(optimizer) == "sgd";
+  const bool sgd = optimizer_kind(optimizer) == OptimizerName::kSgd;
   for (size_t i = 0; i < params.size(); ++i) {
     const std::string k = param_key(i);
     auto get = [&](const char* field) {
@@ -537,10 +539,10 @@ CheckpointMeta load_from(std::string_view bytes, const std::string& origin,
 }  // namespace
 
 void copy_optimizer_state(const torch::optim::Optimizer& from, torch::optim::Optimizer& to) {
-  const std::string kind = optimizer_kind(from);
+  const OptimizerName kind = optimizer_kind(from);
   if (kind != optimizer_kind(to)) {
-    throw CheckpointError("the parent's optimizer is " + kind + ", the fork's " +
-                          optimizer_kind(to));
+    throw CheckpointError("the parent's optimizer is " + to_string(kind) + ", the fork's " +
+                          to_string(optimizer_kind(to)));
   }
   const auto a = ordered_params(from), b = ordered_params(to);
   if (a.size() != b.size()) {
@@ -570,7 +572,7 @@ std::string checkpoint_bytes(const torch::nn::Module& model,
       {"epoch", std::to_string(meta.epoch)},
       {"global_step", std::to_string(meta.global_step)},
       {"config_hash", meta.config_hash},
-      {"optimizer", optimizer_kind(optimizer)}};
+      {"optimizer", to_string(optimizer_kind(optimizer))}};
   return safetensors::serialize(state_tensors(model, optimizer, amp), metadata);
 }
 

@@ -66,7 +66,7 @@ struct HiddenOverflow {
 struct AdviceContext {
   OptLevel opt_level = OptLevel::kO0;
   Dtype dtype = Dtype::kFp16;
-  std::string loss_scale;      // "dynamic" or the static scale
+  bool dynamic_scale = false;  // the policy's loss scale is dynamic (amp::Policy), else static
   bool cast_model = false;     // O2/O3
   bool batchnorm_low = false;  // BatchNorm parameters held in low precision (O3, O2 without
                                // keep_batchnorm_fp32)

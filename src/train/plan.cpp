@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -27,7 +28,6 @@
 #include "train/profile.h"
 #include "train/plan.h"
 #include "train/session.h"
-#include "train/task_scripted.h"
 
 namespace amptune::train {
 
@@ -91,17 +91,19 @@ std::map<std::string, std::string> columns_of(const Settings& s) {
 // the amp policy: combinations apex refuses).
 std::map<std::string, std::string> validated_columns(const Config& config, const Settings& s) {
   (void)model_info(s);  // the model and its task exist
+  const ModelEntry& model = model_entry(s.model.name);
+  const ModelCapabilities& can = model.capabilities;
   check_fp32_modules(config, s);
   std::map<std::string, std::string> columns = columns_of(s);
   (void)profile_steps(s.profile);  // [first, last] or []
   const auto& casts = s.casts.int32;
   (void)Int32Casts(casts);  // known cast point names
-  if (!casts.empty() && s.model.name != "rootnet") {
+  if (!casts.empty() && !can.takes_casts) {
     throw ConfigError("casts.int32: the cast points are fields of RootNet's data path; model " +
                       s.model.name + " has none, so they would change nothing; remove casts.int32");
   }
-  check_scripted_input_channels(s);
-  const bool custom = s.model.name == "torchscript" && s.model.task == ModelTask::kCustom;
+  if (model.check) model.check(s);
+  const bool custom = can.custom_task && s.model.task == ModelTask::kCustom;
   const bool tensors = s.data.format == DataFormat::kTensors;
   if (custom && !tensors) {
     throw ConfigError(
@@ -115,7 +117,7 @@ std::map<std::string, std::string> validated_columns(const Config& config, const
         "of model.task custom reads (docs/MODELS.md \"Your own model\"); model " +
         s.model.name + " reads images");
   }
-  if (s.dist.sync_bn && s.model.name == "torchscript") {
+  if (s.dist.sync_bn && !can.sync_bn) {
     throw ConfigError("dist.sync_bn: a TorchScript model's BatchNorm runs the model's own code, "
                       "which amptune cannot synchronise over ranks; set dist.sync_bn: false "
                       "(each rank then normalises over its own part of the batch)");
@@ -241,12 +243,11 @@ std::string data_fingerprint(const Settings& s) {
   }
   const std::string& weights = s.model.weights;
   if (!weights.empty()) add("model.weights", weights, false);
-  const std::string& backbone = s.model.backbone_weights;
-  if (!backbone.empty() && s.model.name == "rootnet") {
-    add("model.backbone_weights", backbone, false);  // read by RootNet only
+  // The model's own file (RootNet's backbone weights, a TorchScript file), only when it reads one.
+  const std::optional<ModelCapabilities> can = model_capabilities(s.model.name);
+  if (can && can->file && !(s.model.*can->file).empty()) {
+    add(can->file_key, s.model.*can->file, false);
   }
-  const std::string& script = s.model.path;
-  if (!script.empty() && s.model.name == "torchscript") add("model.path", script, false);
   return sha256_hex(parts);
 }
 

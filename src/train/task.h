@@ -95,6 +95,10 @@ struct ModelEntry {
   // When set, the evaluation metrics of a run's settings instead (a TorchScript model's own
   // metrics, train/task_scripted.h).
   std::function<std::vector<MetricDef>(const Settings&)> metrics_for;
+  // The model's own checks of a run's settings, beyond its capabilities (validate_config calls
+  // it; ConfigError naming the key); unset: none.
+  std::function<void(const Settings&)> check;
+  ModelCapabilities capabilities;  // model_info.h; a classifier's: the defaults
 };
 
 // Every registered model: the built-in ones in table order (tasks.cpp), then those added with

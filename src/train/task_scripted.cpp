@@ -107,10 +107,12 @@ std::vector<std::pair<std::string, bool>> directions_of(const Settings& settings
   return facts_of(settings).directions;
 }
 
-}  // namespace
-
-void check_scripted_input_channels(const Settings& settings) {
-  if (settings.model.name != "torchscript" || custom(settings)) return;
+// A scripted classifier whose first layer is a Conv2d taking other channels than
+// model.in_channels: ConfigError naming model.in_channels and the value to set (read from the
+// convolution's weight), instead of LibTorch's message in the first step. Nothing for a custom
+// task, or when the first layer is not a Conv2d.
+void check_input_channels(const Settings& settings) {
+  if (custom(settings)) return;
   const FileFacts& facts = facts_of(settings);
   if (facts.input_channels == 0 || facts.input_channels == settings.model.in_channels) return;
   std::string hint = "set model.in_channels: " + std::to_string(facts.input_channels);
@@ -122,6 +124,8 @@ void check_scripted_input_channels(const Settings& settings) {
                     facts.first_layer + ", takes " + std::to_string(facts.input_channels) +
                     " input channel" + (facts.input_channels == 1 ? "" : "s") + "; " + hint);
 }
+
+}  // namespace
 
 namespace {
 
@@ -204,6 +208,14 @@ torch::nn::AnyModule build_classifier(const Settings& settings) {
 
 ModelEntry torchscript_entry() {
   ModelEntry entry = classifier("torchscript", build_classifier);
+  // Its own code: its loss and metrics may be its own, its BatchNorm is not amptune's, and its
+  // file runs when loaded.
+  entry.capabilities.custom_task = true;
+  entry.capabilities.sync_bn = false;
+  entry.capabilities.loads_code = true;
+  entry.capabilities.file_key = "model.path";
+  entry.capabilities.file = &ModelSettings::path;
+  entry.check = check_input_channels;
   const auto classify = entry.make_task;
   entry.make_task = [classify](const Settings& settings) {
     return custom(settings) ? make_custom_task(settings) : classify(settings);

@@ -13,13 +13,9 @@
 
 namespace amptune::train {
 
-// The registry's entry for model.name torchscript.
+// The registry's entry for model.name torchscript: it may be a custom task, its BatchNorm is
+// its own (no dist.sync_bn), its file model.path is code, and its check refuses a first
+// convolution taking other channels than model.in_channels.
 ModelEntry torchscript_entry();
-
-// A scripted classifier (model.name torchscript, model.task classification) whose first layer is
-// a Conv2d taking other channels than model.in_channels: ConfigError naming model.in_channels
-// and the value to set (read from the convolution's weight), instead of LibTorch's message in
-// the first step. Nothing for other models, or when the first layer is not a Conv2d.
-void check_scripted_input_channels(const Settings& settings);
 
 }  // namespace amptune::train

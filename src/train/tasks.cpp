@@ -128,8 +128,23 @@ ModelEntry classifier(const std::string& name, BuildClassifier build) {
       [](const Settings&) { return ModelInfo{"acc1", true}; },
       {"acc1", "acc5"},
       {{"acc1", true}, {"acc5", true}, {"val_loss", false}},
+      {},
+      {},
       {}};
 }
+
+namespace {
+
+// RootNet's: its data path has the int32 cast points; it reads its backbone's ImageNet weights.
+ModelCapabilities rootnet_capabilities() {
+  ModelCapabilities c;
+  c.takes_casts = true;
+  c.file_key = "model.backbone_weights";
+  c.file = &ModelSettings::backbone_weights;
+  return c;
+}
+
+}  // namespace
 
 namespace {
 
@@ -151,7 +166,9 @@ std::vector<ModelEntry>& registry() {
         {"mrpe_z", false},
         {"ap_root_25", true},
         {"val_loss", false}},
-       {}},
+       {},
+       {},
+       rootnet_capabilities()},
       torchscript_entry(),
   };
   return models;
@@ -188,6 +205,13 @@ std::vector<MetricDef> recorded_metrics(const Settings& settings) {
   std::vector<MetricDef> metrics = entry.metrics_for ? entry.metrics_for(settings) : entry.metrics;
   metrics.push_back({"train_loss", false});
   return metrics;
+}
+
+std::optional<ModelCapabilities> model_capabilities(const std::string& model_name) {
+  for (const ModelEntry& entry : registered_models()) {
+    if (entry.name == model_name) return entry.capabilities;
+  }
+  return std::nullopt;
 }
 
 const std::vector<std::string>& headline_metrics(const std::string& model_name) {

@@ -230,7 +230,7 @@ TEST(RootNetCli, TuneFromTheSeedPortEndsWithinTheMrpeTolerance) {
   const auto candidates = store.tune_candidates(search.id);
   ASSERT_FALSE(candidates.empty());
   for (const auto& c : candidates) {
-    if (c.advice_rule.empty()) {
+    if (!c.advice_rule) {
       EXPECT_EQ(c.reason.rfind("move order: ", 0), 0u) << c.reason;
       continue;
     }
@@ -239,8 +239,10 @@ TEST(RootNetCli, TuneFromTheSeedPortEndsWithinTheMrpeTolerance) {
     const auto advice = store.diagnosis_advice(round.start_run_id, *round.diagnosis_epoch);
     ASSERT_TRUE(advice) << "the diagnosis of round " << c.round << " is stored";
     bool found = false;
-    for (const auto& a : *advice) found = found || (a.rule == c.advice_rule && a.module == c.advice_module);
-    EXPECT_TRUE(found) << c.advice_rule << " " << c.advice_module;
+    for (const auto& a : *advice) {
+      found = found || (a.rule == *c.advice_rule && a.module == c.advice_module);
+    }
+    EXPECT_TRUE(found) << records::to_string(*c.advice_rule) << " " << c.advice_module;
   }
   EXPECT_NE(r.out.find("paste into base:\n"), std::string::npos) << r.out;
 }

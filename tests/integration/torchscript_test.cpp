@@ -252,7 +252,7 @@ TEST(TorchScriptCli, TuneFindsAndFixesThePlantedOverflowInTheScriptedModel) {
   EXPECT_EQ(records::to_string(searches[0].status), "answered") << searches[0].note;
   const auto candidates = store.tune_candidates(searches[0].id);
   ASSERT_FALSE(candidates.empty());
-  EXPECT_EQ(candidates[0].advice_rule, "activation_overflow");
+  EXPECT_EQ(candidates[0].advice_rule, records::AdviceRule::kActivationOverflow);
   EXPECT_EQ(candidates[0].advice_module, "conv1");
 }
 

@@ -103,9 +103,9 @@ TEST(TuneCli, FindsThePlantedOverflowAndSpendsLessThanTheGrid) {
   EXPECT_LE(s.row.answer_value, s.row.reference_value + 0.1);
   ASSERT_FALSE(s.candidates.empty());
   // The path starts from the diagnosis that names conv1.
-  EXPECT_EQ(s.candidates[0].advice_rule, "activation_overflow");
+  EXPECT_EQ(s.candidates[0].advice_rule, records::AdviceRule::kActivationOverflow);
   EXPECT_EQ(s.candidates[0].advice_module, "conv1");
-  EXPECT_EQ(s.candidates[0].move, "fp32_modules");
+  EXPECT_EQ(s.candidates[0].move, TuneMoveKind::kFp32Modules);
   EXPECT_EQ(records::to_string(s.candidates[0].outcome), "within");
   EXPECT_EQ(s.candidates[0].run_id, s.row.answer_run_id);
   bool pruned = false;
@@ -257,7 +257,10 @@ TEST(TuneCli, OverflowsAndAStaticScaleTooHighAreEachFixedWithTheirReason) {
   // scale but furthest), then the scale made dynamic from it (round 2).
   std::vector<std::string> path;
   for (const auto& c : s.candidates) {
-    if (c.round <= 2 && c.seq == 0) path.push_back(c.move + " " + c.advice_rule);
+    if (c.round <= 2 && c.seq == 0) {
+      path.push_back(to_string(c.move.value()) + " " +
+                     (c.advice_rule ? records::to_string(*c.advice_rule) : std::string()));
+    }
   }
   ASSERT_GE(path.size(), 2u) << r.out;
   EXPECT_EQ(path[0], "fp32_modules activation_overflow") << r.out;

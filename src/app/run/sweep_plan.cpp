@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/settings.h"
+#include "train/model_info.h"
 #include "train/plan.h"
 
 namespace amptune::app {
@@ -133,13 +134,14 @@ class CellChecks {
     ++position_;
   }
 
-  // Says, once per file and before it is loaded, that checking a TorchScript model runs its
-  // code (docs/MODELS.md "Your own model": a model file is code).
+  // Says, once per file and before it is loaded, that checking a model whose file is code (a
+  // TorchScript model) runs it (docs/MODELS.md "Your own model": a model file is code).
   void announce_model_file(const Config& config) {
-    if (config.get_string("model.name") != "torchscript") return;
-    const std::string path = config.get_string("model.path");
+    const auto can = train::model_capabilities(config.get_string("model.name"));
+    if (!can || !can->loads_code) return;  // (an unknown name: validate_config says so)
+    const std::string path = config.get_string(can->file_key);
     if (!announced_.insert(path).second) return;
-    log::info("model.path " + path + ": loading it to check it; a TorchScript file is code " +
+    log::info(can->file_key + " " + path + ": loading it to check it; a TorchScript file is code " +
               "that runs when it is loaded: use only model files you trust as a script " +
               "(docs/MODELS.md \"Your own model\")");
   }

@@ -12,6 +12,8 @@
 
 namespace amptune::app {
 
+using records::AdviceRule;
+
 double Tolerance::limit(double reference) const {
   const double margin = abs > 0 ? abs : rel * std::fabs(reference);
   return higher_is_better ? reference - margin : reference + margin;
@@ -116,10 +118,6 @@ std::string scale_text(const Setting& s) {
              : s.policy.loss_scale_text();
 }
 
-bool allowed_move(const std::vector<std::string>& allowed, const std::string& move) {
-  return std::find(allowed.begin(), allowed.end(), move) != allowed.end();
-}
-
 bool contains(const std::vector<std::string>& list, const std::string& item) {
   return std::find(list.begin(), list.end(), item) != list.end();
 }
@@ -127,9 +125,9 @@ bool contains(const std::vector<std::string>& list, const std::string& item) {
 // Moves, each change once (the first), the allowed ones only.
 class MoveList {
  public:
-  explicit MoveList(const std::vector<std::string>& allowed) : allowed_(allowed) {}
+  explicit MoveList(const std::vector<TuneMoveKind>& allowed) : allowed_(allowed) {}
   void add(TuneMove move) {
-    if (!allowed_move(allowed_, move.move)) return;
+    if (std::find(allowed_.begin(), allowed_.end(), move.move) == allowed_.end()) return;
     nlohmann::json key = nlohmann::json::array();
     for (const auto& [k, v] : move.change) key.push_back({k, v});
     if (changes_.insert(key.dump()).second) moves_.push_back(std::move(move));
@@ -137,7 +135,7 @@ class MoveList {
   std::vector<TuneMove> take() { return std::move(moves_); }
 
  private:
-  const std::vector<std::string>& allowed_;
+  const std::vector<TuneMoveKind>& allowed_;
   std::set<std::string> changes_;  // dumps of the changes listed
   std::vector<TuneMove> moves_;
 };
@@ -147,36 +145,48 @@ std::optional<TuneMove> advice_move(const records::DiagnosisAdvice& a, const Set
   TuneMove m;
   m.advice_rule = a.rule;
   m.advice_module = a.module;
-  if ((a.rule == "activation_overflow" || a.rule == "first_departure") && !a.module.empty()) {
-    std::string module = a.module;
-    const std::string parent = parent_of(module);
-    if (a.rule == "activation_overflow" && s.policy.cast_model && !parent.empty()) module = parent;
-    if (contains(s.modules, module)) return std::nullopt;
-    std::vector<std::string> list = s.modules;
-    list.push_back(module);
-    m.move = "fp32_modules";
-    m.change = {{"amp.fp32_modules", list}};
-    m.reason = "the diagnosis's " + a.rule + " names " + a.module + ": keep " + module + " in fp32";
-  } else if ((a.rule == "gradient_underflow" || a.rule == "gradient_overflow") &&
-             s.static_scale()) {
-    m.move = "loss_scale";
-    m.change = {{"amp.loss_scale", "dynamic"}};
-    m.reason = "the diagnosis's " + a.rule + " (" + a.module + ") at the static scale " +
-               scale_text(s) + ": scale dynamically";
-  } else if (a.rule == "batchnorm_low_precision" && !s.batchnorm_fp32()) {
-    m.move = "keep_batchnorm_fp32";
-    m.change = {{"amp.keep_batchnorm_fp32", "true"}};
-    m.reason = "the diagnosis finds BatchNorm " + a.module + " departing in low precision";
-  } else if (a.rule == "cast_point" && contains(s.casts, a.module)) {
-    auto kept = s.casts;
-    kept.erase(std::remove(kept.begin(), kept.end(), a.module), kept.end());
-    m.move = "casts";
-    m.change = {{"casts.int32", kept}};
-    m.reason = "the diagnosis finds the int32 cast of " + a.module + " truncating its values";
-  } else {
-    return std::nullopt;
+  const std::string rule = records::to_string(a.rule);
+  switch (a.rule) {
+    case AdviceRule::kActivationOverflow:
+    case AdviceRule::kFirstDeparture: {
+      if (a.module.empty()) return std::nullopt;
+      std::string module = a.module;
+      const std::string parent = parent_of(module);
+      const bool overflow = a.rule == AdviceRule::kActivationOverflow;
+      if (overflow && s.policy.cast_model && !parent.empty()) module = parent;
+      if (contains(s.modules, module)) return std::nullopt;
+      std::vector<std::string> list = s.modules;
+      list.push_back(module);
+      m.move = TuneMoveKind::kFp32Modules;
+      m.change = {{"amp.fp32_modules", list}};
+      m.reason = "the diagnosis's " + rule + " names " + a.module + ": keep " + module + " in fp32";
+      return m;
+    }
+    case AdviceRule::kGradientUnderflow:
+    case AdviceRule::kGradientOverflow:
+      if (!s.static_scale()) return std::nullopt;
+      m.move = TuneMoveKind::kLossScale;
+      m.change = {{"amp.loss_scale", to_string(LossScaleWord::kDynamic)}};
+      m.reason = "the diagnosis's " + rule + " (" + a.module + ") at the static scale " +
+                 scale_text(s) + ": scale dynamically";
+      return m;
+    case AdviceRule::kBatchnormLowPrecision:
+      if (s.batchnorm_fp32()) return std::nullopt;
+      m.move = TuneMoveKind::kKeepBatchnormFp32;
+      m.change = {{"amp.keep_batchnorm_fp32", to_string(AutoBool::kTrue)}};
+      m.reason = "the diagnosis finds BatchNorm " + a.module + " departing in low precision";
+      return m;
+    case AdviceRule::kCastPoint: {
+      if (!contains(s.casts, a.module)) return std::nullopt;
+      auto kept = s.casts;
+      kept.erase(std::remove(kept.begin(), kept.end(), a.module), kept.end());
+      m.move = TuneMoveKind::kCasts;
+      m.change = {{"casts.int32", kept}};
+      m.reason = "the diagnosis finds the int32 cast of " + a.module + " truncating its values";
+      return m;
+    }
   }
-  return m;
+  return std::nullopt;
 }
 
 // The modules the overflow advice names (each kept in fp32 by its own move) kept together: one
@@ -186,7 +196,9 @@ std::optional<TuneMove> overflows_together(const std::vector<TuneMove>& advised,
   std::vector<std::string> list = s.modules;
   std::vector<std::string> named;
   for (const TuneMove& m : advised) {
-    if (m.move != "fp32_modules" || m.advice_rule != "activation_overflow") continue;
+    if (m.move != TuneMoveKind::kFp32Modules || m.advice_rule != AdviceRule::kActivationOverflow) {
+      continue;
+    }
     const std::string module = m.change.front().second.back().get<std::string>();
     if (contains(list, module)) continue;
     list.push_back(module);
@@ -194,12 +206,12 @@ std::optional<TuneMove> overflows_together(const std::vector<TuneMove>& advised,
   }
   if (named.size() < 2) return std::nullopt;
   TuneMove m;
-  m.move = "fp32_modules";
+  m.move = TuneMoveKind::kFp32Modules;
   m.change = {{"amp.fp32_modules", list}};
   m.reason = "the diagnosis finds " + std::to_string(named.size()) +
              " modules overflowing with finite input: keep " + flow_yaml(named) +
              " in fp32 together";
-  m.advice_rule = "activation_overflow";
+  m.advice_rule = AdviceRule::kActivationOverflow;
   m.advice_module = named.front();
   for (size_t i = 1; i < named.size(); ++i) m.advice_module += "," + named[i];
   return m;
@@ -217,23 +229,26 @@ std::optional<TuneMove> lr_move(const Config& current, int fork_epoch) {
     }
   }
   if (!moved) return std::nullopt;
-  return TuneMove{"lr_dec_epoch",
+  return TuneMove{TuneMoveKind::kLrDecEpoch,
                   {{"schedule.lr_dec_epoch", decay}},
-                  "move order: each learning-rate decay after epoch " +
-                      std::to_string(fork_epoch) + " one epoch later",
-                  "",
+                  "move order: each learning-rate decay after epoch " + std::to_string(fork_epoch) +
+                      " one epoch later",
+                  std::nullopt,
                   ""};
 }
 
-// The opt-level move: one step toward fp32 (O3 -> O2 -> O1), never to O0.
+// The opt-level move: one level toward fp32 (amp::toward_fp32), never to O0, the reference's
+// (a search for a lower precision that ends at fp32 has found nothing).
 std::optional<TuneMove> level_move(const Setting& s) {
   const OptLevel level = s.policy.opt_level;
-  if (level != OptLevel::kO3 && level != OptLevel::kO2) return std::nullopt;
-  const OptLevel to = level == OptLevel::kO3 ? OptLevel::kO2 : OptLevel::kO1;
-  TuneMove m{"opt_level", {}, "", "", ""};
-  for (const auto& [key, value] : amp::opt_level_change(s.amp, to)) m.change.emplace_back(key, value);
-  m.reason = "move order: " + to_string(level) + " -> " + to_string(to) +
-             (to == OptLevel::kO2 ? " (fp32 master weights)" : " (per-op casts, fp32 weights)");
+  const std::optional<OptLevel> to = amp::toward_fp32(level);
+  if (!to || *to == OptLevel::kO0) return std::nullopt;
+  TuneMove m{TuneMoveKind::kOptLevel, {}, "", std::nullopt, ""};
+  for (const auto& [key, value] : amp::opt_level_change(s.amp, *to)) {
+    m.change.emplace_back(key, value);
+  }
+  m.reason = "move order: " + to_string(level) + " -> " + to_string(*to) + " (" +
+             amp::fp32_summary(*to) + ")";
   return m;
 }
 
@@ -241,7 +256,7 @@ std::optional<TuneMove> level_move(const Setting& s) {
 
 std::vector<TuneMove> candidate_moves(const Config& current,
                                       const std::vector<records::DiagnosisAdvice>& advice,
-                                      const std::vector<std::string>& allowed, int fork_epoch,
+                                      const std::vector<TuneMoveKind>& allowed, int fork_epoch,
                                       bool lr_shifted) {
   const Setting s = setting_of(current);
   MoveList out(allowed);
@@ -255,24 +270,24 @@ std::vector<TuneMove> candidate_moves(const Config& current,
   for (const TuneMove& m : advised) out.add(m);
   // The move order, cheapest (least fp32 work added) first.
   if (s.static_scale()) {
-    out.add({"loss_scale",
-             {{"amp.loss_scale", "dynamic"}},
+    out.add({TuneMoveKind::kLossScale,
+             {{"amp.loss_scale", to_string(LossScaleWord::kDynamic)}},
              "move order: the static loss scale " + scale_text(s) + " -> dynamic",
-             "",
+             std::nullopt,
              ""});
   }
   if (!s.casts.empty()) {
-    out.add({"casts",
+    out.add({TuneMoveKind::kCasts,
              {{"casts.int32", nlohmann::json::array()}},
              "move order: no int32 casts in the data path",
-             "",
+             std::nullopt,
              ""});
   }
   if (s.policy.cast_model && !s.batchnorm_fp32()) {
-    out.add({"keep_batchnorm_fp32",
-             {{"amp.keep_batchnorm_fp32", "true"}},
+    out.add({TuneMoveKind::kKeepBatchnormFp32,
+             {{"amp.keep_batchnorm_fp32", to_string(AutoBool::kTrue)}},
              "move order: BatchNorm in fp32",
-             "",
+             std::nullopt,
              ""});
   }
   if (!lr_shifted) {
@@ -355,8 +370,8 @@ std::optional<std::vector<std::string>> next_bisect_probe(
 
 std::vector<double> precision_rank(const Config& config, double fp32_share) {
   const Setting s = setting_of(config);
-  const int level = static_cast<int>(s.policy.opt_level);  // O0 = 0 ... O3 = 3
-  return {std::isnan(fp32_share) ? 1.0 : fp32_share, static_cast<double>(3 - level),
+  return {std::isnan(fp32_share) ? 1.0 : fp32_share,
+          static_cast<double>(amp::fp32_order(s.policy.opt_level)),
           static_cast<double>(distinct(s.modules).size()),
           s.policy.cast_model && s.batchnorm_fp32() ? 1.0 : 0.0};
 }
@@ -390,6 +405,12 @@ std::string flow_yaml(const nlohmann::json& value) {
   return value.dump();
 }
 
+std::string moves_yaml(const std::vector<TuneMoveKind>& moves) {
+  nlohmann::json names = nlohmann::json::array();
+  for (const TuneMoveKind m : moves) names.push_back(to_string(m));
+  return flow_yaml(names);
+}
+
 std::string changed_yaml(const Config& config, const Config& base,
                          const std::vector<std::string>& keys) {
   std::string out;
@@ -402,12 +423,12 @@ std::string changed_yaml(const Config& config, const Config& base,
 }
 
 int grid_epochs(const std::vector<records::TuneCandidateRow>& candidates, int epochs) {
-  std::map<std::string, std::set<std::string>> tried;
+  std::map<TuneMoveKind, std::set<std::string>> tried;
   std::set<std::string> modules;  // every module a fp32_modules move named
   for (const auto& c : candidates) {
-    if (c.move.empty()) continue;
-    tried[c.move].insert(c.change_json);
-    if (c.move != "fp32_modules") continue;
+    if (!c.move) continue;
+    tried[*c.move].insert(c.change_json);
+    if (c.move != TuneMoveKind::kFp32Modules) continue;
     const nlohmann::json change = nlohmann::json::parse(c.change_json, nullptr, false);
     const auto list = change.is_object() ? change.find("amp.fp32_modules") : change.end();
     if (list == change.end() || !list->is_array()) continue;
@@ -419,7 +440,7 @@ int grid_epochs(const std::vector<records::TuneCandidateRow>& candidates, int ep
   for (const auto& [move, changes] : tried) {
     // fp32_modules: every subset of the modules named (the grid a user would run by hand);
     // another move: each distinct change, or none.
-    const int64_t axis = move == "fp32_modules"
+    const int64_t axis = move == TuneMoveKind::kFp32Modules
                              ? (int64_t{1} << std::min<size_t>(modules.size(), 30))
                              : 1 + static_cast<int64_t>(changes.size());
     cells = std::min<int64_t>(cells * axis, int64_t{1} << 31);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/tune_words.h"
 #include "records/records.h"
 
 namespace amptune::app {
@@ -78,11 +79,11 @@ bool further(const Progress& a, const Progress& b);
 
 // One candidate of a round: a change of the round's start, and where it came from.
 struct TuneMove {
-  std::string move;    // loss_scale | casts | keep_batchnorm_fp32 | fp32_modules | opt_level |
-                       // lr_dec_epoch (a union: "union")
+  TuneMoveKind move = TuneMoveKind::kLossScale;  // an allowable one, or the search's own
   Overrides change;    // the keys it sets, with their new values
   std::string reason;  // one line for people
-  std::string advice_rule, advice_module;  // the advice row it came from; "" for the order
+  std::optional<records::AdviceRule> advice_rule;  // the advice row it came from; unset: the order
+  std::string advice_module;                       // "" for the order
 };
 
 // The moves over `current` (a resolved config: the round's start), in the order they are tried:
@@ -91,16 +92,16 @@ struct TuneMove {
 // overflow); gradient_underflow / gradient_overflow under a static scale -> loss_scale dynamic;
 // batchnorm_low_precision -> keep_batchnorm_fp32 true; cast_point -> that point out of
 // casts.int32), preceded, when the advice names two or more overflowing modules, by one move
-// that keeps them all in fp32 together; then every other allowed move that changes something, cheapest first:
-// loss_scale (static -> dynamic), casts (all removed), keep_batchnorm_fp32 (true under O2/O3),
-// lr_dec_epoch (each decay after `fork_epoch` one epoch later, once per path: not when
-// `lr_shifted`), opt_level (O3 -> O2 -> O1, with the keys apex refuses at the new level back to
-// auto: amp::opt_level_change). What the amp keys mean (a static scale, BatchNorm in low
-// precision, a cast model) is amp::apex_properties'. fp32_modules is offered only by a
-// diagnosis. Two moves with the same change are one (the first).
+// that keeps them all in fp32 together; then every other allowed move that changes something,
+// cheapest first: loss_scale (static -> dynamic), casts (all removed), keep_batchnorm_fp32 (true
+// under O2/O3), lr_dec_epoch (each decay after `fork_epoch` one epoch later, once per path: not
+// when `lr_shifted`), opt_level (one level toward fp32, amp::toward_fp32: O3 -> O2 -> O1, never O0,
+// with the keys apex refuses at the new level back to auto: amp::opt_level_change). What the amp
+// keys mean (a static scale, BatchNorm in low precision, a cast model) is amp::apex_properties'.
+// fp32_modules is offered only by a diagnosis. Two moves with the same change are one (the first).
 std::vector<TuneMove> candidate_moves(const Config& current,
                                       const std::vector<records::DiagnosisAdvice>& advice,
-                                      const std::vector<std::string>& allowed, int fork_epoch,
+                                      const std::vector<TuneMoveKind>& allowed, int fork_epoch,
                                       bool lr_shifted);
 
 // The change that applies every move of `moves` (made over `current`) at once: the union of the
@@ -130,8 +131,8 @@ std::optional<std::vector<std::string>> next_bisect_probe(
 
 // The objective "precision" as a key to sort by, smaller = less fp32 work: `fp32_share`, the
 // share of the forward pass's multiply-accumulates run in fp32 (train::forward_work; NaN when it
-// could not be measured, ranked as 1), then the opt level (O3 < O2 < O1 < O0), then the number of
-// distinct amp.fp32_modules, then BatchNorm held in fp32 under O2/O3.
+// could not be measured, ranked as 1), then the opt level (amp::fp32_order: O3 < O2 < O1 < O0),
+// then the number of distinct amp.fp32_modules, then BatchNorm held in fp32 under O2/O3.
 std::vector<double> precision_rank(const Config& config, double fp32_share);
 
 // The keys of `config` that differ from `base`, among `keys`, as YAML lines ready for base:
@@ -141,6 +142,8 @@ std::string changed_yaml(const Config& config, const Config& base,
 // A JSON value as flow YAML: strings plain when safe ("dynamic", "O1"), quoted otherwise; lists
 // as [a, b].
 std::string flow_yaml(const nlohmann::json& value);
+// Moves as a flow YAML list of their names: "[loss_scale, casts]".
+std::string moves_yaml(const std::vector<TuneMoveKind>& moves);
 
 // The seed noise of `values` (the final metric of the reference trained with different seeds):
 // their range, max - min over the finite ones; 0 for fewer than two.

@@ -178,7 +178,7 @@ std::vector<int64_t> Search::reference_repeats(int64_t reference) {
     c.search_id = search_.id;
     c.round = 0;
     c.seq = static_cast<int>(i - 1);
-    c.move = "seed";
+    c.move = TuneMoveKind::kSeed;
     c.change_json = change_json(change).dump();
     c.reason = "the reference with seed " + std::to_string(seed + i) + " (tune.reference_repeats)";
     c.run_id = exec_.fresh_run(with(spec_.reference, change),
@@ -244,7 +244,7 @@ std::vector<Candidate> Search::search_rounds(Candidate node, std::string& end_no
     const RoundPlan plan = plan_round(v);
     if (plan.moves.empty()) {
       end_note = "no allowed move changes the setting of run " + v.name +
-                 " (tune.moves: " + flow_yaml(nlohmann::json(block_.moves)) + ")";
+                 " (tune.moves: " + moves_yaml(block_.moves) + ")";
       return {};
     }
     exec_.record_round({search_.id, round_, records::TuneRoundKind::kSearch, v.id, plan.fork_epoch,
@@ -268,7 +268,7 @@ std::vector<Candidate> Search::search_rounds(Candidate node, std::string& end_no
       return {};
     }
     closest_ = best;
-    lr_shifted_ = lr_shifted_ || best->move == "lr_dec_epoch";
+    lr_shifted_ = lr_shifted_ || best->move == TuneMoveKind::kLrDecEpoch;
     node = *best;
   }
 }
@@ -303,7 +303,7 @@ std::vector<Candidate> Search::record_candidates(const RunView& node, int fork_e
 
 Candidate Search::record_candidate(const RunView& from, int fork_epoch, const TuneMove& m,
                                    int seq) {
-  std::string label = "tune r" + std::to_string(round_) + " " + m.move + ":";
+  std::string label = "tune r" + std::to_string(round_) + " " + to_string(m.move) + ":";
   for (const auto& [key, value] : m.change) label += " " + key + "=" + flow_yaml(value);
   const RunView run = exec_.view(exec_.candidate_run(from.id, fork_epoch, m.change, label));
   Candidate c;
@@ -455,7 +455,7 @@ std::optional<Candidate> Search::try_union(const RunView& node, const std::vecto
   std::vector<TuneMove> helped;
   for (const Candidate& c : round) {
     if (c.outcome != Outcome::kFailed && further(progress(c), from)) {
-      helped.push_back({c.move, change_of(c), c.reason, c.advice_rule, c.advice_module});
+      helped.push_back({*c.move, change_of(c), c.reason, c.advice_rule, c.advice_module});
     }
   }
   if (helped.size() < 2) return std::nullopt;
@@ -469,8 +469,9 @@ std::optional<Candidate> Search::try_union(const RunView& node, const std::vecto
                       "the union of the " + std::to_string(helped.size()) + " moves of round " +
                           std::to_string(round_ - 1) + " that each got further than " + node.name});
   std::string moves;
-  for (const TuneMove& m : helped) moves += (moves.empty() ? "" : ", ") + m.move;
-  TuneMove u{"union", change, "the moves that each got further, together: " + moves, "", ""};
+  for (const TuneMove& m : helped) moves += (moves.empty() ? "" : ", ") + to_string(m.move);
+  TuneMove u{TuneMoveKind::kUnion, change, "the moves that each got further, together: " + moves,
+             std::nullopt, ""};
   std::vector<Candidate> alone = {record_candidate(node, fork_epoch, u, 0)};
   for (const auto& [key, value] : change) {
     if (key != "amp.fp32_modules") {
@@ -489,7 +490,7 @@ SearchResult Search::answer(const std::vector<Candidate>& solutions, std::string
   }
   std::string note =
       "round " + std::to_string(best.round) +
-      (best.move.empty() ? " (the start is within tolerance)" : ", move " + best.move);
+      (best.move ? ", move " + to_string(*best.move) : " (the start is within tolerance)");
   std::vector<std::string> kept;
   if (auto smaller = bisect(best, kept)) {
     best = *smaller;
@@ -504,7 +505,7 @@ SearchResult Search::answer(const std::vector<Candidate>& solutions, std::string
 
 // Whether `a` is a better answer than `b` by the objective (then the metric, then the order).
 bool Search::better_answer(const Candidate& a, const Candidate& b) {
-  if (block_.objective == "speed") {
+  if (block_.objective == Objective::kSpeed) {
     const double fa = exec_.speed(a.run_id), fb = exec_.speed(b.run_id);
     if (fa != fb) return fa > fb;
   } else {
@@ -566,9 +567,9 @@ std::optional<Candidate> Search::bisect(const Candidate& solution,
                         solution.fork_epoch, std::nullopt,
                         "bisection of " + flow_yaml(nlohmann::json(kept))});
     const bool modules_only = change.size() == 1;
-    TuneMove m{modules_only ? "fp32_modules" : "undo", change,
-               "bisection: does the solution stay within tolerance without " + dropped + "?", "",
-               ""};
+    TuneMove m{modules_only ? TuneMoveKind::kFp32Modules : TuneMoveKind::kUndo, change,
+               "bisection: does the solution stay within tolerance without " + dropped + "?",
+               std::nullopt, ""};
     std::vector<Candidate> probe = {record_candidate(run, solution.fork_epoch, m, 0)};
     if (!affordable(last_ - probe[0].fork_epoch, "a bisection probe")) break;
     if (!train_to({probe[0].run_id}, last_)) break;
@@ -589,7 +590,11 @@ void Search::confirm(const Candidate& answer, std::string& note) {
   ++round_;
   exec_.record_round({search_.id, round_, records::TuneRoundKind::kConfirm, answer.run_id, -1,
                       std::nullopt, "the answer trained from scratch, not as a fork"});
-  TuneMove m{"confirm", {}, "tune.confirm: the answer's setting from scratch", "", ""};
+  TuneMove m{TuneMoveKind::kConfirm,
+             {},
+             "tune.confirm: the answer's setting from scratch",
+             std::nullopt,
+             ""};
   const int64_t id = exec_.fresh_run(run.config, "tune confirm: " + run.name + " from scratch");
   Candidate c;
   c.search_id = search_.id;
@@ -623,7 +628,7 @@ SearchResult Search::finish(records::TuneStatus status, const std::optional<Cand
   search_.reference_value = ref_value(last_);
   if (answer) {
     const RunView run = exec_.view(answer->run_id);
-    if (status == records::TuneStatus::kAnswered && block_.objective == "precision") {
+    if (status == records::TuneStatus::kAnswered && block_.objective == Objective::kPrecision) {
       const double share = exec_.fp32_share(run.id);
       if (!std::isnan(share)) {
         search_.note += "; " + significant(share * 100, 3) + " %" +

@@ -225,7 +225,7 @@ TuneNode candidate_node(const records::TuneCandidateRow& c, const records::TuneS
   TuneNode node;
   node.run_id = c.run_id;
   node.run = runs.name(c.run_id);
-  node.move = c.move;
+  node.move = c.move ? to_string(*c.move) : "";
   const nlohmann::json change = nlohmann::json::parse(c.change_json, nullptr, false);
   for (const auto& [key, value] : change.items()) {
     node.move += " " + key + "=" + (value.is_string() ? value.get<std::string>() : value.dump());

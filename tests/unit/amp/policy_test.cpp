@@ -1,5 +1,9 @@
-// The apex opt_level property table, overrides, refused combinations and backend choice.
+// The apex opt_level property table, the levels' order by fp32 work, overrides, refused
+// combinations and backend choice.
 #include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
 
 #include "amp/policy.h"
 #include "core/config.h"
@@ -49,6 +53,26 @@ TEST(AmpPolicy, ApexPropertyTable) {
   EXPECT_EQ(o3.static_scale, 1.0);
   EXPECT_EQ(o3.loss_scale_text(), "1.0");
   EXPECT_EQ(o2.loss_scale_text(), "dynamic");
+}
+
+// The order of the levels by the fp32 work they keep, which amptune tune steps along and ranks
+// by: O3 -> O2 -> O1 -> O0, each level once; and it agrees with the property table (a step
+// toward fp32 never casts more of the model).
+TEST(AmpPolicy, OptLevelsInTheOrderOfTheirFp32Work) {
+  std::vector<OptLevel> path = {OptLevel::kO3};
+  while (auto next = toward_fp32(path.back())) path.push_back(*next);
+  EXPECT_EQ(path,
+            (std::vector<OptLevel>{OptLevel::kO3, OptLevel::kO2, OptLevel::kO1, OptLevel::kO0}));
+  for (size_t i = 0; i < path.size(); ++i) EXPECT_EQ(fp32_order(path[i]), static_cast<int>(i));
+  EXPECT_EQ(fp32_summary(OptLevel::kO2), "fp32 master weights");
+  EXPECT_EQ(fp32_summary(OptLevel::kO1), "per-op casts, fp32 weights");
+  for (size_t i = 0; i + 1 < path.size(); ++i) {
+    const Policy low = apex_properties(make({{"amp.opt_level", to_string(path[i]).c_str()}}));
+    const Policy high = apex_properties(make({{"amp.opt_level", to_string(path[i + 1]).c_str()}}));
+    EXPECT_GE(low.cast_model, high.cast_model) << to_string(path[i]);
+    EXPECT_LE(low.master_weights || !low.cast_model, high.master_weights || !high.cast_model)
+        << to_string(path[i]);
+  }
 }
 
 TEST(AmpPolicy, OverridesApexAllows) {

@@ -162,7 +162,7 @@ TEST_F(ReportTest, ATuneSearchIsATreeOfRunsWithItsCurves) {
     c.search_id = row.id;
     c.round = round;
     c.seq = seq;
-    c.move = move;
+    c.move = parse_tune_move_kind(move);
     c.change_json = R"({"k":"v"})";
     c.reason = "why " + move;
     c.run_id = run;
@@ -233,7 +233,7 @@ TEST_F(ReportTest, ADeepTuneChainIsReadWhole) {
     records::TuneCandidateRow c;
     c.search_id = row.id;
     c.round = round;
-    c.move = "casts";
+    c.move = TuneMoveKind::kCasts;
     c.change_json = "{}";
     c.reason = "deeper";
     c.run_id = id;

@@ -43,17 +43,17 @@ Fault overflow(const std::string& module, int diverge_at = 0) {
             return c.get_string("amp.opt_level") == "O0" ||
                    has(c.get_string_list("amp.fp32_modules"), module);
           },
-          diverge_at, 0, {"activation_overflow", module, "overflow"}};
+          diverge_at, 0, {records::AdviceRule::kActivationOverflow, module, "overflow"}};
 }
 
 Fault static_scale_too_high() {
   return {[](const Config& c) { return c.at("amp.loss_scale") == "dynamic"; },
-          0, 0, {"gradient_overflow", "fc.weight", "scaled gradients overflow"}};
+          0, 0, {records::AdviceRule::kGradientOverflow, "fc.weight", "scaled gradients overflow"}};
 }
 
 Fault truncating_cast(const std::string& point, double penalty) {
   return {[point](const Config& c) { return !has(c.get_string_list("casts.int32"), point); },
-          -1, penalty, {"cast_point", point, "truncates"}};
+          -1, penalty, {records::AdviceRule::kCastPoint, point, "truncates"}};
 }
 
 struct FakeRun {
@@ -234,7 +234,8 @@ class World : public TuneExecutor {
 
 SearchSpec spec_of(const Overrides& start, int epochs = 4) {
   SearchSpec spec;
-  spec.block.moves = {"loss_scale", "keep_batchnorm_fp32", "fp32_modules", "casts", "opt_level"};
+  spec.block.moves = {TuneMoveKind::kLossScale, TuneMoveKind::kKeepBatchnormFp32,
+                      TuneMoveKind::kFp32Modules, TuneMoveKind::kCasts, TuneMoveKind::kOptLevel};
   spec.block.canonical = "{}";
   spec.base.set("schedule.epochs", epochs);
   spec.base.set("amp.loss_scale", "dynamic");
@@ -254,8 +255,8 @@ SearchSpec spec_of(const Overrides& start, int epochs = 4) {
 std::vector<std::string> path_of(const World& w) {
   std::vector<std::string> out;
   for (const auto& c : w.candidates) {
-    out.push_back(std::to_string(c.round) + " " + w.kind_of(c.round) + " " + c.move + " " +
-                  records::to_string(c.outcome));
+    out.push_back(std::to_string(c.round) + " " + w.kind_of(c.round) + " " + to_string(*c.move) +
+                  " " + records::to_string(c.outcome));
   }
   return out;
 }
@@ -325,13 +326,14 @@ TEST(TuneSearch, ThreeFaultsOfDifferentKindsAreEachFixedWithTheirReason) {
   EXPECT_EQ(answer.get_string_list("amp.fp32_modules"), (std::vector<std::string>{"conv1"}));
   EXPECT_FALSE(has(answer.get_string_list("casts.int32"), "k_value"));
   EXPECT_EQ(w.search->answer_yaml.find("amp.opt_level: O1"), 0u) << w.search->answer_yaml;
-  std::set<std::string> explained;
+  std::set<records::AdviceRule> explained;
   for (const auto& c : w.candidates) {
     EXPECT_FALSE(c.reason.empty());
-    if (!c.advice_rule.empty()) explained.insert(c.advice_rule);
+    if (c.advice_rule) explained.insert(*c.advice_rule);
   }
-  EXPECT_EQ(explained, (std::set<std::string>{"activation_overflow", "gradient_overflow",
-                                              "cast_point"}));
+  EXPECT_EQ(explained, (std::set<records::AdviceRule>{records::AdviceRule::kActivationOverflow,
+                                                      records::AdviceRule::kGradientOverflow,
+                                                      records::AdviceRule::kCastPoint}));
 }
 
 // Two moves that each get further than the start, neither within: their union is tried before

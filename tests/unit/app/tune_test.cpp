@@ -16,6 +16,8 @@
 namespace amptune::app {
 namespace {
 
+using records::AdviceRule;
+
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 Config config(const Overrides& overrides) {
@@ -28,15 +30,16 @@ Config config(const Overrides& overrides) {
 std::vector<std::string> describe(const std::vector<TuneMove>& moves) {
   std::vector<std::string> out;
   for (const TuneMove& m : moves) {
-    std::string line = m.move;
+    std::string line = to_string(m.move);
     for (const auto& [key, value] : m.change) line += " " + key + "=" + flow_yaml(value);
     out.push_back(line);
   }
   return out;
 }
 
-const std::vector<std::string> kAll = {"loss_scale", "keep_batchnorm_fp32", "fp32_modules",
-                                       "casts",      "opt_level",           "lr_dec_epoch"};
+const std::vector<TuneMoveKind> kAll = {
+    TuneMoveKind::kLossScale, TuneMoveKind::kKeepBatchnormFp32, TuneMoveKind::kFp32Modules,
+    TuneMoveKind::kCasts,     TuneMoveKind::kOptLevel,          TuneMoveKind::kLrDecEpoch};
 
 TEST(AppTune, ToleranceBandInBothDirections) {
   const Tolerance acc{5.0, 0, true};
@@ -61,14 +64,17 @@ TEST(AppTune, ToleranceBandInBothDirections) {
 
 TEST(AppTune, ADiagnosedOverflowUnderO1KeepsTheModuleInFp32) {
   const Config c = config({{"amp.opt_level", "O1"}, {"amp.loss_scale", "dynamic"}});
-  const std::vector<records::DiagnosisAdvice> advice = {{"activation_overflow", "conv1", "..."},
-                                                      {"first_departure", "conv1", "..."}};
+  const std::vector<records::DiagnosisAdvice> advice = {
+      {AdviceRule::kActivationOverflow, "conv1", "..."},
+      {AdviceRule::kFirstDeparture, "conv1", "..."}};
   const auto moves = candidate_moves(c, advice, kAll, 0, false);
   EXPECT_EQ(describe(moves), (std::vector<std::string>{"fp32_modules amp.fp32_modules=[conv1]"}))
       << "the same change twice is one candidate; O1 has no cheaper move left";
-  EXPECT_EQ(moves[0].advice_rule, "activation_overflow");
+  EXPECT_EQ(moves[0].advice_rule, AdviceRule::kActivationOverflow);
   EXPECT_EQ(moves[0].advice_module, "conv1");
-  EXPECT_TRUE(candidate_moves(c, advice, {"loss_scale", "opt_level"}, 0, false).empty());
+  EXPECT_TRUE(
+      candidate_moves(c, advice, {TuneMoveKind::kLossScale, TuneMoveKind::kOptLevel}, 0, false)
+          .empty());
 }
 
 // The seed's port: O2, static 128, int32 casts. The advice comes first, in its order (under O2 an
@@ -80,10 +86,10 @@ TEST(AppTune, TheSeedPortGetsAdviceMovesThenTheMoveOrder) {
                            {"schedule.epochs", 6},
                            {"schedule.lr_dec_epoch", {2, 5}}});
   const std::vector<records::DiagnosisAdvice> advice = {
-      {"activation_overflow", "layer1.0.conv1", ""},
-      {"gradient_underflow", "fc.weight", ""},
-      {"cast_point", "k_value", ""},
-      {"batchnorm_low_precision", "bn1", ""}};  // BatchNorm is fp32 under O2: not a move
+      {AdviceRule::kActivationOverflow, "layer1.0.conv1", ""},
+      {AdviceRule::kGradientUnderflow, "fc.weight", ""},
+      {AdviceRule::kCastPoint, "k_value", ""},
+      {AdviceRule::kBatchnormLowPrecision, "bn1", ""}};  // BatchNorm is fp32 under O2: not a move
   EXPECT_EQ(describe(candidate_moves(c, advice, kAll, 1, false)),
             (std::vector<std::string>{
                 "fp32_modules amp.fp32_modules=[layer1.0]",
@@ -95,14 +101,15 @@ TEST(AppTune, TheSeedPortGetsAdviceMovesThenTheMoveOrder) {
             }));
   // To O1, the keys apex refuses with O1 go back to auto (amp::opt_level_change).
   const Config kept_bn = config({{"amp.opt_level", "O2"}, {"amp.keep_batchnorm_fp32", "false"}});
-  EXPECT_EQ(describe(candidate_moves(kept_bn, {}, {"opt_level"}, 1, false)),
+  EXPECT_EQ(describe(candidate_moves(kept_bn, {}, {TuneMoveKind::kOptLevel}, 1, false)),
             (std::vector<std::string>{"opt_level amp.opt_level=O1 amp.keep_batchnorm_fp32=auto"}));
   // lr_dec_epoch once per path; no decay after the fork epoch: no move.
-  EXPECT_EQ(describe(candidate_moves(c, {}, {"lr_dec_epoch"}, 1, true)).size(), 0u);
-  EXPECT_EQ(describe(candidate_moves(c, {}, {"lr_dec_epoch"}, 4, false)).size(), 0u);
+  EXPECT_EQ(describe(candidate_moves(c, {}, {TuneMoveKind::kLrDecEpoch}, 1, true)).size(), 0u);
+  EXPECT_EQ(describe(candidate_moves(c, {}, {TuneMoveKind::kLrDecEpoch}, 4, false)).size(), 0u);
   // O3: its auto scale is static 1.0, BatchNorm is low precision.
   const Config o3 = config({{"amp.opt_level", "O3"}});
-  EXPECT_EQ(describe(candidate_moves(o3, {{"batchnorm_low_precision", "bn1", ""}}, kAll, 0, false)),
+  EXPECT_EQ(describe(candidate_moves(o3, {{AdviceRule::kBatchnormLowPrecision, "bn1", ""}}, kAll, 0,
+                                     false)),
             (std::vector<std::string>{"keep_batchnorm_fp32 amp.keep_batchnorm_fp32=\"true\"",
                                       "loss_scale amp.loss_scale=dynamic",
                                       "opt_level amp.opt_level=O2"}));
@@ -203,10 +210,10 @@ TEST(AppTune, TheAnswerIsYamlOfTheChangedKeys) {
 
 TEST(AppTune, TheGridOfTriedMovesCountsEachDistinctChange) {
   std::vector<records::TuneCandidateRow> rows(3);
-  rows[0].move = "loss_scale";
+  rows[0].move = TuneMoveKind::kLossScale;
   rows[0].change_json = R"({"amp.loss_scale":"dynamic"})";
   rows[1] = rows[0];  // the same change in a later round: one value of the axis
-  rows[2].move = "fp32_modules";
+  rows[2].move = TuneMoveKind::kFp32Modules;
   rows[2].change_json = R"({"amp.fp32_modules":["conv1"]})";
   EXPECT_EQ(grid_epochs(rows, 3), (2 * 2 + 1) * 3);  // 4 cells and the reference
   EXPECT_EQ(grid_epochs({}, 3), 2 * 3);
@@ -227,10 +234,10 @@ namespace {
 TEST(AppTune, SeveralOverflowsAreAlsoOfferedTogether) {
   const Config c = config({{"amp.opt_level", "O1"}, {"amp.fp32_modules", {"fc"}}});
   const std::vector<records::DiagnosisAdvice> advice = {
-      {"activation_overflow", "conv1", ""},
-      {"activation_overflow", "layer3.0.conv1", ""},
-      {"first_departure", "layer2.0.conv2", ""}};
-  const auto moves = candidate_moves(c, advice, {"fp32_modules"}, 0, false);
+      {AdviceRule::kActivationOverflow, "conv1", ""},
+      {AdviceRule::kActivationOverflow, "layer3.0.conv1", ""},
+      {AdviceRule::kFirstDeparture, "layer2.0.conv2", ""}};
+  const auto moves = candidate_moves(c, advice, {TuneMoveKind::kFp32Modules}, 0, false);
   EXPECT_EQ(describe(moves), (std::vector<std::string>{
                                  "fp32_modules amp.fp32_modules=[fc, conv1, layer3.0.conv1]",
                                  "fp32_modules amp.fp32_modules=[fc, conv1]",
@@ -239,7 +246,7 @@ TEST(AppTune, SeveralOverflowsAreAlsoOfferedTogether) {
                              }));
   EXPECT_EQ(moves[0].advice_module, "conv1,layer3.0.conv1");
   // One overflow: nothing to put together.
-  EXPECT_EQ(candidate_moves(c, {advice[0]}, {"fp32_modules"}, 0, false).size(), 1u);
+  EXPECT_EQ(candidate_moves(c, {advice[0]}, {TuneMoveKind::kFp32Modules}, 0, false).size(), 1u);
 }
 
 // The union of moves: fp32 modules added together, cast points removed together, other keys as
@@ -249,11 +256,11 @@ TEST(AppTune, TheUnionOfMovesAppliesEachOfThem) {
                            {"amp.loss_scale", 128.0},
                            {"casts.int32", {"k_value", "cam_param"}}});
   const std::vector<TuneMove> moves = {
-      {"fp32_modules", {{"amp.fp32_modules", {"conv1"}}}, "", "", ""},
-      {"casts", {{"casts.int32", {"cam_param"}}}, "", "", ""},
-      {"fp32_modules", {{"amp.fp32_modules", {"layer3"}}}, "", "", ""},
-      {"loss_scale", {{"amp.loss_scale", "dynamic"}}, "", "", ""},
-      {"casts", {{"casts.int32", {"k_value"}}}, "", "", ""}};
+      {TuneMoveKind::kFp32Modules, {{"amp.fp32_modules", {"conv1"}}}, "", std::nullopt, ""},
+      {TuneMoveKind::kCasts, {{"casts.int32", {"cam_param"}}}, "", std::nullopt, ""},
+      {TuneMoveKind::kFp32Modules, {{"amp.fp32_modules", {"layer3"}}}, "", std::nullopt, ""},
+      {TuneMoveKind::kLossScale, {{"amp.loss_scale", "dynamic"}}, "", std::nullopt, ""},
+      {TuneMoveKind::kCasts, {{"casts.int32", {"k_value"}}}, "", std::nullopt, ""}};
   const Overrides u = union_change(c, moves);
   const Config applied = [&] {
     Config out = c;

@@ -1,7 +1,8 @@
 // Keeps code, schemas/config.yaml and experiments/*.yaml in step:
 //  - every config key that code under src/ reads by a string literal is documented;
 //  - Settings::from reads every documented key exactly once (one field per key);
-//  - the enum classes of core/words.h name exactly the choices of their keys;
+//  - the enum classes of core/words.h and core/tune_words.h name exactly the choices of their
+//    keys;
 //  - every sweep file in experiments/ validates.
 #include <gtest/gtest.h>
 
@@ -19,6 +20,7 @@
 #include "core/error.h"
 #include "core/settings.h"
 #include "core/sweep.h"
+#include "core/tune_words.h"
 #include "core/words.h"
 
 namespace amptune {
@@ -202,6 +204,11 @@ TEST(CoreSchemaSync, WordTablesNameExactlyTheChoicesOfTheirKeys) {
   EXPECT_EQ(word_table_problems<DistBackend>(config, "dist.backend", parse_dist_backend, 3),
             Problems{});
   EXPECT_EQ(word_table_problems<PruneRule>(sweep, "prune.rule", parse_prune_rule, 3), Problems{});
+  EXPECT_EQ(word_table_problems<Objective>(sweep, "tune.objective", parse_objective, 2),
+            Problems{});
+  // The allowable moves are tune.moves' choices; the search's own (union ...) are not.
+  EXPECT_EQ(word_table_problems<TuneMoveKind>(sweep, "tune.moves", parse_tune_move_kind, 6),
+            Problems{});
   EXPECT_EQ(word_table_problems<DeviceChoice>(config, "device", parse_device_choice, 3),
             Problems{});
   EXPECT_EQ(

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -94,13 +95,13 @@ TEST(CoreSweep, TheTuneBlockReadsEveryKeyOfItsSchema) {
   EXPECT_EQ(t.start[1].first, "amp.loss_scale");
   EXPECT_EQ(t.start[1].second, 128.0);
   EXPECT_EQ(t.start[2].second, (nlohmann::json{"k_value"}));
-  EXPECT_EQ(t.moves, (std::vector<std::string>{"loss_scale", "casts"}));
+  EXPECT_EQ(t.moves, (std::vector<TuneMoveKind>{TuneMoveKind::kLossScale, TuneMoveKind::kCasts}));
   EXPECT_EQ(t.fork_from, 2);
   EXPECT_EQ(t.budget_epochs, 40);
   EXPECT_EQ(t.budget_loc.line, 12);
   EXPECT_EQ(t.eta, 2);
   EXPECT_EQ(t.min_epochs, 3);
-  EXPECT_EQ(t.objective, "speed");
+  EXPECT_EQ(t.objective, Objective::kSpeed);
   EXPECT_EQ(t.diagnose_batches, 3);
   EXPECT_EQ(t.cosine_min, 0.9);
   // Defaults; the canonical block names every key, so a changed default is another search.
@@ -110,16 +111,60 @@ TEST(CoreSweep, TheTuneBlockReadsEveryKeyOfItsSchema) {
   ASSERT_TRUE(defaults.tune);
   EXPECT_FALSE(defaults.tune->fork_from);
   EXPECT_EQ(defaults.tune->moves,
-            (std::vector<std::string>{"loss_scale", "casts", "keep_batchnorm_fp32", "fp32_modules",
-                                      "opt_level"}));
+            (std::vector<TuneMoveKind>{TuneMoveKind::kLossScale, TuneMoveKind::kCasts,
+                                       TuneMoveKind::kKeepBatchnormFp32, TuneMoveKind::kFp32Modules,
+                                       TuneMoveKind::kOptLevel}));
   EXPECT_EQ(defaults.tune->budget_epochs, 0);
-  EXPECT_EQ(defaults.tune->objective, "precision");
+  EXPECT_EQ(defaults.tune->objective, Objective::kPrecision);
   EXPECT_TRUE(defaults.tune->start.empty());
   const auto canonical = nlohmann::json::parse(defaults.tune->canonical);
   EXPECT_EQ(canonical.at("tune.halving.eta"), 3);
   EXPECT_EQ(canonical.at("reference").at("amp.opt_level"), "O0");
   EXPECT_NE(canonical, nlohmann::json::parse(set.tune->canonical));
   EXPECT_FALSE(parse_sweep("name: p\n", "<string>").tune);
+}
+
+// The tune block's words (core/tune_words.h): each value's word reads back to it, the words
+// are distinct, an unknown word or another case is unset; only the first six moves may be
+// allowed by tune.moves (the rest are the search's own candidates).
+TEST(CoreSweep, TuneWordsRoundTripAndRefuseUnknownWords) {
+  const std::vector<TuneMoveKind> moves = {
+      TuneMoveKind::kLossScale,   TuneMoveKind::kKeepBatchnormFp32,
+      TuneMoveKind::kFp32Modules, TuneMoveKind::kCasts,
+      TuneMoveKind::kOptLevel,    TuneMoveKind::kLrDecEpoch,
+      TuneMoveKind::kUnion,       TuneMoveKind::kUndo,
+      TuneMoveKind::kConfirm,     TuneMoveKind::kSeed};
+  std::set<std::string> words;
+  std::vector<std::string> allowable;
+  for (const TuneMoveKind m : moves) {
+    EXPECT_EQ(parse_tune_move_kind(to_string(m)), m) << to_string(m);
+    words.insert(to_string(m));
+    if (is_allowable(m)) allowable.push_back(to_string(m));
+  }
+  EXPECT_EQ(words.size(), moves.size());
+  EXPECT_EQ(allowable,
+            (std::vector<std::string>{"loss_scale", "keep_batchnorm_fp32", "fp32_modules", "casts",
+                                      "opt_level", "lr_dec_epoch"}));
+  for (const char* word : {"", "teleport", "Loss_scale", "union "}) {
+    EXPECT_FALSE(parse_tune_move_kind(word)) << word;
+  }
+  for (const Objective o : {Objective::kPrecision, Objective::kSpeed}) {
+    EXPECT_EQ(parse_objective(to_string(o)), o);
+  }
+  EXPECT_EQ(to_string(Objective::kSpeed), "speed");
+  EXPECT_FALSE(parse_objective("accuracy"));
+  EXPECT_FALSE(parse_objective("Speed"));
+  // A search's own move named in tune.moves is the schema's error, naming the key.
+  try {
+    parse_sweep(
+        "name: t\ntune: {tolerance: {abs: 1}, reference: {amp.opt_level: O0}, start: {},\n"
+        "       moves: [union]}\n",
+        "x.yaml");
+    ADD_FAILURE() << "tune.moves: [union] accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("tune.moves[0] must be one of"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(CoreSweep, AGridOverDataPathsHasOneCellPerPath) {

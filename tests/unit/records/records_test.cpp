@@ -1,8 +1,10 @@
 // The plain records: what a run status says about its training (the one place that groups
-// statuses), and the status words' round trip.
+// statuses), and the round trips of the status and advice-rule words.
 #include <gtest/gtest.h>
 
 #include <set>
+#include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "records/records.h"
@@ -35,6 +37,22 @@ TEST(RunStatusTest, EveryStatusRoundTripsThroughItsWord) {
   }
   EXPECT_EQ(words.size(), std::size(kRunStatuses));
   EXPECT_THROW(parse_status("finished"), StoreError);
+}
+
+// The advice rules' words (the stored column diagnosis_advice.rule, docs/AMP.md "Advice rules"):
+// each rule's word reads back to it, in priority order; another word is unset.
+TEST(AdviceRuleTest, EveryRuleRoundTripsThroughItsWord) {
+  std::vector<std::string> words;
+  for (AdviceRule r : kAdviceRules) {
+    EXPECT_EQ(parse_advice_rule(to_string(r)), r) << to_string(r);
+    words.push_back(to_string(r));
+  }
+  EXPECT_EQ(words, (std::vector<std::string>{"activation_overflow", "gradient_underflow",
+                                             "gradient_overflow", "batchnorm_low_precision",
+                                             "first_departure", "cast_point"}));
+  for (const char* word : {"", "overflow", "Activation_overflow", "cast_point "}) {
+    EXPECT_FALSE(parse_advice_rule(word)) << word;
+  }
 }
 
 }  // namespace

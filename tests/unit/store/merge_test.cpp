@@ -360,7 +360,7 @@ void diagnose(Store& store, int64_t run_id, int epoch, double cosine) {
   r.numel = 4;
   r.cosine = cosine;
   d.rows = {r};
-  d.advice = {{"first_departure", "conv1", "try amp.fp32_modules: [conv1]"}};
+  d.advice = {{records::AdviceRule::kFirstDeparture, "conv1", "try amp.fp32_modules: [conv1]"}};
   store.record_diagnosis(d);
 }
 

@@ -865,6 +865,7 @@ TEST_F(StoreTest, ReadersRefuseValuesOfAnotherShapeNamingTheRowAndColumn) {
     forward.module = "conv1";
     forward.dtype = TensorDtype::kFp16;
     d.rows = {forward};
+    d.advice = {{AdviceRule::kActivationOverflow, "conv1", "keep it in fp32"}};
     store.record_diagnosis(d);
     TuneSearchRow t;
     t.sweep_id = sweep;
@@ -876,7 +877,7 @@ TEST_F(StoreTest, ReadersRefuseValuesOfAnotherShapeNamingTheRowAndColumn) {
     TuneCandidateRow c;
     c.search_id = search;
     c.round = 1;
-    c.move = "loss_scale";
+    c.move = TuneMoveKind::kLossScale;
     c.change_json = R"({"amp.loss_scale":"dynamic"})";
     c.run_id = id;
     store.record_tune_candidate(c);
@@ -891,6 +892,7 @@ TEST_F(StoreTest, ReadersRefuseValuesOfAnotherShapeNamingTheRowAndColumn) {
   const auto events = [&](const Store& s) { s.scale_events(id); };
   const auto sweep_events = [&](const Store& s) { s.scale_events("s", 10); };
   const auto initial = [&](const Store& s) { s.initial_metrics(id); };
+  const auto advice = [&](const Store& s) { s.diagnosis_advice(id, 0); };
   struct Case {
     std::string change;
     std::function<void(const Store&)> read;
@@ -933,6 +935,13 @@ TEST_F(StoreTest, ReadersRefuseValuesOfAnotherShapeNamingTheRowAndColumn) {
        "table tune_rounds, row 1, column kind is not a word amptune writes there: 'guess'"},
       {"UPDATE tune_candidates SET outcome = 'great'", candidates,
        "table tune_candidates, row 1, column outcome is not a word amptune writes there: 'great'"},
+      {"UPDATE tune_candidates SET move = 'teleport'", candidates,
+       "table tune_candidates, row 1, column move is not a word amptune writes there: 'teleport'"},
+      {"UPDATE tune_candidates SET advice_rule = 'hunch'", candidates,
+       "table tune_candidates, row 1, column advice_rule is not a word amptune writes there: "
+       "'hunch'"},
+      {"UPDATE diagnosis_advice SET rule = 'hunch'", advice,
+       "table diagnosis_advice, row 1, column rule is not a word amptune writes there: 'hunch'"},
       {"UPDATE tune_rounds SET fork_epoch = 2147483647", rounds,
        "table tune_rounds, row 1, column fork_epoch holds 2147483647, outside [-1, 2147483646]"},
       {"UPDATE tune_candidates SET change_json = '\"dynamic\"'", candidates,
@@ -975,6 +984,7 @@ TEST_F(StoreTest, ReadersRefuseValuesOfAnotherShapeNamingTheRowAndColumn) {
         "CREATE TABLE saved_runs AS SELECT * FROM runs; CREATE TABLE saved_epochs AS SELECT "
         "* FROM epochs; CREATE TABLE saved_metrics AS SELECT * FROM metrics;"
         "CREATE TABLE saved_diagnostics AS SELECT * FROM diagnostics;"
+        "CREATE TABLE saved_diagnosis_advice AS SELECT * FROM diagnosis_advice;"
         "CREATE TABLE saved_tune_searches AS SELECT * FROM tune_searches;"
         "CREATE TABLE saved_tune_rounds AS SELECT * FROM tune_rounds;"
         "CREATE TABLE saved_tune_candidates AS SELECT * FROM tune_candidates;"
@@ -985,9 +995,9 @@ TEST_F(StoreTest, ReadersRefuseValuesOfAnotherShapeNamingTheRowAndColumn) {
     {
       RawDb raw(path);
       std::string restore = "PRAGMA foreign_keys = OFF; PRAGMA ignore_check_constraints = ON;";
-      for (const char* t : {"runs", "epochs", "metrics", "diagnostics", "tune_searches",
-                            "tune_rounds", "tune_candidates", "loss_scale_events",
-                            "initial_metrics"}) {
+      for (const char* t : {"runs", "epochs", "metrics", "diagnostics", "diagnosis_advice",
+                            "tune_searches", "tune_rounds", "tune_candidates",
+                            "loss_scale_events", "initial_metrics"}) {
         restore += std::string("DELETE FROM ") + t + "; INSERT INTO " + t +
                    " SELECT * FROM saved_" + t + ";";
       }
@@ -1049,10 +1059,10 @@ TEST_F(StoreTest, TuneSearchRoundsAndCandidatesAndTheirPath) {
   c.search_id = first.id;
   c.round = 1;
   c.seq = 0;
-  c.move = "fp32_modules";
+  c.move = TuneMoveKind::kFp32Modules;
   c.change_json = R"({"amp.fp32_modules":["conv1"]})";
   c.reason = "overflow";
-  c.advice_rule = "activation_overflow";
+  c.advice_rule = AdviceRule::kActivationOverflow;
   c.advice_module = "conv1";
   c.run_id = cand;
   c.parent_run_id = start;
@@ -1077,6 +1087,8 @@ TEST_F(StoreTest, TuneSearchRoundsAndCandidatesAndTheirPath) {
   EXPECT_EQ(to_string(candidates[0].outcome), "within");
   EXPECT_EQ(candidates[0].rung, 1);
   EXPECT_EQ(candidates[0].value, 0.5);
+  EXPECT_EQ(candidates[0].move, TuneMoveKind::kFp32Modules);
+  EXPECT_EQ(candidates[0].advice_rule, AdviceRule::kActivationOverflow);
   EXPECT_EQ(candidates[0].advice_module, "conv1");
   EXPECT_EQ(candidates[0].parent_run_id, start);
   TuneSearchRow done = first;
@@ -1105,12 +1117,17 @@ TEST_F(StoreTest, TuneSearchRoundsAndCandidatesAndTheirPath) {
   d.run_id = start;
   d.epoch = 0;
   d.batches = 1;
-  d.advice = {{"activation_overflow", "conv1", "keep it"}, {"cast_point", "bbox", "remove it"}};
+  d.advice = {{AdviceRule::kActivationOverflow, "conv1", "keep it"},
+              {AdviceRule::kCastPoint, "bbox", "remove it"}};
   store.record_diagnosis(d);
   const auto advice = store.diagnosis_advice(start, 0);
   ASSERT_TRUE(advice);
   ASSERT_EQ(advice->size(), 2u);
+  EXPECT_EQ((*advice)[1].rule, AdviceRule::kCastPoint);
   EXPECT_EQ((*advice)[1].module, "bbox");
+  // The rule is stored as its word (the column sqlite3 users read).
+  EXPECT_EQ(store.query("SELECT rule FROM diagnosis_advice WHERE seq = 1").rows[0][0],
+            "cast_point");
 }
 
 // Migration 18 widens tune_rounds' checks: round 0 and the kinds union, confirm and reference

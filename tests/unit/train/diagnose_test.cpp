@@ -145,20 +145,27 @@ TEST(DiagnoseRules, AdviceForOverflowUnderflowAndBatchNorm) {
   AdviceContext c;
   c.opt_level = OptLevel::kO3;
   c.dtype = Dtype::kFp16;
-  c.loss_scale = "1.0";
+  c.dynamic_scale = false;  // a static scale of 1
   c.cast_model = true;
   c.batchnorm_low = true;
   c.batchnorm_modules = {"layer1.0.bn1"};
   const auto advice = advise(d, c);
   ASSERT_EQ(advice.size(), 3u);
-  EXPECT_EQ(advice[0].rule, "activation_overflow");
+  EXPECT_EQ(advice[0].rule, records::AdviceRule::kActivationOverflow);
   EXPECT_EQ(advice[0].module, "layer1.0.conv1");
   EXPECT_NE(advice[0].advice.find("amp.fp32_modules: [layer1.0.conv1]"), std::string::npos);
   EXPECT_NE(advice[0].advice.find("amp.fp32_modules: [layer1.0]"), std::string::npos);  // O3
-  EXPECT_EQ(advice[1].rule, "gradient_underflow");
-  EXPECT_NE(advice[1].advice.find("dynamic"), std::string::npos);
-  EXPECT_EQ(advice[2].rule, "batchnorm_low_precision");
+  EXPECT_EQ(advice[1].rule, records::AdviceRule::kGradientUnderflow);
+  EXPECT_NE(advice[1].advice.find(": use amp.loss_scale: dynamic"), std::string::npos);
+  EXPECT_EQ(advice[2].rule, records::AdviceRule::kBatchnormLowPrecision);
   EXPECT_NE(advice[2].advice.find("keep_batchnorm_fp32: true"), std::string::npos);
+  // Under a dynamic scale the same underflow says the scale is held down instead.
+  c.dynamic_scale = true;
+  const auto dynamic = advise(d, c);
+  ASSERT_EQ(dynamic.size(), 3u);
+  EXPECT_EQ(dynamic[1].rule, records::AdviceRule::kGradientUnderflow);
+  EXPECT_NE(dynamic[1].advice.find("the dynamic scale is low here"), std::string::npos)
+      << dynamic[1].advice;
 }
 
 // A forward row whose output overflows in `overflow` of its values and whose input was inf/NaN
@@ -175,7 +182,7 @@ AdviceContext o1_fp16() {
   AdviceContext c;
   c.opt_level = OptLevel::kO1;
   c.dtype = Dtype::kFp16;
-  c.loss_scale = "dynamic";
+  c.dynamic_scale = true;
   return c;
 }
 
@@ -184,7 +191,7 @@ using Advice = std::pair<std::string, std::string>;  // module, advice
 std::vector<Advice> overflow_advice(const records::Diagnosis& d, const AdviceContext& c) {
   std::vector<Advice> out;
   for (const auto& a : advise(d, c)) {
-    if (a.rule == "activation_overflow") out.emplace_back(a.module, a.advice);
+    if (a.rule == records::AdviceRule::kActivationOverflow) out.emplace_back(a.module, a.advice);
   }
   return out;
 }

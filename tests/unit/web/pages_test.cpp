@@ -202,7 +202,7 @@ TEST_F(PagesTest, ARunPageNamesItsDiagnosedModulesAndATunePageDrawsItsTree) {
   records::TuneCandidateRow c;
   c.search_id = search.id;
   c.round = 1;
-  c.move = "loss_scale";
+  c.move = TuneMoveKind::kLossScale;
   c.change_json = R"({"amp.loss_scale":"dynamic"})";
   c.reason = "overflow <in conv1>";
   c.run_id = candidate;
