@@ -1,4 +1,5 @@
-// `amptune run`, `amptune resume`, `amptune fork`: options and output; app/run/runner.h does the work.
+// `amptune run`, `amptune resume`, `amptune fork`: options and output; app/run/runner.h does the
+// work.
 #include <torch/version.h>
 #include <unistd.h>
 

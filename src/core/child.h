@@ -2,7 +2,8 @@
 // SIGTERM on to it while waiting, wait with a timeout, stop it (SIGTERM, then SIGKILL), and say
 // how it ended. The one way amptune starts processes: the workers of `run --workers` and `tune
 // --workers` (app/run/runner.cpp run_workers), the --nproc ranks (launch/launch.cpp), bench's
-// data-parallel jobs (app/run/bench.cpp), gnuplot and sbatch (app/run/program.cpp). Linux. No torch.
+// data-parallel jobs (app/run/bench.cpp), gnuplot and sbatch (app/run/program.cpp). Linux. No
+// torch.
 //
 // Every child dies with its parent: it gets SIGKILL when the process that started it ends, even
 // by SIGKILL (PR_SET_PDEATHSIG, set between fork and exec; a parent that died before that is

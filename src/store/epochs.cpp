@@ -241,8 +241,8 @@ std::vector<records::EpochRow> Store::epochs(int64_t run_id) const {
   });
 }
 
-std::vector<std::pair<int64_t, std::vector<records::EpochRow>>> Store::timed_epochs(const std::string& sweep,
-                                                                           size_t max_runs) const {
+std::vector<std::pair<int64_t, std::vector<records::EpochRow>>> Store::timed_epochs(
+    const std::string& sweep, size_t max_runs) const {
   return guarded(path_, "reading the epoch times of sweep '" + sweep + "'", [&] {
     // The first max_runs runs (in runs(sweep)'s order) with a breakdown or a trace, then their
     // epochs: the EXISTS reads each run's epochs through the primary key, nothing is loaded.
@@ -284,9 +284,10 @@ std::vector<records::CheckpointFile> Store::truncate_after(int64_t run_id, int e
                      "WHERE run_id = ? AND epoch > ? AND checkpoint_path IS NOT NULL "
                      "AND checkpoint_deleted_at IS NULL ORDER BY epoch",
                      run_id, epoch);
-    const std::vector<records::CheckpointFile> files = sql::read_rows(select, [](const Statement& row) {
-      return records::CheckpointFile{row.column_text(0), row.column_int(1), row.column_text(2)};
-    });
+    const std::vector<records::CheckpointFile> files =
+        sql::read_rows(select, [](const Statement& row) {
+          return records::CheckpointFile{row.column_text(0), row.column_int(1), row.column_text(2)};
+        });
     sql::run(db_, "DELETE FROM epochs WHERE run_id = ? AND epoch > ?", run_id, epoch);
     return files;
   });

@@ -462,8 +462,9 @@ void Store::mark_running(int64_t run_id, const records::Provenance& provenance) 
   });
 }
 
-bool Store::claim_run(int64_t run_id, const records::Provenance& provenance, double stale_after_seconds,
-                      bool retry_failed, bool continue_pruned, std::optional<int> epochs_seen) {
+bool Store::claim_run(int64_t run_id, const records::Provenance& provenance,
+                      double stale_after_seconds, bool retry_failed, bool continue_pruned,
+                      std::optional<int> epochs_seen) {
   const std::string action = "claiming run " + std::to_string(run_id);
   // In an IMMEDIATE transaction no other writer can interleave between the read and the write.
   return guarded_write(path_, db_, action, [&] {

@@ -76,10 +76,12 @@ class Store {
   std::optional<records::RunRow> find_run(int64_t id) const;
   // By id ("12") or name ("quickstart/0-1a2b3c4d").
   std::optional<records::RunRow> find_run(const std::string& id_or_name) const;
-  std::vector<records::RunRow> runs(const std::optional<std::string>& sweep_name = std::nullopt) const;
+  std::vector<records::RunRow> runs(
+      const std::optional<std::string>& sweep_name = std::nullopt) const;
   // A page of runs(sweep_name): at most `limit` from the `offset`th (the live view's paged
   // table, which must not read 100,000 runs for 500); and how many runs the sweep has.
-  std::vector<records::RunRow> runs(const std::string& sweep_name, int64_t offset, int64_t limit) const;
+  std::vector<records::RunRow> runs(const std::string& sweep_name, int64_t offset,
+                                    int64_t limit) const;
   int64_t run_count(const std::string& sweep_name) const;
   // Every sweep's run count, in one query (sweep name -> runs; a sweep without runs is 0).
   std::map<std::string, int64_t> run_counts() const;
@@ -148,14 +150,16 @@ class Store {
   std::vector<records::TuneSearchRow> tune_searches(const std::string& sweep) const;
   // Sets status, answer, values, epochs, note and finished_at of search row.id.
   void finish_tune_search(const records::TuneSearchRow& row);
-  void record_tune_round(const records::TuneRoundRow& round);              // kept when already there
-  void record_tune_candidate(const records::TuneCandidateRow& candidate);  // kept when already there
+  // Each kept when already there.
+  void record_tune_round(const records::TuneRoundRow& round);
+  void record_tune_candidate(const records::TuneCandidateRow& candidate);
   // Sets rung, value, reference_value and outcome of the candidate (search_id, round, seq).
   void update_tune_candidate(const records::TuneCandidateRow& candidate);
   std::vector<records::TuneRoundRow> tune_rounds(int64_t search_id) const;          // by round
   std::vector<records::TuneCandidateRow> tune_candidates(int64_t search_id) const;  // by round, seq
   // The advice of the diagnosis of (run_id, epoch) in order; unset when there is none.
-  std::optional<std::vector<records::DiagnosisAdvice>> diagnosis_advice(int64_t run_id, int epoch) const;
+  std::optional<std::vector<records::DiagnosisAdvice>> diagnosis_advice(int64_t run_id,
+                                                                        int epoch) const;
 
   // status -> pending with a message ("interrupted in epoch 3"; clipped so too): the run stopped
   // on purpose and continues from its last checkpoint. ClaimLostError when another process has it.
@@ -173,8 +177,8 @@ class Store {
   // The epoch rows (without metrics) of the first `max_runs` runs of `sweep`, in the order of
   // runs(sweep), that have an epoch with a time breakdown (EpochTimes) or a profile trace, each
   // run with all its epochs: the report's time bars in one query, not one per run.
-  std::vector<std::pair<int64_t, std::vector<records::EpochRow>>> timed_epochs(const std::string& sweep,
-                                                                      size_t max_runs) const;
+  std::vector<std::pair<int64_t, std::vector<records::EpochRow>>> timed_epochs(
+      const std::string& sweep, size_t max_runs) const;
   // The evaluation of the run's initial weights (table initial_metrics, migration 9): replaces
   // every value the run had there, in one transaction. Names as in record_epoch's metrics.
   // ClaimLostError (nothing written) when another process holds the run. Truncating epochs
@@ -187,8 +191,8 @@ class Store {
   std::vector<records::ScaleEvent> scale_events(int64_t run_id) const;
   // The events of the first `max_runs` runs of `sweep` that have any, in the order of
   // runs(sweep), by global step: the report's loss-scale plot in one query, not one per run.
-  std::vector<std::pair<int64_t, std::vector<records::ScaleEvent>>> scale_events(const std::string& sweep,
-                                                                        size_t max_runs) const;
+  std::vector<std::pair<int64_t, std::vector<records::ScaleEvent>>> scale_events(
+      const std::string& sweep, size_t max_runs) const;
 
   // Drops epochs > `epoch` of a run (and their metrics) before it is resumed from `epoch`;
   // returns the checkpoint files those rows referenced so the caller can delete them.
@@ -230,7 +234,8 @@ class Store {
   //    as a checkpoint (`layout`: train's rule, given by app), is merged as deleted.
   // Throws StoreError naming the input (not SQLite, corrupt, newer schema, missing, two runs of
   // one name with different configs) or this database (cannot write).
-  records::MergeReport merge(const std::vector<std::string>& inputs, const records::CheckpointLayout& layout);
+  records::MergeReport merge(const std::vector<std::string>& inputs,
+                             const records::CheckpointLayout& layout);
 
   // "ok", or what PRAGMA integrity_check / foreign_key_check found.
   std::string integrity_check() const;

@@ -1,8 +1,9 @@
 // Where a database's runs keep their checkpoint files, and what those files are called: the one
 // owner of the rule. train writes by it (plan.h, the trainer), retention and `gc` delete by it
-// (retention.h, app/artifacts/checkpoint_folders.h), and merge, which cannot include train, is handed it as
-// a records::CheckpointLayout (checkpoint_layout(), given by app/run/merge.h) to tell an input's own
-// checkpoints from paths that point elsewhere (docs/SECURITY.md "Databases from elsewhere").
+// (retention.h, app/artifacts/checkpoint_folders.h), and merge, which cannot include train, is
+// handed it as a records::CheckpointLayout (checkpoint_layout(), given by app/run/merge.h) to tell
+// an input's own checkpoints from paths that point elsewhere (docs/SECURITY.md "Databases from
+// elsewhere").
 //
 //   results/amptune.sqlite               the database
 //   results/checkpoints/amptune/         its default root (default_checkpoint_root)

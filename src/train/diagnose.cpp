@@ -283,7 +283,8 @@ std::optional<records::DiagnosticRow> first_divergence(const records::Diagnosis&
   return std::nullopt;
 }
 
-std::vector<records::DiagnosticRow> overflow_starts(const std::vector<records::DiagnosticRow>& rows) {
+std::vector<records::DiagnosticRow> overflow_starts(
+    const std::vector<records::DiagnosticRow>& rows) {
   std::map<std::string, records::DiagnosticRow> by_module;  // the worst of its first call
   for (const auto& r : rows) {
     if (r.kind != records::DiagnosticKind::kForward || !(r.overflow_frac > 0) ||
@@ -519,8 +520,8 @@ void compare_batch(const Sides& sides, const data::Batch& batch, int b, const Pr
     for (const auto& [field, cast] : fields) {
       const torch::Tensor& original = batch.fields.at(field);
       if (cast.is_same(original)) continue;
-      add(compare_tensors(original, cast, TensorDtype::kInt32), records::DiagnosticKind::kCast, seq++,
-          point, TensorDtype::kInt32);
+      add(compare_tensors(original, cast, TensorDtype::kInt32), records::DiagnosticKind::kCast,
+          seq++, point, TensorDtype::kInt32);
     }
   }
 }

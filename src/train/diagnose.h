@@ -94,10 +94,12 @@ std::optional<records::DiagnosticRow> first_divergence(const records::Diagnosis&
 // whole model ""). Modules downstream of an overflow, whose input was already inf/NaN, only
 // carry it on and are not named. One row per module (its first call): the worst over those
 // batches. In execution order (seq).
-std::vector<records::DiagnosticRow> overflow_starts(const std::vector<records::DiagnosticRow>& rows);
+std::vector<records::DiagnosticRow> overflow_starts(
+    const std::vector<records::DiagnosticRow>& rows);
 
 // The advice rules (docs/AMP.md "Advice rules") over a diagnosis's rows, in priority order.
-std::vector<records::DiagnosisAdvice> advise(const records::Diagnosis& d, const AdviceContext& context);
+std::vector<records::DiagnosisAdvice> advise(const records::Diagnosis& d,
+                                             const AdviceContext& context);
 
 // Throws ConfigError naming the option (--batches, --cosine-min, --against) that cannot be used.
 void check_options(const DiagnoseOptions& options);
@@ -111,13 +113,13 @@ std::optional<records::EpochRow> pick_checkpoint(const RunInput& run,
                                                  const DiagnoseOptions& options);
 
 // Diagnoses `run` (see the top of this file) at `checkpoint` (pick_checkpoint; unset: the
-// initial weights) and returns the diagnosis (the caller records it: app/artifacts/checkpoint_commands.h).
-// When activations overflow, further forward passes on the same batches keep the modules named
-// so far in fp32 until no new overflow starts (at most one pass per module of the model), since
-// downstream of an overflow every value is NaN and a second one cannot be seen: each found this
-// way is a HiddenOverflow behind its own activation_overflow advice row. Throws
-// CheckpointError (unreadable checkpoint), ConfigError (bad options) or DataError as loading the
-// run does.
+// initial weights) and returns the diagnosis (the caller records it:
+// app/artifacts/checkpoint_commands.h). When activations overflow, further forward passes on the
+// same batches keep the modules named so far in fp32 until no new overflow starts (at most one pass
+// per module of the model), since downstream of an overflow every value is NaN and a second one
+// cannot be seen: each found this way is a HiddenOverflow behind its own activation_overflow advice
+// row. Throws CheckpointError (unreadable checkpoint), ConfigError (bad options) or DataError as
+// loading the run does.
 records::Diagnosis diagnose(const RunInput& run,
                             const std::optional<records::EpochRow>& checkpoint,
                             const DiagnoseOptions& options);

@@ -1,6 +1,6 @@
 // Evaluation and export of saved checkpoints (`amptune eval`, `amptune export`; the commands'
-// database side is app/artifacts/checkpoint_commands.h). The model is built exactly as the trainer builds it
-// (train/session.h: seed, task, amp policy, masters), so O2/O3 runs evaluate with their
+// database side is app/artifacts/checkpoint_commands.h). The model is built exactly as the trainer
+// builds it (train/session.h: seed, task, amp policy, masters), so O2/O3 runs evaluate with their
 // low-precision weights under the run's autocast / emulation policy, as training-time evaluation
 // did. No torch in this header: the app layer includes it.
 #pragma once

@@ -18,7 +18,8 @@ namespace amptune::train {
 class RunInput {
  public:
   // The configuration and its settings (Settings::from: read once, here).
-  explicit RunInput(Config config) : config_(std::move(config)), settings_(Settings::from(config_)) {}
+  explicit RunInput(Config config)
+      : config_(std::move(config)), settings_(Settings::from(config_)) {}
 
   const Config& config() const { return config_; }
   const Settings& settings() const { return settings_; }

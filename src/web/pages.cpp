@@ -245,8 +245,8 @@ std::string diagnosis(const app::ReportModel& model, const app::PlotDef& def, in
   return "";
 }
 
-// The plots of the list (app/views/report_plots.h) that `place` shows, in its order, of the run `only`
-// (every run when 0).
+// The plots of the list (app/views/report_plots.h) that `place` shows, in its order, of the run
+// `only` (every run when 0).
 std::string plots(const app::ReportModel& model, app::PlotPlace place, int64_t only = 0) {
   std::string html;
   for (const app::PlotDef& def : app::report_plots()) {

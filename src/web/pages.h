@@ -1,6 +1,7 @@
 // The pages of `amptune serve` (docs/SERVE.md), rendered from the results database per request:
 //   /                    the sweeps with their runs' status counts and the runs in training
-//   /sweep/NAME          a sweep: the comparison table (app/views/compare.h, as `compare` and `report`
+//   /sweep/NAME          a sweep: the comparison table (app/views/compare.h, as `compare` and
+//   `report`
 //                        print it), its runs, and the curves of the report (app/views/report.h)
 //   /sweep/NAME/tune     the sweep's newest tune search: its decision tree with outcomes
 //   /run/ID              one run: its epochs, curves (metric, loss, loss scale, img/s), its
@@ -9,9 +10,10 @@
 // the same address with ?part=live (just that element's content), so a page follows a run as it
 // trains without a reload: two seconds after an answer, or five times as long as the answer took
 // when that is longer, never while the tab is hidden (at once when it is shown again), and
-// doubling up to a minute after failures; without JavaScript, a <noscript> refresh reloads it. Nothing is loaded from elsewhere (styles, script and SVG plots are in the page). The
-// database is opened read-only for the request and closed after it: no lock is held between
-// requests, and the page is never a half-written one (each read sees committed rows). No torch.
+// doubling up to a minute after failures; without JavaScript, a <noscript> refresh reloads it.
+// Nothing is loaded from elsewhere (styles, script and SVG plots are in the page). The database is
+// opened read-only for the request and closed after it: no lock is held between requests, and the
+// page is never a half-written one (each read sees committed rows). No torch.
 #pragma once
 
 #include <cstddef>

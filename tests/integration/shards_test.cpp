@@ -331,7 +331,8 @@ TEST(Identity, OldFormatCheckpointsAreRefusedWithoutTheOptIn) {
   EXPECT_TRUE(files() == before) << "checkpoint files changed";
   store::Store store(db);
   const records::RunRow run = *store.find_run("legacy/1-d159a863");
-  EXPECT_EQ(run.status, records::RunStatus::kPending);  // the same command with the opt-in continues
+  EXPECT_EQ(run.status,
+            records::RunStatus::kPending);  // the same command with the opt-in continues
   EXPECT_NE(run.message.find("AMPTUNE_TRUST_LEGACY_CHECKPOINTS"), std::string::npos) << run.message;
   const auto epochs = store.epochs(run.id);
   ASSERT_EQ(epochs.size(), 1u);

@@ -1,5 +1,5 @@
-// app/artifacts/checkpoint_folders.h: retention applied to a run's rows, the checkpoint root's owner file,
-// `amptune gc`.
+// app/artifacts/checkpoint_folders.h: retention applied to a run's rows, the checkpoint root's
+// owner file, `amptune gc`.
 #include "app/artifacts/checkpoint_folders.h"
 
 #include <fcntl.h>

@@ -23,11 +23,11 @@ void apply_retention(store::Store& store, int64_t run_id, const CheckpointSettin
                      const std::string& primary, bool higher_is_better);
 
 // The checkpoint folder of runs with `checkpoint` settings (train/checkpoint_layout.h
-// checkpoint_root: checkpoint.dir, or default_checkpoint_root of the database) belongs to one database: its file .amptune-database
-// names that database's id and path. Creates the folder and the file when missing; throws
-// CheckpointError naming both databases when the file names another (two databases given one
-// checkpoint.dir would write and delete each other's epoch_N files). Called before a run writes
-// or deletes anything there.
+// checkpoint_root: checkpoint.dir, or default_checkpoint_root of the database) belongs to one
+// database: its file .amptune-database names that database's id and path. Creates the folder and
+// the file when missing; throws CheckpointError naming both databases when the file names another
+// (two databases given one checkpoint.dir would write and delete each other's epoch_N files).
+// Called before a run writes or deletes anything there.
 void claim_checkpoint_root(const CheckpointSettings& checkpoint, const store::Store& store);
 
 struct GarbageFile {

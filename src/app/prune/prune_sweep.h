@@ -1,7 +1,7 @@
 // A sweep's prune: block (core/sweep.h PruneBlock; docs/PRUNING.md) applied to its runs: the
-// rules of app/prune/prune_rules.h fed from the results database, their decisions recorded there. The
-// process that records an epoch decides (app/run/store_recorder.h), from the database alone, so the
-// rule holds with --workers, with several `amptune run` processes on one database and with
+// rules of app/prune/prune_rules.h fed from the results database, their decisions recorded there.
+// The process that records an epoch decides (app/run/store_recorder.h), from the database alone, so
+// the rule holds with --workers, with several `amptune run` processes on one database and with
 // --nproc (rank 0 decides, the ranks stop together). No torch.
 #pragma once
 

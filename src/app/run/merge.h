@@ -16,7 +16,8 @@ namespace amptune::app {
 // Every input is checked before `into` is opened, so a bad input leaves `into` as it was (not
 // even created); a database this call created is removed again when the merge fails. Throws
 // StoreError naming the file.
-records::MergeReport merge_databases(const std::string& into, const std::vector<std::string>& inputs);
+records::MergeReport merge_databases(const std::string& into,
+                                     const std::vector<std::string>& inputs);
 
 // The databases at `paths` read as one: a single file opened as it is, several merged into an
 // in-memory database by Store::merge's rules (the copy of a cell with more epochs wins), with

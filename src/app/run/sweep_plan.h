@@ -35,8 +35,8 @@ struct Plan {
   // When the data were read (plan_sweep with data): the fingerprint of each cell's data
   // (train::data_fingerprint), parallel to cells; empty otherwise.
   std::vector<std::string> fingerprints;
-  // The sweep's prune: block resolved against its cells' models (app/prune/prune_sweep.h PrunePlanner;
-  // rule none without a block).
+  // The sweep's prune: block resolved against its cells' models (app/prune/prune_sweep.h
+  // PrunePlanner; rule none without a block).
   PruneSettings prune;
 };
 
@@ -44,14 +44,14 @@ struct Plan {
 // planned run as `run` would before training it: config keys and values, the amp policy, cast
 // points, schedule values (train::validate_config), every fork's overrides (train::plan_fork),
 // and, when `data` is true, that each distinct data set opens (train::check_data, once per
-// distinct data.* / rootnet.* setting) and its fingerprint (Plan::fingerprints), and for a data-parallel job of `world_size` processes
-// its process group (train::check_parallel) and that every process gets a batch. Touches no
-// database. With `shard`, only the cells of that shard (plan_shards over the cells --only
-// selected) are planned, each with its forks; a shard may have no cell (an empty plan, not an
-// error). Throws ConfigError
-// naming the file:line of the key where it can and the cell ("cell 3 (amp.opt_level=O1): ..."),
-// DataError naming the expected path, UsageError when --only matches no cell.
-// Linear in the number of cells: 100,000 cells plan in seconds (docs/PERFORMANCE.md).
+// distinct data.* / rootnet.* setting) and its fingerprint (Plan::fingerprints), and for a
+// data-parallel job of `world_size` processes its process group (train::check_parallel) and that
+// every process gets a batch. Touches no database. With `shard`, only the cells of that shard
+// (plan_shards over the cells --only selected) are planned, each with its forks; a shard may have
+// no cell (an empty plan, not an error). Throws ConfigError naming the file:line of the key where
+// it can and the cell ("cell 3 (amp.opt_level=O1): ..."), DataError naming the expected path,
+// UsageError when --only matches no cell. Linear in the number of cells: 100,000 cells plan in
+// seconds (docs/PERFORMANCE.md).
 Plan plan_sweep(const std::string& path, const std::vector<std::string>& sets,
                 const std::vector<std::string>& only, bool data = true, int world_size = 1,
                 const std::optional<Shard>& shard = std::nullopt);

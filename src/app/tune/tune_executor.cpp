@@ -175,7 +175,9 @@ RunView StoreExecutor::view(int64_t id) {
 
 int StoreExecutor::trained(int64_t id, int after, int upto) {
   int count = 0;
-  for (const records::EpochRow& row : store_.epochs(id)) count += row.epoch > after && row.epoch <= upto;
+  for (const records::EpochRow& row : store_.epochs(id)) {
+    count += row.epoch > after && row.epoch <= upto;
+  }
   return count;
 }
 

@@ -169,7 +169,8 @@ SearchResult Search::run(int64_t sweep_id) {
 std::vector<int64_t> Search::reference_repeats(int64_t reference) {
   std::vector<int64_t> ids;
   if (block_.reference_repeats < 2) return ids;
-  exec_.record_round({search_.id, 0, records::TuneRoundKind::kReference, reference, -1, std::nullopt,
+  exec_.record_round({search_.id, 0, records::TuneRoundKind::kReference, reference, -1,
+                      std::nullopt,
                       "the reference with other seeds: the seed noise of " + spec_.metric});
   const int64_t seed = spec_.reference.get_int("seed");
   for (int64_t i = 1; i < block_.reference_repeats; ++i) {
@@ -285,7 +286,8 @@ Search::RoundPlan Search::plan_round(const RunView& node) {
   plan.fork_epoch = fork >= 0 && fork < last_ && exec_.kept(node.id, fork) ? fork : -1;
   plan.diagnosis_epoch = std::max(exit, fork);
   if (!exec_.kept(node.id, plan.diagnosis_epoch)) plan.diagnosis_epoch = plan.fork_epoch;
-  const std::vector<records::DiagnosisAdvice> advice = exec_.diagnose(node.id, plan.diagnosis_epoch);
+  const std::vector<records::DiagnosisAdvice> advice =
+      exec_.diagnose(node.id, plan.diagnosis_epoch);
   plan.moves = candidate_moves(node.config, advice, block_.moves, plan.fork_epoch, lr_shifted_);
   plan.note = node.name + " leaves the band after epoch " + std::to_string(fork) + "; " +
               std::to_string(advice.size()) + " advice rows";

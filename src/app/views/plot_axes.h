@@ -1,7 +1,7 @@
-// Axis ticks shared by the report's gnuplot plots (app/views/report.h) and the live view's SVG plots
-// (web/svg.h), so both label an axis the same way: a handful of ticks whatever the range. A loss
-// scale that ran from 2^13 down to 2^-31 gets ticks every 8 powers of two (2^16, 2^8, ... 2^-32),
-// not all 45 of them. No torch.
+// Axis ticks shared by the report's gnuplot plots (app/views/report.h) and the live view's SVG
+// plots (web/svg.h), so both label an axis the same way: a handful of ticks whatever the range. A
+// loss scale that ran from 2^13 down to 2^-31 gets ticks every 8 powers of two (2^16, 2^8, ...
+// 2^-32), not all 45 of them. No torch.
 #pragma once
 
 #include <string>

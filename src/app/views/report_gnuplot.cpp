@@ -1,7 +1,7 @@
-// app/views/report.h write_report: the report's files from its model - the gnuplot script and the data
-// files of the plots app/views/report_plots.h lists for the report, gnuplot run on them, and the HTML
-// page. Every value from a database that reaches the script is quoted (gp_string) or written to
-// a data file; names reach the page through html_escape.
+// app/views/report.h write_report: the report's files from its model - the gnuplot script and the
+// data files of the plots app/views/report_plots.h lists for the report, gnuplot run on them, and
+// the HTML page. Every value from a database that reaches the script is quoted (gp_string) or
+// written to a data file; names reach the page through html_escape.
 #include <fcntl.h>
 #include <unistd.h>
 

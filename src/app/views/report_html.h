@@ -1,7 +1,7 @@
-// The HTML pieces the static report (app/views/report.h) and the live view (web/pages.h) share, so a
-// sweep's comparison table and a tune search's tree read the same on both: escaping, the table
-// of `amptune compare`, the search tree, the page's style. Every value from a database goes
-// through html_escape (names and labels come from databases merged from elsewhere). No torch.
+// The HTML pieces the static report (app/views/report.h) and the live view (web/pages.h) share, so
+// a sweep's comparison table and a tune search's tree read the same on both: escaping, the table of
+// `amptune compare`, the search tree, the page's style. Every value from a database goes through
+// html_escape (names and labels come from databases merged from elsewhere). No torch.
 #pragma once
 
 #include <ostream>

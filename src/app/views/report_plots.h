@@ -1,8 +1,8 @@
-// The plots drawn from a report's model (app/views/report.h), as one list that both writers iterate:
-// the report's gnuplot files (app/views/report_gnuplot.cpp, `amptune report`) and the live view's SVG
-// (web/pages.cpp, `amptune serve`). A plot added to the list is drawn wherever its `places`
-// say, by both writers, from the model series its `data` names; its title, labels and axes are
-// the same on both. How a writer draws an axis kind (gnuplot commands, SVG) stays the writer's.
+// The plots drawn from a report's model (app/views/report.h), as one list that both writers
+// iterate: the report's gnuplot files (app/views/report_gnuplot.cpp, `amptune report`) and the live
+// view's SVG (web/pages.cpp, `amptune serve`). A plot added to the list is drawn wherever its
+// `places` say, by both writers, from the model series its `data` names; its title, labels and axes
+// are the same on both. How a writer draws an axis kind (gnuplot commands, SVG) stays the writer's.
 // No torch.
 #pragma once
 

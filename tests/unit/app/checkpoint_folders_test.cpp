@@ -1,5 +1,5 @@
-// `amptune gc` (app/artifacts/checkpoint_folders.h): checkpoint files the database does not reference, on
-// real files and a real database in a temp dir.
+// `amptune gc` (app/artifacts/checkpoint_folders.h): checkpoint files the database does not
+// reference, on real files and a real database in a temp dir.
 #include "app/artifacts/checkpoint_folders.h"
 
 #include <gtest/gtest.h>

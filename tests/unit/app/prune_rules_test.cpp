@@ -1,6 +1,6 @@
-// The pruning rules (app/prune/prune_rules.h) on hand-made tables: ASHA's rungs, promotions of the top 1/eta,
-// fewer than eta cells, ties, late arrivals that make a stopped cell promotable, NaN / infinite
-// values, failed cells, a metric where lower is better, grace_epochs; the median rule's
+// The pruning rules (app/prune/prune_rules.h) on hand-made tables: ASHA's rungs, promotions of the
+// top 1/eta, fewer than eta cells, ties, late arrivals that make a stopped cell promotable, NaN /
+// infinite values, failed cells, a metric where lower is better, grace_epochs; the median rule's
 // min_cells, best-so-far, ties and NaN; rule none; settings and table checks. The same rules
 // against Optuna itself: prune_reference_test.cpp.
 #include "app/prune/prune_rules.h"

@@ -1,5 +1,5 @@
-// Unit tests of the status model (app/views/status.h): counts per sweep, the ETA of a running run, and
-// when a running run counts as dead (a holder elsewhere by its heartbeat, a holder on this
+// Unit tests of the status model (app/views/status.h): counts per sweep, the ETA of a running run,
+// and when a running run counts as dead (a holder elsewhere by its heartbeat, a holder on this
 // machine by its process). Claims of other processes are faked with raw SQL, as in
 // tests/unit/store/store_test.cpp.
 #include "app/views/status.h"

@@ -214,7 +214,8 @@ class World : public TuneExecutor {
     return r.id;
   }
   void train(FakeRun& r, int epoch) {
-    if (r.status != records::RunStatus::kPending && r.status != records::RunStatus::kRunning) return;
+    if (r.status != records::RunStatus::kPending && r.status != records::RunStatus::kRunning)
+      return;
     const int diverge = diverges_at(r.config);
     while (r.done <= epoch) {
       if (r.done >= diverge) {

@@ -175,8 +175,9 @@ class MergeTest : public ::testing::Test {
     Store(into).merge({good}, train::checkpoint_layout());
     const auto before = snapshot(into);
     for (const auto& [bad, expected] : cases) {
-      const std::string message =
-          testing::message_of<StoreError>([&] { Store(into).merge({good, bad}, train::checkpoint_layout()); });
+      const std::string message = testing::message_of<StoreError>([&] {
+        Store(into).merge({good, bad}, train::checkpoint_layout());
+      });
       EXPECT_NE(message.find(bad), std::string::npos) << message;
       EXPECT_NE(message.find(expected), std::string::npos) << bad << ": " << message;
       EXPECT_EQ(snapshot(into), before) << bad;
@@ -480,7 +481,8 @@ TEST_F(MergeTest, PruneDecisionsNameTheComparedRunsByTheirTargetIds) {
   for (const auto& [change, expected] : cases) {
     fs::copy_file(c, a, fs::copy_options::overwrite_existing);
     raw_exec(a, change);
-    const std::string message = testing::message_of<StoreError>([&] { Store(into).merge({a}, train::checkpoint_layout()); });
+    const std::string message = testing::message_of<StoreError>(
+        [&] { Store(into).merge({a}, train::checkpoint_layout()); });
     EXPECT_NE(message.find(a), std::string::npos) << message;
     EXPECT_NE(message.find(expected), std::string::npos) << change << ": " << message;
     EXPECT_EQ(snapshot(into), before) << change;
@@ -638,14 +640,16 @@ TEST_F(MergeTest, NumbersOutsideTheReadersRangeAreRefused) {
   expect_each_refused(cases);
 }
 
-// What Store(into).merge(inputs, train::checkpoint_layout()) throws, found in a child process given 60 s: an input that
-// makes merge read forever fails the test ("<still merging after 60 s>") instead of hanging it.
+// What Store(into).merge(inputs, train::checkpoint_layout()) throws, found in a child process given
+// 60 s: an input that makes merge read forever fails the test ("<still merging after 60 s>")
+// instead of hanging it.
 std::string merge_refusal(const std::string& into, const std::vector<std::string>& inputs) {
   const std::string out = into + ".refusal";
   const pid_t pid = ::fork();
   if (pid == 0) {
     {
-      std::ofstream(out) << testing::message_of<StoreError>([&] { Store(into).merge(inputs, train::checkpoint_layout()); });
+      std::ofstream(out) << testing::message_of<StoreError>(
+          [&] { Store(into).merge(inputs, train::checkpoint_layout()); });
     }
     ::_exit(0);
   }
@@ -743,7 +747,9 @@ TEST_F(MergeTest, AFailureHalfWayRollsEverythingBack) {
     s.add(0, 1);
   }
   const auto before = snapshot(into);
-  const std::string message = testing::message_of<StoreError>([&] { Store(into).merge({a, b}, train::checkpoint_layout()); });
+  const std::string message = testing::message_of<StoreError>([&] {
+    Store(into).merge({a, b}, train::checkpoint_layout());
+  });
   EXPECT_NE(message.find("grid/0-cell0000"), std::string::npos) << message;
   EXPECT_NE(message.find(b), std::string::npos) << message;
   EXPECT_NE(message.find("different configurations"), std::string::npos) << message;

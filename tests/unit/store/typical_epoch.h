@@ -10,7 +10,8 @@
 
 namespace amptune::store {
 
-inline records::EpochRecord typical_epoch(int64_t run, int epoch, const std::string& checkpoint_path) {
+inline records::EpochRecord typical_epoch(int64_t run, int epoch,
+                                          const std::string& checkpoint_path) {
   records::EpochRecord record;
   record.run_id = run;
   record.epoch = epoch;
@@ -24,7 +25,8 @@ inline records::EpochRecord typical_epoch(int64_t run, int epoch, const std::str
   record.metrics = {{"acc1", 50.0 + epoch * 0.1}, {"acc5", 80.0},        {"val_loss", 0.5},
                     {"loss_scale", 65536.0},      {"overflow_steps", 1}, {"skipped_steps", 1}};
   record.checkpoint = records::CheckpointFile{checkpoint_path, 46000000, std::string(64, 'a')};
-  record.scale_events = {records::ScaleEvent{record.global_step - 50, 32768.0, ScaleReason::kOverflow}};
+  record.scale_events = {
+      records::ScaleEvent{record.global_step - 50, 32768.0, ScaleReason::kOverflow}};
   return record;
 }
 

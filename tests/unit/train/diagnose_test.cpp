@@ -91,8 +91,8 @@ TEST(DiagnoseMetrics, NonFiniteValuesAreLeftOutOfTheErrors) {
   EXPECT_NEAR(r.overflow_frac, 1.0 / 3, 1e-12);
 }
 
-records::DiagnosticRow row(const std::string& kind, int seq, const std::string& module, double cosine,
-                         double overflow = 0, double underflow = 0) {
+records::DiagnosticRow row(const std::string& kind, int seq, const std::string& module,
+                           double cosine, double overflow = 0, double underflow = 0) {
   records::DiagnosticRow r;
   r.kind = records::parse_diagnostic_kind(kind).value();
   r.seq = seq;
@@ -172,7 +172,8 @@ TEST(DiagnoseRules, AdviceForOverflowUnderflowAndBatchNorm) {
 // in `input_nonfinite` of them.
 records::DiagnosticRow fwd(int seq, const std::string& module, double overflow,
                          double input_nonfinite, int batch = 0) {
-  records::DiagnosticRow r = row("forward", seq, module, overflow > 0 ? std::nan("") : 1.0, overflow);
+  records::DiagnosticRow r =
+      row("forward", seq, module, overflow > 0 ? std::nan("") : 1.0, overflow);
   r.input_nonfinite_frac = input_nonfinite;
   r.batch = batch;
   return r;

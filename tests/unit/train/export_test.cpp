@@ -86,8 +86,9 @@ class TrainExport : public ::testing::Test {
     return saved;
   }
 
-  // What `amptune export` does (app/artifacts/checkpoint_commands.h): the epoch must have a kept checkpoint among
-  // the run's rows (checkpoint_epochs names the saved ones otherwise), then its row is exported.
+  // What `amptune export` does (app/artifacts/checkpoint_commands.h): the epoch must have a kept
+  // checkpoint among the run's rows (checkpoint_epochs names the saved ones otherwise), then its
+  // row is exported.
   static ExportResult export_epoch(const store::Store& store, const records::RunRow& run, int epoch,
                                    const std::string& out) {
     EvalOptions select;
