@@ -1,5 +1,6 @@
-// amptune error hierarchy. Every error is caught once in main and mapped to an exit code
-// (README "Exit codes"). Messages name the file/key/run and say what to do.
+// amptune error hierarchy. Every error is caught once, in cli::dispatch (cli/command_table.h,
+// which main calls), and mapped to an exit code (README "Exit codes"). Messages name the
+// file/key/run and say what to do.
 #pragma once
 
 #include <stdexcept>
