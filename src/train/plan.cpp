@@ -2,8 +2,6 @@
 // validate_config and check_data. No training here; train_run starts a fork from its parent's
 // checkpoint (trainer.cpp start_from_parent).
 #include <algorithm>
-#include <cctype>
-#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <mutex>

@@ -1,15 +1,12 @@
 #include "app/run/runner.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <map>
 #include <optional>
 #include <set>
-#include <thread>
-#include <unordered_set>
 
 #include "app/prune/prune_sweep.h"
 #include "app/run/run_input.h"

@@ -2,7 +2,6 @@
 #include "app/run/sweep_plan.h"
 
 #include <algorithm>
-#include <map>
 #include <optional>
 #include <set>
 #include <unordered_set>
