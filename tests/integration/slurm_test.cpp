@@ -347,7 +347,8 @@ std::vector<std::string> tune_args(const TinySweep& f, bool slurm,
 // A search as stored: its path (round, move, run, rung, outcome), its answer and its ledger.
 struct Stored {
   records::TuneSearchRow search;
-  std::vector<std::string> path;
+  std::vector<std::string> path;  // round, move, rung, outcome of each candidate
+  std::vector<std::string> runs;  // their runs' names
   std::vector<records::TuneJobRow> jobs;
   int epoch_rows = 0;
 };
@@ -360,9 +361,9 @@ Stored stored(const std::string& db) {
   if (searches.empty()) return s;
   s.search = searches.back();
   for (const auto& c : store.tune_candidates(s.search.id)) {
-    s.path.push_back(std::to_string(c.round) + " " + (c.move ? to_string(*c.move) : "") + " " +
-                     store.find_run(c.run_id)->name + " rung " + std::to_string(c.rung) + " " +
-                     records::to_string(c.outcome));
+    s.path.push_back(std::to_string(c.round) + " " + (c.move ? to_string(*c.move) : "") +
+                     " rung " + std::to_string(c.rung) + " " + records::to_string(c.outcome));
+    s.runs.push_back(store.find_run(c.run_id)->name);
   }
   s.jobs = store.tune_jobs(s.search.id);
   for (const auto& run : store.runs("tuned")) {
@@ -390,27 +391,34 @@ std::multiset<std::pair<std::string, int>> trained_by_tasks(const Stored& s) {
   return trained;
 }
 
+size_t distinct(const std::multiset<std::pair<std::string, int>>& trained) {
+  return std::set<std::pair<std::string, int>>(trained.begin(), trained.end()).size();
+}
+
 void expect_same_search(const Stored& local, const Stored& slurm) {
   EXPECT_EQ(records::to_string(slurm.search.status), records::to_string(local.search.status));
   EXPECT_EQ(slurm.search.answer_yaml, local.search.answer_yaml);
   EXPECT_EQ(slurm.path, local.path);
+  EXPECT_EQ(slurm.runs, local.runs);
   EXPECT_EQ(slurm.search.epochs_spent, local.search.epochs_spent);
   EXPECT_EQ(slurm.epoch_rows, local.epoch_rows);
   EXPECT_EQ(slurm.search.answer_value, local.search.answer_value) << "trained alike";
 }
 
+// (Short test names and tags: munged's socket path, in the scratch directory, must stay under
+// 108 bytes.)
 // The planted search through --slurm answers as the local one, on the same path, in the same
 // epochs, each training step one array job whose tasks all completed; killed (SIGKILL) while a
 // round's job runs and started again, it waits for that job and trains nothing twice; no job is
 // left behind.
-TEST(Slurm, TuneThroughSlurmAnswersAsTheLocalSearchAndSurvivesItsOwnRestart) {
-  const TinySweep local = planted_sweep("local");
+TEST(Slurm, TuneAnswersAsLocallyAndRestarts) {
+  const TinySweep local = planted_sweep("l");
   const Result here = run_amptune(tune_args(local, false), local.dir);
   ASSERT_EQ(here.exit_code, 0) << here.err;
   const Stored expected = stored(local.db);
   ASSERT_EQ(records::to_string(expected.search.status), "answered") << expected.search.note;
 
-  const TinySweep f = planted_sweep("slurm");
+  const TinySweep f = planted_sweep("s");
   const std::string cluster = f.dir + "/cluster";
   fs::create_directories(cluster);
   LocalSlurm slurm(cluster);
@@ -434,13 +442,12 @@ TEST(Slurm, TuneThroughSlurmAnswersAsTheLocalSearchAndSurvivesItsOwnRestart) {
   }
   const auto trained = trained_by_tasks(s);
   EXPECT_EQ(static_cast<int>(trained.size()), s.search.epochs_spent);
-  EXPECT_EQ(std::set<std::pair<std::string, int>>(trained.begin(), trained.end()).size(),
-            trained.size())
-      << "an epoch trained twice";
+  EXPECT_EQ(distinct(trained), trained.size()) << "an epoch trained twice";
   EXPECT_NE(r.out.find("(answer)"), std::string::npos) << r.out;
 
-  // Killed while a round's array job runs (slow epochs: 5000 test images each), then again.
-  const TinySweep k = planted_sweep("killed", 5000);
+  // Killed while a round's array job runs (slow epochs: 5000 test images each: other data, so
+  // other run names), then again.
+  const TinySweep k = planted_sweep("k", 5000);
   const pid_t pid = spawn_amptune(tune_args(k, true), k.dir, SpawnOptions(slurm.env(), "child"));
   {
     StopOnExit guard(pid);
@@ -471,10 +478,7 @@ TEST(Slurm, TuneThroughSlurmAnswersAsTheLocalSearchAndSurvivesItsOwnRestart) {
   EXPECT_EQ(resumed.search.epochs_spent, expected.search.epochs_spent);
   const auto again_trained = trained_by_tasks(resumed);
   EXPECT_EQ(static_cast<int>(again_trained.size()), resumed.search.epochs_spent);
-  EXPECT_EQ(std::set<std::pair<std::string, int>>(again_trained.begin(), again_trained.end())
-                .size(),
-            again_trained.size())
-      << "an epoch trained twice";
+  EXPECT_EQ(distinct(again_trained), again_trained.size()) << "an epoch trained twice";
   for (const auto& job : resumed.jobs) EXPECT_EQ(job.attempt, 1) << job.job_id;
   EXPECT_EQ(slurm.client({"squeue", "-h", "-o", "%i"}), "") << "a job left behind";
 }
@@ -482,8 +486,8 @@ TEST(Slurm, TuneThroughSlurmAnswersAsTheLocalSearchAndSurvivesItsOwnRestart) {
 // A task that cannot write its checkpoints (checkpoint.dir where no folder can be made) fails
 // on the node: reported with its job state and log, submitted once more, then failed; the
 // reference failing ends the search, exhausted, exit 8.
-TEST(Slurm, ATuneTaskThatFailsIsReportedWithItsLogAndTheSearchEnds) {
-  const TinySweep f = planted_sweep("failing");
+TEST(Slurm, TuneTaskFailureEndsTheSearch) {
+  const TinySweep f = planted_sweep("f");
   const std::string cluster = f.dir + "/cluster";
   fs::create_directories(cluster);
   LocalSlurm slurm(cluster);

@@ -89,6 +89,10 @@ void check_tune_slurm_options(const TuneSlurmOptions& o) {
   if (o.gpus_per_task < 0 || o.cpus_per_task < 0 || o.max_jobs < 0) {
     throw UsageError("--gpus-per-task, --cpus-per-task and --max-jobs cannot be negative");
   }
+  if (!(o.poll_seconds > 0 && o.poll_seconds <= 3600)) {
+    throw UsageError("--poll-seconds must be above 0 and at most 3600, got " +
+                     std::to_string(o.poll_seconds));
+  }
   for (const auto& [what, value] :
        {std::pair<std::string, std::string>{"--partition", o.partition},
         {"--time", o.time},

@@ -56,7 +56,8 @@ constexpr int kTuneJobAttempts = 2;
 std::string default_jobs_dir(const std::string& db);
 
 // Refuses (UsageError) options a script cannot hold: counts below 1 (below 0 for GPUs, CPUs and
-// max_jobs), a value with a line break, an --sbatch value that is not an option.
+// max_jobs), a value with a line break, an --sbatch value that is not an option; and a poll
+// interval outside (0, 3600] seconds.
 void check_tune_slurm_options(const TuneSlurmOptions& options);
 
 class SlurmTuneExecutor : public StoreExecutor {
