@@ -410,7 +410,7 @@ void expect_same_search(const Stored& local, const Stored& slurm) {
 // The planted search through --slurm answers as the local one, on the same path, in the same
 // epochs, each training step one array job whose tasks all completed; killed (SIGKILL) while a
 // round's job runs and started again, it waits for that job and trains nothing twice; no job is
-// left behind.
+// left behind; a task cancelled with scancel is submitted once more and the search ends alike.
 TEST(Slurm, TuneAnswersAsLocallyAndRestarts) {
   const TinySweep local = planted_sweep("l");
   const Result here = run_amptune(tune_args(local, false), local.dir);
@@ -481,6 +481,43 @@ TEST(Slurm, TuneAnswersAsLocallyAndRestarts) {
   EXPECT_EQ(distinct(again_trained), again_trained.size()) << "an epoch trained twice";
   for (const auto& job : resumed.jobs) EXPECT_EQ(job.attempt, 1) << job.job_id;
   EXPECT_EQ(slurm.client({"squeue", "-h", "-o", "%i"}), "") << "a job left behind";
+
+  // A task cancelled with scancel while it runs is a run that did not get there: submitted once
+  // more, and the search ends as before (not a hung search).
+  const TinySweep c = planted_sweep("c", 5000);
+  const pid_t searching =
+      spawn_amptune(tune_args(c, true), c.dir, SpawnOptions(slurm.env(), "child"));
+  StopOnExit guard(searching);
+  std::string running;
+  for (int i = 0; i < 3000 && running.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (!fs::exists(c.db)) continue;
+    try {
+      store::Store store(c.db);
+      const auto q = store.query("SELECT job_id || '_' || task FROM tune_jobs WHERE "
+                                 "ended_at IS NULL AND state = 'RUNNING' LIMIT 1");
+      if (!q.rows.empty()) running = *q.rows[0][0];
+    } catch (const std::exception&) {
+      // the schema is being created
+    }
+  }
+  ASSERT_FALSE(running.empty()) << read_file(c.dir + "/child.err");
+  slurm.client({"scancel", running});
+  ASSERT_EQ(wait_exit_code(searching), 0) << read_file(c.dir + "/child.err");
+  const Stored retried = stored(c.db);
+  EXPECT_EQ(retried.search.answer_yaml, expected.search.answer_yaml);
+  EXPECT_EQ(retried.path, expected.path);
+  bool cancelled = false, again_submitted = false;
+  for (const auto& job : retried.jobs) {
+    cancelled = cancelled || (job.job_id + "_" + std::to_string(job.task) == running &&
+                              job.state.rfind("CANCELLED", 0) == 0);
+    again_submitted = again_submitted || job.attempt == 2;
+  }
+  EXPECT_TRUE(cancelled) << running;
+  EXPECT_TRUE(again_submitted);
+  const auto retried_trained = trained_by_tasks(retried);
+  EXPECT_EQ(distinct(retried_trained), retried_trained.size()) << "an epoch trained twice";
+  EXPECT_NE(read_file(c.dir + "/child.err").find("submitting it once more"), std::string::npos);
 }
 
 // A task that cannot write its checkpoints (checkpoint.dir where no folder can be made) fails

@@ -194,10 +194,15 @@ std::vector<records::TuneJobRow> SlurmTuneExecutor::submit(
   Script s;
   s.epoch = epoch;
   s.stop = epoch < plan_.epochs - 1;
-  s.dir = slurm_.jobs_dir + "/s" + std::to_string(search_id_) + "-e" + std::to_string(epoch) +
-          "-r" + std::to_string(runs.front().first) + "-a" + std::to_string(runs.front().second);
-  s.path = s.dir + "/job.sbatch";
+  // A folder of its own (a search killed before it recorded a job it had submitted makes the
+  // step again: the folder of that job stays its own).
+  const std::string stem = slurm_.jobs_dir + "/s" + std::to_string(search_id_) + "-e" +
+                           std::to_string(epoch) + "-r" + std::to_string(runs.front().first) +
+                           "-a" + std::to_string(runs.front().second);
   std::error_code ec;
+  s.dir = stem;
+  for (int again = 2; fs::exists(s.dir, ec); ++again) s.dir = stem + "-" + std::to_string(again);
+  s.path = s.dir + "/job.sbatch";
   fs::create_directories(s.dir, ec);
   if (ec) {
     throw EnvironmentError("cannot create " + s.dir + " for the tune's Slurm tasks: " +
@@ -215,7 +220,6 @@ std::vector<records::TuneJobRow> SlurmTuneExecutor::submit(
     job.task = static_cast<int>(k);
     job.task_db = s.dir + "/task-" + std::to_string(k) + ".sqlite";
     job.log_path = s.dir + "/task-" + std::to_string(k) + ".out";
-    for (const char* suffix : {"", "-wal", "-shm"}) fs::remove(job.task_db + suffix, ec);
     // The sweep's shared checkpoint.dir holds one folder per task database (each claims its own).
     const std::string dir = shared.empty() ? "" : shared + "/tune-jobs/" +
                                                       fs::path(s.dir).filename().string() +
