@@ -32,13 +32,15 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-RunSpec cell(int index, const std::string& tag) {
+// Cell `index`; `prefix` starts its config hash (and so its name: the results database's runs and
+// the candidates differ there), `tag` ends it (-s<K>: the copy of part K).
+RunSpec cell(int index, const std::string& prefix, const std::string& tag) {
   RunSpec spec;
   spec.sweep_name = "bench";
   spec.cell_index = index;
   spec.label = "candidate " + std::to_string(index);
   spec.config_json = "{\"cell\":" + std::to_string(index) + "}";
-  spec.config_hash = "cell" + std::to_string(100000 + index) + "-" + tag + "00000000";
+  spec.config_hash = prefix + std::to_string(100000 + index) + "-" + tag + "00000000";
   spec.axes_json = "{\"seed\":1}";
   spec.columns = {{"opt_level", "\"O1\""}, {"lr", "0.1"}};
   return spec;
@@ -74,7 +76,7 @@ void build_database(const fs::path& dir, const std::string& into, int runs, int 
     Store store(first);
     const int64_t sweep = store.ensure_sweep("bench", "", "name: bench\n", "");
     for (int r = 0; r < per; ++r) {
-      const int64_t id = store.ensure_run(sweep, cell(r, "s0")).id;
+      const int64_t id = store.ensure_run(sweep, cell(r, "cell", "s0")).id;
       store.mark_running(id, Provenance{});
       train(store, id, 0, epochs);
       store.finish_run(id, RunStatus::kDone, "", "{}");
@@ -118,7 +120,7 @@ int main(int argc, char** argv) {
     const int64_t sweep = store.ensure_sweep("bench", "", "name: bench\n", "");
     std::vector<int64_t> candidates;
     for (int t = 0; t < tasks; ++t) {
-      candidates.push_back(store.ensure_run(sweep, cell(t, "candidate")).id);
+      candidates.push_back(store.ensure_run(sweep, cell(t, "cand", "c")).id);
     }
     start = std::chrono::steady_clock::now();
     std::vector<std::string> task_dbs;
