@@ -441,8 +441,9 @@ void Merger::merge_runs(sqlite3* in, const std::string& input,
 
 }  // namespace
 
-records::MergeReport Store::copy_runs(const std::string& source, const std::vector<int64_t>& runs,
-                                      const std::function<std::string(const std::string&)>& config) {
+records::MergeReport Store::copy_runs(
+    const std::string& source, const std::vector<int64_t>& runs,
+    const std::function<std::string(const std::string&)>& config) {
   const int version = detail::guarded(source, "reading its schema version", [&] {
     return detail::read_schema_version(merging::Input(source).db());
   });

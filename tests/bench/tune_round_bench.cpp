@@ -113,8 +113,8 @@ int main(int argc, char** argv) {
     const std::string results = (dir / "amptune.sqlite").string();
     auto start = std::chrono::steady_clock::now();
     build_database(dir, results, runs, epochs);
-    std::printf("results database: %d runs x %d epochs, %.1f MB, built in %.1f s\n", runs,
-                epochs, fs::file_size(results) / 1e6, seconds_since(start));
+    std::printf("results database: %d runs x %d epochs, %.1f MB, built in %.1f s\n", runs, epochs,
+                fs::file_size(results) / 1e6, seconds_since(start));
 
     Store store(results);
     const int64_t sweep = store.ensure_sweep("bench", "", "name: bench\n", "");
@@ -138,10 +138,11 @@ int main(int argc, char** argv) {
     const MergeReport report = store.merge(task_dbs, amptune::train::checkpoint_layout());
     int64_t copied = 0;
     for (const auto& in : report.inputs) copied += in.epochs;
-    std::printf("merge of the %d task databases (%d epochs each) into it: %.2f s, %lld epochs "
-                "copied; results database now %.1f MB\n",
-                tasks, rung, seconds_since(start), static_cast<long long>(copied),
-                fs::file_size(results) / 1e6);
+    std::printf(
+        "merge of the %d task databases (%d epochs each) into it: %.2f s, %lld epochs "
+        "copied; results database now %.1f MB\n",
+        tasks, rung, seconds_since(start), static_cast<long long>(copied),
+        fs::file_size(results) / 1e6);
     return 0;
   } catch (const amptune::Error& error) {
     std::fprintf(stderr, "error: %s\n", error.what());

@@ -2,8 +2,8 @@
 #include "app/tune/slurm_jobs.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cctype>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <tuple>
@@ -17,27 +17,46 @@ namespace amptune::app {
 namespace {
 
 // Slurm's words (long forms, and squeue's short codes where they differ) and what they mean.
-const std::pair<const char*, JobState> kWords[] = {
-    {"PENDING", JobState::kPending},        {"PD", JobState::kPending},
-    {"CONFIGURING", JobState::kConfiguring}, {"CF", JobState::kConfiguring},
-    {"RUNNING", JobState::kRunning},        {"R", JobState::kRunning},
-    {"SUSPENDED", JobState::kSuspended},    {"S", JobState::kSuspended},
-    {"STOPPED", JobState::kSuspended},      {"ST", JobState::kSuspended},
-    {"COMPLETING", JobState::kCompleting},  {"CG", JobState::kCompleting},
-    {"REQUEUED", JobState::kRequeued},      {"RQ", JobState::kRequeued},
-    {"REQUEUE_FED", JobState::kRequeued},   {"REQUEUE_HOLD", JobState::kRequeued},
-    {"RESIZING", JobState::kResizing},      {"RS", JobState::kResizing},
-    {"COMPLETED", JobState::kCompleted},    {"CD", JobState::kCompleted},
-    {"FAILED", JobState::kFailed},          {"F", JobState::kFailed},
-    {"CANCELLED", JobState::kCancelled},    {"CA", JobState::kCancelled},
-    {"TIMEOUT", JobState::kTimeout},        {"TO", JobState::kTimeout},
-    {"NODE_FAIL", JobState::kNodeFail},     {"NF", JobState::kNodeFail},
-    {"PREEMPTED", JobState::kPreempted},    {"PR", JobState::kPreempted},
-    {"OUT_OF_MEMORY", JobState::kOutOfMemory}, {"OOM", JobState::kOutOfMemory},
-    {"BOOT_FAIL", JobState::kBootFail},     {"BF", JobState::kBootFail},
-    {"DEADLINE", JobState::kDeadline},      {"DL", JobState::kDeadline},
-    {"REVOKED", JobState::kRevoked},        {"RV", JobState::kRevoked},
-    {"SPECIAL_EXIT", JobState::kSpecialExit}, {"SE", JobState::kSpecialExit}};
+const std::pair<const char*, JobState> kWords[] = {{"PENDING", JobState::kPending},
+                                                   {"PD", JobState::kPending},
+                                                   {"CONFIGURING", JobState::kConfiguring},
+                                                   {"CF", JobState::kConfiguring},
+                                                   {"RUNNING", JobState::kRunning},
+                                                   {"R", JobState::kRunning},
+                                                   {"SUSPENDED", JobState::kSuspended},
+                                                   {"S", JobState::kSuspended},
+                                                   {"STOPPED", JobState::kSuspended},
+                                                   {"ST", JobState::kSuspended},
+                                                   {"COMPLETING", JobState::kCompleting},
+                                                   {"CG", JobState::kCompleting},
+                                                   {"REQUEUED", JobState::kRequeued},
+                                                   {"RQ", JobState::kRequeued},
+                                                   {"REQUEUE_FED", JobState::kRequeued},
+                                                   {"REQUEUE_HOLD", JobState::kRequeued},
+                                                   {"RESIZING", JobState::kResizing},
+                                                   {"RS", JobState::kResizing},
+                                                   {"COMPLETED", JobState::kCompleted},
+                                                   {"CD", JobState::kCompleted},
+                                                   {"FAILED", JobState::kFailed},
+                                                   {"F", JobState::kFailed},
+                                                   {"CANCELLED", JobState::kCancelled},
+                                                   {"CA", JobState::kCancelled},
+                                                   {"TIMEOUT", JobState::kTimeout},
+                                                   {"TO", JobState::kTimeout},
+                                                   {"NODE_FAIL", JobState::kNodeFail},
+                                                   {"NF", JobState::kNodeFail},
+                                                   {"PREEMPTED", JobState::kPreempted},
+                                                   {"PR", JobState::kPreempted},
+                                                   {"OUT_OF_MEMORY", JobState::kOutOfMemory},
+                                                   {"OOM", JobState::kOutOfMemory},
+                                                   {"BOOT_FAIL", JobState::kBootFail},
+                                                   {"BF", JobState::kBootFail},
+                                                   {"DEADLINE", JobState::kDeadline},
+                                                   {"DL", JobState::kDeadline},
+                                                   {"REVOKED", JobState::kRevoked},
+                                                   {"RV", JobState::kRevoked},
+                                                   {"SPECIAL_EXIT", JobState::kSpecialExit},
+                                                   {"SE", JobState::kSpecialExit}};
 
 std::string trimmed(const std::string& text) {
   const size_t begin = text.find_first_not_of(" \t\r");
@@ -89,7 +108,7 @@ std::string read_text(const std::string& path) {
 
 JobState parse_job_state(const std::string& word) {
   std::string w = trimmed(word);
-  w = w.substr(0, w.find(' '));              // "CANCELLED by 1000"
+  w = w.substr(0, w.find(' '));                        // "CANCELLED by 1000"
   while (!w.empty() && w.back() == '+') w.pop_back();  // sacct's mark of a cut word
   std::transform(w.begin(), w.end(), w.begin(),
                  [](unsigned char c) { return static_cast<char>(std::toupper(c)); });

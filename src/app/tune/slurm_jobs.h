@@ -21,9 +21,25 @@ namespace amptune::app {
 
 // The states Slurm documents (squeue(1) "JOB STATE CODES", sacct(1)); kOther for any other word.
 enum class JobState {
-  kPending, kConfiguring, kRunning, kSuspended, kCompleting, kRequeued, kResizing,
-  kCompleted, kFailed, kCancelled, kTimeout, kNodeFail, kPreempted, kOutOfMemory, kBootFail,
-  kDeadline, kRevoked, kSpecialExit, kOther
+  kPending,
+  kConfiguring,
+  kRunning,
+  kSuspended,
+  kCompleting,
+  kRequeued,
+  kResizing,
+  kCompleted,
+  kFailed,
+  kCancelled,
+  kTimeout,
+  kNodeFail,
+  kPreempted,
+  kOutOfMemory,
+  kBootFail,
+  kDeadline,
+  kRevoked,
+  kSpecialExit,
+  kOther
 };
 
 // `word` as squeue or sacct print it: "RUNNING", "CANCELLED by 1000", "CANCELLED+" (sacct's
@@ -38,7 +54,7 @@ struct TaskState {
   std::string job_id;  // the array job's id ("123")
   int task = -1;       // the array task; -1: a job that is no array
   JobState state = JobState::kOther;
-  std::string word;    // as Slurm printed it ("CANCELLED by 1000")
+  std::string word;  // as Slurm printed it ("CANCELLED by 1000")
 };
 
 // Lines "JOBID|STATE[|...]" of squeue -o '%i|%T' or sacct -P -o JobID,State,...: one entry per

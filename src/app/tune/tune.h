@@ -69,9 +69,10 @@ std::optional<TuneOutcome> tune_status(const store::Store& store, const std::str
 std::optional<TuneOutcome> tune_status(const std::string& db, const std::string& sweep);
 
 // `amptune tune` on the database at `db` (made when missing). One process (`workers` 1): the
-// search itself (run_tune, through Slurm with `slurm`), exit code 130 when a signal stopped it, else its tally's. With
-// `workers` > 1: the sweep is registered and `workers` processes of `worker_args` share the
-// search (run_workers); their exit code, and the search as they stored it.
+// search itself (run_tune, through Slurm with `slurm`), exit code 130 when a signal stopped it,
+// else its tally's. With `workers` > 1: the sweep is registered and `workers` processes of
+// `worker_args` share the search (run_workers); their exit code, and the search as they stored
+// it.
 struct TuneCommand {
   int exit_code = 0;
   std::optional<TuneOutcome> outcome;  // unset only when workers stored no search

@@ -156,8 +156,7 @@ bool SlurmTuneExecutor::train_to(const std::vector<int64_t>& ids, int epoch) {
       } else {
         const std::string why = "Slurm job " + job->second.job_id + "_" +
                                 std::to_string(job->second.task) + " (attempt " +
-                                std::to_string(job->second.attempt) + "): " +
-                                failure(job->second);
+                                std::to_string(job->second.attempt) + "): " + failure(job->second);
         log::warn("tune: run " + run.name + " failed: " + why);
         if (run.status != records::RunStatus::kFailed) {
           store_.mark_running(id, options_.provenance);
@@ -180,8 +179,10 @@ bool SlurmTuneExecutor::train_to(const std::vector<int64_t>& ids, int epoch) {
       for (const auto& job : in_flight) jobs.insert(job.job_id);
       std::string list;
       for (const std::string& id : jobs) list += (list.empty() ? "" : " ") + id;
-      log::info("tune: stopped waiting; Slurm job(s) " + list + " go on: run the command again "
-                "to wait for them and merge them (or scancel " + list + ")");
+      log::info("tune: stopped waiting; Slurm job(s) " + list +
+                " go on: run the command again "
+                "to wait for them and merge them (or scancel " +
+                list + ")");
       return false;
     }
     merge_back(in_flight);
@@ -221,9 +222,10 @@ std::vector<records::TuneJobRow> SlurmTuneExecutor::submit(
     job.task_db = s.dir + "/task-" + std::to_string(k) + ".sqlite";
     job.log_path = s.dir + "/task-" + std::to_string(k) + ".out";
     // The sweep's shared checkpoint.dir holds one folder per task database (each claims its own).
-    const std::string dir = shared.empty() ? "" : shared + "/tune-jobs/" +
-                                                      fs::path(s.dir).filename().string() +
-                                                      "/task-" + std::to_string(k);
+    const std::string dir = shared.empty()
+                                ? ""
+                                : shared + "/tune-jobs/" + fs::path(s.dir).filename().string() +
+                                      "/task-" + std::to_string(k);
     store::Store(job.task_db).copy_runs(store_.path(), {run.id}, [&](const std::string& json) {
       if (dir.empty()) return json;
       Config config = Config::from_json(json, "run " + run.name);
@@ -311,8 +313,8 @@ void SlurmTuneExecutor::merge_back(std::vector<records::TuneJobRow>& jobs) {
     const records::MergeReport report = store_.merge(some, train::checkpoint_layout());
     int epochs = 0;
     for (const records::MergeCount& count : report.inputs) epochs += count.epochs;
-    log::info("tune: merged " + std::to_string(some.size()) + " task database(s): " +
-              std::to_string(epochs) + " epochs copied");
+    log::info("tune: merged " + std::to_string(some.size()) +
+              " task database(s): " + std::to_string(epochs) + " epochs copied");
   };
   try {
     if (!inputs.empty()) merge(inputs);

@@ -84,8 +84,8 @@ TEST(SlurmJobs, SacctLinesOfEndedTasksKeepTheirWordsAndSkipSteps) {
       "813|COMPLETED|0:0\n";
   const std::vector<TaskState> tasks = parse_job_lines(out);
   ASSERT_EQ(tasks.size(), 8u);
-  const JobState expected[] = {JobState::kCompleted, JobState::kFailed,   JobState::kCancelled,
-                               JobState::kTimeout,   JobState::kNodeFail, JobState::kPreempted,
+  const JobState expected[] = {JobState::kCompleted,  JobState::kFailed,   JobState::kCancelled,
+                               JobState::kTimeout,    JobState::kNodeFail, JobState::kPreempted,
                                JobState::kOutOfMemory};
   for (int k = 0; k < 7; ++k) {
     EXPECT_EQ(tasks[k].task, k);
@@ -98,8 +98,8 @@ TEST(SlurmJobs, SacctLinesOfEndedTasksKeepTheirWordsAndSkipSteps) {
 }
 
 TEST(SlurmJobs, ALineThatIsNoJobLineIsRefusedNamingIt) {
-  for (const char* bad : {"slurm_load_jobs error: Invalid job id specified",
-                          "abc_1|RUNNING", "12_x|RUNNING", "12_[1-]|PENDING"}) {
+  for (const char* bad : {"slurm_load_jobs error: Invalid job id specified", "abc_1|RUNNING",
+                          "12_x|RUNNING", "12_[1-]|PENDING"}) {
     try {
       parse_job_lines(bad);
       ADD_FAILURE() << "accepted: " << bad;

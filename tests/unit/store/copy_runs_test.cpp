@@ -105,8 +105,8 @@ TEST(CopyRuns, AnEarlierEpochPointingElsewhereIsStillMergedAsDeleted) {
     const int64_t there = copy.find_run(store.find_run(id)->name)->id;
     EpochRecord r = typical_epoch(there, 0, "/etc/passwd");
     copy.record_epoch(r);
-    copy.record_epoch(typical_epoch(there, 2, train::checkpoint_dir("", other, there) +
-                                                  "/" + train::checkpoint_file_name(2)));
+    copy.record_epoch(typical_epoch(
+        there, 2, train::checkpoint_dir("", other, there) + "/" + train::checkpoint_file_name(2)));
   }
   const MergeReport report = store.merge({other}, train::checkpoint_layout());
   EXPECT_EQ(report.foreign_checkpoints, 1);
