@@ -328,6 +328,9 @@ void SlurmTuneExecutor::merge_back(std::vector<records::TuneJobRow>& jobs) {
       }
     }
   }
+  // A signal may have cut a merge short: the tasks stay in flight, merged again next time (a
+  // merge done twice changes nothing), rather than count as not trained.
+  if (train::stop_requested()) return;
   for (records::TuneJobRow& job : jobs) {
     job.ended_at = "now";
     store_.update_tune_job(job);

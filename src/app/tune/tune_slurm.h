@@ -78,7 +78,8 @@ class SlurmTuneExecutor : public StoreExecutor {
                                           int epoch);
   // Waits until every task of `jobs` has ended (their state set); false when a signal came.
   bool wait(std::vector<records::TuneJobRow>& jobs);
-  // Merges the task databases of `jobs` into the results database; marks them ended.
+  // Merges the task databases of `jobs` into the results database; marks them ended (not when
+  // a signal came meanwhile: they are merged again when the search goes on).
   void merge_back(std::vector<records::TuneJobRow>& jobs);
   // What a task that did not get its run to the epoch left: state, message, log.
   std::string failure(const records::TuneJobRow& job) const;
