@@ -881,3 +881,27 @@ CREATE VIEW epoch_mfu AS
 -- Both NULL for runs started before this migration.
 ALTER TABLE runs ADD COLUMN blas TEXT;
 ALTER TABLE runs ADD COLUMN uncounted_ops TEXT;
+
+-- migration: 21
+-- The Slurm jobs of `amptune tune --slurm` (docs/TUNE.md "On a cluster"): one row per array task
+-- that trains run_id up to epoch (or to its end) in a database of its own (task_db, the run's
+-- rows copied in), written when the job is submitted, so that a search process started again
+-- after it was killed finds the jobs it was waiting for: it waits for those still queued or
+-- running, merges the task databases of those that ended, and resubmits a task whose run did not
+-- get there once (attempt 2; the key bounds the retries). state: the last job state seen
+-- (Slurm's word: PENDING, RUNNING, COMPLETED, FAILED, 'CANCELLED by 1000', ...); ended_at: when
+-- its task database was merged back (NULL: in flight). log_path: the task's output.
+CREATE TABLE tune_jobs (
+  search_id    INTEGER NOT NULL REFERENCES tune_searches(id) ON DELETE CASCADE,
+  run_id       INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  epoch        INTEGER NOT NULL CHECK (epoch >= 0),
+  attempt      INTEGER NOT NULL CHECK (attempt >= 1),
+  job_id       TEXT NOT NULL,
+  task         INTEGER NOT NULL CHECK (task >= 0),
+  task_db      TEXT NOT NULL,
+  log_path     TEXT NOT NULL,
+  state        TEXT NOT NULL DEFAULT 'SUBMITTED',
+  submitted_at TEXT NOT NULL,
+  ended_at     TEXT,
+  PRIMARY KEY (search_id, run_id, epoch, attempt)
+);

@@ -1,11 +1,13 @@
 // `amptune tune`: options and output; app/tune/tune.h does the search.
 #include <cmath>
+#include <filesystem>
 #include <iostream>
 
 #include "app/views/inspect.h"
 #include "app/run/job.h"
 #include "app/views/table.h"
 #include "app/tune/tune.h"
+#include "app/tune/tune_slurm.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -68,9 +70,29 @@ void print_path(const app::TuneOutcome& out, std::ostream& os) {
   }
 }
 
+// The search's Slurm tasks (--slurm): those in flight, one line each, and how many ended.
+void print_jobs(const app::TuneOutcome& out, std::ostream& os) {
+  if (out.jobs.empty()) return;
+  app::Table table({"job", "run", "epoch", "attempt", "state", "log"});
+  size_t ended = 0;
+  for (const records::TuneJobRow& j : out.jobs) {
+    if (!j.ended_at.empty()) {
+      ++ended;
+      continue;
+    }
+    table.add({j.job_id + "_" + std::to_string(j.task), run_name(out, j.run_id),
+               std::to_string(j.epoch), std::to_string(j.attempt), log::printable(j.state),
+               log::printable(j.log_path)});
+  }
+  os << "\nSlurm tasks: " << out.jobs.size() - ended << " in flight, " << ended
+     << " ended and merged\n";
+  if (ended < out.jobs.size()) table.print(os);
+}
+
 void print_outcome(const app::TuneOutcome& out, const std::string& db, std::ostream& os) {
   const records::TuneSearchRow& s = out.search;
   print_path(out, os);
+  print_jobs(out, os);
   os << "\n";
   if (s.status == records::TuneStatus::kSearching) {
     os << "the search is not finished; run the command again to continue it\n";
@@ -130,6 +152,42 @@ void print_plan(const app::TunePlan& plan, std::ostream& os) {
   os << "sweep " << plan.sweep.name << " checked (dry run: nothing trained or written)\n";
 }
 
+// --slurm and the options of its jobs (app/tune/tune_slurm.h).
+void add_slurm_options(Options& opts, bool* slurm, app::TuneSlurmOptions* o) {
+  opts.add()("slurm", po::bool_switch(slurm),
+             "train each step's runs as one Slurm array job (a task per run, in a database of "
+             "its own, merged back); the search waits here (docs/TUNE.md \"On a cluster\")")(
+      "partition", po::value(&o->partition), "with --slurm: the partition (default: the "
+      "cluster's)")("time", po::value(&o->time),
+                    "with --slurm: time limit of each task, e.g. 2:00:00 (sbatch --time)")(
+      "nodes-per-run", po::value(&o->nodes_per_run)->default_value(1),
+      "with --slurm: nodes of one run; with more than one process per run the ranks start "
+      "through srun (docs/DISTRIBUTED.md)")(
+      "tasks-per-node", po::value(&o->tasks_per_node)->default_value(1),
+      "with --slurm: processes of one run per node (e.g. one per GPU)")(
+      "gpus-per-task", po::value(&o->gpus_per_task)->default_value(0),
+      "with --slurm: GPUs per process")("cpus-per-task",
+                                        po::value(&o->cpus_per_task)->default_value(0),
+                                        "with --slurm: CPUs per process; 0 = the cluster's")(
+      "max-jobs", po::value(&o->max_jobs)->default_value(0),
+      "with --slurm: array tasks running at once (sbatch --array=...%K); 0 = no limit")(
+      "sbatch-arg", po::value(&o->sbatch)->composing(),
+      "with --slurm: another sbatch option, e.g. --sbatch-arg=--account=proj; repeatable")(
+      "jobs-dir", po::value(&o->jobs_dir),
+      "with --slurm: where the tasks' databases, scripts and logs go, on a file system the "
+      "nodes share (default: <db dir>/tune-jobs/<db stem>)")(
+      "poll-seconds", po::value(&o->poll_seconds)->default_value(5),
+      "with --slurm: seconds between two looks at the jobs (squeue, sacct)");
+}
+
+bool used_slurm_options(const app::TuneSlurmOptions& o) {
+  const app::TuneSlurmOptions unset;
+  return o.partition != unset.partition || o.time != unset.time ||
+         o.nodes_per_run != unset.nodes_per_run || o.tasks_per_node != unset.tasks_per_node ||
+         o.gpus_per_task != unset.gpus_per_task || o.cpus_per_task != unset.cpus_per_task ||
+         o.max_jobs != unset.max_jobs || !o.sbatch.empty() || !o.jobs_dir.empty();
+}
+
 }  // namespace
 
 int cmd_tune(const Invocation& inv) {
@@ -145,7 +203,10 @@ int cmd_tune(const Invocation& inv) {
                "reference (docs/TUNE.md): trains the reference and the start, diagnoses the "
                "start, forks one candidate per move, stops losing candidates early, repeats "
                "from the best, bisects fp32 modules, and prints the answer as keys for base:. "
-               "Every step is stored; running it again continues the search.");
+               "Every step is stored; running it again continues the search. With --slurm "
+               "each step's runs train as one Slurm array job (a task per run, in a database "
+               "of its own, merged back when the job ends); a search started again waits for "
+               "the jobs it had submitted.");
   opts.positional(&sweep_path)
       .db(&db)
       .quiet()
@@ -163,6 +224,9 @@ int cmd_tune(const Invocation& inv) {
       "as-worker", po::bool_switch(&as_worker),
       "(set by --workers for its processes) print no summary at the end");
   add_training_options(opts, &training, "not used by tune");
+  bool slurm = false;
+  app::TuneSlurmOptions on_slurm;
+  add_slurm_options(opts, &slurm, &on_slurm);
   if (!opts.parse(inv.args)) return 0;
   if (sweep_path.empty())
     throw UsageError("amptune tune needs a sweep file: amptune tune SWEEP.yaml");
@@ -173,6 +237,14 @@ int cmd_tune(const Invocation& inv) {
   if (workers < 1) throw UsageError("--workers must be at least 1, got " + std::to_string(workers));
   if (training.nproc != 1 && workers > 1) {
     throw UsageError("--nproc and --workers do not go together");
+  }
+  if (slurm && (workers > 1 || training.nproc != 1)) {
+    throw UsageError("--slurm trains each run as a Slurm task: no --workers or --nproc (a run's "
+                     "processes: --nodes-per-run, --tasks-per-node)");
+  }
+  if (!slurm && used_slurm_options(on_slurm)) {
+    throw UsageError("--partition, --time, --gpus-per-task, --nodes-per-run, --tasks-per-node, "
+                     "--cpus-per-task, --max-jobs, --sbatch-arg and --jobs-dir go with --slurm");
   }
   if (status) {
     const Sweep sweep = load_sweep(sweep_path, sets);
@@ -200,7 +272,14 @@ int cmd_tune(const Invocation& inv) {
           args = app::worker_args(inv.args, "tune");
           args.push_back("--as-worker");
         }
-        const app::TuneCommand done = app::tune_database(db, plan, options, workers, args);
+        if (slurm) {
+          on_slurm.binary = std::filesystem::canonical("/proc/self/exe").string();
+          on_slurm.workdir = std::filesystem::current_path().string();
+          on_slurm.command_line = inv.command_line;
+          app::check_tune_slurm_options(on_slurm);
+        }
+        const app::TuneCommand done =
+            app::tune_database(db, plan, options, workers, args, slurm ? &on_slurm : nullptr);
         if (done.outcome && !as_worker) print_outcome(*done.outcome, db, std::cout);
         return done.exit_code;
       },

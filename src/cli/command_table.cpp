@@ -27,7 +27,8 @@ std::vector<Command> make_commands() {
        {{"tune SWEEP.yaml",
          "search for the lowest-precision setting within a tolerance of fp32 (the\n"
          "sweep's tune: block): diagnose, change one knob, fork, compare, repeat\n"
-         "(--status: the decision path so far)"}}},
+         "(--status: the decision path so far; --slurm: each step's runs as one\n"
+         "Slurm array job, the search waiting where it was started)"}}},
       {"list", cmd_list, {{"list", "runs as a table"}}},
       {"show", cmd_show, {{"show RUN", "one run's settings and epochs"}}},
       {"status", cmd_status,

@@ -393,6 +393,20 @@ struct TuneCandidateRow {
   CandidateOutcome outcome = CandidateOutcome::kPending;
 };
 
+// A Slurm array task of `amptune tune --slurm` (table tune_jobs): it trains run_id to `epoch`
+// in the database task_db, whose output goes to log_path. ended_at "": in flight.
+struct TuneJobRow {
+  int64_t search_id = 0;
+  int64_t run_id = 0;
+  int epoch = 0;
+  int attempt = 1;     // 2: the task was submitted again after the first did not get there
+  std::string job_id;  // Slurm's array job id
+  int task = 0;        // the array task index
+  std::string task_db, log_path;
+  std::string state = "SUBMITTED";  // the last job state seen, Slurm's word
+  std::string submitted_at, ended_at;
+};
+
 // --- Merging databases (amptune merge; docs/DATABASE.md "Merging databases") ------------------
 
 // The same cell (sweep name + config hash) in two databases with different contents: which copy

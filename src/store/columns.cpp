@@ -350,6 +350,19 @@ constexpr Column kTuneCandidateColumns[] = {
     number("reference_value"),
     {"outcome", kText, kNotNull}};
 
+constexpr Column kTuneJobColumns[] = {  // migration 21
+    {"search_id", kInteger, kNotNull},
+    {"run_id", kInteger, kNotNull},
+    {"epoch", kInteger, kNotNull, kTyped, 0, kMaxEpoch},
+    {"attempt", kInteger, kNotNull, kTyped, 1, kMaxInt},
+    {"job_id", kText, kNotNull},
+    {"task", kInteger, kNotNull, kTyped, 0, kMaxInt},
+    {"task_db", kText, kNotNull},
+    {"log_path", kText, kNotNull},
+    {"state", kText, kNotNull},
+    {"submitted_at", kText, kNotNull},
+    {"ended_at", kText, kNull}};
+
 template <size_t N>
 Table table_of(const char* name, const Column (&columns)[N], bool merged = false) {
   return {name, std::vector<Column>(columns, columns + N), merged};
@@ -373,7 +386,8 @@ std::vector<Table> described_tables() {
           table_of("prune_decisions", kPruneDecisionColumns, kMerged),
           table_of("tune_searches", kTuneSearchColumns),
           table_of("tune_rounds", kTuneRoundColumns),
-          table_of("tune_candidates", kTuneCandidateColumns)};
+          table_of("tune_candidates", kTuneCandidateColumns),
+          table_of("tune_jobs", kTuneJobColumns)};
 }
 
 }  // namespace

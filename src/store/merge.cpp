@@ -219,9 +219,10 @@ bool own_checkpoint(const records::CheckpointLayout& layout, const std::string& 
 // The merge into one target connection, input after input, inside the caller's transaction.
 class Merger {
  public:
+  // With `selection` (Store::copy_runs): its runs only, from an input this process trusts.
   Merger(sqlite3* db, std::string path, records::MergeReport& report,
-         const records::CheckpointLayout& layout)
-      : db_(db), path_(std::move(path)), report_(report), layout_(layout) {}
+         const records::CheckpointLayout& layout, const merging::Selection* selection = nullptr)
+      : db_(db), path_(std::move(path)), report_(report), layout_(layout), selection_(selection) {}
 
   records::MergeCount merge(const std::string& input, int version) {
     Input in(input);
@@ -358,7 +359,7 @@ class Merger {
     const auto& copied = copied_;
     // Each copied input run's own checkpoint folders (the layout's rule, from its row).
     std::unordered_map<int64_t, std::vector<std::string>> own_dirs;
-    {
+    if (!selection_) {
       Statement config(in, "SELECT id, config_json FROM runs");
       while (config.step()) {
         std::vector<std::string>& dirs = own_dirs[config.column_int(0)];
@@ -373,6 +374,8 @@ class Merger {
     for (const std::string table :
          {"run_params", "epochs", "metrics", "loss_scale_events", "initial_metrics", "diagnoses",
           "diagnostics", "diagnosis_advice", "prune_decisions"}) {
+      // A selection's decisions compare runs it may not hold.
+      if (selection_ && table == "prune_decisions") continue;
       const std::vector<DbColumn> columns = columns_of(in, table);
       if (columns.empty()) continue;  // an older schema
       // prune_decisions rows get new ids here (their order, by id, is kept).
@@ -383,11 +386,17 @@ class Merger {
       const int path_at = index_of(names, "checkpoint_path");
       const int deleted_at = index_of(names, "checkpoint_deleted_at");
       const int epoch_at = index_of(names, "epoch");
+      const int sha_at = index_of(names, "checkpoint_sha256");
       for (const auto& [from, to] : copied) {
         const int64_t rows = copier.copy(from, to, [&, to = to, from = from](const Statement& row) {
           if (path_at < 0 || row.is_null(path_at)) return;
           if (deleted_at >= 0 && !row.is_null(deleted_at)) return;
-          if (!own_checkpoint(layout_, row.column_text(path_at), own_dirs[from])) {
+          const auto known = known_.find({to, row.column_int(epoch_at)});
+          const bool known_file =
+              known != known_.end() && known->second.first == row.column_text(path_at) &&
+              sha_at >= 0 && known->second.second == row.column_text(sha_at);
+          if (!selection_ && !known_file &&
+              !own_checkpoint(layout_, row.column_text(path_at), own_dirs[from])) {
             if (report_.foreign_checkpoints++ == 0) {
               report_.first_foreign = row.column_text(path_at);
             }
@@ -410,9 +419,11 @@ class Merger {
   const records::CheckpointLayout&
       layout_;  // where input runs keep their checkpoints (train's rule)
   std::map<std::string, std::vector<DbColumn>> target_columns_;
+  const merging::Selection* selection_;
   // Target runs written by this merge -> the input their copy came from (for conflicts).
   std::unordered_map<int64_t, std::string> origins_;
-  Target target_{db_, path_, report_, origins_};
+  merging::KnownCheckpoints known_;
+  Target target_{db_, path_, report_, origins_, known_};
   // Input run, target run: the runs of the current input whose rows merge_runs took.
   std::vector<std::pair<int64_t, int64_t>> copied_;
   // Every run of the current input -> its target run (copied, kept or unchanged).
@@ -422,12 +433,36 @@ class Merger {
 void Merger::merge_runs(sqlite3* in, const std::string& input,
                         const std::unordered_map<int64_t, int64_t>& sweeps,
                         records::MergeCount& count, int version) {
-  merging::RunMerge runs(target_, target_columns("runs"), in, input, sweeps, count, version);
+  merging::RunMerge runs(target_, target_columns("runs"), in, input, sweeps, count, version,
+                         selection_);
   copied_ = runs.merge();
   run_ids_ = runs.ids();
 }
 
 }  // namespace
+
+records::MergeReport Store::copy_runs(
+    const std::string& source, const std::vector<int64_t>& runs,
+    const std::function<std::string(const std::string&)>& config) {
+  const int version = detail::guarded(source, "reading its schema version", [&] {
+    return detail::read_schema_version(merging::Input(source).db());
+  });
+  if (version != schema_version()) {
+    throw StoreError(source + " (schema " + std::to_string(version) + ") and " + path_ +
+                     " (schema " + std::to_string(schema_version()) +
+                     ") differ in schema; copy runs between databases of one amptune");
+  }
+  records::MergeReport report;
+  const merging::Selection selection{runs, config};
+  records::CheckpointLayout trusted;  // not asked: paths are copied as recorded
+  detail::guarded(path_, "copying runs of " + source + " into it", [&] {
+    sql::write_transaction(db_, [&] {
+      Merger merger(db_, path_, report, trusted, &selection);
+      report.inputs.push_back(merger.merge(source, version));
+    });
+  });
+  return report;
+}
 
 records::MergeReport Store::merge(const std::vector<std::string>& inputs,
                                   const records::CheckpointLayout& layout) {

@@ -15,6 +15,8 @@
 #include <sqlite3.h>
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -78,6 +80,11 @@ int index_of(const std::vector<std::string>& names, const std::string& name);
 void copy_row(sqlite3* target, const std::string& input, const std::string& table, int64_t row,
               sql::Statement& write);
 
+// A checkpoint the target recorded for (target run, epoch) before an input's copy replaced the
+// run's rows: its path and sha256. An input row that names the same file keeps it (the target's
+// own record, not the input's word), whatever folder it is in.
+using KnownCheckpoints = std::map<std::pair<int64_t, int64_t>, std::pair<std::string, std::string>>;
+
 // The target of a merge, as the parts that write it share it.
 struct Target {
   sqlite3* db;
@@ -85,6 +92,14 @@ struct Target {
   records::MergeReport& report;
   // Target runs written by this merge -> the input their copy came from (for conflicts).
   std::unordered_map<int64_t, std::string>& origins;
+  KnownCheckpoints& known;
+};
+
+// Store::copy_runs: the runs of the input copied (those of `runs` and their fork ancestors), and
+// the rewrite of the config_json of those of `runs` (unset: as they are).
+struct Selection {
+  std::vector<int64_t> runs;
+  std::function<std::string(const std::string&)> config;
 };
 
 // One copy of a run: what decides which of two copies of a cell is kept.
@@ -108,7 +123,7 @@ class RunMerge {
   // `version`: the input's schema version (older than 12: identities as migration 12 makes them).
   RunMerge(const Target& target, const std::vector<DbColumn>& target_runs, sqlite3* in,
            const std::string& input, const std::unordered_map<int64_t, int64_t>& sweeps,
-           records::MergeCount& count, int version);
+           records::MergeCount& count, int version, const Selection* selection = nullptr);
 
   // Returns the input run, target run pairs whose rows are to be copied (merge.cpp).
   std::vector<std::pair<int64_t, int64_t>> merge();
@@ -128,6 +143,8 @@ class RunMerge {
                           const std::string& hash);
   int64_t write_run(const std::optional<Copy>& theirs, int64_t sweep_id, const std::string& hash);
   void link_forks();
+  // Whether the input run select_ is on is one of selection_->runs with a config rewrite.
+  bool rewrites_config() const;
 
   Target target_;
   const std::string& input_;
@@ -142,6 +159,8 @@ class RunMerge {
   sql::Statement drop_epochs_, drop_params_, drop_diagnoses_, drop_initial_, drop_decisions_;
   sql::Statement select_;  // the input's runs (input_runs_sql)
   sql::Statement set_legacy_;
+  sql::Statement known_;  // the target's checkpoints of a run (Target::known)
+  const Selection* selection_;
   std::unordered_map<int64_t, int64_t> ids_;             // every input run -> its target run
   std::vector<std::pair<int64_t, int64_t>> copied_;      // input run, target run: rows to copy
   std::vector<std::pair<int64_t, int64_t>> parents_;     // target run, input parent run

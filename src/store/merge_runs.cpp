@@ -40,24 +40,31 @@ std::string assignments(const std::vector<std::string>& names) {
 }
 
 // The input's runs, each with its parent (NULL before migration 4), started_at, epoch count and
-// last epoch time, then the columns `names` (RunMerge::kFirst on).
+// last epoch time, then the columns `names` (RunMerge::kFirst on). With `selected`: those whose
+// ids are in the JSON array bound to ?1, and their fork ancestors.
 std::string input_runs_sql(const std::vector<DbColumn>& input,
-                           const std::vector<std::string>& names) {
+                           const std::vector<std::string>& names, bool selected) {
   bool forks = false;  // migration 4
   for (const DbColumn& c : input) forks = forks || same_name(c.name, "parent_run_id");
-  return std::string("SELECT r.id, ") + (forks ? "r.parent_run_id" : "NULL") +
+  const std::string chain =
+      selected ? std::string("WITH RECURSIVE chain(id) AS (SELECT value FROM json_each(?1) "
+                             "UNION SELECT r.parent_run_id FROM runs r JOIN chain c ON "
+                             "r.id = c.id WHERE r.parent_run_id IS NOT NULL) ")
+               : std::string();
+  return chain + "SELECT r.id, " + (forks ? "r.parent_run_id" : "NULL") +
          ", COALESCE(r.started_at, ''), "
          "(SELECT COUNT(*) FROM epochs e WHERE e.run_id = r.id), "
          "(SELECT COALESCE(MAX(e.recorded_at), '') FROM epochs e "
          "WHERE e.run_id = r.id), " +
-         column_list(names) + " FROM runs r ORDER BY r.id";
+         column_list(names) + " FROM runs r" +
+         (selected ? " WHERE r.id IN (SELECT id FROM chain)" : "") + " ORDER BY r.id";
 }
 
 }  // namespace
 
 RunMerge::RunMerge(const Target& target, const std::vector<DbColumn>& target_runs, sqlite3* in,
                    const std::string& input, const std::unordered_map<int64_t, int64_t>& sweeps,
-                   records::MergeCount& count, int version)
+                   records::MergeCount& count, int version, const Selection* selection)
     : target_(target),
       input_(input),
       sweeps_(sweeps),
@@ -81,8 +88,18 @@ RunMerge::RunMerge(const Target& target, const std::vector<DbColumn>& target_run
       drop_diagnoses_(target.db, "DELETE FROM diagnoses WHERE run_id = ?"),
       drop_initial_(target.db, "DELETE FROM initial_metrics WHERE run_id = ?"),
       drop_decisions_(target.db, "DELETE FROM prune_decisions WHERE run_id = ?"),
-      select_(in, input_runs_sql(input_columns_, names_)),
-      set_legacy_(target.db, "UPDATE runs SET legacy_config_hash = ? WHERE id = ?") {}
+      select_(in, input_runs_sql(input_columns_, names_, selection != nullptr)),
+      set_legacy_(target.db, "UPDATE runs SET legacy_config_hash = ? WHERE id = ?"),
+      known_(target.db,
+             "SELECT epoch, checkpoint_path, coalesce(checkpoint_sha256, '') FROM epochs "
+             "WHERE run_id = ? AND checkpoint_path IS NOT NULL AND checkpoint_deleted_at IS NULL"),
+      selection_(selection) {
+  if (selection_) {
+    std::string ids;
+    for (const int64_t id : selection_->runs) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+    select_.bind(1, "[" + ids + "]");
+  }
+}
 
 std::vector<std::pair<int64_t, int64_t>> RunMerge::merge() {
   while (select_.step()) merge_run();
@@ -184,6 +201,8 @@ int64_t RunMerge::write_run(const std::optional<Copy>& theirs, int64_t sweep_id,
       write.bind(param, hash);
     } else if (names_[c] == "parent_run_id") {
       write.bind_null(param);  // set in link_forks, once every run of the input has its id
+    } else if (names_[c] == "config_json" && rewrites_config()) {
+      write.bind(param, selection_->config(select_.column_text(kFirst + static_cast<int>(c))));
     } else {
       write.bind_column(param, select_, kFirst + static_cast<int>(c));
     }
@@ -196,6 +215,11 @@ int64_t RunMerge::write_run(const std::optional<Copy>& theirs, int64_t sweep_id,
   }
   write.bind(static_cast<int>(names_.size()) + 1, theirs->id);
   copy_row(target_.db, input_, "runs", row, write);
+  known_.bind_all(theirs->id);
+  while (known_.step()) {
+    target_.known[{theirs->id, known_.column_int(0)}] = {known_.column_text(1),
+                                                         known_.column_text(2)};
+  }
   drop_epochs_.bind_all(theirs->id).run();  // metrics, loss-scale events cascade
   drop_params_.bind_all(theirs->id).run();
   drop_diagnoses_.bind_all(theirs->id).run();  // their rows and advice cascade
@@ -203,6 +227,15 @@ int64_t RunMerge::write_run(const std::optional<Copy>& theirs, int64_t sweep_id,
   drop_decisions_.bind_all(theirs->id).run();
   ++count_.runs_replaced;
   return theirs->id;
+}
+
+bool RunMerge::rewrites_config() const {
+  if (!selection_ || !selection_->config) return false;
+  const int64_t id = select_.column_int(0);
+  for (const int64_t selected : selection_->runs) {
+    if (selected == id) return true;
+  }
+  return false;
 }
 
 void RunMerge::link_forks() {

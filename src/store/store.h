@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -157,6 +158,13 @@ class Store {
   void update_tune_candidate(const records::TuneCandidateRow& candidate);
   std::vector<records::TuneRoundRow> tune_rounds(int64_t search_id) const;          // by round
   std::vector<records::TuneCandidateRow> tune_candidates(int64_t search_id) const;  // by round, seq
+  // The Slurm array tasks of `tune --slurm` (table tune_jobs, migration 21): rows recorded
+  // together in one transaction (a row of the same key replaced; submitted_at now when empty,
+  // in flight), a row's state updated (and ended_at set to now when the given row's ended_at is
+  // not empty; an ended row stays ended), and the rows of a search by submission.
+  void record_tune_jobs(const std::vector<records::TuneJobRow>& jobs);
+  void update_tune_job(const records::TuneJobRow& job);
+  std::vector<records::TuneJobRow> tune_jobs(int64_t search_id) const;
   // The advice of the diagnosis of (run_id, epoch) in order; unset when there is none.
   std::optional<std::vector<records::DiagnosisAdvice>> diagnosis_advice(int64_t run_id,
                                                                         int epoch) const;
@@ -231,11 +239,23 @@ class Store {
   //  - Checkpoint paths are copied as recorded (the files stay where their shard wrote them;
   //    relative paths are relative to the directory training ran in) and counted, with those
   //    not found from the working directory; a path outside its run's own folders, or not named
-  //    as a checkpoint (`layout`: train's rule, given by app), is merged as deleted.
+  //    as a checkpoint (`layout`: train's rule, given by app), is merged as deleted, unless this
+  //    database recorded that same file (path and sha256) for that run and epoch before (a run
+  //    copied out with copy_runs, trained further elsewhere and merged back keeps its epochs').
   // Throws StoreError naming the input (not SQLite, corrupt, newer schema, missing, two runs of
   // one name with different configs) or this database (cannot write).
   records::MergeReport merge(const std::vector<std::string>& inputs,
                              const records::CheckpointLayout& layout);
+
+  // Copies runs `runs` of `source`, a database this process trusts (its own results database,
+  // of this schema), with their fork ancestors, into this one by merge's rules: sweeps, the runs
+  // and their run_params, epochs, metrics, loss-scale events, initial metrics and diagnoses (not
+  // prune decisions), checkpoint paths as recorded wherever they point. `config`, when set,
+  // rewrites the config_json of the runs of `runs` (not of their ancestors) as they are copied:
+  // `tune --slurm` gives a task's run its own checkpoint.dir, which is no part of its identity.
+  // One transaction. Throws StoreError naming the file.
+  records::MergeReport copy_runs(const std::string& source, const std::vector<int64_t>& runs,
+                                 const std::function<std::string(const std::string&)>& config);
 
   // "ok", or what PRAGMA integrity_check / foreign_key_check found.
   std::string integrity_check() const;

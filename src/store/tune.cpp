@@ -206,6 +206,67 @@ std::vector<records::TuneCandidateRow> Store::tune_candidates(int64_t search_id)
       });
 }
 
+void Store::record_tune_jobs(const std::vector<records::TuneJobRow>& jobs) {
+  if (jobs.empty()) return;
+  const std::string action = "recording Slurm job " + jobs.front().job_id + " of tune search " +
+                             std::to_string(jobs.front().search_id);
+  detail::guarded_write(path_, db_, action, [&] {
+    Statement insert(db_,
+                     "INSERT OR REPLACE INTO tune_jobs (search_id, run_id, epoch, attempt, "
+                     "job_id, task, task_db, log_path, state, submitted_at, ended_at) "
+                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''))");
+    for (const records::TuneJobRow& j : jobs) {
+      detail::require_run(db_, path_, j.run_id, action);
+      insert.reset();
+      insert.bind_all(j.search_id, j.run_id, int64_t{j.epoch}, int64_t{j.attempt}, j.job_id,
+                      int64_t{j.task}, j.task_db, j.log_path, j.state,
+                      j.submitted_at.empty() ? detail::now_utc() : j.submitted_at, std::string());
+      insert.run();
+    }
+  });
+}
+
+void Store::update_tune_job(const records::TuneJobRow& j) {
+  const std::string action = "recording the state of Slurm job " + j.job_id + "_" +
+                             std::to_string(j.task) + " of tune search " +
+                             std::to_string(j.search_id);
+  detail::guarded_write(path_, db_, action, [&] {
+    sql::run(db_,
+             "UPDATE tune_jobs SET state = ?, ended_at = CASE WHEN ? THEN coalesce(ended_at, ?) "
+             "END WHERE search_id = ? AND run_id = ? AND epoch = ? AND attempt = ?",
+             j.state, int64_t{!j.ended_at.empty()}, detail::now_utc(), j.search_id, j.run_id,
+             int64_t{j.epoch}, int64_t{j.attempt});
+  });
+}
+
+std::vector<records::TuneJobRow> Store::tune_jobs(int64_t search_id) const {
+  return detail::guarded(
+      path_, "reading the Slurm jobs of tune search " + std::to_string(search_id), [&] {
+        Statement select(db_,
+                         "SELECT search_id, run_id, epoch, attempt, job_id, task, task_db, "
+                         "log_path, state, submitted_at, coalesce(ended_at, '') AS ended_at, "
+                         "rowid AS row_id FROM tune_jobs WHERE search_id = ? "
+                         "ORDER BY submitted_at, run_id, attempt",
+                         search_id);
+        const detail::Row row(path_, detail::table("tune_jobs"), select, "row_id");
+        return sql::read_rows(select, [&](const Statement&) {
+          records::TuneJobRow j;
+          j.search_id = row.integer("search_id");
+          j.run_id = row.integer("run_id");
+          j.epoch = row.small("epoch");
+          j.attempt = row.small("attempt");
+          j.job_id = row.text("job_id");
+          j.task = row.small("task");
+          j.task_db = row.text("task_db");
+          j.log_path = row.text("log_path");
+          j.state = row.text("state");
+          j.submitted_at = row.text("submitted_at");
+          j.ended_at = row.text("ended_at");
+          return j;
+        });
+      });
+}
+
 std::optional<std::vector<records::DiagnosisAdvice>> Store::diagnosis_advice(int64_t run_id,
                                                                     int epoch) const {
   return detail::guarded(

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +20,8 @@
 #include <memory>
 #include <random>
 #include <regex>
+#include <set>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -308,6 +311,239 @@ TEST(Slurm, AnArrayJobOfShardsAndItsMergeJob) {
             std::string::npos)
       << log;
   EXPECT_NE(log.find("sweep tiny: 2 runs: done 2"), std::string::npos) << log;
+}
+
+
+// --- tune --slurm (docs/TUNE.md "On a cluster") --------------------------------------------
+
+// The planted problem of tune_cli_test (tiny images left unnormalised: conv1 overflows fp16
+// under O1), an O1 start with the static scale 128, the O0 reference; 3 short epochs.
+const std::vector<std::string> kPlanted = {"--set", "data.mean=[-1.0]", "--set",
+                                           "data.std=[0.000016]"};
+
+TinySweep planted_sweep(const std::string& tag, int test_n = 32) {
+  TinyOptions o = quick_tiny(
+      "tune:\n  metric: train_loss\n  tolerance: {abs: 0.1}\n  reference: {amp.opt_level: O0}\n"
+      "  start: {amp.opt_level: O1, amp.loss_scale: 128}\n",
+      3);
+  o.name = "tuned";
+  o.dir_tag = tag;
+  o.test_n = test_n;
+  o.base = "  amp: {loss_scale: dynamic, max_loss_scale: 1024}\n";
+  return make_tiny_sweep(o);
+}
+
+std::vector<std::string> tune_args(const TinySweep& f, bool slurm,
+                                   const std::vector<std::string>& more = {}) {
+  std::vector<std::string> args = {"tune", f.yaml, "--db", f.db, "--no-progress"};
+  args.insert(args.end(), kPlanted.begin(), kPlanted.end());
+  if (slurm) {
+    for (const char* a : {"--slurm", "--poll-seconds", "1", "--time", "20:00"}) args.push_back(a);
+  }
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+// A search as stored: its path (round, move, run, rung, outcome), its answer and its ledger.
+struct Stored {
+  records::TuneSearchRow search;
+  std::vector<std::string> path;  // round, move, rung, outcome of each candidate
+  std::vector<std::string> runs;  // their runs' names
+  std::vector<records::TuneJobRow> jobs;
+  int epoch_rows = 0;
+};
+
+Stored stored(const std::string& db) {
+  store::Store store(db);
+  Stored s;
+  const auto searches = store.tune_searches("tuned");
+  EXPECT_EQ(searches.size(), 1u) << db;
+  if (searches.empty()) return s;
+  s.search = searches.back();
+  for (const auto& c : store.tune_candidates(s.search.id)) {
+    s.path.push_back(std::to_string(c.round) + " " + (c.move ? to_string(*c.move) : "") +
+                     " rung " + std::to_string(c.rung) + " " + records::to_string(c.outcome));
+    s.runs.push_back(store.find_run(c.run_id)->name);
+  }
+  s.jobs = store.tune_jobs(s.search.id);
+  for (const auto& run : store.runs("tuned")) {
+    s.epoch_rows += static_cast<int>(store.epochs(run.id).size());
+  }
+  return s;
+}
+
+// (run, epoch) of every epoch a task trained: the epochs of its run whose checkpoint lies in
+// its own folder, next to its database. Each at most once: nothing was trained twice.
+std::multiset<std::pair<std::string, int>> trained_by_tasks(const Stored& s) {
+  std::multiset<std::pair<std::string, int>> trained;
+  for (const auto& job : s.jobs) {
+    if (!fs::exists(job.task_db)) continue;
+    store::Store task(job.task_db);
+    const std::string own = (fs::path(job.task_db).parent_path() / "checkpoints").string();
+    for (const auto& run : task.runs("tuned")) {
+      for (const auto& e : task.epochs(run.id)) {
+        if (e.checkpoint && e.checkpoint->path.rfind(own, 0) == 0) {
+          trained.insert({run.name, e.epoch});
+        }
+      }
+    }
+  }
+  return trained;
+}
+
+size_t distinct(const std::multiset<std::pair<std::string, int>>& trained) {
+  return std::set<std::pair<std::string, int>>(trained.begin(), trained.end()).size();
+}
+
+void expect_same_search(const Stored& local, const Stored& slurm) {
+  EXPECT_EQ(records::to_string(slurm.search.status), records::to_string(local.search.status));
+  EXPECT_EQ(slurm.search.answer_yaml, local.search.answer_yaml);
+  EXPECT_EQ(slurm.path, local.path);
+  EXPECT_EQ(slurm.runs, local.runs);
+  EXPECT_EQ(slurm.search.epochs_spent, local.search.epochs_spent);
+  EXPECT_EQ(slurm.epoch_rows, local.epoch_rows);
+  EXPECT_EQ(slurm.search.answer_value, local.search.answer_value) << "trained alike";
+}
+
+// (Short test names and tags: munged's socket path, in the scratch directory, must stay under
+// 108 bytes.)
+// The planted search through --slurm answers as the local one, on the same path, in the same
+// epochs, each training step one array job whose tasks all completed; killed (SIGKILL) while a
+// round's job runs and started again, it waits for that job and trains nothing twice; no job is
+// left behind; a task cancelled with scancel is submitted once more and the search ends alike.
+TEST(Slurm, TuneAnswersAsLocallyAndRestarts) {
+  const TinySweep local = planted_sweep("l");
+  const Result here = run_amptune(tune_args(local, false), local.dir);
+  ASSERT_EQ(here.exit_code, 0) << here.err;
+  const Stored expected = stored(local.db);
+  ASSERT_EQ(records::to_string(expected.search.status), "answered") << expected.search.note;
+
+  const TinySweep f = planted_sweep("s");
+  const std::string cluster = f.dir + "/cluster";
+  fs::create_directories(cluster);
+  LocalSlurm slurm(cluster);
+  if (!slurm.why_not().empty()) GTEST_SKIP() << "no local Slurm: " << slurm.why_not();
+  const Result r = run_amptune(tune_args(f, true), f.dir, slurm.env());
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const Stored s = stored(f.db);
+  expect_same_search(expected, s);
+  ASSERT_FALSE(s.jobs.empty());
+  std::map<std::string, std::set<int>> epochs_of_job;
+  for (const auto& job : s.jobs) {
+    EXPECT_EQ(job.attempt, 1) << job.job_id;
+    EXPECT_FALSE(job.ended_at.empty()) << job.job_id;
+    epochs_of_job[job.job_id].insert(job.epoch);
+  }
+  for (const auto& [job, epochs] : epochs_of_job) {
+    EXPECT_EQ(epochs.size(), 1u) << "array job " << job << " is one step";
+    for (const std::string& state : job_states(slurm, job)) {
+      EXPECT_EQ(state, "COMPLETED 0:0") << "array job " << job;
+    }
+  }
+  const auto trained = trained_by_tasks(s);
+  EXPECT_EQ(static_cast<int>(trained.size()), s.search.epochs_spent);
+  EXPECT_EQ(distinct(trained), trained.size()) << "an epoch trained twice";
+  EXPECT_NE(r.out.find("(answer)"), std::string::npos) << r.out;
+
+  // Killed while a round's array job runs (slow epochs: 5000 test images each: other data, so
+  // other run names), then again.
+  const TinySweep k = planted_sweep("k", 5000);
+  const pid_t pid = spawn_amptune(tune_args(k, true), k.dir, SpawnOptions(slurm.env(), "child"));
+  {
+    StopOnExit guard(pid);
+    bool in_round = false;
+    for (int i = 0; i < 3000 && !in_round; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (!fs::exists(k.db)) continue;
+      try {
+        store::Store store(k.db);
+        in_round = store.query("SELECT COUNT(*) FROM tune_jobs j JOIN tune_candidates c ON "
+                               "c.run_id = j.run_id WHERE j.ended_at IS NULL")
+                       .rows.at(0)[0] != "0";
+      } catch (const std::exception&) {
+        // the schema is being created
+      }
+    }
+    ASSERT_TRUE(in_round) << read_file(k.dir + "/child.err");
+    ASSERT_EQ(::kill(pid, SIGKILL), 0);
+    ASSERT_EQ(wait_exit_code(pid), 128 + SIGKILL);
+  }
+  const Result status = run_amptune({"tune", k.yaml, "--db", k.db, "--status"}, k.dir);
+  EXPECT_NE(status.out.find("in flight"), std::string::npos) << status.out;
+  const Result again = run_amptune(tune_args(k, true), k.dir, slurm.env());
+  ASSERT_EQ(again.exit_code, 0) << again.out << again.err;
+  const Stored resumed = stored(k.db);
+  EXPECT_EQ(resumed.search.answer_yaml, expected.search.answer_yaml);
+  EXPECT_EQ(resumed.path, expected.path);
+  EXPECT_EQ(resumed.search.epochs_spent, expected.search.epochs_spent);
+  const auto again_trained = trained_by_tasks(resumed);
+  EXPECT_EQ(static_cast<int>(again_trained.size()), resumed.search.epochs_spent);
+  EXPECT_EQ(distinct(again_trained), again_trained.size()) << "an epoch trained twice";
+  for (const auto& job : resumed.jobs) EXPECT_EQ(job.attempt, 1) << job.job_id;
+  EXPECT_EQ(slurm.client({"squeue", "-h", "-o", "%i"}), "") << "a job left behind";
+
+  // A task cancelled with scancel while it runs is a run that did not get there: submitted once
+  // more, and the search ends as before (not a hung search).
+  const TinySweep c = planted_sweep("c", 5000);
+  const pid_t searching =
+      spawn_amptune(tune_args(c, true), c.dir, SpawnOptions(slurm.env(), "child"));
+  StopOnExit guard(searching);
+  std::string running;
+  for (int i = 0; i < 3000 && running.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (!fs::exists(c.db)) continue;
+    try {
+      store::Store store(c.db);
+      const auto q = store.query("SELECT job_id || '_' || task FROM tune_jobs WHERE "
+                                 "ended_at IS NULL AND state = 'RUNNING' LIMIT 1");
+      if (!q.rows.empty()) running = *q.rows[0][0];
+    } catch (const std::exception&) {
+      // the schema is being created
+    }
+  }
+  ASSERT_FALSE(running.empty()) << read_file(c.dir + "/child.err");
+  slurm.client({"scancel", running});
+  ASSERT_EQ(wait_exit_code(searching), 0) << read_file(c.dir + "/child.err");
+  const Stored retried = stored(c.db);
+  EXPECT_EQ(retried.search.answer_yaml, expected.search.answer_yaml);
+  EXPECT_EQ(retried.path, expected.path);
+  bool cancelled = false, again_submitted = false;
+  for (const auto& job : retried.jobs) {
+    cancelled = cancelled || (job.job_id + "_" + std::to_string(job.task) == running &&
+                              job.state.rfind("CANCELLED", 0) == 0);
+    again_submitted = again_submitted || job.attempt == 2;
+  }
+  EXPECT_TRUE(cancelled) << running;
+  EXPECT_TRUE(again_submitted);
+  const auto retried_trained = trained_by_tasks(retried);
+  EXPECT_EQ(distinct(retried_trained), retried_trained.size()) << "an epoch trained twice";
+  EXPECT_NE(read_file(c.dir + "/child.err").find("submitting it once more"), std::string::npos);
+}
+
+// A task that cannot write its checkpoints (checkpoint.dir where no folder can be made) fails
+// on the node: reported with its job state and log, submitted once more, then failed; the
+// reference failing ends the search, exhausted, exit 8.
+TEST(Slurm, TuneTaskFailureEndsTheSearch) {
+  const TinySweep f = planted_sweep("f");
+  const std::string cluster = f.dir + "/cluster";
+  fs::create_directories(cluster);
+  LocalSlurm slurm(cluster);
+  if (!slurm.why_not().empty()) GTEST_SKIP() << "no local Slurm: " << slurm.why_not();
+  const Result r = run_amptune(
+      tune_args(f, true, {"--set", "checkpoint.dir=/proc/amptune-no-such-folder"}), f.dir,
+      slurm.env());
+  EXPECT_EQ(r.exit_code, 8) << r.out << r.err;
+  EXPECT_NE(r.err.find("submitting it once more"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("task-0.out"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("no answer"), std::string::npos) << r.out;
+  const Stored s = stored(f.db);
+  EXPECT_EQ(records::to_string(s.search.status), "exhausted");
+  int second = 0;
+  for (const auto& job : s.jobs) second += job.attempt == 2;
+  EXPECT_GT(second, 0);
+  store::Store store(f.db);
+  EXPECT_EQ(store.find_run(s.search.reference_run_id)->status, records::RunStatus::kFailed);
+  EXPECT_EQ(slurm.client({"squeue", "-h", "-o", "%i"}), "") << "a job left behind";
 }
 
 }  // namespace

@@ -11,12 +11,11 @@
 #include "core/log.h"
 
 namespace amptune::app {
-namespace {
 
 namespace fs = std::filesystem;
 
 // `text` as one bash word: single-quoted, a single quote as '\''.
-std::string quote(const std::string& text) {
+std::string shell_quote(const std::string& text) {
   std::string out = "'";
   for (char c : text) {
     if (c == '\'') {
@@ -39,6 +38,33 @@ void require_one_line(const std::string& what, const std::string& value) {
     }
   }
 }
+
+// Written whole (core/files.h), then made executable: sbatch reads the script, so the moment
+// between the rename and the chmod shows a complete script without its x bits.
+void write_executable(const std::string& path, const std::string& text) {
+  write_file_atomic(path, text);
+  std::error_code ec;
+  fs::permissions(path,
+                  fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                      fs::perms::others_read | fs::perms::others_exec,
+                  ec);
+  if (ec) throw EnvironmentError("cannot make " + path + " executable: " + ec.message());
+}
+
+// The job id `sbatch --parsable` printed ("123" or "123;cluster").
+std::string parsable_job_id(const std::string& printed, const std::string& script) {
+  std::string id = printed.substr(0, printed.find_first_of(";\n"));
+  id.erase(std::remove_if(id.begin(), id.end(), [](char c) { return c == ' ' || c == '\r'; }),
+           id.end());
+  if (id.empty() ||
+      !std::all_of(id.begin(), id.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    throw EnvironmentError("sbatch --parsable " + script + " printed '" + printed +
+                           "', not a job id");
+  }
+  return id;
+}
+
+namespace {
 
 void check(const SlurmOptions& o) {
   if (o.shards < 0) throw UsageError("--array must be at least 1, got " + std::to_string(o.shards));
@@ -104,7 +130,7 @@ std::string array_script(const Plan& plan, const SlurmOptions& o, const SlurmJob
   if (o.gpus_per_task > 0) s << "#SBATCH --gpus-per-task=" << o.gpus_per_task << "\n";
   if (o.cpus_per_task > 0) s << "#SBATCH --cpus-per-task=" << o.cpus_per_task << "\n";
   s << shared_directives(o) << "set -euo pipefail\n"
-    << "cd " << quote(o.workdir) << "\n"
+    << "cd " << shell_quote(o.workdir) << "\n"
     << "mkdir -p results\n"
     << "# "
     << (ranks > 1 ? std::to_string(ranks) +
@@ -112,10 +138,11 @@ std::string array_script(const Plan& plan, const SlurmOptions& o, const SlurmJob
                         "(docs/DISTRIBUTED.md)"
                   : "one process per run")
     << "\n"
-    << "exec " << (ranks > 1 ? "srun " : "") << quote(o.binary) << " run " << quote(o.sweep_path)
+    << "exec " << (ranks > 1 ? "srun " : "") << shell_quote(o.binary) << " run "
+    << shell_quote(o.sweep_path)
     << " --shard \"$SLURM_ARRAY_TASK_ID/" << n << "\" --no-progress";
-  for (const auto& set : o.sets) s << " --set " << quote(set);
-  for (const auto& only : o.only) s << " --only " << quote(only);
+  for (const auto& set : o.sets) s << " --set " << shell_quote(set);
+  for (const auto& only : o.only) s << " --only " << shell_quote(only);
   s << "\n";
   return s.str();
 }
@@ -134,7 +161,7 @@ std::string merge_script(const Plan& plan, const SlurmOptions& o, const SlurmJob
     << "#SBATCH --output=" << log_dir << "/" << sweep << "-merge-%j.out\n"
     << "#SBATCH --ntasks=1\n"
     << shared_directives(o) << "set -euo pipefail\n"
-    << "cd " << quote(o.workdir) << "\n"
+    << "cd " << shell_quote(o.workdir) << "\n"
     << "shards=()\n"
     << "missing=0\n"
     << "for k in $(seq 0 " << job.shards - 1 << "); do\n"
@@ -147,35 +174,11 @@ std::string merge_script(const Plan& plan, const SlurmOptions& o, const SlurmJob
     << "  fi\n"
     << "done\n"
     << "[ ${#shards[@]} -gt 0 ] || exit 5\n"
-    << quote(o.binary) << " merge \"${shards[@]}\" --into " << quote(o.into) << "\n"
-    << quote(o.binary) << " status --db " << quote(o.into) << " --sweep " << quote(sweep) << "\n"
+    << shell_quote(o.binary) << " merge \"${shards[@]}\" --into " << shell_quote(o.into) << "\n"
+    << shell_quote(o.binary) << " status --db " << shell_quote(o.into) << " --sweep "
+    << shell_quote(sweep) << "\n"
     << "exit $((missing ? 5 : 0))\n";
   return s.str();
-}
-
-// Written whole (core/files.h), then made executable: sbatch reads the script, so the moment
-// between the rename and the chmod shows a complete script without its x bits.
-void write_executable(const std::string& path, const std::string& text) {
-  write_file_atomic(path, text);
-  std::error_code ec;
-  fs::permissions(path,
-                  fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
-                      fs::perms::others_read | fs::perms::others_exec,
-                  ec);
-  if (ec) throw EnvironmentError("cannot make " + path + " executable: " + ec.message());
-}
-
-// The job id `sbatch --parsable` printed ("123" or "123;cluster").
-std::string job_id(const std::string& printed, const std::string& script) {
-  std::string id = printed.substr(0, printed.find_first_of(";\n"));
-  id.erase(std::remove_if(id.begin(), id.end(), [](char c) { return c == ' ' || c == '\r'; }),
-           id.end());
-  if (id.empty() ||
-      !std::all_of(id.begin(), id.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-    throw EnvironmentError("sbatch --parsable " + script + " printed '" + printed +
-                           "', not a job id");
-  }
-  return id;
 }
 
 }  // namespace
@@ -224,7 +227,7 @@ SubmittedJobs submit_slurm_job(const SlurmJob& job) {
     throw EnvironmentError("sbatch " + job.array_path + " failed (" + array.outcome() +
                            "; its message is above); nothing was submitted");
   }
-  jobs.array_job = job_id(array.out, job.array_path);
+  jobs.array_job = parsable_job_id(array.out, job.array_path);
   const std::string after = "--dependency=afterany:" + jobs.array_job;
   const ProgramRun merge = run_program({"sbatch", "--parsable", after, job.merge_path});
   if (!merge.ok()) {
@@ -232,7 +235,7 @@ SubmittedJobs submit_slurm_job(const SlurmJob& job) {
                            job.merge_path + " failed (" + merge.outcome() +
                            "); submit the merge job with: sbatch " + after + " " + job.merge_path);
   }
-  jobs.merge_job = job_id(merge.out, job.merge_path);
+  jobs.merge_job = parsable_job_id(merge.out, job.merge_path);
   return jobs;
 }
 

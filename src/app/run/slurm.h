@@ -18,6 +18,20 @@
 
 namespace amptune::app {
 
+// What every script amptune writes for Slurm shares (this file's jobs, `tune --slurm`'s,
+// app/tune/tune_slurm.h): values quoted or refused, one writer, one reading of sbatch's answer.
+// `text` as one bash word: single-quoted, a single quote as '\''.
+std::string shell_quote(const std::string& text);
+// A value written into a script line that cannot be quoted (a #SBATCH directive, a comment):
+// UsageError naming `what` when it holds a line break or another control character.
+void require_one_line(const std::string& what, const std::string& value);
+// `text` written whole (core/files.h write_file_atomic), then made executable. Throws
+// EnvironmentError naming the file.
+void write_executable(const std::string& path, const std::string& text);
+// The job id `sbatch --parsable SCRIPT` printed ("123" or "123;cluster"); EnvironmentError naming
+// `script` when it is not one.
+std::string parsable_job_id(const std::string& printed, const std::string& script);
+
 struct SlurmOptions {
   std::string sweep_path;               // as on the command line, relative to workdir
   std::vector<std::string> sets, only;  // passed on to every `amptune run`

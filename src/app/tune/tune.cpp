@@ -1,8 +1,11 @@
 // app/tune/tune.h: amptune tune on the results database.
 #include "app/tune/tune.h"
 
-#include "app/views/inspect.h"
+#include <memory>
+
 #include "app/tune/tune_executor.h"
+#include "app/tune/tune_slurm.h"
+#include "app/views/inspect.h"
 #include "core/error.h"
 #include "core/settings.h"
 #include "train/model_info.h"
@@ -22,6 +25,10 @@ TuneOutcome load_outcome(const store::Store& store, const records::TuneSearchRow
   }
   for (const auto& c : out.candidates) {
     if (auto run = store.find_run(c.run_id)) out.runs[c.run_id] = *run;
+  }
+  out.jobs = store.tune_jobs(search.id);
+  for (const auto& j : out.jobs) {
+    if (auto run = store.find_run(j.run_id)) out.runs[j.run_id] = *run;
   }
   return out;
 }
@@ -124,14 +131,17 @@ TunePlan plan_tune(const std::string& path, const std::vector<std::string>& sets
   return plan;
 }
 
-TuneOutcome run_tune(store::Store& store, const TunePlan& plan, const SweepOptions& options) {
-  StoreExecutor executor(store, plan, options);
-  const SearchResult result = run_search(executor, plan, executor.sweep_id());
+TuneOutcome run_tune(store::Store& store, const TunePlan& plan, const SweepOptions& options,
+                     const TuneSlurmOptions* slurm) {
+  const std::unique_ptr<StoreExecutor> executor =
+      slurm ? std::make_unique<SlurmTuneExecutor>(store, plan, options, *slurm)
+            : std::make_unique<StoreExecutor>(store, plan, options);
+  const SearchResult result = run_search(*executor, plan, executor->sweep_id());
   TuneOutcome out;
   for (const auto& s : store.tune_searches(plan.sweep.name)) {
     if (s.id == result.search_id) out = load_outcome(store, s);
   }
-  out.tally = executor.tally();
+  out.tally = executor->tally();
   out.stopped = result.stopped;
   return out;
 }
@@ -147,7 +157,8 @@ std::optional<TuneOutcome> tune_status(const std::string& db, const std::string&
 }
 
 TuneCommand tune_database(const std::string& db, const TunePlan& plan, const SweepOptions& options,
-                          int workers, const std::vector<std::string>& worker_args) {
+                          int workers, const std::vector<std::string>& worker_args,
+                          const TuneSlurmOptions* slurm) {
   store::Store store(db);
   TuneCommand command;
   if (workers > 1) {
@@ -157,7 +168,7 @@ TuneCommand tune_database(const std::string& db, const TunePlan& plan, const Swe
     command.outcome = tune_status(store, plan.sweep.name);
     return command;
   }
-  command.outcome = run_tune(store, plan, options);
+  command.outcome = run_tune(store, plan, options, slurm);
   command.exit_code = command.outcome->stopped ? static_cast<int>(ExitCode::kInterrupted)
                                                : command.outcome->tally.exit_code();
   return command;

@@ -28,6 +28,8 @@
 
 namespace amptune::app {
 
+struct TuneSlurmOptions;  // app/tune/tune_slurm.h
+
 // A sweep's tune: block resolved and checked: the search's spec (app/tune/tune_search.h), the sweep
 // and the fingerprints of the data the runs train on.
 struct TunePlan : SearchSpec {
@@ -49,14 +51,17 @@ struct TuneOutcome {
   std::vector<records::TuneRoundRow> rounds;
   std::vector<records::TuneCandidateRow> candidates;
   std::map<int64_t, records::RunRow> runs;  // the reference, the start and every candidate's run
+  std::vector<records::TuneJobRow> jobs;    // its Slurm tasks (--slurm), in flight or ended
   Tally tally;                            // what this process trained
   bool stopped = false;                   // a signal stopped it: it continues when run again
 };
 
 // Runs (or continues) the search of `plan` on `store` and returns it as stored. Training
 // failures are the candidates' outcomes; a failed or diverged reference ends the search
-// (exhausted, with the reason in its note).
-TuneOutcome run_tune(store::Store& store, const TunePlan& plan, const SweepOptions& options);
+// (exhausted, with the reason in its note). With `slurm`, its runs train as Slurm array jobs
+// (app/tune/tune_slurm.h), else here.
+TuneOutcome run_tune(store::Store& store, const TunePlan& plan, const SweepOptions& options,
+                     const TuneSlurmOptions* slurm = nullptr);
 
 // The newest search of `sweep` in `store`; unset when it has none.
 std::optional<TuneOutcome> tune_status(const store::Store& store, const std::string& sweep);
@@ -64,14 +69,16 @@ std::optional<TuneOutcome> tune_status(const store::Store& store, const std::str
 std::optional<TuneOutcome> tune_status(const std::string& db, const std::string& sweep);
 
 // `amptune tune` on the database at `db` (made when missing). One process (`workers` 1): the
-// search itself (run_tune), exit code 130 when a signal stopped it, else its tally's. With
-// `workers` > 1: the sweep is registered and `workers` processes of `worker_args` share the
-// search (run_workers); their exit code, and the search as they stored it.
+// search itself (run_tune, through Slurm with `slurm`), exit code 130 when a signal stopped it,
+// else its tally's. With `workers` > 1: the sweep is registered and `workers` processes of
+// `worker_args` share the search (run_workers); their exit code, and the search as they stored
+// it.
 struct TuneCommand {
   int exit_code = 0;
   std::optional<TuneOutcome> outcome;  // unset only when workers stored no search
 };
 TuneCommand tune_database(const std::string& db, const TunePlan& plan, const SweepOptions& options,
-                          int workers, const std::vector<std::string>& worker_args);
+                          int workers, const std::vector<std::string>& worker_args,
+                          const TuneSlurmOptions* slurm = nullptr);
 
 }  // namespace amptune::app

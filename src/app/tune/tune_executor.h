@@ -54,13 +54,16 @@ class StoreExecutor : public TuneExecutor {
   // The sweep's values of the metric by run and epoch, read again after training.
   const std::map<int64_t, std::map<int, double>>& values();
 
+ protected:  // for executors that train elsewhere (app/tune/tune_slurm.h)
   store::Store& store_;
   const TunePlan& plan_;
   const SweepOptions& options_;
-  int64_t sweep_id_ = 0;
   Tally tally_;
+  bool values_stale_ = true;  // runs trained since the values were read
+
+ private:
+  int64_t sweep_id_ = 0;
   std::map<int64_t, std::map<int, double>> values_;  // as last read
-  bool values_stale_ = true;
   std::map<int64_t, double> shares_;  // fp32_share by run id
 };
 
