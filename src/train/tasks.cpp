@@ -316,7 +316,8 @@ void Task::place(const torch::Device& device) {
       choice.channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
   if (cuda) {  // process-wide flags, set for the run that trains now
     at::globalContext().setDeterministicCuDNN(deterministic_);
-    at::globalContext().setBenchmarkCuDNN(cudnn_benchmark_on(true, cudnn_benchmark_, deterministic_));
+    const bool benchmark = cudnn_benchmark_on(true, cudnn_benchmark_, deterministic_);
+    at::globalContext().setBenchmarkCuDNN(benchmark);
   }
   torch::nn::Module& model = module();
   model.to(device);

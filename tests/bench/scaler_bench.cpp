@@ -65,8 +65,8 @@ int main(int argc, char** argv) {
   torch::set_num_threads(threads);
   std::printf("unscale + check per step, CPU, %d rounds x %d steps, %d threads\n", rounds, steps,
               threads);
-  std::printf("%-22s %8s %10s %14s %14s %8s\n", "gradients", "tensors", "values",
-              "per-tensor us", "all-at-once us", "ratio");
+  std::printf("%-22s %8s %10s %14s %14s %8s\n", "gradients", "tensors", "values", "per-tensor us",
+              "all-at-once us", "ratio");
   amptune::amp::LossScaler scaler(amptune::amp::ScalerOptions{});
   for (const auto& [name, model, width, classes] :
        {std::make_tuple("quickstart resnet18", "resnet18", 0.25, int64_t{10}),

@@ -71,8 +71,8 @@ std::vector<torch::Tensor> awkward_grads() {
   g.push_back(torch::randn({9}, torch::kDouble) * 1e10);
   g.push_back(torch::Tensor());
   // float subnormals, the smallest half subnormal, the largest finite values
-  g.push_back(torch::tensor({std::ldexp(1.0f, -149), std::ldexp(3.0f, -140), -std::ldexp(1.0f, -130),
-                             3.0e38f, -3.0e38f, 0.0f, -0.0f}));
+  g.push_back(torch::tensor({std::ldexp(1.0f, -149), std::ldexp(3.0f, -140),
+                             -std::ldexp(1.0f, -130), 3.0e38f, -3.0e38f, 0.0f, -0.0f}));
   g.push_back(torch::tensor({std::ldexp(1.0f, -24), 65504.0f, -6.0e-8f}).to(torch::kHalf));
   return g;
 }
@@ -112,8 +112,8 @@ TEST(AmpScalerDevice, EqualsPerTensorReferenceOnAwkwardGradients) {
     size_t which;
     int64_t at;
   };
-  const std::vector<Plant> places = {{0, 0}, {5, 500}, {5, -1}, {7, -1}, {9, 31}, {10, -1},
-                                     {11, 0}, {3, 8}};
+  const std::vector<Plant> places = {{0, 0},  {5, 500}, {5, -1}, {7, -1},
+                                     {9, 31}, {10, -1}, {11, 0}, {3, 8}};
   for (double scale : {3.0, 65536.0, 1.0, 0.25}) {
     for (bool dynamic : {true, false}) {
       ScalerOptions o;
@@ -249,8 +249,8 @@ Trajectory train(const Policy& p, bool reference) {
     }
     if (planted.count(step)) loss = loss * 1e38;
     engine.scale_loss(loss).backward();
-    const bool overflow = reference ? reference_engine_unscale(engine, m)
-                                    : engine.unscale_and_check();
+    const bool overflow =
+        reference ? reference_engine_unscale(engine, m) : engine.unscale_and_check();
     if (!overflow) opt.step();
     engine.finish_step(overflow);
     t.losses.push_back(loss.item<float>());
@@ -278,16 +278,18 @@ TEST(AmpScalerDevice, TrainingWithPlantedOverflowsEqualsPerTensorReference) {
   struct Cell {
     const char *level, *dtype, *backend;
   };
-  std::vector<Cell> cells = {{"O1", "fp16", "emulate"}, {"O2", "fp16", "emulate"},
-                             {"O3", "fp16", "emulate"}, {"O2", "bf16", "emulate"}};
+  std::vector<Cell> cells = {{"O1", "fp16", "emulate"},
+                             {"O2", "fp16", "emulate"},
+                             {"O3", "fp16", "emulate"},
+                             {"O2", "bf16", "emulate"}};
   // Native bf16 where this CPU runs it (oneDNN's bf16 kernels: not under the suite's
   // ONEDNN_MAX_CPU_ISA=AVX2; run the executable without it on such a CPU).
   if (detect_cpu().bf16()) {
     cells.push_back({"O1", "bf16", "native"});
   } else {
-    std::printf("native bf16 left out: %s\n",
-                detect_cpu().isa_limit.empty() ? "no bf16 instructions"
-                                               : detect_cpu().isa_limit.c_str());
+    std::printf("native bf16 left out: %s\n", detect_cpu().isa_limit.empty()
+                                                  ? "no bf16 instructions"
+                                                  : detect_cpu().isa_limit.c_str());
   }
   for (const Cell& c : cells) {
     const Policy p = policy(c.level, c.dtype, c.backend);

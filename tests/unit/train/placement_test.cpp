@@ -29,8 +29,9 @@ TEST(TrainPlacement, MemoryFormatChoice) {
   // The CPU: channels_last unless oneDNN cannot run a convolution in it, whatever the policy.
   for (bool native : {false, true}) {
     EXPECT_TRUE(choose_memory_format(kAuto, false, native, "").channels_last);
-    c = choose_memory_format(kAuto, false, native, "layer2.0.downsample (1x1, stride 2, 4 input "
-                                                   "channels)");
+    c = choose_memory_format(kAuto, false, native,
+                             "layer2.0.downsample (1x1, stride 2, 4 input "
+                             "channels)");
     EXPECT_FALSE(c.channels_last);
     EXPECT_NE(c.reason.find("layer2.0.downsample"), std::string::npos) << c.reason;
   }
@@ -66,8 +67,7 @@ TEST(TrainPlacement, PlaceOnTheCpu) {
     auto task = make_task(Settings::from(config));
     task->place(torch::kCPU);
     EXPECT_EQ(task->memory_format(), torch::MemoryFormat::Contiguous);
-    EXPECT_NE(task->memory_format_reason().find("auto: CPU, oneDNN cannot run"),
-              std::string::npos)
+    EXPECT_NE(task->memory_format_reason().find("auto: CPU, oneDNN cannot run"), std::string::npos)
         << task->memory_format_reason();
     // A width whose convolutions all have 8 input channels or more: channels_last.
     config.set("model.width", 0.5);
