@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include "amp/emulate.h"
+#include "compat/torch_compat.h"
 #include "core/error.h"
 
 namespace amptune::amp {
@@ -117,13 +118,15 @@ std::vector<torch::Tensor> Engine::low_precision_tensors() const {
 }
 
 void Engine::zero_grad() {
+  std::vector<torch::Tensor> grads;
   for (auto* list : {&params_, &masters_}) {
     for (auto& p : *list) {
       if (!p.defined() || !p.grad().defined()) continue;
       p.mutable_grad().detach_();
-      p.mutable_grad().zero_();
+      grads.push_back(p.grad());
     }
   }
+  if (!grads.empty()) at::_foreach_zero_(grads);  // one multi-tensor pass on CUDA
 }
 
 torch::Tensor Engine::scale_loss(const torch::Tensor& loss) const {
@@ -143,8 +146,15 @@ bool Engine::unscale_and_check() {
     // already are; BatchNorm's under O3 are rounded here).
     if (emulate && low_[i]) g.copy_(round_to_grid(g, policy_.dtype));
     if (masters_[i].defined()) {
-      masters_[i].mutable_grad() = g.to(torch::kFloat, false, /*copy=*/true);
-      grads.push_back(masters_[i].grad());
+      // Into the master's gradient of the last step where it has one (the same values as a
+      // fresh conversion; no allocation per step).
+      torch::Tensor& master_grad = masters_[i].mutable_grad();
+      if (master_grad.defined() && master_grad.sizes() == g.sizes()) {
+        master_grad.copy_(g);
+      } else {
+        master_grad = g.to(torch::kFloat, false, /*copy=*/true);
+      }
+      grads.push_back(master_grad);
     } else {
       grads.push_back(g);
     }
@@ -157,14 +167,17 @@ std::optional<ScaleChange> Engine::finish_step(bool overflow) {
   bool skip = false;
   auto change = scaler_.update(overflow, &skip);
   if (!skip) {
+    std::vector<torch::Tensor> low, high;  // native: model parameters and their masters
     for (size_t i = 0; i < params_.size(); ++i) {
       if (!masters_[i].defined()) continue;
       if (policy_.backend == Backend::kEmulate) {
         params_[i].copy_(round_to_grid(masters_[i], policy_.dtype));
       } else {
-        params_[i].copy_(masters_[i]);  // converts to the low-precision type
+        low.push_back(params_[i]);
+        high.push_back(masters_[i]);
       }
     }
+    compat::foreach_copy(low, high);  // converts to the low-precision type, as copy_ does
   }
   keep_on_grid();  // O3 weights stepped in fp32 storage; BatchNorm statistics updated in forward
   return change;

@@ -40,6 +40,24 @@ struct ScaleChange {
   ScaleReason reason = ScaleReason::kOverflow;  // kOverflow | kGrowth
 };
 
+// How unscale_and_check treats the gradients of one device and dtype, each bitwise the
+// reference g.mul_(1/scale) (C++'s mul_ with a double Scalar):
+// kAmpOp - LibTorch's fused at::_amp_foreach_non_finite_check_and_unscale_ (one pass that reads,
+//   checks and writes; on CUDA, and on the CPU where compat::kCpuAmpUnscale), for float
+//   gradients when checking: it multiplies by float(1/scale), as mul_ does for float (for half
+//   and bfloat16 it computes in float where LibTorch 2.11's CPU mul_ with a Scalar rounds the
+//   factor to the tensor's type: tests/unit/amp/scaler_device_test.cpp found them apart); it
+//   checks the value before the multiply, the same answer when 1/scale <= 1 (a finite value
+//   times a factor <= 1 stays finite), so a scale below 1 takes another kernel;
+// kForeach - at::_foreach_mul_ by the double 1/scale (skipped when it is 1; on the CPU a loop of
+//   the same mul_), then isfinite(g).all() per gradient kept on the device;
+// kPerTensor - half / bfloat16 on CUDA: g.mul_(1/scale) itself per gradient (whether CUDA's
+//   multi-tensor kernel converts the factor as mul_ does is not established), flags as kForeach.
+// None reads a value back; unscale_and_check reads the reduced flags once per device.
+enum class UnscaleKernel { kAmpOp, kForeach, kPerTensor };
+UnscaleKernel unscale_kernel(c10::DeviceType device, c10::ScalarType dtype, double inv_scale,
+                             bool check);
+
 class LossScaler {
  public:
   explicit LossScaler(const ScalerOptions& options);
@@ -49,10 +67,14 @@ class LossScaler {
   const ScalerState& state() const { return state_; }
   void load_state(const ScalerState& state) { state_ = state; }
 
-  // Unscales `grads` in place (x 1/scale in fp32; undefined tensors are skipped) and returns
-  // whether any is inf/NaN. A static scaler does not look (returns false). combine: the grads of
-  // one dtype are concatenated into one flat buffer, unscaled and checked there with one op each
-  // and copied back: bitwise the same values and answer as per-tensor.
+  // Unscales `grads` in place (each x 1/scale as its own mul_(1/scale) would: the double
+  // converted to the tensor's compute type; undefined tensors are skipped) and returns whether
+  // any is inf/NaN. A static scaler does not look (returns false). The work stays on the
+  // gradients' device: per (device, dtype) group one unscale_kernel pass over the whole list,
+  // the groups' flags reduced there, and one read of the answer per device (one host
+  // synchronisation per step on a GPU). combine: the grads of one dtype and device are first
+  // concatenated into one flat buffer, unscaled and checked there and copied back. Values and
+  // answer bitwise those of the per-tensor g.mul_(1/scale); isfinite(g).all() loop.
   bool unscale_and_check(const std::vector<torch::Tensor>& grads, bool combine) const;
 
   // apex update_scale after the overflow decision of one step; returns the change when the scale

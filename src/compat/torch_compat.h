@@ -4,10 +4,12 @@
 // sources that need it (not by torch-free headers).
 #pragma once
 
+#include <ATen/Functions.h>
 #include <ATen/autocast_mode.h>
 #include <torch/version.h>
 
 #include <variant>
+#include <vector>
 
 // LibTorch 2.x splits a c10d process group into a front and per-device backends; the backends
 // (ProcessGroupGloo, ProcessGroupNCCL) keep the collective API of 1.13's ProcessGroup. (Declared
@@ -68,6 +70,27 @@ inline void set_autocast_dtype(bool cuda, at::ScalarType t) {
   }
 }
 #endif
+
+// LibTorch's fused unscale-and-check of the loss scaler's gradients,
+// at::_amp_foreach_non_finite_check_and_unscale_: CUDA in every version amptune builds against;
+// the CPU kernel is in 2.11's dispatch table and not in 1.13's (switched on from 2.4, the versions
+// between unchecked). amp/scaler.cpp asks this before calling it on a CPU tensor.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+inline constexpr bool kCpuAmpUnscale = true;
+#else
+inline constexpr bool kCpuAmpUnscale = false;
+#endif
+
+// dst[i].copy_(src[i]) for every i (converting to dst's dtype): one multi-tensor
+// at::_foreach_copy_ where LibTorch has it (2.x; its CUDA kernel converts as copy_ does, its CPU
+// one is the loop), the loop in 1.13.
+inline void foreach_copy(const std::vector<at::Tensor>& dst, const std::vector<at::Tensor>& src) {
+#if TORCH_VERSION_MAJOR >= 2
+  if (!dst.empty()) at::_foreach_copy_(dst, src);
+#else
+  for (size_t i = 0; i < dst.size(); ++i) dst[i].copy_(src[i]);
+#endif
+}
 
 // The alternative T of a variant (a module option such as a convolution's padding), or nullptr:
 // LibTorch 1.13's options hold c10::variant, 2.x's std::variant; the unqualified get_if finds

@@ -194,6 +194,8 @@ Settings Settings::from(const Config& config, std::vector<KeyRead>* reads) {
   s.seed = in.get_int("seed");
   s.threads = in.get_int("threads");
   s.device = in.get_word("device", parse_device_choice);
+  s.deterministic = in.get_bool("deterministic");
+  s.cudnn_benchmark = in.get_bool("cudnn_benchmark");
   s.model = read_model(in.section("model"));
   s.data = read_data(in.section("data"));
   s.optim = read_optim(in.section("optim"));

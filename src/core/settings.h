@@ -152,7 +152,7 @@ struct CastSettings {
 
 // Which section read which key (Settings::from's record, for the schema-sync test).
 struct KeyRead {
-  std::string section;  // "model", "amp", ...; "top-level" for seed, threads, device
+  std::string section;  // "model", "amp", ...; "top-level" for seed, threads, device, ...
   std::string key;      // dotted
 };
 
@@ -160,6 +160,8 @@ struct Settings {
   int64_t seed = 0;
   int64_t threads = 0;  // 0 = number of cores
   DeviceChoice device = DeviceChoice::kAuto;  // which auto picks: train/session.h
+  bool deterministic = false;  // CUDA: cuDNN's deterministic algorithms (train/tasks.cpp)
+  bool cudnn_benchmark = true;  // CUDA: cuDNN's autotuner unless deterministic (train/tasks.cpp)
   ModelSettings model;
   DataSettings data;
   OptimSettings optim;

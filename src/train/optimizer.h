@@ -52,8 +52,9 @@ class FusedScratch {
 // one loop iteration per parameter, in the order of torch's Python _multi_tensor_sgd. Parameters
 // without a gradient are skipped; a parameter's first step sets its momentum buffer to a detached
 // clone of its (weight-decayed) gradient. Gradients are never modified. Results equal the unfused
-// SGD's within float rounding; state, state_dict and amptune checkpoints are interchangeable with
-// it (the object is a torch::optim::SGD). Sparse gradients are refused with a ConfigError.
+// SGD's bit for bit on the CPU (the same per-tensor kernels, scalars and order;
+// train_optimizer_test); state, state_dict and amptune checkpoints are interchangeable with it
+// (the object is a torch::optim::SGD). Sparse gradients are refused with a ConfigError.
 class FusedSGD : public torch::optim::SGD {
  public:
   using torch::optim::SGD::SGD;
@@ -67,7 +68,7 @@ class FusedSGD : public torch::optim::SGD {
 // torch::optim::Adam whose step() follows torch's Python _multi_tensor_adam (non-capturable
 // branch). AdamParamState (step, exp_avg, exp_avg_sq, max_exp_avg_sq) is created as the base
 // class creates it; bias corrections are per parameter, so parameters that skipped steps
-// (no gradient) stay exact.
+// (no gradient) stay exact. Bit for bit torch::optim::Adam's on the CPU, as FusedSGD.
 class FusedAdam : public torch::optim::Adam {
  public:
   using torch::optim::Adam::Adam;

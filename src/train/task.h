@@ -45,15 +45,35 @@ std::vector<EvalBatch> decode_eval_batches(const std::string& bytes);
 bool cpu_channels_last_conv_safe(int64_t in_channels, int64_t kernel_h, int64_t kernel_w,
                                  int64_t stride_h, int64_t stride_w);
 
+// What model.memory_format resolves to where a model is placed, and why in words (the run's
+// start line shows it).
+struct MemoryFormatChoice {
+  bool channels_last = false;
+  std::string reason;  // e.g. "channels_last (auto: CUDA, native fp16/bf16 kernels)"
+};
+// `setting` on CUDA (`cuda`) or the CPU. auto: channels_last on the CPU unless `cpu_hazard`
+// names a convolution that is not cpu_channels_last_conv_safe (then NCHW); on CUDA
+// channels_last when the run's policy computes in fp16/bf16 kernels there
+// (`native_low_precision`: amp.backend native for O1-O3; channels_last measured 1.47-1.57x
+// there, docs/PERFORMANCE.md), NCHW for fp32 (O0, emulation). ConfigError: channels_last asked
+// for on the CPU with a `cpu_hazard`.
+MemoryFormatChoice choose_memory_format(MemoryFormat setting, bool cuda, bool native_low_precision,
+                                        const std::string& cpu_hazard);
+// Whether cuDNN's autotuner runs (cudnn_benchmark, deterministic): on CUDA only, never when
+// deterministic.
+bool cudnn_benchmark_on(bool cuda, bool cudnn_benchmark, bool deterministic);
+
 class Task {
  public:
   virtual ~Task() = default;
   virtual torch::nn::Module& module() = 0;
   // Moves the model to `device` in the memory format model.memory_format resolves to there
-  // (auto: channels_last on a CPU unless a convolution is not cpu_channels_last_conv_safe,
-  // contiguous on CUDA): every 4-d parameter and buffer. Again after loading a checkpoint, which
-  // brings the layout it was saved in. ConfigError: channels_last asked for such a model.
+  // (choose_memory_format): every 4-d parameter and buffer. Again after loading a checkpoint,
+  // which brings the layout it was saved in. ConfigError: channels_last asked for such a model.
+  // On CUDA it also sets cuDNN's global flags for the run (deterministic, cudnn_benchmark).
   void place(const torch::Device& device);
+  // The last place()'s choice of layout, in words ("" before any).
+  const std::string& memory_format_reason() const { return memory_format_reason_; }
   // A batch of images on `device` in the model's memory format (4-d inputs; others as they are).
   torch::Tensor input(const torch::Tensor& images, const torch::Device& device) const;
   torch::MemoryFormat memory_format() const { return memory_format_; }
@@ -75,7 +95,11 @@ class Task {
  private:
   friend std::unique_ptr<Task> make_task(const Settings& settings);
   MemoryFormat memory_format_setting_ = MemoryFormat::kAuto;  // model.memory_format
+  bool cuda_native_low_precision_ = false;  // amp.* resolved for CUDA computes in fp16/bf16
+  bool deterministic_ = false;              // deterministic
+  bool cudnn_benchmark_ = true;             // cudnn_benchmark
   torch::MemoryFormat memory_format_ = torch::MemoryFormat::Contiguous;
+  std::string memory_format_reason_;
 };
 
 // The loop of every task's evaluate_batches: one record per batch of `loader`, in order, with

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "amp/policy.h"
 #include "core/error.h"
 #include "core/settings.h"
 #include "eval/classification_metrics.h"
@@ -225,6 +226,15 @@ const std::vector<std::string>& headline_metrics(const std::string& model_name) 
 std::unique_ptr<Task> make_task(const Settings& settings) {
   auto task = model_entry(settings.model.name).make_task(settings);
   task->memory_format_setting_ = settings.model.memory_format;
+  try {
+    const amp::Policy cuda = amp::resolve_policy(settings.amp, /*device_is_cuda=*/true);
+    task->cuda_native_low_precision_ =
+        cuda.backend == amp::Backend::kNative && cuda.low_precision();
+  } catch (const ConfigError&) {
+    // A refused amp.* combination: the run reports it where it resolves its policy.
+  }
+  task->deterministic_ = settings.deterministic;
+  task->cudnn_benchmark_ = settings.cudnn_benchmark;
   return task;
 }
 
@@ -267,23 +277,48 @@ std::string channels_last_hazard(torch::nn::Module& model) {
 
 }  // namespace
 
-void Task::place(const torch::Device& device) {
-  bool channels_last = memory_format_setting_ == MemoryFormat::kChannelsLast ||
-                       (memory_format_setting_ == MemoryFormat::kAuto && device.is_cpu());
-  if (channels_last && device.is_cpu()) {
-    const std::string hazard = channels_last_hazard(module());
-    if (!hazard.empty() && memory_format_setting_ == MemoryFormat::kChannelsLast) {
+MemoryFormatChoice choose_memory_format(MemoryFormat setting, bool cuda, bool native_low_precision,
+                                        const std::string& cpu_hazard) {
+  if (setting == MemoryFormat::kContiguous) return {false, "contiguous (model.memory_format)"};
+  if (setting == MemoryFormat::kChannelsLast) {
+    if (!cuda && !cpu_hazard.empty()) {
       throw ConfigError(
-          "model.memory_format: channels_last - oneDNN corrupts memory in the "
-          "backward of convolution " +
-          hazard +
-          " in channels_last on the CPU; use "
-          "model.memory_format: auto (NCHW for such a model) or contiguous, or a "
-          "model.width that gives it at least 8 input channels");
+          "model.memory_format: channels_last - oneDNN corrupts memory in the backward of "
+          "convolution " + cpu_hazard + " in channels_last on the CPU; use "
+          "model.memory_format: auto (NCHW for such a model) or contiguous, or a model.width "
+          "that gives it at least 8 input channels");
     }
-    if (!hazard.empty()) channels_last = false;  // auto: NCHW, which oneDNN runs correctly
+    return {true, "channels_last (model.memory_format)"};
   }
-  memory_format_ = channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
+  if (cuda) {
+    if (native_low_precision) return {true, "channels_last (auto: CUDA, native fp16/bf16 kernels)"};
+    return {false, "contiguous (auto: CUDA in fp32)"};
+  }
+  if (!cpu_hazard.empty()) {
+    return {false, "contiguous (auto: CPU, oneDNN cannot run convolution " + cpu_hazard +
+                       " in channels_last)"};
+  }
+  return {true, "channels_last (auto: CPU, oneDNN)"};
+}
+
+bool cudnn_benchmark_on(bool cuda, bool cudnn_benchmark, bool deterministic) {
+  return cuda && cudnn_benchmark && !deterministic;
+}
+
+void Task::place(const torch::Device& device) {
+  const bool cuda = device.is_cuda();
+  const bool may_be_channels_last = memory_format_setting_ != MemoryFormat::kContiguous;
+  const std::string hazard = !cuda && may_be_channels_last ? channels_last_hazard(module()) : "";
+  const MemoryFormatChoice choice =
+      choose_memory_format(memory_format_setting_, cuda, cuda_native_low_precision_, hazard);
+  memory_format_reason_ = choice.reason;
+  memory_format_ =
+      choice.channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
+  if (cuda) {  // process-wide flags, set for the run that trains now
+    at::globalContext().setDeterministicCuDNN(deterministic_);
+    const bool benchmark = cudnn_benchmark_on(true, cudnn_benchmark_, deterministic_);
+    at::globalContext().setBenchmarkCuDNN(benchmark);
+  }
   torch::nn::Module& model = module();
   model.to(device);
   torch::NoGradGuard no_grad;

@@ -331,7 +331,11 @@ void RunTraining::prepare_steps() {
   const auto& described = eval_only_ ? val_set_ : train_set_;
   recorder_.note(
       "run " + run_.name + " [" + run_.label + "]: " + described->describe() + ", " +
-          std::to_string(threads_) + " threads, " + device_.str() +
+          std::to_string(threads_) + " threads, " + device_.str() + ", " +
+          session_.task->memory_format_reason() +
+          (device_.is_cuda() ? std::string(", cuDNN benchmark ") +
+                                   (at::globalContext().benchmarkCuDNN() ? "on" : "off")
+                             : "") +
           (group_ ? ", " + std::to_string(world_) + " processes (" + to_string(group_->backend()) +
                         "), global batch " + std::to_string(batch_size_ * world_)
                   : ""),
