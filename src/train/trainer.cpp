@@ -549,6 +549,8 @@ namespace {
 struct EpochTally {
   double loss_sum = 0, fps_sum = 0, fps_min = 0, fps_max = 0, lr = 0, step_seconds = 0;
   int64_t fps_n = 0, skipped = 0, images = 0, finite_losses = 0;
+  double timed_seconds = 0;  // the timed steps, back to back: one window of wall time
+  int64_t timed_images = 0;
 
   // A step of `n` samples with loss `loss` that took `dt` seconds; its throughput counts towards
   // the mean, min and max when `timed`. Returns that throughput (samples / s).
@@ -561,6 +563,8 @@ struct EpochTally {
     step_seconds += dt;
     const double fps = dt > 0 ? static_cast<double>(n) / dt : 0;
     if (timed) {
+      timed_seconds += dt;
+      timed_images += n;
       fps_sum += fps;
       fps_min = fps_n == 0 ? fps : std::min(fps_min, fps);
       fps_max = std::max(fps_max, fps);
@@ -578,6 +582,12 @@ struct EpochTally {
     record.train_fps_max = fps_max;
     record.skipped_samples = skipped;
     record.metrics["train_images"] = static_cast<double>(images);
+    // Images over the elapsed time of the timed steps (each step's time runs from the end of
+    // the one before, which read its loss from the device): the throughput of the window, where
+    // train_fps_mean averages per-step rates.
+    if (timed_seconds > 0) {
+      record.metrics["train_fps_elapsed"] = static_cast<double>(timed_images) / timed_seconds;
+    }
   }
 };
 
@@ -651,10 +661,12 @@ records::EpochRecord RunTraining::train_epoch(int64_t epoch) {
 void RunTraining::combine_over_ranks(records::EpochRecord& record, int64_t steps,
                                      double step_seconds) {
   // Global figures: img/s summed over the ranks; each rank's mean, slowest and fastest.
+  const auto elapsed = record.metrics.find("train_fps_elapsed");
   torch::Tensor sums = torch::tensor(
       {record.train_fps_mean, record.train_fps_min, record.train_fps_max, comm_seconds_,
        step_seconds, record.metrics.at("train_images"),
-       static_cast<double>(record.skipped_samples)},
+       static_cast<double>(record.skipped_samples),
+       elapsed == record.metrics.end() ? 0.0 : elapsed->second},
       torch::kDouble);
   torch::Tensor low = torch::tensor({record.train_fps_mean}, torch::kDouble);
   torch::Tensor high = low.clone();
@@ -667,6 +679,7 @@ void RunTraining::combine_over_ranks(records::EpochRecord& record, int64_t steps
   record.train_fps_max = a[2];
   record.skipped_samples = static_cast<int64_t>(a[6]);
   record.metrics["train_images"] = a[5];
+  if (a[7] > 0) record.metrics["train_fps_elapsed"] = a[7];  // the ranks' summed, as the mean's
   record.metrics["rank_fps_min"] = low.item<double>();
   record.metrics["rank_fps_max"] = high.item<double>();
   record.metrics["allreduce_ms"] = 1000.0 * a[3] / static_cast<double>(world_ * steps);
