@@ -231,11 +231,11 @@ void RunTraining::set_up() {
     precision_ = std::make_unique<Precision>(amp::resolve_policy(s.amp, device_.is_cuda()));
     session_ = build_session(s, device_, *precision_);
     if (!eval_only_) {
-      train_set_ = data::make_dataset(s.data, s.rootnet, s.model.in_channels, data::Split::kTrain);
+      train_set_ = data::make_dataset(s.data, s.rootnet, s.model, data::Split::kTrain);
       check_world_size(*train_set_, batch_size_, world_);
     }
     if (eval_steps_ != 0) {
-      val_set_ = data::make_dataset(s.data, s.rootnet, s.model.in_channels, data::Split::kVal);
+      val_set_ = data::make_dataset(s.data, s.rootnet, s.model, data::Split::kVal);
     }
   } catch (const std::exception& e) {
     if (!group_) throw;
@@ -252,6 +252,11 @@ void RunTraining::set_up() {
   val_opts_.world = world_;
   val_opts_.shard = data::LoaderOptions::Shard::kBatches;
   if (!eval_only_ && rank_ == 0 && setup_error_.empty()) record_work();
+}
+
+void RunTraining::place_batches(data::LoaderOptions& options) const {
+  options.device = device_;
+  options.memory_format = session_.task->memory_format();
 }
 
 void RunTraining::record_work() {
@@ -387,6 +392,7 @@ void RunTraining::share_start() {
 // shard of the batches and the records combine into the single-process result.
 std::map<std::string, double> RunTraining::evaluate(int64_t epoch) {
   val_opts_.epoch = static_cast<uint64_t>(epoch);
+  place_batches(val_opts_);
   data::Loader val_loader(val_set_, val_opts_);
   session_.task->module().eval();
   auto autocast = precision_->autocast();
@@ -597,6 +603,7 @@ records::EpochRecord RunTraining::train_epoch(int64_t epoch) {
   epoch_start_ = Clock::now();
   const auto epoch_start = epoch_start_;
   train_opts_.epoch = static_cast<uint64_t>(epoch);
+  place_batches(train_opts_);
   data::Loader loader(train_set_, train_opts_);
   const int64_t steps = loader.num_batches();
   session_.task->module().train();
