@@ -29,8 +29,10 @@
 # Environment: PYTHON (python3 with torch and torchvision; the dry run: /usr/bin/python3),
 # WORKERS (loader workers, default nproc), REPS (2), STEPS and WARMUP (24 and 8; dry: 3 and 1),
 # S_CELLS and P_CELLS (space-separated cells; defaults below), IDX (the Fashion-MNIST IDX folder
-# the JPEGs are made from, default /usr/share/datasets/fashion-mnist). About 6 minutes on one
-# H100 / H200 with the defaults (the script prints its elapsed time); the build is not included.
+# the JPEGs are made from, default /usr/share/datasets/fashion-mnist). Sized for about 6 minutes
+# on one H100 / H200 with the defaults (an estimate: 10 cells x 2 sides x 2 repetitions, each a
+# fresh process, not yet timed on a GPU; the script prints its elapsed time and the per-cell
+# progress); the build is not included.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 
