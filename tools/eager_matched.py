@@ -69,9 +69,10 @@ class O1:
                                          weight_decay=1e-4, nesterov=False)
         self.scaler = None
         if dtype == torch.float16:
-            self.scaler = torch.cuda.amp.GradScaler(init_scale=INIT_SCALE, growth_factor=2.0,
-                                                    backoff_factor=0.5,
-                                                    growth_interval=GROWTH_INTERVAL)
+            args = dict(init_scale=INIT_SCALE, growth_factor=2.0, backoff_factor=0.5,
+                        growth_interval=GROWTH_INTERVAL)
+            new = getattr(torch.amp, "GradScaler", None)  # 2.3+; torch.cuda.amp's is deprecated
+            self.scaler = new("cuda", **args) if new else torch.cuda.amp.GradScaler(**args)
 
     def step(self, images, labels):
         self.optimizer.zero_grad(set_to_none=True)
@@ -104,7 +105,21 @@ class O2:
                                          nesterov=False)
         self.scale, self.unskipped, self.skipped = INIT_SCALE, 0, 0
         self.found_inf = torch.zeros(1, device=device)
-        self.fused = device.type == "cuda"  # the fused check has no CPU kernel in older PyTorch
+        self.fused = True  # until a PyTorch without the kernel (the CPU's before 2.x) refuses it
+        self.foreach_copy = hasattr(torch, "_foreach_copy_")
+
+    def copy_back(self):
+        """The stepped masters into the model's weights: one foreach copy where this PyTorch has
+        one that casts (2.1+), else a copy per parameter."""
+        with torch.no_grad():
+            if self.foreach_copy:
+                try:
+                    torch._foreach_copy_(self.params, self.masters)
+                    return
+                except (RuntimeError, TypeError):
+                    self.foreach_copy = False
+            for p, m in zip(self.params, self.masters):
+                p.copy_(m)
 
     def unscale(self, grads):
         """Master gradients = model gradients / scale, in fp32; whether any is inf/NaN."""
@@ -112,8 +127,11 @@ class O2:
         masters = [g.float() for g in grads]  # fp32 BatchNorm gradients: the same tensors
         if self.fused:
             self.found_inf.zero_()
-            torch._amp_foreach_non_finite_check_and_unscale_(masters, self.found_inf, inv)
-            return masters, bool(self.found_inf.item())  # apex decides on the host
+            try:
+                torch._amp_foreach_non_finite_check_and_unscale_(masters, self.found_inf, inv)
+                return masters, bool(self.found_inf.item())  # apex decides on the host
+            except (RuntimeError, NotImplementedError):
+                self.fused = False
         bad = any(not bool(torch.isfinite(g).all()) for g in masters)
         for g in masters:
             g.mul_(inv)
@@ -133,12 +151,7 @@ class O2:
         for m, g in zip(self.masters, masters):
             m.grad = g
         self.optimizer.step()
-        with torch.no_grad():
-            if hasattr(torch, "_foreach_copy_"):
-                torch._foreach_copy_(self.params, self.masters)
-            else:
-                for p, m in zip(self.params, self.masters):
-                    p.copy_(m)
+        self.copy_back()
         self.unskipped += 1
         if self.unskipped == GROWTH_INTERVAL:
             self.scale, self.unskipped = min(self.scale * 2, MAX_SCALE), 0
@@ -215,7 +228,7 @@ def run(a, process_age, tiny_model):
     elapsed = time.perf_counter() - start
     result.update({
         "img_per_s": a.steps * batch / elapsed, "elapsed_s": elapsed, "startup_s": startup_s,
-        "final_loss": float(loss) if loss is not None else math.nan,
+        "final_loss": float(loss.detach()) if loss is not None else math.nan,
         "loss_scale": getattr(trainer, "scale", None) or (
             trainer.scaler.get_scale() if getattr(trainer, "scaler", None) else None),
         "peak_mem_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda"
