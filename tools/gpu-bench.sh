@@ -65,8 +65,17 @@ IDX=${IDX:-/usr/share/datasets/fashion-mnist}
 if ((dry)); then
   device=cpu backend=auto arch=tiny image=32 batch=8 STEPS=${STEPS:-3} WARMUP=${WARMUP:-1}
   model="{name: resnet18, in_channels: 3, width: 0.25, small_input: true"
-  S_CELLS=${S_CELLS:-"O0:nchw:off O1-bf16:cl:off O2-bf16:cl:off"}
-  P_CELLS=${P_CELLS:-"O2-bf16:cl:off"}
+  # bf16 in place of fp16 where this CPU's PyTorch runs bf16 convolutions (oneDNN refuses them
+  # without AVX-512, or under ONEDNN_MAX_CPU_ISA=AVX2); fp32 cells otherwise.
+  if "$PYTHON" -c 'import torch; torch.nn.functional.conv2d(torch.ones(1, 3, 8, 8).bfloat16(),
+      torch.ones(4, 3, 3, 3).bfloat16())' 2>/dev/null; then
+    S_CELLS=${S_CELLS:-"O0:nchw:off O1-bf16:cl:off O2-bf16:cl:off"}
+    P_CELLS=${P_CELLS:-"O2-bf16:cl:off"}
+  else
+    echo "gpu-bench: $PYTHON runs no bf16 convolution on this CPU: the dry run's cells are fp32" >&2
+    S_CELLS=${S_CELLS:-"O0:nchw:off O0:cl:off"}
+    P_CELLS=${P_CELLS:-"O0:cl:off"}
+  fi
   jpegs=64
 else
   "$PYTHON" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null ||

@@ -20,12 +20,18 @@ PYTHON=$python "$repo/tools/gpu-bench.sh" --cpu-dry-run --amptune "$amptune" "$o
 import json, re, sys
 out = sys.argv[1]
 table = open(f"{out}/table.txt").read()
+res = json.load(open(f"{out}/results.json"))
 errors = []
 def check(ok, what):
     if not ok:
         errors.append(what)
 num = r"\d+\.\d"
-cells = {"S": ["O0:nchw:off", "O1-bf16:cl:off", "O2-bf16:cl:off"], "P": ["O2-bf16:cl:off"]}
+# The cells the run chose (bf16 ones where this CPU's PyTorch runs bf16 convolutions), as its
+# env.txt says: "cells: S [A B C] P [D]  reps ...".
+chosen = re.search(r"cells: S \[([^]]*)\] P \[([^]]*)\]", open(f"{out}/env.txt").read())
+check(chosen, "env.txt names no cells")
+cells = {"S": chosen.group(1).split(), "P": chosen.group(2).split()} if chosen else {}
+check(sum(len(v) for v in cells.values()) >= 3, f"too few cells: {cells}")
 blocks = re.split(r"\nmode ", "\n" + table)
 for mode, names in cells.items():
     block = next((b for b in blocks if b.startswith(mode + ":")), "")
@@ -39,14 +45,20 @@ for mode, names in cells.items():
         if row:
             a, amin, amax, e, emin, emax = (float(row.group(i)) for i in range(1, 7))
             check(amin <= a <= amax and emin <= e <= emax, f"{mode} {name}: median outside min-max")
-            check(abs(float(row.group(7)) - a / e) < 0.01 * a / e + 0.001, f"{mode} {name}: ratio")
+            c = next((c for c in res["cells"] if c["mode"] == mode and c["cell"] == name), {})
+            ratio = c.get("ratio")
+            check(ratio and row.group(7) == f"{ratio:.3f}", f"{mode} {name}: ratio shown")
+            check(ratio and abs(ratio - c["amptune_img_s"] / c["eager_img_s"]) < 1e-9 * ratio,
+                  f"{mode} {name}: ratio of the medians")
+            check(row.group(1) == f"{c.get('amptune_img_s', 0):.1f}", f"{mode} {name}: amptune")
+            check(row.group(4) == f"{c.get('eager_img_s', 0):.1f}", f"{mode} {name}: eager")
     loaders = rf"loaders alone .*: amptune {num} img/s .*DataLoader {num} img/s"
     check(mode != "P" or re.search(loaders, block), "mode P: no loaders' line with two figures")
 check("dry run on the CPU" in table, "the table does not say it is a dry run")
 check(re.search(r"gpu-bench: \d+ s in all", table), "no elapsed time")
-res = json.load(open(f"{out}/results.json"))
 check(res["dry_run"] is True, "results.json: dry_run")
-check(len(res["cells"]) == 4, f"results.json: {len(res['cells'])} cells, expected 4")
+n = sum(len(v) for v in cells.values())
+check(len(res["cells"]) == n, f"results.json: {len(res['cells'])} cells, expected {n}")
 for c in res["cells"]:
     what = f"results.json {c['mode']} {c['cell']}"
     check(c["amptune_img_s"] and c["amptune_img_s"] > 0, what + ": amptune img/s")
