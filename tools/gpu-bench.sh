@@ -118,7 +118,7 @@ gauge() {
   if command -v nvidia-smi >/dev/null && ! ((dry)); then
     while kill -0 "$pid" 2>/dev/null; do
       nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null |
-        awk -v f="$peak" 'NR == 1 { getline p < f; if ($1 > p) print $1 > f }'
+        awk -v f="$peak" 'NR == 1 { getline p < f; close(f); if ($1 + 0 > p + 0) print $1 > f }'
       sleep 0.2
     done
   fi
