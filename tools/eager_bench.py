@@ -15,12 +15,33 @@ Workloads (the same model, data, batch, optimizer and threads as tools/bench-vs-
               RandomResizedCrop(224) + flip for training, Resize(256) + CenterCrop(224) for
               evaluation, ImageNet mean/std, batch 8, same SGD.
 
-img_per_s is the mean over the timed steps of batch / step time, a step being: next batch,
-forward, loss, loss.item(), backward, optimizer step (amptune's train_fps_mean). eval_img_per_s is
-the evaluated images / the evaluation's wall time (model.eval() + torch.no_grad()). startup_s is
-the age of this process when its first training step starts (interpreter, imports, data, model).
+  matched     the like-for-like recipe of tools/gpu-bench.sh (docs/PERFORMANCE.md "GPU benchmark
+              (like for like)"): torchvision ResNet-50 v1.5 (--classes, default 1000) at
+              --image-size (224), batch --batch (256), SGD momentum 0.9, weight decay 1e-4, no
+              Nesterov, constant --lr (0.1, amptune's cell), precision --precision: O0 fp32,
+              O1-fp16 = autocast + GradScaler(init_scale 65536), O1-bf16 = autocast alone, O2-fp16
+              (O2-bf16) = written by hand as apex's O2 (an fp16 model with fp32 BatchNorm, fp32
+              master weights stepped by the optimizer and copied back, inputs cast to fp16 on
+              entry, the output to fp32, dynamic loss scale from 65536: skip and halve on inf/NaN,
+              double after 2000 clean steps, at most 2^24); --channels-last, --cudnn-benchmark.
+              Data: --synthetic (one batch of random images and labels made once on the device
+              and reused by every step, no loader) or the ImageFolder of JPEGs at --data
+              (torchvision's RandomResizedCrop + flip, a DataLoader of --workers processes with
+              pinned memory and persistent workers, batches copied non_blocking). Timing: --warmup
+              steps, a device synchronisation, --steps steps, another synchronisation: img_per_s
+              = images / elapsed; peak_mem_bytes = torch.cuda.max_memory_allocated of the steps
+              (peak_reserved_bytes the caching allocator's). --loader-only: the DataLoader alone
+              over the same window (the loader's ceiling), no model.
+
+img_per_s (quickstart, resnet50) is the mean over the timed steps of batch / step time, a step
+being: next batch, forward, loss, loss.item(), backward, optimizer step (amptune's
+train_fps_mean). eval_img_per_s is the evaluated images / the evaluation's wall time (model.eval()
++ torch.no_grad()). startup_s is the age of this process when its first training step starts
+(interpreter, imports, data, model).
 
   /usr/bin/python3 tools/eager_bench.py --workload quickstart --steps 40 --warmup 5 --json
+  python3 tools/eager_bench.py --workload matched --device cuda --precision O2-fp16 \
+      --channels-last --cudnn-benchmark --synthetic --steps 30 --warmup 10 --json
 """
 import argparse
 import gzip
@@ -54,7 +75,7 @@ import torch.nn.functional as F  # noqa: E402
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--workload", choices=["quickstart", "resnet50"], required=True)
+    p.add_argument("--workload", choices=["quickstart", "resnet50", "matched"], required=True)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--amp", choices=["off", "fp16", "bf16"], default="off")
     p.add_argument("--channels-last", action="store_true", help="torch.channels_last model/input")
@@ -71,12 +92,32 @@ def parse_args(argv):
     p.add_argument("--eval-batches", type=int, default=0, help="evaluation batches; 0 = none")
     p.add_argument("--eval-batch", type=int, default=0, help="0 = the workload's (500 / 8)")
     p.add_argument("--workers", type=int, default=1,
-                   help="resnet50: DataLoader worker processes (0 = in this process)")
+                   help="resnet50, matched: DataLoader worker processes (0 = in this process)")
+    p.add_argument("--precision", choices=["O0", "O1-fp16", "O1-bf16", "O2-fp16", "O2-bf16"],
+                   default="O0", help="matched: the precision cell")
+    p.add_argument("--synthetic", action="store_true",
+                   help="matched: one device batch of random input reused by every step")
+    p.add_argument("--cudnn-benchmark", action="store_true",
+                   help="torch.backends.cudnn.benchmark = True (matched)")
+    p.add_argument("--lr", type=float, default=0.1, help="matched: the constant learning rate")
+    p.add_argument("--image-size", type=int, default=224, help="matched: input side in pixels")
+    p.add_argument("--classes", type=int, default=1000, help="matched: classes of the model")
+    p.add_argument("--arch", choices=["resnet50", "tiny"], default="resnet50",
+                   help="matched: torchvision's ResNet-50, or (--cpu-dry-run of gpu-bench.sh) "
+                        "the quickstart's ResNet-18 of width 0.25 with the 3x3 stem, 3 channels")
+    p.add_argument("--loader-only", action="store_true",
+                   help="matched: time the DataLoader alone (no model)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print one JSON line")
     a = p.parse_args(argv)
     if a.steps < 1 or a.warmup < 0 or a.threads < 1 or a.batch < 0 or a.eval_batches < 0:
         p.error("--steps and --threads must be >= 1; --warmup, --batch, --eval-batches >= 0")
+    if a.workload != "matched" and (a.synthetic or a.loader_only or a.precision != "O0"):
+        p.error("--synthetic, --loader-only and --precision are the matched workload's")
+    if a.workload == "matched" and a.amp != "off":
+        p.error("the matched workload takes --precision, not --amp")
+    if a.synthetic and a.loader_only:
+        p.error("--loader-only times the JPEG loader; --synthetic has none")
     return a
 
 
@@ -200,6 +241,9 @@ def main(argv):
     a = parse_args(argv)
     if a.device == "cuda" and not torch.cuda.is_available():
         sys.exit("eager_bench: --device cuda, but torch.cuda.is_available() is false")
+    if a.workload == "matched":
+        import eager_matched
+        return eager_matched.run(a, process_age, SmallResNet18)
     if a.device == "cpu" and a.amp == "fp16":
         sys.exit("eager_bench: --amp fp16 on the CPU: torch.autocast('cpu') takes bf16 only")
     torch.set_num_threads(a.threads)

@@ -238,48 +238,23 @@ phase tune_native 240 "${amptune[@]}" tune "$repo/experiments/tune_planted.yaml"
 { grep -E "^(answer|no answer|epochs):" "$out/tune_native.log" || true; } |
   sed 's/^/tune native: /' | tee -a "$table"
 
-# ---- 6. ResNet-50 224 px, batch 256, O2 fp16: amptune vs PyTorch eager AMP -------------------
-# amptune trains on Fashion-MNIST exported as JPEGs and resized to 224 px (its loader is part of
-# the measurement; the loader-alone rate is in resnet50_amptune.log); tools/eager_bench.py
-# steps the same model on the same JPEGs with its own loader. img/s from amptune's train_fps_mean (after skip_steps).
-r50_steps=60 r50_batch=256 r50_images=16384
-if ((dry)); then r50_steps=3 r50_batch=8 r50_images=64; fi
-phase export_jpeg 60 "${amptune[@]}" data export-imagefolder --idx "$fmnist" --out "$work/fmnist_jpeg" --limit "$r50_images" ||
-  say "FAIL JPEG export (export_jpeg.log)"
-r50db=$work/resnet50.sqlite
-cat >"$work/resnet50.yaml" <<EOF
-name: resnet50_gpu_check
-base:
-  model: {name: resnet50, num_classes: 10}
-  data: {format: imagefolder, root: $work/fmnist_jpeg, train_split: train, val_split: t10k,
-         image_size: 224, resize_size: 256, batch_size: $r50_batch, workers: 12, prefetch: 8}
-  optim: {name: sgd, lr: 0.1, momentum: 0.9, weight_decay: 0.0001}
-  schedule: {epochs: 1, training_step_per_epoch: $r50_steps, eval_step_per_epoch: 0,
-             skip_steps: $((r50_steps / 4))}
-  amp: {opt_level: O2, dtype: fp16, loss_scale: dynamic, backend: $native}
-  device: $device
-grid:
-  model.memory_format: [channels_last, contiguous]  # the first like the eager script; auto = contiguous on CUDA
-EOF
-phase resnet50_amptune 240 "${amptune[@]}" run "$work/resnet50.yaml" --db "$r50db" --no-progress ||
-  say "FAIL amptune ResNet-50 (resnet50_amptune.log)"
-eager=$repo/tools/eager_bench.py
-if [ -f "$eager" ]; then
-  eager_amp=fp16
-  # The dry run proves the pipeline in fp32: CPU autocast takes bf16 only, which PyTorch 2.11 runs
-  # ResNet-50 at far below 1 img/s on an AVX2 CPU without native bf16 (past the phase's limit).
-  ((dry)) && eager_amp=off
-  phase resnet50_eager 120 "$PYTHON" "$eager" --workload resnet50 --device "$device" \
-    --amp "$eager_amp" --channels-last --data "$work/fmnist_jpeg" --batch "$r50_batch" --steps "$r50_steps" \
-    --warmup "$((r50_steps / 4))" --json || say "FAIL eager ResNet-50 (resnet50_eager.log)"
-else
-  say "eager ResNet-50: $eager missing (issue 14's script); not measured"
-fi
+# ---- 6. ResNet-50 like for like: tools/gpu-bench.sh ------------------------------------------
+# amptune against PyTorch eager with the same recipe (docs/PERFORMANCE.md "GPU benchmark (like
+# for like)"); here its mode S for O2 fp16 in both layouts, once (BENCH_MODES, BENCH_REPS and
+# BENCH_CELLS widen it; tools/gpu-bench.sh alone runs the whole table, sized for about 6 minutes). The
+# dry run runs its own tiny CPU cells. Its table goes into this one's.
+printf '#!/bin/sh\nexec "%s" "%s" "$@"\n' "$with_libs" "$build/amptune" >"$work/amptune-with-libs"
+chmod +x "$work/amptune-with-libs"
+bench_args=(--modes "${BENCH_MODES:-S}" --reps "${BENCH_REPS:-1}")
+((dry)) && bench_args+=(--cpu-dry-run)
+S_CELLS=${BENCH_CELLS:-$( ((dry)) || echo "O2-fp16:cl:on O2-fp16:nchw:on")} \
+  PYTHON=$PYTHON IDX=$fmnist phase gpu_bench 420 "$repo/tools/gpu-bench.sh" "${bench_args[@]}" \
+  --amptune "$work/amptune-with-libs" "$out/gpu-bench" || say "FAIL gpu-bench (gpu_bench.log)"
 
 # ---- 7. the table --------------------------------------------------------------------------
-"$PYTHON" - "$db" "$xdb" "$r50db" "$out/resnet50_eager.log" "$dry" <<'EOF' | tee -a "$table"
+"$PYTHON" - "$db" "$xdb" "$out/gpu-bench/results.json" "$dry" <<'EOF' | tee -a "$table"
 import json, math, os, sqlite3, sys
-db, xdb, r50db, eager_log, dry = sys.argv[1:6]
+db, xdb, bench_json, dry = sys.argv[1:5]
 dry = dry == "1"
 
 def runs(path, sweep):
@@ -366,28 +341,14 @@ for c, what in zip(runs(xdb, "xdevice"), ("GPU -> CPU", "CPU -> GPU")):
           f"acc1 {fmt(c.get('acc1'), 2)}: {'PASS' if ok else 'FAIL'}")
 
 print()
-print("ResNet-50 224 px, O2 fp16, SGD (img/s, training steps after warm-up)")
-r50 = runs(r50db, "resnet50_gpu_check")
-for i, layout in enumerate(("channels_last", "contiguous NCHW")):
-    c = r50[i] if len(r50) > i else None
-    print(f"amptune (C++, loader incl., {layout}): "
-          f"{fmt(c.get('train_fps_mean')) if c else '-'} img/s"
-          f"{'' if not c else ' (status ' + c['status'] + ')'}")
-if len(r50) == 2 and r50[0].get("train_fps_mean") and r50[1].get("train_fps_mean"):
-    print(f"amptune channels_last / NCHW: {r50[0]['train_fps_mean'] / r50[1]['train_fps_mean']:.2f}x"
-          f"{' (dry run: no claim)' if dry else ''}")
-eager = None
-if os.path.exists(eager_log):
-    for line in open(eager_log):
-        if line.startswith("{"):
-            try:
-                eager = json.loads(line)
-            except ValueError:
-                pass
-print(f"PyTorch eager AMP (channels_last, the same JPEGs, torchvision's loader): "
-      f"{fmt(eager.get('img_per_s')) if eager else '-'} img/s")
-verdicts.append(len(r50) == 2 and all(c.get("status") == "done" for c in r50)
-                and eager is not None)
+print("ResNet-50 like for like (tools/gpu-bench.sh; its table: gpu-bench/table.txt)")
+bench = json.load(open(bench_json)) if os.path.exists(bench_json) else None
+for c in (bench or {}).get("cells", []):
+    print(f"{c['mode']} {c['cell']}: amptune {fmt(c['amptune_img_s'])} img/s, eager "
+          f"{fmt(c['eager_img_s'])} img/s, ratio {fmt(c['ratio'], 3)}, MFU amptune "
+          f"{fmt(c['mfu_amptune'])} %{' (dry run: no claim)' if dry else ''}")
+verdicts.append(bool(bench and bench["cells"]) and
+                all(not c["failed"] for c in bench["cells"]))
 print()
 print("verdict:", "PASS" if verdicts and all(verdicts) else "FAIL",
       "(dry run: the pipeline only, no GPU numbers)" if dry else "")

@@ -98,6 +98,7 @@ DataSettings read_data(Reader& in) {
   s.workers = in.get_int("data.workers");
   s.prefetch = in.get_int("data.prefetch");
   s.max_image_pixels = in.get_int("data.max_image_pixels");
+  s.synthetic_samples = in.get_int("data.synthetic_samples");
   return s;
 }
 

@@ -58,6 +58,7 @@ struct DataSettings {
   int64_t workers = 0;
   int64_t prefetch = 0;
   int64_t max_image_pixels = 89478485;  // larger images are a DataError (decompression bombs)
+  int64_t synthetic_samples = 0;        // data.format synthetic: samples per split
 };
 
 struct OptimSettings {

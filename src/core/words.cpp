@@ -20,10 +20,11 @@ const NameTable<MemoryFormat, 3> kMemoryFormat = {{{MemoryFormat::kAuto, "auto"}
                                                    {MemoryFormat::kContiguous, "contiguous"}}};
 const NameTable<ModelTask, 2> kModelTask = {
     {{ModelTask::kClassification, "classification"}, {ModelTask::kCustom, "custom"}}};
-const NameTable<DataFormat, 4> kDataFormat = {{{DataFormat::kImageFolder, "imagefolder"},
+const NameTable<DataFormat, 5> kDataFormat = {{{DataFormat::kImageFolder, "imagefolder"},
                                                {DataFormat::kIdx, "idx"},
                                                {DataFormat::kRootNet, "rootnet"},
-                                               {DataFormat::kTensors, "tensors"}}};
+                                               {DataFormat::kTensors, "tensors"},
+                                               {DataFormat::kSynthetic, "synthetic"}}};
 const NameTable<OptimizerName, 2> kOptimizerName = {
     {{OptimizerName::kSgd, "sgd"}, {OptimizerName::kAdam, "adam"}}};
 const NameTable<LrPolicy, 2> kLrPolicy = {

@@ -31,7 +31,7 @@ enum class DistBackend { kAuto, kGloo, kNccl };      // dist.backend
 enum class DeviceChoice { kAuto, kCpu, kCuda };      // device as set (torch::Device: as run)
 enum class MemoryFormat { kAuto, kChannelsLast, kContiguous };     // model.memory_format
 enum class ModelTask { kClassification, kCustom };                 // model.task (torchscript)
-enum class DataFormat { kImageFolder, kIdx, kRootNet, kTensors };  // data.format
+enum class DataFormat { kImageFolder, kIdx, kRootNet, kTensors, kSynthetic };  // data.format
 enum class OptimizerName { kSgd, kAdam };                          // optim.name
 enum class LrPolicy { kStep, kCosine };                            // schedule.lr_policy
 // amp.keep_batchnorm_fp32, amp.master_weights: a flag, or auto = the opt level's default.
@@ -54,7 +54,7 @@ std::string to_string(DistBackend value);  // "auto" | "gloo" | "nccl"
 std::string to_string(DeviceChoice value);   // "auto" | "cpu" | "cuda"
 std::string to_string(MemoryFormat value);   // "auto" | "channels_last" | "contiguous"
 std::string to_string(ModelTask value);      // "classification" | "custom"
-std::string to_string(DataFormat value);     // "imagefolder" | "idx" | "rootnet" | "tensors"
+std::string to_string(DataFormat value);  // "imagefolder" | "idx" | "rootnet" | "tensors" | "synthetic"
 std::string to_string(OptimizerName value);  // "sgd" | "adam"
 std::string to_string(LrPolicy value);       // "step" | "cosine"
 std::string to_string(AutoBool value);       // "auto" | "true" | "false"

@@ -17,6 +17,7 @@
 
 namespace amptune {
 struct DataSettings;
+struct ModelSettings;
 struct RootNetSettings;
 }
 
@@ -48,12 +49,14 @@ class Dataset {
 enum class Split { kTrain, kVal };
 
 // The data set a run's settings describe: data.format, data.root, the split's name, the
-// transform (transform_options of `data` and `in_channels`, model.in_channels; none for
-// data.format tensors), and for data.format rootnet the rootnet.* section (make_rootnet_dataset). Throws ConfigError naming
-// the key for an unusable value, DataError naming the expected path and format when files are
+// transform (transform_options of `data` and model.in_channels; none for data.format tensors),
+// for data.format rootnet the rootnet.* section (make_rootnet_dataset), for data.format synthetic
+// a SyntheticDataset (data/synthetic.h) of model.in_channels x data.image_size^2 images,
+// model.num_classes classes and data.synthetic_samples samples. Throws ConfigError naming the
+// key for an unusable value, DataError naming the expected path and format when files are
 // missing or malformed.
 std::shared_ptr<Dataset> make_dataset(const DataSettings& data, const RootNetSettings& rootnet,
-                                      int64_t in_channels, Split split);
+                                      const ModelSettings& model, Split split);
 
 // The readers behind make_dataset, for callers that hold no settings.
 //

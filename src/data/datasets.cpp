@@ -16,6 +16,7 @@
 #include "data/idx.h"
 #include "data/image.h"
 #include "data/rootnet_data.h"
+#include "data/synthetic.h"
 #include "data/transforms.h"
 
 namespace amptune::data {
@@ -278,10 +279,15 @@ std::shared_ptr<Dataset> make_imagefolder_dataset(const std::string& root,
 }
 
 std::shared_ptr<Dataset> make_dataset(const DataSettings& data, const RootNetSettings& rootnet,
-                                      int64_t in_channels, Split split) {
+                                      const ModelSettings& model, Split split) {
   const std::string& name = split == Split::kTrain ? data.train_split : data.val_split;
   if (data.format == DataFormat::kTensors) return make_tensors_dataset(data.root, name);
-  const TransformOptions options = transform_options(data, in_channels);  // tensors: none
+  if (data.format == DataFormat::kSynthetic) {
+    return std::make_shared<SyntheticDataset>(model.in_channels, data.image_size,
+                                              model.num_classes, data.synthetic_samples, split);
+  }
+  // tensors and synthetic: none
+  const TransformOptions options = transform_options(data, model.in_channels);
   switch (data.format) {
     case DataFormat::kIdx:
       return make_idx_dataset(data.root, name, options);
@@ -290,6 +296,7 @@ std::shared_ptr<Dataset> make_dataset(const DataSettings& data, const RootNetSet
     case DataFormat::kRootNet:
       return make_rootnet_dataset(data, rootnet, split);
     case DataFormat::kTensors:
+    case DataFormat::kSynthetic:
       break;  // above
   }
   throw std::logic_error("data.format " + to_string(data.format) + " has no data set");

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/settings.h"
 #include "data/image.h"
+#include "data/synthetic.h"
 
 namespace amptune::data {
 namespace {
@@ -175,6 +176,7 @@ struct Loader::State {
   };
 
   std::shared_ptr<const Dataset> dataset;
+  const SyntheticDataset* synthetic = nullptr;  // the data set, when it is one
   LoaderOptions options;
   // This loader's samples are positions 0..size - 1 of its own sequence, read from the epoch
   // order without copying it (a split of 10^8 rows keeps one order, or none: EpochOrder).
@@ -287,8 +289,9 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options)
     throw DataError("Loader: rank " + std::to_string(options.rank) + " of world size " +
                     std::to_string(options.world) + " is not a shard");
   }
-  s.order =
-      std::make_unique<EpochOrder>(s.dataset->size(), options.seed, options.epoch, options.shuffle);
+  s.synthetic = dynamic_cast<const SyntheticDataset*>(s.dataset.get());
+  s.order = std::make_unique<EpochOrder>(s.dataset->size(), options.seed, options.epoch,
+                                         options.shuffle && !s.synthetic);
   const auto n = static_cast<int64_t>(s.order->size());
   const int64_t bs = options.batch_size, world = options.world;
   auto batches_of = [&](int64_t count) {
@@ -310,7 +313,7 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options)
     s.index_offset = options.rank;
   }
   s.num_batches = num_batches_;
-  if (options.workers > 0 && num_batches_ > 0) {
+  if (options.workers > 0 && num_batches_ > 0 && !s.synthetic) {
     for (int i = 0; i < options.workers; ++i) s.threads.emplace_back([&s] { s.worker(); });
   }
 }
@@ -328,6 +331,12 @@ std::optional<Batch> Loader::next() {
   State& s = *state_;
   if (s.next_batch >= s.num_batches) return std::nullopt;
   const int64_t b = s.next_batch;
+  if (s.synthetic) {
+    ++s.next_batch;
+    Batch batch = s.synthetic->resident_batch(s.options, s.batch_len(b));
+    batch.index = b * s.index_stride + s.index_offset;
+    return batch;
+  }
   if (s.threads.empty()) {
     ++s.next_batch;
     std::vector<std::optional<Sample>> samples(static_cast<size_t>(s.batch_len(b)));

@@ -36,6 +36,10 @@ struct LoaderOptions {
   // form, every world-th from batch `rank`, with their single-process batch numbers, so the
   // per-batch results of all ranks combine into exactly the single-process result.
   enum class Shard { kSamples, kBatches } shard = Shard::kSamples;
+  // Where a synthetic data set's resident batch lives (the run's device, the model's memory
+  // format: data/synthetic.h); other data sets hand out CPU batches whatever these say.
+  torch::Device device = torch::kCPU;
+  torch::MemoryFormat memory_format = torch::MemoryFormat::Contiguous;
 };
 
 struct Batch {
@@ -93,7 +97,10 @@ std::vector<int64_t> shard_order(const std::vector<int64_t>& order, int rank, in
 // batches in parallel and collate finished batches; they do no ATen intra-op work. An exception
 // thrown while loading or collating batch b is rethrown by the next() call that would return b;
 // the loader then goes on with batch b + 1. The destructor stops the workers at any point,
-// waiting only for the samples being decoded at that moment.
+// waiting only for the samples being decoded at that moment. A SyntheticDataset
+// (data/synthetic.h) is read differently: no worker starts, the order is not shuffled, and every
+// batch is its resident batch on options.device (the first batch_len rows: a shorter last batch
+// is a view of it), so a step costs no loading and no copy.
 class Loader {
  public:
   Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options);

@@ -106,7 +106,7 @@ const std::vector<std::string>& amptune_metric_names() {
       "val_samples",    "val_skipped_samples", "train_images",  "rank_fps_min",
       "rank_fps_max",   "allreduce_ms",        "allreduce_share", "world_size",
       "loss_scale",     "loss_scale_min",      "loss_scale_max",  "skipped_steps",
-      "overflow_steps", "nonfinite_streak"};
+      "overflow_steps", "nonfinite_streak",    "train_fps_elapsed"};
   return names;
 }
 

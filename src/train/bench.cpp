@@ -22,7 +22,7 @@ BenchResult bench(const Config& config, int64_t steps, int64_t warmup, int threa
   r.threads = resolve_threads(settings, threads_override);
   torch::set_num_threads(r.threads);
   const torch::Device device(resolve_device(settings));
-  auto dataset = data::make_dataset(settings.data, settings.rootnet, settings.model.in_channels,
+  auto dataset = data::make_dataset(settings.data, settings.rootnet, settings.model,
                                     data::Split::kTrain);
   data::LoaderOptions opts =
       data::loader_options(settings.data, settings.seed, data::Split::kTrain, 0);
@@ -52,6 +52,8 @@ BenchResult bench(const Config& config, int64_t steps, int64_t warmup, int threa
   auto task = make_task(settings);
   task->place(device);
   task->module().train();
+  opts.device = device;  // data.format synthetic: its batch made there, in the model's layout
+  opts.memory_format = task->memory_format();
   auto optimizer = make_optimizer(settings.optim, task->module().parameters());
   auto [fps, step_s] = timed([&](const data::Batch& batch) {
     optimizer->zero_grad();

@@ -624,7 +624,7 @@ records::Diagnosis diagnose(const RunInput& run,
   d.loss_scale = precision.engine().scaler().scale();
 
   auto train_set = data::make_dataset(settings.data, settings.rootnet,
-                                      settings.model.in_channels, data::Split::kTrain);
+                                      settings.model, data::Split::kTrain);
   data::LoaderOptions opts = data::loader_options(settings.data, settings.seed, data::Split::kTrain,
                                                   static_cast<uint64_t>(epoch + 1));
   opts.max_batches = options.batches;

@@ -103,7 +103,7 @@ struct CheckpointEvaluator::State {
         device(pick_device(settings.device)),
         // this thread's amp policy while evaluating
         precision(amp::resolve_policy(settings.amp, device.is_cuda())),
-        val_set(data::make_dataset(settings.data, settings.rootnet, settings.model.in_channels,
+        val_set(data::make_dataset(settings.data, settings.rootnet, settings.model,
                                    data::Split::kVal)) {
     // The set training evaluated: its first eval_step_per_epoch batches (0: it did not evaluate).
     const int64_t eval_steps = settings.schedule.eval_step_per_epoch;
@@ -147,6 +147,8 @@ EpochEvaluation CheckpointEvaluator::evaluate(const records::EpochRow& row) {
                                                     static_cast<uint64_t>(row.epoch));
     opts.epoch = static_cast<uint64_t>(row.epoch);
     opts.max_batches = s.batches;
+    opts.device = s.device;  // data.format synthetic: as training's (trainer.cpp place_batches)
+    opts.memory_format = session.task->memory_format();
     data::Loader loader(s.val_set, opts);
     session.task->module().eval();
     {

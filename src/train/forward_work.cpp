@@ -292,7 +292,7 @@ class ScopedOpCount {
 ForwardWork forward_work(const Config& config) {
   const Settings settings = Settings::from(config);
   return forward_work(
-      settings, data::make_dataset(settings.data, settings.rootnet, settings.model.in_channels,
+      settings, data::make_dataset(settings.data, settings.rootnet, settings.model,
                                    data::Split::kTrain));
 }
 

@@ -36,6 +36,9 @@ struct ModelCapabilities {
   // model.task custom: its own loss and metrics on batches of named tensors (data.format
   // tensors; a TorchScript file's training_loss / eval_batch).
   bool custom_task = false;
+  // data.format synthetic: it classifies images, so random images with class labels train it
+  // (the ResNets, a TorchScript classifier); RootNet's samples carry other fields.
+  bool classifies_images = true;
   // dist.sync_bn: its BatchNorm layers are amptune's (models/batchnorm.h), which synchronise
   // over ranks; false when they are the model's own code (a TorchScript file).
   bool sync_bn = true;

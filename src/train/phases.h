@@ -121,6 +121,8 @@ class RunTraining {
   void share_start();
   // The run's training FLOPs per sample and its devices' peak, recorded (the leader: rank 0).
   void record_work();
+  // Where a synthetic data set's resident batch is made: the run's device, the model's layout.
+  void place_batches(data::LoaderOptions& options) const;
   // After restore (which may rebuild the session): gradient averaging and synchronised
   // BatchNorm over the session's tensors, the profiler, the run's opening log lines.
   void prepare_steps();

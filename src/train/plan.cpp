@@ -115,6 +115,12 @@ std::map<std::string, std::string> validated_columns(const Config& config, const
         "of model.task custom reads (docs/MODELS.md \"Your own model\"); model " +
         s.model.name + " reads images");
   }
+  if (s.data.format == DataFormat::kSynthetic && !can.classifies_images) {
+    throw ConfigError("data.format: synthetic makes random images with class labels, which only "
+                      "a classifier trains on (resnet*, a TorchScript classifier); model " +
+                      s.model.name + " reads other samples: use its own data.format (" +
+                      s.model.name + ": docs/DATA.md)");
+  }
   if (s.dist.sync_bn && !can.sync_bn) {
     throw ConfigError("dist.sync_bn: a TorchScript model's BatchNorm runs the model's own code, "
                       "which amptune cannot synchronise over ranks; set dist.sync_bn: false "
@@ -170,11 +176,11 @@ void check_world_size(const data::Dataset& train_set, int64_t batch_size, int wo
 void check_data(const Settings& s, int world_size) {
   if (s.schedule.epochs > 0) {  // an evaluation-only run reads no training split
     auto train_set =
-        data::make_dataset(s.data, s.rootnet, s.model.in_channels, data::Split::kTrain);
+        data::make_dataset(s.data, s.rootnet, s.model, data::Split::kTrain);
     check_world_size(*train_set, s.data.batch_size, world_size);
   }
   if (s.schedule.eval_step_per_epoch != 0) {
-    (void)data::make_dataset(s.data, s.rootnet, s.model.in_channels, data::Split::kVal);
+    (void)data::make_dataset(s.data, s.rootnet, s.model, data::Split::kVal);
   }
 }
 

@@ -140,6 +140,7 @@ namespace {
 ModelCapabilities rootnet_capabilities() {
   ModelCapabilities c;
   c.takes_casts = true;
+  c.classifies_images = false;
   c.file_key = "model.backbone_weights";
   c.file = &ModelSettings::backbone_weights;
   return c;

@@ -231,11 +231,11 @@ void RunTraining::set_up() {
     precision_ = std::make_unique<Precision>(amp::resolve_policy(s.amp, device_.is_cuda()));
     session_ = build_session(s, device_, *precision_);
     if (!eval_only_) {
-      train_set_ = data::make_dataset(s.data, s.rootnet, s.model.in_channels, data::Split::kTrain);
+      train_set_ = data::make_dataset(s.data, s.rootnet, s.model, data::Split::kTrain);
       check_world_size(*train_set_, batch_size_, world_);
     }
     if (eval_steps_ != 0) {
-      val_set_ = data::make_dataset(s.data, s.rootnet, s.model.in_channels, data::Split::kVal);
+      val_set_ = data::make_dataset(s.data, s.rootnet, s.model, data::Split::kVal);
     }
   } catch (const std::exception& e) {
     if (!group_) throw;
@@ -252,6 +252,11 @@ void RunTraining::set_up() {
   val_opts_.world = world_;
   val_opts_.shard = data::LoaderOptions::Shard::kBatches;
   if (!eval_only_ && rank_ == 0 && setup_error_.empty()) record_work();
+}
+
+void RunTraining::place_batches(data::LoaderOptions& options) const {
+  options.device = device_;
+  options.memory_format = session_.task->memory_format();
 }
 
 void RunTraining::record_work() {
@@ -391,6 +396,7 @@ void RunTraining::share_start() {
 // shard of the batches and the records combine into the single-process result.
 std::map<std::string, double> RunTraining::evaluate(int64_t epoch) {
   val_opts_.epoch = static_cast<uint64_t>(epoch);
+  place_batches(val_opts_);
   data::Loader val_loader(val_set_, val_opts_);
   session_.task->module().eval();
   auto autocast = precision_->autocast();
@@ -553,6 +559,8 @@ namespace {
 struct EpochTally {
   double loss_sum = 0, fps_sum = 0, fps_min = 0, fps_max = 0, lr = 0, step_seconds = 0;
   int64_t fps_n = 0, skipped = 0, images = 0, finite_losses = 0;
+  double timed_seconds = 0;  // the timed steps, back to back: one window of wall time
+  int64_t timed_images = 0;
 
   // A step of `n` samples with loss `loss` that took `dt` seconds; its throughput counts towards
   // the mean, min and max when `timed`. Returns that throughput (samples / s).
@@ -565,6 +573,8 @@ struct EpochTally {
     step_seconds += dt;
     const double fps = dt > 0 ? static_cast<double>(n) / dt : 0;
     if (timed) {
+      timed_seconds += dt;
+      timed_images += n;
       fps_sum += fps;
       fps_min = fps_n == 0 ? fps : std::min(fps_min, fps);
       fps_max = std::max(fps_max, fps);
@@ -582,6 +592,12 @@ struct EpochTally {
     record.train_fps_max = fps_max;
     record.skipped_samples = skipped;
     record.metrics["train_images"] = static_cast<double>(images);
+    // Images over the elapsed time of the timed steps (each step's time runs from the end of
+    // the one before, which read its loss from the device): the throughput of the window, where
+    // train_fps_mean averages per-step rates.
+    if (timed_seconds > 0) {
+      record.metrics["train_fps_elapsed"] = static_cast<double>(timed_images) / timed_seconds;
+    }
   }
 };
 
@@ -591,6 +607,7 @@ records::EpochRecord RunTraining::train_epoch(int64_t epoch) {
   epoch_start_ = Clock::now();
   const auto epoch_start = epoch_start_;
   train_opts_.epoch = static_cast<uint64_t>(epoch);
+  place_batches(train_opts_);
   data::Loader loader(train_set_, train_opts_);
   const int64_t steps = loader.num_batches();
   session_.task->module().train();
@@ -655,10 +672,12 @@ records::EpochRecord RunTraining::train_epoch(int64_t epoch) {
 void RunTraining::combine_over_ranks(records::EpochRecord& record, int64_t steps,
                                      double step_seconds) {
   // Global figures: img/s summed over the ranks; each rank's mean, slowest and fastest.
+  const auto elapsed = record.metrics.find("train_fps_elapsed");
   torch::Tensor sums = torch::tensor(
       {record.train_fps_mean, record.train_fps_min, record.train_fps_max, comm_seconds_,
        step_seconds, record.metrics.at("train_images"),
-       static_cast<double>(record.skipped_samples)},
+       static_cast<double>(record.skipped_samples),
+       elapsed == record.metrics.end() ? 0.0 : elapsed->second},
       torch::kDouble);
   torch::Tensor low = torch::tensor({record.train_fps_mean}, torch::kDouble);
   torch::Tensor high = low.clone();
@@ -671,6 +690,7 @@ void RunTraining::combine_over_ranks(records::EpochRecord& record, int64_t steps
   record.train_fps_max = a[2];
   record.skipped_samples = static_cast<int64_t>(a[6]);
   record.metrics["train_images"] = a[5];
+  if (a[7] > 0) record.metrics["train_fps_elapsed"] = a[7];  // the ranks' summed, as the mean's
   record.metrics["rank_fps_min"] = low.item<double>();
   record.metrics["rank_fps_max"] = high.item<double>();
   record.metrics["allreduce_ms"] = 1000.0 * a[3] / static_cast<double>(world_ * steps);

@@ -217,7 +217,7 @@ Config rootnet_config(const std::string& muco, const std::string& mpii,
 // make_dataset from the sections of `config` it reads.
 std::shared_ptr<Dataset> dataset_of(const Config& config, Split split) {
   const Settings s = Settings::from(config);
-  return make_dataset(s.data, s.rootnet, s.model.in_channels, split);
+  return make_dataset(s.data, s.rootnet, s.model, split);
 }
 
 TEST(RootNetData, PipelineTargetsAndMixing) {

@@ -104,8 +104,9 @@ TEST(TensorsDataset, TwoShardsReadBackRowByRowAsWritten) {
   c.set("data.format", "tensors");
   c.set("data.root", split.root);
   c.set("data.val_split", "train");
-  const Settings settings = Settings::from(c);
-  EXPECT_EQ(make_dataset(settings.data, settings.rootnet, 7, Split::kVal)->size(), 8u);
+  Settings settings = Settings::from(c);
+  settings.model.in_channels = 7;
+  EXPECT_EQ(make_dataset(settings.data, settings.rootnet, settings.model, Split::kVal)->size(), 8u);
 }
 
 // Shards written by Python's safetensors (tests/fixtures/data/make_tensors_fixtures.py, the

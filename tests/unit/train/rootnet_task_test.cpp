@@ -142,7 +142,7 @@ data::LoaderOptions eval_options(int rank = 0, int world = 1) {
 // make_dataset from the sections of `config` it reads.
 std::shared_ptr<data::Dataset> dataset_of(const Config& config, data::Split split) {
   const Settings s = Settings::from(config);
-  return data::make_dataset(s.data, s.rootnet, s.model.in_channels, split);
+  return data::make_dataset(s.data, s.rootnet, s.model, split);
 }
 
 std::map<std::string, double> evaluate(Task& task, const Config& c) {
