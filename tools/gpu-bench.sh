@@ -17,9 +17,8 @@
 # timed beside (its ceiling). Both sides: ResNet-50 v1.5, batch 256, SGD momentum 0.9, weight
 # decay 1e-4, no Nesterov, constant lr 0.1, dynamic loss scale from 65536 where the cell scales.
 # A cell is PRECISION:LAYOUT:CUDNN, PRECISION O0 | O1-fp16 | O1-bf16 | O2-fp16 (| O2-bf16),
-# LAYOUT cl (channels_last) | nchw, CUDNN on | off (cuDNN's autotuner; amptune's side follows it
-# when its schema has a cudnn benchmark key, else it runs at LibTorch's default and the table
-# says so). Each cell runs amptune then eager, REPS times (A B A B): median and spread (min-max)
+# LAYOUT cl (channels_last) | nchw, CUDNN on | off (cuDNN's autotuner: amptune's key
+# cudnn_benchmark, eager's torch.backends.cudnn.benchmark). Each cell runs amptune then eager, REPS times (A B A B): median and spread (min-max)
 # of img/s = images / elapsed over STEPS steps after WARMUP (amptune: its metric
 # train_fps_elapsed; eager: between two synchronisations). MFU = img/s x amptune's recorded
 # training FLOPs per sample / the peak of the cell's precision amptune recorded for the device
@@ -88,9 +87,8 @@ else
   P_CELLS=${P_CELLS:-"O1-fp16:cl:on O1-bf16:cl:on O2-fp16:cl:on"}
   jpegs=$(((STEPS + WARMUP) * batch))
 fi
-# amptune's cuDNN autotuner key, when its schema has one (the cuDNN keys come with issue 48).
-cudnn_key=$(grep -oE '^[a-z_.]*cudnn[a-z_.]*:' "$repo/schemas/config.yaml" | grep -m1 benchmark |
-  tr -d : || true)
+# amptune's cuDNN autotuner key (schemas/config.yaml).
+cudnn_key=cudnn_benchmark
 
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%MZ)  host: $(hostname)" \

@@ -138,9 +138,7 @@ def main(tsv, out, dry, workers, cudnn_key):
         print(f"MFU: img/s x {work['gflop_per_sample']:.3f} GFLOP per trained image (amptune's "
               f"count) / the cell's peak (e.g. {work['peak_tflops']:.1f} TFLOP/s for "
               f"{work['cell']}); memory: the device's peak in use during the process (nvidia-smi)")
-    if not cudnn_key:
-        print("cuDNN on/off applies to the eager side only: amptune has no cudnn benchmark key "
-              "in this build (LibTorch's default: off)")
+    print(f"cuDNN on/off: amptune's key {cudnn_key}, eager's torch.backends.cudnn.benchmark")
     if dry == "1":
         print("dry run on the CPU: the pipeline only, no GPU figures")
     with open(os.path.join(out, "results.json"), "w") as f:
