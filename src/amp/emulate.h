@@ -25,10 +25,11 @@
 //     output are rounded (O1, O2, O3); accumulation stays fp32, as on tensor cores.
 //   input_dtype_op(y): the output of an op autocast runs in its input's dtype (BatchNorm, relu,
 //     pooling, add) whose input is low precision: rounded under O1 (its input came from a conv),
-//     O2 and O3. input_dtype_op_(y) rounds in place (conv / linear outputs are, too).
+//     O2 and O3. BatchNorm itself computes in fp32; its parameters are fp32 unless O3 (or O2
+//     with keep_batchnorm_fp32 false), which the trainer's Engine handles. input_dtype_op_(y)
+//     rounds in place (conv / linear outputs are, too).
 //   relu(x) / keeps_grid(out, in): ops whose output is on the grid when their input is; no
-//     rounding, only the knowledge above carried along. BatchNorm itself computes in fp32; its parameters are fp32 unless O3 (or O2
-//     with keep_batchnorm_fp32 false), which the trainer's Engine handles.
+//     rounding, only the knowledge above carried along.
 //   fp32_op(y): the output of an op on autocast's fp32 list (softmax, log_softmax, losses,
 //     norms, exp/log/pow, sum/mean): left fp32 under O1; rounded under O2/O3 (no per-op casts).
 //   model_input(x) / model_output(y): O2/O3 cast the input to the model type on entry and the
