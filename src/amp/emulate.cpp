@@ -26,38 +26,6 @@ thread_local std::shared_ptr<const Observer> t_observer;
 thread_local int t_fp32_depth = 0;  // open fp32 regions (ModuleCall of a marked module)
 thread_local int t_marked_depth = 0;  // open ModuleCalls of marked modules, under any policy
 
-class RoundThrough : public torch::autograd::Function<RoundThrough> {
- public:
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
-                               int64_t dtype) {
-    ctx->saved_data["dtype"] = dtype;
-    return round_to_grid(x, static_cast<Dtype>(dtype));
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    const auto dtype = static_cast<Dtype>(ctx->saved_data["dtype"].toInt());
-    return {grads[0].defined() ? round_to_grid(grads[0], dtype) : grads[0], torch::Tensor()};
-  }
-};
-
-// Rounds when emulating: a value the device holds in low precision.
-torch::Tensor low(const torch::Tensor& x) {
-  if (!x.defined()) return x;
-  return round_through(x, t_policy->dtype);
-}
-
-using compat::alternative;
-
-std::vector<int64_t> padding2d(const torch::nn::detail::conv_padding_t<2>& padding,
-                               const char* what) {
-  if (const auto* p = alternative<torch::ExpandingArray<2>>(padding)) {
-    return at::IntArrayRef(*p).vec();
-  }
-  throw ModelError(std::string(what) +
-                   " with padding kValid/kSame has no emulated low-precision path; give the "
-                   "padding as numbers");
-}
-
 // Fused rounding kernels over contiguous float arrays (src and dst may alias).
 #if defined(__x86_64__) && defined(__GNUC__)
 __attribute__((target("avx,f16c"))) void round_fp16(const float* src, float* dst, int64_t n) {
@@ -88,37 +56,178 @@ void round_bf16(const float* src, float* dst, int64_t n) {
   }
 }
 
-}  // namespace
-
-torch::ScalarType scalar_type(Dtype dtype) {
+torch::ScalarType low_type(Dtype dtype) {
   return dtype == Dtype::kFp16 ? torch::kHalf : torch::kBFloat16;
 }
 
-torch::Tensor round_to_grid(const torch::Tensor& x, Dtype dtype) {
+// Whether the fused kernels can round x: a dense CPU float tensor (NCHW or channels_last:
+// empty_like keeps its strides, so element k of the buffer maps to element k).
+bool fused(const torch::Tensor& x, Dtype dtype) {
+  return x.scalar_type() == torch::kFloat && x.device().is_cpu() &&
+         x.is_non_overlapping_and_dense() && fused_rounding_available(dtype);
+}
+
+// dst = round(src); dst is src itself or an empty_like(src) (same strides).
+void round_into(const torch::Tensor& src, const torch::Tensor& dst, Dtype dtype) {
   torch::NoGradGuard no_grad;
-  // Any dense layout (NCHW or channels_last): empty_like keeps its strides, so element k of the
-  // buffer maps to element k.
-  if (x.scalar_type() != torch::kFloat || !x.device().is_cpu() || !x.is_non_overlapping_and_dense() ||
-      !fused_rounding_available(dtype)) {
-    return x.to(scalar_type(dtype)).to(x.scalar_type());
+  if (!fused(src, dtype)) {
+    dst.copy_(src.to(low_type(dtype)).to(src.scalar_type()));
+    return;
   }
-  // One pass and one allocation instead of two conversions that write and re-read a Half
-  // tensor; the same round-to-nearest-even (tested elementwise against Tensor::to).
-  torch::Tensor out = torch::empty_like(x);
-  const float* src = x.data_ptr<float>();
-  float* dst = out.data_ptr<float>();
-  at::parallel_for(0, x.numel(), int64_t{1} << 16, [&](int64_t begin, int64_t end) {
+  // One pass, no temporary; the same round-to-nearest-even (tested elementwise against
+  // Tensor::to).
+  const float* in = src.data_ptr<float>();
+  float* out = dst.data_ptr<float>();
+  at::parallel_for(0, src.numel(), int64_t{1} << 16, [&](int64_t begin, int64_t end) {
     if (dtype == Dtype::kFp16) {
-      round_fp16(src + begin, dst + begin, end - begin);
+      round_fp16(in + begin, out + begin, end - begin);
     } else {
-      round_bf16(src + begin, dst + begin, end - begin);
+      round_bf16(in + begin, out + begin, end - begin);
     }
   });
+}
+
+// ---- values known to be on the grid ------------------------------------------------------
+// The last few tensors known to hold grid values: outputs of a rounding, what relu / max-pool
+// make of them, and the gradients the roundings hand back (and relu's backward makes of them).
+// Rounding is idempotent, so skipping the rounding of such a value is exact. A tag holds a weak
+// reference, which keeps the TensorImpl's memory allocated (no other tensor can take its address
+// while the tag lives), and the version counter at tagging: any in-place change voids it
+// (autograd accumulates a second gradient in place, add_, which bumps the version). A tensor
+// that fell out of the ring is just rounded again.
+struct GridTag {
+  c10::weak_intrusive_ptr<c10::TensorImpl> impl;
+  int64_t version;
+  Dtype dtype;
+};
+constexpr size_t kGridTags = 16;
+thread_local std::vector<GridTag> t_grid;
+thread_local size_t t_grid_next = 0;
+
+bool on_grid(const torch::Tensor& x, Dtype dtype) {
+  if (!x.defined() || x.is_inference()) return false;  // (no version counter)
+  const c10::TensorImpl* impl = x.unsafeGetTensorImpl();
+  for (const auto& tag : t_grid) {
+    if (tag.impl._unsafe_get_target() == impl) {
+      return tag.dtype == dtype && tag.version == x._version();
+    }
+  }
+  return false;
+}
+
+void tag_grid(const torch::Tensor& x, Dtype dtype) {
+  if (!x.defined() || x.is_inference()) return;
+  GridTag tag{c10::weak_intrusive_ptr<c10::TensorImpl>(x.getIntrusivePtr()), x._version(), dtype};
+  for (auto& old : t_grid) {  // a tensor re-tagged (a newer version) keeps one slot
+    if (old.impl._unsafe_get_target() == x.unsafeGetTensorImpl()) {
+      old = std::move(tag);
+      return;
+    }
+  }
+  if (t_grid.size() < kGridTags) {
+    t_grid.push_back(std::move(tag));
+  } else {
+    t_grid[t_grid_next] = std::move(tag);
+    t_grid_next = (t_grid_next + 1) % kGridTags;
+  }
+}
+
+// The gradient of a low-precision value: rounded, unless known to be on the grid already.
+torch::Tensor round_grad(const torch::Tensor& g, Dtype dtype) {
+  if (!g.defined() || on_grid(g, dtype)) return g;
+  torch::Tensor out = round_to_grid(g, dtype);
+  tag_grid(out, dtype);
+  return out;
+}
+
+// Rounds the value (in place when `in_place`: x is an op's fresh output that no backward reads)
+// and the gradient flowing back. A value on the grid already is passed on as it is (its
+// gradient is still rounded).
+class RoundThrough : public torch::autograd::Function<RoundThrough> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               int64_t dtype, bool in_place) {
+    ctx->saved_data["dtype"] = dtype;
+    const auto d = static_cast<Dtype>(dtype);
+    if (on_grid(x, d)) return x;
+    if (!in_place) return round_to_grid(x, d);
+    round_into(x, x, d);
+    ctx->mark_dirty({x});
+    return x;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto dtype = static_cast<Dtype>(ctx->saved_data["dtype"].toInt());
+    return {round_grad(grads[0], dtype), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+// torch::relu whose gradient stays known to be on the grid when the incoming one is (relu's
+// backward, threshold_backward(grad, result, 0) as autograd's own, only zeroes elements).
+class GridRelu : public torch::autograd::Function<GridRelu> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               int64_t dtype) {
+    ctx->saved_data["dtype"] = dtype;
+    torch::Tensor r = torch::relu(x);
+    ctx->save_for_backward({r});
+    return r;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto dtype = static_cast<Dtype>(ctx->saved_data["dtype"].toInt());
+    const torch::Tensor& g = grads[0];
+    torch::Tensor gx = at::threshold_backward(g, ctx->get_saved_variables()[0], 0);
+    if (on_grid(g, dtype)) tag_grid(gx, dtype);
+    return {gx, torch::Tensor()};
+  }
+};
+
+torch::Tensor round_through_impl(const torch::Tensor& x, Dtype dtype, bool in_place) {
+  // In place only where autograd allows it and nothing else reads x: not a view, not a leaf.
+  in_place = in_place && !x.is_view() && !(x.is_leaf() && x.requires_grad());
+  torch::Tensor y = RoundThrough::apply(x, static_cast<int64_t>(dtype), in_place);
+  tag_grid(y, dtype);
+  return y;
+}
+
+// Rounds when emulating: a value the device holds in low precision.
+torch::Tensor low(const torch::Tensor& x) {
+  if (!x.defined()) return x;
+  return round_through(x, t_policy->dtype);
+}
+// The same for an op's fresh output (amp/emulate.h input_dtype_op_).
+torch::Tensor low_(const torch::Tensor& x) {
+  if (!x.defined()) return x;
+  return round_through_impl(x, t_policy->dtype, /*in_place=*/true);
+}
+
+using compat::alternative;
+
+std::vector<int64_t> padding2d(const torch::nn::detail::conv_padding_t<2>& padding,
+                               const char* what) {
+  if (const auto* p = alternative<torch::ExpandingArray<2>>(padding)) {
+    return at::IntArrayRef(*p).vec();
+  }
+  throw ModelError(std::string(what) +
+                   " with padding kValid/kSame has no emulated low-precision path; give the "
+                   "padding as numbers");
+}
+
+}  // namespace
+
+torch::ScalarType scalar_type(Dtype dtype) { return low_type(dtype); }
+
+torch::Tensor round_to_grid(const torch::Tensor& x, Dtype dtype) {
+  torch::NoGradGuard no_grad;
+  if (!fused(x, dtype)) return x.to(low_type(dtype)).to(x.scalar_type());
+  torch::Tensor out = torch::empty_like(x);
+  round_into(x, out, dtype);
   return out;
 }
 
 torch::Tensor round_through(const torch::Tensor& x, Dtype dtype) {
-  return RoundThrough::apply(x, static_cast<int64_t>(dtype));
+  return round_through_impl(x, dtype, /*in_place=*/false);
 }
 
 ScopedPolicy::ScopedPolicy(const Policy& policy) : previous_(t_policy) {
@@ -143,7 +252,7 @@ torch::Tensor conv2d(torch::nn::Conv2dImpl& conv, const torch::Tensor& in) {
   }
   auto y = torch::conv2d(low(x), low(conv.weight), low(conv.bias), o.stride(),
                          padding2d(o.padding(), "Conv2d"), o.dilation(), o.groups());
-  return call.output(low(y));
+  return call.output(low_(y));  // a fresh output no backward reads
 }
 
 torch::Tensor conv_transpose2d(torch::nn::ConvTranspose2dImpl& conv, const torch::Tensor& in) {
@@ -157,19 +266,36 @@ torch::Tensor conv_transpose2d(torch::nn::ConvTranspose2dImpl& conv, const torch
   auto y = torch::conv_transpose2d(low(x), low(conv.weight), low(conv.bias), o.stride(),
                                    padding2d(o.padding(), "ConvTranspose2d"),
                                    o.output_padding(), o.groups(), o.dilation());
-  return call.output(low(y));
+  return call.output(low_(y));
 }
 
 torch::Tensor linear(torch::nn::LinearImpl& linear, const torch::Tensor& in) {
   ModuleCall call(linear);
   const torch::Tensor x = call.input(in);
   if (!emulating()) return call.output(linear.forward(x));
-  return call.output(low(torch::linear(low(x), low(linear.weight), low(linear.bias))));
+  return call.output(low_(torch::linear(low(x), low(linear.weight), low(linear.bias))));
 }
 
 torch::Tensor input_dtype_op(const torch::Tensor& y, bool fp32_input) {
   if (!emulating() || (fp32_input && !t_policy->cast_model)) return y;
   return low(y);
+}
+
+torch::Tensor input_dtype_op_(const torch::Tensor& y, bool fp32_input) {
+  if (!emulating() || (fp32_input && !t_policy->cast_model)) return y;
+  return low_(y);
+}
+
+torch::Tensor relu(const torch::Tensor& x) {
+  if (!emulating() || !on_grid(x, t_policy->dtype)) return torch::relu(x);
+  torch::Tensor r = GridRelu::apply(x, static_cast<int64_t>(t_policy->dtype));
+  tag_grid(r, t_policy->dtype);
+  return r;
+}
+
+torch::Tensor keeps_grid(const torch::Tensor& out, const torch::Tensor& in) {
+  if (emulating() && on_grid(in, t_policy->dtype)) tag_grid(out, t_policy->dtype);
+  return out;
 }
 
 torch::Tensor fp32_op(const torch::Tensor& y) {

@@ -7,6 +7,13 @@
 // to the two conversions.
 // round_through() is the same with autograd: the forward value and the gradient flowing back are
 // both rounded (a low-precision tensor's gradient is low precision too).
+// Rounding is idempotent, so a value known to be on the grid already is not rounded again: the
+// last few outputs of a rounding (and what relu / max-pool make of them, amp::relu,
+// amp::keeps_grid) are remembered by tensor and version, as are the gradients the roundings hand
+// back (and relu's backward of them). A conv reading a relu of a rounded BatchNorm output so
+// skips its input's rounding (its input gradient is still rounded), and the BatchNorm's rounding
+// of that gradient, coming back through the relu, is skipped. Results are bitwise those of
+// rounding everything (tests/unit/amp/resnet_amp_test.cpp checks gradients against that).
 //
 // The policy in force is thread-local (autocast's state is thread-local as well): the trainer
 // installs it with ScopedPolicy around the forward passes of a run. Model code calls the
@@ -19,7 +26,10 @@
 //   input_dtype_op(y): the output of an op autocast runs in its input's dtype (BatchNorm, relu,
 //     pooling, add) whose input is low precision: rounded under O1 (its input came from a conv),
 //     O2 and O3. BatchNorm itself computes in fp32; its parameters are fp32 unless O3 (or O2
-//     with keep_batchnorm_fp32 false), which the trainer's Engine handles.
+//     with keep_batchnorm_fp32 false), which the trainer's Engine handles. input_dtype_op_(y)
+//     rounds in place (conv / linear outputs are, too).
+//   relu(x) / keeps_grid(out, in): ops whose output is on the grid when their input is; no
+//     rounding, only the knowledge above carried along.
 //   fp32_op(y): the output of an op on autocast's fp32 list (softmax, log_softmax, losses,
 //     norms, exp/log/pow, sum/mean): left fp32 under O1; rounded under O2/O3 (no per-op casts).
 //   model_input(x) / model_output(y): O2/O3 cast the input to the model type on entry and the
@@ -85,6 +95,16 @@ torch::Tensor linear(torch::nn::LinearImpl& linear, const torch::Tensor& x);
 // `fp32_input`: the op's input came out of a module running in fp32 (fp32_module()); under O1
 // the result then stays fp32, as autocast's type promotion gives.
 torch::Tensor input_dtype_op(const torch::Tensor& y, bool fp32_input = false);
+// The same, rounding y in place: y must be an op's fresh output that no backward reads
+// (BatchNorm's, an add's; not relu's, whose backward reads its result). A view or a leaf is
+// rounded out of place.
+torch::Tensor input_dtype_op_(const torch::Tensor& y, bool fp32_input = false);
+// torch::relu(x); emulating, a grid value's relu (and the gradient flowing back through it) is
+// known to be on the grid.
+torch::Tensor relu(const torch::Tensor& x);
+// `out` (max_pool2d(in), a view of in ...: made of in's values only); emulating, it is known to
+// be on the grid when `in` is.
+torch::Tensor keeps_grid(const torch::Tensor& out, const torch::Tensor& in);
 torch::Tensor fp32_op(const torch::Tensor& y);
 torch::Tensor model_input(const torch::Tensor& x);
 torch::Tensor model_output(const torch::Tensor& y);

@@ -79,7 +79,7 @@ Engine::Engine(const Policy& policy, torch::nn::Module& model)
     }
     for (auto& b : low_buffers_) b.set_data(b.data().to(scalar_type(policy.dtype)));
   } else {
-    keep_on_grid();
+    keep_on_grid(/*masters_copied=*/false);
   }
   if (policy.master_weights) {
     // apex: masters are fp32 copies of the (already cast) model weights.
@@ -91,10 +91,12 @@ Engine::Engine(const Policy& policy, torch::nn::Module& model)
   }
 }
 
-void Engine::keep_on_grid() {
+void Engine::keep_on_grid(bool masters_copied) {
   if (!policy_.cast_model || policy_.backend != Backend::kEmulate) return;
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
+    // A parameter just copied from its rounded master is on the grid (rounding is idempotent).
+    if (masters_copied && masters_[i].defined()) continue;
     if (low_[i]) params_[i].copy_(round_to_grid(params_[i], policy_.dtype));
   }
   for (auto& b : low_buffers_) b.copy_(round_to_grid(b, policy_.dtype));
@@ -179,7 +181,8 @@ std::optional<ScaleChange> Engine::finish_step(bool overflow) {
     }
     compat::foreach_copy(low, high);  // converts to the low-precision type, as copy_ does
   }
-  keep_on_grid();  // O3 weights stepped in fp32 storage; BatchNorm statistics updated in forward
+  // O3 weights stepped in fp32 storage; BatchNorm statistics updated in forward.
+  keep_on_grid(/*masters_copied=*/!skip);
   return change;
 }
 

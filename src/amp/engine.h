@@ -78,7 +78,9 @@ class Engine {
                   const std::string& origin);
 
  private:
-  void keep_on_grid();
+  // Rounds the low-precision parameters and buffers onto the grid; `masters_copied`: those with
+  // a master were just set from it, rounded, and are left as they are.
+  void keep_on_grid(bool masters_copied);
 
   Policy policy_;
   torch::nn::Module& model_;

@@ -143,8 +143,9 @@ torch::Tensor batch_norm(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& in
   amp::ModuleCall call(bn);  // amp.fp32_modules, observation (amp/emulate.h)
   const torch::Tensor x = call.input(in);
   torch::Tensor y = !t_sum || !bn.is_training() ? bn.forward(x) : synchronised(bn, x, t_sum);
-  // An op in its input's dtype (emulation rounds, unless the input was fp32 under O1).
-  return call.output(amp::input_dtype_op(y, fp32_input || amp::fp32_module(bn)));
+  // An op in its input's dtype (emulation rounds, unless the input was fp32 under O1); y is
+  // BatchNorm's fresh output, which its backward does not read: rounded in place.
+  return call.output(amp::input_dtype_op_(y, fp32_input || amp::fp32_module(bn)));
 }
 
 }  // namespace amptune::models

@@ -29,8 +29,10 @@ nn::Sequential downsample_if_needed(int64_t inplanes, int64_t out, int64_t strid
 
 // Mixed-precision boundaries (amp/emulate.h): plain fp32 module calls unless an emulated O1-O3
 // policy is installed, then conv/linear run on fp16/bf16-rounded inputs, weights and outputs and
-// BatchNorm/add/pool outputs (ops in their input's dtype) are rounded too. relu and max-pool keep
-// values on the grid, so they need no call. BatchNorm goes through models::batch_norm (plain
+// BatchNorm/add/pool outputs (ops in their input's dtype) are rounded too (BatchNorm's and the
+// add's in place). relu and max-pool keep values on the grid: amp::relu / amp::keeps_grid carry
+// that along, so the conv that follows does not round its input again. BatchNorm goes through
+// models::batch_norm (plain
 // bn->forward unless a ScopedBatchNormSync is alive, its output in its input's dtype:
 // models/batchnorm.h).
 // A conv in fp32 (amp.fp32_modules) gives its BatchNorm an fp32 input, so under O1 the
@@ -92,9 +94,9 @@ torch::Tensor BasicBlockImpl::forward(torch::Tensor in) {
   amp::ModuleCall call(*this);
   const torch::Tensor x = call.input(in);
   torch::Tensor identity = downsample_ ? conv_bn(downsample_, x) : x;
-  torch::Tensor out = torch::relu(conv_bn(conv1_, bn1_, x));
+  torch::Tensor out = amp::relu(conv_bn(conv1_, bn1_, x));
   out = conv_bn(conv2_, bn2_, out);
-  return call.output(torch::relu(amp::input_dtype_op(out + identity)));
+  return call.output(amp::relu(amp::input_dtype_op_(out + identity)));
 }
 
 BottleneckImpl::BottleneckImpl(int64_t inplanes, int64_t planes, int64_t stride) {
@@ -113,10 +115,10 @@ torch::Tensor BottleneckImpl::forward(torch::Tensor in) {
   amp::ModuleCall call(*this);
   const torch::Tensor x = call.input(in);
   torch::Tensor identity = downsample_ ? conv_bn(downsample_, x) : x;
-  torch::Tensor out = torch::relu(conv_bn(conv1_, bn1_, x));
-  out = torch::relu(conv_bn(conv2_, bn2_, out));
+  torch::Tensor out = amp::relu(conv_bn(conv1_, bn1_, x));
+  out = amp::relu(conv_bn(conv2_, bn2_, out));
   out = conv_bn(conv3_, bn3_, out);
-  return call.output(torch::relu(amp::input_dtype_op(out + identity)));
+  return call.output(amp::relu(amp::input_dtype_op_(out + identity)));
 }
 
 ResNetImpl::ResNetImpl(const ResNetOptions& options) : options_(options) {
@@ -177,8 +179,8 @@ nn::Sequential ResNetImpl::make_layer(bool bottleneck, int64_t planes, int64_t b
 
 torch::Tensor ResNetImpl::forward_features(torch::Tensor x) {
   x = amp::model_input(x);  // O2/O3: the input is cast to the model's type on entry
-  x = torch::relu(conv_bn(conv1_, bn1_, x));
-  if (!options_.small_input) x = torch::max_pool2d(x, {3, 3}, {2, 2}, {1, 1});
+  x = amp::relu(conv_bn(conv1_, bn1_, x));
+  if (!options_.small_input) x = amp::keeps_grid(torch::max_pool2d(x, {3, 3}, {2, 2}, {1, 1}), x);
   x = stage(layer1_, x);
   x = stage(layer2_, x);
   x = stage(layer3_, x);
