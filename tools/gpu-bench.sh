@@ -16,13 +16,13 @@
 # DataLoader with WORKERS processes, pinned memory and persistent workers; each loader alone is
 # timed beside (its ceiling). Both sides: ResNet-50 v1.5, batch 256, SGD momentum 0.9, weight
 # decay 1e-4, no Nesterov, constant lr 0.1, dynamic loss scale from 65536 where the cell scales.
-# A cell is PRECISION:LAYOUT:CUDNN, PRECISION O0 | O1-fp16 | O1-bf16 | O2-fp16 (| O2-bf16),
-# LAYOUT cl (channels_last) | nchw, CUDNN on | off (cuDNN's autotuner: amptune's key
-# cudnn_benchmark, eager's torch.backends.cudnn.benchmark). Each cell runs amptune then eager, REPS times (A B A B): median and spread (min-max)
-# of img/s = images / elapsed over STEPS steps after WARMUP (amptune: its metric
-# train_fps_elapsed; eager: between two synchronisations). MFU = img/s x amptune's recorded
-# training FLOPs per sample / the peak of the cell's precision amptune recorded for the device
-# (train/peak.h). Peak memory: the most device memory in use during the process (nvidia-smi,
+# A cell is PRECISION:LAYOUT:CUDNN, PRECISION O0 | O1-fp16 | O1-bf16 | O2-fp16 (| O2-bf16), LAYOUT
+# cl (channels_last) | nchw, CUDNN on | off (cuDNN's autotuner: amptune's key cudnn_benchmark,
+# eager's torch.backends.cudnn.benchmark). Each cell runs amptune then eager, REPS times (A B A B):
+# median and spread (min-max) of img/s = images / elapsed over STEPS steps after WARMUP (amptune:
+# its metric train_fps_elapsed; eager: between two synchronisations). MFU = img/s x amptune's
+# recorded training FLOPs per sample / the peak of the cell's precision amptune recorded for the
+# device (train/peak.h). Peak memory: the most device memory in use during the process (nvidia-smi,
 # every process; the GPU runs nothing else), the same gauge for both sides.
 #
 # Environment: PYTHON (python3 with torch and torchvision; the dry run: /usr/bin/python3),

@@ -241,8 +241,8 @@ phase tune_native 240 "${amptune[@]}" tune "$repo/experiments/tune_planted.yaml"
 # ---- 6. ResNet-50 like for like: tools/gpu-bench.sh ------------------------------------------
 # amptune against PyTorch eager with the same recipe (docs/PERFORMANCE.md "GPU benchmark (like
 # for like)"); here its mode S for O2 fp16 in both layouts, once (BENCH_MODES, BENCH_REPS and
-# BENCH_CELLS widen it; tools/gpu-bench.sh alone runs the whole table, sized for about 6 minutes). The
-# dry run runs its own tiny CPU cells. Its table goes into this one's.
+# BENCH_CELLS widen it; tools/gpu-bench.sh alone runs the whole table, sized for about 6 minutes).
+# The dry run runs its own tiny CPU cells. Its table goes into this one's.
 printf '#!/bin/sh\nexec "%s" "%s" "$@"\n' "$with_libs" "$build/amptune" >"$work/amptune-with-libs"
 chmod +x "$work/amptune-with-libs"
 bench_args=(--modes "${BENCH_MODES:-S}" --reps "${BENCH_REPS:-1}")

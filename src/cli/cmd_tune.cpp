@@ -188,6 +188,43 @@ bool used_slurm_options(const app::TuneSlurmOptions& o) {
          o.max_jobs != unset.max_jobs || !o.sbatch.empty() || !o.jobs_dir.empty();
 }
 
+// Refuses what `tune` cannot do with these options (UsageError).
+void check_tune_options(const std::string& sweep_path, const std::vector<std::string>& only,
+                        const TrainingFlags& training, int workers, bool slurm,
+                        const app::TuneSlurmOptions& on_slurm) {
+  if (sweep_path.empty())
+    throw UsageError("amptune tune needs a sweep file: amptune tune SWEEP.yaml");
+  if (!only.empty())
+    throw UsageError("amptune tune searches from the base: --only has no cells to select");
+  if (training.stop_after >= 0)
+    throw UsageError("amptune tune decides where each run stops: no --stop-after-epoch");
+  if (workers < 1) throw UsageError("--workers must be at least 1, got " + std::to_string(workers));
+  if (training.nproc != 1 && workers > 1) {
+    throw UsageError("--nproc and --workers do not go together");
+  }
+  if (slurm && (workers > 1 || training.nproc != 1)) {
+    throw UsageError("--slurm trains each run as a Slurm task: no --workers or --nproc (a run's "
+                     "processes: --nodes-per-run, --tasks-per-node)");
+  }
+  if (!slurm && used_slurm_options(on_slurm)) {
+    throw UsageError("--partition, --time, --gpus-per-task, --nodes-per-run, --tasks-per-node, "
+                     "--cpus-per-task, --max-jobs, --sbatch-arg and --jobs-dir go with --slurm");
+  }
+}
+
+// --status: the newest search of the sweep, or a line saying there is none.
+int print_status(const std::string& sweep_path, const std::vector<std::string>& sets,
+                 const std::string& db) {
+  const Sweep sweep = load_sweep(sweep_path, sets);
+  const auto out = app::tune_status(db, sweep.name);
+  if (!out) {
+    std::cout << "sweep " << sweep.name << " has no tune search in " << db << "\n";
+    return 0;
+  }
+  print_outcome(*out, db, std::cout);
+  return 0;
+}
+
 }  // namespace
 
 int cmd_tune(const Invocation& inv) {
@@ -228,34 +265,8 @@ int cmd_tune(const Invocation& inv) {
   app::TuneSlurmOptions on_slurm;
   add_slurm_options(opts, &slurm, &on_slurm);
   if (!opts.parse(inv.args)) return 0;
-  if (sweep_path.empty())
-    throw UsageError("amptune tune needs a sweep file: amptune tune SWEEP.yaml");
-  if (!only.empty())
-    throw UsageError("amptune tune searches from the base: --only has no cells to select");
-  if (training.stop_after >= 0)
-    throw UsageError("amptune tune decides where each run stops: no --stop-after-epoch");
-  if (workers < 1) throw UsageError("--workers must be at least 1, got " + std::to_string(workers));
-  if (training.nproc != 1 && workers > 1) {
-    throw UsageError("--nproc and --workers do not go together");
-  }
-  if (slurm && (workers > 1 || training.nproc != 1)) {
-    throw UsageError("--slurm trains each run as a Slurm task: no --workers or --nproc (a run's "
-                     "processes: --nodes-per-run, --tasks-per-node)");
-  }
-  if (!slurm && used_slurm_options(on_slurm)) {
-    throw UsageError("--partition, --time, --gpus-per-task, --nodes-per-run, --tasks-per-node, "
-                     "--cpus-per-task, --max-jobs, --sbatch-arg and --jobs-dir go with --slurm");
-  }
-  if (status) {
-    const Sweep sweep = load_sweep(sweep_path, sets);
-    const auto out = app::tune_status(db, sweep.name);
-    if (!out) {
-      std::cout << "sweep " << sweep.name << " has no tune search in " << db << "\n";
-      return 0;
-    }
-    print_outcome(*out, db, std::cout);
-    return 0;
-  }
+  check_tune_options(sweep_path, only, training, workers, slurm, on_slurm);
+  if (status) return print_status(sweep_path, sets, db);
   app::SweepOptions options = sweep_options(opts, training, inv);
   options.stale_after = stale_after;
   const app::JobLaunch launch{"tune", inv.args, training.nproc, workers, !dry};
