@@ -535,6 +535,8 @@ TEST(Slurm, TuneTaskFailureEndsTheSearch) {
   EXPECT_EQ(r.exit_code, 8) << r.out << r.err;
   EXPECT_NE(r.err.find("submitting it once more"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("task-0.out"), std::string::npos) << r.err;
+  // The log's last lines follow its path (read from the end of the file).
+  EXPECT_NE(r.err.find("task-0.out\n    "), std::string::npos) << r.err;
   EXPECT_NE(r.out.find("no answer"), std::string::npos) << r.out;
   const Stored s = stored(f.db);
   EXPECT_EQ(records::to_string(s.search.status), "exhausted");

@@ -20,9 +20,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The last `lines` lines of the file at `path` (a task's log), escaped; "" when unreadable.
+// The last `lines` lines of the file at `path` (a task's log), escaped; "" when unreadable. Only
+// the file's last 64 KiB are read: a task's log can be as long as its training.
 std::string log_tail(const std::string& path, int lines = 6) {
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  constexpr std::streamoff kTail = 64 * 1024;
+  const std::streamoff size = in ? static_cast<std::streamoff>(in.tellg()) : 0;
+  in.seekg(size > kTail ? size - kTail : 0);
   std::vector<std::string> kept;
   for (std::string line; std::getline(in, line);) {
     kept.push_back(line);
