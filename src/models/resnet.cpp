@@ -32,9 +32,8 @@ nn::Sequential downsample_if_needed(int64_t inplanes, int64_t out, int64_t strid
 // BatchNorm/add/pool outputs (ops in their input's dtype) are rounded too (BatchNorm's and the
 // add's in place). relu and max-pool keep values on the grid: amp::relu / amp::keeps_grid carry
 // that along, so the conv that follows does not round its input again. BatchNorm goes through
-// models::batch_norm (plain
-// bn->forward unless a ScopedBatchNormSync is alive, its output in its input's dtype:
-// models/batchnorm.h).
+// models::batch_norm (plain bn->forward unless a ScopedBatchNormSync is alive, its output in its
+// input's dtype: models/batchnorm.h).
 // A conv in fp32 (amp.fp32_modules) gives its BatchNorm an fp32 input, so under O1 the
 // BatchNorm's output stays fp32 as well.
 torch::Tensor conv_bn(nn::Conv2dImpl& conv, nn::BatchNorm2dImpl& bn, const torch::Tensor& x) {
