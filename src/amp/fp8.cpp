@@ -17,38 +17,102 @@ struct Layout {
   int mantissa_bits;  // 3 | 2
   int min_exponent;   // of a normal value: -6 | -14
   float max;
+  float min_normal;   // 2^min_exponent
+  float magic;        // 2^(min_exponent - mantissa_bits + 23): see round_one
 };
 
-Layout layout(Fp8Format format) {
-  return format == Fp8Format::kE4M3 ? Layout{3, -6, 448.0f} : Layout{2, -14, 57344.0f};
+constexpr Layout layout(Fp8Format format) {
+  return format == Fp8Format::kE4M3 ? Layout{3, -6, 448.0f, 0x1p-6f, 0x1p14f}
+                                    : Layout{2, -14, 57344.0f, 0x1p-14f, 0x1p7f};
 }
 
-// |x| rounded to `l`'s grid, ties to even, below max (the caller saturates).
-inline float round_magnitude(float a, const Layout& l) {
-  if (a < std::ldexp(1.0f, l.min_exponent)) {
-    // Subnormal in the target: a multiple of 2^(min_exponent - mantissa_bits). Scaling by a power
-    // of two is exact, and nearbyint rounds ties to even in the default rounding mode.
-    const int shift = l.mantissa_bits - l.min_exponent;
-    return std::ldexp(std::nearbyint(std::ldexp(a, shift)), -shift);
-  }
-  // Normal: keep `mantissa_bits` of fp32's 23, round to nearest even on the bits dropped (a carry
-  // into the exponent is the right answer).
+// One value, branch-free so that the loop below vectorises: |x| rounded both ways and the right
+// one selected. Normal range: keep `mantissa_bits` of fp32's 23, round to nearest even on the
+// bits dropped (a carry into the exponent is the right answer; near FLT_MAX and for inf it
+// reaches inf, which saturates). Subnormal range: adding and subtracting 2^(min_exponent -
+// mantissa_bits + 23) leaves |x| rounded (ties to even, fp32's own rounding) to a multiple of the
+// smallest subnormal. Beyond max: max. NaN: x.
+inline float round_one(float x, const Layout& l) {
   uint32_t bits;
-  std::memcpy(&bits, &a, sizeof bits);
+  std::memcpy(&bits, &x, sizeof bits);
+  const uint32_t sign = bits & 0x80000000u;
+  const uint32_t abits = bits & 0x7FFFFFFFu;
+  float a;
+  std::memcpy(&a, &abits, sizeof a);
   const int drop = 23 - l.mantissa_bits;
-  const uint32_t half = (1u << (drop - 1)) - 1u + ((bits >> drop) & 1u);
-  bits = (bits + half) & ~((1u << drop) - 1u);
+  const uint32_t nbits =
+      (abits + ((1u << (drop - 1)) - 1u) + ((abits >> drop) & 1u)) & ~((1u << drop) - 1u);
+  float normal;
+  std::memcpy(&normal, &nbits, sizeof normal);
+  const float subnormal = (a + l.magic) - l.magic;
+  float r = a < l.min_normal ? subnormal : normal;
+  r = r > l.max ? l.max : r;
+  uint32_t rbits;
+  std::memcpy(&rbits, &r, sizeof rbits);
+  rbits |= sign;
   float out;
-  std::memcpy(&out, &bits, sizeof out);
+  std::memcpy(&out, &rbits, sizeof out);
+  return abits > 0x7F800000u ? x : out;
+}
+
+// The loop, compiled for AVX2 where the CPU has it (the same arithmetic, so the same bits).
+// With scale != 1: round(x * scale) * inv, each product in fp32 as the unfused ops compute it.
+template <Fp8Format F>
+void round_loop(const float* src, float* dst, int64_t n, float scale, float inv) {
+  constexpr Layout l = layout(F);
+  if (scale == 1.0f && inv == 1.0f) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = round_one(src[i], l);
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = round_one(src[i] * scale, l) * inv;
+  }
+}
+#if defined(__x86_64__) && defined(__GNUC__)
+template <Fp8Format F>
+__attribute__((target("avx2"))) void round_loop_avx2(const float* src, float* dst, int64_t n,
+                                                     float scale, float inv) {
+  constexpr Layout l = layout(F);
+  if (scale == 1.0f && inv == 1.0f) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = round_one(src[i], l);
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = round_one(src[i] * scale, l) * inv;
+  }
+}
+bool has_avx2() {
+  static const bool yes = __builtin_cpu_supports("avx2");
+  return yes;
+}
+#endif
+
+template <Fp8Format F>
+void round_any(const float* src, float* dst, int64_t n, float scale, float inv) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (has_avx2()) return round_loop_avx2<F>(src, dst, n, scale, inv);
+#endif
+  round_loop<F>(src, dst, n, scale, inv);
+}
+
+void round_scaled(const float* src, float* dst, int64_t n, Fp8Format format, float scale,
+                  float inv) {
+  if (format == Fp8Format::kE4M3) return round_any<Fp8Format::kE4M3>(src, dst, n, scale, inv);
+  round_any<Fp8Format::kE5M2>(src, dst, n, scale, inv);
+}
+
+// A CPU fp32 tensor through round_scaled, in parallel (a new tensor).
+torch::Tensor round_cpu(const torch::Tensor& x, Fp8Format format, float scale, float inv) {
+  const torch::Tensor src = x.contiguous();
+  torch::Tensor out = torch::empty_like(src);
+  const float* in = src.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  at::parallel_for(0, src.numel(), 32768, [&](int64_t begin, int64_t end) {
+    round_scaled(in + begin, o + begin, end - begin, format, scale, inv);
+  });
   return out;
 }
 
-inline float round_one(float x, const Layout& l) {
-  if (std::isnan(x)) return x;
-  const float a = std::fabs(x);
-  float r = a >= l.max ? l.max : round_magnitude(a, l);
-  if (r > l.max) r = l.max;
-  return std::copysign(r, x);
+void check_fp32(const torch::Tensor& x, const char* what) {
+  if (x.scalar_type() != torch::kFloat) {
+    throw std::invalid_argument(std::string(what) + " takes fp32 tensors");
+  }
 }
 
 // The same with tensor ops (any device): exponent from frexp, the quantum a power of two, so
@@ -103,23 +167,22 @@ const char* to_string(Fp8Role role) {
 float round_fp8(float x, Fp8Format format) { return round_one(x, layout(format)); }
 
 void round_fp8(const float* src, float* dst, int64_t n, Fp8Format format) {
-  const Layout l = layout(format);
-  for (int64_t i = 0; i < n; ++i) dst[i] = round_one(src[i], l);
+  round_scaled(src, dst, n, format, 1.0f, 1.0f);
 }
 
 torch::Tensor round_to_fp8(const torch::Tensor& x, Fp8Format format) {
-  if (x.scalar_type() != torch::kFloat) {
-    throw std::invalid_argument("round_to_fp8 takes fp32 tensors");
-  }
+  check_fp32(x, "round_to_fp8");
   if (!x.device().is_cpu()) return round_to_fp8_ops(x, format);
-  const torch::Tensor src = x.contiguous();
-  torch::Tensor out = torch::empty_like(src);
-  const float* in = src.data_ptr<float>();
-  float* o = out.data_ptr<float>();
-  at::parallel_for(0, src.numel(), 32768, [&](int64_t begin, int64_t end) {
-    round_fp8(in + begin, o + begin, end - begin, format);
-  });
-  return out;
+  return round_cpu(x, format, 1.0f, 1.0f);
+}
+
+float fp8_amax(const torch::Tensor& x) {
+  torch::NoGradGuard no_grad;
+  if (x.numel() == 0) return 0.0f;
+  const auto mm = torch::aminmax(x);
+  const float lo = std::get<0>(mm).item<float>(), hi = std::get<1>(mm).item<float>();
+  if (std::isnan(lo) || std::isnan(hi)) return NAN;
+  return std::max(-lo, hi);
 }
 
 float fp8_scale_from_amax(float amax, Fp8Format format, int margin) {
@@ -132,7 +195,17 @@ float fp8_scale_from_amax(float amax, Fp8Format format, int margin) {
 
 torch::Tensor fp8_quantise(const torch::Tensor& x, float scale, Fp8Format format) {
   torch::NoGradGuard no_grad;
-  return round_to_fp8(x * scale, format);
+  check_fp32(x, "fp8_quantise");
+  if (!x.device().is_cpu()) return round_to_fp8_ops(x * scale, format);
+  return round_cpu(x, format, scale, 1.0f);
+}
+
+torch::Tensor fp8_fake_quantise(const torch::Tensor& x, float scale, Fp8Format format) {
+  torch::NoGradGuard no_grad;
+  check_fp32(x, "fp8_fake_quantise");
+  const float inv = 1.0f / scale;
+  if (!x.device().is_cpu()) return round_to_fp8_ops(x * scale, format) * inv;
+  return round_cpu(x, format, scale, inv);
 }
 
 // ---- Fp8Slot ----------------------------------------------------------------------------------
@@ -141,10 +214,7 @@ Fp8Slot::Fp8Slot(Fp8Format format, const Fp8Scaling& scaling)
     : format_(format), scaling_(scaling) {}
 
 float Fp8Slot::scale_for(const torch::Tensor& x, float amax) {
-  if (amax < 0.0f) {
-    torch::NoGradGuard no_grad;
-    amax = x.numel() == 0 ? 0.0f : x.abs().max().item<float>();
-  }
+  if (amax < 0.0f) amax = fp8_amax(x);
   // A NaN amax (the step overflowed) stays the step's amax.
   const bool nan = std::isnan(amax) || (seen_ && std::isnan(step_amax_));
   step_amax_ = nan ? NAN : seen_ ? std::max(step_amax_, amax) : amax;

@@ -56,12 +56,18 @@ torch::Tensor round_to_fp8(const torch::Tensor& x, Fp8Format format);
 // it to the loop's bits on the CPU.
 torch::Tensor round_to_fp8_ops(const torch::Tensor& x, Fp8Format format);
 
+// max |x| (0 for an empty tensor; NaN when x holds a NaN), without a temporary |x|.
+float fp8_amax(const torch::Tensor& x);
+
 // Transformer Engine's compute_scale_from_amax: fp8_max / amax / 2^margin in fp32; 1 when amax
 // is 0, negative, inf or NaN; FLT_MAX when the quotient overflows. margin >= 0.
 float fp8_scale_from_amax(float amax, Fp8Format format, int margin);
 
 // round_fp8(x * scale): the fp8 values (in fp32) that stand for x * scale; no autograd.
 torch::Tensor fp8_quantise(const torch::Tensor& x, float scale, Fp8Format format);
+// fp8_quantise(x, scale) * (1 / scale), the value a GEMM's operand stands for, in one pass on the
+// CPU (bit for bit the two steps; tests/unit/amp/fp8_test.cpp); no autograd.
+torch::Tensor fp8_fake_quantise(const torch::Tensor& x, float scale, Fp8Format format);
 
 // The roles of a GEMM's tensors under Transformer Engine's recipes.
 enum class Fp8Role { kInput, kWeight, kGradOutput };

@@ -155,7 +155,28 @@ TEST(Fp8Format, BitForBitPyTorchsCastsAndTheSameOnEveryBuild) {
   }
 }
 
+TEST(Fp8Format, FusedQuantiseIsTheTwoStepsBitForBit) {
+  torch::manual_seed(3);
+  const torch::Tensor x = torch::cat({torch::randn({100000}) * 50, torch::randn({1000}) * 1e-4,
+                                      torch::tensor({0.0f, -0.0f, NAN, INFINITY, 1e30f})});
+  for (Fp8Format f : {kE4M3, kE5M2}) {
+    for (float scale : {1.0f, 0.37f, 8.96f, 3584.0f, 1e-3f}) {
+      SCOPED_TRACE(std::string(to_string(f)) + " scale " + std::to_string(scale));
+      const torch::Tensor q = fp8_quantise(x, scale, f);
+      expect_same_bits(round_to_fp8(x * scale, f), q, x, "fp8_quantise");
+      expect_same_bits(round_to_fp8_ops(x * scale, f), q, x, "tensor-op path");
+      expect_same_bits(q * (1.0f / scale), fp8_fake_quantise(x, scale, f), x,
+                       "fp8_fake_quantise");
+    }
+  }
+}
+
 TEST(Fp8Scaling, TransformerEnginesScaleFromAmax) {
+  EXPECT_EQ(fp8_amax(torch::tensor({-3.0f, 2.0f})), 3.0f);
+  EXPECT_EQ(fp8_amax(torch::tensor({-1.0f, 2.5f})), 2.5f);
+  EXPECT_EQ(fp8_amax(torch::empty({0})), 0.0f);
+  EXPECT_TRUE(std::isnan(fp8_amax(torch::tensor({1.0f, NAN}))));
+  EXPECT_EQ(fp8_amax(torch::tensor({-INFINITY, 1.0f})), INFINITY);
   EXPECT_EQ(fp8_scale_from_amax(448.0f, kE4M3, 0), 1.0f);
   EXPECT_EQ(fp8_scale_from_amax(2.0f, kE4M3, 0), 224.0f);
   EXPECT_EQ(fp8_scale_from_amax(2.0f, kE4M3, 1), 112.0f);   // / 2^margin
