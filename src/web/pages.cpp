@@ -264,7 +264,7 @@ std::string plots(const app::ReportModel& model, app::PlotPlace place, int64_t o
     if (!(def.places & place) || !app::has_plot(model, def)) continue;
     const bool heatmap = def.style == app::PlotStyle::kHeatmap;
     if (heatmap != heatmap_plots) continue;
-    html += heatmap                                    ? heatmaps(model, def)
+    html += heatmap                                     ? heatmaps(model, def)
             : def.x == app::PlotX::kModule && only != 0 ? diagnosis(model, def, only)
                                                         : svg_plot(model, def, only);
   }

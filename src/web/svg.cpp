@@ -318,8 +318,8 @@ void heat_axes(const app::HeatMap& map, const HeatFrame& f, std::ostream& svg) {
     const std::string label = html_escape(app::shortened(map.x_values[x], app::kHeatLabelChars));
     svg << "<text class=\"column\" font-size=\"10\" ";
     if (f.slanted) {
-      svg << "transform=\"translate(" << fixed(f.cx(x)) << "," << f.top - 6
-          << ") rotate(-35)\">" << label << "</text>";
+      svg << "transform=\"translate(" << fixed(f.cx(x)) << "," << f.top - 6 << ") rotate(-35)\">"
+          << label << "</text>";
     } else {
       svg << "x=\"" << fixed(f.cx(x)) << "\" y=\"" << f.top - 6 << "\" text-anchor=\"middle\">"
           << label << "</text>";
@@ -340,10 +340,10 @@ void heat_cell(const app::HeatMap& map, const app::HeatCell& cell, const HeatFra
   const std::string mark = app::to_string(cell.mark);
   const std::string ink = has && app::heat_dark(goodness) ? "#fff" : "#000";
   const int x = f.x(cell.x), y = f.y(cell.y);
-  svg << "<g class=\"cell\" data-row=\"" << html_escape(map.y_values[cell.y])
-      << "\" data-column=\"" << html_escape(map.x_values[cell.x]) << "\" data-mark=\"" << mark
-      << "\"><rect x=\"" << x << "\" y=\"" << y << "\" width=\"" << f.cell_w << "\" height=\""
-      << kCellHeight << "\" fill=\"" << (has ? app::heat_colour(goodness) : app::kHeatNoValue)
+  svg << "<g class=\"cell\" data-row=\"" << html_escape(map.y_values[cell.y]) << "\" data-column=\""
+      << html_escape(map.x_values[cell.x]) << "\" data-mark=\"" << mark << "\"><rect x=\"" << x
+      << "\" y=\"" << y << "\" width=\"" << f.cell_w << "\" height=\"" << kCellHeight
+      << "\" fill=\"" << (has ? app::heat_colour(goodness) : app::kHeatNoValue)
       << "\" stroke=\"#fff\"/>";
   if (!mark.empty()) {
     svg << "<rect x=\"" << x << "\" y=\"" << y << "\" width=\"" << f.cell_w << "\" height=\""
@@ -358,8 +358,9 @@ void heat_cell(const app::HeatMap& map, const app::HeatCell& cell, const HeatFra
     svg << "<text class=\"mark\" x=\"" << fixed(cx) << "\" y=\"" << y + 29
         << "\" text-anchor=\"middle\" font-size=\"9\" fill=\"" << ink << "\">" << mark << "</text>";
   }
-  svg << "<title>" << html_escape(map.y_key + "=" + map.y_values[cell.y] + ", " + map.x_key + "=" +
-                                  map.x_values[cell.x] + ": " + map.metric + " ")
+  svg << "<title>"
+      << html_escape(map.y_key + "=" + map.y_values[cell.y] + ", " + map.x_key + "=" +
+                     map.x_values[cell.x] + ": " + map.metric + " ")
       << (cell.value ? number_text(*cell.value) : "-") << " (" << html_escape(cell.status) << ")";
   if (!cell.others.empty()) {
     svg << "; the best of " << cell.rows << " rows, from " << html_escape(cell.others);
@@ -403,7 +404,9 @@ void heat_key(const app::HeatMap& map, const HeatFrame& f, const std::string& pr
     if (present[m]) entry("url(#" + prefix + mark + ")", "stroke=\"#999\"", mark);
   }
   if (answer) {
-    entry("none", std::string("stroke=\"") + app::kHeatAnswer + "\" stroke-width=\"3\"", "tune answer");
+    const std::string outline =
+        std::string("stroke=\"") + app::kHeatAnswer + "\" stroke-width=\"3\"";
+    entry("none", outline, "tune answer");
   }
   if (map.cells.size() < map.x_values.size() * map.y_values.size()) {
     entry("none", "stroke=\"#bbb\" stroke-dasharray=\"3 3\"", "not in the sweep");
@@ -429,8 +432,7 @@ std::string svg_heatmap(const std::string& id, const app::HeatMap& map, size_t n
     svg << "<rect class=\"empty\" x=\"" << f.x(x) + 2 << "\" y=\"" << f.y(y) + 2 << "\" width=\""
         << f.cell_w - 4 << "\" height=\"" << kCellHeight - 4 << "\" fill=\"none\" stroke=\"#bbb\" "
         << "stroke-dasharray=\"3 3\"><title>"
-        << html_escape(map.y_key + "=" + map.y_values[y] + ", " + map.x_key + "=" +
-                       map.x_values[x])
+        << html_escape(map.y_key + "=" + map.y_values[y] + ", " + map.x_key + "=" + map.x_values[x])
         << ": not in the sweep</title></rect>";
   }
   for (const auto& cell : map.cells) {  // on top of the cells around it

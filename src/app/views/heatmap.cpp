@@ -47,7 +47,7 @@ Axis axis_of(const CompareTable& table, size_t k) {
     groups[others_id(row, k)].push_back(&row);
   }
   std::map<std::string, std::set<std::string>> after;  // id -> the ids that come after it
-  std::map<std::string, int> before;                    // id -> how many come before it
+  std::map<std::string, int> before;                   // id -> how many come before it
   for (auto& [others, rows] : groups) {
     std::sort(rows.begin(), rows.end(), [](const CompareRow* a, const CompareRow* b) {
       return a->first_cell < b->first_cell;
@@ -204,8 +204,8 @@ std::string heat_cell_text(const HeatCell& cell) {
 }
 
 std::string heatmap_title(const HeatMap& map) {
-  const std::string epoch = map.epoch == "best" || map.epoch == "last" ? map.epoch + " epoch"
-                                                                       : "epoch " + map.epoch;
+  const std::string epoch =
+      map.epoch == "best" || map.epoch == "last" ? map.epoch + " epoch" : "epoch " + map.epoch;
   return map.metric + " (" + epoch + "): " + map.y_key + " x " + map.x_key;
 }
 
@@ -218,8 +218,8 @@ std::string heatmap_note(const HeatMap& map) {
                      ", in the sweep's order; a cell is the comparison table's " + map.metric +
                      " for its two values";
   if (!map.other_keys.empty()) {
-    note += ", the best row over " + join(map.other_keys, ", ") + " (the settings it comes from: " +
-            "the cell's tooltip in amptune serve, the table)";
+    note += ", the best row over " + join(map.other_keys, ", ") +
+            " (the settings it comes from: the cell's tooltip in amptune serve, the table)";
   }
   return note + ". Yellow is the best value, dark purple the worst (" + heatmap_direction(map) +
          "); grey: no value yet; hatched: a run of the cell pruned, diverged or failed; empty: " +
@@ -272,7 +272,7 @@ std::string heat_colour(double goodness) {
 
 bool heat_dark(double goodness) {
   const Rgb c = interpolated(goodness);
-  return 0.299 * c.r + 0.587 * c.g + 0.114 * c.b < 140;  // perceived brightness, 0..255
+  return 0.299 * c.r + 0.587 * c.g + 0.114 * c.b < 120;  // perceived brightness, 0..255
 }
 
 const char* const kHeatNoValue = "#d9d9d9";

@@ -43,7 +43,7 @@ struct HeatCell {
   // The table's value of the row the cell shows (CompareRow::value); unset: none yet.
   std::optional<double> value;
   HeatMark mark = HeatMark::kNone;
-  std::string status;  // the row's status words (CompareRow::status: "done", "done:1 pruned:1")
+  std::string status;   // the row's status words (CompareRow::status: "done", "done:1 pruned:1")
   bool answer = false;  // the tune search's answer is a run of this cell
   int rows = 1;         // the table rows with this cell's two values (one shown)
   // The other keys' values of the row shown ("amp.dtype=fp16"); empty with two keys.

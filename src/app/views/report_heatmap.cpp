@@ -63,8 +63,7 @@ std::string cell_rows(const HeatMap& map) {
     data << cell.x << " " << cell.y << " " << (has ? 1 : 0) << " " << (has ? *cell.value : 0.0)
          << " " << static_cast<int>(cell.mark) << " " << (dark ? 0xffffff : 0) << " "
          << (marked ? cell.y - 0.12 : static_cast<double>(cell.y)) << " " << cell.y + 0.22 << " "
-         << dat_word(heat_cell_text(cell)) << " "
-         << dat_word(to_string(cell.mark)) << "\n";
+         << dat_word(heat_cell_text(cell)) << " " << dat_word(to_string(cell.mark)) << "\n";
   }
   return data.str();
 }
@@ -82,8 +81,9 @@ std::string plot_command(const HeatMap& map, const std::string& stem) {
   const std::string box = ":(0.5):(0.5) with boxxyerror ";
   std::vector<std::string> parts;
   if (valued) {
-    parts.push_back("using 1:($3 == 1 ? $2 : NaN):(0.5):(0.5):4 with boxxyerror fs solid 1.0 "
-                    "border lc rgb 'white' lc palette notitle");
+    parts.push_back(
+        "using 1:($3 == 1 ? $2 : NaN):(0.5):(0.5):4 with boxxyerror fs solid 1.0 "
+        "border lc rgb 'white' lc palette notitle");
   }
   if (valueless) {
     parts.push_back("using 1:($3 == 0 ? $2 : NaN)" + box + "fs solid 1.0 border lc rgb 'white' " +
@@ -135,8 +135,8 @@ std::string heatmap_script(const HeatMap& map, const std::string& stem, const st
     << gp_string(title) << "\nset xrange [-0.5:" << map.x_values.size() - 0.5 << "]\n"
     << "set yrange [" << map.y_values.size() - 0.5 << ":-0.5]\n"  // the first row on top
     << "set xtics " << x_tics << " scale 0" << (slanted ? " rotate by -30 left" : "") << "\n"
-    << "set ytics " << y_tics << " scale 0\nset xlabel " << gp_string(map.x_key)
-    << "\nset ylabel " << gp_string(map.y_key) << "\nset bmargin " << (slanted ? 4 : 6) << "\n"
+    << "set ytics " << y_tics << " scale 0\nset xlabel " << gp_string(map.x_key) << "\nset ylabel "
+    << gp_string(map.y_key) << "\nset bmargin " << (slanted ? 4 : 6) << "\n"
     << palette(map);
   int object = 0;
   for (const HeatCell& cell : map.cells) {

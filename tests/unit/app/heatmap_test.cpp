@@ -113,13 +113,13 @@ TEST(Heatmap, AnExcludedFirstCombinationDoesNotMoveItsValue) {
 
 // A cell is marked by the most severe end among its row's runs: failed, diverged, pruned.
 TEST(Heatmap, MarksAreTheMostSevereEndOfTheRowsRuns) {
-  const std::vector<CompareRow> rows = {
-      row({"a", 1}, 1, 0, {1, 2}), row({"a", 2}, 2, 1, {3, 4}), row({"b", 1}, 3, 2, {5, 6}),
-      row({"b", 2}, std::nullopt, 3, {7})};
-  const std::map<int64_t, RunStatus> status = {
-      {1, RunStatus::kDone},     {2, RunStatus::kPruned}, {3, RunStatus::kPruned},
-      {4, RunStatus::kDiverged}, {5, RunStatus::kFailed}, {6, RunStatus::kDiverged},
-      {7, RunStatus::kRunning}};
+  const std::vector<CompareRow> rows = {row({"a", 1}, 1, 0, {1, 2}), row({"a", 2}, 2, 1, {3, 4}),
+                                        row({"b", 1}, 3, 2, {5, 6}),
+                                        row({"b", 2}, std::nullopt, 3, {7})};
+  const std::map<int64_t, RunStatus> status = {{1, RunStatus::kDone},   {2, RunStatus::kPruned},
+                                               {3, RunStatus::kPruned}, {4, RunStatus::kDiverged},
+                                               {5, RunStatus::kFailed}, {6, RunStatus::kDiverged},
+                                               {7, RunStatus::kRunning}};
   const HeatMap map = build_heatmaps(table_of({"k", "n"}, rows), status, {}).maps.at(0);
   EXPECT_EQ(cell_at(map, "a", "1")->mark, HeatMark::kPruned);
   EXPECT_EQ(cell_at(map, "a", "2")->mark, HeatMark::kDiverged);
@@ -296,7 +296,8 @@ TEST_F(HeatmapReportTest, AmpGridsOptLevelByLossScaleIsTheTablesValuesInTheGrids
 
 TEST_F(HeatmapReportTest, TheReportDrawsAPngPerPairWithTheRealGnuplot) {
   const std::string gnuplot = "/usr/bin/gnuplot";
-  if (!fs::exists(gnuplot)) GTEST_SKIP() << gnuplot << " missing (tools/install-deps.sh installs it)";
+  if (!fs::exists(gnuplot))
+    GTEST_SKIP() << gnuplot << " missing (tools/install-deps.sh installs it)";
   add_amp_grid();
   const fs::path out = dir_.path() / "report";
   write_report(build_report(store_, "amp_grid"), {out.string(), gnuplot, "t"});
@@ -324,7 +325,8 @@ TEST_F(HeatmapReportTest, TheReportDrawsAPngPerPairWithTheRealGnuplot) {
 // their gnuplot strings: gnuplot runs no command of them and draws the map.
 TEST_F(HeatmapReportTest, KeyValuesCannotInjectGnuplotCommands) {
   const std::string gnuplot = "/usr/bin/gnuplot";
-  if (!fs::exists(gnuplot)) GTEST_SKIP() << gnuplot << " missing (tools/install-deps.sh installs it)";
+  if (!fs::exists(gnuplot))
+    GTEST_SKIP() << gnuplot << " missing (tools/install-deps.sh installs it)";
   const std::string marker = (dir_.path() / "injected").string();
   const std::string evil = "x'\nsystem('touch " + marker + "')\n#\"<script>alert(1)</script>";
   for (int i = 0; i < 2; ++i) {
