@@ -35,17 +35,24 @@ std::string others_id(const CompareRow& row, size_t skip) {
 // are sorted along the edges, ties (and a cycle, which no grid makes) broken by the first cell a
 // value appears in. That first cell alone would misplace a value whose first combinations an
 // exclude: took out (O3 before O1 when O1 x fp16 is excluded and O3 x fp16 is not).
+// A key of more than kMaxHeatValues values is drawn by no heatmap: its values are left unordered
+// (the order takes time quadratic in them: a tune search of 100,000 rounds can have as many).
 Axis axis_of(const CompareTable& table, size_t k) {
   std::map<std::string, int> first_cell;
   std::map<std::string, std::string> label;
-  std::map<std::string, std::vector<const CompareRow*>> groups;  // by the other keys' values
   for (const CompareRow& row : table.rows) {
     const std::string id = row.by_values[k].dump();
     const auto [it, added] = first_cell.emplace(id, row.first_cell);
     if (!added) it->second = std::min(it->second, row.first_cell);
-    label.emplace(id, by_text(row.by_values[k]));
-    groups[others_id(row, k)].push_back(&row);
+    if (added) label.emplace(id, by_text(row.by_values[k]));
   }
+  Axis axis;
+  if (first_cell.size() > kMaxHeatValues) {
+    for (const auto& [id, cell] : first_cell) axis.ids.push_back(id);
+    return axis;
+  }
+  std::map<std::string, std::vector<const CompareRow*>> groups;  // by the other keys' values
+  for (const CompareRow& row : table.rows) groups[others_id(row, k)].push_back(&row);
   std::map<std::string, std::set<std::string>> after;  // id -> the ids that come after it
   std::map<std::string, int> before;                   // id -> how many come before it
   for (auto& [others, rows] : groups) {
@@ -57,7 +64,6 @@ Axis axis_of(const CompareTable& table, size_t k) {
       if (a != b && after[a].insert(b).second) ++before[b];
     }
   }
-  Axis axis;
   std::set<std::string> left;
   for (const auto& [id, cell] : first_cell) left.insert(id);
   while (!left.empty()) {

@@ -46,7 +46,9 @@ const std::vector<PlotDef>& report_plots() {
 }
 
 bool has_plot(const ReportModel& model, const PlotDef& plot) {
-  if (plot.data == PlotData::kHeatmaps) return !model.heatmaps.maps.empty();
+  if (plot.data == PlotData::kHeatmaps) {
+    return !model.heatmaps.maps.empty() || !model.heatmaps.left_out.empty();
+  }
   return plot.data != PlotData::kTuneCurves || model.tune.has_value();
 }
 

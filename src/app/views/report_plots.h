@@ -59,7 +59,7 @@ struct PlotDef {
 const std::vector<PlotDef>& report_plots();
 
 // Whether `model` has the plot at all (the tune curves only for a sweep with a tune search, the
-// heatmaps only for a table of two keys or more);
+// heatmaps only for a table of two keys or more: drawn, or said to be left out);
 // a plot it has may still be without points (the writers then say so).
 bool has_plot(const ReportModel& model, const PlotDef& plot);
 

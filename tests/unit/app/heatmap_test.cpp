@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "app/views/report.h"
+#include "app/views/report_plots.h"
 #include "app/views/table.h"
 #include "core/sweep.h"
 #include "unit/app/app_fixture.h"
@@ -201,6 +202,18 @@ TEST(Heatmap, PairsPastTheBoundsAreLeftOutAndSaid) {
   EXPECT_EQ(maps.maps[0].y_key + " " + maps.maps[0].x_key, "b c");
   EXPECT_NE(heatmaps_left_out(maps).find("Not drawn: many x b (25 values of many); "),
             std::string::npos);
+  // Two keys, one of them of too many values: no heatmap, and the report says why.
+  std::vector<CompareRow> two;
+  for (int i = 0; i < 25; ++i) two.push_back(row({i, "x"}, i, i));
+  ReportModel model;
+  model.table = table_of({"many", "b"}, two);
+  model.heatmaps = build_heatmaps(model.table, {}, {});
+  ASSERT_TRUE(model.heatmaps.maps.empty());
+  const PlotDef& def = report_plots().front();
+  ASSERT_EQ(def.data, PlotData::kHeatmaps);
+  EXPECT_TRUE(has_plot(model, def));
+  model.heatmaps.left_out.clear();
+  EXPECT_FALSE(has_plot(model, def));
 }
 
 // --- experiments/amp_grid.yaml in a database, drawn by the report --------------------------------
