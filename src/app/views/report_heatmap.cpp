@@ -127,7 +127,8 @@ std::string heatmap_script(const HeatMap& map, const std::string& stem, const st
   const std::string y_tics = tics(map.y_values, &y_longest);
   // Slanted column labels when they would not fit side by side (about 7 pixels a character).
   const bool slanted = map.x_values.size() * (x_longest + 2) * 7 > kHeatWidth - 200;
-  const int height = 150 + 50 * static_cast<int>(map.y_values.size()) +
+  // At least 320 pixels: the row key's name (at most kHeatLabelChars) runs up the left side.
+  const int height = std::max(320, 150 + 50 * static_cast<int>(map.y_values.size())) +
                      (slanted ? static_cast<int>(5 * x_longest) : 0);
   std::ostringstream s;
   s << "reset\nset terminal pngcairo size " << kHeatWidth << "," << height
@@ -135,8 +136,10 @@ std::string heatmap_script(const HeatMap& map, const std::string& stem, const st
     << gp_string(title) << "\nset xrange [-0.5:" << map.x_values.size() - 0.5 << "]\n"
     << "set yrange [" << map.y_values.size() - 0.5 << ":-0.5]\n"  // the first row on top
     << "set xtics " << x_tics << " scale 0" << (slanted ? " rotate by -30 left" : "") << "\n"
-    << "set ytics " << y_tics << " scale 0\nset xlabel " << gp_string(map.x_key) << "\nset ylabel "
-    << gp_string(map.y_key) << "\nset bmargin " << (slanted ? 4 : 6) << "\n"
+    << "set ytics " << y_tics << " scale 0\nset xlabel "
+    << gp_string(shortened(map.x_key, kHeatLabelChars)) << "\nset ylabel "
+    << gp_string(shortened(map.y_key, kHeatLabelChars)) << "\nset bmargin " << (slanted ? 4 : 6)
+    << "\n"
     << palette(map);
   int object = 0;
   for (const HeatCell& cell : map.cells) {
