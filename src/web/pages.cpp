@@ -245,14 +245,28 @@ std::string diagnosis(const app::ReportModel& model, const app::PlotDef& def, in
   return "";
 }
 
+// The heatmaps of the model under the list's heading for them, and the pairs left out.
+std::string heatmaps(const app::ReportModel& model, const app::PlotDef& def) {
+  std::string html = "<h2>" + html_escape(app::plot_text(def.title, model, def)) + "</h2>\n";
+  const std::vector<app::HeatMap>& maps = model.heatmaps.maps;
+  for (size_t i = 0; i < maps.size(); ++i) html += svg_heatmap(def.id, maps[i], i + 1);
+  const std::string left_out = app::heatmaps_left_out(model.heatmaps);
+  if (!left_out.empty()) html += "<p class=\"note\">" + html_escape(left_out) + "</p>\n";
+  return html;
+}
+
 // The plots of the list (app/views/report_plots.h) that `place` shows, in its order, of the run
-// `only` (every run when 0).
-std::string plots(const app::ReportModel& model, app::PlotPlace place, int64_t only = 0) {
+// `only` (every run when 0): the heatmaps alone (`heatmap_plots`), or every other plot.
+std::string plots(const app::ReportModel& model, app::PlotPlace place, int64_t only = 0,
+                  bool heatmap_plots = false) {
   std::string html;
   for (const app::PlotDef& def : app::report_plots()) {
     if (!(def.places & place) || !app::has_plot(model, def)) continue;
-    html += def.x == app::PlotX::kModule && only != 0 ? diagnosis(model, def, only)
-                                                      : svg_plot(model, def, only);
+    const bool heatmap = def.style == app::PlotStyle::kHeatmap;
+    if (heatmap != heatmap_plots) continue;
+    html += heatmap                                     ? heatmaps(model, def)
+            : def.x == app::PlotX::kModule && only != 0 ? diagnosis(model, def, only)
+                                                        : svg_plot(model, def, only);
   }
   return html;
 }
@@ -318,6 +332,7 @@ std::string sweep_part(const store::Store& store, const std::string& sweep, size
   html << "</p>\n<h2>Comparison</h2>\n";
   comparison(model.table, html);
   app::write_mfu_note(model.peaks, html);
+  html << plots(model, app::kOnSweepPage, 0, true);  // the table's heatmaps, below it
   html << runs_table(store, sweep, from, total) << "<h2>Curves</h2>\n";
   if (model.truncated) {
     html << "<p class=\"note\">The curves show the first " << app::kMaxPlottedRuns

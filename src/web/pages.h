@@ -2,7 +2,8 @@
 //   /                    the sweeps with their runs' status counts and the runs in training
 //   /sweep/NAME          a sweep: the comparison table (app/views/compare.h, as `compare` and
 //   `report`
-//                        print it), its runs, and the curves of the report (app/views/report.h)
+//                        print it) with its heatmaps (app/views/heatmap.h), its runs, and the
+//                        curves of the report (app/views/report.h)
 //   /sweep/NAME/tune     the sweep's newest tune search: its decision tree with outcomes
 //   /run/ID              one run: its epochs, curves (metric, loss, loss scale, img/s), its
 //                        prune decisions and its newest diagnosis (each module's error, named)

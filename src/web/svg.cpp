@@ -6,6 +6,7 @@
 #include <limits>
 #include <sstream>
 
+#include "app/views/heatmap.h"
 #include "app/views/plot_axes.h"
 #include "app/views/report_html.h"
 #include "app/views/table.h"
@@ -244,6 +245,204 @@ std::string svg_bar_chart(const BarChart& chart) {
   svg << "<text x=\"" << left + width / 2 << "\" y=\"" << height - 2
       << "\" text-anchor=\"middle\" font-size=\"11\">" << html_escape(chart.y_label)
       << "</text></svg></figure>\n";
+  return svg.str();
+}
+
+namespace {
+
+// --- heatmaps -----------------------------------------------------------------------------------
+
+constexpr int kCellHeight = 36, kMaxCellWidth = 110;
+constexpr double kCharWidth = 6.2;  // pixels a character of 10-pixel text takes, about
+
+// Where a heatmap's cells go: their left and top edge, width, whether the column names slant.
+struct HeatFrame {
+  int left = 0, top = 0, cell_w = 0, height = 0;
+  bool slanted = false;
+  double cx(size_t x) const { return left + cell_w * (x + 0.5); }
+  int y(size_t row) const { return top + kCellHeight * static_cast<int>(row); }
+  int x(size_t column) const { return left + cell_w * static_cast<int>(column); }
+};
+
+size_t longest_label(const std::vector<std::string>& values) {
+  size_t longest = 1;
+  for (const auto& v : values) {
+    longest = std::max(longest, app::shortened(v, app::kHeatLabelChars).size());
+  }
+  return longest;
+}
+
+HeatFrame heat_frame(const app::HeatMap& map) {
+  HeatFrame f;
+  const size_t y_chars = longest_label(map.y_values), x_chars = longest_label(map.x_values);
+  f.left = 38 + static_cast<int>(std::min(kCharWidth * y_chars, 240.0));
+  const int columns = static_cast<int>(std::max<size_t>(map.x_values.size(), 1));
+  f.cell_w = std::min(kMaxCellWidth, (kWidth - f.left - kRight) / columns);
+  f.slanted = kCharWidth * x_chars > f.cell_w - 4;
+  f.top = 62 + (f.slanted ? static_cast<int>(3.6 * x_chars) : 0);
+  f.height = f.y(map.y_values.size()) + 64;  // the scale and the key below the cells
+  return f;
+}
+
+// The hatches of the marks and the colour scale, named "heatmap-N-...".
+std::string heat_defs(const std::string& prefix) {
+  std::ostringstream svg;
+  svg << "<defs>";
+  const std::pair<const char*, const char*> hatches[] = {
+      {"pruned", "rotate(45)"}, {"diverged", "rotate(-45)"}, {"failed", "rotate(45)"}};
+  for (const auto& [mark, turn] : hatches) {
+    svg << "<pattern id=\"" << prefix << mark << "\" width=\"6\" height=\"6\" "
+        << "patternUnits=\"userSpaceOnUse\" patternTransform=\"" << turn << "\"><rect width=\"2\" "
+        << "height=\"6\" fill=\"#808080\" fill-opacity=\"0.75\"/>"
+        << (std::string(mark) == "failed"
+                ? "<rect width=\"6\" height=\"2\" fill=\"#808080\" fill-opacity=\"0.75\"/>"
+                : "")
+        << "</pattern>";
+  }
+  svg << "<linearGradient id=\"" << prefix << "scale\">";
+  for (const auto& [at, colour] : app::heat_stops()) {
+    svg << "<stop offset=\"" << at << "\" stop-color=\"" << colour << "\"/>";
+  }
+  svg << "</linearGradient></defs>";
+  return svg.str();
+}
+
+// The keys' names and their values along the rows and columns.
+void heat_axes(const app::HeatMap& map, const HeatFrame& f, std::ostream& svg) {
+  svg << "<text x=\"" << (f.left + f.x(map.x_values.size())) / 2
+      << "\" y=\"38\" text-anchor=\"middle\" font-size=\"11\">" << html_escape(map.x_key)
+      << "</text><text transform=\"translate(14," << (f.top + f.y(map.y_values.size())) / 2
+      << ") rotate(-90)\" text-anchor=\"middle\" font-size=\"11\">" << html_escape(map.y_key)
+      << "</text>";
+  for (size_t x = 0; x < map.x_values.size(); ++x) {
+    const std::string label = html_escape(app::shortened(map.x_values[x], app::kHeatLabelChars));
+    svg << "<text class=\"column\" font-size=\"10\" ";
+    if (f.slanted) {
+      svg << "transform=\"translate(" << fixed(f.cx(x)) << "," << f.top - 6 << ") rotate(-35)\">"
+          << label << "</text>";
+    } else {
+      svg << "x=\"" << fixed(f.cx(x)) << "\" y=\"" << f.top - 6 << "\" text-anchor=\"middle\">"
+          << label << "</text>";
+    }
+  }
+  for (size_t y = 0; y < map.y_values.size(); ++y) {
+    svg << "<text class=\"row\" x=\"" << f.left - 6 << "\" y=\"" << f.y(y) + kCellHeight / 2 + 4
+        << "\" text-anchor=\"end\" font-size=\"10\">"
+        << html_escape(app::shortened(map.y_values[y], app::kHeatLabelChars)) << "</text>";
+  }
+}
+
+// One cell the table has: its colour, hatch, value, mark's name and tooltip.
+void heat_cell(const app::HeatMap& map, const app::HeatCell& cell, const HeatFrame& f,
+               const std::string& prefix, std::ostream& svg) {
+  const bool has = cell.value && std::isfinite(*cell.value);
+  const double goodness = has ? app::heat_goodness(map, *cell.value) : 0.5;
+  const std::string mark = app::to_string(cell.mark);
+  const std::string ink = has && app::heat_dark(goodness) ? "#fff" : "#000";
+  const int x = f.x(cell.x), y = f.y(cell.y);
+  svg << "<g class=\"cell\" data-row=\"" << html_escape(map.y_values[cell.y]) << "\" data-column=\""
+      << html_escape(map.x_values[cell.x]) << "\" data-mark=\"" << mark << "\"><rect x=\"" << x
+      << "\" y=\"" << y << "\" width=\"" << f.cell_w << "\" height=\"" << kCellHeight
+      << "\" fill=\"" << (has ? app::heat_colour(goodness) : app::kHeatNoValue)
+      << "\" stroke=\"#fff\"/>";
+  if (!mark.empty()) {
+    svg << "<rect x=\"" << x << "\" y=\"" << y << "\" width=\"" << f.cell_w << "\" height=\""
+        << kCellHeight << "\" fill=\"url(#" << prefix << mark << ")\"/>";
+  }
+  const double cx = f.cx(cell.x);
+  svg << "<text class=\"value\" x=\"" << fixed(cx) << "\" y=\""
+      << y + (mark.empty() ? kCellHeight / 2 + 4 : 15) << "\" text-anchor=\"middle\" "
+      << "font-size=\"12\" fill=\"" << ink << "\">" << html_escape(app::heat_cell_text(cell))
+      << "</text>";
+  if (!mark.empty()) {
+    svg << "<text class=\"mark\" x=\"" << fixed(cx) << "\" y=\"" << y + 29
+        << "\" text-anchor=\"middle\" font-size=\"9\" fill=\"" << ink << "\">" << mark << "</text>";
+  }
+  svg << "<title>"
+      << html_escape(map.y_key + "=" + map.y_values[cell.y] + ", " + map.x_key + "=" +
+                     map.x_values[cell.x] + ": " + map.metric + " ")
+      << (cell.value ? number_text(*cell.value) : "-") << " (" << html_escape(cell.status) << ")";
+  if (!cell.others.empty()) {
+    svg << "; the best of " << cell.rows << " rows, from " << html_escape(cell.others);
+  }
+  svg << (cell.answer ? "; the tune search's answer" : "") << "</title></g>";
+}
+
+// The colour scale from the worst value to the best, and a key of the marks the map has.
+void heat_key(const app::HeatMap& map, const HeatFrame& f, const std::string& prefix,
+              std::ostream& svg) {
+  const int y = f.y(map.y_values.size()) + 16;
+  int x = f.left;
+  if (map.lo && map.hi) {
+    const double worst = map.higher_is_better ? *map.lo : *map.hi;
+    const double best = map.higher_is_better ? *map.hi : *map.lo;
+    svg << "<rect class=\"scale\" x=\"" << x << "\" y=\"" << y << "\" width=\"180\" height=\"10\" "
+        << "fill=\"url(#" << prefix << "scale)\"/><text x=\"" << x << "\" y=\"" << y + 24
+        << "\" font-size=\"10\">" << number_text(worst) << " worst</text><text x=\"" << x + 180
+        << "\" y=\"" << y + 24 << "\" text-anchor=\"end\" font-size=\"10\">best "
+        << number_text(best) << "</text><text x=\"" << x + 90 << "\" y=\"" << y + 38
+        << "\" text-anchor=\"middle\" font-size=\"10\">" << html_escape(map.metric) << " ("
+        << app::heatmap_direction(map) << ")</text>";
+    x += 200;
+  }
+  bool present[4] = {false, false, false, false}, valueless = false, answer = false;
+  for (const auto& cell : map.cells) {
+    present[static_cast<int>(cell.mark)] = true;
+    valueless = valueless || !cell.value || !std::isfinite(*cell.value);
+    answer = answer || cell.answer;
+  }
+  // A swatch and its word; `stroke` the swatch's outline attributes.
+  auto entry = [&](const std::string& fill, const std::string& stroke, const std::string& word) {
+    svg << "<g class=\"key\"><rect x=\"" << x << "\" y=\"" << y - 2 << "\" width=\"14\" "
+        << "height=\"14\" fill=\"" << fill << "\" " << stroke << "/><text x=\"" << x + 18
+        << "\" y=\"" << y + 10 << "\" font-size=\"10\">" << word << "</text></g>";
+    x += 30 + static_cast<int>(kCharWidth * word.size());
+  };
+  if (valueless) entry(app::kHeatNoValue, "", "no value yet");
+  for (int m = 1; m < 4; ++m) {
+    const std::string mark = app::to_string(static_cast<app::HeatMark>(m));
+    if (present[m]) entry("url(#" + prefix + mark + ")", "stroke=\"#999\"", mark);
+  }
+  if (answer) {
+    const std::string outline =
+        std::string("stroke=\"") + app::kHeatAnswer + "\" stroke-width=\"3\"";
+    entry("none", outline, "tune answer");
+  }
+  if (map.cells.size() < map.x_values.size() * map.y_values.size()) {
+    entry("none", "stroke=\"#bbb\" stroke-dasharray=\"3 3\"", "not in the sweep");
+  }
+}
+
+}  // namespace
+
+std::string svg_heatmap(const std::string& id, const app::HeatMap& map, size_t n) {
+  const HeatFrame f = heat_frame(map);
+  const std::string prefix = "heatmap-" + std::to_string(n) + "-";
+  std::ostringstream svg;
+  svg << figure_start(id, app::heatmap_title(map), f.height, f.left) << heat_defs(prefix);
+  heat_axes(map, f, svg);
+  std::vector<bool> filled(map.x_values.size() * map.y_values.size(), false);
+  for (const auto& cell : map.cells) {
+    heat_cell(map, cell, f, prefix, svg);
+    filled[cell.y * map.x_values.size() + cell.x] = true;
+  }
+  for (size_t i = 0; i < filled.size(); ++i) {  // the combinations the sweep does not have
+    if (filled[i]) continue;
+    const size_t y = i / map.x_values.size(), x = i % map.x_values.size();
+    svg << "<rect class=\"empty\" x=\"" << f.x(x) + 2 << "\" y=\"" << f.y(y) + 2 << "\" width=\""
+        << f.cell_w - 4 << "\" height=\"" << kCellHeight - 4 << "\" fill=\"none\" stroke=\"#bbb\" "
+        << "stroke-dasharray=\"3 3\"><title>"
+        << html_escape(map.y_key + "=" + map.y_values[y] + ", " + map.x_key + "=" + map.x_values[x])
+        << ": not in the sweep</title></rect>";
+  }
+  for (const auto& cell : map.cells) {  // on top of the cells around it
+    if (!cell.answer) continue;
+    svg << "<rect class=\"answer\" x=\"" << f.x(cell.x) + 1.5 << "\" y=\"" << f.y(cell.y) + 1.5
+        << "\" width=\"" << f.cell_w - 3 << "\" height=\"" << kCellHeight - 3
+        << "\" fill=\"none\" stroke=\"" << app::kHeatAnswer << "\" stroke-width=\"3\"/>";
+  }
+  heat_key(map, f, prefix, svg);
+  svg << "</svg><figcaption>" << html_escape(app::heatmap_note(map)) << "</figcaption></figure>\n";
   return svg.str();
 }
 

@@ -1,13 +1,15 @@
 // Plots as inline SVG for the live view (amptune serve): line plots (a series per run, each point
 // with its exact value as a tooltip, linear or log axes with app/views/plot_axes.h's ticks, module
-// names as x labels) and bar charts. The SVG is text in the page: no script draws it, no file is
-// loaded, and every title and label is HTML-escaped. No torch.
+// names as x labels), bar charts and heatmaps (app/views/heatmap.h). The SVG is text in the page:
+// no script draws it, no file is loaded, and every title and label is HTML-escaped. No torch.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "app/views/heatmap.h"
 
 namespace amptune::web {
 
@@ -53,6 +55,13 @@ struct BarChart {
 // a plot without a finite point is a note saying so instead ("no data yet").
 std::string svg_line_plot(const LinePlot& plot);
 std::string svg_bar_chart(const BarChart& chart);
+// A heatmap as <figure data-plot="ID">: rows and columns named by the keys' values, each cell a
+// <g class="cell"> with data-row, data-column and data-mark, filled with heat_colour (hatched
+// when marked, grey without a value), its value printed and a tooltip naming its settings, the
+// status and value of its row; a cell the sweep lacks a dashed empty square (class "empty"); the
+// answer's cell outlined (class "answer"); under it the colour scale, a key of the marks present
+// and heatmap_note. `n` tells apart the patterns of several heatmaps of one page (1, 2, ...).
+std::string svg_heatmap(const std::string& id, const app::HeatMap& map, size_t n);
 
 // A value as the pages print it: 6 significant digits (%.6g), "-" for NaN.
 std::string number_text(double value);

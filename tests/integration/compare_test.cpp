@@ -361,10 +361,10 @@ void ReportWritesAPageWhoseImagesExist() {
         << path;
     ++images;
   }
-  // metric, train loss, loss scale (every run records its initial scale), throughput, and
-  // the time breakdown per run.
-  EXPECT_EQ(images, 5) << html;
-  for (const char* file : {"metric_vs_epoch.png", "train_loss_vs_epoch.png",
+  // The heatmap of optim.lr x seed, metric, train loss, loss scale (every run records its
+  // initial scale), throughput, and the time breakdown per run.
+  EXPECT_EQ(images, 6) << html;
+  for (const char* file : {"heatmap_1.png", "metric_vs_epoch.png", "train_loss_vs_epoch.png",
                            "loss_scale_vs_step.png", "throughput.png", "times.png"}) {
     EXPECT_NE(html.find(std::string("src=\"") + file + "\""), std::string::npos) << file;
   }

@@ -369,6 +369,13 @@ ReportModel build_report(const store::Store& store, const std::string& sweep) {
   add_run_plots(store, sweep, runs, &model);
   add_module_errors(store, runs, &model);
   add_tune_tree(store, index, sweep, &model);
+  std::map<int64_t, records::RunStatus> status;
+  for (const auto& run : runs) status[run.id] = run.status;
+  std::optional<int64_t> answer;
+  for (size_t i = 0; model.tune && i < model.tune->nodes.size(); ++i) {
+    if (model.tune->nodes[i].answer) answer = model.tune->nodes[i].run_id;
+  }
+  model.heatmaps = build_heatmaps(model.table, status, answer);
   std::set<std::string> peaks;
   for (const auto& run : runs) {
     if (run.work.peak_flops <= 0) continue;

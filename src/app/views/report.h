@@ -6,7 +6,8 @@
 // traces, and for diagnosed runs (amptune diagnose) each module's error in execution order,
 // named, with the first module that departs marked; for a sweep searched by `amptune tune`, the
 // search's decision tree (each run a node coloured by its outcome, each edge the move that made
-// it) beside the metric curves of the reference, the start and the answer.
+// it) beside the metric curves of the reference, the start and the answer; and the table's metric
+// as a heatmap per pair of swept keys (app/views/heatmap.h).
 //
 // build_report reads the data of the page into plain structs (no files, no gnuplot; report.cpp);
 // write_report turns them into files (report_gnuplot.cpp). Which plots are drawn from the model,
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "app/views/compare.h"
+#include "app/views/heatmap.h"
 #include "store/store.h"
 
 namespace amptune::app {
@@ -125,6 +127,9 @@ struct ReportModel {
   std::vector<TimeBar> times;
   std::vector<TraceLink> traces;
   std::optional<TuneTree> tune;  // the sweep's newest tune search, when it has one
+  // The table's metric per pair of its keys (app/views/heatmap.h), from `table` before any
+  // writer trims it, the runs' statuses and the tune search's answer.
+  HeatMaps heatmaps;
   // The distinct peaks the table's mfu column is a share of: "0.333 TFLOP/s fp32 (cpu: ...)".
   std::vector<std::string> peaks;
 };

@@ -7,7 +7,10 @@ const std::vector<PlotDef>& report_plots() {
   constexpr unsigned kEverywhere = kInReport | kOnSweepPage | kOnRunPage;
   // img/s per epoch is the run page's: the report and the sweep page show a run's img/s as its
   // bar (kThroughput). The live view draws no stacked bars: the time breakdown is the report's.
+  // The heatmaps come first: they are the comparison table at a glance, and sit below it.
   static const std::vector<PlotDef> plots = {
+      {PlotData::kHeatmaps, "heatmap", "heatmap", "{metric} per pair of swept keys", "", "",
+       PlotX::kKey, PlotY::kLinear, PlotStyle::kHeatmap, "", kInReport | kOnSweepPage},
       {PlotData::kMetric, "metric_vs_epoch", "metric", "{metric} per epoch", "epoch",
        "{metric} ({direction})", PlotX::kEpoch, PlotY::kLinear, PlotStyle::kLines,
        "no run of this sweep has a value of {metric} yet", kEverywhere},
@@ -43,6 +46,9 @@ const std::vector<PlotDef>& report_plots() {
 }
 
 bool has_plot(const ReportModel& model, const PlotDef& plot) {
+  if (plot.data == PlotData::kHeatmaps) {
+    return !model.heatmaps.maps.empty() || !model.heatmaps.left_out.empty();
+  }
   return plot.data != PlotData::kTuneCurves || model.tune.has_value();
 }
 
@@ -88,6 +94,7 @@ std::vector<Series> plot_lines(const ReportModel& model, const PlotDef& plot) {
       return model.tune ? model.tune->curves : std::vector<Series>{};
     case PlotData::kThroughput:
     case PlotData::kTimes:
+    case PlotData::kHeatmaps:
       break;
   }
   return {};

@@ -23,11 +23,15 @@ enum class PlotData {
   kTuneCurves,   // ReportModel::tune->curves: the tune search's reference, start and answer
   kThroughput,   // ReportModel::throughput: one bar per run
   kTimes,        // ReportModel::times: a bar per run stacked by kTimePhases
+  kHeatmaps,     // ReportModel::heatmaps: one heatmap per pair of the table's keys
 };
 
-enum class PlotX { kEpoch, kStep, kModule, kRun };  // x: epochs, global steps, module names, runs
-enum class PlotY { kLinear, kLog2, kLog10 };        // the y axis's scale
-enum class PlotStyle { kLines, kSteps, kBars, kStackedBars };
+// x: epochs, global steps, module names, runs, a swept key's values (a heatmap's columns)
+enum class PlotX { kEpoch, kStep, kModule, kRun, kKey };
+enum class PlotY { kLinear, kLog2, kLog10 };  // the y axis's scale (a heatmap's rows: kLinear)
+// kHeatmap: a figure per HeatMap of the model, each titled by heatmap_title; its files
+// stem_1.png, stem_2.png, ... (stem_N.dat) in the order of ReportModel::heatmaps.
+enum class PlotStyle { kLines, kSteps, kBars, kStackedBars, kHeatmap };
 
 // Where a plot is drawn: bits of PlotDef::places.
 enum PlotPlace : unsigned {
@@ -54,7 +58,8 @@ struct PlotDef {
 // Every plot, in the order the pages show them.
 const std::vector<PlotDef>& report_plots();
 
-// Whether `model` has the plot at all (the tune curves only for a sweep with a tune search);
+// Whether `model` has the plot at all (the tune curves only for a sweep with a tune search, the
+// heatmaps only for a table of two keys or more: drawn, or said to be left out);
 // a plot it has may still be without points (the writers then say so).
 bool has_plot(const ReportModel& model, const PlotDef& plot);
 

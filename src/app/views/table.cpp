@@ -46,4 +46,10 @@ std::string significant(double value, int digits) {
   return buf;
 }
 
+std::string shortened(const std::string& text, size_t max) {
+  if (text.size() <= max) return text;
+  const size_t head = (max - 3) / 2;
+  return text.substr(0, head) + "..." + text.substr(text.size() - (max - 3 - head));
+}
+
 }  // namespace amptune::app

@@ -1,6 +1,7 @@
 // Column-aligned plain-text tables (amptune compare / status / list / show / run / bench).
 #pragma once
 
+#include <cstddef>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -23,5 +24,8 @@ class Table {
 std::string fixed(double value, int decimals);
 // "%.*g": significant(0.000123456, 3) = "0.000123".
 std::string significant(double value, int digits);
+// `text` in at most `max` characters (max >= 5): a longer one keeps its start and end (where run
+// labels put the first and last swept value) around "...".
+std::string shortened(const std::string& text, size_t max);
 
 }  // namespace amptune::app

@@ -95,7 +95,9 @@ TEST_F(MetricDirectionTest, ACustomLowerIsBetterMetricIsRankedTheSameByEveryRead
   const ReportModel report = build_report(store_, "regression");
   EXPECT_FALSE(report.table.higher_is_better);
   EXPECT_EQ(order(report.table), best_first);
-  const PlotDef& metric_plot = report_plots().front();
+  const PlotDef& metric_plot = *std::find_if(  // (the heatmaps come first)
+      report_plots().begin(), report_plots().end(),
+      [](const PlotDef& def) { return def.data == PlotData::kMetric; });
   ASSERT_EQ(metric_plot.data, PlotData::kMetric);
   EXPECT_EQ(plot_text(metric_plot.y_label, report, metric_plot), "mse (lower is better)");
 

@@ -145,8 +145,9 @@ TEST_F(PagesTest, EachPageShowsWhatTheDatabaseHolds) {
   // other: a plot added to the list appears here without a change to the pages.
   const auto figure = [](const std::string& id) { return "data-plot=\"" + id + "\""; };
   for (const app::PlotDef& def : app::report_plots()) {
+    // (A heatmap needs two swept keys, this sweep has one: tests/unit/web/heatmap_test.cpp.)
     EXPECT_EQ(sweep.body.find(figure(def.id)) != std::string::npos,
-              (def.places & app::kOnSweepPage) != 0)
+              (def.places & app::kOnSweepPage) != 0 && def.data != app::PlotData::kHeatmaps)
         << def.id;
     // No run here was diagnosed: its page has no module errors (the test below shows them).
     EXPECT_EQ(run.body.find(figure(def.id)) != std::string::npos,
