@@ -6,12 +6,12 @@ every kind of GEMM the FP8 recipe tells apart (docs/MODELS.md, amp/op_emulation.
   fc     Linear(12, 6)                    aten::linear with a bias       -> an FP8 GEMM
   twice  two F.linear calls in one forward (w1 with bias b, then w2 without one)
                                           -> FP8 GEMMs "twice" and "twice#1"
-  h h^T  torch.bmm of two activations     -> stays in the base precision
+  g g^T  torch.bmm of two activations     -> stays in the base precision
   head   Linear(6, 4)                     -> an FP8 GEMM
 
 forward(x [B, 1, 8, 8]) = head(sum_j (g g^T)_ij / 6 + g),
-g = twice(fc(flatten(pool2(relu(conv(x)))))), pool2 = adaptive_avg_pool2d to 2 x 2. Seed 5. Run with Debian's Python (torch 1.13.1) so that
-LibTorch 1.13 and 2.x both read it:
+g = twice(fc(flatten(pool2(relu(conv(x)))))), pool2 = adaptive_avg_pool2d to 2 x 2. Seed 5.
+Run with Debian's Python (torch 1.13.1) so that LibTorch 1.13 and 2.x both read it:
 
     /usr/bin/python3 tools/make_fp8_fixture.py
 """
