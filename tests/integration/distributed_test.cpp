@@ -189,6 +189,27 @@ TEST(Distributed, TwoRanksWithSyncBnEqualOneRankWithTheWholeBatch) {
   EXPECT_GT(alone.train_flops_per_sample, 0);
 }
 
+// FP8 with delayed scaling (docs/AMP.md "FP8: the recipe"): the ranks take the maximum of each
+// step's amaxes before the histories move (dist::allreduce_amax), so both hold one state. Each
+// rank evaluates its shard with its own delayed scales, and `amptune eval` evaluates every batch
+// in one process with the scales of rank 0's checkpoint: the metrics are the same only when the
+// ranks' scales are (without the reduction each rank's input amaxes are its own batches').
+TEST(Distributed, Fp8RanksKeepOneScalingState) {
+  const TinySweep f = distributed_sweep("fp8", 1, 160);
+  auto r = run_amptune(run_args(f, {"--nproc", "2", "--set", "data.batch_size=8", "--set",
+                                    "amp.fp8.enabled=true", "--set",
+                                    "amp.fp8.amax_history_len=4"}),
+                       f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto before = epochs_of(f.db, "1").back();
+  r = run_amptune({"eval", "1", "--db", f.db}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto after = epochs_of(f.db, "1").back();
+  for (const char* m : {"acc1", "acc5", "val_loss", "val_samples"}) {
+    EXPECT_EQ(before.metrics.at(m), after.metrics.at(m)) << m;
+  }
+}
+
 // torchrun, --nproc 2 and srun's environment are one behaviour: the same run rows and the
 // same metrics, bitwise. The sharded evaluation equals `amptune eval` of the checkpoint in one
 // process, bitwise (which also shows both ranks hold the same weights).
