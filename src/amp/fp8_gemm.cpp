@@ -3,7 +3,9 @@
 #include <torch/torch.h>
 
 #include <stdexcept>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "amp/emulate.h"
 #include "compat/torch_compat.h"
@@ -35,6 +37,8 @@ struct GradQuant {
   std::string key;
   Fp8Format format = Fp8Format::kE5M2;
   bool record = true;
+  bool delayed = true;
+  float forward_scale = 1.0f;  // the delayed scale in force at the forward pass
 
   // The gradient of the op's output, fake-quantised (a hook on that output: the op's own
   // backward takes what this returns).
@@ -42,7 +46,8 @@ struct GradQuant {
     if (!g.defined()) return g;
     torch::NoGradGuard no_grad;
     const torch::Tensor g32 = g.scalar_type() == torch::kFloat ? g : g.to(torch::kFloat);
-    const float scale = slot->scale_for(g32, -1.0f, record);
+    const float own = slot->scale_for(g32, -1.0f, record);  // (records the amax)
+    const float scale = delayed ? forward_scale : own;
     if (observer) (*observer)(key, Fp8Role::kGradOutput, g32, scale, format);
     return fp8_fake_quant(g32, scale, format).to(g.scalar_type());
   }
@@ -138,6 +143,8 @@ torch::Tensor Fp8Gemm::output(const torch::Tensor& y, const torch::Tensor& b,
     gq.observer = state_.observer();
     gq.key = key_;
     gq.record = record_;
+    gq.delayed = policy_.fp8.delayed;
+    gq.forward_scale = gq.slot->scale();
     out.register_hook(std::move(gq));
   }
   if (b.defined()) {

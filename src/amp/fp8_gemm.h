@@ -11,7 +11,8 @@
 // identity, so the op's own backward computes dgrad = op_bw(Gq(g), Qw(w)) and wgrad =
 // op_bw(Qx(x), Gq(g)) - Transformer Engine's three FP8 GEMMs. Gq: forward identity, backward the
 // same fake quantisation of the incoming gradient with the grad_output slot (E5M2 under
-// format hybrid, E4M3 under e4m3). The bias is added outside the quantised op, so its gradient
+// format hybrid, E4M3 under e4m3; delayed: the scale in force at the forward pass, current: the
+// gradient's own). The bias is added outside the quantised op, so its gradient
 // is not quantised (as Transformer Engine's). P_out: the base precision's output (emulate:
 // rounded; native: cast to the autocast / model dtype; the op itself runs in fp32 with autocast
 // off, so native and emulated FP8 compute the same values).

@@ -17,6 +17,7 @@
 #include <torch/torch.h>
 
 #include "amp/engine.h"
+#include "amp/fp8.h"
 #include "amp/policy.h"
 #include "core/config.h"
 #include "core/settings.h"
@@ -239,6 +240,57 @@ TEST(TrainCheckpoint, AmpMastersAndScalerRoundTripAndMismatchesAreRefused) {
   const auto no_amp =
       save_checkpoint(d + "/fp32.safetensors", plain, opt_plain, CheckpointMeta{0, 0, "h"});
   expect_refused(no_amp, c, opt_c, o3, "no mixed-precision state");
+}
+
+// The FP8 scaling state (amp::Fp8State::to_tensors) goes into the file and back; a run without
+// FP8 leaves it, a run with FP8 loading a file without it starts with empty histories, and a bad
+// history is a CheckpointError naming the file and the tensor.
+TEST(TrainCheckpoint, Fp8StateRoundTripsAndIsCheckedAsUntrustedInput) {
+  const std::string d = dir();
+  Config c;
+  c.set_yaml("amp.fp8.enabled", "true", SourceLoc{"t"});
+  c.set_yaml("amp.fp8.amax_history_len", "8", SourceLoc{"t"});
+  const amp::Policy fp8 = amp::resolve_policy(Settings::from(c).amp, false);
+  torch::manual_seed(4);
+  Net a, b, plain;
+  amp::Engine ea(fp8, a), eb(fp8, b), none(policy_for("O0", "1"), plain);
+  torch::optim::SGD opt_a(ea.optimizer_params(), torch::optim::SGDOptions(0.1));
+  torch::optim::SGD opt_b(eb.optimizer_params(), torch::optim::SGDOptions(0.1));
+  torch::optim::SGD opt_plain(none.optimizer_params(), torch::optim::SGDOptions(0.1));
+  const auto slot = [](amp::Engine& e) {
+    return e.fp8()->slot("fc", amp::Fp8Role::kInput, amp::Fp8Format::kE4M3);
+  };
+  for (float amax : {3.0f, 5.0f, 0.5f}) {
+    slot(ea)->scale_for(torch::tensor({amax, -amax / 2}));
+    ea.fp8()->end_step();
+  }
+  slot(eb)->scale_for(torch::tensor({7.0f}));
+  eb.fp8()->end_step();  // replaced by the file's
+  const auto file = save_checkpoint(d + "/fp8.safetensors", a, opt_a, CheckpointMeta{0, 3, "h"},
+                                    &ea);
+  load_checkpoint(row_of(file, 0, 3), b, opt_b, {"h"}, &eb);
+  EXPECT_EQ(slot(eb)->history(), (std::vector<float>{3.0f, 5.0f, 0.5f}));
+  EXPECT_EQ(slot(eb)->scale(), slot(ea)->scale());
+  EXPECT_EQ(slot(eb)->scale(), 448.0f / 5.0f);
+
+  load_checkpoint(row_of(file, 0, 3), plain, opt_plain, {"h"}, &none);  // leaves fp8.*
+  const auto no_fp8 = save_checkpoint(d + "/plain.safetensors", plain, opt_plain,
+                                      CheckpointMeta{0, 3, "h"}, &none);
+  load_checkpoint(row_of(no_fp8, 0, 3), b, opt_b, {"h"}, &eb);
+  EXPECT_TRUE(eb.fp8()->to_tensors().empty());
+  EXPECT_TRUE(slot(eb)->history().empty());
+
+  slot(ea)->restore({2.0f, -1.0f});  // no amax is negative
+  const auto bad = save_checkpoint(d + "/bad.safetensors", a, opt_a, CheckpointMeta{0, 3, "h"},
+                                   &ea);
+  try {
+    load_checkpoint(row_of(bad, 0, 3), b, opt_b, {"h"}, &eb);
+    ADD_FAILURE() << "no error";
+  } catch (const CheckpointError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("bad.safetensors"), std::string::npos) << what;
+    EXPECT_NE(what.find("fp8.fc.input.history"), std::string::npos) << what;
+  }
 }
 
 // A checkpoint written by a run on the GPU opens on the CPU and the other way round: tensors are
