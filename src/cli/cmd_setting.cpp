@@ -47,8 +47,9 @@ int cmd_export_setting(const Invocation& inv) {
                "output unless --out names a file (docs/TUNE.md \"Using the answer in your "
                "training script\").");
   opts.run(&run_ref).db(&db).quiet().format(&format, {"python", "json"});
-  opts.add()("out", po::value(&out), "file to write (missing folders are made; default: "
-                                     "standard output)");
+  opts.add()("out", po::value(&out),
+             "file to write (missing folders are made; default: "
+             "standard output)");
   if (!opts.parse(inv.args)) return 0;
   const app::SettingFormat kind = app::parse_setting_format(format, "--format");
   const app::SettingSource source{db, generator(), "export-setting"};
@@ -66,8 +67,9 @@ void add_emit_option(Options& opts, std::vector<std::string>* emit) {
 void check_emit_option(const std::vector<std::string>& emit, bool dry_run) {
   if (emit.empty()) return;
   if (emit.size() != 2) {
-    throw UsageError("--emit takes a format and a file: --emit python FILE.py or --emit json "
-                     "FILE.json");
+    throw UsageError(
+        "--emit takes a format and a file: --emit python FILE.py or --emit json "
+        "FILE.json");
   }
   (void)app::parse_setting_format(emit[0], "--emit");
   if (dry_run) throw UsageError("--emit writes the search's answer: not with --dry-run");
@@ -77,8 +79,10 @@ int emit_tune_answer(const std::vector<std::string>& emit, const std::string& db
                      const app::TuneOutcome& outcome, int exit_code) {
   if (emit.empty()) return exit_code;
   if (outcome.stopped) {
-    log::warn("--emit: the search was stopped before its end; run the command again to continue "
-              "it (nothing written to " + emit[1] + ")");
+    log::warn(
+        "--emit: the search was stopped before its end; run the command again to continue "
+        "it (nothing written to " +
+        emit[1] + ")");
     return exit_code;
   }
   const app::SettingSource source{db, generator(), "tune --emit"};

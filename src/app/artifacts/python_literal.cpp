@@ -51,7 +51,8 @@ std::string python_string(std::string_view text, const std::string& what) {
   std::string out = "\"";
   for (size_t at = 0; at < text.size();) {
     const long cp = next_code_point(text, &at);
-    if (cp < 0) throw ConfigError(what + " is not valid UTF-8: it cannot be written as Python text");
+    if (cp < 0)
+      throw ConfigError(what + " is not valid UTF-8: it cannot be written as Python text");
     char escape[16];
     if (cp == '"' || cp == '\\') {
       out += '\\';

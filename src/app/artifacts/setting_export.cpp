@@ -3,7 +3,6 @@
 #include "app/artifacts/setting_export.h"
 
 #include <cmath>
-
 #include <nlohmann/json.hpp>
 
 #include "amp/policy.h"
@@ -48,10 +47,11 @@ void check_finite(const records::RunRow& row, const std::string& key, double val
 }
 
 void check_setting(const records::RunRow& row, const ExportedSetting& s) {
-  for (const auto& [what, text] :
-       {std::pair<std::string, const std::string&>{"name", s.run_name}, {"sweep", s.sweep},
-        {"config hash", s.config_hash}, {"model.name", s.model},
-        {"database path", s.source.database}}) {
+  for (const auto& [what, text] : {std::pair<std::string, const std::string&>{"name", s.run_name},
+                                   {"sweep", s.sweep},
+                                   {"config hash", s.config_hash},
+                                   {"model.name", s.model},
+                                   {"database path", s.source.database}}) {
     check_text(row, what, text);
   }
   for (const std::string& glob : s.fp32_modules) {
@@ -183,9 +183,8 @@ ExportedSetting export_tune_answer(const TuneOutcome& out, const SettingSource& 
   }
   const auto answer = out.runs.find(search.answer_run_id);
   if (answer == out.runs.end()) {
-    throw StoreError("the answer of the tune search of sweep " +
-                     log::printable(search.sweep_name) + ", run " +
-                     std::to_string(search.answer_run_id) + ", is not in the database");
+    throw StoreError("the answer of the tune search of sweep " + log::printable(search.sweep_name) +
+                     ", run " + std::to_string(search.answer_run_id) + ", is not in the database");
   }
   ExportedSetting s = setting_of(answer->second, source);
   TuneAnswerInfo t;
@@ -237,9 +236,12 @@ nlohmann::ordered_json setting_document(const ExportedSetting& s) {
                         {"loss_scale", loss_scale_document(s)},
                         {"fp32_modules", s.fp32_modules},
                         {"int32_casts", casts}};
-  const Json source = {{"database", s.source.database}, {"run_id", s.run_id},
-                       {"run_name", s.run_name},         {"run_status", s.run_status},
-                       {"sweep", s.sweep},               {"config_hash", s.config_hash},
+  const Json source = {{"database", s.source.database},
+                       {"run_id", s.run_id},
+                       {"run_name", s.run_name},
+                       {"run_status", s.run_status},
+                       {"sweep", s.sweep},
+                       {"config_hash", s.config_hash},
                        {"model", s.model}};
   return Json{{"format", "amptune-setting"},
               {"version", 1},

@@ -364,25 +364,25 @@ std::string joined_literals(const std::vector<std::string>& items, const std::st
 
 // Where the setting comes from.
 std::string origin_text(const ExportedSetting& s, const std::string& what) {
-  std::string out =
-      "The precision setting of amptune run " + python_int(s.run_id) + ", " +
-      python_string(s.run_name, what + " name") + " (status " +
-      python_string(s.run_status, what + " status") + "),\nof sweep " +
-      python_string(s.sweep, what + " sweep") + ", model " + python_string(s.model, what) +
-      ", in the results database\n" + python_string(s.source.database, "the database path") +
-      ";\nconfig hash " + python_string(s.config_hash, what + " config hash") + ".\n";
+  std::string out = "The precision setting of amptune run " + python_int(s.run_id) + ", " +
+                    python_string(s.run_name, what + " name") + " (status " +
+                    python_string(s.run_status, what + " status") + "),\nof sweep " +
+                    python_string(s.sweep, what + " sweep") + ", model " +
+                    python_string(s.model, what) + ", in the results database\n" +
+                    python_string(s.source.database, "the database path") + ";\nconfig hash " +
+                    python_string(s.config_hash, what + " config hash") + ".\n";
   if (!s.tune) return out;
   const TuneAnswerInfo& t = *s.tune;
   auto number = [&](double v) { return std::isfinite(v) ? python_float(v, what) : "none"; };
   out += "It is the answer of `amptune tune` for that sweep: " +
          python_string(t.metric, what + " metric") + " " + number(t.answer_value) +
-         " against the fp32 reference's " + number(t.reference_value) + "\n(run " +
-         python_string(t.reference_run, what) + "; " +
-         (t.higher_is_better ? "higher" : "lower") + " is better), tolerance " +
+         "\nagainst the fp32 reference's " + number(t.reference_value) + " (run " +
+         python_string(t.reference_run, what) + "; " + (t.higher_is_better ? "higher" : "lower") +
+         " is better),\ntolerance " +
          (t.tolerance_abs > 0   ? "abs " + python_float(t.tolerance_abs, what)
           : t.tolerance_rel > 0 ? "rel " + python_float(t.tolerance_rel, what)
                                 : std::string("not recorded")) +
-         ";\nthe search: " + python_string(t.note, what + " note") + ".\n";
+         "; the search: " + python_string(t.note, what + " note") + ".\n";
   return out;
 }
 
@@ -402,11 +402,11 @@ std::string level_text(const ExportedSetting& s) {
                                     "back)"
                                   : ", BatchNorm too") +
            ";\nfloating inputs cast to " + low + " on entry, outputs back to float32" +
-           (s.master_weights ? "; fp32 master weights\n(Setting.parameters()) stepped by the "
-                               "optimizer and copied into the model after each\nstep (torch.amp "
-                               "has no O2: written out below).\n"
-                             : "; no fp32 master weights: the optimizer steps the " + low +
-                                   " weights.\n");
+           (s.master_weights
+                ? "; fp32 master weights\n(Setting.parameters()) stepped by the "
+                  "optimizer and copied into the model after each\nstep (torch.amp "
+                  "has no O2: written out below).\n"
+                : "; no fp32 master weights: the optimizer steps the " + low + " weights.\n");
   }
   return out;
 }
@@ -427,11 +427,13 @@ std::string scale_text(const ExportedSetting& s, const std::string& what) {
   if (s.min_scale > 0) out += " (not below " + python_float(s.min_scale, what) + ")";
   out += ", after " + python_int(s.growth_interval) + " steps without one doubled";
   if (s.max_scale > 0) out += " (not above " + python_float(s.max_scale, what) + ")";
-  return out + ".\nOn CUDA with float32 gradients Setting.scaler is torch's GradScaler "
-               "(init_scale,\ngrowth_factor=2.0, backoff_factor=0.5, growth_interval), which "
-               "has no bounds:\nSetting.step clamps its scale after each update, on the device "
-               "(no host read).\nElsewhere, and for float16 gradients, which GradScaler "
-               "refuses: LossScaler below,\nthe same rule.\n";
+  return out + ".\nOn CUDA with float32 gradients Setting.scaler is torch's GradScaler " +
+         "(init_scale,\ngrowth_factor=" + python_float(kScaleGrowthFactor, what) +
+         ", backoff_factor=" + python_float(kScaleBackoffFactor, what) +
+         ", growth_interval), which has no bounds:\nSetting.step clamps its scale after each "
+         "update, on the device "
+         "(no host read).\nElsewhere, and for float16 gradients, which GradScaler "
+         "refuses: LossScaler below,\nthe same rule.\n";
 }
 
 std::string fp32_text(const ExportedSetting& s, const std::string& what) {
@@ -448,13 +450,15 @@ std::string fp32_text(const ExportedSetting& s, const std::string& what) {
 std::string casts_text(const ExportedSetting& s) {
   std::string out;
   if (s.combine_grad) {
-    out += "amp.combine_grad was on: a speed setting (one flat gradient buffer per dtype) with "
-           "the\nsame numbers; not reproduced here.\n";
+    out +=
+        "amp.combine_grad was on: a speed setting (one flat gradient buffer per dtype) with "
+        "the\nsame numbers; not reproduced here.\n";
   }
   if (s.int32_casts.empty()) return out;
-  out += "int32 cast points (casts.int32) of amptune's built-in RootNet, which this module does "
-         "not\napply: the ported code truncated these through int32 (t.to(torch.int32)"
-         ".to(t.dtype)):\n";
+  out +=
+      "int32 cast points (casts.int32) of amptune's built-in RootNet, which this module does "
+      "not\napply: the ported code truncated these through int32 (t.to(torch.int32)"
+      ".to(t.dtype)):\n";
   for (const std::string& name : s.int32_casts) {
     for (const auto& p : train::kCastPoints) {
       if (name != p.name) continue;
@@ -503,8 +507,9 @@ std::string setting_python(const ExportedSetting& s) {
     for (char& c : upper) c = static_cast<char>(c - 'a' + 'A');
     out += "\n" + upper + " = " + python_layout(doc.at(name), what + " " + name, 0) + "\n";
   }
-  out += "\n__all__ = [\"GENERATOR\", \"SOURCE\", \"TUNE\", \"SETTING\", \"apply\", \"Setting\", "
-         "\"LossScaler\"]\n";
+  out +=
+      "\n__all__ = [\"GENERATOR\", \"SOURCE\", \"TUNE\", \"SETTING\", \"apply\", \"Setting\", "
+      "\"LossScaler\"]\n";
   return out + kRuntime;
 }
 

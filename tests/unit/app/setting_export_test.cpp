@@ -4,18 +4,18 @@
 // invalid UTF-8), the refusals (globs Python's fnmatch would read otherwise, unknown cast points,
 // a tune search without an answer), and the JSON form. Python itself runs the generated module in
 // tests/integration/setting_test.cpp.
+#include "app/artifacts/setting_export.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "amp/scaler.h"
 #include "app/artifacts/python_literal.h"
-#include "app/artifacts/setting_export.h"
 #include "core/error.h"
 #include "support/tiny_config.h"
 
@@ -70,8 +70,8 @@ TEST(AppSettingExport, PythonStringsAreOneLineOfPrintableAscii) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("run 7's name is not valid UTF-8"), std::string::npos);
   }
-  EXPECT_FALSE(valid_utf8("\xed\xa0\x80"));  // a surrogate
-  EXPECT_FALSE(valid_utf8("\xc0\xaf"));      // an overlong '/'
+  EXPECT_FALSE(valid_utf8("\xed\xa0\x80"));      // a surrogate
+  EXPECT_FALSE(valid_utf8("\xc0\xaf"));          // an overlong '/'
   EXPECT_FALSE(valid_utf8("\xf4\x90\x80\x80"));  // beyond U+10FFFF
   EXPECT_TRUE(valid_utf8("\xf4\x8f\xbf\xbf"));
 }
@@ -145,8 +145,7 @@ TEST(AppSettingExport, ApexRefusalsNameTheRun) {
     (void)setting({{"amp.opt_level", "O1"}, {"amp.master_weights", "true"}});
     ADD_FAILURE() << "O1 with master_weights was exported";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("run 7 (sw/1-abcdef12): "), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find("run 7 (sw/1-abcdef12): "), std::string::npos) << e.what();
   }
 }
 
@@ -164,8 +163,8 @@ TEST(AppSettingExport, PythonModuleHoldsTheValuesAsLiterals) {
         "        \"init_scale\": 1024.0,\n", "        \"growth_factor\": 2.0,\n",
         "        \"backoff_factor\": 0.5,\n", "        \"growth_interval\": 2000,\n",
         "        \"min_scale\": 4.0,\n", "        \"max_scale\": 1024.0,\n",
-        "    \"fp32_modules\": [\"conv1\"],\n", "TUNE = None\n",
-        "    \"run_id\": 7,\n", "    \"database\": \"results/db.sqlite\",\n",
+        "    \"fp32_modules\": [\"conv1\"],\n", "TUNE = None\n", "    \"run_id\": 7,\n",
+        "    \"database\": \"results/db.sqlite\",\n",
         "# Kept in fp32 (amp.fp32_modules): \"conv1\",\n", "\ndef apply(model, "}) {
     EXPECT_NE(py.find(want), std::string::npos) << want;
   }
@@ -176,9 +175,9 @@ TEST(AppSettingExport, PythonModuleHoldsTheValuesAsLiterals) {
 
 TEST(AppSettingExport, HostileTextStaysInsideItsLiteral) {
   // A run name, a database path and a glob from a database someone else wrote.
-  records::RunRow row = run_row({{"amp.opt_level", "O1"},
-                                 {"amp.fp32_modules", {"conv1\"]\nimport os #", "a'b"}}},
-                                "sw/1\n\"\"\"\nimport os\n\xe2\x80\xa8x");
+  records::RunRow row =
+      run_row({{"amp.opt_level", "O1"}, {"amp.fp32_modules", {"conv1\"]\nimport os #", "a'b"}}},
+              "sw/1\n\"\"\"\nimport os\n\xe2\x80\xa8x");
   row.sweep_name = "s\r\nw";
   // A line break in a glob: no module name holds one, refused.
   EXPECT_THROW(setting_of(row, kSource), ConfigError);
@@ -189,8 +188,7 @@ TEST(AppSettingExport, HostileTextStaysInsideItsLiteral) {
   expect_header_is_comments(py);
   EXPECT_NE(py.find(R"("fp32_modules": ["conv1\"]; import os #", "a'b"])"), std::string::npos)
       << py;
-  EXPECT_NE(py.find(R"("run_name": "sw/1\x0a\"\"\"\x0aimport os\x0a\u2028x",)"),
-            std::string::npos);
+  EXPECT_NE(py.find(R"("run_name": "sw/1\x0a\"\"\"\x0aimport os\x0a\u2028x",)"), std::string::npos);
   EXPECT_NE(py.find(R"("database": "dir\x0a# \"evil.sqlite",)"), std::string::npos);
   EXPECT_EQ(py.find("\nimport os"), std::string::npos);
 
@@ -240,9 +238,8 @@ TEST(AppSettingExport, Int32CastPointsAreNamedWithWhereTheyApply) {
 }
 
 TEST(AppSettingExport, JsonIsTheSameSettingAsData) {
-  const ExportedSetting s = setting({{"amp.opt_level", "O1"},
-                                     {"amp.loss_scale", 128.0},
-                                     {"amp.fp32_modules", {"caf\xc3\xa9"}}});
+  const ExportedSetting s = setting(
+      {{"amp.opt_level", "O1"}, {"amp.loss_scale", 128.0}, {"amp.fp32_modules", {"caf\xc3\xa9"}}});
   const std::string text = setting_json(s);
   for (char c : text) EXPECT_TRUE(c == '\n' || (c >= 0x20 && c <= 0x7e));
   const nlohmann::json doc = nlohmann::json::parse(text);
@@ -289,11 +286,11 @@ TEST(AppSettingExport, TuneAnswerCarriesTheSearchOrIsRefused) {
   EXPECT_EQ(doc["tune"]["tolerance"], (nlohmann::json{{"abs", 0.1}}));
   EXPECT_EQ(doc["tune"]["answer_value"], 0.25);
   const std::string py = setting_python(s);
-  EXPECT_NE(py.find("# It is the answer of `amptune tune` for that sweep: \"train_loss\" 0.25 "
-                    "against the fp32 reference's 0.2\n"),
+  EXPECT_NE(py.find("# It is the answer of `amptune tune` for that sweep: \"train_loss\" 0.25\n"
+                    "# against the fp32 reference's 0.2 (run \"sw/0-00000000\"; lower is "
+                    "better),\n# tolerance abs 0.1; the search: \"budget spent\".\n"),
             std::string::npos)
       << py;
-  EXPECT_NE(py.find("lower is better), tolerance abs 0.1;\n"), std::string::npos);
   out.search.answer_run_id = 99;  // not among the runs read
   EXPECT_THROW(export_tune_answer(out, kSource), StoreError);
 }
