@@ -14,28 +14,31 @@ namespace {
 long next_code_point(std::string_view text, size_t* at) {
   const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
   const unsigned char lead = byte(*at);
-  size_t length = 0;
-  long cp = 0, min = 0;
   if (lead < 0x80) {
     ++*at;
     return lead;
-  } else if ((lead & 0xe0) == 0xc0) {
-    length = 2, cp = lead & 0x1f, min = 0x80;
-  } else if ((lead & 0xf0) == 0xe0) {
-    length = 3, cp = lead & 0x0f, min = 0x800;
-  } else if ((lead & 0xf8) == 0xf0) {
-    length = 4, cp = lead & 0x07, min = 0x10000;
-  } else {
-    return -1;
   }
-  if (*at + length > text.size()) return -1;
-  for (size_t i = 1; i < length; ++i) {
-    if ((byte(*at + i) & 0xc0) != 0x80) return -1;
-    cp = (cp << 6) | (byte(*at + i) & 0x3f);
+  // The sequence's length, the lead byte's payload and the least code point of that length.
+  struct Form {
+    unsigned char mask, marker, payload;
+    size_t length;
+    long min;
+  };
+  constexpr Form kForms[] = {
+      {0xe0, 0xc0, 0x1f, 2, 0x80}, {0xf0, 0xe0, 0x0f, 3, 0x800}, {0xf8, 0xf0, 0x07, 4, 0x10000}};
+  for (const Form& form : kForms) {
+    if ((lead & form.mask) != form.marker) continue;
+    if (*at + form.length > text.size()) return -1;
+    long cp = lead & form.payload;
+    for (size_t i = 1; i < form.length; ++i) {
+      if ((byte(*at + i) & 0xc0) != 0x80) return -1;
+      cp = (cp << 6) | (byte(*at + i) & 0x3f);
+    }
+    if (cp < form.min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return -1;
+    *at += form.length;
+    return cp;
   }
-  if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return -1;
-  *at += length;
-  return cp;
+  return -1;
 }
 
 }  // namespace
