@@ -214,15 +214,16 @@ void check_tune_options(const std::string& sweep_path, const std::vector<std::st
 
 // --status: the newest search of the sweep, or a line saying there is none.
 int print_status(const std::string& sweep_path, const std::vector<std::string>& sets,
-                 const std::string& db) {
+                 const std::string& db, const std::vector<std::string>& emit) {
   const Sweep sweep = load_sweep(sweep_path, sets);
   const auto out = app::tune_status(db, sweep.name);
   if (!out) {
     std::cout << "sweep " << sweep.name << " has no tune search in " << db << "\n";
+    if (!emit.empty()) throw Error(ExitCode::kFailedRuns, "--emit: no search, nothing written");
     return 0;
   }
   print_outcome(*out, db, std::cout);
-  return 0;
+  return emit_tune_answer(emit, db, *out, 0);
 }
 
 }  // namespace
@@ -264,9 +265,12 @@ int cmd_tune(const Invocation& inv) {
   bool slurm = false;
   app::TuneSlurmOptions on_slurm;
   add_slurm_options(opts, &slurm, &on_slurm);
+  std::vector<std::string> emit;
+  add_emit_option(opts, &emit);
   if (!opts.parse(inv.args)) return 0;
   check_tune_options(sweep_path, only, training, workers, slurm, on_slurm);
-  if (status) return print_status(sweep_path, sets, db);
+  check_emit_option(emit, dry);
+  if (status) return print_status(sweep_path, sets, db, emit);
   app::SweepOptions options = sweep_options(opts, training, inv);
   options.stale_after = stale_after;
   const app::JobLaunch launch{"tune", inv.args, training.nproc, workers, !dry};
@@ -291,8 +295,9 @@ int cmd_tune(const Invocation& inv) {
         }
         const app::TuneCommand done =
             app::tune_database(db, plan, options, workers, args, slurm ? &on_slurm : nullptr);
-        if (done.outcome && !as_worker) print_outcome(*done.outcome, db, std::cout);
-        return done.exit_code;
+        if (!done.outcome || as_worker) return done.exit_code;
+        print_outcome(*done.outcome, db, std::cout);
+        return emit_tune_answer(emit, db, *done.outcome, done.exit_code);
       },
       [&] { (void)app::plan_tune(sweep_path, sets); });
 }

@@ -28,7 +28,8 @@ std::vector<Command> make_commands() {
          "search for the lowest-precision setting within a tolerance of fp32 (the\n"
          "sweep's tune: block): diagnose, change one knob, fork, compare, repeat\n"
          "(--status: the decision path so far; --slurm: each step's runs as one\n"
-         "Slurm array job, the search waiting where it was started)"}}},
+         "Slurm array job, the search waiting where it was started; --emit python\n"
+         "FILE.py: the answer as a module for plain PyTorch)"}}},
       {"list", cmd_list, {{"list", "runs as a table"}}},
       {"show", cmd_show, {{"show RUN", "one run's settings and epochs"}}},
       {"status", cmd_status,
@@ -62,6 +63,11 @@ std::vector<Command> make_commands() {
       {"export", cmd_export,
        {{"export RUN",
          "write a checkpoint's weights as a PyTorch state dict (--epoch N --out F.pt)"}}},
+      {"export-setting", cmd_export_setting,
+       {{"export-setting RUN",
+         "the run's precision setting as a Python module for plain PyTorch\n"
+         "(--format python: apply(model) -> autocast, fp32 modules, loss scale,\n"
+         "O2's masters) or as JSON (--format json); --out FILE"}}},
       {"gc", cmd_gc,
        {{"gc", "delete checkpoint files the database no longer references (--dry-run)"}}},
       {"merge", cmd_merge,

@@ -12,6 +12,10 @@
 #include "app/run/runner.h"
 #include "cli/options.h"
 
+namespace amptune::app {
+struct TuneOutcome;  // app/tune/tune.h
+}
+
 namespace amptune::cli {
 
 struct Invocation {
@@ -54,6 +58,15 @@ int cmd_diagnose(const Invocation& inv);
 // cmd_merge.cpp: several databases into one (shards of a sweep); cmd_slurm.cpp: Slurm scripts.
 int cmd_merge(const Invocation& inv);
 int cmd_slurm(const Invocation& inv);
+// cmd_setting.cpp: a run's precision setting as a Python module or JSON (export-setting), and
+// tune's --emit FORMAT FILE: the option, its check (two words, a known format, no --dry-run) and
+// the writing of the search's answer (an Error of exit code 8 when it has none; nothing written
+// when a signal stopped the search); it returns `exit_code`.
+int cmd_export_setting(const Invocation& inv);
+void add_emit_option(Options& opts, std::vector<std::string>* emit);
+void check_emit_option(const std::vector<std::string>& emit, bool dry_run);
+int emit_tune_answer(const std::vector<std::string>& emit, const std::string& db,
+                     const app::TuneOutcome& outcome, int exit_code);
 // cmd_version.cpp: version, git commit, LibTorch version, the malloc and BLAS in use.
 int cmd_version(const Invocation& inv);
 // The databases of Options::dbs (globs expanded) as one store (app::open_databases): several

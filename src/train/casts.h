@@ -1,5 +1,6 @@
 // casts.int32: named tensors that go through int32 and back (truncation toward zero) at the
-// place the ported RootNet code cast them (docs/ROOTNET.md "Cast points").
+// place the ported RootNet code cast them (docs/ROOTNET.md "Cast points"; the table:
+// train/cast_points.h).
 //   train: k_value (batch field k_value before the model), target_coord (coord before the loss),
 //          target_vis (vis), have_depth (have_depth), bbox (the batch's processed box);
 //   test:  cam_param (the test-time k value, field k_value, before the model), test_bbox (the

@@ -8,22 +8,12 @@
 #include "data/rootnet_data.h"
 #include "eval/rootnet_metrics.h"
 #include "models/from_config.h"
+#include "train/cast_points.h"
 #include "train/casts.h"
 #include "train/task_rootnet.h"
 
 namespace amptune::train {
 namespace {
-
-// cast point -> (side, batch field)
-struct CastPoint {
-  const char* name;
-  bool train;
-  const char* field;
-};
-constexpr CastPoint kCastPoints[] = {
-    {"k_value", true, "k_value"},   {"target_coord", true, "coord"}, {"target_vis", true, "vis"},
-    {"have_depth", true, "have_depth"}, {"bbox", true, "bbox"},      {"cam_param", false, "k_value"},
-    {"test_bbox", false, "bbox"}};
 
 class RootNetTask : public Task {
  public:
