@@ -157,6 +157,12 @@ class World : public TuneExecutor {
   double fp32_share(int64_t id) override {
     return 0.1 * static_cast<double>(run(id).config.get_string_list("amp.fp32_modules").size());
   }
+  // Under FP8 each module kept out of it takes 10 % of the work back from 90 %.
+  double fp8_share(int64_t id) override {
+    const Config& c = run(id).config;
+    if (!c.schema().find("amp.fp8.enabled") || !c.get_bool("amp.fp8.enabled")) return 0;
+    return 0.9 - 0.1 * static_cast<double>(c.get_string_list("amp.fp8.skip_modules").size());
+  }
   double speed(int64_t) override { return 0; }
   records::TuneSearchRow open_search(const records::TuneSearchRow& row) override {
     if (!search) {
