@@ -84,7 +84,7 @@ std::string slot_text(const Fp8DiagnosticRow& r) {
 
 // The rules over one slot's worst row (saturation, flushing).
 void slot_advice(const Fp8DiagnosticRow& r, const std::map<std::string, double>& cosines,
-                 double cosine_min, const Fp8AdviceContext& c, AdviceList& out) {
+                 const Fp8AdviceContext& c, AdviceList& out) {
   const std::string module = fp8_slot_module(r.module);
   if (c.delayed && r.saturated_frac > 0) {
     const double over = overshoot(r);
@@ -115,14 +115,15 @@ void slot_advice(const Fp8DiagnosticRow& r, const std::map<std::string, double>&
                 std::to_string(std::max<int64_t>(1, c.amax_history_len / 16)));
     return;
   }
+  // Its own output may still look close (the few huge values that set the scale dominate it):
+  // what was lost is what the next layers read.
   const auto cosine = cosines.find(module);
-  const bool departs = cosine == cosines.end() || !(cosine->second >= cosine_min);
-  if (departs) {
-    out.add(AdviceRule::kFp8KeepOut, module,
-            flushed + " and its output departs (cosine " +
-                (cosine == cosines.end() ? std::string("not compared") : number(cosine->second)) +
-                "): its small values carry the signal and underflow; " + keep_out(module));
-  }
+  out.add(AdviceRule::kFp8KeepOut, module,
+          flushed + " (its output's cosine " +
+              (cosine == cosines.end() ? std::string("not compared") : number(cosine->second)) +
+              "): a few large values set the per-tensor scale and the small ones, which carry "
+              "the signal, underflow; " +
+              keep_out(module));
 }
 
 }  // namespace
@@ -202,7 +203,7 @@ std::vector<records::DiagnosisAdvice> advise_fp8(const records::Diagnosis& d,
   const std::vector<Fp8DiagnosticRow> slots = worst_fp8_rows(d);
   std::vector<std::string> order;  // FP8 modules by their first forward quantisation
   for (const auto& r : slots) {
-    slot_advice(r, cosines, d.cosine_min, c, out);
+    slot_advice(r, cosines, c, out);
     const std::string module = fp8_slot_module(r.module);
     if (r.role != amp::to_string(amp::Fp8Role::kGradOutput) &&
         std::find(order.begin(), order.end(), module) == order.end()) {

@@ -61,8 +61,9 @@ struct Fp8AdviceContext {
 // The FP8 advice rules (docs/AMP.md "FP8 advice rules") over d.fp8_rows and d.rows (the
 // forward rows: a module's output departs when its worst cosine is below d.cosine_min or NaN),
 // in the order of records::AdviceRule, each module once per rule:
-//  - fp8_keep_out: a slot whose flushed share is >= kFp8FlushedMin and whose module's output
-//    departs (its small values carry the signal), unless a stale history explains it (below);
+//  - fp8_keep_out: a slot whose flushed share is >= kFp8FlushedMin (a few large values set the
+//    per-tensor scale; the small ones, which carry the signal, underflow - the module's own
+//    output may still look close), unless a stale history explains it (below);
 //    the last module in FP8 (the output head) when its output departs; the FP8 module whose
 //    output departs most.
 //  - fp8_current_scaling: a delayed slot that saturates beyond mild (more than
