@@ -140,10 +140,14 @@ torch::Tensor fp8_quantise(const torch::Tensor& x, float scale, Fp8Format format
 Fp8Slot::Fp8Slot(Fp8Format format, const Fp8Scaling& scaling)
     : format_(format), scaling_(scaling) {}
 
-float Fp8Slot::scale_for(const torch::Tensor& x, float amax) {
+float Fp8Slot::scale_for(const torch::Tensor& x, float amax, bool record) {
   if (amax < 0.0f) {
     torch::NoGradGuard no_grad;
     amax = x.numel() == 0 ? 0.0f : x.abs().max().item<float>();
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!record) {
+    return scaling_.delayed ? scale_ : fp8_scale_from_amax(amax, format_, scaling_.margin);
   }
   // A NaN amax (the step overflowed) stays the step's amax.
   const bool nan = std::isnan(amax) || (seen_ && std::isnan(step_amax_));
@@ -153,7 +157,18 @@ float Fp8Slot::scale_for(const torch::Tensor& x, float amax) {
   return fp8_scale_from_amax(amax, format_, scaling_.margin);
 }
 
+float Fp8Slot::scale() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return scale_;
+}
+
+float Fp8Slot::step_amax() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return step_amax_;
+}
+
 void Fp8Slot::end_step() {
+  std::lock_guard<std::mutex> lock(mutex_);
   const float amax = seen_ ? step_amax_ : 0.0f;
   const auto len = static_cast<size_t>(scaling_.amax_history_len);
   if (ring_.size() < len) {
@@ -168,6 +183,11 @@ void Fp8Slot::end_step() {
 }
 
 std::vector<float> Fp8Slot::history() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return history_locked();
+}
+
+std::vector<float> Fp8Slot::history_locked() const {
   if (ring_.size() < static_cast<size_t>(scaling_.amax_history_len)) return ring_;
   std::vector<float> h(ring_.begin() + next_, ring_.end());
   h.insert(h.end(), ring_.begin(), ring_.begin() + next_);
@@ -175,6 +195,7 @@ std::vector<float> Fp8Slot::history() const {
 }
 
 void Fp8Slot::restore(const std::vector<float>& history) {
+  std::lock_guard<std::mutex> lock(mutex_);
   const auto len = static_cast<size_t>(scaling_.amax_history_len);
   const size_t skip = history.size() > len ? history.size() - len : 0;
   ring_.assign(history.begin() + static_cast<std::ptrdiff_t>(skip), history.end());
@@ -185,7 +206,7 @@ void Fp8Slot::restore(const std::vector<float>& history) {
 }
 
 void Fp8Slot::recompute_scale() {
-  scale_ = fp8_scale_from_amax(history_amax(history(), scaling_.amax_max), format_,
+  scale_ = fp8_scale_from_amax(history_amax(history_locked(), scaling_.amax_max), format_,
                                scaling_.margin);
 }
 
@@ -282,10 +303,8 @@ void Fp8State::load(const std::map<std::string, torch::Tensor>& tensors,
     const torch::Tensor c = t.contiguous().cpu();
     std::vector<float> h(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
     for (float v : h) {
-      if (!(v >= 0.0f) || std::isinf(v)) {
-        if (std::isnan(v)) continue;  // an overflowed step's amax is kept as NaN
-        throw bad("holds an amax that is negative or infinite");
-      }
+      // An overflowed step's amax is kept as inf or NaN (the delayed scale skips it).
+      if (v < 0.0f) throw bad("holds a negative amax");
     }
     loaded.emplace(slot, std::move(h));
   }

@@ -22,8 +22,8 @@
 //   current: the scale comes from this tensor's own amax, computed when it is quantised.
 // Either way the tensor's amax of every step enters its history (diagnose reads the history's
 // range); an overflowed step's inf/NaN amax is kept there but the delayed scale is taken over
-// the finite entries (a non-finite most recent one gives scale 1). Within one step a slot quantised several times (a module called twice) takes the
-// maximum amax of its calls.
+// the finite entries (a non-finite most recent one gives scale 1). Within one step a slot
+// quantised several times (a module called twice) takes the maximum amax of its calls.
 #pragma once
 
 #include <cstdint>
@@ -83,17 +83,18 @@ class Fp8Slot {
 
   Fp8Format format() const { return format_; }
   // The scale to quantise `x` with now (delayed: the scale of the last end_step, 1 before any;
-  // current: from x's own amax), and x's amax taken into this step's amax. `amax` is x's amax
-  // when the caller computed it already, else negative.
-  float scale_for(const torch::Tensor& x, float amax = -1.0f);
+  // current: from x's own amax), and x's amax taken into this step's amax when `record` (an
+  // evaluation forward uses the scales without recording). `amax` is x's amax when the caller
+  // computed it already, else negative. Thread-safe, as every method of a slot.
+  float scale_for(const torch::Tensor& x, float amax = -1.0f, bool record = true);
   // End of an optimizer step: this step's amax enters the history (the oldest leaves once full),
   // the delayed scale is recomputed from the history; a slot not quantised this step records 0.
   void end_step();
 
-  float scale() const { return scale_; }  // the delayed scale in force
+  float scale() const;  // the delayed scale in force
   // The history, oldest first (at most amax_history_len entries; fewer before that many steps).
   std::vector<float> history() const;
-  float step_amax() const { return step_amax_; }
+  float step_amax() const;
 
   // For checkpoints (Fp8State::load): the history, oldest first (its newest amax_history_len
   // entries kept); the delayed scale is recomputed from it, so a fork that changes the margin,
@@ -108,7 +109,9 @@ class Fp8Slot {
   float scale_ = 1.0f;
   float step_amax_ = 0.0f;
   bool seen_ = false;        // quantised during this step
+  mutable std::mutex mutex_;  // the backward pass may run on another thread
 
+  std::vector<float> history_locked() const;
   void recompute_scale();
 };
 
@@ -140,7 +143,8 @@ class Fp8State {
   // Replaces the state with the "fp8.*.history" tensors of `tensors` (other names ignored);
   // a slot is restored when it is first made (slot()), so `load` needs no model. Throws
   // CheckpointError naming `source` and the tensor for a dtype other than fp32, more than one
-  // dimension, a negative or non-finite amax, or a name that is not <key>.<role>.history.
+  // dimension, a negative amax (inf and NaN are an overflowed step's), or a name that is not
+  // <key>.<role>.history.
   void load(const std::map<std::string, torch::Tensor>& tensors, const std::string& source);
 
   void set_observer(std::shared_ptr<const Fp8Observer> observer);

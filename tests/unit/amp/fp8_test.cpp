@@ -262,7 +262,9 @@ TEST(Fp8State, RefusesABadCheckpointNamingTheTensor) {
   };
   EXPECT_NE(refused("fp8.fc.weight.history", torch::tensor({-1.0f})).find("fp8.fc.weight"),
             std::string::npos);
-  EXPECT_NE(refused("fp8.fc.weight.history", torch::tensor({INFINITY})), "");
+  EXPECT_NE(refused("fp8.fc.weight.history", torch::tensor({-INFINITY})), "");
+  // An overflowed step's amax (a gradient's inf or NaN) is part of a history.
+  EXPECT_EQ(refused("fp8.fc.weight.history", torch::tensor({INFINITY, NAN, 1.0f})), "");
   EXPECT_NE(refused("fp8.fc.weight.history", torch::zeros({2, 2})), "");
   EXPECT_NE(refused("fp8.fc.weight.history", torch::zeros({2}, torch::kDouble)), "");
   EXPECT_NE(refused("fp8.fc.bias.history", torch::zeros({2})).find("role"), std::string::npos);
