@@ -118,6 +118,8 @@ Setting setting_of(const Config& config) {
   s.policy = amp::apex_properties(s.amp);
   s.modules = config.get_string_list("amp.fp32_modules");
   s.casts = config.get_string_list("casts.int32");
+  const amp::Fp8Policy& fp8 = s.policy.fp8;  // amp.fp8 as the recipe reads it
+  s.fp8 = {fp8.enabled, fp8.delayed, fp8.margin, fp8.amax_history_len, fp8.skip_modules};
   return s;
 }
 
