@@ -905,3 +905,49 @@ CREATE TABLE tune_jobs (
   ended_at     TEXT,
   PRIMARY KEY (search_id, run_id, epoch, attempt)
 );
+
+-- migration: 22
+-- FP8 in the diagnosis (docs/AMP.md "Diagnosing FP8"): for a run with amp.fp8.enabled, one row
+-- per quantisation of a GEMM operand in a diagnosed batch's pass (seq: their order in the pass),
+-- module = the FP8 slot's key (the module's name, '#k' appended for its k-th GEMM in one call),
+-- role input | weight | grad_output, format e4m3 | e5m2. saturated_frac: the share of the values
+-- whose |x * scale| is beyond the format's max (they saturate); flushed_frac: the share of the
+-- nonzero values that quantise to zero; sqnr_db: 10 log10(sum x^2 / sum (x - q / scale)^2) of
+-- the fake-quantised tensor against its fp32 value (NULL: no error at all); amax: the tensor's
+-- largest finite |x|; scale: the scale it was quantised with; history_min / history_max /
+-- history_len: the slot's amax history (the steps before the checkpoint) when it was quantised
+-- (len 0 and NULLs: empty, as before the first step or under current scaling's first use).
+CREATE TABLE fp8_diagnostics (
+  run_id         INTEGER NOT NULL,
+  epoch          INTEGER NOT NULL,
+  batch          INTEGER NOT NULL CHECK (batch >= 0),
+  seq            INTEGER NOT NULL CHECK (seq >= 0),
+  module         TEXT NOT NULL,
+  role           TEXT NOT NULL CHECK (role IN ('input', 'weight', 'grad_output')),
+  format         TEXT NOT NULL CHECK (format IN ('e4m3', 'e5m2')),
+  numel          INTEGER NOT NULL CHECK (numel >= 0),
+  saturated_frac REAL,
+  flushed_frac   REAL,
+  sqnr_db        REAL,
+  amax           REAL,
+  scale          REAL,
+  history_min    REAL,
+  history_max    REAL,
+  history_len    INTEGER NOT NULL CHECK (history_len >= 0),
+  PRIMARY KEY (run_id, epoch, batch, seq),
+  FOREIGN KEY (run_id, epoch) REFERENCES diagnoses(run_id, epoch) ON DELETE CASCADE
+);
+
+-- Per diagnosed run, epoch, FP8 slot and role: the worst over the batches (largest saturated
+-- and flushed shares, lowest SQNR), the amax history's range and its ratio (max / min: a jump
+-- or a stale spike shows as a large one), the largest amax seen and the smallest scale used.
+CREATE VIEW fp8_slots AS
+  SELECT s.name AS sweep, r.name AS run, f.run_id, f.epoch, f.module, f.role, f.format,
+         MAX(f.saturated_frac) AS saturated_frac, MAX(f.flushed_frac) AS flushed_frac,
+         MIN(f.sqnr_db) AS sqnr_db, MAX(f.amax) AS amax, MIN(f.scale) AS scale,
+         MIN(f.history_min) AS history_min, MAX(f.history_max) AS history_max,
+         CASE WHEN MIN(f.history_min) > 0 THEN MAX(f.history_max) / MIN(f.history_min) END
+           AS history_ratio,
+         MIN(f.seq) AS first_seq
+  FROM fp8_diagnostics f JOIN runs r ON r.id = f.run_id JOIN sweeps s ON s.id = r.sweep_id
+  GROUP BY f.run_id, f.epoch, f.module, f.role, f.format;

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "app/artifacts/checkpoint_commands.h"
+#include "app/views/inspect.h"
 #include "app/views/table.h"
 #include "cli/commands.h"
 #include "core/error.h"
@@ -198,6 +199,10 @@ int cmd_diagnose(const Invocation& inv) {
             << to_string(d.against) << ", loss scale " << value_text(d.loss_scale) << ", "
             << app::fixed(d.seconds, 1) << " s\n\n";
   table.print(std::cout);
+  if (!diagnosis.fp8_slots.empty()) {
+    std::cout << "\nFP8: " << d.fp8_rows.size() << " quantisations\n";
+    app::fp8_table(diagnosis.fp8_slots).print(std::cout);
+  }
   if (const auto& first = diagnosis.first_divergence) {
     std::cout << "\nfirst divergence: " << (first->module.empty() ? "(model)" : first->module)
               << " (forward #" << first->seq << ")\n";

@@ -115,8 +115,9 @@ int plant_weights(const std::vector<std::string>& args) {
                "plain state dict, as `amptune export` writes and model.weights reads.");
   opts.positional(&sweep).sweep_selection(&sets, &only);
   opts.add()("scale", po::value(&scale_args)->composing(),
-             "NAME=FACTOR: multiply the tensor NAME (layer3.0.conv1.weight) by FACTOR; "
-             "repeatable")("out", po::value(&out), "the state dict to write (atomically)");
+             "NAME=FACTOR: multiply the tensor NAME (layer3.0.conv1.weight) by FACTOR, or "
+             "its K-th slice along the first dimension with NAME[K]=FACTOR; repeatable")(
+      "out", po::value(&out), "the state dict to write (atomically)");
   if (!opts.parse(args)) return 0;
   if (sweep.empty()) throw UsageError("amptune data plant-weights needs a sweep file");
   if (out.empty()) throw UsageError("amptune data plant-weights needs --out FILE.pt");

@@ -191,6 +191,13 @@ int cmd_show(const Invocation& inv) {
   }
   print_time_breakdown(details.epochs);
   print_prune_decisions(details.prune_decisions);
+  if (const auto& fp8 = details.fp8) {
+    std::cout << "FP8 (diagnosis of "
+              << (fp8->epoch >= 0 ? "epoch " + std::to_string(fp8->epoch) : "the initial weights")
+              << "):\n";
+    app::fp8_table(fp8->slots).print(std::cout);
+    for (const auto& a : fp8->advice) std::cout << "advice: " << a.advice << "\n";
+  }
   if (!run.summary_json.empty()) std::cout << run.summary_json << "\n";
   return 0;
 }

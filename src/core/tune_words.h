@@ -19,8 +19,9 @@
 
 namespace amptune {
 
-// A candidate's move. The first six are the changes of a setting that tune.moves may allow (its
-// choices in schemas/sweep.yaml); the rest are candidates the search makes itself: the union of
+// A candidate's move. The first ten are the changes of a setting that tune.moves may allow (its
+// choices in schemas/sweep.yaml; the last four those of FP8, docs/TUNE.md "FP8"); the rest are
+// candidates the search makes itself: the union of
 // a round's moves that helped, a bisection probe that undoes a union's items, the answer trained
 // from scratch (tune.confirm), the reference with another seed (tune.reference_repeats).
 enum class TuneMoveKind {
@@ -30,6 +31,10 @@ enum class TuneMoveKind {
   kCasts,              // casts: int32 cast points removed
   kOptLevel,           // opt_level: one step toward fp32
   kLrDecEpoch,         // lr_dec_epoch: the learning-rate decays one epoch later
+  kFp8SkipModules,     // fp8_skip_modules: a module kept out of FP8 (amp.fp8.skip_modules)
+  kFp8Recipe,          // fp8_recipe: amp.fp8.recipe delayed -> current
+  kFp8Margin,          // fp8_margin: amp.fp8.margin + 1
+  kFp8History,         // fp8_history: a shorter amp.fp8.amax_history_len
   kUnion,
   kUndo,
   kConfirm,
@@ -38,7 +43,7 @@ enum class TuneMoveKind {
 // tune.objective: the answer among the solutions - the least fp32 work, or the highest img/s.
 enum class Objective { kPrecision, kSpeed };
 
-// Whether tune.moves may name `move` (the first six); false for the search's own candidates.
+// Whether tune.moves may name `move` (the first ten); false for the search's own candidates.
 bool is_allowable(TuneMoveKind move);
 
 std::string to_string(TuneMoveKind value);  // "loss_scale", "fp32_modules", ..., "union", "seed"

@@ -61,13 +61,17 @@ const NameTable<PruneAction, 2> kPruneAction = {
 const NameTable<DiagnosticKind, 3> kDiagnosticKind = {{{DiagnosticKind::kForward, "forward"},
                                                        {DiagnosticKind::kGradient, "gradient"},
                                                        {DiagnosticKind::kCast, "cast"}}};
-const NameTable<AdviceRule, 6> kAdviceRule = {
+const NameTable<AdviceRule, 10> kAdviceRule = {
     {{AdviceRule::kActivationOverflow, "activation_overflow"},
      {AdviceRule::kGradientUnderflow, "gradient_underflow"},
      {AdviceRule::kGradientOverflow, "gradient_overflow"},
      {AdviceRule::kBatchnormLowPrecision, "batchnorm_low_precision"},
      {AdviceRule::kFirstDeparture, "first_departure"},
-     {AdviceRule::kCastPoint, "cast_point"}}};
+     {AdviceRule::kCastPoint, "cast_point"},
+     {AdviceRule::kFp8KeepOut, "fp8_keep_out"},
+     {AdviceRule::kFp8CurrentScaling, "fp8_current_scaling"},
+     {AdviceRule::kFp8RaiseMargin, "fp8_raise_margin"},
+     {AdviceRule::kFp8ShortenHistory, "fp8_shorten_history"}}};
 
 }  // namespace
 

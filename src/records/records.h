@@ -65,19 +65,28 @@ enum class PruneAction { kStop, kContinue };  // prune_decisions.action
 enum class DiagnosticKind { kForward, kGradient, kCast };
 // diagnosis_advice.rule: the advice rules of amptune diagnose (docs/AMP.md "Advice rules"), in
 // their priority order; made by train/diagnose.cpp, turned into moves by app/tune/tune_rules.cpp.
+// The last four are FP8's (docs/AMP.md "FP8 advice rules", train/diagnose_fp8.cpp): keep a
+// module out of FP8 (amp.fp8.skip_modules), current scaling, a larger margin, a shorter amax
+// history.
 enum class AdviceRule {
   kActivationOverflow,
   kGradientUnderflow,
   kGradientOverflow,
   kBatchnormLowPrecision,
   kFirstDeparture,
-  kCastPoint
+  kCastPoint,
+  kFp8KeepOut,
+  kFp8CurrentScaling,
+  kFp8RaiseMargin,
+  kFp8ShortenHistory
 };
 // Every advice rule, in priority order.
 inline constexpr AdviceRule kAdviceRules[] = {
     AdviceRule::kActivationOverflow, AdviceRule::kGradientUnderflow,
     AdviceRule::kGradientOverflow,   AdviceRule::kBatchnormLowPrecision,
-    AdviceRule::kFirstDeparture,     AdviceRule::kCastPoint};
+    AdviceRule::kFirstDeparture,     AdviceRule::kCastPoint,
+    AdviceRule::kFp8KeepOut,         AdviceRule::kFp8CurrentScaling,
+    AdviceRule::kFp8RaiseMargin,     AdviceRule::kFp8ShortenHistory};
 // The config's words that are columns too (opt_level, dtype, prune rule, loss-scale reason) are
 // enum classes of core/words.h, shared with the layers below the store.
 
@@ -306,6 +315,27 @@ struct DiagnosticRow {
   double input_nonfinite_frac = 0;
 };
 
+// One FP8 quantisation of one batch's pass (a run with amp.fp8.enabled; table fp8_diagnostics,
+// migration 22): a GEMM operand of a module in its role, quantised with the scale its slot
+// gave, against its fp32 value. NaN is stored as NULL.
+struct Fp8DiagnosticRow {
+  int batch = 0;
+  int seq = 0;             // the order of the pass's quantisations
+  std::string module;      // the slot key: the module's name, "#k" for its k-th GEMM in a call
+  std::string role;        // "input" | "weight" | "grad_output" (amp::to_string(Fp8Role))
+  std::string format;      // "e4m3" | "e5m2" (amp::to_string(Fp8Format))
+  int64_t numel = 0;
+  double saturated_frac = 0;  // share of the values with |x * scale| beyond the format's max
+  double flushed_frac = 0;    // share of the nonzero values that quantise to 0
+  double sqnr_db = 0;         // 10 log10(sum x^2 / sum (x - dequantised)^2); NaN: exact
+  double amax = 0;            // max |x| of this tensor (its finite values)
+  double scale = 1;           // the scale it was quantised with
+  // The slot's amax history (the steps before this one) when it was quantised: its smallest
+  // and largest entry and its length (0: empty, min and max NaN).
+  double history_min = 0, history_max = 0;
+  int64_t history_len = 0;
+};
+
 struct DiagnosisAdvice {
   AdviceRule rule = AdviceRule::kFirstDeparture;
   std::string module;
@@ -321,6 +351,7 @@ struct Diagnosis {
   double loss_scale = 0;
   double seconds = 0;
   std::vector<DiagnosticRow> rows;
+  std::vector<Fp8DiagnosticRow> fp8_rows;  // empty unless the run computes in FP8
   std::vector<DiagnosisAdvice> advice;
 };
 

@@ -238,6 +238,25 @@ constexpr Column kDiagnosticColumns[] = {
     number("input_nonfinite_frac"),  // migration 17
 };
 
+constexpr Column kFp8DiagnosticColumns[] = {  // migration 22
+    {"run_id", kInteger, kNotNull},
+    {"epoch", kInteger, kNotNull, kTyped, -1, kMaxEpoch},
+    {"batch", kInteger, kNotNull, kTyped, 0, kMaxInt},
+    {"seq", kInteger, kNotNull, kTyped, 0, kMaxInt},
+    {"module", kText, kNotNull, kTyped},
+    {"role", kText, kNotNull, kTyped},
+    {"format", kText, kNotNull, kTyped},
+    {"numel", kInteger, kNotNull, kTyped, 0, kMaxInt64},
+    number("saturated_frac"),
+    number("flushed_frac"),
+    number("sqnr_db"),
+    number("amax"),
+    number("scale"),
+    number("history_min"),
+    number("history_max"),
+    {"history_len", kInteger, kNotNull, kTyped, 0, kMaxInt64},
+};
+
 constexpr Column kSchemaVersionColumns[] = {{"version", kInteger, kNotNull},
                                             {"applied_at", kText, kNotNull}};
 
@@ -381,6 +400,7 @@ std::vector<Table> described_tables() {
           table_of("diagnoses", kDiagnosisColumns, kMerged),
           table_of("diagnostics", kDiagnosticColumns, kMerged),
           table_of("diagnosis_advice", kDiagnosisAdviceColumns, kMerged),
+          table_of("fp8_diagnostics", kFp8DiagnosticColumns, kMerged),
           table_of("initial_metrics", kInitialMetricColumns, kMerged),
           table_of("database_identity", kDatabaseIdentityColumns),
           table_of("prune_decisions", kPruneDecisionColumns, kMerged),

@@ -1,5 +1,5 @@
-// Store: diagnoses (amptune diagnose; migration 8): their rows and advice, and the report's
-// per-module errors.
+// Store: diagnoses (amptune diagnose; migration 8): their rows and advice, their FP8 rows
+// (migration 22), and the report's per-module errors.
 #include <string>
 #include <utility>
 #include <vector>
@@ -37,6 +37,17 @@ void Store::record_diagnosis(const records::Diagnosis& d) {
                    r.input_nonfinite_frac)
           .run();
     }
+    Statement fp8(db_,
+                  "INSERT INTO fp8_diagnostics (run_id, epoch, batch, seq, module, role, format, "
+                  "numel, saturated_frac, flushed_frac, sqnr_db, amax, scale, history_min, "
+                  "history_max, history_len) "
+                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+    for (const auto& r : d.fp8_rows) {
+      fp8.bind_all(d.run_id, d.epoch, r.batch, r.seq, r.module, r.role, r.format, r.numel,
+                   r.saturated_frac, r.flushed_frac, r.sqnr_db, r.amax, r.scale, r.history_min,
+                   r.history_max, r.history_len)
+          .run();
+    }
     Statement advice(db_,
                      "INSERT INTO diagnosis_advice (run_id, epoch, seq, rule, module, advice) "
                      "VALUES (?, ?, ?, ?, ?, ?)");
@@ -48,6 +59,45 @@ void Store::record_diagnosis(const records::Diagnosis& d) {
           .run();
     }
   });
+}
+
+std::optional<Store::Fp8Diagnosis> Store::fp8_diagnosis(int64_t run_id) const {
+  return detail::guarded(
+      path_, "reading the FP8 rows of the diagnoses of run " + std::to_string(run_id),
+      [&]() -> std::optional<Fp8Diagnosis> {
+        Statement newest(db_,
+                         "SELECT g.epoch FROM diagnoses g WHERE g.run_id = ? AND EXISTS (SELECT "
+                         "1 FROM fp8_diagnostics f WHERE f.run_id = g.run_id AND f.epoch = "
+                         "g.epoch) ORDER BY g.recorded_at DESC, g.epoch DESC LIMIT 1",
+                         run_id);
+        if (!newest.step()) return std::nullopt;
+        Fp8Diagnosis out;
+        out.epoch = static_cast<int>(newest.column_int(0));
+        Statement select(db_,
+                         "SELECT *, rowid AS row_id FROM fp8_diagnostics WHERE run_id = ? AND "
+                         "epoch = ? ORDER BY batch, seq",
+                         run_id, int64_t{out.epoch});
+        const detail::Row row(path_, detail::table("fp8_diagnostics"), select, "row_id");
+        while (select.step()) {
+          records::Fp8DiagnosticRow r;
+          r.batch = row.small("batch");
+          r.seq = row.small("seq");
+          r.module = row.text("module");
+          r.role = row.text("role");
+          r.format = row.text("format");
+          r.numel = row.integer("numel");
+          r.saturated_frac = row.number("saturated_frac");
+          r.flushed_frac = row.number("flushed_frac");
+          r.sqnr_db = row.number("sqnr_db");
+          r.amax = row.number("amax");
+          r.scale = row.number("scale");
+          r.history_min = row.number("history_min");
+          r.history_max = row.number("history_max");
+          r.history_len = row.integer("history_len");
+          out.rows.push_back(std::move(r));
+        }
+        return out;
+      });
 }
 
 std::vector<Store::ModuleError> Store::module_errors(const std::string& sweep) const {

@@ -373,7 +373,7 @@ class Merger {
                      "UPDATE epochs SET checkpoint_deleted_at = ? WHERE run_id = ? AND epoch = ?");
     for (const std::string table :
          {"run_params", "epochs", "metrics", "loss_scale_events", "initial_metrics", "diagnoses",
-          "diagnostics", "diagnosis_advice", "prune_decisions"}) {
+          "diagnostics", "diagnosis_advice", "fp8_diagnostics", "prune_decisions"}) {
       // A selection's decisions compare runs it may not hold.
       if (selection_ && table == "prune_decisions") continue;
       const std::vector<DbColumn> columns = columns_of(in, table);

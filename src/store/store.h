@@ -212,6 +212,13 @@ class Store {
   // Replaces the diagnosis of (run_id, epoch), its rows and advice, all or nothing. StoreError
   // when the run does not exist.
   void record_diagnosis(const records::Diagnosis& diagnosis);
+  // The FP8 rows (table fp8_diagnostics, migration 22) of the run's newest diagnosis that has
+  // any (by recorded_at, then the higher epoch), in batch and seq order; unset when none has.
+  struct Fp8Diagnosis {
+    int epoch = 0;
+    std::vector<records::Fp8DiagnosticRow> rows;
+  };
+  std::optional<Fp8Diagnosis> fp8_diagnosis(int64_t run_id) const;
   // The forward rows of every diagnosis of the runs of `sweep`, worst over the batches per
   // module (min cosine, max of the others), ordered by run id, epoch, seq: the report's
   // per-module error plot. DiagnosticRow::batch holds the number of batches.

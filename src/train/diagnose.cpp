@@ -23,6 +23,7 @@
 #include "data/loader.h"
 #include "models/scripted.h"
 #include "train/casts.h"
+#include "train/diagnose_fp8.h"
 #include "train/evaluate.h"
 #include "train/plan.h"
 #include "train/session.h"
@@ -405,6 +406,7 @@ Config reference_config(const Config& config, const std::string& against) {
   }
   reference.set("amp.fp32_modules", nlohmann::json::array());
   reference.set("amp.combine_grad", false);
+  reference.set("amp.fp8.enabled", false);  // FP8 is compared against the reference's fp32
   return reference;
 }
 
@@ -636,12 +638,18 @@ records::Diagnosis diagnose(const RunInput& run,
             amp::to_string(precision.policy().backend) + ") against " + options.against + " on " +
             std::to_string(options.batches) + " training batch(es)");
   const Sides sides{session, precision, ref, ref_precision, device};
+  // Every FP8 quantisation of the run's passes (docs/AMP.md "Diagnosing FP8").
+  const std::shared_ptr<amp::Fp8State>& fp8 = precision.engine().fp8();
+  std::unique_ptr<Fp8Watch> watch = fp8 ? std::make_unique<Fp8Watch>(*fp8) : nullptr;
   std::vector<data::Batch> batches;
   while (auto batch = loader.next()) {
     if (batch->size == 0) continue;
+    if (watch) watch->begin_batch(static_cast<int>(batches.size()));
     compare_batch(sides, *batch, static_cast<int>(batches.size()), map, casts, d);
     batches.push_back(std::move(*batch));
   }
+  if (watch) d.fp8_rows = watch->take();
+  watch.reset();
   if (batches.empty()) {
     throw DataError("diagnose: the training split of run " + run.name + " gave no batch");
   }
@@ -651,6 +659,11 @@ records::Diagnosis diagnose(const RunInput& run,
   context.hidden_overflows = hidden_overflows(
       {config, origin, values, ref, ref_precision, batches, device}, d.rows, context.cast_model);
   d.advice = advise(d, context);
+  if (const amp::Fp8Policy& f = precision.policy().fp8; f.enabled) {
+    for (auto& a : advise_fp8(d, {f.delayed, f.amax_max, f.margin, f.amax_history_len})) {
+      d.advice.push_back(std::move(a));
+    }
+  }
   d.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return d;
 }

@@ -141,7 +141,10 @@ struct ForwardWork {
   double macs = 0;
   double fp32_macs = 0;
   std::vector<std::string> uncounted;  // "aten::..." op names, sorted; empty: the count is whole
+  // Those that run as FP8 GEMMs under amp.fp8 (0 without it).
+  double fp8_macs = 0;
   double fp32_share() const { return macs > 0 ? fp32_macs / macs : 0.0; }
+  double fp8_share() const { return macs > 0 ? fp8_macs / macs : 0.0; }
 };
 ForwardWork forward_work(const Config& config);
 // The same from a run's `settings` on its training split `train_set`, already open (the

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "amp/emulate.h"
+#include "amp/fp8.h"
+#include "amp/fp8_gemm.h"
 #include "amp/module_marks.h"
 #include "amp/policy.h"
 #include "core/config.h"
@@ -203,8 +205,9 @@ c10::ArrayRef<const c10::IValue> last(c10::ArrayRef<const c10::IValue> values, s
 
 // The count of one forward pass on this thread (forward_work installs it).
 struct OpCount {
-  double macs = 0, fp32_macs = 0;
+  double macs = 0, fp32_macs = 0, fp8_macs = 0;
   bool all_fp32 = false;
+  bool fp8_next = false;  // the recipe just quantised a GEMM's operands: the next product is FP8
   int depth = 0;  // open calls of counted ops (and of the ops they call)
   std::set<std::string> uncounted;
 };
@@ -213,6 +216,7 @@ thread_local OpCount* t_count = nullptr;
 struct CountedCall : at::ObserverContext {
   bool counted = false;  // false: an op called by a counted one, or a fused one (below)
   bool fp32 = false;
+  bool fp8 = false;
   OpWork work;
   bool fused = false;         // an op of kOpaque: not counted itself, nor does it hide its calls
   double macs_before = 0;     // the count when it began: unchanged at its end, it was opaque
@@ -239,6 +243,8 @@ std::unique_ptr<at::ObserverContext> on_op_start(const at::RecordFunction& fn) {
   auto call = std::make_unique<CountedCall>();
   call->counted = true;
   call->fp32 = count->all_fp32 || amp::in_marked_module();
+  call->fp8 = count->fp8_next;
+  count->fp8_next = false;
   // The operands now: a boxed call's stack holds the results, not them, once the op has run.
   call->work = op_work(c, last(fn.inputs(), fn.num_inputs()));
   return call;
@@ -263,6 +269,7 @@ void on_op_end(const at::RecordFunction& fn, at::ObserverContext* context) {
   }
   count->macs += macs;
   if (call->fp32) count->fp32_macs += macs;
+  if (call->fp8) count->fp8_macs += macs;
 }
 
 // Counts the ops this thread runs while alive.
@@ -286,6 +293,32 @@ class ScopedOpCount {
   OpCount* previous_;
   at::CallbackHandle handle_ = 0;
 };
+
+// The multiply-accumulates that run as FP8 GEMMs (0 without amp.fp8.enabled). Which products
+// those are is the recipe's (amp/fp8_gemm.h: modules kept out, fp32 regions, the ops it takes):
+// the same forward pass under the run's policy, where the recipe reports each GEMM's operands to
+// the scaling state's observer just before the product runs.
+double fp8_macs(const Settings& settings, Task& task, const data::Batch& sample) {
+  const amp::Policy policy = amp::resolve_policy(settings.amp, /*on_cuda=*/false);
+  if (!policy.fp8.enabled) return 0;
+  torch::nn::Module& model = task.module();
+  auto state = std::make_shared<amp::Fp8State>(amp::fp8_scaling(policy.fp8));
+  state->set_observer(std::make_shared<const amp::Fp8Observer>(
+      [](const std::string&, amp::Fp8Role role, const torch::Tensor&, float, amp::Fp8Format) {
+        if (t_count && role != amp::Fp8Role::kGradOutput) t_count->fp8_next = true;
+      }));
+  OpCount count;
+  {
+    amp::ScopedPolicy scoped(policy);
+    amp::ScopedModules modules(std::make_shared<const amp::ModuleMap>(
+        model, settings.amp.fp32_modules, policy.fp8.skip_modules));
+    amp::ScopedFp8 fp8(state, /*record=*/false);
+    ScopedOpCount counting(count);
+    model.eval();
+    task.train_loss(sample, torch::Device(torch::kCPU));
+  }
+  return count.fp8_macs;
+}
 
 }  // namespace
 
@@ -333,6 +366,7 @@ ForwardWork forward_work(const Settings& settings,
   work.macs = count.macs;
   work.fp32_macs = count.fp32_macs;
   work.uncounted.assign(count.uncounted.begin(), count.uncounted.end());
+  work.fp8_macs = fp8_macs(settings, *task, *sample);
   return work;
 }
 

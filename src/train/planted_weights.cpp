@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <regex>
 #include <set>
 
 #include "core/config.h"
@@ -43,14 +44,19 @@ std::string near_names(const std::string& name, const std::vector<std::string>& 
   return out;
 }
 
-// The floating tensor `scale` names, multiplied in place. ConfigError as plant_weights says.
+// The floating tensor `scale` names (or its slice "NAME[K]" along the first dimension),
+// multiplied in place. ConfigError as plant_weights says.
 void apply_scale(std::map<std::string, torch::Tensor>& state, const WeightScale& scale,
                  const std::vector<std::string>& names) {
   const std::string what = "--scale " + scale.name;
-  auto it = state.find(scale.name);
+  static const std::regex kSlice(R"((.*)\[([0-9]{1,9})\])");
+  std::smatch slice;
+  const bool sliced = std::regex_match(scale.name, slice, kSlice);
+  const std::string name = sliced ? slice[1].str() : scale.name;
+  auto it = state.find(name);
   if (it == state.end()) {
     throw ConfigError(what + ": the model has no parameter or buffer of this name; near names: " +
-                      near_names(scale.name, names) +
+                      near_names(name, names) +
                       " (all of them: amptune diagnose lists the "
                       "modules; a tensor's name is its module's name + .weight, .bias, ...)");
   }
@@ -59,7 +65,17 @@ void apply_scale(std::map<std::string, torch::Tensor>& state, const WeightScale&
     throw ConfigError(what + ": " + scale.name + " holds integers (a counter), not weights");
   }
   if (!std::isfinite(scale.factor)) throw ConfigError(what + ": the factor must be finite");
-  const torch::Tensor scaled = t * scale.factor;
+  torch::Tensor scaled = t * scale.factor;
+  if (sliced) {
+    const int64_t k = std::stoll(slice[2].str());
+    if (t.dim() < 1 || k >= t.size(0)) {
+      throw ConfigError(what + ": " + name + " has " +
+                        std::to_string(t.dim() < 1 ? 0 : t.size(0)) +
+                        " slices along its first dimension; K counts from 0");
+    }
+    scaled = t.clone();
+    scaled[k] = t[k] * scale.factor;
+  }
   if (!torch::isfinite(scaled).all().item<bool>()) {
     throw ConfigError(what + "=" + std::to_string(scale.factor) + ": the scaled " + scale.name +
                       " is not finite in fp32 (largest value " +

@@ -17,7 +17,10 @@ class Config;
 namespace amptune::train {
 
 struct WeightScale {
-  std::string name;  // a state-dict name: "layer3.0.conv1.weight"
+  // A state-dict name: "layer3.0.conv1.weight"; or one slice of it along its first dimension,
+  // "layer2.0.conv1.weight[0]" (one output filter of a convolution, one row of a Linear): a few
+  // huge values that set a per-tensor FP8 scale (docs/TUNE.md "FP8").
+  std::string name;
   double factor = 1.0;
 };
 
@@ -27,8 +30,9 @@ struct WeightScale {
 // factor and writes the whole state dict to `out` in the format model.weights reads
 // (models/weights.h; atomic: core/files.h write_file_atomic). Throws ConfigError, before anything
 // is written, naming a name that is no floating tensor of the model (with the names nearest to
-// it), a name given twice, or a factor that is not finite or gives a value that is not finite in
-// fp32; EnvironmentError / ModelError when `out` cannot be written.
+// it), a slice beyond the tensor's first dimension, a name given twice, or a factor that is not
+// finite or gives a value that is not finite in fp32; EnvironmentError / ModelError when `out`
+// cannot be written.
 ExportResult plant_weights(const Config& config, const std::vector<WeightScale>& scales,
                            const std::string& out);
 

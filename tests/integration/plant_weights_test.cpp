@@ -67,6 +67,17 @@ TEST(PlantWeights, TheSeededInitWithTheNamedTensorScaledLoadsAsModelWeights) {
   EXPECT_TRUE(planted.at("bn1.running_var").equal(torch::ones_like(planted.at("bn1.running_var"))));
   EXPECT_EQ(planted.at("bn1.num_batches_tracked").item<int64_t>(), 0);
 
+  // One slice: the first output filter of conv1 only (a few huge values of a tensor).
+  r = run_amptune({"data", "plant-weights", f.yaml, "--scale", "conv1.weight[0]=1000", "--out",
+                   "slice.pt"},
+                  f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto slice = models::read_state_dict(f.dir + "/slice.pt");
+  const torch::Tensor conv1 = init.at("conv1.weight");
+  EXPECT_TRUE(slice.at("conv1.weight")[0].equal(conv1[0] * 1000.0));
+  EXPECT_TRUE(slice.at("conv1.weight").slice(0, 1).equal(conv1.slice(0, 1)));
+  EXPECT_TRUE(slice.at("fc.weight").equal(init.at("fc.weight")));
+
   // A run given the file as model.weights (a path relative to the working directory) starts there.
   const TinySweep g = tiny_sweep("load");
   fs::copy_file(f.dir + "/planted.pt", g.dir + "/planted.pt");
@@ -97,6 +108,10 @@ TEST(PlantWeights, RefusesWhatItCannotPlantAndWritesNothing) {
   r = plant({"bn1.num_batches_tracked=2"});
   EXPECT_EQ(r.exit_code, 3) << r.err;
   EXPECT_NE(r.err.find("holds integers"), std::string::npos) << r.err;
+  r = plant({"conv1.weight[4]=2"});  // conv1 has 4 output filters at this width: 0..3
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find("--scale conv1.weight[4]: conv1.weight has 4 slices"), std::string::npos)
+      << r.err;
   r = plant({"conv1.weight=2", "conv1.weight=3"});
   EXPECT_EQ(r.exit_code, 3) << r.err;
   EXPECT_NE(r.err.find("given twice"), std::string::npos) << r.err;

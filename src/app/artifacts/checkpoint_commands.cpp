@@ -77,6 +77,7 @@ RunDiagnosis diagnose_run(const std::string& db, const std::string& ref,
     store.record_diagnosis(r.diagnosis);
     r.by_severity = train::rows_by_severity(r.diagnosis);
     r.first_divergence = train::first_divergence(r.diagnosis);
+    r.fp8_slots = train::worst_fp8_rows(r.diagnosis);
   });
 }
 

@@ -12,6 +12,7 @@
 #include "app/artifacts/checkpoint_folders.h"
 #include "store/store.h"
 #include "train/diagnose.h"
+#include "train/diagnose_fp8.h"
 #include "train/evaluate.h"
 
 namespace amptune::app {
@@ -39,13 +40,15 @@ RunExport export_run(const std::string& db, const std::string& ref, int epoch,
 
 // `amptune diagnose`: train::diagnose of run `ref` at the checkpoint train::pick_checkpoint
 // chooses, recorded (replacing an earlier diagnosis of the same checkpoint), with its rows in the
-// order to show them (train::rows_by_severity) and its first departing module
-// (train::first_divergence).
+// order to show them (train::rows_by_severity), its first departing module
+// (train::first_divergence) and, for a run in FP8, one row per slot and role
+// (train::worst_fp8_rows).
 struct RunDiagnosis {
   records::RunRow run;
   records::Diagnosis diagnosis;
   std::vector<records::DiagnosticRow> by_severity;
   std::optional<records::DiagnosticRow> first_divergence;
+  std::vector<records::Fp8DiagnosticRow> fp8_slots;
 };
 RunDiagnosis diagnose_run(const std::string& db, const std::string& ref,
                           const train::DiagnoseOptions& options);

@@ -217,18 +217,22 @@ void StoreExecutor::prune(const records::PruneDecisionRow& decision) {
             std::to_string(decision.epoch) + ": " + decision.reason);
 }
 
-double StoreExecutor::fp32_share(int64_t id) {
+std::pair<double, double> StoreExecutor::shares(int64_t id) {
   if (auto it = shares_.find(id); it != shares_.end()) return it->second;
   const records::RunRow run = *store_.find_run(id);
-  double share = kNaN;
+  std::pair<double, double> share = {kNaN, kNaN};
   try {
-    share = train::forward_work(resolve_run(run).config()).fp32_share();
+    const train::ForwardWork work = train::forward_work(resolve_run(run).config());
+    share = {work.fp32_share(), work.fp8_share()};
   } catch (const std::exception& e) {
     log::warn("tune: cannot count the forward work of run " + run.name + " (" + e.what() +
               "); it is ranked as if all of it ran in fp32");
   }
   return shares_[id] = share;
 }
+
+double StoreExecutor::fp32_share(int64_t id) { return shares(id).first; }
+double StoreExecutor::fp8_share(int64_t id) { return shares(id).second; }
 
 double StoreExecutor::speed(int64_t id) {
   for (const auto& t : store_.run_totals(plan_.sweep.name)) {

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "app/run/runner.h"
@@ -35,6 +36,7 @@ class StoreExecutor : public TuneExecutor {
   std::vector<records::DiagnosisAdvice> diagnose(int64_t id, int epoch) override;
   void prune(const records::PruneDecisionRow& decision) override;
   double fp32_share(int64_t id) override;
+  double fp8_share(int64_t id) override;
   double speed(int64_t id) override;
 
   records::TuneSearchRow open_search(const records::TuneSearchRow& row) override;
@@ -64,7 +66,8 @@ class StoreExecutor : public TuneExecutor {
  private:
   int64_t sweep_id_ = 0;
   std::map<int64_t, std::map<int, double>> values_;  // as last read
-  std::map<int64_t, double> shares_;  // fp32_share by run id
+  std::pair<double, double> shares(int64_t id);  // fp32 and FP8 shares of the forward work
+  std::map<int64_t, std::pair<double, double>> shares_;  // by run id
 };
 
 }  // namespace amptune::app

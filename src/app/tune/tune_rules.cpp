@@ -94,11 +94,20 @@ std::string parent_of(const std::string& name) {
   return dot == std::string::npos ? "" : name.substr(0, dot);
 }
 
+// What the FP8 moves need to know of a setting (amp.fp8.*, docs/TUNE.md "FP8").
+struct Fp8Setting {
+  bool enabled = false;
+  bool delayed = true;  // recipe delayed (else current)
+  int64_t margin = 0, history = 1;
+  std::vector<std::string> skip;  // amp.fp8.skip_modules
+};
+
 // What the moves need to know of a setting, with apex's meaning of its amp keys.
 struct Setting {
   amp::Policy policy;
   AmpSettings amp;
   std::vector<std::string> modules, casts;
+  Fp8Setting fp8;
   bool static_scale() const { return policy.low_precision() && !policy.dynamic_scale; }
   bool batchnorm_fp32() const { return !policy.cast_model || policy.keep_batchnorm_fp32; }
 };
@@ -109,6 +118,8 @@ Setting setting_of(const Config& config) {
   s.policy = amp::apex_properties(s.amp);
   s.modules = config.get_string_list("amp.fp32_modules");
   s.casts = config.get_string_list("casts.int32");
+  const amp::Fp8Policy& fp8 = s.policy.fp8;  // amp.fp8 as the recipe reads it
+  s.fp8 = {fp8.enabled, fp8.delayed, fp8.margin, fp8.amax_history_len, fp8.skip_modules};
   return s;
 }
 
@@ -139,6 +150,58 @@ class MoveList {
   std::set<std::string> changes_;  // dumps of the changes listed
   std::vector<TuneMove> moves_;
 };
+
+// The FP8 recipe moves over `s`, each unset when it changes nothing: current scaling, one more
+// power of two of margin, a history 16 times shorter (at least 1).
+std::optional<TuneMove> fp8_recipe_move(const Setting& s) {
+  if (!s.fp8.enabled || !s.fp8.delayed) return std::nullopt;
+  return TuneMove{TuneMoveKind::kFp8Recipe, {{"amp.fp8.recipe", "current"}},
+                  "FP8 scaling from each tensor's own amax (delayed -> current)", std::nullopt, ""};
+}
+std::optional<TuneMove> fp8_margin_move(const Setting& s) {
+  if (!s.fp8.enabled) return std::nullopt;
+  return TuneMove{TuneMoveKind::kFp8Margin,
+                  {{"amp.fp8.margin", s.fp8.margin + 1}},
+                  "FP8 margin " + std::to_string(s.fp8.margin) + " -> " +
+                      std::to_string(s.fp8.margin + 1) + " (twice the headroom)",
+                  std::nullopt,
+                  ""};
+}
+std::optional<TuneMove> fp8_history_move(const Setting& s) {
+  if (!s.fp8.enabled || !s.fp8.delayed || s.fp8.history <= 1) return std::nullopt;
+  const int64_t shorter = std::max<int64_t>(1, s.fp8.history / 16);
+  return TuneMove{TuneMoveKind::kFp8History,
+                  {{"amp.fp8.amax_history_len", shorter}},
+                  "FP8 amax history " + std::to_string(s.fp8.history) + " -> " +
+                      std::to_string(shorter) + " steps",
+                  std::nullopt,
+                  ""};
+}
+
+// The move of an FP8 advice row (docs/AMP.md "FP8 advice rules"); unset when it changes nothing.
+std::optional<TuneMove> fp8_advice_move(const records::DiagnosisAdvice& a, const Setting& s) {
+  std::optional<TuneMove> m;
+  const std::string why = "the diagnosis's " + records::to_string(a.rule) + " (" + a.module + ")";
+  switch (a.rule) {
+    case AdviceRule::kFp8KeepOut: {
+      if (!s.fp8.enabled || a.module.empty() || contains(s.fp8.skip, a.module)) break;
+      std::vector<std::string> list = s.fp8.skip;
+      list.push_back(a.module);
+      m = TuneMove{TuneMoveKind::kFp8SkipModules, {{"amp.fp8.skip_modules", list}},
+                   why + ": keep " + a.module + " out of FP8", std::nullopt, ""};
+      break;
+    }
+    case AdviceRule::kFp8CurrentScaling: m = fp8_recipe_move(s); break;
+    case AdviceRule::kFp8RaiseMargin: m = fp8_margin_move(s); break;
+    case AdviceRule::kFp8ShortenHistory: m = fp8_history_move(s); break;
+    default: break;
+  }
+  if (!m) return std::nullopt;
+  if (a.rule != AdviceRule::kFp8KeepOut) m->reason = why + ": " + m->reason;
+  m->advice_rule = a.rule;
+  m->advice_module = a.module;
+  return m;
+}
 
 // The move an advice row maps to; unset when none does over `s`.
 std::optional<TuneMove> advice_move(const records::DiagnosisAdvice& a, const Setting& s) {
@@ -185,6 +248,11 @@ std::optional<TuneMove> advice_move(const records::DiagnosisAdvice& a, const Set
       m.reason = "the diagnosis finds the int32 cast of " + a.module + " truncating its values";
       return m;
     }
+    case AdviceRule::kFp8KeepOut:
+    case AdviceRule::kFp8CurrentScaling:
+    case AdviceRule::kFp8RaiseMargin:
+    case AdviceRule::kFp8ShortenHistory:
+      return fp8_advice_move(a, s);
   }
   return std::nullopt;
 }
@@ -290,6 +358,13 @@ std::vector<TuneMove> candidate_moves(const Config& current,
              std::nullopt,
              ""});
   }
+  // FP8's recipe keys (they add no fp32 work either).
+  for (auto move : {fp8_recipe_move(s), fp8_margin_move(s), fp8_history_move(s)}) {
+    if (move) {
+      move->reason = "move order: " + move->reason;
+      out.add(*move);
+    }
+  }
   if (!lr_shifted) {
     if (auto m = lr_move(current, fork_epoch)) out.add(*m);
   }
@@ -297,17 +372,25 @@ std::vector<TuneMove> candidate_moves(const Config& current,
   return out.take();
 }
 
+bool is_module_list(const std::string& key) {
+  return key == "amp.fp32_modules" || key == "amp.fp8.skip_modules";
+}
+
 Overrides union_change(const Config& current, const std::vector<TuneMove>& moves) {
-  std::vector<std::string> modules = current.get_string_list("amp.fp32_modules");
+  const Setting s = setting_of(current);
+  // The module lists, as they grow (FP8's only under FP8: no move sets it otherwise).
+  std::map<std::string, std::vector<std::string>> lists = {{"amp.fp32_modules", s.modules}};
+  if (s.fp8.enabled) lists["amp.fp8.skip_modules"] = s.fp8.skip;
+  const auto lists_before = lists;
   std::vector<std::string> casts = current.get_string_list("casts.int32");
-  const std::vector<std::string> modules_before = modules, casts_before = casts;
+  const std::vector<std::string> casts_before = casts;
   Overrides out;
   std::set<std::string> keys;
   for (const TuneMove& m : moves) {
     for (const auto& [key, value] : m.change) {
-      if (key == "amp.fp32_modules") {
+      if (is_module_list(key)) {
         for (const auto& module : value.get<std::vector<std::string>>()) {
-          if (!contains(modules, module)) modules.push_back(module);
+          if (!contains(lists[key], module)) lists[key].push_back(module);
         }
       } else if (key == "casts.int32") {
         const auto kept = value.get<std::vector<std::string>>();
@@ -319,7 +402,9 @@ Overrides union_change(const Config& current, const std::vector<TuneMove>& moves
       }
     }
   }
-  if (modules != modules_before) out.emplace_back("amp.fp32_modules", modules);
+  for (const auto& [key, list] : lists) {
+    if (list != lists_before.at(key)) out.emplace_back(key, list);
+  }
   if (casts != casts_before) out.emplace_back("casts.int32", casts);
   return out;
 }
@@ -368,12 +453,56 @@ std::optional<std::vector<std::string>> next_bisect_probe(
   return queue.back();
 }
 
-std::vector<double> precision_rank(const Config& config, double fp32_share) {
+std::vector<double> precision_rank(const Config& config, double fp32_share, double fp8_share) {
   const Setting s = setting_of(config);
   return {std::isnan(fp32_share) ? 1.0 : fp32_share,
+          std::isnan(fp8_share) ? 1.0 : 1.0 - fp8_share,
           static_cast<double>(amp::fp32_order(s.policy.opt_level)),
           static_cast<double>(distinct(s.modules).size()),
-          s.policy.cast_model && s.batchnorm_fp32() ? 1.0 : 0.0};
+          s.policy.cast_model && s.batchnorm_fp32() ? 1.0 : 0.0,
+          s.fp8.enabled ? static_cast<double>(distinct(s.fp8.skip).size()) : 0.0};
+}
+
+namespace {
+constexpr const char* kFp8Item = "fp8:";  // a module_items item kept out of FP8
+}  // namespace
+
+std::vector<std::string> module_items(const Config& solution) {
+  const Setting s = setting_of(solution);
+  std::vector<std::string> items = distinct(s.modules);
+  if (s.fp8.enabled) {
+    for (const auto& m : distinct(s.fp8.skip)) items.push_back(kFp8Item + m);
+  }
+  return items;
+}
+
+Overrides module_probe(const Config& solution, const std::vector<std::string>& kept,
+                       const std::vector<std::string>& dropped) {
+  auto keeps = [&](const std::string& item) {
+    return contains(kept, item) && !contains(dropped, item);
+  };
+  const Setting s = setting_of(solution);
+  std::vector<std::string> modules, skip;
+  for (const auto& m : distinct(s.modules)) {
+    if (keeps(m)) modules.push_back(m);
+  }
+  Overrides change = {{"amp.fp32_modules", modules}};
+  if (!s.fp8.enabled) return change;
+  for (const auto& m : distinct(s.fp8.skip)) {
+    if (keeps(kFp8Item + m)) skip.push_back(m);
+  }
+  change.emplace_back("amp.fp8.skip_modules", skip);
+  return change;
+}
+
+TuneMoveKind bisect_move(const std::vector<std::string>& dropped,
+                         const std::vector<std::string>& module_items) {
+  bool fp32 = false, fp8 = false;
+  for (const auto& item : dropped) {
+    if (!contains(module_items, item)) return TuneMoveKind::kUndo;  // a union's key
+    (item.rfind(kFp8Item, 0) == 0 ? fp8 : fp32) = true;
+  }
+  return fp8 && !fp32 ? TuneMoveKind::kFp8SkipModules : TuneMoveKind::kFp32Modules;
 }
 
 double seed_noise(const std::vector<double>& values) {
@@ -424,24 +553,29 @@ std::string changed_yaml(const Config& config, const Config& base,
 
 int grid_epochs(const std::vector<records::TuneCandidateRow>& candidates, int epochs) {
   std::map<TuneMoveKind, std::set<std::string>> tried;
-  std::set<std::string> modules;  // every module a fp32_modules move named
+  // Every module a fp32_modules (fp8_skip_modules) move named.
+  std::map<TuneMoveKind, std::set<std::string>> modules;
+  const std::map<TuneMoveKind, std::string> lists = {
+      {TuneMoveKind::kFp32Modules, "amp.fp32_modules"},
+      {TuneMoveKind::kFp8SkipModules, "amp.fp8.skip_modules"}};
   for (const auto& c : candidates) {
     if (!c.move) continue;
     tried[*c.move].insert(c.change_json);
-    if (c.move != TuneMoveKind::kFp32Modules) continue;
+    const auto key = lists.find(*c.move);
+    if (key == lists.end()) continue;
     const nlohmann::json change = nlohmann::json::parse(c.change_json, nullptr, false);
-    const auto list = change.is_object() ? change.find("amp.fp32_modules") : change.end();
+    const auto list = change.is_object() ? change.find(key->second) : change.end();
     if (list == change.end() || !list->is_array()) continue;
     for (const auto& m : *list) {
-      if (m.is_string()) modules.insert(m.get<std::string>());
+      if (m.is_string()) modules[*c.move].insert(m.get<std::string>());
     }
   }
   int64_t cells = 1;
   for (const auto& [move, changes] : tried) {
-    // fp32_modules: every subset of the modules named (the grid a user would run by hand);
-    // another move: each distinct change, or none.
-    const int64_t axis = move == TuneMoveKind::kFp32Modules
-                             ? (int64_t{1} << std::min<size_t>(modules.size(), 30))
+    // fp32_modules, fp8_skip_modules: every subset of the modules named (the grid a user would
+    // run by hand); another move: each distinct change, or none.
+    const int64_t axis = lists.count(move)
+                             ? (int64_t{1} << std::min<size_t>(modules[move].size(), 30))
                              : 1 + static_cast<int64_t>(changes.size());
     cells = std::min<int64_t>(cells * axis, int64_t{1} << 31);
   }

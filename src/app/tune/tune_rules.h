@@ -91,24 +91,33 @@ struct TuneMove {
 // first_departure -> fp32_modules + [the module] (its enclosing block under O2/O3 for an
 // overflow); gradient_underflow / gradient_overflow under a static scale -> loss_scale dynamic;
 // batchnorm_low_precision -> keep_batchnorm_fp32 true; cast_point -> that point out of
-// casts.int32), preceded, when the advice names two or more overflowing modules, by one move
-// that keeps them all in fp32 together; then every other allowed move that changes something,
-// cheapest first: loss_scale (static -> dynamic), casts (all removed), keep_batchnorm_fp32 (true
-// under O2/O3), lr_dec_epoch (each decay after `fork_epoch` one epoch later, once per path: not
-// when `lr_shifted`), opt_level (one level toward fp32, amp::toward_fp32: O3 -> O2 -> O1, never O0,
+// casts.int32; under amp.fp8.enabled fp8_keep_out -> fp8_skip_modules + [the module],
+// fp8_current_scaling -> fp8_recipe current, fp8_raise_margin -> fp8_margin + 1,
+// fp8_shorten_history -> fp8_history / 16), preceded, when the advice names two or more
+// overflowing modules, by one move that keeps them all in fp32 together; then every other
+// allowed move that changes something, cheapest first: loss_scale (static -> dynamic), casts
+// (all removed), keep_batchnorm_fp32 (true under O2/O3), under FP8 fp8_recipe (delayed ->
+// current), fp8_margin (+ 1) and fp8_history (delayed: 16 times shorter, at least 1),
+// lr_dec_epoch (each decay after `fork_epoch` one epoch later, once per path: not when
+// `lr_shifted`), opt_level (one level toward fp32, amp::toward_fp32: O3 -> O2 -> O1, never O0,
 // with the keys apex refuses at the new level back to auto: amp::opt_level_change). What the amp
 // keys mean (a static scale, BatchNorm in low precision, a cast model) is amp::apex_properties'.
-// fp32_modules is offered only by a diagnosis. Two moves with the same change are one (the first).
+// fp32_modules and fp8_skip_modules are offered only by a diagnosis. Two moves with the same
+// change are one (the first).
 std::vector<TuneMove> candidate_moves(const Config& current,
                                       const std::vector<records::DiagnosisAdvice>& advice,
                                       const std::vector<TuneMoveKind>& allowed, int fork_epoch,
                                       bool lr_shifted);
 
 // The change that applies every move of `moves` (made over `current`) at once: the union of the
-// modules they keep in fp32 (amp.fp32_modules), the cast points none of them keeps
+// modules they keep in fp32 (amp.fp32_modules) and of those they keep out of FP8
+// (amp.fp8.skip_modules), the cast points none of them keeps
 // (casts.int32), and each other key as the first move that sets it sets it. (Intel Neural
 // Compressor's accumulated fallback; docs/TUNE.md step 7.)
 Overrides union_change(const Config& current, const std::vector<TuneMove>& moves);
+// Whether `key` is a list of modules that moves add to and a union joins: amp.fp32_modules,
+// amp.fp8.skip_modules.
+bool is_module_list(const std::string& key);
 
 // The epochs at which a round's successive halving decides: fork_epoch + min_epochs * eta^k
 // (k = 0, 1, ...) while before `last_epoch`, then last_epoch itself (the end, where candidates
@@ -129,11 +138,27 @@ std::optional<std::vector<std::string>> next_bisect_probe(
     const std::vector<std::pair<std::vector<std::string>, bool>>& probes,
     std::vector<std::string>& kept);
 
-// The objective "precision" as a key to sort by, smaller = less fp32 work: `fp32_share`, the
-// share of the forward pass's multiply-accumulates run in fp32 (train::forward_work; NaN when it
-// could not be measured, ranked as 1), then the opt level (amp::fp32_order: O3 < O2 < O1 < O0),
-// then the number of distinct amp.fp32_modules, then BatchNorm held in fp32 under O2/O3.
-std::vector<double> precision_rank(const Config& config, double fp32_share);
+// The objective "precision" as a key to sort by, smaller = less fp32 work, then lower precision:
+// `fp32_share`, the share of the forward pass's multiply-accumulates run in fp32
+// (train::forward_work; NaN when it could not be measured, ranked as 1), then the share not run
+// in FP8 (1 - `fp8_share`, the share run in FP8, 0 without it; NaN ranked as none: fewer
+// modules kept out of FP8 is lower precision), then the opt level (amp::fp32_order: O3 < O2 <
+// O1 < O0), then the number of distinct amp.fp32_modules, then BatchNorm held in fp32 under
+// O2/O3, then the number of distinct amp.fp8.skip_modules under FP8.
+std::vector<double> precision_rank(const Config& config, double fp32_share,
+                                   double fp8_share = 0.0);
+
+// Bisection over a solution's modules: its items, each module it keeps in fp32 (its name), then
+// each it keeps out of FP8 ("fp8:" + its name, under amp.fp8.enabled), each once; the change over
+// `solution` that keeps, of them, those in `kept` and not in `dropped` (amp.fp32_modules, and
+// amp.fp8.skip_modules under FP8); and a probe's move: fp8_skip_modules when it drops only
+// modules kept out of FP8, undo when it drops anything that is not a module item (a key a union
+// set), else fp32_modules.
+std::vector<std::string> module_items(const Config& solution);
+Overrides module_probe(const Config& solution, const std::vector<std::string>& kept,
+                       const std::vector<std::string>& dropped);
+TuneMoveKind bisect_move(const std::vector<std::string>& dropped,
+                         const std::vector<std::string>& module_items);
 
 // The keys of `config` that differ from `base`, among `keys`, as YAML lines ready for base:
 // ("amp.fp32_modules: [conv1]\n"), in the order of `keys` (each once).

@@ -476,7 +476,7 @@ std::optional<Candidate> Search::try_union(const RunView& node, const std::vecto
              std::nullopt, ""};
   std::vector<Candidate> alone = {record_candidate(node, fork_epoch, u, 0)};
   for (const auto& [key, value] : change) {
-    if (key != "amp.fp32_modules") {
+    if (!is_module_list(key)) {
       undo_[alone[0].run_id][key + ": " + flow_yaml(value)] = {key, node.config.at(key)};
     }
   }
@@ -511,8 +511,10 @@ bool Search::better_answer(const Candidate& a, const Candidate& b) {
     const double fa = exec_.speed(a.run_id), fb = exec_.speed(b.run_id);
     if (fa != fb) return fa > fb;
   } else {
-    const auto ra = precision_rank(exec_.view(a.run_id).config, exec_.fp32_share(a.run_id));
-    const auto rb = precision_rank(exec_.view(b.run_id).config, exec_.fp32_share(b.run_id));
+    const auto ra = precision_rank(exec_.view(a.run_id).config, exec_.fp32_share(a.run_id),
+                                   exec_.fp8_share(a.run_id));
+    const auto rb = precision_rank(exec_.view(b.run_id).config, exec_.fp32_share(b.run_id),
+                                   exec_.fp8_share(b.run_id));
     if (ra != rb) return ra < rb;
   }
   const double sa = spec_.tolerance.shortfall(a.value, a.reference_value);
@@ -521,9 +523,10 @@ bool Search::better_answer(const Candidate& a, const Candidate& b) {
   return std::make_pair(a.round, a.seq) < std::make_pair(b.round, b.seq);
 }
 
-// A solution's items: each fp32 module it keeps, and each other key a union set.
+// A solution's items: each module it keeps in fp32 or out of FP8, and each other key a union
+// set.
 std::vector<std::string> Search::bisect_items(const Candidate& solution, const RunView& run) {
-  std::vector<std::string> items = distinct(run.config.get_string_list("amp.fp32_modules"));
+  std::vector<std::string> items = module_items(run.config);
   auto undo = undo_.find(solution.run_id);
   if (undo != undo_.end()) {
     for (const auto& [item, key_value] : undo->second) items.push_back(item);
@@ -534,14 +537,7 @@ std::vector<std::string> Search::bisect_items(const Candidate& solution, const R
 // The change over `run` (a solution) that keeps `kept` of its items and undoes `dropped`.
 Overrides Search::probe_change(const RunView& run, const std::vector<std::string>& kept,
                                const std::vector<std::string>& dropped, int64_t solution) {
-  std::vector<std::string> modules;
-  for (const auto& m : distinct(run.config.get_string_list("amp.fp32_modules"))) {
-    if (std::find(kept.begin(), kept.end(), m) != kept.end() &&
-        std::find(dropped.begin(), dropped.end(), m) == dropped.end()) {
-      modules.push_back(m);
-    }
-  }
-  Overrides change = {{"amp.fp32_modules", modules}};
+  Overrides change = module_probe(run.config, kept, dropped);
   auto undo = undo_.find(solution);
   if (undo == undo_.end()) return change;
   for (const auto& [item, key_value] : undo->second) {  // undone: dropped now or before
@@ -568,8 +564,7 @@ std::optional<Candidate> Search::bisect(const Candidate& solution,
     exec_.record_round({search_.id, round_, records::TuneRoundKind::kBisect, solution.run_id,
                         solution.fork_epoch, std::nullopt,
                         "bisection of " + flow_yaml(nlohmann::json(kept))});
-    const bool modules_only = change.size() == 1;
-    TuneMove m{modules_only ? TuneMoveKind::kFp32Modules : TuneMoveKind::kUndo, change,
+    TuneMove m{bisect_move(*chunk, module_items(run.config)), change,
                "bisection: does the solution stay within tolerance without " + dropped + "?",
                std::nullopt, ""};
     std::vector<Candidate> probe = {record_candidate(run, solution.fork_epoch, m, 0)};

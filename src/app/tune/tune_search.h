@@ -59,9 +59,10 @@ class TuneExecutor {
   virtual std::vector<records::DiagnosisAdvice> diagnose(int64_t id, int epoch) = 0;
   // Stops a candidate at a rung: status pruned with `decision` as its evidence.
   virtual void prune(const records::PruneDecisionRow& decision) = 0;
-  // The share of run `id`'s forward multiply-accumulates in fp32 (NaN: not measured), and its
-  // mean training images/s (0: none).
+  // The share of run `id`'s forward multiply-accumulates in fp32 and in FP8 (NaN: not
+  // measured), and its mean training images/s (0: none).
   virtual double fp32_share(int64_t id) = 0;
+  virtual double fp8_share(int64_t id) = 0;
   virtual double speed(int64_t id) = 0;
 
   // --- decisions (tune_searches, tune_rounds, tune_candidates); recording a row that is

@@ -1,8 +1,11 @@
 #include "app/views/inspect.h"
 
+#include <cmath>
 #include <filesystem>
+#include <utility>
 
 #include "core/error.h"
+#include "train/diagnose_fp8.h"
 
 namespace amptune::app {
 
@@ -40,7 +43,32 @@ RunDetails show_run(const store::Store& store, const std::string& ref) {
   details.epochs = store.epochs(details.run.id);
   details.initial_metrics = store.initial_metrics(details.run.id);
   details.prune_decisions = store.prune_decisions(details.run.id);
+  if (auto fp8 = store.fp8_diagnosis(details.run.id)) {
+    records::Diagnosis d;
+    d.fp8_rows = std::move(fp8->rows);
+    details.fp8 = Fp8Findings{fp8->epoch, train::worst_fp8_rows(d),
+                              store.diagnosis_advice(details.run.id, fp8->epoch).value_or(
+                                  std::vector<records::DiagnosisAdvice>{})};
+  }
   return details;
+}
+
+Table fp8_table(const std::vector<records::Fp8DiagnosticRow>& slots) {
+  auto text = [](double v, int digits = 4) {
+    return std::isnan(v) ? std::string("-") : significant(v, digits);
+  };
+  auto share = [](double v) { return std::isnan(v) ? std::string("-") : fixed(v * 100, 2); };
+  Table table({"module", "role", "format", "saturated %", "flushed %", "SQNR dB", "amax", "scale",
+               "history min", "max", "ratio"});
+  for (const auto& r : slots) {
+    const bool history = r.history_len > 0;
+    table.add({r.module, r.role, r.format, share(r.saturated_frac), share(r.flushed_frac),
+               std::isnan(r.sqnr_db) ? std::string("exact") : fixed(r.sqnr_db, 1), text(r.amax),
+               text(r.scale), history ? text(r.history_min) : "-",
+               history ? text(r.history_max) : "-",
+               history && r.history_min > 0 ? text(r.history_max / r.history_min, 3) : "-"});
+  }
+  return table;
 }
 
 }  // namespace amptune::app

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "app/views/status.h"
+#include "app/views/table.h"
 #include "store/store.h"
 
 namespace amptune::app {
@@ -29,14 +30,27 @@ records::RunRow find_run(const store::Store& store, const std::string& ref);
 // (list_runs, app/views/status.h).
 std::vector<RunLine> list_runs(const std::string& db, const std::optional<std::string>& sweep);
 
+// What a diagnosis found of a run's FP8 (docs/AMP.md "Diagnosing FP8"): the diagnosed epoch
+// (-1: the initial weights), one row per slot and role (train::worst_fp8_rows) and the
+// diagnosis's advice.
+struct Fp8Findings {
+  int epoch = 0;
+  std::vector<records::Fp8DiagnosticRow> slots;
+  std::vector<records::DiagnosisAdvice> advice;
+};
+// The FP8 rows as a table (diagnose and show print it): module, role, format, saturated %,
+// flushed %, SQNR dB, amax, scale, the history's min, max and their ratio.
+Table fp8_table(const std::vector<records::Fp8DiagnosticRow>& slots);
+
 // `amptune show`: one run of the database `db` (find_run) with its epochs (ascending), the
-// evaluation of its initial weights (empty when it has none) and the decisions a prune rule made
-// about it.
+// evaluation of its initial weights (empty when it has none), the decisions a prune rule made
+// about it and the FP8 findings of its newest diagnosis that has FP8 rows.
 struct RunDetails {
   records::RunRow run;
   std::vector<records::EpochRow> epochs;
   std::map<std::string, double> initial_metrics;
   std::vector<records::PruneDecisionRow> prune_decisions;  // oldest first (docs/PRUNING.md)
+  std::optional<Fp8Findings> fp8;
 };
 RunDetails show_run(const std::string& db, const std::string& ref);
 RunDetails show_run(const store::Store& store, const std::string& ref);

@@ -125,13 +125,15 @@ TEST(CoreSweep, TheTuneBlockReadsEveryKeyOfItsSchema) {
 }
 
 // The tune block's words (core/tune_words.h): each value's word reads back to it, the words
-// are distinct, an unknown word or another case is unset; only the first six moves may be
+// are distinct, an unknown word or another case is unset; only the first ten moves may be
 // allowed by tune.moves (the rest are the search's own candidates).
 TEST(CoreSweep, TuneWordsRoundTripAndRefuseUnknownWords) {
   const std::vector<TuneMoveKind> moves = {
       TuneMoveKind::kLossScale,   TuneMoveKind::kKeepBatchnormFp32,
       TuneMoveKind::kFp32Modules, TuneMoveKind::kCasts,
       TuneMoveKind::kOptLevel,    TuneMoveKind::kLrDecEpoch,
+      TuneMoveKind::kFp8SkipModules, TuneMoveKind::kFp8Recipe,
+      TuneMoveKind::kFp8Margin,   TuneMoveKind::kFp8History,
       TuneMoveKind::kUnion,       TuneMoveKind::kUndo,
       TuneMoveKind::kConfirm,     TuneMoveKind::kSeed};
   std::set<std::string> words;
@@ -144,7 +146,8 @@ TEST(CoreSweep, TuneWordsRoundTripAndRefuseUnknownWords) {
   EXPECT_EQ(words.size(), moves.size());
   EXPECT_EQ(allowable,
             (std::vector<std::string>{"loss_scale", "keep_batchnorm_fp32", "fp32_modules", "casts",
-                                      "opt_level", "lr_dec_epoch"}));
+                                      "opt_level", "lr_dec_epoch", "fp8_skip_modules",
+                                      "fp8_recipe", "fp8_margin", "fp8_history"}));
   for (const char* word : {"", "teleport", "Loss_scale", "union "}) {
     EXPECT_FALSE(parse_tune_move_kind(word)) << word;
   }

@@ -49,7 +49,9 @@ TEST(AdviceRuleTest, EveryRuleRoundTripsThroughItsWord) {
   }
   EXPECT_EQ(words, (std::vector<std::string>{"activation_overflow", "gradient_underflow",
                                              "gradient_overflow", "batchnorm_low_precision",
-                                             "first_departure", "cast_point"}));
+                                             "first_departure", "cast_point", "fp8_keep_out",
+                                             "fp8_current_scaling", "fp8_raise_margin",
+                                             "fp8_shorten_history"}));
   for (const char* word : {"", "overflow", "Activation_overflow", "cast_point "}) {
     EXPECT_FALSE(parse_advice_rule(word)) << word;
   }

@@ -347,6 +347,20 @@ TEST(ForwardWork, CountsConvolutionsAndLinearLayersAndTheOnesKeptInFp32) {
   const ForwardWork all = forward_work(c);
   EXPECT_EQ(all.fp32_macs, low.macs);
   EXPECT_EQ(all.fp32_share(), 1.0);
+  EXPECT_EQ(all.fp8_macs, 0);  // no FP8 without amp.fp8.enabled
+
+  // FP8 (amp/fp8_gemm.h): every convolution and Linear is an FP8 GEMM, but those kept out.
+  c.set("amp.opt_level", "O1");
+  c.set("amp.dtype", "bf16");
+  c.set("amp.fp8.enabled", true);
+  const ForwardWork fp8 = forward_work(c);
+  EXPECT_EQ(fp8.macs, low.macs);
+  EXPECT_EQ(fp8.fp8_macs, low.macs);
+  EXPECT_EQ(fp8.fp8_share(), 1.0);
+  c.set("amp.fp8.skip_modules", nlohmann::json::array({"fc"}));
+  EXPECT_EQ(forward_work(c).fp8_macs, low.macs - 128);
+  c.set("amp.fp32_modules", nlohmann::json::array({"layer1"}));  // no FP8 in fp32 either
+  EXPECT_EQ(forward_work(c).fp8_macs, low.macs - 128 - 82944);
 }
 
 // A TorchScript model's work is every matmul-class op of its graph, not only its convolutions and
