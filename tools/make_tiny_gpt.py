@@ -1,8 +1,8 @@
 #!/usr/bin/python3
-"""Writes the tiny GPT example (docs/AMP.md "FP8", docs/MODELS.md "A small transformer"): a
-decoder-only transformer written in Python and scripted as a custom task, and byte-level token
-shards of real English text, in the formats amptune reads (model: {name: torchscript, task:
-custom}, data.format: tensors).
+"""Writes the tiny GPT example (docs/MODELS.md "A small transformer"): a decoder-only transformer
+written in Python and scripted as a custom task, and byte-level token shards of real English
+text, in the formats amptune reads (model: {name: torchscript, task: custom}, data.format:
+tensors).
 
     /usr/bin/python3 tools/make_tiny_gpt.py --out DIR [--from FILE ...] [--seq-len 64]
             [--dim 64] [--heads 4] [--layers 2] [--val-every 10] [--seed 0]
@@ -13,7 +13,7 @@ About 3 s. Seeded, and the same bytes on every run and in every checkout (it run
 from the repository root with PYTHONHASHSEED=0, as make_torchscript_fixtures.py does).
 
 Text: the --from files (default: the licence texts Debian installs in /usr/share/common-licenses,
-about 270 KB of English once the links and copies are left out), read as bytes; a file whose
+14 files, 237,320 bytes of English once the copies are left out), read as bytes; a file whose
 bytes equal an earlier one's is left out. Tokens are the bytes themselves (vocabulary 256, no
 tokenizer to ship). Each file is cut into windows of seq_len + 1 bytes, window i starting at
 byte i * seq_len (a window's last byte is the next one's first: every byte but a file's first is
