@@ -90,6 +90,9 @@ TEST(GptTinyCli, TrainsInEveryCellAndResumesBitForBit) {
   for (const auto& [label, rows] : straight) {
     SCOPED_TRACE(label);
     ASSERT_EQ(rows.size(), 2u);
+    for (const auto& row : rows) {
+      ASSERT_TRUE(row.metrics.count("bpb") && row.metrics.count("val_samples"));
+    }
     EXPECT_LT(rows[1].train_loss, rows[0].train_loss) << "the loss falls";
     EXPECT_LT(rows[1].metrics.at("bpb"), rows[0].metrics.at("bpb"));
     // Below the 8 bits of a uniform guess, above what 50 steps of a 137k-parameter model reach.
