@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "amp/fp8_gemm.h"
 #include "amp/module_marks.h"
 #include "amp/op_emulation.h"
 #include "compat/torch_compat.h"
@@ -25,6 +26,7 @@ thread_local std::shared_ptr<const ModuleMap> t_modules;
 thread_local std::shared_ptr<const Observer> t_observer;
 thread_local int t_fp32_depth = 0;  // open fp32 regions (ModuleCall of a marked module)
 thread_local int t_marked_depth = 0;  // open ModuleCalls of marked modules, under any policy
+thread_local ModuleCall* t_innermost = nullptr;  // the innermost known module call
 
 // Fused rounding kernels over contiguous float arrays (src and dst may alias).
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -204,6 +206,8 @@ torch::Tensor low_(const torch::Tensor& x) {
 
 using compat::alternative;
 
+bool fp8_policy() { return t_policy && t_policy->fp8.enabled; }
+
 std::vector<int64_t> padding2d(const torch::nn::detail::conv_padding_t<2>& padding,
                                const char* what) {
   if (const auto* p = alternative<torch::ExpandingArray<2>>(padding)) {
@@ -245,8 +249,20 @@ bool emulating() {
 torch::Tensor conv2d(torch::nn::Conv2dImpl& conv, const torch::Tensor& in) {
   ModuleCall call(conv);
   const torch::Tensor x = call.input(in);
-  if (!emulating()) return call.output(conv.forward(x));
   const auto& o = conv.options;
+  if (auto fp8 = Fp8Gemm::begin()) {
+    if (!alternative<torch::enumtype::kZeros>(o.padding_mode())) {
+      throw ModelError("Conv2d with a padding_mode other than zeros has no FP8 path");
+    }
+    const auto padding = padding2d(o.padding(), "Conv2d");
+    return call.output(fp8->run(
+        x, conv.weight, conv.bias,
+        [&](const torch::Tensor& a, const torch::Tensor& w) {
+          return torch::conv2d(a, w, {}, o.stride(), padding, o.dilation(), o.groups());
+        },
+        1));
+  }
+  if (!emulating()) return call.output(conv.forward(x));
   if (!alternative<torch::enumtype::kZeros>(o.padding_mode())) {
     throw ModelError("Conv2d with a padding_mode other than zeros has no emulated path");
   }
@@ -258,11 +274,21 @@ torch::Tensor conv2d(torch::nn::Conv2dImpl& conv, const torch::Tensor& in) {
 torch::Tensor conv_transpose2d(torch::nn::ConvTranspose2dImpl& conv, const torch::Tensor& in) {
   ModuleCall call(conv);
   const torch::Tensor x = call.input(in);
-  if (!emulating()) return call.output(conv.forward(x));
   const auto& o = conv.options;
-  if (!alternative<torch::enumtype::kZeros>(o.padding_mode())) {
+  if (!alternative<torch::enumtype::kZeros>(o.padding_mode()) && (emulating() || fp8_policy())) {
     throw ModelError("ConvTranspose2d with a padding_mode other than zeros has no emulated path");
   }
+  if (auto fp8 = Fp8Gemm::begin()) {
+    const auto padding = padding2d(o.padding(), "ConvTranspose2d");
+    return call.output(fp8->run(
+        x, conv.weight, conv.bias,
+        [&](const torch::Tensor& a, const torch::Tensor& w) {
+          return torch::conv_transpose2d(a, w, {}, o.stride(), padding, o.output_padding(),
+                                         o.groups(), o.dilation());
+        },
+        1));
+  }
+  if (!emulating()) return call.output(conv.forward(x));
   auto y = torch::conv_transpose2d(low(x), low(conv.weight), low(conv.bias), o.stride(),
                                    padding2d(o.padding(), "ConvTranspose2d"),
                                    o.output_padding(), o.groups(), o.dilation());
@@ -272,6 +298,11 @@ torch::Tensor conv_transpose2d(torch::nn::ConvTranspose2dImpl& conv, const torch
 torch::Tensor linear(torch::nn::LinearImpl& linear, const torch::Tensor& in) {
   ModuleCall call(linear);
   const torch::Tensor x = call.input(in);
+  if (auto fp8 = Fp8Gemm::begin()) {
+    return call.output(fp8->run(
+        x, linear.weight, linear.bias,
+        [](const torch::Tensor& a, const torch::Tensor& w) { return torch::linear(a, w); }, -1));
+  }
   if (!emulating()) return call.output(linear.forward(x));
   return call.output(low_(torch::linear(low(x), low(linear.weight), low(linear.bias))));
 }
@@ -331,16 +362,20 @@ using compat::set_autocast_enabled;
 
 // ---- modules in fp32, observation ----------------------------------------------------------
 
-ModuleMap::ModuleMap(const torch::nn::Module& model, const std::vector<std::string>& fp32_globs) {
-  std::unordered_set<std::string> marked;  // names of marked modules
-  auto matches = [&](const std::string& name) {
-    for (const auto& glob : fp32_globs) {
+ModuleMap::ModuleMap(const torch::nn::Module& model, const std::vector<std::string>& fp32_globs,
+                     const std::vector<std::string>& fp8_skip_globs) {
+  std::unordered_set<std::string> marked, skipped;  // names of marked / FP8-skipped modules
+  auto matches = [&](const std::vector<std::string>& globs, const std::string& name) {
+    for (const auto& glob : globs) {
       if (fnmatch(glob.c_str(), name.c_str(), 0) == 0) return true;
     }
     return false;
   };
-  auto add = [&](const torch::nn::Module* m, const std::string& name, bool parent_fp32) {
-    Entry e{name, parent_fp32 || matches(name)};
+  auto add = [&](const torch::nn::Module* m, const std::string& name, const std::string& parent) {
+    const bool has_parent = m != &model;
+    Entry e{name, (has_parent && marked.count(parent) > 0) || matches(fp32_globs, name),
+            (has_parent && skipped.count(parent) > 0) || matches(fp8_skip_globs, name)};
+    if (e.fp8_skip) skipped.insert(name);
     if (e.fp32) {
       marked.insert(name);
       for (const auto& p : m->parameters(/*recurse=*/false)) {
@@ -353,26 +388,26 @@ ModuleMap::ModuleMap(const torch::nn::Module& model, const std::vector<std::stri
     entries_[m] = e;
     order_.push_back(m);
   };
-  add(&model, "", false);
+  add(&model, "", "");
   // named_modules lists parents before their children, so a parent's mark is known first.
   for (const auto& item : model.named_modules("", /*include_self=*/false)) {
     const std::string& name = item.key();
     const auto dot = name.rfind('.');
-    const std::string parent = dot == std::string::npos ? "" : name.substr(0, dot);
-    add(item.value().get(), name, marked.count(parent) > 0);
+    add(item.value().get(), name, dot == std::string::npos ? "" : name.substr(0, dot));
   }
   check_fp32_globs(names(), fp32_globs);
+  check_fp32_globs(names(), fp8_skip_globs, "amp.fp8.skip_modules");
 }
 
-void check_fp32_globs(const std::vector<std::string>& names,
-                      const std::vector<std::string>& globs) {
+void check_fp32_globs(const std::vector<std::string>& names, const std::vector<std::string>& globs,
+                      const std::string& key) {
   for (const auto& glob : globs) {
     bool used = false;
     for (const auto& name : names) used = used || fnmatch(glob.c_str(), name.c_str(), 0) == 0;
     if (used) continue;
     std::string examples;
     for (size_t i = 1; i < names.size() && i < 8; ++i) examples += (i > 1 ? ", " : "") + names[i];
-    throw ConfigError("amp.fp32_modules: '" + glob +
+    throw ConfigError(key + ": '" + glob +
                       "' matches no module of this model (names look like " + examples +
                       "; `amptune diagnose` lists them all)");
   }
@@ -403,6 +438,10 @@ ScopedObserver::~ScopedObserver() { t_observer = previous_; }
 ModuleCall::ModuleCall(const torch::nn::Module& module) {
   if (!t_modules) return;
   entry_ = t_modules->find(module);
+  if (entry_) {
+    outer_ = t_innermost;
+    t_innermost = this;
+  }
   if (entry_ && entry_->fp32) ++t_marked_depth;
   if (!entry_ || !entry_->fp32 || t_fp32_depth > 0 || !t_policy || !t_policy->low_precision()) {
     return;
@@ -417,6 +456,7 @@ ModuleCall::ModuleCall(const torch::nn::Module& module) {
 }
 
 ModuleCall::~ModuleCall() {
+  if (entry_) t_innermost = outer_;
   if (entry_ && entry_->fp32) --t_marked_depth;
   if (!region_) return;
   --t_fp32_depth;
@@ -445,6 +485,16 @@ torch::Tensor ModuleCall::output(const torch::Tensor& y) const {
 }
 
 bool in_marked_module() { return t_marked_depth > 0; }
+
+std::optional<std::string> next_fp8_gemm_key() {
+  ModuleCall* call = t_innermost;
+  if (!call) {
+    throw std::logic_error("an FP8 GEMM outside any module call of the installed module map");
+  }
+  if (t_fp32_depth > 0 || call->entry_->fp32 || call->entry_->fp8_skip) return std::nullopt;
+  const int k = call->fp8_gemms_++;
+  return k == 0 ? call->entry_->name : call->entry_->name + "#" + std::to_string(k);
+}
 
 bool fp32_module(const torch::nn::Module& module) {
   if (t_fp32_depth > 0) return true;

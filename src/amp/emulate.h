@@ -51,6 +51,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -117,10 +118,13 @@ class ModuleMap {
   struct Entry {
     std::string name;   // "" for the root, "layer1.0.conv1", ...
     bool fp32 = false;  // the name or an ancestor's matches one of the globs
+    bool fp8_skip = false;  // the same for the globs of amp.fp8.skip_modules
   };
-  // Throws ConfigError naming amp.fp32_modules for a glob that matches no module (with examples
-  // of the names there are). Globs are shell patterns (fnmatch, '*' also crosses dots).
-  ModuleMap(const torch::nn::Module& model, const std::vector<std::string>& fp32_globs);
+  // Throws ConfigError naming amp.fp32_modules (amp.fp8.skip_modules) for a glob that matches no
+  // module (with examples of the names there are). Globs are shell patterns (fnmatch, '*' also
+  // crosses dots).
+  ModuleMap(const torch::nn::Module& model, const std::vector<std::string>& fp32_globs,
+            const std::vector<std::string>& fp8_skip_globs = {});
 
   const Entry* find(const torch::nn::Module& module) const;
   // A parameter or buffer of a marked module (held fp32 under O2/O3).
@@ -137,8 +141,9 @@ class ModuleMap {
 };
 
 // Throws the ConfigError ModuleMap throws when a glob matches none of `names` (module names,
-// root "" first).
-void check_fp32_globs(const std::vector<std::string>& names, const std::vector<std::string>& globs);
+// root "" first); `key` names the list.
+void check_fp32_globs(const std::vector<std::string>& names, const std::vector<std::string>& globs,
+                      const std::string& key = "amp.fp32_modules");
 
 // Installs `modules` for this thread until destruction (restores the previous map).
 class ScopedModules {
@@ -183,7 +188,10 @@ class ModuleCall {
   torch::Tensor output(const torch::Tensor& y) const;
 
  private:
+  friend std::optional<std::string> next_fp8_gemm_key();
   const ModuleMap::Entry* entry_ = nullptr;
+  ModuleCall* outer_ = nullptr;  // the known call this one is inside (entry_ set)
+  int fp8_gemms_ = 0;            // FP8 GEMMs run in this call so far
   torch::Tensor input_;         // for the Observer (only while one is installed)
   bool region_ = false;         // this call opened an fp32 region
   bool autocast_paused_ = false;
@@ -191,6 +199,13 @@ class ModuleCall {
 
 // True when `module` computes in fp32 now: it is marked, or an fp32 region is open.
 bool fp32_module(const torch::nn::Module& module);
+
+// For FP8 (amp/fp8_gemm.h): the slot key of the next FP8 GEMM of the innermost module call open
+// on this thread that the installed ModuleMap knows - its name, "name#k" for its k-th (k > 0) -
+// counting it; unset when that call runs no FP8 (its module or an ancestor is in
+// amp.fp8.skip_modules or amp.fp32_modules, or an fp32 region is open). Throws std::logic_error
+// when no known module call is open (the boundary functions open one).
+std::optional<std::string> next_fp8_gemm_key();
 
 // Native autocast for the current thread while alive (CPU bf16 O1; CUDA O1 fp16/bf16); clears
 // the autocast weight-cast cache on destruction (as Python's context manager does), so cached

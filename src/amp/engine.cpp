@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include "amp/emulate.h"
+#include "amp/fp8_gemm.h"
 #include "compat/torch_compat.h"
 #include "core/error.h"
 
@@ -44,7 +45,9 @@ ScalerOptions scaler_options(const Policy& policy) {
 Engine::Engine(const Policy& policy, torch::nn::Module& model)
     : policy_(policy),
       model_(model),
-      modules_(std::make_shared<const ModuleMap>(model, policy.fp32_modules)),
+      modules_(std::make_shared<const ModuleMap>(model, policy.fp32_modules,
+                                                 policy.fp8.skip_modules)),
+      fp8_(policy.fp8.enabled ? std::make_shared<Fp8State>(fp8_scaling(policy.fp8)) : nullptr),
       scaler_(scaler_options(policy)) {
   torch::NoGradGuard no_grad;
   // BatchNorm tensors that stay fp32 under keep_batchnorm_fp32.

@@ -19,6 +19,7 @@
 #include <torch/types.h>
 
 #include "amp/emulate.h"
+#include "amp/fp8.h"
 #include "amp/policy.h"
 #include "amp/scaler.h"
 
@@ -41,6 +42,9 @@ class Engine {
   // The model's modules by name, with the amp.fp32_modules marks (install with ScopedModules
   // around forward passes).
   const std::shared_ptr<const ModuleMap>& modules() const { return modules_; }
+  // The FP8 scaling state (amp.fp8.enabled; install with ScopedFp8 around forward passes, end
+  // its step after each optimizer step, skipped or not); null without FP8.
+  const std::shared_ptr<Fp8State>& fp8() const { return fp8_; }
 
   const Policy& policy() const { return policy_; }
   LossScaler& scaler() { return scaler_; }
@@ -85,6 +89,7 @@ class Engine {
   Policy policy_;
   torch::nn::Module& model_;
   std::shared_ptr<const ModuleMap> modules_;
+  std::shared_ptr<Fp8State> fp8_;
   LossScaler scaler_;
   std::vector<torch::Tensor> params_;   // model parameters in order
   std::vector<bool> low_;               // params_[i] is low precision

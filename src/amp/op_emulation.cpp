@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "amp/emulate.h"
+#include "amp/fp8_gemm.h"
 
 namespace amptune::amp {
 namespace {
@@ -59,6 +60,10 @@ struct OpState {
   bool low_dense = false, fp32_dense = false;    // inputs with dimensions
   bool low_scalar = false, fp32_scalar = false;  // 0-dim inputs
   const void* first_impl = nullptr;
+  std::unique_ptr<Fp8Gemm> fp8;  // an FP8 GEMM (amp/fp8_gemm.h)
+  bool conv = false;
+  int fp8_inputs = 0;  // tensors given to fp8 so far
+  torch::Tensor bias;  // the bias fp8 adds after the op
 };
 thread_local OpState t_op;
 
@@ -127,14 +132,31 @@ OpKind op_kind(const std::string& name) {
   return OpKind::kPromote;
 }
 
-void begin_op(OpKind kind, bool in_place) {
-  t_op = OpState{};
+bool fp8_gemm_op(const std::string& name) {
+  static const std::unordered_set<std::string> ops = {
+      "linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+      "conv_transpose3d", "convolution", "_convolution"};
+  return ops.count(name) > 0;
+}
+
+void begin_op(OpKind kind, bool in_place, bool gemm, bool conv) {
+  t_op = OpState{};  // (ends an FP8 GEMM an op that threw left open)
   t_op.active = emulating();
   t_op.kind = kind;
   t_op.in_place = in_place;
+  if (gemm) {
+    t_op.fp8 = Fp8Gemm::begin();
+    t_op.conv = conv;
+  }
 }
 
 torch::Tensor op_input(const torch::Tensor& x) {
+  if (t_op.fp8 && floating(x)) {
+    const int index = t_op.fp8_inputs++;
+    if (index == 0) return t_op.fp8->input(x);
+    if (index == 1) return t_op.fp8->weight(x);
+    return t_op.fp8->bias(x);
+  }
   if (!t_op.active || !floating(x)) return x;
   const bool low = is_low(x);
   if (!t_op.first_seen) {
@@ -154,7 +176,23 @@ torch::Tensor op_input(const torch::Tensor& x) {
   return x;
 }
 
+torch::Tensor op_input_optional(const torch::Tensor& x) {
+  if (t_op.fp8 && t_op.fp8_inputs == 2 && floating(x)) {
+    ++t_op.fp8_inputs;
+    t_op.bias = t_op.fp8->bias(x);
+    return torch::Tensor();
+  }
+  return op_input(x);
+}
+
 torch::Tensor op_output(const torch::Tensor& y) {
+  if (t_op.fp8 && y.defined()) {
+    torch::Tensor out = t_op.fp8->output(y, t_op.bias, t_op.conv ? 1 : -1);
+    t_op.fp8.reset();  // (native: autocast back on)
+    t_op.bias = torch::Tensor();
+    if (t_op.active) mark_low(out);
+    return out;
+  }
   if (!t_op.active || !y.defined()) return y;
   if (t_op.kind == OpKind::kCast) return cast_output(y);
   if (!y.is_floating_point() || !output_low()) return y;

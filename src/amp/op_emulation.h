@@ -20,6 +20,12 @@
 //   (relu, max-pooling, views, cat, ...), whose output is only tagged.
 // Inside an fp32 region (amp.fp32_modules, ModuleCall) and without emulation nothing is rounded
 // or tagged: the native backend's autocast and cast weights do the work in the dispatcher.
+// FP8 (amp.fp8.enabled, amp/fp8_gemm.h): aten::linear and the convolutions (fp8_gemm_op) are
+// FP8 GEMMs under any backend and opt level - input (the op's first tensor) and weight (its
+// second) quantised, the bias (its optional third) taken out of the op and added after the
+// gradient's quantisation. matmul, mm, bmm, addmm, einsum ... stay in the base precision, also
+// with a parameter operand: as in Transformer Engine, whose unit is the Linear module (attention's
+// activation x activation products are never FP8 there).
 #pragma once
 
 #include <memory>
@@ -44,11 +50,19 @@ enum class OpKind {
 // in '_' is the in-place form of the same op.
 OpKind op_kind(const std::string& name);
 
-// One op of a graph: begin_op, then op_input for each of its tensor inputs in order (returns
-// what the op must be given), the op, then op_output for each tensor it returns (returns what
-// the graph must use). Cheap no-ops when this thread does not emulate.
-void begin_op(OpKind kind, bool in_place);
+// Whether aten op `name` is one FP8 takes: linear, conv1d/2d/3d, conv_transpose1d/2d/3d,
+// convolution, _convolution (input, weight, optional bias first).
+bool fp8_gemm_op(const std::string& name);
+
+// One op of a graph: begin_op, then op_input (op_input_optional for a Tensor? argument) for
+// each of its tensor inputs in order (returns what the op must be given), the op, then op_output
+// for each tensor it returns (returns what the graph must use). Cheap no-ops when this thread
+// does not emulate and runs no FP8. `gemm`: fp8_gemm_op of the op's name (`conv` a
+// convolution, whose bias runs along dimension 1).
+void begin_op(OpKind kind, bool in_place, bool gemm = false, bool conv = false);
 torch::Tensor op_input(const torch::Tensor& x);
+// Undefined when the op must be given None: an FP8 GEMM's bias, added in op_output.
+torch::Tensor op_input_optional(const torch::Tensor& x);
 torch::Tensor op_output(const torch::Tensor& y);
 
 // Whether `x` holds a low-precision value now (a tag, or storage the Engine holds low).

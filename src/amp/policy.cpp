@@ -77,6 +77,18 @@ std::string to_string(Backend backend) {
   return "?";
 }
 
+std::string Fp8Policy::summary() const {
+  if (!enabled) return "";
+  return std::string("fp8 ") + (hybrid ? "hybrid" : "e4m3") + ", " +
+         (delayed ? "delayed" : "current") + " scaling (margin " + std::to_string(margin) +
+         (delayed ? ", amax history " + std::to_string(amax_history_len) + ", " +
+                        (amax_max ? "max" : "most_recent")
+                  : std::string()) +
+         (skip_modules.empty() ? "" : ", " + std::to_string(skip_modules.size()) +
+                                          " skip_modules glob(s)") +
+         ")";
+}
+
 std::string Policy::loss_scale_text() const {
   return dynamic_scale ? std::string("dynamic") : nlohmann::json(static_scale).dump();
 }
@@ -134,6 +146,26 @@ void choose_backend(Policy& p, AmpBackend backend, bool device_is_cuda, const Cp
   }
 }
 
+// amp.fp8.*, checked (the schema's bounds again, for settings made in code).
+Fp8Policy fp8_policy(const Fp8Settings& s) {
+  if (s.enabled && (s.margin < 0 || s.margin > 64)) {
+    throw ConfigError("amp.fp8.margin must be in 0..64, got " + std::to_string(s.margin));
+  }
+  if (s.enabled && (s.amax_history_len < 1 || s.amax_history_len > 16384)) {
+    throw ConfigError("amp.fp8.amax_history_len must be in 1..16384, got " +
+                      std::to_string(s.amax_history_len));
+  }
+  Fp8Policy p;
+  p.enabled = s.enabled;
+  p.hybrid = s.format == Fp8FormatSet::kHybrid;
+  p.delayed = s.recipe == Fp8Recipe::kDelayed;
+  p.margin = static_cast<int>(s.margin);
+  p.amax_history_len = s.amax_history_len;
+  p.amax_max = s.amax_compute == AmaxCompute::kMax;
+  p.skip_modules = s.skip_modules;
+  return p;
+}
+
 }  // namespace
 
 Policy resolve_policy(const AmpSettings& amp, bool device_is_cuda, const CpuCaps& cpu) {
@@ -176,6 +208,7 @@ Policy resolve_policy(const AmpSettings& amp, bool device_is_cuda, const CpuCaps
   }
   p.combine_grad = amp.combine_grad;
   p.fp32_modules = amp.fp32_modules;
+  p.fp8 = fp8_policy(amp.fp8);
   if (p.combine_grad && p.opt_level == OptLevel::kO2 && !p.master_weights) {
     throw ConfigError(
         "amp.combine_grad true with amp.opt_level O2 needs master weights (Ascend apex refuses "

@@ -23,6 +23,20 @@ namespace amptune::amp {
 // kEmulate = fp32 kernels with values rounded onto the low-precision grid.
 enum class Backend { kNone, kNative, kEmulate };
 
+// amp.fp8.*: FP8 GEMMs on top of the opt level's precision, the base (amp/fp8_gemm.h).
+struct Fp8Policy {
+  bool enabled = false;
+  bool hybrid = true;              // format hybrid (E5M2 gradients) | e4m3
+  bool delayed = true;             // recipe delayed | current
+  int margin = 0;                  // 0 .. 64
+  int64_t amax_history_len = 1024;  // 1 .. 16384
+  bool amax_max = true;            // amax_compute max | most_recent
+  std::vector<std::string> skip_modules;  // globs of modules kept in the base precision
+  // For people (the run's start line, `show`): "fp8 hybrid, delayed scaling (margin 0, amax
+  // history 1024, max)"; "" when not enabled.
+  std::string summary() const;
+};
+
 struct Policy {
   OptLevel opt_level = OptLevel::kO0;
   Dtype dtype = Dtype::kFp16;
@@ -41,6 +55,7 @@ struct Policy {
   bool on_cuda = false;
   // amp.fp32_modules: globs of module names that run in fp32 under O1-O3 (amp/emulate.h).
   std::vector<std::string> fp32_modules;
+  Fp8Policy fp8;  // FP8 combines with any opt level: O0 is an fp32 base, O1-O3 amp.dtype's
   // Why `backend` was chosen (the run row's backend_reason), and whether it is a path this
   // device runs far slower than the alternative (a config forcing native bf16 on a CPU without
   // bf16 instructions): the trainer warns then.
@@ -77,7 +92,8 @@ CpuCaps cpu_caps_from_flags(const std::string& flags, const std::string& isa_lim
 // `cpu`'s capabilities). Throws ConfigError naming the amp.* key
 // for the combinations apex refuses (O1 with keep_batchnorm_fp32 or master_weights set; O0 with
 // either set to true; O2 combine_grad without master weights) and for a native backend the
-// device has no kernels for (CPU + fp16; CPU + O2/O3).
+// device has no kernels for (CPU + fp16; CPU + O2/O3), and amp.fp8.margin /
+// amp.fp8.amax_history_len out of their bounds (settings made in code skip the schema).
 // amp.backend auto takes native where it is the faster correct path: CUDA, or a CPU with bf16
 // instructions for O1 bf16; otherwise emulate.
 Policy resolve_policy(const AmpSettings& amp, bool device_is_cuda,

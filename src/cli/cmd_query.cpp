@@ -151,6 +151,11 @@ int cmd_show(const Invocation& inv) {
                       : " (" + log::printable(setting_text(reason->second)) + ")")
               << "\n";
   }
+  // The FP8 recipe (amp.fp8.*, docs/AMP.md "FP8: the recipe") of a run that has it.
+  if (!config.is_discarded() && config.contains("amp") && config["amp"].contains("fp8") &&
+      config["amp"]["fp8"].is_object() && config["amp"]["fp8"].value("enabled", false)) {
+    std::cout << "amp.fp8 " << log::printable(config["amp"]["fp8"].dump()) << "\n";
+  }
   if (!run.provenance.host.empty()) {
     const records::Provenance& p = run.provenance;
     std::cout << "ran on " << log::printable(p.host) << " (" << p.device << ", " << p.threads

@@ -8,6 +8,7 @@
 #include <ATen/autocast_mode.h>
 #include <torch/version.h>
 
+#include <stdexcept>
 #include <variant>
 #include <vector>
 
@@ -91,6 +92,20 @@ inline void foreach_copy(const std::vector<at::Tensor>& dst, const std::vector<a
   for (size_t i = 0; i < dst.size(); ++i) dst[i].copy_(src[i]);
 #endif
 }
+
+// PyTorch's float8 dtypes (2.1 and later): x (fp32) cast to float8_e4m3fn (`e4m3`) or
+// float8_e5m2 and back. amp/fp8.h's rounding is held to it by tests/unit/amp/fp8_test.cpp.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+inline constexpr bool kHasFloat8 = true;
+inline at::Tensor through_float8(const at::Tensor& x, bool e4m3) {
+  return x.to(e4m3 ? at::kFloat8_e4m3fn : at::kFloat8_e5m2).to(at::kFloat);
+}
+#else
+inline constexpr bool kHasFloat8 = false;
+inline at::Tensor through_float8(const at::Tensor&, bool) {
+  throw std::logic_error("this LibTorch has no float8 dtype");
+}
+#endif
 
 // The alternative T of a variant (a module option such as a convolution's padding), or nullptr:
 // LibTorch 1.13's options hold c10::variant, 2.x's std::variant; the unqualified get_if finds

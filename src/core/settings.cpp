@@ -152,6 +152,13 @@ AmpSettings read_amp(Reader& in) {
   s.combine_grad = in.get_bool("amp.combine_grad");
   s.fp32_modules = in.get_string_list("amp.fp32_modules");
   s.backend = in.get_word("amp.backend", parse_amp_backend);
+  s.fp8.enabled = in.get_bool("amp.fp8.enabled");
+  s.fp8.format = in.get_word("amp.fp8.format", parse_fp8_format_set);
+  s.fp8.recipe = in.get_word("amp.fp8.recipe", parse_fp8_recipe);
+  s.fp8.margin = in.get_int("amp.fp8.margin");
+  s.fp8.amax_history_len = in.get_int("amp.fp8.amax_history_len");
+  s.fp8.amax_compute = in.get_word("amp.fp8.amax_compute", parse_amax_compute);
+  s.fp8.skip_modules = in.get_string_list("amp.fp8.skip_modules");
   return s;
 }
 

@@ -10,8 +10,9 @@
 // the schema by Config (types, choices, bounds); the fields carry no defaults of their own. A
 // key with a fixed set of words is an enum class of core/words.h (device, model.memory_format,
 // model.task, data.format, optim.name, schedule.lr_policy, amp.opt_level, amp.dtype,
-// amp.keep_batchnorm_fp32, amp.master_weights, amp.backend, dist.backend; amp.loss_scale's
-// words); a word is printed or stored through to_string.
+// amp.keep_batchnorm_fp32, amp.master_weights, amp.backend, amp.fp8.format / recipe /
+// amax_compute, dist.backend; amp.loss_scale's words); a word is printed or stored through
+// to_string.
 // Cross-key checks stay where they are (amp::resolve_policy, train/plan.h validate_config).
 // tests/unit/core/schema_sync_test.cpp proves that Settings::from reads every schema key
 // exactly once, so a key added to the schema needs its field here. No torch in this header.
@@ -106,6 +107,17 @@ struct LossScale {
   double value = 0;                   // the static scale when word is unset
 };
 
+// amp.fp8.*: FP8 GEMMs (what each key does: amp/fp8_gemm.h, docs/AMP.md "FP8: the recipe").
+struct Fp8Settings {
+  bool enabled = false;
+  Fp8FormatSet format = Fp8FormatSet::kHybrid;
+  Fp8Recipe recipe = Fp8Recipe::kDelayed;
+  int64_t margin = 0;
+  int64_t amax_history_len = 1024;
+  AmaxCompute amax_compute = AmaxCompute::kMax;
+  std::vector<std::string> skip_modules;  // globs over module names
+};
+
 struct AmpSettings {
   OptLevel opt_level = OptLevel::kO0;  // what each level means: amp/policy.h
   Dtype dtype = Dtype::kFp16;
@@ -118,6 +130,7 @@ struct AmpSettings {
   bool combine_grad = false;
   std::vector<std::string> fp32_modules;  // globs over module names
   AmpBackend backend = AmpBackend::kAuto;
+  Fp8Settings fp8;
 };
 
 struct DistSettings {

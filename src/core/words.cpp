@@ -33,6 +33,12 @@ const NameTable<AutoBool, 3> kAutoBool = {
     {{AutoBool::kAuto, "auto"}, {AutoBool::kTrue, "true"}, {AutoBool::kFalse, "false"}}};
 const NameTable<LossScaleWord, 2> kLossScaleWord = {
     {{LossScaleWord::kAuto, "auto"}, {LossScaleWord::kDynamic, "dynamic"}}};
+const NameTable<Fp8FormatSet, 2> kFp8FormatSet = {
+    {{Fp8FormatSet::kHybrid, "hybrid"}, {Fp8FormatSet::kE4M3, "e4m3"}}};
+const NameTable<Fp8Recipe, 2> kFp8Recipe = {
+    {{Fp8Recipe::kDelayed, "delayed"}, {Fp8Recipe::kCurrent, "current"}}};
+const NameTable<AmaxCompute, 2> kAmaxCompute = {
+    {{AmaxCompute::kMax, "max"}, {AmaxCompute::kMostRecent, "most_recent"}}};
 const NameTable<PruneRule, 3> kPruneRule = {
     {{PruneRule::kNone, "none"}, {PruneRule::kAsha, "asha"}, {PruneRule::kMedian, "median"}}};
 const NameTable<ScaleReason, 3> kScaleReason = {{{ScaleReason::kInit, "init"},
@@ -57,6 +63,9 @@ std::string to_string(OptimizerName value) { return name_in(kOptimizerName, valu
 std::string to_string(LrPolicy value) { return name_in(kLrPolicy, value); }
 std::string to_string(AutoBool value) { return name_in(kAutoBool, value); }
 std::string to_string(LossScaleWord value) { return name_in(kLossScaleWord, value); }
+std::string to_string(Fp8FormatSet value) { return name_in(kFp8FormatSet, value); }
+std::string to_string(Fp8Recipe value) { return name_in(kFp8Recipe, value); }
+std::string to_string(AmaxCompute value) { return name_in(kAmaxCompute, value); }
 std::string to_string(PruneRule value) { return name_in(kPruneRule, value); }
 std::string to_string(ScaleReason value) { return name_in(kScaleReason, value); }
 std::string to_string(TensorDtype value) { return name_in(kTensorDtype, value); }
@@ -93,6 +102,15 @@ std::optional<AutoBool> parse_auto_bool(const std::string& text) {
 }
 std::optional<LossScaleWord> parse_loss_scale_word(const std::string& text) {
   return value_in(kLossScaleWord, text);
+}
+std::optional<Fp8FormatSet> parse_fp8_format_set(const std::string& text) {
+  return value_in(kFp8FormatSet, text);
+}
+std::optional<Fp8Recipe> parse_fp8_recipe(const std::string& text) {
+  return value_in(kFp8Recipe, text);
+}
+std::optional<AmaxCompute> parse_amax_compute(const std::string& text) {
+  return value_in(kAmaxCompute, text);
 }
 std::optional<PruneRule> parse_prune_rule(const std::string& text) {
   return value_in(kPruneRule, text);

@@ -2,7 +2,8 @@
 // table of its names (words.cpp): every config key of fixed words that the typed settings hold
 // (core/settings.h: device, model.memory_format, model.task, data.format, optim.name,
 // schedule.lr_policy, amp.opt_level, amp.dtype, amp.backend, amp.keep_batchnorm_fp32 and
-// amp.master_weights, amp.loss_scale's words, dist.backend) and prune.rule, and two columns of
+// amp.master_weights, amp.loss_scale's words, amp.fp8.format / recipe / amax_compute,
+// dist.backend) and prune.rule, and two columns of
 // the results database (why the loss scale changed; the type of a diagnosed tensor).
 //
 //   const std::optional<OptLevel> level = parse_opt_level("O2");   // unset for "o2", "O4"
@@ -39,6 +40,11 @@ enum class AutoBool { kAuto, kTrue, kFalse };
 // The words of amp.loss_scale (auto = the opt level's default); a static scale is a number
 // (core/settings.h LossScale).
 enum class LossScaleWord { kAuto, kDynamic };
+// amp.fp8.format: hybrid = E4M3 forward, E5M2 gradients; e4m3 = E4M3 everywhere (what each
+// does: amp/fp8_gemm.h).
+enum class Fp8FormatSet { kHybrid, kE4M3 };
+enum class Fp8Recipe { kDelayed, kCurrent };       // amp.fp8.recipe
+enum class AmaxCompute { kMax, kMostRecent };      // amp.fp8.amax_compute
 enum class PruneRule { kNone, kAsha, kMedian };      // prune.rule; prune_decisions.rule
 // loss_scale_events.reason: the scale a run started with (init), halved after an overflow,
 // doubled after amp.growth_interval steps without one (growth).
@@ -60,6 +66,9 @@ std::string to_string(OptimizerName value);  // "sgd" | "adam"
 std::string to_string(LrPolicy value);       // "step" | "cosine"
 std::string to_string(AutoBool value);       // "auto" | "true" | "false"
 std::string to_string(LossScaleWord value);  // "auto" | "dynamic"
+std::string to_string(Fp8FormatSet value);   // "hybrid" | "e4m3"
+std::string to_string(Fp8Recipe value);      // "delayed" | "current"
+std::string to_string(AmaxCompute value);    // "max" | "most_recent"
 std::string to_string(PruneRule value);    // "none" | "asha" | "median"
 std::string to_string(ScaleReason value);  // "init" | "overflow" | "growth"
 std::string to_string(TensorDtype value);  // "fp16" | "bf16" | "fp32" | "int32"
@@ -75,6 +84,9 @@ std::optional<OptimizerName> parse_optimizer_name(const std::string& text);
 std::optional<LrPolicy> parse_lr_policy(const std::string& text);
 std::optional<AutoBool> parse_auto_bool(const std::string& text);
 std::optional<LossScaleWord> parse_loss_scale_word(const std::string& text);
+std::optional<Fp8FormatSet> parse_fp8_format_set(const std::string& text);
+std::optional<Fp8Recipe> parse_fp8_recipe(const std::string& text);
+std::optional<AmaxCompute> parse_amax_compute(const std::string& text);
 std::optional<PruneRule> parse_prune_rule(const std::string& text);
 std::optional<ScaleReason> parse_scale_reason(const std::string& text);
 std::optional<TensorDtype> parse_tensor_dtype(const std::string& text);

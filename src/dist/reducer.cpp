@@ -1,5 +1,7 @@
 #include "dist/reducer.h"
 
+#include <cmath>
+
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -24,6 +26,23 @@ void broadcast_buffers(ProcessGroup& group, const std::vector<torch::Tensor>& bu
       b.copy_(all.narrow(0, offset, b.numel()).view_as(b));
       offset += b.numel();
     }
+  }
+}
+
+void allreduce_amax(ProcessGroup& group, std::vector<float>& amaxes) {
+  // [maxima with NaN as -1 | NaN flags]: a max all-reduce would drop a NaN.
+  const auto n = static_cast<int64_t>(amaxes.size());
+  torch::Tensor wire = torch::empty({2 * n}, torch::kFloat);
+  float* w = wire.data_ptr<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = amaxes[static_cast<size_t>(i)];
+    w[i] = std::isnan(a) ? -1.0f : a;
+    w[n + i] = std::isnan(a) ? 1.0f : 0.0f;
+  }
+  group.allreduce(wire, ProcessGroup::Op::kMax);
+  w = wire.data_ptr<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    amaxes[static_cast<size_t>(i)] = w[n + i] > 0.0f ? NAN : w[i];
   }
 }
 

@@ -27,6 +27,11 @@ struct ReducerOptions {
 // checkpoints see the same statistics on every rank.
 void broadcast_buffers(ProcessGroup& group, const std::vector<torch::Tensor>& buffers);
 
+// Every rank's maximum of each of `amaxes` (FP8 amaxes of one step, the same count in the same
+// order on every rank), in place; a NaN on any rank (an overflowed step's) gives NaN, as one
+// process taking the maximum over the same tensors would keep it.
+void allreduce_amax(ProcessGroup& group, std::vector<float>& amaxes);
+
 class GradReducer {
  public:
   // `params` must outlive the reducer; hooks are removed by the destructor.

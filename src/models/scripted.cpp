@@ -114,10 +114,13 @@ jit::RegisterOperators register_amptune_ops({
         "amptune::module_leave() -> ()", [](jit::Stack&) { module_exit(torch::Tensor()); },
         c10::AliasAnalysisKind::CONSERVATIVE),
     jit::Operator(
-        "amptune::op_begin(int kind, bool in_place) -> ()",
+        "amptune::op_begin(int kind, bool in_place, bool gemm, bool conv) -> ()",
         [](jit::Stack& stack) {
+          const bool conv = jit::pop(stack).toBool();
+          const bool gemm = jit::pop(stack).toBool();
           const bool in_place = jit::pop(stack).toBool();
-          amp::begin_op(static_cast<amp::OpKind>(jit::pop(stack).toInt()), in_place);
+          amp::begin_op(static_cast<amp::OpKind>(jit::pop(stack).toInt()), in_place, gemm,
+                        conv);
         },
         c10::AliasAnalysisKind::CONSERVATIVE),
     jit::Operator(
@@ -128,7 +131,12 @@ jit::RegisterOperators register_amptune_ops({
         "amptune::op_input_optional(Tensor? x) -> Tensor?",
         [](jit::Stack& stack) {
           torch::IValue v = jit::pop(stack);
-          jit::push(stack, v.isNone() ? v : torch::IValue(amp::op_input(v.toTensor())));
+          if (v.isNone()) {
+            jit::push(stack, v);
+            return;
+          }
+          const torch::Tensor t = amp::op_input_optional(v.toTensor());
+          jit::push(stack, t.defined() ? torch::IValue(t) : torch::IValue());
         },
         c10::AliasAnalysisKind::CONSERVATIVE),
     jit::Operator(
@@ -168,11 +176,12 @@ void collect_nodes(jit::Block* block, std::vector<jit::Node*>& out) {
   }
 }
 
-// `op`(v) before `at`, given to `at` in v's place.
-void wrap_input(jit::Graph& graph, jit::Node* at, size_t index, const char* op) {
+// `op`(v) before `at`, given to `at` in v's place (typed `type`, v's own when null).
+void wrap_input(jit::Graph& graph, jit::Node* at, size_t index, const char* op,
+                c10::TypePtr type = nullptr) {
   jit::Value* v = at->input(index);
   jit::Node* n = graph.create(amptune_op(op), {v});
-  n->output()->setType(v->type());
+  n->output()->setType(type ? type : v->type());
   n->insertBefore(at);
   at->replaceInput(index, n->output());
 }
@@ -211,15 +220,24 @@ void bracket_op(jit::Graph& graph, jit::Node* node) {
   if (!returns_tensors) return;  // sizes, comparisons of numbers, list and dict operations ...
   const auto& args = schema->arguments();
   const bool in_place = !args.empty() && args[0].alias_info() && args[0].alias_info()->isWrite();
+  const std::string name = node->kind().toUnqualString();
+  const bool gemm = amp::fp8_gemm_op(name);
   {
     jit::WithInsertPoint point(node);
-    jit::Value* kind = graph.insertConstant(
-        static_cast<int64_t>(amp::op_kind(node->kind().toUnqualString())));
+    jit::Value* kind = graph.insertConstant(static_cast<int64_t>(amp::op_kind(name)));
     jit::Value* inplace = graph.insertConstant(in_place);
-    graph.create(amptune_op("op_begin"), {kind, inplace}, 0)->insertBefore(node);
+    jit::Value* is_gemm = graph.insertConstant(gemm);
+    jit::Value* is_conv = graph.insertConstant(gemm && name != "linear");
+    graph.create(amptune_op("op_begin"), {kind, inplace, is_gemm, is_conv}, 0)
+        ->insertBefore(node);
   }
   for (size_t i = 0; i < node->inputs().size(); ++i) {
     const c10::TypePtr t = node->input(i)->type();
+    // An FP8 GEMM's bias (a Tensor? argument, whatever the value's type) can be taken out.
+    if (gemm && tensor_type(t) && i < args.size() && optional_tensor_type(args[i].type())) {
+      wrap_input(graph, node, i, "op_input_optional", args[i].type());
+      continue;
+    }
     if (tensor_type(t)) wrap_input(graph, node, i, "op_input");
     if (optional_tensor_type(t)) wrap_input(graph, node, i, "op_input_optional");
     if (tensor_list_type(t)) wrap_input(graph, node, i, "op_input_list");

@@ -120,6 +120,9 @@ Named state_tensors(const torch::nn::Module& model, const torch::optim::Optimize
     for (size_t i = 0; i < masters.size(); ++i) {
       if (masters[i].defined()) out.emplace_back("amp.master." + std::to_string(i), masters[i]);
     }
+    if (const auto& fp8 = amp->fp8()) {  // FP8 scaling state: fp8.<key>.<role>.history / .scale
+      for (auto& [name, t] : fp8->to_tensors()) out.emplace_back(name, t);
+    }
   }
   out.emplace_back("rng.cpu", cpu_rng_state());
   return out;
@@ -207,6 +210,12 @@ std::vector<std::string> check_listing(const Listing& found, const torch::nn::Mo
   const Wants wants = wanted(model, optimizer, amp, with_amp);
   std::vector<std::string> take;
   for (const auto& [name, shape] : found) {
+    // FP8 scaling state: an FP8 run takes it (amp::Fp8State::load checks it); a run without FP8
+    // (a fork of an FP8 run) leaves it.
+    if (starts_with(name, "fp8.")) {
+      if (amp && amp->fp8()) take.push_back(name);
+      continue;
+    }
     const auto it = wants.find(name);
     if (it == wants.end()) {
       if (!amp && starts_with(name, "amp.")) continue;
@@ -473,6 +482,13 @@ const torch::Tensor& required(const Tensors& tensors, const std::string& name) {
 void apply(const Contents& c, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
            amp::Engine* amp, const std::string& origin) {
   torch::NoGradGuard no_grad;
+  if (amp && amp->fp8()) {  // first: it checks the tensors before it changes anything
+    std::map<std::string, torch::Tensor> fp8;
+    for (const auto& [name, t] : c.tensors) {
+      if (starts_with(name, "fp8.")) fp8.emplace(name, t);
+    }
+    amp->fp8()->load(fp8, "checkpoint " + origin);  // none (a non-FP8 parent): empty histories
+  }
   for (auto& t : model_tensors(model)) t.tensor.copy_(required(c.tensors, "model." + t.name));
   set_optimizer_state(optimizer, c.tensors);
   const auto scale = c.tensors.find("amp.loss_scale");

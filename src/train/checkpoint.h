@@ -7,8 +7,9 @@
 // Tensor names: model.<parameter or buffer name>; optim.p<i>.momentum_buffer (SGD),
 // optim.p<i>.{step, exp_avg, exp_avg_sq[, max_exp_avg_sq]} (Adam), i the parameter's position in
 // the optimizer; amp.loss_scale (F64, 0-d), amp.unskipped (I64, 0-d), amp.master.<i> (the fp32
-// master of model parameter i); rng.cpu (the CPU generator's state, U8). __metadata__: format,
-// epoch, global_step, config_hash, optimizer ("sgd" | "adam").
+// master of model parameter i); fp8.<key>.<role>.history and .scale (F32, 1-d: the FP8 scaling
+// state, amp::Fp8State::to_tensors; FP8 runs only); rng.cpu (the CPU generator's state, U8).
+// __metadata__: format, epoch, global_step, config_hash, optimizer ("sgd" | "adam").
 //
 // Checkpoints of earlier releases are LibTorch (TorchScript) archives, which can run code when
 // loaded: they are read only when AMPTUNE_TRUST_LEGACY_CHECKPOINTS=1 is set.

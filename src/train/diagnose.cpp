@@ -54,6 +54,7 @@ Pass run_pass(Session& session, Precision& precision, const data::Batch& batch,
   Pass pass;
   amp::ScopedPolicy policy(precision.policy());
   amp::ScopedModules modules(precision.engine().modules());
+  const auto fp8 = precision.evaluation();  // FP8 GEMMs at the scales in force, nothing recorded
   amp::ScopedObserver observer(
       [&](const std::string& name, const torch::Tensor& x, const torch::Tensor& y) {
         pass.outputs.emplace_back(name, y.detach().to(torch::kCPU, torch::kFloat, false, true));

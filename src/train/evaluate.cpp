@@ -153,6 +153,7 @@ EpochEvaluation CheckpointEvaluator::evaluate(const records::EpochRow& row) {
     session.task->module().eval();
     {
       auto autocast = s.precision.autocast();
+      const auto fp8 = s.precision.evaluation();  // FP8 scales in force, no amax recorded
       result.metrics = session.task->evaluate(loader, s.device);
     }
     result.not_recorded = other_set(row, result.metrics, s.batches == s.training_batches);

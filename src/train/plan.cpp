@@ -31,12 +31,12 @@ namespace amptune::train {
 
 namespace {
 
-// amp.fp32_modules: every glob names a module of the model. The names of each model
-// configuration (the model.* keys of `config`, whose settings are `s`) are read once (the model
-// is built without its weights files).
+// amp.fp32_modules and amp.fp8.skip_modules: every glob names a module of the model. The names
+// of each model configuration (the model.* keys of `config`, whose settings are `s`) are read
+// once (the model is built without its weights files).
 void check_fp32_modules(const Config& config, const Settings& s) {
   const std::vector<std::string>& globs = s.amp.fp32_modules;
-  if (globs.empty()) return;
+  if (globs.empty() && s.amp.fp8.skip_modules.empty()) return;
   static std::mutex mutex;
   static std::map<std::string, std::vector<std::string>> names_of;
   Config shape = config;
@@ -57,6 +57,7 @@ void check_fp32_modules(const Config& config, const Settings& s) {
     names = it->second;
   }
   amp::check_fp32_globs(names, globs);
+  amp::check_fp32_globs(names, s.amp.fp8.skip_modules, "amp.fp8.skip_modules");
 }
 
 std::map<std::string, std::string> columns_of(const Settings& s) {

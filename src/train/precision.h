@@ -15,6 +15,7 @@
 
 #include "amp/emulate.h"
 #include "amp/engine.h"
+#include "amp/fp8_gemm.h"
 #include "amp/op_emulation.h"
 #include "amp/policy.h"
 #include "records/records.h"
@@ -34,14 +35,24 @@ class Precision {
   // Prepares the model (on its device) and returns what the optimizer must step. Called again
   // when a session is rebuilt.
   std::vector<torch::Tensor> attach(torch::nn::Module& model) {
-    low_storage_scope_.reset();  // scopes end in the reverse order of their start
+    fp8_scope_.reset();  // scopes end in the reverse order of their start
+    low_storage_scope_.reset();
     modules_scope_.reset();
     engine_ = std::make_unique<amp::Engine>(policy_, model);
     // The module names and amp.fp32_modules marks for this thread's forward passes, and the
     // tensors held in low precision (read by a TorchScript model's ops, amp/op_emulation.h).
     modules_scope_ = std::make_unique<amp::ScopedModules>(engine_->modules());
     low_storage_scope_ = std::make_unique<amp::ScopedLowStorage>(engine_->low_precision_tensors());
+    // The FP8 scaling state (amp.fp8.enabled) for this thread's forward passes.
+    if (engine_->fp8()) fp8_scope_ = std::make_unique<amp::ScopedFp8>(engine_->fp8());
     return engine_->optimizer_params();
+  }
+
+  // Around an evaluation's forward passes: FP8 quantises with the scales in force and records
+  // no amax (null without FP8).
+  std::unique_ptr<amp::ScopedFp8> evaluation() const {
+    if (!engine_->fp8()) return nullptr;
+    return std::make_unique<amp::ScopedFp8>(engine_->fp8(), /*record=*/false);
   }
 
   // Native autocast around a forward pass (a no-op unless O1 native); clears the cast cache.
@@ -71,11 +82,18 @@ class Precision {
     return engine_->unscale_and_check();
   }
 
-  // Step or skip (`overflow`: what every rank agreed) -> copy back -> scaler update.
+  // Step or skip (`overflow`: what every rank agreed) -> copy back -> scaler update -> the FP8
+  // amaxes of the step enter their histories (skipped or not, as Transformer Engine's), after
+  // `reduce_fp8` (data-parallel training takes every rank's maximum there).
   // `global_step` is the count of steps after this one. Returns whether the optimizer stepped.
-  bool step(bool overflow, torch::optim::Optimizer& optimizer, int64_t global_step) {
+  bool step(bool overflow, torch::optim::Optimizer& optimizer, int64_t global_step,
+            const std::function<void(amp::Fp8State&)>& reduce_fp8 = {}) {
     if (!overflow) optimizer.step();
     auto change = engine_->finish_step(overflow);
+    if (const auto& fp8 = engine_->fp8()) {
+      if (reduce_fp8) reduce_fp8(*fp8);
+      fp8->end_step();
+    }
     const bool skipped = overflow && policy_.dynamic_scale;
     overflow_steps_ += overflow;
     skipped_steps_ += skipped;
@@ -114,6 +132,7 @@ class Precision {
   std::unique_ptr<amp::Engine> engine_;
   std::unique_ptr<amp::ScopedModules> modules_scope_;
   std::unique_ptr<amp::ScopedLowStorage> low_storage_scope_;
+  std::unique_ptr<amp::ScopedFp8> fp8_scope_;
   std::vector<records::ScaleEvent> events_;
   DivergenceWatch watch_;
   int64_t overflow_steps_ = 0, skipped_steps_ = 0;

@@ -40,7 +40,8 @@ int64_t recorded_streak(const records::EpochRow& row, const std::string& run_nam
 // into a session built from the PARENT's config (so the file verifies and O2 masters load), then
 // its full-precision weights (fp32 masters where the parent had them) and buffers seed a session
 // of the fork's config. Unless reset_optimizer, the optimizer state carries over, and the loss
-// scaler's state when both runs scale dynamically; the RNG continues from the parent's.
+// scaler's state when both runs scale dynamically, and the FP8 amax histories when the fork
+// runs FP8 (empty after a parent without it); the RNG continues from the parent's.
 Start start_from_parent(Recorder& recorder, const RunInput& run, const torch::Device& device,
                         Session& session) {
   const records::ForkOrigin& fork = *run.fork;
@@ -62,6 +63,7 @@ Start start_from_parent(Recorder& recorder, const RunInput& run, const torch::De
   torch::Tensor rng;
   std::optional<amp::ScalerState> scaler;
   std::unique_ptr<torch::optim::Optimizer> parent_optimizer;
+  std::map<std::string, torch::Tensor> fp8;  // the parent's FP8 scaling state (none: no FP8)
   {
     // This thread's amp policy until the end.
     Precision parent_precision(amp::resolve_policy(parent_settings.amp, device.is_cuda()));
@@ -78,6 +80,9 @@ Start start_from_parent(Recorder& recorder, const RunInput& run, const torch::De
       scaler = parent_precision.engine().scaler().state();
     }
     if (!fork.reset_optimizer) parent_optimizer = std::move(ps.optimizer);
+    if (!fork.reset_optimizer && parent_precision.engine().fp8()) {
+      fp8 = parent_precision.engine().fp8()->to_tensors();
+    }
   }
   const std::string origin = "checkpoint " + row->checkpoint->path + " of run " + parent->name;
   session = build_session(run.settings(), device, *session.precision, &values, origin);
@@ -90,6 +95,8 @@ Start start_from_parent(Recorder& recorder, const RunInput& run, const torch::De
     session.precision->engine().scaler().load_state(*scaler);
     start.fresh_scaler = false;
   }  // otherwise a fresh scaler: its initial scale is recorded at the fork's first step
+  // The amax histories go on under the fork's FP8 recipe (empty after a parent without FP8).
+  if (const auto& state = session.precision->engine().fp8()) state->load(fp8, origin);
   {
     auto gen = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(gen.mutex());

@@ -343,7 +343,8 @@ void RunTraining::prepare_steps() {
                              : "") +
           (group_ ? ", " + std::to_string(world_) + " processes (" + to_string(group_->backend()) +
                         "), global batch " + std::to_string(batch_size_ * world_)
-                  : ""),
+                  : "") +
+          (precision_->policy().fp8.enabled ? ", " + precision_->policy().fp8.summary() : ""),
       /*warning=*/false);
   if (precision_->policy().slow_backend) {
     recorder_.note("run " + run_.name + ": " + precision_->policy().backend_reason +
@@ -400,6 +401,7 @@ std::map<std::string, double> RunTraining::evaluate(int64_t epoch) {
   data::Loader val_loader(val_set_, val_opts_);
   session_.task->module().eval();
   auto autocast = precision_->autocast();
+  const auto fp8 = precision_->evaluation();  // FP8 scales in force, no amax recorded
   std::vector<EvalBatch> batches = session_.task->evaluate_batches(val_loader, device_);
   if (group_) {  // every rank's batches, in the single-process order
     const auto parts = group_->allgather_bytes(encode_eval_batches(batches));
@@ -547,7 +549,12 @@ double RunTraining::parallel_step(const data::Batch& batch, int64_t n, int64_t e
                                                " step " + std::to_string(step_index));
     }
   }
-  precision_->step(total.overflow > 0, *session_.optimizer, global_step_ + 1);
+  precision_->step(total.overflow > 0, *session_.optimizer, global_step_ + 1,
+                   [&](amp::Fp8State& fp8) {  // every rank's FP8 amaxes of the step
+                     std::vector<float> amaxes = fp8.step_amaxes();
+                     dist::allreduce_amax(*group_, amaxes);
+                     fp8.set_step_amaxes(amaxes);
+                   });
   lap(times.optimizer, phase_start);
   return loss_value;
 }

@@ -101,13 +101,21 @@ TEST(CoreConfig, NestedCanonicalJsonAndRoundTrip) {
   nlohmann::json identity = nlohmann::json::parse(canonical);
   for (const auto& spec : Schema::builtin().keys()) {
     if (spec.identity == KeySpec::Identity::kAlways) continue;
-    const auto dot = spec.key.find('.');
-    if (dot == std::string::npos) {  // a top-level key (threads)
-      identity.erase(spec.key);
-      continue;
+    // The key's path (threads; optim.lr; amp.fp8.enabled), its groups left out once empty.
+    std::vector<std::string> path;
+    for (size_t from = 0, dot = 0; dot != std::string::npos; from = dot + 1) {
+      dot = spec.key.find('.', from);
+      path.push_back(spec.key.substr(from, dot == std::string::npos ? dot : dot - from));
     }
-    identity[spec.key.substr(0, dot)].erase(spec.key.substr(dot + 1));
-    if (identity[spec.key.substr(0, dot)].empty()) identity.erase(spec.key.substr(0, dot));
+    std::vector<nlohmann::json*> groups{&identity};
+    for (size_t i = 0; i + 1 < path.size() && groups.back()->contains(path[i]); ++i) {
+      groups.push_back(&(*groups.back())[path[i]]);
+    }
+    if (groups.size() != path.size()) continue;
+    groups.back()->erase(path.back());
+    for (size_t i = groups.size() - 1; i > 0 && groups[i]->empty(); --i) {
+      groups[i - 1]->erase(path[i - 1]);
+    }
   }
   EXPECT_EQ(config.hash(), sha256_hex(identity.dump()));
   EXPECT_EQ(config.hash().size(), 64u);
