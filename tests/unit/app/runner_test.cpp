@@ -134,6 +134,9 @@ TEST(Plan, EveryShippedExperimentPlans) {
   int files = 0;
   for (const auto& entry : fs::directory_iterator(fs::path(AMPTUNE_SOURCE_DIR) / "experiments")) {
     if (entry.path().extension() != ".yaml") continue;
+    // Its model and shards are written by tools/make_tiny_gpt.py first (planning loads the
+    // model); GptTinyCli plans and runs it on them.
+    if (entry.path().filename() == "gpt_tiny.yaml") continue;
     ++files;
     EXPECT_NO_THROW(plan_sweep(entry.path().string(), {}, {}, /*data=*/false)) << entry.path();
   }
