@@ -21,7 +21,7 @@ class FakeQuant : public torch::autograd::Function<FakeQuant> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext*, const torch::Tensor& x,
                                double scale, int64_t format) {
-    return fp8_fake_quant(x, static_cast<float>(scale), static_cast<Fp8Format>(format));
+    return fp8_fake_quantise(x, static_cast<float>(scale), static_cast<Fp8Format>(format));
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
                                                  torch::autograd::variable_list grads) {
@@ -49,7 +49,7 @@ struct GradQuant {
     const float own = slot->scale_for(g32, -1.0f, record);  // (records the amax)
     const float scale = delayed ? forward_scale : own;
     if (observer) (*observer)(key, Fp8Role::kGradOutput, g32, scale, format);
-    return fp8_fake_quant(g32, scale, format).to(g.scalar_type());
+    return fp8_fake_quantise(g32, scale, format).to(g.scalar_type());
   }
 };
 
@@ -77,12 +77,6 @@ ScopedFp8::ScopedFp8(std::shared_ptr<Fp8State> state, bool record)
 ScopedFp8::~ScopedFp8() {
   t_state = previous_;
   t_record = previous_record_;
-}
-
-torch::Tensor fp8_fake_quant(const torch::Tensor& x, float scale, Fp8Format format) {
-  const float scale_inv = 1.0f / scale;
-  torch::Tensor q = fp8_quantise(x, scale, format);
-  return q.mul_(scale_inv);
 }
 
 std::unique_ptr<Fp8Gemm> Fp8Gemm::begin() {

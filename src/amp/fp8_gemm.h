@@ -56,10 +56,6 @@ class ScopedFp8 {
   bool previous_record_;
 };
 
-// round_fp8(x * scale) * (1 / scale) in fp32 (1 / scale rounded to fp32, as Transformer Engine's
-// scale_inv), with the identity as gradient.
-torch::Tensor fp8_fake_quant(const torch::Tensor& x, float scale, Fp8Format format);
-
 // One FP8 GEMM about to run on this thread (see the top of this file). While it lives, native
 // autocast is off on this thread.
 class Fp8Gemm {

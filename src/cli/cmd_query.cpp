@@ -119,22 +119,8 @@ static void print_work(const records::RunWork& work, const std::vector<records::
   }
 }
 
-int cmd_show(const Invocation& inv) {
-  std::string db, run_ref;
-  bool print_config = false;
-  Options opts("show", "usage: amptune show RUN [options]\n\nRUN is a run id or name.\n");
-  opts.db(&db).run(&run_ref);
-  opts.add()("config", po::bool_switch(&print_config),
-             "also print the run's full resolved config (JSON)");
-  if (!opts.parse(inv.args)) return 0;
-  const app::RunDetails details = app::show_run(db, run_ref);
-  const records::RunRow& run = details.run;
-  // Checked before anything is printed (the store's CHECK json_valid, unless the file was edited).
-  const nlohmann::json config = nlohmann::json::parse(run.config_json, nullptr, false);
-  if (print_config && config.is_discarded()) {
-    throw StoreError(db + ": table runs, row " + std::to_string(run.id) +
-                     ", column config_json is not JSON; correct the row or leave it out");
-  }
+// The lines above a run's epoch table: name, status, identity, backend, FP8 recipe, provenance.
+void print_run_header(const records::RunRow& run, const nlohmann::json& config) {
   std::cout << "run " << run.id << " " << log::printable(run.name) << "  ["
             << log::printable(run.label) << "]\n"
             << "status " << records::to_string(run.status)
@@ -165,6 +151,25 @@ int cmd_show(const Invocation& inv) {
               << (p.allocator.empty() ? "" : ", malloc " + p.allocator)
               << (p.blas.empty() ? "" : ", BLAS " + log::printable(p.blas)) << "\n";
   }
+}
+
+int cmd_show(const Invocation& inv) {
+  std::string db, run_ref;
+  bool print_config = false;
+  Options opts("show", "usage: amptune show RUN [options]\n\nRUN is a run id or name.\n");
+  opts.db(&db).run(&run_ref);
+  opts.add()("config", po::bool_switch(&print_config),
+             "also print the run's full resolved config (JSON)");
+  if (!opts.parse(inv.args)) return 0;
+  const app::RunDetails details = app::show_run(db, run_ref);
+  const records::RunRow& run = details.run;
+  // Checked before anything is printed (the store's CHECK json_valid, unless the file was edited).
+  const nlohmann::json config = nlohmann::json::parse(run.config_json, nullptr, false);
+  if (print_config && config.is_discarded()) {
+    throw StoreError(db + ": table runs, row " + std::to_string(run.id) +
+                     ", column config_json is not JSON; correct the row or leave it out");
+  }
+  print_run_header(run, config);
   if (print_config) {
     std::cout << config.dump(2) << "\n";
   }

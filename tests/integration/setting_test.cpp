@@ -89,6 +89,31 @@ TEST(SettingCli, EmittedModulesTrainInPlainPyTorchWithTheirFp32ModulesInFloat32)
   EXPECT_EQ(resnet, 0) << python_output("resnet", f.dir);
 }
 
+// An FP8 run's setting: the recipe as data and as a Transformer Engine recipe, the Linear modules
+// it covers, the base precision applied (setting_train.py case fp8).
+TEST(SettingCli, AnFp8RunExportsItsRecipeForTransformerEngine) {
+  if (!python_with_torch()) GTEST_SKIP() << "/usr/bin/python3 with torch and torchvision missing";
+  TinyOptions o = quick_tiny("grid:\n  amp.fp8.enabled: [false, true]\n", 1);
+  o.base =
+      "  amp: {opt_level: O1, dtype: bf16, fp8: {margin: 1, amax_history_len: 16, "
+      "amax_compute: most_recent, skip_modules: [fc]}}\n";
+  const TinySweep f = make_tiny_sweep(o);
+  const Result r = run_amptune({"run", f.yaml, "--db", f.db, "--no-progress"}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  store::Store store(f.db);
+  for (const auto& run : store.runs("tiny")) {
+    const bool fp8 = nlohmann::json::parse(run.config_json).at("amp").at("fp8").at("enabled");
+    const std::string file = f.dir + (fp8 ? "/fp8.py" : "/plain.py");
+    const Result e =
+        run_amptune({"export-setting", std::to_string(run.id), "--db", f.db, "--out", file}, f.dir);
+    ASSERT_EQ(e.exit_code, 0) << e.err;
+    if (fp8) {
+      EXPECT_NE(read_file(file).find("# FP8 (amp.fp8.*): format hybrid"), std::string::npos);
+    }
+  }
+  EXPECT_EQ(run_python("fp8", f.dir), 0) << python_output("fp8", f.dir);
+}
+
 // The planted problem of tune_test (tiny images left unnormalised: 62500 to 125000, beyond
 // fp16's 65504 once conv1 casts them under O1): amptune tune keeps conv1 in fp32, --emit writes
 // the answer, and plain PyTorch with that file stays finite where it overflows without conv1.

@@ -21,6 +21,10 @@ CASE (the generated modules and files it reads are in DIR):
               is emulated: torch.autocast replaced by a context whose low-precision ops (conv,
               linear, matmul: autocast's float16 list) take and give values rounded onto
               float16's grid (beyond 65504: inf).
+  fp8         fp8.py (amp.fp8 hybrid, delayed, margin 1, history 16, most_recent, fc kept out) and
+              plain.py (no FP8): SETTING["fp8"], the Linear modules fp8_linears() names, the
+              Transformer Engine recipe refused with a clear ImportError where it is missing,
+              and apply() training the base precision.
   hostile     hostile.py, exported from a database holding quotes, line breaks and code in a run
               name, a glob and the database's path: importing it runs none of that, and its
               SOURCE / SETTING equal expected.json.
@@ -297,6 +301,35 @@ def case_hostile(d):
     check(module.SETTING["fp32_modules"] == expected["fp32_modules"], module.SETTING)
 
 
+def case_fp8(d):
+    module = load(os.path.join(d, "fp8.py"), "fp8_setting")
+    fp8 = module.SETTING["fp8"]
+    check(fp8 == {"format": "hybrid", "recipe": "delayed", "margin": 1, "amax_history_len": 16,
+                  "amax_compute": "most_recent", "skip_modules": ["fc"]}, fp8)
+    model = sequential_model()
+    # layer2.0 is the one Linear FP8 covers: fc is kept out of it.
+    check(module.fp8_linears(model) == ["layer2.0"], module.fp8_linears(model))
+    try:
+        import transformer_engine  # noqa: F401
+        have_te = True
+    except ImportError:
+        have_te = False
+    if not have_te:
+        for call in (module.fp8_recipe, module.fp8_autocast):
+            try:
+                call()
+                check(False, call.__name__ + " ran without Transformer Engine")
+            except ImportError as error:
+                check("Transformer Engine" in str(error), error)
+    # The base precision (O1 bf16) still trains with apply().
+    setting = module.apply(model, device_type="cpu")
+    losses = train(model, setting, batches((8, 1, 12, 12), 4, seed=3)[:5])
+    check(all(math.isfinite(v) for v in losses), losses)
+    plain = load(os.path.join(d, "plain.py"), "plain_setting")
+    check(plain.SETTING["fp8"] is None and plain.fp8_linears(model) == [], plain.SETTING)
+    check(plain.fp8_recipe() is None, "a run without FP8 has no recipe")
+
+
 def main():
     case, d, source_dir = sys.argv[1], sys.argv[2], sys.argv[3]
     if case == "sequential":
@@ -307,6 +340,8 @@ def main():
         case_planted(d, source_dir)
     elif case == "hostile":
         case_hostile(d)
+    elif case == "fp8":
+        case_fp8(d)
     else:
         sys.exit("unknown case " + case)
     print(case + ": passed")

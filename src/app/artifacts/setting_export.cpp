@@ -54,16 +54,20 @@ void check_setting(const records::RunRow& row, const ExportedSetting& s) {
                                    {"database path", s.source.database}}) {
     check_text(row, what, text);
   }
-  for (const std::string& glob : s.fp32_modules) {
-    check_text(row, "amp.fp32_modules entry", glob);
-    const std::string problem = glob_problem(glob);
-    if (!problem.empty()) {
-      throw ConfigError(run_text(row) + ": amp.fp32_modules entry " +
-                        python_string(glob, "the glob") + " holds " + problem +
-                        ", which the generated module could not match as amptune does; nothing "
-                        "written");
+  const auto check_globs = [&row](const std::vector<std::string>& globs, const std::string& key) {
+    for (const std::string& glob : globs) {
+      check_text(row, key + " entry", glob);
+      const std::string problem = glob_problem(glob);
+      if (!problem.empty()) {
+        throw ConfigError(run_text(row) + ": " + key + " entry " +
+                          python_string(glob, "the glob") + " holds " + problem +
+                          ", which the generated module could not match as amptune does; "
+                          "nothing written");
+      }
     }
-  }
+  };
+  check_globs(s.fp32_modules, "amp.fp32_modules");
+  if (s.fp8) check_globs(s.fp8->skip_modules, "amp.fp8.skip_modules");
   for (const std::string& name : s.int32_casts) {
     bool known = false;
     for (const auto& point : train::kCastPoints) known = known || name == point.name;
@@ -129,6 +133,17 @@ Json loss_scale_document(const ExportedSetting& s) {
               {"max_scale", s.max_scale > 0 ? Json(s.max_scale) : Json(nullptr)}};
 }
 
+Json fp8_document(const ExportedSetting& s) {
+  if (!s.fp8) return nullptr;
+  const Fp8Export& f = *s.fp8;
+  return Json{{"format", f.format},
+              {"recipe", f.recipe},
+              {"margin", f.margin},
+              {"amax_history_len", f.amax_history_len},
+              {"amax_compute", f.amax_compute},
+              {"skip_modules", f.skip_modules}};
+}
+
 }  // namespace
 
 ExportedSetting setting_of(const records::RunRow& row, const SettingSource& source) {
@@ -162,6 +177,11 @@ ExportedSetting setting_of(const records::RunRow& row, const SettingSource& sour
   s.max_scale = policy.max_scale;
   s.fp32_modules = policy.fp32_modules;
   s.int32_casts = input.settings().casts.int32;
+  if (policy.fp8.enabled) {
+    const amp::Fp8Policy& f = policy.fp8;
+    s.fp8 = Fp8Export{f.hybrid ? "hybrid" : "e4m3", f.delayed ? "delayed" : "current", f.margin,
+                      f.amax_history_len, f.amax_max ? "max" : "most_recent", f.skip_modules};
+  }
   check_setting(row, s);
   return s;
 }
@@ -235,7 +255,8 @@ nlohmann::ordered_json setting_document(const ExportedSetting& s) {
                         {"combine_grad", s.combine_grad},
                         {"loss_scale", loss_scale_document(s)},
                         {"fp32_modules", s.fp32_modules},
-                        {"int32_casts", casts}};
+                        {"int32_casts", casts},
+                        {"fp8", fp8_document(s)}};
   const Json source = {{"database", s.source.database},
                        {"run_id", s.run_id},
                        {"run_name", s.run_name},

@@ -15,7 +15,9 @@
 // (docs/SECURITY.md): strings must be UTF-8 and reach the Python file only as literals of
 // app/artifacts/python_literal.h (in its comments too), numbers only finite, and a setting the
 // module cannot reproduce faithfully is refused (ConfigError naming the run and key). No torch,
-// no SQL. FP8 settings (amp.fp8.*) are not exported.
+// no SQL. An FP8 recipe (amp.fp8.*) has no plain-PyTorch form: it is exported as data (SETTING
+// "fp8") with a Transformer Engine recipe built from it (fp8_recipe(), fp8_autocast()) and the
+// Linear modules it covers (fp8_linears(model)); apply() itself sets the base precision only.
 #pragma once
 
 #include <cstdint>
@@ -52,6 +54,16 @@ struct TuneAnswerInfo {
 inline constexpr double kScaleGrowthFactor = 2.0;
 inline constexpr double kScaleBackoffFactor = 0.5;
 
+// amp.fp8.* of an FP8 run, in the config's words (amp/policy.h Fp8Policy's meaning).
+struct Fp8Export {
+  std::string format;        // "hybrid" | "e4m3"
+  std::string recipe;        // "delayed" | "current"
+  int margin = 0;
+  int64_t amax_history_len = 1024;
+  std::string amax_compute;  // "max" | "most_recent"
+  std::vector<std::string> skip_modules;  // globs, matched as fp32_modules are
+};
+
 struct ExportedSetting {
   SettingSource source;
   int64_t run_id = 0;
@@ -73,13 +85,14 @@ struct ExportedSetting {
   double max_scale = 0;
   std::vector<std::string> fp32_modules;  // globs (fnmatch; '*' crosses dots)
   std::vector<std::string> int32_casts;   // casts.int32 (train/cast_points.h says where)
+  std::optional<Fp8Export> fp8;           // set when amp.fp8.enabled
 };
 
 // The setting of the run `row` (its stored configuration resolved as training resolves it).
 // Throws ConfigError naming the run for a configuration this build cannot read, a string that is
 // not UTF-8, or an amp.fp32_modules glob the module could not match as amptune does (one holding
 // a control character, a backslash, or a bracket expression Python's fnmatch reads otherwise:
-// "[^...]", "[[:class:]]").
+// "[^...]", "[[:class:]]"); amp.fp8.skip_modules globs are held to the same rules.
 ExportedSetting setting_of(const records::RunRow& row, const SettingSource& source);
 
 // `amptune export-setting`: the setting of run `ref` (id or name, app::find_run) of the existing

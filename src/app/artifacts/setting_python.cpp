@@ -284,6 +284,64 @@ def apply(model, device_type="cuda", dtype=None):
     for _, module in marked:
         module.forward = _in_float32(module.forward, device_type, low if cast_model else None)
     return Setting(model, device_type, low, cast_model, [name for name, _ in marked], masters)
+
+
+def _transformer_engine(what):
+    try:
+        import transformer_engine.pytorch as te
+        from transformer_engine.common import recipe
+    except ImportError as error:
+        raise ImportError("%s needs NVIDIA Transformer Engine (transformer_engine), which this "
+                          "Python does not have: %s" % (what, error)) from error
+    return te, recipe
+
+
+def fp8_recipe():
+    """SETTING["fp8"] as a Transformer Engine recipe: DelayedScaling(margin, fp8_format,
+    amax_history_len, amax_compute_algo) or Float8CurrentScaling(fp8_format) (which has no
+    margin: amptune's current scaling applies SETTING["fp8"]["margin"] too); None when the run
+    did not use FP8."""
+    fp8 = SETTING["fp8"]
+    if fp8 is None:
+        return None
+    _, recipe = _transformer_engine("fp8_recipe()")
+    fmt = recipe.Format.HYBRID if fp8["format"] == "hybrid" else recipe.Format.E4M3
+    if fp8["recipe"] == "current":
+        return recipe.Float8CurrentScaling(fp8_format=fmt)
+    return recipe.DelayedScaling(margin=fp8["margin"], fp8_format=fmt,
+                                 amax_history_len=fp8["amax_history_len"],
+                                 amax_compute_algo=fp8["amax_compute"])
+
+
+def fp8_autocast():
+    """Transformer Engine's fp8_autocast with fp8_recipe() (its te.* modules compute in FP8
+    inside it) when the run used FP8; nothing otherwise. Use it inside setting.autocast()."""
+    if SETTING["fp8"] is None:
+        return contextlib.nullcontext()
+    te, _ = _transformer_engine("fp8_autocast()")
+    return te.fp8_autocast(enabled=True, fp8_recipe=fp8_recipe())
+
+
+def fp8_linears(model):
+    """The names of the nn.Linear modules of `model` the run's FP8 covered: every Linear but
+    those kept out of FP8 (amp.fp8.skip_modules) or in fp32 (amp.fp32_modules), a module or an
+    ancestor matching a glob as amptune matches them. Replace each with te.Linear (same shapes,
+    its weights copied) to train them in FP8. amptune's FP8 covers convolutions as well;
+    Transformer Engine has no FP8 convolution, so they stay in the base precision there."""
+    fp8 = SETTING["fp8"]
+    if fp8 is None:
+        return []
+    globs = list(fp8["skip_modules"]) + list(SETTING["fp32_modules"])
+    names = []
+    for name, module in model.named_modules():
+        parts = name.split(".") if name else []
+        lineage = [""] + [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+        if not isinstance(module, torch.nn.Linear):
+            continue
+        if any(fnmatch.fnmatchcase(n, g) for n in lineage for g in globs):
+            continue
+        names.append(name)
+    return names
 )py";
 
 using Json = nlohmann::ordered_json;
@@ -447,6 +505,25 @@ std::string fp32_text(const ExportedSetting& s, const std::string& what) {
                        : ".\n");
 }
 
+std::string fp8_text(const ExportedSetting& s, const std::string& what) {
+  if (!s.fp8) return "";
+  const Fp8Export& f = *s.fp8;
+  std::string out = "FP8 (amp.fp8.*): format " + f.format + ", " + f.recipe + " scaling (margin " +
+                    std::to_string(f.margin) +
+                    (f.recipe == "delayed" ? ", amax history " +
+                                                 std::to_string(f.amax_history_len) + ", " +
+                                                 f.amax_compute
+                                           : "") +
+                    ")";
+  if (!f.skip_modules.empty()) {
+    out += ", kept out of FP8: " + joined_literals(f.skip_modules, what);
+  }
+  return out +
+         ".\nPlain PyTorch trains no FP8: apply() sets the base precision above. With NVIDIA "
+         "Transformer\nEngine, replace the modules fp8_linears(model) names with te.Linear and "
+         "run the forward\npass inside fp8_autocast() (fp8_recipe() is the recipe).\n";
+}
+
 std::string casts_text(const ExportedSetting& s) {
   std::string out;
   if (s.combine_grad) {
@@ -498,7 +575,8 @@ std::string setting_python(const ExportedSetting& s) {
   out += "# Generated code: " + s.source.generator + " wrote it (amptune " + s.source.command +
          ").\n# Do not edit it; export the setting again instead.\n#\n";
   out += comment(origin_text(s, what));
-  out += "#\n" + comment(level_text(s) + scale_text(s, what) + fp32_text(s, what) + casts_text(s));
+  out += "#\n" + comment(level_text(s) + scale_text(s, what) + fp32_text(s, what) +
+                         fp8_text(s, what) + casts_text(s));
   out += "#\n" + comment(kUsage);
   out += kImports;
   const Json doc = setting_document(s);
@@ -509,7 +587,7 @@ std::string setting_python(const ExportedSetting& s) {
   }
   out +=
       "\n__all__ = [\"GENERATOR\", \"SOURCE\", \"TUNE\", \"SETTING\", \"apply\", \"Setting\", "
-      "\"LossScaler\"]\n";
+      "\"LossScaler\",\n           \"fp8_recipe\", \"fp8_autocast\", \"fp8_linears\"]\n";
   return out + kRuntime;
 }
 

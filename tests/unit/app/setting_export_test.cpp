@@ -254,6 +254,39 @@ TEST(AppSettingExport, JsonIsTheSameSettingAsData) {
   EXPECT_THROW(parse_setting_format("yaml", "--format"), UsageError);
 }
 
+TEST(AppSettingExport, AnFp8RecipeIsDataAndATransformerEngineRecipe) {
+  EXPECT_FALSE(setting({{"amp.opt_level", "O1"}}).fp8.has_value());
+  EXPECT_TRUE(nlohmann::json::parse(setting_json(setting({})))["setting"]["fp8"].is_null());
+  const ExportedSetting s = setting({{"amp.opt_level", "O1"},
+                                     {"amp.dtype", "bf16"},
+                                     {"amp.fp8.enabled", true},
+                                     {"amp.fp8.format", "e4m3"},
+                                     {"amp.fp8.recipe", "current"},
+                                     {"amp.fp8.margin", 2},
+                                     {"amp.fp8.skip_modules", {"fc", "layer1.*"}}});
+  ASSERT_TRUE(s.fp8.has_value());
+  const nlohmann::json fp8 = nlohmann::json::parse(setting_json(s))["setting"]["fp8"];
+  EXPECT_EQ(fp8, (nlohmann::json{{"format", "e4m3"},
+                                 {"recipe", "current"},
+                                 {"margin", 2},
+                                 {"amax_history_len", 1024},
+                                 {"amax_compute", "max"},
+                                 {"skip_modules", {"fc", "layer1.*"}}}));
+  const std::string py = setting_python(s);
+  expect_header_is_comments(py);
+  EXPECT_NE(py.find("# FP8 (amp.fp8.*): format e4m3, current scaling (margin 2), kept out of "
+                    "FP8: \"fc\", \"layer1.*\""),
+            std::string::npos);
+  EXPECT_NE(py.find("def fp8_recipe():"), std::string::npos);
+  EXPECT_NE(py.find("\"fp8\": {"), std::string::npos);
+  // A skip glob Python's fnmatch would read otherwise is refused as an fp32 glob is.
+  EXPECT_THROW(setting({{"amp.opt_level", "O1"},
+                        {"amp.dtype", "bf16"},
+                        {"amp.fp8.enabled", true},
+                        {"amp.fp8.skip_modules", {"layer[^1]"}}}),
+               ConfigError);
+}
+
 TEST(AppSettingExport, TuneAnswerCarriesTheSearchOrIsRefused) {
   TuneOutcome out;
   out.search.sweep_name = "sw";
