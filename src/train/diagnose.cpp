@@ -24,6 +24,7 @@
 #include "models/scripted.h"
 #include "train/casts.h"
 #include "train/diagnose_fp8.h"
+#include "train/diagnose_text.h"
 #include "train/evaluate.h"
 #include "train/plan.h"
 #include "train/session.h"
@@ -86,20 +87,6 @@ Pass run_pass(Session& session, Precision& precision, const data::Batch& batch,
 double min_normal(TensorDtype dtype) {
   return dtype == TensorDtype::kBf16 ? static_cast<double>(std::numeric_limits<float>::min())
                                      : 6.103515625e-05;  // 2^-14
-}
-
-std::string percent(double share) {
-  std::ostringstream s;
-  s.precision(3);
-  s << share * 100 << "%";
-  return s.str();
-}
-
-std::string number(double v) {
-  std::ostringstream s;
-  s.precision(4);
-  s << v;
-  return s.str();
 }
 
 // "layer1.0.conv1" -> "layer1.0"; "" for a top-level module.

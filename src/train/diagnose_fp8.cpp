@@ -14,6 +14,7 @@
 
 #include "amp/fp8.h"
 #include "train/diagnose.h"
+#include "train/diagnose_text.h"
 
 namespace amptune::train {
 namespace {
@@ -22,20 +23,6 @@ using records::AdviceRule;
 using records::Fp8DiagnosticRow;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-std::string percent(double share) {
-  std::ostringstream s;
-  s.precision(3);
-  s << share * 100 << "%";
-  return s.str();
-}
-
-std::string number(double v) {
-  std::ostringstream s;
-  s.precision(4);
-  s << v;
-  return s.str();
-}
 
 double max_of(const std::string& format) {
   return amp::fp8_max(format == amp::to_string(amp::Fp8Format::kE5M2) ? amp::Fp8Format::kE5M2
