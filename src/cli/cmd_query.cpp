@@ -120,7 +120,8 @@ static void print_work(const records::RunWork& work, const std::vector<records::
 }
 
 // The lines above a run's epoch table: name, status, identity, backend, FP8 recipe, provenance.
-void print_run_header(const records::RunRow& run, const nlohmann::json& config) {
+void print_run_header(const app::RunDetails& details) {
+  const records::RunRow& run = details.run;
   std::cout << "run " << run.id << " " << log::printable(run.name) << "  ["
             << log::printable(run.label) << "]\n"
             << "status " << records::to_string(run.status)
@@ -138,10 +139,7 @@ void print_run_header(const records::RunRow& run, const nlohmann::json& config) 
               << "\n";
   }
   // The FP8 recipe (amp.fp8.*, docs/AMP.md "FP8: the recipe") of a run that has it.
-  if (!config.is_discarded() && config.contains("amp") && config["amp"].contains("fp8") &&
-      config["amp"]["fp8"].is_object() && config["amp"]["fp8"].value("enabled", false)) {
-    std::cout << "amp.fp8 " << log::printable(config["amp"]["fp8"].dump()) << "\n";
-  }
+  if (!details.fp8_recipe.empty()) std::cout << "amp " << details.fp8_recipe << "\n";
   if (!run.provenance.host.empty()) {
     const records::Provenance& p = run.provenance;
     std::cout << "ran on " << log::printable(p.host) << " (" << p.device << ", " << p.threads
@@ -169,7 +167,7 @@ int cmd_show(const Invocation& inv) {
     throw StoreError(db + ": table runs, row " + std::to_string(run.id) +
                      ", column config_json is not JSON; correct the row or leave it out");
   }
-  print_run_header(run, config);
+  print_run_header(details);
   if (print_config) {
     std::cout << config.dump(2) << "\n";
   }

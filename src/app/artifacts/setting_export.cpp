@@ -177,10 +177,11 @@ ExportedSetting setting_of(const records::RunRow& row, const SettingSource& sour
   s.max_scale = policy.max_scale;
   s.fp32_modules = policy.fp32_modules;
   s.int32_casts = input.settings().casts.int32;
-  if (policy.fp8.enabled) {
-    const amp::Fp8Policy& f = policy.fp8;
-    s.fp8 = Fp8Export{f.hybrid ? "hybrid" : "e4m3", f.delayed ? "delayed" : "current", f.margin,
-                      f.amax_history_len, f.amax_max ? "max" : "most_recent", f.skip_modules};
+  if (policy.fp8.enabled) {  // the words of core/words.h, the values as the policy checked them
+    const Fp8Settings& words = input.settings().amp.fp8;
+    s.fp8 = Fp8Export{to_string(words.format), to_string(words.recipe), policy.fp8.margin,
+                      policy.fp8.amax_history_len, to_string(words.amax_compute),
+                      policy.fp8.skip_modules};
   }
   check_setting(row, s);
   return s;

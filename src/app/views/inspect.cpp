@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <utility>
 
+#include "amp/policy.h"
+#include "app/run/run_input.h"
 #include "core/error.h"
 #include "train/diagnose_fp8.h"
 
@@ -43,6 +45,11 @@ RunDetails show_run(const store::Store& store, const std::string& ref) {
   details.epochs = store.epochs(details.run.id);
   details.initial_metrics = store.initial_metrics(details.run.id);
   details.prune_decisions = store.prune_decisions(details.run.id);
+  try {  // the policy's own words; a config this build cannot read shows without them
+    const train::RunInput input = resolve_run(details.run);
+    details.fp8_recipe = amp::apex_properties(input.settings().amp).fp8.summary();
+  } catch (const Error&) {
+  }
   if (auto fp8 = store.fp8_diagnosis(details.run.id)) {
     records::Diagnosis d;
     d.fp8_rows = std::move(fp8->rows);

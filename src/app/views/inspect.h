@@ -44,12 +44,14 @@ Table fp8_table(const std::vector<records::Fp8DiagnosticRow>& slots);
 
 // `amptune show`: one run of the database `db` (find_run) with its epochs (ascending), the
 // evaluation of its initial weights (empty when it has none), the decisions a prune rule made
-// about it and the FP8 findings of its newest diagnosis that has FP8 rows.
+// about it, its FP8 recipe in words (amp::Fp8Policy::summary; "" without FP8 or when this build
+// cannot read the stored config) and the FP8 findings of its newest diagnosis that has FP8 rows.
 struct RunDetails {
   records::RunRow run;
   std::vector<records::EpochRow> epochs;
   std::map<std::string, double> initial_metrics;
   std::vector<records::PruneDecisionRow> prune_decisions;  // oldest first (docs/PRUNING.md)
+  std::string fp8_recipe;
   std::optional<Fp8Findings> fp8;
 };
 RunDetails show_run(const std::string& db, const std::string& ref);
