@@ -13,25 +13,20 @@ STEPS=${2:-30}
 THREADS=${3:-2}
 SKIP=5
 source tools/bench-lib.sh
-DATA=$bench_data
 bench_checks bench-fp8 "$BIN"
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-cat > "$TMP/bench.yaml" <<YAML
-name: bench_fp8
-base:
-  model: {name: resnet18, num_classes: 10, in_channels: 1, width: 0.25, small_input: true}
-  data: {format: idx, root: $DATA, train_split: train, val_split: t10k, mean: [0.286],
-         std: [0.353], batch_size: 128, workers: 1}
-  optim: {name: sgd, lr: 0.1, momentum: 0.9, nesterov: true, weight_decay: 0.0005}
-  schedule: {epochs: 1, training_step_per_epoch: $((STEPS + SKIP)), eval_step_per_epoch: 0,
-             skip_steps: $SKIP}
-  amp: {dtype: bf16, backend: emulate}
-  threads: $THREADS
+{
+  echo "name: bench_fp8"
+  echo "base:"
+  bench_quickstart_base "$STEPS" "$SKIP" "$THREADS"
+  echo '  amp: {dtype: bf16, backend: emulate}'
+  cat <<YAML
 zip:
   - {amp.opt_level: [O1, O1, O1, O0, O0], amp.fp8.enabled: [false, true, true, false, true],
      amp.fp8.recipe: [delayed, delayed, current, delayed, delayed]}
 YAML
+} > "$TMP/bench.yaml"
 "$BIN" run "$TMP/bench.yaml" --db "$TMP/bench.sqlite" --quiet >/dev/null
 sqlite3 -header -column "$TMP/bench.sqlite" "
   WITH t AS (SELECT r.cell_index, r.opt_level, r.dtype,
