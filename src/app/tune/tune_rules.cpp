@@ -94,22 +94,15 @@ std::string parent_of(const std::string& name) {
   return dot == std::string::npos ? "" : name.substr(0, dot);
 }
 
-// What the FP8 moves need to know of a setting (amp.fp8.*, docs/TUNE.md "FP8").
-struct Fp8Setting {
-  bool enabled = false;
-  bool delayed = true;  // recipe delayed (else current)
-  int64_t margin = 0, history = 1;
-  std::vector<std::string> skip;  // amp.fp8.skip_modules
-};
-
 // What the moves need to know of a setting, with apex's meaning of its amp keys.
 struct Setting {
   amp::Policy policy;
   AmpSettings amp;
   std::vector<std::string> modules, casts;
-  Fp8Setting fp8;
   bool static_scale() const { return policy.low_precision() && !policy.dynamic_scale; }
   bool batchnorm_fp32() const { return !policy.cast_model || policy.keep_batchnorm_fp32; }
+  // amp.fp8 as the recipe reads it (docs/TUNE.md "FP8").
+  const amp::Fp8Policy& fp8() const { return policy.fp8; }
 };
 
 Setting setting_of(const Config& config) {
@@ -118,8 +111,6 @@ Setting setting_of(const Config& config) {
   s.policy = amp::apex_properties(s.amp);
   s.modules = config.get_string_list("amp.fp32_modules");
   s.casts = config.get_string_list("casts.int32");
-  const amp::Fp8Policy& fp8 = s.policy.fp8;  // amp.fp8 as the recipe reads it
-  s.fp8 = {fp8.enabled, fp8.delayed, fp8.margin, fp8.amax_history_len, fp8.skip_modules};
   return s;
 }
 
@@ -154,25 +145,25 @@ class MoveList {
 // The FP8 recipe moves over `s`, each unset when it changes nothing: current scaling, one more
 // power of two of margin, a history 16 times shorter (at least 1).
 std::optional<TuneMove> fp8_recipe_move(const Setting& s) {
-  if (!s.fp8.enabled || !s.fp8.delayed) return std::nullopt;
+  if (!s.fp8().enabled || !s.fp8().delayed) return std::nullopt;
   return TuneMove{TuneMoveKind::kFp8Recipe, {{"amp.fp8.recipe", "current"}},
                   "FP8 scaling from each tensor's own amax (delayed -> current)", std::nullopt, ""};
 }
 std::optional<TuneMove> fp8_margin_move(const Setting& s) {
-  if (!s.fp8.enabled) return std::nullopt;
+  if (!s.fp8().enabled) return std::nullopt;
   return TuneMove{TuneMoveKind::kFp8Margin,
-                  {{"amp.fp8.margin", s.fp8.margin + 1}},
-                  "FP8 margin " + std::to_string(s.fp8.margin) + " -> " +
-                      std::to_string(s.fp8.margin + 1) + " (twice the headroom)",
+                  {{"amp.fp8.margin", s.fp8().margin + 1}},
+                  "FP8 margin " + std::to_string(s.fp8().margin) + " -> " +
+                      std::to_string(s.fp8().margin + 1) + " (twice the headroom)",
                   std::nullopt,
                   ""};
 }
 std::optional<TuneMove> fp8_history_move(const Setting& s) {
-  if (!s.fp8.enabled || !s.fp8.delayed || s.fp8.history <= 1) return std::nullopt;
-  const int64_t shorter = std::max<int64_t>(1, s.fp8.history / 16);
+  if (!s.fp8().enabled || !s.fp8().delayed || s.fp8().amax_history_len <= 1) return std::nullopt;
+  const int64_t shorter = std::max<int64_t>(1, s.fp8().amax_history_len / 16);
   return TuneMove{TuneMoveKind::kFp8History,
                   {{"amp.fp8.amax_history_len", shorter}},
-                  "FP8 amax history " + std::to_string(s.fp8.history) + " -> " +
+                  "FP8 amax history " + std::to_string(s.fp8().amax_history_len) + " -> " +
                       std::to_string(shorter) + " steps",
                   std::nullopt,
                   ""};
@@ -184,8 +175,8 @@ std::optional<TuneMove> fp8_advice_move(const records::DiagnosisAdvice& a, const
   const std::string why = "the diagnosis's " + records::to_string(a.rule) + " (" + a.module + ")";
   switch (a.rule) {
     case AdviceRule::kFp8KeepOut: {
-      if (!s.fp8.enabled || a.module.empty() || contains(s.fp8.skip, a.module)) break;
-      std::vector<std::string> list = s.fp8.skip;
+      if (!s.fp8().enabled || a.module.empty() || contains(s.fp8().skip_modules, a.module)) break;
+      std::vector<std::string> list = s.fp8().skip_modules;
       list.push_back(a.module);
       m = TuneMove{TuneMoveKind::kFp8SkipModules, {{"amp.fp8.skip_modules", list}},
                    why + ": keep " + a.module + " out of FP8", std::nullopt, ""};
@@ -380,7 +371,7 @@ Overrides union_change(const Config& current, const std::vector<TuneMove>& moves
   const Setting s = setting_of(current);
   // The module lists, as they grow (FP8's only under FP8: no move sets it otherwise).
   std::map<std::string, std::vector<std::string>> lists = {{"amp.fp32_modules", s.modules}};
-  if (s.fp8.enabled) lists["amp.fp8.skip_modules"] = s.fp8.skip;
+  if (s.fp8().enabled) lists["amp.fp8.skip_modules"] = s.fp8().skip_modules;
   const auto lists_before = lists;
   std::vector<std::string> casts = current.get_string_list("casts.int32");
   const std::vector<std::string> casts_before = casts;
@@ -460,7 +451,7 @@ std::vector<double> precision_rank(const Config& config, double fp32_share, doub
           static_cast<double>(amp::fp32_order(s.policy.opt_level)),
           static_cast<double>(distinct(s.modules).size()),
           s.policy.cast_model && s.batchnorm_fp32() ? 1.0 : 0.0,
-          s.fp8.enabled ? static_cast<double>(distinct(s.fp8.skip).size()) : 0.0};
+          s.fp8().enabled ? static_cast<double>(distinct(s.fp8().skip_modules).size()) : 0.0};
 }
 
 namespace {
@@ -470,8 +461,8 @@ constexpr const char* kFp8Item = "fp8:";  // a module_items item kept out of FP8
 std::vector<std::string> module_items(const Config& solution) {
   const Setting s = setting_of(solution);
   std::vector<std::string> items = distinct(s.modules);
-  if (s.fp8.enabled) {
-    for (const auto& m : distinct(s.fp8.skip)) items.push_back(kFp8Item + m);
+  if (s.fp8().enabled) {
+    for (const auto& m : distinct(s.fp8().skip_modules)) items.push_back(kFp8Item + m);
   }
   return items;
 }
@@ -487,8 +478,8 @@ Overrides module_probe(const Config& solution, const std::vector<std::string>& k
     if (keeps(m)) modules.push_back(m);
   }
   Overrides change = {{"amp.fp32_modules", modules}};
-  if (!s.fp8.enabled) return change;
-  for (const auto& m : distinct(s.fp8.skip)) {
+  if (!s.fp8().enabled) return change;
+  for (const auto& m : distinct(s.fp8().skip_modules)) {
     if (keeps(kFp8Item + m)) skip.push_back(m);
   }
   change.emplace_back("amp.fp8.skip_modules", skip);
