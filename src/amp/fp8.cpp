@@ -7,6 +7,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "core/error.h"
 
@@ -286,8 +287,11 @@ Fp8State::Fp8State(Fp8Scaling scaling) : scaling_(scaling) {}
 
 std::shared_ptr<Fp8Slot> Fp8State::slot(const std::string& key, Fp8Role role,
                                         Fp8Format format) {
-  const std::string name = key + "." + to_string(role);
   std::lock_guard<std::mutex> lock(mutex_);
+  return slot_locked(key + "." + to_string(role), format);
+}
+
+std::shared_ptr<Fp8Slot> Fp8State::slot_locked(const std::string& name, Fp8Format format) {
   auto it = slots_.find(name);
   if (it != slots_.end()) return it->second;
   auto made = std::make_shared<Fp8Slot>(format, scaling_);
@@ -298,6 +302,37 @@ std::shared_ptr<Fp8Slot> Fp8State::slot(const std::string& key, Fp8Role role,
   }
   slots_.emplace(name, made);
   return made;
+}
+
+std::vector<std::string> Fp8State::slot_list() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::string> out;
+  out.reserve(slots_.size());
+  for (const auto& [name, slot] : slots_) {
+    out.push_back(name + "\t" + to_string(slot->format()));
+  }
+  return out;
+}
+
+void Fp8State::add_slots(const std::vector<std::string>& list) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const std::string& entry : list) {
+    const auto tab = entry.rfind('\t');
+    const std::string word = tab == std::string::npos ? "" : entry.substr(tab + 1);
+    std::optional<Fp8Format> format;
+    for (Fp8Format f : {Fp8Format::kE4M3, Fp8Format::kE5M2}) {
+      if (word == to_string(f)) format = f;
+    }
+    if (tab == 0 || !format) {
+      throw std::invalid_argument("add_slots: \"" + entry + "\" is not <key>.<role>\\t<format>");
+    }
+    slot_locked(entry.substr(0, tab), *format);
+  }
+}
+
+size_t Fp8State::slot_count() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return slots_.size();
 }
 
 void Fp8State::end_step() {

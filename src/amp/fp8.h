@@ -142,6 +142,13 @@ class Fp8State {
   // these before end_step), and their setter (same order and count).
   std::vector<float> step_amaxes() const;
   void set_step_amaxes(const std::vector<float>& amaxes);
+  // Every slot as "<key>.<role>\t<format>", in key order, and the slots of such a list this
+  // state lacks made (restored from a loaded checkpoint as slot() restores them;
+  // std::invalid_argument for an entry of another form): data-parallel ranks agree on the union
+  // of their slots with these when one quantised nothing in its first step.
+  std::vector<std::string> slot_list() const;
+  void add_slots(const std::vector<std::string>& list);
+  size_t slot_count() const;
 
   // The state as named fp32 tensors for a checkpoint: "fp8.<key>.<role>.history" (oldest first)
   // and "fp8.<key>.<role>.scale" (one value) per slot.
@@ -157,6 +164,8 @@ class Fp8State {
   std::shared_ptr<const Fp8Observer> observer() const;
 
  private:
+  std::shared_ptr<Fp8Slot> slot_locked(const std::string& name, Fp8Format format);
+
   Fp8Scaling scaling_;
   mutable std::mutex mutex_;
   std::map<std::string, std::shared_ptr<Fp8Slot>> slots_;  // "key.role"

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <tuple>
 
@@ -44,6 +45,27 @@ void allreduce_amax(ProcessGroup& group, std::vector<float>& amaxes) {
   for (int64_t i = 0; i < n; ++i) {
     amaxes[static_cast<size_t>(i)] = w[n + i] > 0.0f ? NAN : w[i];
   }
+}
+
+std::vector<std::string> union_over_ranks(ProcessGroup& group,
+                                          const std::vector<std::string>& names) {
+  std::string mine;
+  for (const std::string& name : names) {
+    if (name.find('\0') != std::string::npos) {
+      throw std::invalid_argument("union_over_ranks: a name holds a NUL byte");
+    }
+    mine += name;
+    mine += '\0';
+  }
+  std::set<std::string> all;
+  for (const std::string& bytes : group.allgather_bytes(mine)) {
+    size_t from = 0;
+    for (size_t end = bytes.find('\0'); end != std::string::npos;
+         from = end + 1, end = bytes.find('\0', from)) {
+      all.insert(bytes.substr(from, end - from));
+    }
+  }
+  return {all.begin(), all.end()};
 }
 
 GradReducer::GradReducer(ProcessGroup& group, std::vector<torch::Tensor> params,

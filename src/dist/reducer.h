@@ -10,6 +10,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "dist/group.h"
@@ -31,6 +32,12 @@ void broadcast_buffers(ProcessGroup& group, const std::vector<torch::Tensor>& bu
 // order on every rank), in place; a NaN on any rank (an overflowed step's) gives NaN, as one
 // process taking the maximum over the same tensors would keep it.
 void allreduce_amax(ProcessGroup& group, std::vector<float>& amaxes);
+
+// The union over the ranks of `names` (each rank's list; names hold no '\0'), sorted, by one
+// all-gather: for sets that should agree but may not (the FP8 slots of a rank that quantised
+// nothing in its first step).
+std::vector<std::string> union_over_ranks(ProcessGroup& group,
+                                          const std::vector<std::string>& names);
 
 class GradReducer {
  public:

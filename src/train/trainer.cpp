@@ -178,16 +178,24 @@ struct StepVote {
   double loss_sum = 0;
   double samples = 0;
   double non_finite = 0, overflow = 0, stop = 0, lost = 0;
+  // The rank's FP8 slot count and its square: summed, every rank sees whether all counts are
+  // equal (world * sum(c^2) == sum(c)^2 only then) and all decide alike.
+  double fp8_slots = 0, fp8_slots_sq = 0;
 
-  static constexpr int64_t kWireSize = 6;
+  static constexpr int64_t kWireSize = 8;
   torch::Tensor to_wire() const {
-    return torch::tensor({loss_sum, samples, non_finite, overflow, stop, lost}, torch::kDouble);
+    return torch::tensor(
+        {loss_sum, samples, non_finite, overflow, stop, lost, fp8_slots, fp8_slots_sq},
+        torch::kDouble);
   }
   static StepVote from_wire(const torch::Tensor& wire) {
     TORCH_CHECK(wire.numel() == kWireSize && wire.scalar_type() == torch::kDouble,
                 "a step vote is ", kWireSize, " doubles");
     const auto v = wire.accessor<double, 1>();
-    return StepVote{v[0], v[1], v[2], v[3], v[4], v[5]};
+    return StepVote{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
+  }
+  bool fp8_slots_differ(int world) const {
+    return static_cast<double>(world) * fp8_slots_sq != fp8_slots * fp8_slots;
   }
 };
 
@@ -521,6 +529,10 @@ double RunTraining::parallel_step(const data::Batch& batch, int64_t n, int64_t e
   const auto request = recorder_.stop_request();
   vote.stop = request && request->outcome != Outcome::kLost;
   vote.lost = request && request->outcome == Outcome::kLost;
+  if (const auto& fp8 = precision_->engine().fp8()) {
+    vote.fp8_slots = static_cast<double>(fp8->slot_count());
+    vote.fp8_slots_sq = vote.fp8_slots * vote.fp8_slots;
+  }
   const auto vote_start = Clock::now();
   torch::Tensor wire = vote.to_wire();
   group_->allreduce(wire);
@@ -551,6 +563,9 @@ double RunTraining::parallel_step(const data::Batch& batch, int64_t n, int64_t e
   }
   precision_->step(total.overflow > 0, *session_.optimizer, global_step_ + 1,
                    [&](amp::Fp8State& fp8) {  // every rank's FP8 amaxes of the step
+                     if (total.fp8_slots_differ(world_)) {  // a rank that quantised nothing
+                       fp8.add_slots(dist::union_over_ranks(*group_, fp8.slot_list()));
+                     }
                      std::vector<float> amaxes = fp8.step_amaxes();
                      dist::allreduce_amax(*group_, amaxes);
                      fp8.set_step_amaxes(amaxes);

@@ -210,6 +210,46 @@ TEST(Distributed, Fp8RanksKeepOneScalingState) {
   }
 }
 
+// FP8 slots are made by a rank's first quantisation. A rank whose first step had no sample
+// (every image of its batch corrupt) has made none while the other has made them all: the ranks
+// agree on the union before they all-reduce the step's amaxes, and the run trains on.
+TEST(Distributed, Fp8RanksAgreeOnTheirSlotsWhenOneQuantisedNothing) {
+  const std::string dir = scratch_dir("dp_fp8_empty");
+  write_tiny_idx(dir + "/idx", 8, 8);
+  auto r = run_amptune({"data", "export-imagefolder", "--idx", dir + "/idx", "--out",
+                        dir + "/jpeg", "--names", "generic"},
+                       dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // One training image of 8 left: in its step one rank quantises, the other has nothing.
+  int corrupted = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir + "/jpeg/train")) {
+    if (e.is_regular_file() && corrupted < 7) {
+      write_file(e.path().string(), "this is not a JPEG");
+      ++corrupted;
+    }
+  }
+  ASSERT_EQ(corrupted, 7);
+  write_file(dir + "/sweep.yaml",
+             "name: dp_fp8\n"
+             "base:\n"
+             "  model: {name: resnet18, num_classes: 4, in_channels: 1, width: 0.0625, "
+             "small_input: true}\n"
+             "  data: {format: imagefolder, root: " + dir + "/jpeg, image_size: 12, "
+             "resize_size: 12, mean: [0.3], std: [0.3], batch_size: 1, workers: 1}\n"
+             "  amp: {opt_level: O1, dtype: bf16, fp8: {enabled: true}}\n"
+             "  optim: {lr: 0.05}\n"
+             "  schedule: {epochs: 1}\n"
+             "  dist: {timeout_s: 60}\n"  // (before the agreement: a hang until the timeout)
+             "  threads: 1\n");
+  const std::string db = dir + "/amptune.sqlite";
+  r = run_amptune({"run", dir + "/sweep.yaml", "--db", db, "--no-progress", "--nproc", "2"}, dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto epochs = epochs_of(db, "1");
+  ASSERT_EQ(epochs.size(), 1u);
+  EXPECT_EQ(epochs[0].skipped_samples, 7);
+  EXPECT_TRUE(std::isfinite(epochs[0].train_loss));
+}
+
 // torchrun, --nproc 2 and srun's environment are one behaviour: the same run rows and the
 // same metrics, bitwise. The sharded evaluation equals `amptune eval` of the checkpoint in one
 // process, bitwise (which also shows both ranks hold the same weights).

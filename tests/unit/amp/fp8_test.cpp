@@ -271,6 +271,35 @@ TEST(Fp8State, CheckpointRoundTripAndRestoredScale) {
   EXPECT_EQ(w2->scale(), w->scale());
 }
 
+// A data-parallel rank that quantised nothing yet takes the other rank's slot list: the slots
+// it lacks are made with their formats (restored from a loaded checkpoint), the rest kept.
+TEST(Fp8State, SlotListsMakeTheMissingSlots) {
+  Fp8Scaling scaling;
+  scaling.amax_history_len = 4;
+  Fp8State full(scaling);
+  full.slot("fc", Fp8Role::kWeight, kE4M3)->scale_for(torch::tensor({3.0f}));
+  full.slot("fc", Fp8Role::kGradOutput, kE5M2)->scale_for(torch::tensor({2.0f}));
+  full.end_step();
+  const std::vector<std::string> list = full.slot_list();
+  EXPECT_EQ(list, (std::vector<std::string>{"fc.grad_output\te5m2", "fc.weight\te4m3"}));
+
+  Fp8State empty(scaling);
+  empty.load(full.to_tensors(), "epoch_0.safetensors");
+  const auto kept = empty.slot("fc", Fp8Role::kWeight, kE4M3);
+  EXPECT_EQ(empty.slot_count(), 1u);
+  empty.add_slots(list);
+  EXPECT_EQ(empty.slot_count(), 2u);
+  EXPECT_EQ(empty.slot_list(), list);
+  EXPECT_EQ(empty.slot("fc", Fp8Role::kWeight, kE4M3), kept);
+  const auto made = empty.slot("fc", Fp8Role::kGradOutput, kE4M3);  // made by add_slots
+  EXPECT_EQ(made->format(), kE5M2);
+  EXPECT_EQ(made->history(), full.slot("fc", Fp8Role::kGradOutput, kE5M2)->history());
+  EXPECT_EQ(empty.step_amaxes().size(), full.step_amaxes().size());
+  for (const char* bad : {"fc.weight", "fc.weight\tfp16", "\te4m3"}) {
+    EXPECT_THROW(empty.add_slots({bad}), std::invalid_argument) << bad;
+  }
+}
+
 TEST(Fp8State, RefusesABadCheckpointNamingTheTensor) {
   Fp8State state(Fp8Scaling{});
   const auto refused = [&](const std::string& name, const torch::Tensor& t) {

@@ -211,6 +211,17 @@ TEST(DistReducer, AveragesGradientsOverTheRanks) {
   }
 }
 
+TEST(DistReducer, UnionOverRanks) {
+  two_ranks([](int rank, Cluster&, ProcessGroup& group) {
+    const std::vector<std::string> mine =
+        rank == 0 ? std::vector<std::string>{"b", "a"} : std::vector<std::string>{};
+    EXPECT_EQ(union_over_ranks(group, mine), (std::vector<std::string>{"a", "b"}));
+    const std::vector<std::string> both =
+        rank == 0 ? std::vector<std::string>{"x\ty", ""} : std::vector<std::string>{"z", "x\ty"};
+    EXPECT_EQ(union_over_ranks(group, both), (std::vector<std::string>{"", "x\ty", "z"}));
+  });
+}
+
 // As DDP: the first bucket (the last layers) holds at most 1 MiB, so it starts during backward;
 // the rest share dist.bucket_mb.
 TEST(DistReducer, TheFirstBucketHoldsAtMostOneMiB) {
