@@ -51,12 +51,16 @@ double nonfinite_share(const torch::Tensor& x) {
   return (~torch::isfinite(x.detach())).sum().item<double>() / static_cast<double>(x.numel());
 }
 
+// `record_fp8`: the FP8 quantisations record this batch's amaxes as a training step's do (the
+// caller ends the step: Fp8State::end_step); otherwise at the scales in force, nothing recorded.
 Pass run_pass(Session& session, Precision& precision, const data::Batch& batch,
-              const torch::Device& device, bool backward = true) {
+              const torch::Device& device, bool backward = true, bool record_fp8 = false) {
   Pass pass;
   amp::ScopedPolicy policy(precision.policy());
   amp::ScopedModules modules(precision.engine().modules());
-  const auto fp8 = precision.evaluation();  // FP8 GEMMs at the scales in force, nothing recorded
+  const std::shared_ptr<amp::Fp8State>& state = precision.engine().fp8();
+  const auto fp8 = record_fp8 && state ? std::make_unique<amp::ScopedFp8>(state, true)
+                                       : precision.evaluation();
   amp::ScopedObserver observer(
       [&](const std::string& name, const torch::Tensor& x, const torch::Tensor& y) {
         pass.outputs.emplace_back(name, y.detach().to(torch::kCPU, torch::kFloat, false, true));
@@ -479,11 +483,14 @@ std::vector<records::DiagnosticRow> forward_rows(const Pass& want, const Pass& g
 }
 
 // Appends to `d` the rows of batch `b`: every module output and every gradient of the run
-// against the reference's, and every int32 cast point's values against the uncast ones.
+// against the reference's, and every int32 cast point's values against the uncast ones. The run's
+// FP8 scaling state advances by the batch as a training step's does (its amaxes enter the
+// histories; the weights stay), so the next batch is quantised at the scales training would use.
 void compare_batch(const Sides& sides, const data::Batch& batch, int b, const PrecisionMap& map,
                    const Int32Casts& casts, records::Diagnosis& d) {
   const Pass want = run_pass(sides.reference, sides.reference_precision, batch, sides.device);
-  const Pass got = run_pass(sides.run, sides.run_precision, batch, sides.device);
+  const Pass got = run_pass(sides.run, sides.run_precision, batch, sides.device, true, true);
+  if (const auto& fp8 = sides.run_precision.engine().fp8()) fp8->end_step();
   for (auto& r : forward_rows(want, got, b, map)) d.rows.push_back(std::move(r));
   auto add = [&](records::DiagnosticRow r, records::DiagnosticKind kind, int seq,
                  const std::string& module, TensorDtype dtype) {

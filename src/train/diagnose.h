@@ -5,9 +5,12 @@
 // and backward on the same training batches (the run's own data order for the next epoch). Every
 // module's output, every parameter's unscaled gradient and every RootNet int32 cast point is
 // compared (cosine, max absolute / relative error, shares of elements off by more than 1e-3 and
-// 5e-3, overflow and underflow shares of the low-precision tensors). The rows, the first module
-// that departs and the advice from documented rules are stored (diagnoses, diagnostics,
-// diagnosis_advice, view first_divergence). No torch in this header: the app layer includes it.
+// 5e-3, overflow and underflow shares of the low-precision tensors). Under amp.fp8 the run's FP8
+// scaling state (the checkpoint's) advances by each batch as by a training step (the weights
+// stay), so batch b is quantised at the scales training would use for it (train/diagnose_fp8.h).
+// The rows, the first module that departs and the advice from documented rules are stored
+// (diagnoses, diagnostics, diagnosis_advice, view first_divergence). No torch in this header:
+// the app layer includes it.
 #pragma once
 
 #include <memory>

@@ -8,7 +8,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
-#include <set>
+#include <optional>
 #include <sstream>
 #include <tuple>
 
@@ -43,23 +43,58 @@ std::map<std::string, double> output_cosines(const records::Diagnosis& d) {
   return out;
 }
 
-// Collects advice rows, each (rule, module) once.
+// Collects advice rows, each (rule, module) once: the most severe row of a module under a rule
+// (the first of equals), the rows of a rule most severe first (then in the order added).
 class AdviceList {
  public:
-  void add(AdviceRule rule, const std::string& module, const std::string& text) {
-    if (seen_.insert({rule, module}).second) rows_.push_back({rule, module, text});
+  void add(AdviceRule rule, const std::string& module, const std::string& text,
+           double severity = 0) {
+    for (Row& row : rows_) {
+      if (row.advice.rule != rule || row.advice.module != module) continue;
+      if (severity > row.severity) row = {{rule, module, text}, severity, row.order};
+      return;
+    }
+    rows_.push_back({{rule, module, text}, severity, rows_.size()});
   }
   std::vector<records::DiagnosisAdvice> take() {
-    std::stable_sort(rows_.begin(), rows_.end(), [](const auto& a, const auto& b) {
-      return static_cast<int>(a.rule) < static_cast<int>(b.rule);
+    std::sort(rows_.begin(), rows_.end(), [](const Row& a, const Row& b) {
+      return std::make_tuple(static_cast<int>(a.advice.rule), -a.severity, a.order) <
+             std::make_tuple(static_cast<int>(b.advice.rule), -b.severity, b.order);
     });
-    return std::move(rows_);
+    std::vector<records::DiagnosisAdvice> out;
+    for (Row& row : rows_) out.push_back(std::move(row.advice));
+    rows_.clear();
+    return out;
   }
 
  private:
-  std::set<std::pair<AdviceRule, std::string>> seen_;
-  std::vector<records::DiagnosisAdvice> rows_;
+  struct Row {
+    records::DiagnosisAdvice advice;
+    double severity;
+    size_t order;
+  };
+  std::vector<Row> rows_;
 };
+
+// Per slot and role, the quantisation whose amax landed furthest beyond the format's max at its
+// scale (with the scale of each batch's own step, the worst row's largest amax and smallest scale
+// may come from different batches).
+std::map<std::pair<std::string, std::string>, Fp8DiagnosticRow> steepest_rows(
+    const records::Diagnosis& d) {
+  std::map<std::pair<std::string, std::string>, Fp8DiagnosticRow> out;
+  for (const auto& r : d.fp8_rows) {
+    auto [it, added] = out.try_emplace({r.module, r.role}, r);
+    if (!added && overshoot(r) > overshoot(it->second)) it->second = r;
+  }
+  return out;
+}
+
+// A delayed slot saturating beyond mild (`worst` its worst row, `steepest` its steepest one).
+bool saturates_beyond_mild(const Fp8DiagnosticRow& worst, const Fp8DiagnosticRow& steepest,
+                           const Fp8AdviceContext& c) {
+  return c.delayed && worst.saturated_frac > 0 &&
+         !(worst.saturated_frac <= kFp8MildSaturation && overshoot(steepest) <= kFp8MildOvershoot);
+}
 
 std::string keep_out(const std::string& module) {
   return "keep it out of FP8, amp.fp8.skip_modules: [" + module + "]";
@@ -69,25 +104,29 @@ std::string slot_text(const Fp8DiagnosticRow& r) {
   return r.role + " of " + r.module + " (" + r.format + ")";
 }
 
-// The rules over one slot's worst row (saturation, flushing).
-void slot_advice(const Fp8DiagnosticRow& r, const std::map<std::string, double>& cosines,
-                 const Fp8AdviceContext& c, AdviceList& out) {
+// The rules over one slot's worst row `r` (saturation, flushing); `steepest` its row whose amax
+// overshoots most.
+void slot_advice(const Fp8DiagnosticRow& r, const Fp8DiagnosticRow& steepest,
+                 const std::map<std::string, double>& cosines, const Fp8AdviceContext& c,
+                 AdviceList& out) {
   const std::string module = fp8_slot_module(r.module);
   if (c.delayed && r.saturated_frac > 0) {
-    const double over = overshoot(r);
+    const double over = overshoot(steepest);
     const std::string seen = percent(r.saturated_frac) + " of the " + slot_text(r) +
-                             " saturate at the delayed scale " + number(r.scale) +
-                             " (its amax " + number(r.amax) + " lands at " + number(over) +
-                             " x the format's max; the history's largest amax " +
-                             number(r.history_max) + ")";
-    if (r.saturated_frac <= kFp8MildSaturation && over <= kFp8MildOvershoot) {
+                             " saturate at the delayed scale (at worst its amax " +
+                             number(steepest.amax) + " at scale " + number(steepest.scale) +
+                             " lands at " + number(over) +
+                             " x the format's max; the history's largest amax then " +
+                             number(steepest.history_max) + ")";
+    if (!saturates_beyond_mild(r, steepest, c)) {
       out.add(AdviceRule::kFp8RaiseMargin, module,
               seen + ": steady and mild, raise the margin, amp.fp8.margin: " +
                   std::to_string(c.margin + 1));
     } else {
       out.add(AdviceRule::kFp8CurrentScaling, module,
               seen + ": the amax jumped above the delayed scale's, scale from the tensor "
-                     "itself, amp.fp8.recipe: current");
+                     "itself, amp.fp8.recipe: current",
+              over);
     }
   }
   if (!(r.flushed_frac >= kFp8FlushedMin)) return;
@@ -187,41 +226,48 @@ std::vector<records::DiagnosisAdvice> advise_fp8(const records::Diagnosis& d,
                                                  const Fp8AdviceContext& c) {
   AdviceList out;
   const std::map<std::string, double> cosines = output_cosines(d);
-  const std::vector<Fp8DiagnosticRow> slots = worst_fp8_rows(d);
+  const auto steepest = steepest_rows(d);
   std::vector<std::string> order;  // FP8 modules by their first forward quantisation
-  for (const auto& r : slots) {
-    slot_advice(r, cosines, c, out);
+  // In `order`: the first module whose input or weight saturates beyond mild (none: npos).
+  size_t explained = std::string::npos;
+  for (const auto& r : worst_fp8_rows(d)) {
+    const Fp8DiagnosticRow& s = steepest.at({r.module, r.role});
+    slot_advice(r, s, cosines, c, out);
+    if (r.role == amp::to_string(amp::Fp8Role::kGradOutput)) continue;
     const std::string module = fp8_slot_module(r.module);
-    if (r.role != amp::to_string(amp::Fp8Role::kGradOutput) &&
-        std::find(order.begin(), order.end(), module) == order.end()) {
-      order.push_back(module);
-    }
+    auto at = std::find(order.begin(), order.end(), module);
+    if (at == order.end()) at = order.insert(order.end(), module);
+    const auto index = static_cast<size_t>(at - order.begin());
+    if (saturates_beyond_mild(r, s, c)) explained = std::min(explained, index);
   }
-  auto departs = [&](const std::string& module, double& cosine) {
-    const auto it = cosines.find(module);
-    if (it == cosines.end()) return false;
+  // A forward departure from that module on is the saturation's (fp8_current_scaling names it):
+  // keeping a module out of FP8 is not the first move for it.
+  auto departs = [&](size_t index, double& cosine) {
+    const auto it = cosines.find(order[index]);
+    if (index >= explained || it == cosines.end()) return false;
     cosine = it->second;
     return !(cosine >= d.cosine_min);
   };
   double cosine = 0;
-  if (!order.empty() && departs(order.back(), cosine)) {
+  if (!order.empty() && departs(order.size() - 1, cosine)) {
     out.add(AdviceRule::kFp8KeepOut, order.back(),
             order.back() + " is the last module in FP8 (the output head) and its output departs "
                            "(cosine " + number(cosine) + " < " + number(d.cosine_min) + "): " +
                 keep_out(order.back()));
   }
-  const std::string* most = nullptr;
+  std::optional<size_t> most;
   double lowest = 2;
-  for (const std::string& module : order) {
-    if (departs(module, cosine) && (std::isnan(cosine) || cosine < lowest)) {
-      most = &module;
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (departs(i, cosine) && (std::isnan(cosine) || cosine < lowest)) {
+      most = i;
       lowest = std::isnan(cosine) ? -2 : cosine;
     }
   }
   if (most) {
-    out.add(AdviceRule::kFp8KeepOut, *most,
-            "the output of " + *most + " departs most of the modules in FP8 (cosine " +
-                number(cosines.at(*most)) + "): " + keep_out(*most));
+    const std::string& module = order[*most];
+    out.add(AdviceRule::kFp8KeepOut, module,
+            "the output of " + module + " departs most of the modules in FP8 (cosine " +
+                number(cosines.at(module)) + "): " + keep_out(module));
   }
   return out.take();
 }
@@ -237,7 +283,11 @@ struct Fp8Watch::Impl {
   int seq = 0;
   std::vector<Fp8DiagnosticRow> rows;
 
-  explicit Impl(amp::Fp8State& s) : state(s), previous(s.observer()) {
+  explicit Impl(amp::Fp8State& s) : state(s), previous(s.observer()) { read_histories(); }
+
+  // The histories as the state holds them now (the caller holds `mutex` or is the constructor).
+  void read_histories() {
+    histories.clear();
     const std::string prefix = "fp8.", suffix = ".history";
     for (const auto& [name, tensor] : state.to_tensors()) {
       if (name.size() <= prefix.size() + suffix.size() ||
@@ -256,6 +306,7 @@ struct Fp8Watch::Impl {
     r.module = key;
     r.role = amp::to_string(role);
     r.history_min = r.history_max = kNaN;
+    std::lock_guard<std::mutex> lock(mutex);
     const auto h = histories.find(key + "." + r.role);
     if (h != histories.end()) {
       for (const float v : h->second) {
@@ -265,7 +316,6 @@ struct Fp8Watch::Impl {
         ++r.history_len;
       }
     }
-    std::lock_guard<std::mutex> lock(mutex);
     r.batch = batch;
     r.seq = seq++;
     rows.push_back(std::move(r));
@@ -288,6 +338,7 @@ void Fp8Watch::begin_batch(int batch) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->batch = batch;
   impl_->seq = 0;
+  impl_->read_histories();
 }
 
 std::vector<records::Fp8DiagnosticRow> Fp8Watch::take() {

@@ -60,15 +60,19 @@ struct Fp8AdviceContext {
 
 // The FP8 advice rules (docs/AMP.md "FP8 advice rules") over d.fp8_rows and d.rows (the
 // forward rows: a module's output departs when its worst cosine is below d.cosine_min or NaN),
-// in the order of records::AdviceRule, each module once per rule:
+// in the order of records::AdviceRule (within a rule: fp8_current_scaling's steepest first, the
+// others in the order found), each module once per rule:
 //  - fp8_keep_out: a slot whose flushed share is >= kFp8FlushedMin (a few large values set the
 //    per-tensor scale; the small ones, which carry the signal, underflow - the module's own
 //    output may still look close), unless a stale history explains it (below);
 //    the last module in FP8 (the output head) when its output departs; the FP8 module whose
-//    output departs most.
+//    output departs most - both only before (in forward order) the first module whose input or
+//    weight saturates beyond mild under delayed scaling: a departure from there on is that
+//    saturation's, and fp8_current_scaling names it.
 //  - fp8_current_scaling: a delayed slot that saturates beyond mild (more than
-//    kFp8MildSaturation of its values, or its amax more than kFp8MildOvershoot x the format's
-//    max at its scale): the recent amax jumped above the delayed scale's.
+//    kFp8MildSaturation of its values, or in one quantisation its amax more than
+//    kFp8MildOvershoot x the format's max at its scale): the recent amax jumped above the
+//    delayed scale's.
 //  - fp8_raise_margin: a delayed slot whose saturation is mild (both bounds kept).
 //  - fp8_shorten_history: a flushing delayed slot (amax_compute max, a history longer than 1)
 //    whose history's largest amax is >= kFp8StaleRatio x the tensor's amax.
@@ -80,9 +84,10 @@ std::string fp8_slot_module(const std::string& key);
 
 // Records the quantisations of an Fp8State while it lives: installs an observer (the previous
 // one is put back when it goes) that turns each into an fp8_tensor_row with its key, role,
-// batch, seq and the slot's history as the state held it when the watch began (diagnose does no
-// optimizer step: the histories do not change during its passes). Thread-safe (the backward
-// pass quantises grad_output on the autograd engine's thread).
+// batch, seq and the slot's history as the state held it when the batch began (diagnose ends a
+// step of the state after each batch, as training would, and the next batch's scales come from
+// the histories then). Thread-safe (the backward pass quantises grad_output on the autograd
+// engine's thread).
 class Fp8Watch {
  public:
   explicit Fp8Watch(amp::Fp8State& state);
@@ -90,7 +95,7 @@ class Fp8Watch {
   Fp8Watch(const Fp8Watch&) = delete;
   Fp8Watch& operator=(const Fp8Watch&) = delete;
 
-  // The batch the next rows belong to; seq counts from 0 again.
+  // The batch the next rows belong to; seq counts from 0 again; the histories are read again.
   void begin_batch(int batch);
   // The rows so far (and forgets them).
   std::vector<records::Fp8DiagnosticRow> take();

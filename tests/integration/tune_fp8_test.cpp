@@ -2,9 +2,12 @@
 // fault - conv1's first output filter multiplied by 1e6 (amptune data plant-weights), so its
 // per-tensor weight scale leaves the other filters' small values below E4M3's smallest subnormal
 // - is diagnosed by name (fp8_keep_out conv1, its weight flushed) and fixed by the search
-// (amp.fp8.skip_modules: [conv1]) within tolerance of the BF16 reference.
+// (amp.fp8.skip_modules: [conv1]) within tolerance of the BF16 reference. Planted fault (b), a
+// layer whose amax jumps so that delayed scaling saturates it, is the last test (its model and
+// shards written by tools/make_fp8_faults.py at test time).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -67,6 +70,117 @@ TEST(TuneFp8Cli, AFilterThatSetsTheScaleIsDiagnosedByNameAndKeptOutOfFp8) {
   ASSERT_EQ(show.exit_code, 0) << show.err;
   EXPECT_NE(show.out.find("FP8 (diagnosis of"), std::string::npos) << show.out;
   EXPECT_NE(show.out.find("amp.fp8.skip_modules: [conv1]"), std::string::npos) << show.out;
+}
+
+// Planted fault (b), an amax that jumps (docs/TUNE.md "Planted FP8 faults",
+// experiments/tune_fp8_jump.yaml): tools/make_fp8_faults.py's MLP, written by Debian's torch
+// 1.13 at test time, multiplies the input of its Linear `jump` by the batch's gain g (2^6 on
+// about half the batches, else 1) and divides its output by g. BF16 and FP8 current scaling are
+// invariant to g; delayed scaling with Megatron-LM's history (1 step, most recent) saturates
+// jump's input whenever g rises. The search diagnoses jump (fp8_current_scaling) over 8
+// consecutive batches and answers amp.fp8.recipe: current, everything still in FP8; the same
+// samples with every gain 1 train under delayed scaling within tolerance, and in BF16 to the
+// reference's losses bit for bit (the jump, not the data, is the fault).
+bool python_torch() {
+  static const bool ok = std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
+  return ok;
+}
+
+const std::string kSource = AMPTUNE_SOURCE_DIR;
+
+// The shipped experiment on the generated files in dir/gen (`data` the shards' folder).
+std::vector<std::string> jump_args(const std::string& command, const std::string& db,
+                                   const std::string& data, const std::vector<std::string>& more) {
+  std::vector<std::string> args = {command, kSource + "/experiments/tune_fp8_jump.yaml",
+                                   "--db", db, "--set", "model.path=gen/jump.pt",
+                                   "--set", "data.root=gen/" + data};
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+double number_at(const store::Store::QueryResult& q, size_t row, size_t column) {
+  EXPECT_TRUE(q.rows.at(row).at(column)) << "NULL at row " << row << " column " << column;
+  return std::stod(q.rows.at(row).at(column).value_or("nan"));
+}
+
+TEST(TuneFp8Cli, AnAmaxThatJumpsIsDiagnosedByNameAndScaledFromTheTensor) {
+  if (!python_torch()) {
+    GTEST_SKIP() << "/usr/bin/python3 with torch (tools/install-deps.sh installs python3-torch) "
+                    "missing: the model and shards are not written";
+  }
+  const std::string dir = scratch_dir("tune_fp8_jump");
+  const std::string make = "/usr/bin/python3 " + kSource + "/tools/make_fp8_faults.py jump --out " +
+                           dir + "/gen > " + dir + "/make.log 2>&1";
+  ASSERT_EQ(std::system(make.c_str()), 0) << read_file(dir + "/make.log");
+  const std::string db = dir + "/results.sqlite";
+  Result r = run_amptune(jump_args("tune", db, "jump", {"--no-progress"}), dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  store::Store store(db);
+  const auto searches = store.tune_searches("tune_fp8_jump");
+  ASSERT_EQ(searches.size(), 1u);
+  const records::TuneSearchRow& s = searches[0];
+  EXPECT_EQ(records::to_string(s.status), "answered") << s.note;
+  EXPECT_LE(s.answer_value, s.reference_value + 0.1);
+  EXPECT_NE(s.answer_yaml.find("amp.fp8.recipe: current"), std::string::npos) << s.answer_yaml;
+  EXPECT_EQ(s.answer_yaml.find("skip_modules"), std::string::npos) << s.answer_yaml;
+  // The start (delayed scaling) ends outside the band: the fault is real.
+  const auto start = store.epochs(s.start_run_id);
+  ASSERT_FALSE(start.empty());
+  EXPECT_GT(start.back().train_loss, s.reference_value + 0.1);
+  // The diagnosis names jump by the saturation rule; the search's first move is it.
+  const auto candidates = store.tune_candidates(s.id);
+  ASSERT_FALSE(candidates.empty());
+  EXPECT_EQ(candidates[0].advice_rule, records::AdviceRule::kFp8CurrentScaling);
+  EXPECT_EQ(candidates[0].advice_module, "jump");
+  EXPECT_EQ(candidates[0].move, TuneMoveKind::kFp8Recipe);
+  for (const auto& c : candidates) {
+    EXPECT_NE(c.move, TuneMoveKind::kFp8SkipModules) << c.change_json;
+  }
+  const std::string id = std::to_string(s.start_run_id);
+  const auto saturated = store.query(
+      "SELECT saturated_frac FROM fp8_slots WHERE run_id = ?1 AND module = 'jump' AND "
+      "role = 'input'", {id});
+  ASSERT_EQ(saturated.rows.size(), 1u);
+  EXPECT_GT(number_at(saturated, 0, 0), 0.25);
+  // The diagnosed batches advance the history as training steps do: batch b's scale is that of
+  // batch b - 1's amax (a history of 1 step), and a rise of the gain among them saturates.
+  const auto rows = store.query(
+      "SELECT batch, amax, scale, history_max, history_len, saturated_frac FROM fp8_diagnostics "
+      "WHERE run_id = ?1 AND module = 'jump' AND role = 'input' ORDER BY batch", {id});
+  ASSERT_EQ(rows.rows.size(), 8u);
+  int jumps = 0;
+  for (size_t b = 1; b < rows.rows.size(); ++b) {
+    SCOPED_TRACE("batch " + std::to_string(b));
+    const double before = number_at(rows, b - 1, 1);
+    EXPECT_EQ(number_at(rows, b, 3), before);
+    EXPECT_EQ(number_at(rows, b, 4), 1);
+    EXPECT_EQ(number_at(rows, b, 2), 448.0f / static_cast<float>(before));
+    jumps += number_at(rows, b, 1) > 32 * before && number_at(rows, b, 5) > 0.25;
+  }
+  EXPECT_GE(jumps, 1);
+
+  // The control: the same samples with every gain 1, delayed scaling within tolerance, BF16
+  // equal to the reference.
+  const std::string steady = dir + "/steady.sqlite";
+  r = run_amptune(jump_args("run", steady, "steady", {"-q", "--set", "amp.fp8.enabled=true"}),
+                  dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string bf16 = dir + "/steady_bf16.sqlite";
+  r = run_amptune(jump_args("run", bf16, "steady", {"-q"}), dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto reference = store.epochs(s.reference_run_id);
+  const auto fp8_runs = store::Store(steady).runs();
+  const auto bf16_runs = store::Store(bf16).runs();
+  ASSERT_EQ(fp8_runs.size(), 1u);
+  ASSERT_EQ(bf16_runs.size(), 1u);
+  const auto delayed = epochs_of(steady, fp8_runs[0].name);
+  const auto same = epochs_of(bf16, bf16_runs[0].name);
+  ASSERT_EQ(delayed.size(), reference.size());
+  ASSERT_EQ(same.size(), reference.size());
+  EXPECT_LE(delayed.back().train_loss, s.reference_value + 0.1);
+  for (size_t e = 0; e < reference.size(); ++e) {
+    EXPECT_EQ(same[e].train_loss, reference[e].train_loss) << "epoch " << e;
+  }
 }
 
 }  // namespace

@@ -113,11 +113,25 @@ TEST(DiagnoseFp8Watch, RecordsEachQuantisationWithItsSlotsHistory) {
     EXPECT_EQ(rows[1].history_len, 0);  // no slot of that key
     EXPECT_TRUE(watch.take().empty());
     EXPECT_EQ(calls, 2);  // the observer it found still sees every quantisation
+    // A step ends between two batches (diagnose advances the state as training would): the
+    // next batch's rows carry the history as it is then.
+    slot->scale_for(torch::tensor({64.0f}));
+    state.end_step();
+    watch.begin_batch(2);
+    (*observer)("fc", amp::Fp8Role::kInput, torch::tensor({1.0f}), slot->scale(),
+                amp::Fp8Format::kE4M3);
+    const auto next = watch.take();
+    ASSERT_EQ(next.size(), 1u);
+    EXPECT_EQ(next[0].batch, 2);
+    EXPECT_EQ(next[0].seq, 0);
+    EXPECT_EQ(next[0].history_len, 4);
+    EXPECT_DOUBLE_EQ(next[0].history_max, 64.0);
+    EXPECT_DOUBLE_EQ(next[0].scale, 448.0f / 64.0f);
   }
   ASSERT_TRUE(state.observer());  // put back
   (*state.observer())("fc", amp::Fp8Role::kInput, torch::tensor({1.0f}), 1.0f,
                       amp::Fp8Format::kE4M3);
-  EXPECT_EQ(calls, 3);
+  EXPECT_EQ(calls, 4);
 }
 
 // --- the advice rules on constructed rows ------------------------------------------------------
@@ -209,6 +223,75 @@ TEST(DiagnoseFp8Advice, AJumpAboveTheDelayedScaleAsksForCurrentScaling) {
   Fp8AdviceContext current;
   current.delayed = false;
   EXPECT_TRUE(advise_fp8(d, current).empty());
+}
+
+// The diagnosed batches advance the scales (each batch's from the amaxes before it): the worst
+// row's largest amax and smallest scale may come from different batches; the overshoot is that
+// of one quantisation.
+TEST(DiagnoseFp8Advice, TheOvershootIsThatOfOneBatch) {
+  records::Diagnosis d = healthy();
+  Fp8DiagnosticRow& big = row_of(d, "fc2", "input");  // a large amax, at a scale made for it
+  big.amax = 100;
+  big.scale = 4.48;
+  Fp8DiagnosticRow jumped = slot("fc2", "input", big.seq);  // the next batch: 4 x beyond the max
+  jumped.batch = 1;
+  jumped.amax = 40;
+  jumped.saturated_frac = kFp8MildSaturation / 2;
+  jumped.history_max = 10;
+  d.fp8_rows.push_back(jumped);
+  // Largest amax x smallest scale is 1 x the max (mild); the second batch's is 4 x.
+  const auto advice = advise_fp8(d, {});
+  EXPECT_EQ(described(advice), (std::vector<std::string>{"fp8_current_scaling fc2"}));
+  EXPECT_NE(advice[0].advice.find("its amax 40 at scale 44.8 lands at 4 x"), std::string::npos)
+      << advice[0].advice;
+}
+
+// Several modules saturate beyond mild: the one furthest beyond the max first (the move is the
+// same; the row it cites is the strongest evidence), each module by its steepest slot.
+TEST(DiagnoseFp8Advice, TheSteepestJumpFirst) {
+  records::Diagnosis d = healthy();
+  Fp8DiagnosticRow& g = row_of(d, "fc1", "grad_output");
+  g.amax = 12;  // 1.2 x, but too many values
+  g.saturated_frac = 0.05;
+  Fp8DiagnosticRow& in = row_of(d, "fc2", "input");
+  in.amax = 640;  // 64 x
+  in.saturated_frac = 0.5;
+  Fp8DiagnosticRow& out = row_of(d, "fc2", "grad_output");
+  out.amax = 30;  // 3 x: fc2 is cited by its input, the steeper
+  out.saturated_frac = 0.2;
+  const auto advice = advise_fp8(d, {});
+  EXPECT_EQ(described(advice), (std::vector<std::string>{"fp8_current_scaling fc2",
+                                                         "fp8_current_scaling fc1"}));
+  EXPECT_NE(advice[0].advice.find("of the input of fc2"), std::string::npos) << advice[0].advice;
+}
+
+// A forward departure at or after a module whose input (or weight) saturates beyond mild is the
+// saturation's: no fp8_keep_out for it, nor for the head downstream; one before it still is.
+TEST(DiagnoseFp8Advice, DeparturesAfterAJumpAreTheJumps) {
+  records::Diagnosis d = healthy();
+  Fp8DiagnosticRow& in = row_of(d, "fc2", "input");
+  in.amax = 640;
+  in.saturated_frac = 0.5;
+  d.rows[1].cosine = 0.5;  // fc2
+  d.rows[2].cosine = 0.6;  // head
+  EXPECT_EQ(described(advise_fp8(d, {})),
+            (std::vector<std::string>{"fp8_current_scaling fc2"}));
+  d.rows[0].cosine = 0.9;  // fc1, upstream: its own
+  EXPECT_EQ(described(advise_fp8(d, {})),
+            (std::vector<std::string>{"fp8_keep_out fc1", "fp8_current_scaling fc2"}));
+  // A saturating output gradient explains no forward departure.
+  records::Diagnosis e = healthy();
+  Fp8DiagnosticRow& g = row_of(e, "fc2", "grad_output");
+  g.amax = 640;
+  g.saturated_frac = 0.5;
+  e.rows[2].cosine = 0.6;
+  EXPECT_EQ(described(advise_fp8(e, {})),
+            (std::vector<std::string>{"fp8_keep_out head", "fp8_current_scaling fc2"}));
+  // Under current scaling no delayed scale explains them: the head and fc2 (lowest) are named.
+  Fp8AdviceContext current;
+  current.delayed = false;
+  EXPECT_EQ(described(advise_fp8(d, current)),
+            (std::vector<std::string>{"fp8_keep_out head", "fp8_keep_out fc2"}));
 }
 
 TEST(DiagnoseFp8Advice, SteadyMildSaturationRaisesTheMargin) {
