@@ -137,6 +137,8 @@ TEST(Plan, EveryShippedExperimentPlans) {
     // Its model and shards are written by tools/make_tiny_gpt.py first (planning loads the
     // model); GptTinyCli plans and runs it on them.
     if (entry.path().filename() == "gpt_tiny.yaml") continue;
+    // Likewise tools/make_fp8_head.py's; TuneFp8Cli tunes it on them.
+    if (entry.path().filename() == "tune_fp8_head.yaml") continue;
     ++files;
     EXPECT_NO_THROW(plan_sweep(entry.path().string(), {}, {}, /*data=*/false)) << entry.path();
   }
