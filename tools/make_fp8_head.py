@@ -20,7 +20,9 @@ finite resolution, exact in bf16 below 32), "y" F32 [N].
 The model (ForecastNet below): an MLP on z - `fc1` Linear(8, 64), ReLU, `fc2` Linear(64, 64),
 ReLU - and the output `head`, a Linear(66, 1) over the MLP's features and the raw last two
 values (a linear skip path, as forecasting models have): the head must compute v - u, a small
-difference of two large, nearly equal inputs. The planted fault: in FP8 the head's input is
+difference of two large, nearly equal inputs. Its weights on (u, v) start at (-1, +1), the
+momentum forecast (from PyTorch's default initialisation that difference is ill-conditioned
+against the level and even fp32 learns it slowly), the rest at PyTorch's defaults. The planted fault: in FP8 the head's input is
 quantised to E4M3 with one per-tensor scale; its 3 mantissa bits round u and v (scaled near the
 format's max) to steps of 1.2 to 2.4, as large as the change itself, so the difference is lost
 whatever the scaling recipe (current scaling, margin and history move the scale by powers of
