@@ -37,8 +37,8 @@ TinySweep fp8_sweep(const std::string& tag) {
   return make_tiny_sweep(o);
 }
 
-// The generator's files in dir/gen (Debian's python3-torch; false when it is missing) and the
-// arguments that point experiments/tune_fp8_head.yaml at them.
+// Writes tools/make_fp8_head.py's model and data into dir/gen (Debian's python3-torch); false
+// when /usr/bin/python3 has no torch.
 bool write_fp8_head(const std::string& dir) {
   if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) return false;
   const std::string make = "/usr/bin/python3 " + std::string(AMPTUNE_SOURCE_DIR) +
@@ -48,6 +48,7 @@ bool write_fp8_head(const std::string& dir) {
   return true;
 }
 
+// `command` (tune, run) on experiments/tune_fp8_head.yaml pointed at dir/gen, then `more`.
 std::vector<std::string> fp8_head_args(const std::string& command, const std::string& db,
                                        const std::vector<std::string>& more) {
   std::vector<std::string> args = {command, std::string(AMPTUNE_SOURCE_DIR) +
