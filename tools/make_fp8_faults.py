@@ -40,14 +40,14 @@ better, the primary metric) and cross-entropy (`val_loss`).
 import argparse
 import os
 import sys
-import types
 from typing import Dict
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from generator_boot import import_from_root, rerun_from_root  # noqa: E402
 FEATURES = 16
 CLASSES = 4
 
@@ -129,16 +129,6 @@ def write_jump(ets, args, out):
     print(f"jump.pt: {count} parameters, {os.path.getsize(path)} bytes")
 
 
-def import_from_root(name, relpath):
-    module = types.ModuleType(name)
-    module.__file__ = relpath
-    sys.modules[name] = module  # torch.jit.script finds the classes through their module
-    exec(compile(open(os.path.join(ROOT, relpath)).read(), relpath, "exec"), module.__dict__)
-    return module
-
-
-_BOOT = ("f = 'tools/make_fp8_faults.py'; "
-         "exec(compile(open(f).read(), f, 'exec'), {'__name__': '__main__', '__file__': f})")
 
 
 def main():
@@ -164,13 +154,7 @@ def main():
     if not 0 <= args.gain_exponent <= 64:
         raise SystemExit("--gain-exponent must be in 0..64")
     out = os.path.abspath(args.out)
-    if os.environ.get("PYTHONHASHSEED") != "0" or os.path.isabs(__file__):
-        # Once more from ROOT with a fixed string hash: the archive's debug records then name
-        # tools/... and not this checkout's path, and its constants come in one order.
-        os.chdir(ROOT)
-        os.execve(sys.executable,
-                  [sys.executable, "-c", _BOOT] + sys.argv[1:] + ["--out", out],
-                  dict(os.environ, PYTHONHASHSEED="0"))
+    rerun_from_root(__file__, sys.argv[1:] + ["--out", out])
     os.makedirs(out, exist_ok=True)
     ets = import_from_root("export_torchscript", "tools/export_torchscript.py")
     args.module = import_from_root("make_fp8_faults", "tools/make_fp8_faults.py")

@@ -34,13 +34,13 @@ The custom task: training_loss = the mean squared error; eval_batch sums over th
 import argparse
 import os
 import sys
-import types
 from typing import Dict
 
 import torch
 import torch.nn as nn
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from generator_boot import import_from_root, rerun_from_root  # noqa: E402
 FEATURES = 8
 HIDDEN = 64
 
@@ -118,16 +118,6 @@ def write_model(ets, args, out, example):
     print(f"fp8_head.pt: {count} parameters, {os.path.getsize(path)} bytes")
 
 
-def import_from_root(name, relpath):
-    module = types.ModuleType(name)
-    module.__file__ = relpath
-    sys.modules[name] = module  # torch.jit.script finds the classes through their module
-    exec(compile(open(os.path.join(ROOT, relpath)).read(), relpath, "exec"), module.__dict__)
-    return module
-
-
-_BOOT = ("f = 'tools/make_fp8_head.py'; "
-         "exec(compile(open(f).read(), f, 'exec'), {'__name__': '__main__', '__file__': f})")
 
 
 def main():
@@ -141,12 +131,7 @@ def main():
     if args.train < 4 or args.val < 4:
         raise SystemExit("--train and --val must be at least 4")
     out = os.path.abspath(args.out)
-    if os.environ.get("PYTHONHASHSEED") != "0" or os.path.isabs(__file__):
-        # Once more from ROOT with a fixed string hash: the archive's debug records then name
-        # tools/... and not this checkout's path, and its constants come in one order.
-        os.chdir(ROOT)
-        os.execve(sys.executable, [sys.executable, "-c", _BOOT] + sys.argv[1:] + ["--out", out],
-                  dict(os.environ, PYTHONHASHSEED="0"))
+    rerun_from_root(__file__, sys.argv[1:] + ["--out", out])
     os.makedirs(out, exist_ok=True)
     torch.set_num_threads(1)  # the same sums, so the same bytes, on any machine
     ets = import_from_root("export_torchscript", "tools/export_torchscript.py")

@@ -35,14 +35,14 @@ import hashlib
 import math
 import os
 import sys
-import types
 from typing import Dict, List
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from generator_boot import import_from_root, rerun_from_root  # noqa: E402
 DEFAULT_TEXT = "/usr/share/common-licenses"
 VOCAB = 256
 
@@ -195,16 +195,6 @@ def write_model(ets, args, out, example):
     print(f"gpt_tiny.pt: {count} parameters, {os.path.getsize(path)} bytes")
 
 
-def import_from_root(name, relpath):
-    module = types.ModuleType(name)
-    module.__file__ = relpath
-    sys.modules[name] = module  # torch.jit.script finds the classes through their module
-    exec(compile(open(os.path.join(ROOT, relpath)).read(), relpath, "exec"), module.__dict__)
-    return module
-
-
-_BOOT = ("f = 'tools/make_tiny_gpt.py'; "
-         "exec(compile(open(f).read(), f, 'exec'), {'__name__': '__main__', '__file__': f})")
 
 
 def main():
@@ -223,14 +213,8 @@ def main():
     if args.seq_len < 1 or args.val_every < 2:
         raise SystemExit("--seq-len must be >= 1 and --val-every >= 2")
     out = os.path.abspath(args.out)
-    if os.environ.get("PYTHONHASHSEED") != "0" or os.path.isabs(__file__):
-        # Once more from ROOT with a fixed string hash: the archive's debug records then name
-        # tools/... and not this checkout's path, and its constants come in one order.
-        argv = [os.path.abspath(s) for s in args.sources]
-        os.chdir(ROOT)
-        os.execve(sys.executable,
-                  [sys.executable, "-c", _BOOT] + sys.argv[1:] + ["--out", out, "--from"] + argv,
-                  dict(os.environ, PYTHONHASHSEED="0"))
+    sources = [os.path.abspath(s) for s in args.sources]
+    rerun_from_root(__file__, sys.argv[1:] + ["--out", out, "--from"] + sources)
     os.makedirs(out, exist_ok=True)
     ets = import_from_root("export_torchscript", "tools/export_torchscript.py")
     args.module = import_from_root("make_tiny_gpt", "tools/make_tiny_gpt.py")
