@@ -39,35 +39,46 @@ TinySweep fp8_sweep(const std::string& tag) {
   return make_tiny_sweep(o);
 }
 
-// Writes tools/make_fp8_head.py's model and data into dir/gen (Debian's python3-torch); false
-// when /usr/bin/python3 has no torch.
-bool write_fp8_head(const std::string& dir) {
-  if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) return false;
-  const std::string make = "/usr/bin/python3 " + std::string(AMPTUNE_SOURCE_DIR) +
-                           "/tools/make_fp8_head.py --out " + dir + "/gen > " + dir +
-                           "/make.log 2>&1";
-  EXPECT_EQ(std::system(make.c_str()), 0) << read_file(dir + "/make.log");
-  return true;
+const std::string kSource = AMPTUNE_SOURCE_DIR;
+
+bool python_torch() {
+  static const bool ok = std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
+  return ok;
 }
 
-// `command` (tune, run) on experiments/tune_fp8_head.yaml pointed at dir/gen, then `more`.
-std::vector<std::string> fp8_head_args(const std::string& command, const std::string& db,
-                                       const std::vector<std::string>& more) {
-  std::vector<std::string> args = {command, std::string(AMPTUNE_SOURCE_DIR) +
-                                                "/experiments/tune_fp8_head.yaml",
-                                   "--db", db, "--set", "model.path=gen/fp8_head.pt",
-                                   "--set", "data.root=gen/data"};
+// Runs the generator `tool` (tools/..., with its arguments) with --out dir/gen (Debian's
+// python3-torch).
+void generate(const std::string& dir, const std::string& tool) {
+  const std::string make = "/usr/bin/python3 " + kSource + "/tools/" + tool + " --out " + dir +
+                           "/gen > " + dir + "/make.log 2>&1";
+  ASSERT_EQ(std::system(make.c_str()), 0) << read_file(dir + "/make.log");
+}
+
+// `command` (tune, run) on the shipped experiment `yaml` pointed at the generated model
+// dir/gen/`model` and shards dir/gen/`data`, then `more`.
+std::vector<std::string> generated_args(const std::string& command, const std::string& yaml,
+                                        const std::string& db, const std::string& model,
+                                        const std::string& data,
+                                        const std::vector<std::string>& more) {
+  std::vector<std::string> args = {command, kSource + "/experiments/" + yaml, "--db", db,
+                                   "--set", "model.path=gen/" + model,
+                                   "--set", "data.root=gen/" + data};
   args.insert(args.end(), more.begin(), more.end());
   return args;
 }
 
+std::vector<std::string> fp8_head_args(const std::string& command, const std::string& db,
+                                       const std::vector<std::string>& more) {
+  return generated_args(command, "tune_fp8_head.yaml", db, "fp8_head.pt", "data", more);
+}
+
 TEST(TuneFp8Cli, AnOutputHeadThatNeedsMorePrecisionIsKeptOutOfFp8WhateverTheRecipe) {
-  const std::string dir = scratch_dir("tune_fp8_head");
-  if (!write_fp8_head(dir)) {
+  if (!python_torch()) {
     GTEST_SKIP() << "/usr/bin/python3 with torch (tools/install-deps.sh installs python3-torch) "
                     "missing: the planted model and its data are not written";
   }
-  ASSERT_FALSE(::testing::Test::HasFailure());
+  const std::string dir = scratch_dir("tune_fp8_head");
+  ASSERT_NO_FATAL_FAILURE(generate(dir, "make_fp8_head.py"));
   const std::string db = dir + "/tune.sqlite";
   Result r = run_amptune(fp8_head_args("tune", db, {"--no-progress"}), dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -172,21 +183,10 @@ TEST(TuneFp8Cli, AFilterThatSetsTheScaleIsDiagnosedByNameAndKeptOutOfFp8) {
 // consecutive batches and answers amp.fp8.recipe: current, everything still in FP8; the same
 // samples with every gain 1 train under delayed scaling within tolerance, and in BF16 to the
 // reference's losses bit for bit (the jump, not the data, is the fault).
-bool python_torch() {
-  static const bool ok = std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
-  return ok;
-}
-
-const std::string kSource = AMPTUNE_SOURCE_DIR;
-
 // The shipped experiment on the generated files in dir/gen (`data` the shards' folder).
 std::vector<std::string> jump_args(const std::string& command, const std::string& db,
                                    const std::string& data, const std::vector<std::string>& more) {
-  std::vector<std::string> args = {command, kSource + "/experiments/tune_fp8_jump.yaml",
-                                   "--db", db, "--set", "model.path=gen/jump.pt",
-                                   "--set", "data.root=gen/" + data};
-  args.insert(args.end(), more.begin(), more.end());
-  return args;
+  return generated_args(command, "tune_fp8_jump.yaml", db, "jump.pt", data, more);
 }
 
 double number_at(const store::Store::QueryResult& q, size_t row, size_t column) {
@@ -200,9 +200,7 @@ TEST(TuneFp8Cli, AnAmaxThatJumpsIsDiagnosedByNameAndScaledFromTheTensor) {
                     "missing: the model and shards are not written";
   }
   const std::string dir = scratch_dir("tune_fp8_jump");
-  const std::string make = "/usr/bin/python3 " + kSource + "/tools/make_fp8_faults.py jump --out " +
-                           dir + "/gen > " + dir + "/make.log 2>&1";
-  ASSERT_EQ(std::system(make.c_str()), 0) << read_file(dir + "/make.log");
+  ASSERT_NO_FATAL_FAILURE(generate(dir, "make_fp8_faults.py jump"));
   const std::string db = dir + "/results.sqlite";
   Result r = run_amptune(jump_args("tune", db, "jump", {"--no-progress"}), dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
