@@ -532,6 +532,9 @@ struct Probe {
   Precision& reference_precision;
   const std::vector<data::Batch>& batches;
   const torch::Device& device;
+  // The run's FP8 scaling state as the checkpoint held it (Fp8State::to_tensors; empty without
+  // FP8): the probes quantise at the scales the run's own passes started from.
+  const std::map<std::string, torch::Tensor>& fp8_state;
 };
 
 // The forward rows of the run's policy with `kept` added to its amp.fp32_modules, against the
@@ -545,6 +548,7 @@ std::vector<records::DiagnosticRow> forward_with_kept(const Probe& p,
   const Settings settings = Settings::from(config);
   Precision precision(amp::resolve_policy(settings.amp, p.device.is_cuda()));
   Session session = build_session(settings, p.device, precision, &p.values, p.origin);
+  if (const auto& fp8 = precision.engine().fp8()) fp8->load(p.fp8_state, p.origin);
   const PrecisionMap map = map_precision(session, precision);
   std::vector<records::DiagnosticRow> rows;
   for (size_t b = 0; b < p.batches.size(); ++b) {
@@ -634,6 +638,8 @@ records::Diagnosis diagnose(const RunInput& run,
   const Sides sides{session, precision, ref, ref_precision, device};
   // Every FP8 quantisation of the run's passes (docs/AMP.md "Diagnosing FP8").
   const std::shared_ptr<amp::Fp8State>& fp8 = precision.engine().fp8();
+  const std::map<std::string, torch::Tensor> fp8_start =
+      fp8 ? fp8->to_tensors() : std::map<std::string, torch::Tensor>{};
   std::unique_ptr<Fp8Watch> watch = fp8 ? std::make_unique<Fp8Watch>(*fp8) : nullptr;
   std::vector<data::Batch> batches;
   while (auto batch = loader.next()) {
@@ -651,7 +657,8 @@ records::Diagnosis diagnose(const RunInput& run,
   AdviceContext context = map.context;
   const std::string origin = "run " + run.name;
   context.hidden_overflows = hidden_overflows(
-      {config, origin, values, ref, ref_precision, batches, device}, d.rows, context.cast_model);
+      {config, origin, values, ref, ref_precision, batches, device, fp8_start}, d.rows,
+      context.cast_model);
   d.advice = advise(d, context);
   if (const amp::Fp8Policy& f = precision.policy().fp8; f.enabled) {
     for (auto& a : advise_fp8(d, {f.delayed, f.amax_max, f.margin, f.amax_history_len})) {

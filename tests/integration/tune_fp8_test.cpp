@@ -272,5 +272,39 @@ TEST(TuneFp8Cli, AnAmaxThatJumpsIsDiagnosedByNameAndScaledFromTheTensor) {
   }
 }
 
+// An FP8 run on an fp16 base with two overflows, the second hidden by the first: inputs left
+// unnormalised (mean -1, std 3.2e-5: 31250..62500, finite in fp16) overflow conv1's fp16 output,
+// layer2.0.conv1's weight x 30000 its own, and the first one's inf reaches the second as NaN.
+// The diagnosis probes again with conv1 kept in fp32 and must quantise at the checkpoint's FP8
+// scales, as the run's own passes do. (With a fresh scaling state, scale 1, the planted weight
+// saturated at E4M3's 448 in the probe and the hidden overflow went unseen.)
+TEST(Fp8DiagnoseCli, AnOverflowTheFirstHidesIsFoundAtTheCheckpointsScales) {
+  TinyOptions o = quick_tiny("", 1);
+  o.name = "fp8_hidden";
+  o.dir_tag = "fp8_hidden";
+  o.base =
+      "  amp: {opt_level: O1, loss_scale: dynamic, max_loss_scale: 1024, fp8: {enabled: true}}\n";
+  o.model =
+      "{name: resnet18, num_classes: 4, in_channels: 1, width: 0.0625, small_input: true, "
+      "weights: planted.pt}";
+  const TinySweep f = make_tiny_sweep(o);
+  Result r = run_amptune({"data", "plant-weights", f.yaml, "--scale",
+                          "layer2.0.conv1.weight=30000", "--out", "planted.pt"},
+                         f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run_amptune({"run", f.yaml, "--db", f.db, "-q", "--set", "data.mean=[-1.0]", "--set",
+                   "data.std=[0.000032]"},
+                  f.dir);
+  ASSERT_EQ(epochs_of(f.db, "1").size(), 1u) << r.err;
+  ASSERT_TRUE(epochs_of(f.db, "1")[0].checkpoint) << "the FP8 scales of epoch 0";
+  r = run_amptune({"diagnose", "1", "--db", f.db, "-q"}, f.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto rows = store::Store(f.db).query(
+      "SELECT module FROM diagnosis_advice WHERE rule = 'activation_overflow' ORDER BY module");
+  std::vector<std::string> modules;
+  for (const auto& row : rows.rows) modules.push_back(row.at(0).value_or("NULL"));
+  EXPECT_EQ(modules, (std::vector<std::string>{"conv1", "layer2.0.conv1"})) << r.out;
+}
+
 }  // namespace
 }  // namespace amptune::testing
