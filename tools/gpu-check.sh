@@ -167,6 +167,8 @@ phase cuda_tests 60 "$with_libs" "$build/tests/unit/train/train_checkpoint_test"
 # The quickstart model and data, one epoch of STEPS steps, dynamic loss scale. "native" cells
 # use CUDA autocast / fp16 models; "emulate" cells the fp32 kernels with fp16 rounding that
 # the CPU uses, here on the GPU. The dry run has no fp16 kernels: its "native" cells say auto.
+# The last two cells add emulated FP8 GEMMs (amp.fp8, delayed scaling) on the O1 bf16 base,
+# native and emulated: the FP8 rounding's tensor-op path on the GPU, and what it costs there.
 device=cuda native=native
 if ((dry)); then device=cpu native=auto; fi
 db=$work/gpu_check.sqlite
@@ -184,12 +186,13 @@ base:
   device: $device
   threads: 0
 zip:
-  - amp.opt_level: [O0, O1, O2, O1, O1, O2]
-    amp.dtype: [fp16, fp16, fp16, bf16, fp16, fp16]
-    amp.backend: [auto, $native, $native, $native, emulate, emulate]
+  - amp.opt_level: [O0, O1, O2, O1, O1, O2, O1, O1]
+    amp.dtype: [fp16, fp16, fp16, bf16, fp16, fp16, bf16, bf16]
+    amp.backend: [auto, $native, $native, $native, emulate, emulate, $native, emulate]
+    amp.fp8.enabled: [false, false, false, false, false, false, true, true]
 EOF
 ((dry)) && sed -i 's/skip_steps: 20/skip_steps: 2/; s/eval_step_per_epoch: 20/eval_step_per_epoch: 2/' "$work/gpu_check.yaml"
-phase cells 180 "${amptune[@]}" run "$work/gpu_check.yaml" --db "$db" --no-progress ||
+phase cells 300 "${amptune[@]}" run "$work/gpu_check.yaml" --db "$db" --no-progress ||
   say "FAIL quickstart cells (cells.log)"
 
 # ---- 5. checkpoints between CPU and GPU ------------------------------------------------------
@@ -275,8 +278,11 @@ def runs(path, sweep):
         if row:
             m["train_loss"], m["train_fps_mean"] = row
         m["epochs"] = 0 if last is None else last + 1
-        asked = json.loads(cfg).get("amp", {}).get("backend", "")
-        out.append(dict(level=level, dtype=dtype, backend=backend, asked=asked, status=status, **m))
+        amp = json.loads(cfg).get("amp", {})
+        asked = amp.get("backend", "")
+        fp8 = bool(amp.get("fp8", {}).get("enabled", False))
+        out.append(dict(level=level, dtype=dtype, backend=backend, asked=asked, status=status,
+                        fp8=fp8, **m))
     return out
 
 def fmt(v, nd=1):
@@ -289,6 +295,7 @@ print(f"{'cell':<18}{'backend':<9}{'status':<9}{'img/s':>9}{'overflow':>10}{'sca
       f"{'train_loss':>12}{'acc1':>8}")
 for c in cells:
     label = f"{c['level']} {c['dtype'] if c['level'] != 'O0' else 'fp32'}"
+    label += " + fp8" if c["fp8"] else ""
     print(f"{label:<18}{c['backend'] or '-':<9}{c['status']:<9}{fmt(c.get('train_fps_mean')):>9}"
           f"{fmt(c.get('overflow_steps'), 0):>10}{fmt(c.get('loss_scale'), 0):>10}"
           f"{fmt(c.get('train_loss'), 4):>12}{fmt(c.get('acc1'), 2):>8}")
@@ -321,6 +328,28 @@ for level in ("O1", "O2"):
           f"acc1 {fmt(n['acc1'],2)} vs {fmt(e['acc1'],2)} (d {fmt(d_acc,2)}), "
           f"img/s {fmt(n.get('train_fps_mean'))} vs {fmt(e.get('train_fps_mean'))}: "
           f"{'PASS' if ok else 'FAIL'}")
+# FP8 on the bf16 base, native and emulated: the FP8 GEMMs compute the same values either way
+# (amp/fp8_gemm.h), the other ops differ by bf16 kernels' sums: both finish with a finite loss
+# and acc1 within 1 point; the cost against the bf16 cell is reported, not judged.
+fp8 = {c["asked"]: c for c in cells if c["fp8"]}
+bf16 = [c for c in cells if not c["fp8"] and c["dtype"] == "bf16" and c["asked"] != "emulate"]
+if "emulate" in fp8 and len(fp8) == 2:
+    n = next(c for a, c in fp8.items() if a != "emulate")
+    e = fp8["emulate"]
+    try:
+        finite = all(c["status"] == "done" and math.isfinite(c["train_loss"]) for c in (n, e))
+        d_acc = abs(n["acc1"] - e["acc1"])
+        ok = finite and d_acc <= 1.0
+        cost = (f", img/s {fmt(n.get('train_fps_mean'))} against O1 bf16's "
+                f"{fmt(bf16[0].get('train_fps_mean'))}" if bf16 else "")
+        print(f"O1 bf16 + fp8 (delayed): acc1 {fmt(n['acc1'],2)} native vs {fmt(e['acc1'],2)} "
+              f"emulated (d {fmt(d_acc,2)}), train_loss {fmt(n['train_loss'],4)} vs "
+              f"{fmt(e['train_loss'],4)}{cost}: {'PASS' if ok else 'FAIL'}")
+    except (KeyError, TypeError):
+        print("O1 bf16 + fp8: metrics missing"); ok = False
+    verdicts.append(ok)
+else:
+    print("O1 bf16 + fp8: missing cells"); verdicts.append(False)
 o0 = [c for c in cells if c["level"] == "O0"]
 for level in ("O1", "O2"):
     nat = [c for c in cells if c["level"] == level and c["dtype"] == "fp16" and c["asked"] != "emulate"]
