@@ -48,6 +48,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from generator_boot import import_from_root, rerun_from_root  # noqa: E402
+
 FEATURES = 16
 CLASSES = 4
 

@@ -41,6 +41,7 @@ import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from generator_boot import import_from_root, rerun_from_root  # noqa: E402
+
 FEATURES = 8
 HIDDEN = 64
 

@@ -43,6 +43,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from generator_boot import import_from_root, rerun_from_root  # noqa: E402
+
 DEFAULT_TEXT = "/usr/share/common-licenses"
 VOCAB = 256
 
