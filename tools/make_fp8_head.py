@@ -22,7 +22,8 @@ ReLU - and the output `head`, a Linear(66, 1) over the MLP's features and the ra
 values (a linear skip path, as forecasting models have): the head must compute v - u, a small
 difference of two large, nearly equal inputs. Its weights on (u, v) start at (-1, +1), the
 momentum forecast (from PyTorch's default initialisation that difference is ill-conditioned
-against the level and even fp32 learns it slowly), the rest at PyTorch's defaults. The planted fault: in FP8 the head's input is
+against the level and even fp32 learns it slowly), the rest at PyTorch's defaults. The planted
+fault: in FP8 the head's input is
 quantised to E4M3 with one per-tensor scale; its 3 mantissa bits round u and v (scaled near the
 format's max) to steps of 1.2 to 2.4, as large as the change itself, so the difference is lost
 whatever the scaling recipe (current scaling, margin and history move the scale by powers of

@@ -194,6 +194,23 @@ struct StepVote {
     const auto v = wire.accessor<double, 1>();
     return StepVote{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
   }
+  // This rank's vote: the step's loss over its `n` samples, whether its gradients overflowed,
+  // the stop it was asked for (`lost`: its claim on the run), its FP8 slot count.
+  static StepVote of(double loss, int64_t n, bool overflow, bool stop, bool lost,
+                     size_t fp8_slots) {
+    StepVote v;
+    if (n > 0 && std::isfinite(loss)) {
+      v.loss_sum = loss * static_cast<double>(n);
+      v.samples = static_cast<double>(n);
+    }
+    v.non_finite = n > 0 && !std::isfinite(loss);
+    v.overflow = overflow;
+    v.stop = stop;
+    v.lost = lost;
+    v.fp8_slots = static_cast<double>(fp8_slots);
+    v.fp8_slots_sq = v.fp8_slots * v.fp8_slots;
+    return v;
+  }
   bool fp8_slots_differ(int world) const {
     return static_cast<double>(world) * fp8_slots_sq != fp8_slots * fp8_slots;
   }
@@ -519,20 +536,12 @@ double RunTraining::parallel_step(const data::Batch& batch, int64_t n, int64_t e
     average();
     overflow = precision_->engine().unscale_and_check();
   }
-  StepVote vote;
-  if (n > 0 && std::isfinite(loss_value)) {
-    vote.loss_sum = loss_value * static_cast<double>(n);
-    vote.samples = static_cast<double>(n);
-  }
-  vote.non_finite = n > 0 && !std::isfinite(loss_value);
-  vote.overflow = overflow;
   const auto request = recorder_.stop_request();
-  vote.stop = request && request->outcome != Outcome::kLost;
-  vote.lost = request && request->outcome == Outcome::kLost;
-  if (const auto& fp8 = precision_->engine().fp8()) {
-    vote.fp8_slots = static_cast<double>(fp8->slot_count());
-    vote.fp8_slots_sq = vote.fp8_slots * vote.fp8_slots;
-  }
+  const auto& slots = precision_->engine().fp8();
+  const StepVote vote = StepVote::of(loss_value, n, overflow,
+                                     request && request->outcome != Outcome::kLost,
+                                     request && request->outcome == Outcome::kLost,
+                                     slots ? slots->slot_count() : 0);
   const auto vote_start = Clock::now();
   torch::Tensor wire = vote.to_wire();
   group_->allreduce(wire);
