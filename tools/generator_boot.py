@@ -41,3 +41,11 @@ def import_from_root(name, relpath):
     with open(os.path.join(ROOT, relpath)) as source:
         exec(compile(source.read(), relpath, "exec"), module.__dict__)
     return module
+
+
+def export_custom_task(ets, model, path, example):
+    """Scripts `model` as a custom task into `path` with export_torchscript.py (`ets`), checked
+    on the batch `example`, and says what it wrote."""
+    ets.export_model(model, path, task="custom", example_input=example)
+    count = sum(p.numel() for p in model.parameters())
+    print(f"{os.path.basename(path)}: {count} parameters, {os.path.getsize(path)} bytes")

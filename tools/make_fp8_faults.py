@@ -47,7 +47,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from generator_boot import import_from_root, rerun_from_root  # noqa: E402
+from generator_boot import (export_custom_task, import_from_root,  # noqa: E402
+                            rerun_from_root)
 
 FEATURES = 16
 CLASSES = 4
@@ -123,13 +124,8 @@ def write_jump(ets, args, out):
         if example is None:
             example = {"x": data["x"][:8], "label": data["label"][:8], "gain": gain[:8]}
     torch.manual_seed(args.seed)
-    model = args.module.JumpMlp(args.hidden)
-    path = os.path.join(out, "jump.pt")
-    ets.export_model(model, path, task="custom", example_input=example)
-    count = sum(p.numel() for p in model.parameters())
-    print(f"jump.pt: {count} parameters, {os.path.getsize(path)} bytes")
-
-
+    export_custom_task(ets, args.module.JumpMlp(args.hidden), os.path.join(out, "jump.pt"),
+                       example)
 
 
 def main():

@@ -41,7 +41,8 @@ import torch
 import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from generator_boot import import_from_root, rerun_from_root  # noqa: E402
+from generator_boot import (export_custom_task, import_from_root,  # noqa: E402
+                            rerun_from_root)
 
 FEATURES = 8
 HIDDEN = 64
@@ -113,13 +114,7 @@ def write_data(ets, args, out):
 
 def write_model(ets, args, out, example):
     torch.manual_seed(args.seed)
-    net = args.module.ForecastNet()
-    path = os.path.join(out, "fp8_head.pt")
-    ets.export_model(net, path, task="custom", example_input=example)
-    count = sum(p.numel() for p in net.parameters())
-    print(f"fp8_head.pt: {count} parameters, {os.path.getsize(path)} bytes")
-
-
+    export_custom_task(ets, args.module.ForecastNet(), os.path.join(out, "fp8_head.pt"), example)
 
 
 def main():

@@ -42,7 +42,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from generator_boot import import_from_root, rerun_from_root  # noqa: E402
+from generator_boot import (export_custom_task, import_from_root,  # noqa: E402
+                            rerun_from_root)
 
 DEFAULT_TEXT = "/usr/share/common-licenses"
 VOCAB = 256
@@ -190,12 +191,7 @@ def write_data(ets, args, out):
 def write_model(ets, args, out, example):
     torch.manual_seed(args.seed)
     gpt = args.module.TinyGPT(args.seq_len, args.dim, args.heads, args.layers)
-    path = os.path.join(out, "gpt_tiny.pt")
-    ets.export_model(gpt, path, task="custom", example_input=example)
-    count = sum(p.numel() for p in gpt.parameters())
-    print(f"gpt_tiny.pt: {count} parameters, {os.path.getsize(path)} bytes")
-
-
+    export_custom_task(ets, gpt, os.path.join(out, "gpt_tiny.pt"), example)
 
 
 def main():

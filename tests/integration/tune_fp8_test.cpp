@@ -45,6 +45,9 @@ bool python_torch() {
   static const bool ok = std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
   return ok;
 }
+const char* const kNoPythonTorch =
+    "/usr/bin/python3 with torch (tools/install-deps.sh installs python3-torch) missing: the "
+    "planted model and its data are not written";
 
 // Runs the generator `tool` (tools/..., with its arguments) with --out dir/gen (Debian's
 // python3-torch).
@@ -74,8 +77,7 @@ std::vector<std::string> fp8_head_args(const std::string& command, const std::st
 
 TEST(TuneFp8Cli, AnOutputHeadThatNeedsMorePrecisionIsKeptOutOfFp8WhateverTheRecipe) {
   if (!python_torch()) {
-    GTEST_SKIP() << "/usr/bin/python3 with torch (tools/install-deps.sh installs python3-torch) "
-                    "missing: the planted model and its data are not written";
+    GTEST_SKIP() << kNoPythonTorch;
   }
   const std::string dir = scratch_dir("tune_fp8_head");
   ASSERT_NO_FATAL_FAILURE(generate(dir, "make_fp8_head.py"));
@@ -196,8 +198,7 @@ double number_at(const store::Store::QueryResult& q, size_t row, size_t column) 
 
 TEST(TuneFp8Cli, AnAmaxThatJumpsIsDiagnosedByNameAndScaledFromTheTensor) {
   if (!python_torch()) {
-    GTEST_SKIP() << "/usr/bin/python3 with torch (tools/install-deps.sh installs python3-torch) "
-                    "missing: the model and shards are not written";
+    GTEST_SKIP() << kNoPythonTorch;
   }
   const std::string dir = scratch_dir("tune_fp8_jump");
   ASSERT_NO_FATAL_FAILURE(generate(dir, "make_fp8_faults.py jump"));
