@@ -915,8 +915,9 @@ CREATE TABLE tune_jobs (
 -- nonzero values that quantise to zero; sqnr_db: 10 log10(sum x^2 / sum (x - q / scale)^2) of
 -- the fake-quantised tensor against its fp32 value (NULL: no error at all); amax: the tensor's
 -- largest finite |x|; scale: the scale it was quantised with; history_min / history_max /
--- history_len: the slot's amax history (the steps before the checkpoint) when it was quantised
--- (len 0 and NULLs: empty, as before the first step or under current scaling's first use).
+-- history_len: the slot's amax history when it was quantised (the checkpoint's, advanced by the
+-- diagnosed batches before this one; len 0 and NULLs: empty, as before the first step or under
+-- current scaling's first use).
 CREATE TABLE fp8_diagnostics (
   run_id         INTEGER NOT NULL,
   epoch          INTEGER NOT NULL,
