@@ -395,12 +395,12 @@ ModuleMap::ModuleMap(const torch::nn::Module& model, const std::vector<std::stri
     const auto dot = name.rfind('.');
     add(item.value().get(), name, dot == std::string::npos ? "" : name.substr(0, dot));
   }
-  check_fp32_globs(names(), fp32_globs);
-  check_fp32_globs(names(), fp8_skip_globs, "amp.fp8.skip_modules");
+  check_module_globs(names(), fp32_globs);
+  check_module_globs(names(), fp8_skip_globs, "amp.fp8.skip_modules");
 }
 
-void check_fp32_globs(const std::vector<std::string>& names, const std::vector<std::string>& globs,
-                      const std::string& key) {
+void check_module_globs(const std::vector<std::string>& names,
+                        const std::vector<std::string>& globs, const std::string& key) {
   for (const auto& glob : globs) {
     bool used = false;
     for (const auto& name : names) used = used || fnmatch(glob.c_str(), name.c_str(), 0) == 0;

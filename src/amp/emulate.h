@@ -142,8 +142,9 @@ class ModuleMap {
 
 // Throws the ConfigError ModuleMap throws when a glob matches none of `names` (module names,
 // root "" first); `key` names the list.
-void check_fp32_globs(const std::vector<std::string>& names, const std::vector<std::string>& globs,
-                      const std::string& key = "amp.fp32_modules");
+void check_module_globs(const std::vector<std::string>& names,
+                        const std::vector<std::string>& globs,
+                        const std::string& key = "amp.fp32_modules");
 
 // Installs `modules` for this thread until destruction (restores the previous map).
 class ScopedModules {

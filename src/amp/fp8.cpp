@@ -7,6 +7,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <optional>
 
 #include "core/error.h"
@@ -59,7 +60,7 @@ inline float round_one(float x, const Layout& l) {
 // The loop, compiled for AVX2 where the CPU has it (the same arithmetic, so the same bits).
 // With scale != 1: round(x * scale) * inv, each product in fp32 as the unfused ops compute it.
 template <Fp8Format F>
-void round_loop(const float* src, float* dst, int64_t n, float scale, float inv) {
+inline void round_loop(const float* src, float* dst, int64_t n, float scale, float inv) {
   constexpr Layout l = layout(F);
   if (scale == 1.0f && inv == 1.0f) {
     for (int64_t i = 0; i < n; ++i) dst[i] = round_one(src[i], l);
@@ -68,15 +69,11 @@ void round_loop(const float* src, float* dst, int64_t n, float scale, float inv)
   }
 }
 #if defined(__x86_64__) && defined(__GNUC__)
+// round_loop inlined into a function compiled for AVX2.
 template <Fp8Format F>
-__attribute__((target("avx2"))) void round_loop_avx2(const float* src, float* dst, int64_t n,
-                                                     float scale, float inv) {
-  constexpr Layout l = layout(F);
-  if (scale == 1.0f && inv == 1.0f) {
-    for (int64_t i = 0; i < n; ++i) dst[i] = round_one(src[i], l);
-  } else {
-    for (int64_t i = 0; i < n; ++i) dst[i] = round_one(src[i] * scale, l) * inv;
-  }
+__attribute__((target("avx2"), flatten)) void round_loop_avx2(const float* src, float* dst,
+                                                              int64_t n, float scale, float inv) {
+  round_loop<F>(src, dst, n, scale, inv);
 }
 bool has_avx2() {
   static const bool yes = __builtin_cpu_supports("avx2");
@@ -400,8 +397,11 @@ void Fp8State::load(const std::map<std::string, torch::Tensor>& tensors,
                                                             suffix.size());
     const auto dot = slot.rfind('.');
     const std::string role = dot == std::string::npos ? "" : slot.substr(dot + 1);
-    if (role != "input" && role != "weight" && role != "grad_output") {
-      throw bad("names no role (input, weight or grad_output)");
+    constexpr Fp8Role kRoles[] = {Fp8Role::kInput, Fp8Role::kWeight, Fp8Role::kGradOutput};
+    if (std::none_of(std::begin(kRoles), std::end(kRoles),
+                     [&](Fp8Role r) { return role == to_string(r); })) {
+      throw bad(std::string("names no role (") + to_string(Fp8Role::kInput) + ", " +
+                to_string(Fp8Role::kWeight) + " or " + to_string(Fp8Role::kGradOutput) + ")");
     }
     const torch::Tensor& t = entry.second;
     if (t.scalar_type() != torch::kFloat || t.dim() != 1) throw bad("is not a 1-d fp32 tensor");

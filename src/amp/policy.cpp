@@ -9,6 +9,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "core/config.h"
 #include "core/error.h"
 #include "core/settings.h"
 
@@ -79,10 +80,11 @@ std::string to_string(Backend backend) {
 
 std::string Fp8Policy::summary() const {
   if (!enabled) return "";
-  return std::string("fp8 ") + (hybrid ? "hybrid" : "e4m3") + ", " +
-         (delayed ? "delayed" : "current") + " scaling (margin " + std::to_string(margin) +
+  return "fp8 " + to_string(hybrid ? Fp8FormatSet::kHybrid : Fp8FormatSet::kE4M3) + ", " +
+         to_string(delayed ? Fp8Recipe::kDelayed : Fp8Recipe::kCurrent) +
+         " scaling (margin " + std::to_string(margin) +
          (delayed ? ", amax history " + std::to_string(amax_history_len) + ", " +
-                        (amax_max ? "max" : "most_recent")
+                        to_string(amax_max ? AmaxCompute::kMax : AmaxCompute::kMostRecent)
                   : std::string()) +
          (skip_modules.empty() ? "" : ", " + std::to_string(skip_modules.size()) +
                                           " skip_modules glob(s)") +
@@ -146,14 +148,26 @@ void choose_backend(Policy& p, AmpBackend backend, bool device_is_cuda, const Cp
   }
 }
 
-// amp.fp8.*, checked (the schema's bounds again, for settings made in code).
-Fp8Policy fp8_policy(const Fp8Settings& s) {
-  if (s.enabled && (s.margin < 0 || s.margin > 64)) {
-    throw ConfigError("amp.fp8.margin must be in 0..64, got " + std::to_string(s.margin));
+// `value` of the integer key `key` within the bounds schemas/config.yaml gives it (settings made
+// in code have not been through the schema's checks); ConfigError naming both otherwise.
+void check_schema_bounds(const std::string& key, int64_t value) {
+  const KeySpec* spec = Schema::builtin().find(key);
+  if (!spec || !((spec->min && static_cast<double>(value) < *spec->min) ||
+                 (spec->max && static_cast<double>(value) > *spec->max))) {
+    return;
   }
-  if (s.enabled && (s.amax_history_len < 1 || s.amax_history_len > 16384)) {
-    throw ConfigError("amp.fp8.amax_history_len must be in 1..16384, got " +
-                      std::to_string(s.amax_history_len));
+  auto bound = [](const std::optional<double>& b) {
+    return b ? std::to_string(static_cast<int64_t>(*b)) : std::string();
+  };
+  throw ConfigError(key + " must be in " + bound(spec->min) + ".." + bound(spec->max) + ", got " +
+                    std::to_string(value));
+}
+
+// amp.fp8.*, checked.
+Fp8Policy fp8_policy(const Fp8Settings& s) {
+  if (s.enabled) {
+    check_schema_bounds("amp.fp8.margin", s.margin);
+    check_schema_bounds("amp.fp8.amax_history_len", s.amax_history_len);
   }
   Fp8Policy p;
   p.enabled = s.enabled;

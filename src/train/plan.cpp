@@ -56,8 +56,8 @@ void check_fp32_modules(const Config& config, const Settings& s) {
     }
     names = it->second;
   }
-  amp::check_fp32_globs(names, globs);
-  amp::check_fp32_globs(names, s.amp.fp8.skip_modules, "amp.fp8.skip_modules");
+  amp::check_module_globs(names, globs);
+  amp::check_module_globs(names, s.amp.fp8.skip_modules, "amp.fp8.skip_modules");
 }
 
 std::map<std::string, std::string> columns_of(const Settings& s) {

@@ -18,6 +18,7 @@
 
 #include "core/sweep.h"
 #include "integration/harness.h"
+#include "support/amp_grid.h"
 
 namespace amptune::testing {
 namespace {
@@ -65,32 +66,9 @@ void write_database(const std::string& db) {
     const int64_t id = add_run(store, "amp_grid", cell.index, cell.axes.dump());
     ids.push_back(id);
     add_epochs(store, id, {acc1_of(cell.index).first, acc1_of(cell.index).second});
-    if (cell.index == 4) {
-      records::PruneDecisionRow decision;
-      decision.run_id = id;
-      decision.epoch = 1;
-      decision.rule = PruneRule::kAsha;
-      decision.metric = "acc1";
-      decision.reason = "below the rung";
-      store.prune_run(decision);
-      continue;
-    }
-    store.finish_run(id,
-                     cell.index == 7    ? RunStatus::kDiverged
-                     : cell.index == 11 ? RunStatus::kFailed
-                                        : RunStatus::kDone,
-                     "", "{}");
+    settle_amp_grid_cell(store, id, cell.index);
   }
-  records::TuneSearchRow search;
-  search.sweep_id = store.ensure_sweep("amp_grid", "", "", "");
-  search.block_json = "{}";
-  search.metric = "acc1";
-  search.reference_run_id = ids[0];
-  search.start_run_id = ids[12];
-  search = store.ensure_tune_search(search);
-  search.status = records::TuneStatus::kAnswered;
-  search.answer_run_id = ids[12];
-  store.finish_tune_search(search);
+  add_amp_grid_search(store, ids);
   const std::string evil = "<script>document.title='pwned'</script>\"'\nx";
   for (int i = 0; i < 2; ++i) {
     const nlohmann::json axes = {{"k<script>document.title='pwned'</script>", i ? "plain" : evil},

@@ -11,6 +11,7 @@
 #include "app/artifacts/python_literal.h"
 #include "app/artifacts/setting_export.h"
 #include "core/error.h"
+#include "core/words.h"
 #include "train/cast_points.h"
 
 namespace amptune::app {
@@ -508,12 +509,12 @@ std::string fp32_text(const ExportedSetting& s, const std::string& what) {
 std::string fp8_text(const ExportedSetting& s, const std::string& what) {
   if (!s.fp8) return "";
   const Fp8Export& f = *s.fp8;
+  const bool delayed = f.recipe == to_string(Fp8Recipe::kDelayed);
   std::string out = "FP8 (amp.fp8.*): format " + f.format + ", " + f.recipe + " scaling (margin " +
                     std::to_string(f.margin) +
-                    (f.recipe == "delayed" ? ", amax history " +
-                                                 std::to_string(f.amax_history_len) + ", " +
-                                                 f.amax_compute
-                                           : "") +
+                    (delayed ? ", amax history " + std::to_string(f.amax_history_len) + ", " +
+                                   f.amax_compute
+                             : "") +
                     ")";
   if (!f.skip_modules.empty()) {
     out += ", kept out of FP8: " + joined_literals(f.skip_modules, what);

@@ -9,6 +9,7 @@
 
 #include "amp/policy.h"
 #include "core/settings.h"
+#include "core/words.h"
 
 namespace amptune::app {
 
@@ -146,7 +147,7 @@ class MoveList {
 // power of two of margin, a history 16 times shorter (at least 1).
 std::optional<TuneMove> fp8_recipe_move(const Setting& s) {
   if (!s.fp8().enabled || !s.fp8().delayed) return std::nullopt;
-  return TuneMove{TuneMoveKind::kFp8Recipe, {{"amp.fp8.recipe", "current"}},
+  return TuneMove{TuneMoveKind::kFp8Recipe, {{"amp.fp8.recipe", to_string(Fp8Recipe::kCurrent)}},
                   "FP8 scaling from each tensor's own amax (delayed -> current)", std::nullopt, ""};
 }
 std::optional<TuneMove> fp8_margin_move(const Setting& s) {

@@ -112,6 +112,13 @@ TEST(AmpPolicy, RefusedCombinationsNameTheKey) {
             std::string::npos);
   EXPECT_NE(error_of(make({{"amp.min_loss_scale", "1e9"}})).find("amp.min_loss_scale"),
             std::string::npos);
+  // FP8 keys set in code (past the schema's checks) are held to the schema's bounds.
+  AmpSettings fp8 = make({{"amp.fp8.enabled", "true"}});
+  fp8.fp8.margin = 65;
+  EXPECT_EQ(error_of(fp8), "amp.fp8.margin must be in 0..64, got 65");
+  fp8.fp8.margin = 0;
+  fp8.fp8.amax_history_len = 0;
+  EXPECT_EQ(error_of(fp8), "amp.fp8.amax_history_len must be in 1..16384, got 0");
   // Config typing itself refuses a bad word.
   Config c;
   EXPECT_THROW(c.set_yaml("amp.master_weights", "maybe", SourceLoc{"t"}), ConfigError);

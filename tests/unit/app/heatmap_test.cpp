@@ -15,6 +15,7 @@
 #include "app/views/report_plots.h"
 #include "app/views/table.h"
 #include "core/sweep.h"
+#include "support/amp_grid.h"
 #include "unit/app/app_fixture.h"
 
 namespace amptune::app {
@@ -234,30 +235,9 @@ class HeatmapReportTest : public AppTest {
       const int64_t id = add_run(run);
       ids_.push_back(id);
       add_epochs(id, "acc1", {40.0 + cell.index, 50.0 + 3 * ((cell.index * 7) % 11)});
-      if (cell.index == 4) {
-        records::PruneDecisionRow decision;
-        decision.run_id = id;
-        decision.epoch = 1;
-        decision.rule = PruneRule::kAsha;
-        decision.metric = "acc1";
-        decision.reason = "below the rung";
-        store_.prune_run(decision);
-        continue;
-      }
-      finish(id, cell.index == 7    ? RunStatus::kDiverged
-                 : cell.index == 11 ? RunStatus::kFailed
-                                    : RunStatus::kDone);
+      testing::settle_amp_grid_cell(store_, id, cell.index);
     }
-    records::TuneSearchRow search;
-    search.sweep_id = store_.ensure_sweep("amp_grid", "", "", "");
-    search.block_json = "{}";
-    search.metric = "acc1";
-    search.reference_run_id = ids_[0];
-    search.start_run_id = ids_[12];
-    search = store_.ensure_tune_search(search);
-    search.status = records::TuneStatus::kAnswered;
-    search.answer_run_id = ids_[12];
-    store_.finish_tune_search(search);
+    testing::add_amp_grid_search(store_, ids_);
   }
   std::vector<int64_t> ids_;
 };

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "app/tune/tune_rules.h"
+#include "unit/app/tune_moves.h"
 
 namespace amptune::app {
 namespace {
@@ -22,16 +23,6 @@ Config config(const Overrides& overrides) {
   c.set("amp.dtype", "bf16");
   for (const auto& [key, value] : overrides) c.set(key, value);
   return c;
-}
-
-std::vector<std::string> describe(const std::vector<TuneMove>& moves) {
-  std::vector<std::string> out;
-  for (const TuneMove& m : moves) {
-    std::string line = to_string(m.move);
-    for (const auto& [key, value] : m.change) line += " " + key + "=" + flow_yaml(value);
-    out.push_back(line);
-  }
-  return out;
 }
 
 const std::vector<TuneMoveKind> kFp8Moves = {TuneMoveKind::kFp8SkipModules,

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "app/tune/tune_rules.h"
+#include "unit/app/tune_moves.h"
 #include "train/divergence.h"
 
 namespace amptune::app {
@@ -24,17 +25,6 @@ Config config(const Overrides& overrides) {
   Config c;
   for (const auto& [key, value] : overrides) c.set(key, value);
   return c;
-}
-
-// "move key=value key=value" per move, in order.
-std::vector<std::string> describe(const std::vector<TuneMove>& moves) {
-  std::vector<std::string> out;
-  for (const TuneMove& m : moves) {
-    std::string line = to_string(m.move);
-    for (const auto& [key, value] : m.change) line += " " + key + "=" + flow_yaml(value);
-    out.push_back(line);
-  }
-  return out;
 }
 
 const std::vector<TuneMoveKind> kAll = {

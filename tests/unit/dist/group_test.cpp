@@ -219,6 +219,8 @@ TEST(DistReducer, UnionOverRanks) {
     const std::vector<std::string> both =
         rank == 0 ? std::vector<std::string>{"x\ty", ""} : std::vector<std::string>{"z", "x\ty"};
     EXPECT_EQ(union_over_ranks(group, both), (std::vector<std::string>{"", "x\ty", "z"}));
+    // A name that would split on the wire is refused before anything is sent (by every rank).
+    EXPECT_THROW(union_over_ranks(group, {std::string("a\0b", 3)}), std::invalid_argument);
   });
 }
 
