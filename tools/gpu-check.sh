@@ -167,10 +167,18 @@ phase cuda_tests 60 "$with_libs" "$build/tests/unit/train/train_checkpoint_test"
 # The quickstart model and data, one epoch of STEPS steps, dynamic loss scale. "native" cells
 # use CUDA autocast / fp16 models; "emulate" cells the fp32 kernels with fp16 rounding that
 # the CPU uses, here on the GPU. The dry run has no fp16 kernels: its "native" cells say auto.
-# The last two cells add emulated FP8 GEMMs (amp.fp8, delayed scaling) on the O1 bf16 base,
-# native and emulated: the FP8 rounding's tensor-op path on the GPU, and what it costs there.
+# Cells 7 and 8 add emulated FP8 GEMMs (amp.fp8, delayed scaling) on the O1 bf16 base, native
+# and emulated: the FP8 rounding's tensor-op path on the GPU, and what it costs there. Cell 9,
+# where the build has torch._scaled_mm (LibTorch 2.5+; not a dry run on Debian's 1.13), is cell 7
+# with amp.fp8.gemm scaled_mm: the Linear (fc) on FP8 tensor cores.
 device=cuda native=native
 if ((dry)); then device=cpu native=auto; fi
+scaled_mm=1
+if ((dry)) && [ ${#torch_arg[@]} -eq 0 ]; then scaled_mm=0; fi
+c9_level="" c9_dtype="" c9_backend="" c9_fp8="" c9_gemm=""
+if ((scaled_mm)); then
+  c9_level=", O1" c9_dtype=", bf16" c9_backend=", $native" c9_fp8=", true" c9_gemm=", scaled_mm"
+fi
 db=$work/gpu_check.sqlite
 cat >"$work/gpu_check.yaml" <<EOF
 name: gpu_check
@@ -186,14 +194,23 @@ base:
   device: $device
   threads: 0
 zip:
-  - amp.opt_level: [O0, O1, O2, O1, O1, O2, O1, O1]
-    amp.dtype: [fp16, fp16, fp16, bf16, fp16, fp16, bf16, bf16]
-    amp.backend: [auto, $native, $native, $native, emulate, emulate, $native, emulate]
-    amp.fp8.enabled: [false, false, false, false, false, false, true, true]
+  - amp.opt_level: [O0, O1, O2, O1, O1, O2, O1, O1$c9_level]
+    amp.dtype: [fp16, fp16, fp16, bf16, fp16, fp16, bf16, bf16$c9_dtype]
+    amp.backend: [auto, $native, $native, $native, emulate, emulate, $native, emulate$c9_backend]
+    amp.fp8.enabled: [false, false, false, false, false, false, true, true$c9_fp8]
+    amp.fp8.gemm: [emulate, emulate, emulate, emulate, emulate, emulate, emulate, emulate$c9_gemm]
 EOF
 ((dry)) && sed -i 's/skip_steps: 20/skip_steps: 2/; s/eval_step_per_epoch: 20/eval_step_per_epoch: 2/' "$work/gpu_check.yaml"
 phase cells 300 "${amptune[@]}" run "$work/gpu_check.yaml" --db "$db" --no-progress ||
   say "FAIL quickstart cells (cells.log)"
+
+# ---- 4b. one Linear's FP8 step: emulated against torch._scaled_mm ---------------------------
+# tests/bench/fp8_gemm_bench.cpp on an 8192^3 Linear (a dry run: 256^3 on the CPU): ms per
+# step of bf16, fp32, FP8 emulated and FP8 by scaled_mm, and scaled_mm's output and gradients
+# against the emulation's (the table judges those, and reports the times).
+if ((dry)); then gemm_size=(cpu 256 256 256 3); else gemm_size=(cuda 8192 8192 8192 9); fi
+phase fp8_gemm_bench 120 "$with_libs" "$build/tests/bench/amp_fp8_gemm_bench" "${gemm_size[@]}" ||
+  say "FAIL FP8 GEMM bench (fp8_gemm_bench.log)"
 
 # ---- 5. checkpoints between CPU and GPU ------------------------------------------------------
 # device auto: a run picks CUDA when it sees a GPU; CUDA_VISIBLE_DEVICES= hides it. Cell seed 1
@@ -255,9 +272,10 @@ S_CELLS=${BENCH_CELLS:-$( ((dry)) || echo "O2-fp16:cl:on O2-fp16:nchw:on")} \
   --amptune "$work/amptune-with-libs" "$out/gpu-bench" || say "FAIL gpu-bench (gpu_bench.log)"
 
 # ---- 7. the table --------------------------------------------------------------------------
-"$PYTHON" - "$db" "$xdb" "$out/gpu-bench/results.json" "$dry" <<'EOF' | tee -a "$table"
-import json, math, os, sqlite3, sys
-db, xdb, bench_json, dry = sys.argv[1:5]
+"$PYTHON" - "$db" "$xdb" "$out/gpu-bench/results.json" "$dry" "$out/fp8_gemm_bench.log" \
+  <<'EOF' | tee -a "$table"
+import json, math, os, re, sqlite3, sys
+db, xdb, bench_json, dry, gemm_log = sys.argv[1:6]
 dry = dry == "1"
 
 def runs(path, sweep):
@@ -281,8 +299,9 @@ def runs(path, sweep):
         amp = json.loads(cfg).get("amp", {})
         asked = amp.get("backend", "")
         fp8 = bool(amp.get("fp8", {}).get("enabled", False))
+        gemm = amp.get("fp8", {}).get("gemm", "emulate")
         out.append(dict(level=level, dtype=dtype, backend=backend, asked=asked, status=status,
-                        fp8=fp8, **m))
+                        fp8=fp8, gemm=gemm, **m))
     return out
 
 def fmt(v, nd=1):
@@ -295,7 +314,7 @@ print(f"{'cell':<18}{'backend':<9}{'status':<9}{'img/s':>9}{'overflow':>10}{'sca
       f"{'train_loss':>12}{'acc1':>8}")
 for c in cells:
     label = f"{c['level']} {c['dtype'] if c['level'] != 'O0' else 'fp32'}"
-    label += " + fp8" if c["fp8"] else ""
+    label += (" + fp8" + (" mm" if c["gemm"] == "scaled_mm" else "")) if c["fp8"] else ""
     print(f"{label:<18}{c['backend'] or '-':<9}{c['status']:<9}{fmt(c.get('train_fps_mean')):>9}"
           f"{fmt(c.get('overflow_steps'), 0):>10}{fmt(c.get('loss_scale'), 0):>10}"
           f"{fmt(c.get('train_loss'), 4):>12}{fmt(c.get('acc1'), 2):>8}")
@@ -331,7 +350,7 @@ for level in ("O1", "O2"):
 # FP8 on the bf16 base, native and emulated: the FP8 GEMMs compute the same values either way
 # (amp/fp8_gemm.h), the other ops differ by bf16 kernels' sums: both finish with a finite loss
 # and acc1 within 1 point; the cost against the bf16 cell is reported, not judged.
-fp8 = {c["asked"]: c for c in cells if c["fp8"]}
+fp8 = {c["asked"]: c for c in cells if c["fp8"] and c["gemm"] == "emulate"}
 bf16 = [c for c in cells if not c["fp8"] and c["dtype"] == "bf16" and c["asked"] != "emulate"]
 if "emulate" in fp8 and len(fp8) == 2:
     n = next(c for a, c in fp8.items() if a != "emulate")
@@ -350,6 +369,37 @@ if "emulate" in fp8 and len(fp8) == 2:
     verdicts.append(ok)
 else:
     print("O1 bf16 + fp8: missing cells"); verdicts.append(False)
+# The same cell with its Linear through torch._scaled_mm: the FP8 values are the emulation's, the
+# sums in another order - finite, acc1 within 1 point of the emulated FP8 GEMMs' cell.
+mm = [c for c in cells if c["fp8"] and c["gemm"] == "scaled_mm"]
+if mm and "emulate" in fp8 and len(fp8) == 2:
+    n = next(c for a, c in fp8.items() if a != "emulate")
+    try:
+        ok = (mm[0]["status"] == "done" and math.isfinite(mm[0]["train_loss"])
+              and abs(mm[0]["acc1"] - n["acc1"]) <= 1.0)
+        print(f"O1 bf16 + fp8 by scaled_mm: acc1 {fmt(mm[0]['acc1'],2)} vs {fmt(n['acc1'],2)} "
+              f"(FP8 GEMMs emulated), img/s {fmt(mm[0].get('train_fps_mean'))} vs "
+              f"{fmt(n.get('train_fps_mean'))}: {'PASS' if ok else 'FAIL'}")
+    except (KeyError, TypeError):
+        print("O1 bf16 + fp8 by scaled_mm: metrics missing"); ok = False
+    verdicts.append(ok)
+# One Linear's step (fp8_gemm_bench): scaled_mm's output and gradients within 1e-3 of the
+# emulation's largest value; the times reported.
+gemm_text = open(gemm_log).read() if os.path.exists(gemm_log) else ""
+diffs = [float(v) for v in re.findall(r"max \|emulated\| = (\S+)", gemm_text)]
+print()
+print("One Linear's FP8 step (fp8_gemm_bench; ms per step, ratio to bf16)")
+for line in gemm_text.splitlines():
+    if re.match(r"(Linear|bf16|fp32|FP8|scaled_mm vs|no scaled_mm)", line):
+        print("  " + line)
+if diffs:
+    ok = len(diffs) == 3 and all(d <= 1e-3 for d in diffs)
+    print(f"scaled_mm against emulated FP8: {'PASS' if ok else 'FAIL'}")
+    verdicts.append(ok)
+elif "no scaled_mm kind" in gemm_text and dry:
+    print("scaled_mm against emulated FP8: (dry run on a LibTorch without it: no claim)")
+else:
+    print("scaled_mm against emulated FP8: missing"); verdicts.append(False)
 o0 = [c for c in cells if c["level"] == "O0"]
 for level in ("O1", "O2"):
     nat = [c for c in cells if c["level"] == level and c["dtype"] == "fp16" and c["asked"] != "emulate"]

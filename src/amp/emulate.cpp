@@ -298,11 +298,7 @@ torch::Tensor conv_transpose2d(torch::nn::ConvTranspose2dImpl& conv, const torch
 torch::Tensor linear(torch::nn::LinearImpl& linear, const torch::Tensor& in) {
   ModuleCall call(linear);
   const torch::Tensor x = call.input(in);
-  if (auto fp8 = Fp8Gemm::begin()) {
-    return call.output(fp8->run(
-        x, linear.weight, linear.bias,
-        [](const torch::Tensor& a, const torch::Tensor& w) { return torch::linear(a, w); }, -1));
-  }
+  if (auto fp8 = Fp8Gemm::begin()) return call.output(fp8->linear(x, linear.weight, linear.bias));
   if (!emulating()) return call.output(linear.forward(x));
   return call.output(low_(torch::linear(low(x), low(linear.weight), low(linear.bias))));
 }

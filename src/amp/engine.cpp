@@ -60,6 +60,9 @@ Engine::Engine(const Policy& policy, torch::nn::Module& model)
   note_batchnorm(model);  // (modules(true) needs a shared_ptr-held model)
   for (auto& m : model.modules(/*include_self=*/false)) note_batchnorm(*m);
   params_ = model.parameters(/*recurse=*/true);
+  if (policy.fp8.enabled && policy.fp8.scaled_mm) {
+    check_scaled_mm(params_.empty() ? torch::Device(torch::kCPU) : params_.front().device());
+  }
   low_.assign(params_.size(), false);
   masters_.assign(params_.size(), torch::Tensor());
   if (!policy.cast_model) return;

@@ -17,6 +17,13 @@
 // rounded; native: cast to the autocast / model dtype; the op itself runs in fp32 with autocast
 // off, so native and emulated FP8 compute the same values).
 //
+// amp.fp8.gemm scaled_mm (Fp8Gemm::linear; LibTorch 2.5+): a Linear's three GEMMs take the
+// same operands as float8 tensors through torch._scaled_mm - y = (qx qw^T) / (s_x s_w),
+// dgrad = (qg qw) / (s_g s_w), wgrad = (qg^T qx) / (s_g s_x), q the fp8 values round_fp8(v * s)
+// of the same scales, accumulated in fp32 without fast accumulation - so the values are the
+// emulation's up to the order of fp32 rounding (the emulation multiplies each operand by 1/s,
+// _scaled_mm the accumulator). Convolutions stay emulated.
+//
 // Which GEMMs: those of a module call that is not in amp.fp8.skip_modules nor amp.fp32_modules
 // (by name or an ancestor's) and not inside an fp32 region. Slot keys (Fp8State): the module's
 // name, plus "#k" for the k-th FP8 GEMM within one call of that module when k > 0. Every
@@ -56,6 +63,11 @@ class ScopedFp8 {
   bool previous_record_;
 };
 
+// amp.fp8.gemm scaled_mm on `device`: nothing when this build and device run torch._scaled_mm
+// (a 16x16x16 product of E4M3 and E5M2 ones tried), else ConfigError naming amp.fp8.gemm, why,
+// and the emulate alternative. A run's amp::Engine asks it once.
+void check_scaled_mm(const torch::Device& device);
+
 // One FP8 GEMM about to run on this thread (see the top of this file). While it lives, native
 // autocast is off on this thread.
 class Fp8Gemm {
@@ -76,6 +88,14 @@ class Fp8Gemm {
   // P_out(Gq(y) + b): `b` from bias() or undefined; `channel_dim` the dimension the bias runs
   // along (1 for a convolution, -1 for a linear).
   torch::Tensor output(const torch::Tensor& y, const torch::Tensor& b, int64_t channel_dim) const;
+  // Whether a Linear's GEMMs run through torch._scaled_mm (amp.fp8.gemm scaled_mm).
+  bool by_scaled_mm() const;
+  // y = x w^T + b, the whole FP8 GEMM of a Linear: run() with torch::linear, or under
+  // amp.fp8.gemm scaled_mm the same quantisations (scales, amaxes, observer calls in the same
+  // order) with the three GEMMs through torch._scaled_mm on float8 operands (x reshaped to 2-D,
+  // every dimension padded with zeros to a multiple of 16) and fp32 accumulation: the
+  // emulation's values up to the order of fp32 rounding.
+  torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b);
   // The whole GEMM with `op` the bias-free op of (input, weight).
   torch::Tensor run(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
                     const std::function<torch::Tensor(const torch::Tensor&,
@@ -84,7 +104,11 @@ class Fp8Gemm {
 
  private:
   Fp8Gemm(std::string key, const Policy& policy, Fp8State& state, bool record);
+  // The scale of base value `x` in `role` (its amax recorded, the observer told).
+  float scale_of(const torch::Tensor& x, Fp8Role role);
   torch::Tensor quantise(const torch::Tensor& v, Fp8Role role);
+  // P_out(y + b), no quantisation of y's gradient.
+  torch::Tensor finish(const torch::Tensor& y, const torch::Tensor& b, int64_t channel_dim) const;
   torch::Tensor base(const torch::Tensor& v) const;
 
   std::string key_;

@@ -64,6 +64,9 @@ struct OpState {
   bool conv = false;
   int fp8_inputs = 0;  // tensors given to fp8 so far
   torch::Tensor bias;  // the bias fp8 adds after the op
+  // A linear under amp.fp8.gemm scaled_mm: its input and weight (the op gets empty stand-ins).
+  bool scaled_mm = false;
+  torch::Tensor x, w;
 };
 thread_local OpState t_op;
 
@@ -147,12 +150,18 @@ void begin_op(OpKind kind, bool in_place, bool gemm, bool conv) {
   if (gemm) {
     t_op.fp8 = Fp8Gemm::begin();
     t_op.conv = conv;
+    t_op.scaled_mm = t_op.fp8 && !conv && t_op.fp8->by_scaled_mm();
   }
 }
 
 torch::Tensor op_input(const torch::Tensor& x) {
   if (t_op.fp8 && floating(x)) {
     const int index = t_op.fp8_inputs++;
+    if (t_op.scaled_mm && index < 2) {
+      // The op multiplies (..., 0) by (n, 0) (zeros, no work); op_output runs the GEMM.
+      (index == 0 ? t_op.x : t_op.w) = x;
+      return x.narrow(-1, 0, 0);
+    }
     if (index == 0) return t_op.fp8->input(x);
     if (index == 1) return t_op.fp8->weight(x);
     return t_op.fp8->bias(x);
@@ -179,7 +188,7 @@ torch::Tensor op_input(const torch::Tensor& x) {
 torch::Tensor op_input_optional(const torch::Tensor& x) {
   if (t_op.fp8 && t_op.fp8_inputs == 2 && floating(x)) {
     ++t_op.fp8_inputs;
-    t_op.bias = t_op.fp8->bias(x);
+    t_op.bias = t_op.scaled_mm ? x : t_op.fp8->bias(x);  // (Fp8Gemm::linear takes it raw)
     return torch::Tensor();
   }
   return op_input(x);
@@ -187,9 +196,10 @@ torch::Tensor op_input_optional(const torch::Tensor& x) {
 
 torch::Tensor op_output(const torch::Tensor& y) {
   if (t_op.fp8 && y.defined()) {
-    torch::Tensor out = t_op.fp8->output(y, t_op.bias, t_op.conv ? 1 : -1);
+    torch::Tensor out = t_op.scaled_mm ? t_op.fp8->linear(t_op.x, t_op.w, t_op.bias)
+                                       : t_op.fp8->output(y, t_op.bias, t_op.conv ? 1 : -1);
     t_op.fp8.reset();  // (native: autocast back on)
-    t_op.bias = torch::Tensor();
+    t_op.bias = t_op.x = t_op.w = torch::Tensor();
     if (t_op.active) mark_low(out);
     return out;
   }

@@ -25,7 +25,9 @@
 // second) quantised, the bias (its optional third) taken out of the op and added after the
 // gradient's quantisation. matmul, mm, bmm, addmm, einsum ... stay in the base precision, also
 // with a parameter operand: as in Transformer Engine, whose unit is the Linear module (attention's
-// activation x activation products are never FP8 there).
+// activation x activation products are never FP8 there). Under amp.fp8.gemm scaled_mm an
+// aten::linear is given empty stand-ins for its input and weight (sizes (..., 0) and (n, 0): a
+// product of zeros that costs nothing) and op_output returns Fp8Gemm::linear of the real ones.
 #pragma once
 
 #include <memory>

@@ -88,7 +88,7 @@ std::string Fp8Policy::summary() const {
                   : std::string()) +
          (skip_modules.empty() ? "" : ", " + std::to_string(skip_modules.size()) +
                                           " skip_modules glob(s)") +
-         ")";
+         ")" + (scaled_mm ? ", Linear GEMMs by " + to_string(Fp8GemmPath::kScaledMm) : "");
 }
 
 std::string Policy::loss_scale_text() const {
@@ -177,6 +177,7 @@ Fp8Policy fp8_policy(const Fp8Settings& s) {
   p.amax_history_len = s.amax_history_len;
   p.amax_max = s.amax_compute == AmaxCompute::kMax;
   p.skip_modules = s.skip_modules;
+  p.scaled_mm = s.gemm == Fp8GemmPath::kScaledMm;
   return p;
 }
 

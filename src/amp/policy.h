@@ -32,8 +32,10 @@ struct Fp8Policy {
   int64_t amax_history_len = 1024;  // 1 .. 16384
   bool amax_max = true;            // amax_compute max | most_recent
   std::vector<std::string> skip_modules;  // globs of modules kept in the base precision
+  bool scaled_mm = false;          // gemm scaled_mm: a Linear's GEMMs through torch._scaled_mm
   // For people (the run's start line, `show`): "fp8 hybrid, delayed scaling (margin 0, amax
-  // history 1024, max)"; "" when not enabled.
+  // history 1024, max)", with ", Linear GEMMs by scaled_mm" under gemm scaled_mm; "" when not
+  // enabled.
   std::string summary() const;
 };
 

@@ -107,6 +107,30 @@ inline at::Tensor through_float8(const at::Tensor&, bool) {
 }
 #endif
 
+// torch._scaled_mm (amp.fp8.gemm scaled_mm, amp/fp8_gemm.h): a (row-major, fp8) times b
+// (column-major, fp8), each operand's fp32 accumulation times scale_a * scale_b (0-dim fp32),
+// out in fp32, without fast accumulation. 2.5 and later (its signature of 2.4 on: required scale
+// tensors, one result); `q` holds exact fp8 values in fp32 and becomes that float8 tensor.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+inline constexpr bool kHasScaledMm = true;
+inline at::Tensor to_float8(const at::Tensor& q, bool e4m3) {
+  return q.to(e4m3 ? at::kFloat8_e4m3fn : at::kFloat8_e5m2);
+}
+inline at::Tensor scaled_mm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
+                            const at::Tensor& scale_b) {
+  return at::_scaled_mm(a, b, scale_a, scale_b, {}, {}, at::kFloat, /*use_fast_accum=*/false);
+}
+#else
+inline constexpr bool kHasScaledMm = false;
+inline at::Tensor to_float8(const at::Tensor&, bool) {
+  throw std::logic_error("this LibTorch has no torch._scaled_mm");
+}
+inline at::Tensor scaled_mm(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                            const at::Tensor&) {
+  throw std::logic_error("this LibTorch has no torch._scaled_mm");
+}
+#endif
+
 // The alternative T of a variant (a module option such as a convolution's padding), or nullptr:
 // LibTorch 1.13's options hold c10::variant, 2.x's std::variant; the unqualified get_if finds
 // the one that fits.

@@ -159,6 +159,7 @@ AmpSettings read_amp(Reader& in) {
   s.fp8.amax_history_len = in.get_int("amp.fp8.amax_history_len");
   s.fp8.amax_compute = in.get_word("amp.fp8.amax_compute", parse_amax_compute);
   s.fp8.skip_modules = in.get_string_list("amp.fp8.skip_modules");
+  s.fp8.gemm = in.get_word("amp.fp8.gemm", parse_fp8_gemm_path);
   return s;
 }
 

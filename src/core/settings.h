@@ -11,7 +11,7 @@
 // key with a fixed set of words is an enum class of core/words.h (device, model.memory_format,
 // model.task, data.format, optim.name, schedule.lr_policy, amp.opt_level, amp.dtype,
 // amp.keep_batchnorm_fp32, amp.master_weights, amp.backend, amp.fp8.format / recipe /
-// amax_compute, dist.backend; amp.loss_scale's words); a word is printed or stored through
+// amax_compute / gemm, dist.backend; amp.loss_scale's words); a word is printed or stored through
 // to_string.
 // Cross-key checks stay where they are (amp::resolve_policy, train/plan.h validate_config).
 // tests/unit/core/schema_sync_test.cpp proves that Settings::from reads every schema key
@@ -115,6 +115,7 @@ struct Fp8Settings {
   int64_t margin = 0;
   int64_t amax_history_len = 1024;
   AmaxCompute amax_compute = AmaxCompute::kMax;
+  Fp8GemmPath gemm = Fp8GemmPath::kEmulate;
   std::vector<std::string> skip_modules;  // globs over module names
 };
 

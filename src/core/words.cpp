@@ -39,6 +39,8 @@ const NameTable<Fp8Recipe, 2> kFp8Recipe = {
     {{Fp8Recipe::kDelayed, "delayed"}, {Fp8Recipe::kCurrent, "current"}}};
 const NameTable<AmaxCompute, 2> kAmaxCompute = {
     {{AmaxCompute::kMax, "max"}, {AmaxCompute::kMostRecent, "most_recent"}}};
+const NameTable<Fp8GemmPath, 2> kFp8GemmPath = {
+    {{Fp8GemmPath::kEmulate, "emulate"}, {Fp8GemmPath::kScaledMm, "scaled_mm"}}};
 const NameTable<PruneRule, 3> kPruneRule = {
     {{PruneRule::kNone, "none"}, {PruneRule::kAsha, "asha"}, {PruneRule::kMedian, "median"}}};
 const NameTable<ScaleReason, 3> kScaleReason = {{{ScaleReason::kInit, "init"},
@@ -66,6 +68,7 @@ std::string to_string(LossScaleWord value) { return name_in(kLossScaleWord, valu
 std::string to_string(Fp8FormatSet value) { return name_in(kFp8FormatSet, value); }
 std::string to_string(Fp8Recipe value) { return name_in(kFp8Recipe, value); }
 std::string to_string(AmaxCompute value) { return name_in(kAmaxCompute, value); }
+std::string to_string(Fp8GemmPath value) { return name_in(kFp8GemmPath, value); }
 std::string to_string(PruneRule value) { return name_in(kPruneRule, value); }
 std::string to_string(ScaleReason value) { return name_in(kScaleReason, value); }
 std::string to_string(TensorDtype value) { return name_in(kTensorDtype, value); }
@@ -111,6 +114,9 @@ std::optional<Fp8Recipe> parse_fp8_recipe(const std::string& text) {
 }
 std::optional<AmaxCompute> parse_amax_compute(const std::string& text) {
   return value_in(kAmaxCompute, text);
+}
+std::optional<Fp8GemmPath> parse_fp8_gemm_path(const std::string& text) {
+  return value_in(kFp8GemmPath, text);
 }
 std::optional<PruneRule> parse_prune_rule(const std::string& text) {
   return value_in(kPruneRule, text);

@@ -2,7 +2,7 @@
 // table of its names (words.cpp): every config key of fixed words that the typed settings hold
 // (core/settings.h: device, model.memory_format, model.task, data.format, optim.name,
 // schedule.lr_policy, amp.opt_level, amp.dtype, amp.backend, amp.keep_batchnorm_fp32 and
-// amp.master_weights, amp.loss_scale's words, amp.fp8.format / recipe / amax_compute,
+// amp.master_weights, amp.loss_scale's words, amp.fp8.format / recipe / amax_compute / gemm,
 // dist.backend) and prune.rule, and two columns of
 // the results database (why the loss scale changed; the type of a diagnosed tensor).
 //
@@ -45,6 +45,9 @@ enum class LossScaleWord { kAuto, kDynamic };
 enum class Fp8FormatSet { kHybrid, kE4M3 };
 enum class Fp8Recipe { kDelayed, kCurrent };       // amp.fp8.recipe
 enum class AmaxCompute { kMax, kMostRecent };      // amp.fp8.amax_compute
+// amp.fp8.gemm: how a Linear's FP8 GEMMs run (amp/fp8_gemm.h) - fp32 kernels on the
+// quantised values, or torch._scaled_mm on float8 tensors.
+enum class Fp8GemmPath { kEmulate, kScaledMm };
 enum class PruneRule { kNone, kAsha, kMedian };      // prune.rule; prune_decisions.rule
 // loss_scale_events.reason: the scale a run started with (init), halved after an overflow,
 // doubled after amp.growth_interval steps without one (growth).
@@ -69,6 +72,7 @@ std::string to_string(LossScaleWord value);  // "auto" | "dynamic"
 std::string to_string(Fp8FormatSet value);   // "hybrid" | "e4m3"
 std::string to_string(Fp8Recipe value);      // "delayed" | "current"
 std::string to_string(AmaxCompute value);    // "max" | "most_recent"
+std::string to_string(Fp8GemmPath value);    // "emulate" | "scaled_mm"
 std::string to_string(PruneRule value);    // "none" | "asha" | "median"
 std::string to_string(ScaleReason value);  // "init" | "overflow" | "growth"
 std::string to_string(TensorDtype value);  // "fp16" | "bf16" | "fp32" | "int32"
@@ -87,6 +91,7 @@ std::optional<LossScaleWord> parse_loss_scale_word(const std::string& text);
 std::optional<Fp8FormatSet> parse_fp8_format_set(const std::string& text);
 std::optional<Fp8Recipe> parse_fp8_recipe(const std::string& text);
 std::optional<AmaxCompute> parse_amax_compute(const std::string& text);
+std::optional<Fp8GemmPath> parse_fp8_gemm_path(const std::string& text);
 std::optional<PruneRule> parse_prune_rule(const std::string& text);
 std::optional<ScaleReason> parse_scale_reason(const std::string& text);
 std::optional<TensorDtype> parse_tensor_dtype(const std::string& text);

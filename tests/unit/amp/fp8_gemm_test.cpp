@@ -17,53 +17,12 @@
 #include "amp/fp8.h"
 #include "amp/fp8_gemm.h"
 #include "amp/policy.h"
-#include "core/config.h"
 #include "core/error.h"
 #include "core/settings.h"
+#include "unit/amp/fp8_gemm_util.h"
 
 namespace amptune::amp {
 namespace {
-
-constexpr Fp8Format kE4M3 = Fp8Format::kE4M3;
-constexpr Fp8Format kE5M2 = Fp8Format::kE5M2;
-
-struct Net : torch::nn::Module {
-  Net()
-      : fc(register_module("fc", torch::nn::Linear(5, 3))),
-        conv(register_module("conv",
-                             torch::nn::Conv2d(torch::nn::Conv2dOptions(2, 3, 3).padding(1)))) {}
-  torch::nn::Linear fc;
-  torch::nn::Conv2d conv;
-};
-
-Policy fp8_policy(const std::string& level, const std::map<std::string, std::string>& keys = {},
-                  const std::string& backend = "emulate") {
-  Config c;
-  const SourceLoc here{"test"};
-  c.set_yaml("amp.opt_level", level, here);
-  c.set_yaml("amp.dtype", "bf16", here);
-  c.set_yaml("amp.backend", level == "O0" ? "auto" : backend, here);
-  c.set_yaml("amp.fp8.enabled", "true", here);
-  for (const auto& [k, v] : keys) c.set_yaml(k, v, here);
-  return resolve_policy(Settings::from(c).amp, false, cpu_caps_from_flags(""));
-}
-
-// What a run installs around its forward passes.
-struct Installed {
-  Installed(const Policy& p, const torch::nn::Module& model, bool record = true)
-      : policy(p),
-        state(std::make_shared<Fp8State>(fp8_scaling(p.fp8))),
-        modules(std::make_shared<const ModuleMap>(model, p.fp32_modules, p.fp8.skip_modules)),
-        policy_scope(policy),
-        modules_scope(modules),
-        fp8_scope(state, record) {}
-  Policy policy;
-  std::shared_ptr<Fp8State> state;
-  std::shared_ptr<const ModuleMap> modules;
-  ScopedPolicy policy_scope;
-  ScopedModules modules_scope;
-  ScopedFp8 fp8_scope;
-};
 
 torch::Tensor lin(const torch::Tensor& a, const torch::Tensor& w) { return torch::linear(a, w); }
 
