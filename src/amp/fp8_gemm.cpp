@@ -77,11 +77,13 @@ GradQuant grad_quant(const Fp8Policy& policy, Fp8State& state, const std::string
 
 int64_t pad16(int64_t n) { return (16 - n % 16) % 16; }
 
-// A 2-D operand of _scaled_mm: the fp8 values of v * scale (fp8_quantise, the emulation's
-// rounding) as a float8 tensor, rows and columns padded with zeros to multiples of 16 (what the
-// CUDA kernels take; zeros add nothing to a product, the padding is cut from the result).
+// A 2-D operand of _scaled_mm: the fp8 values of v * scale as a float8 tensor - PyTorch's cast
+// of the clamped product, which is fp8_quantise's rounding bit for bit (amp/fp8.h) in one
+// kernel on any device - rows and columns padded with zeros to multiples of 16 (what the CUDA
+// kernels take; zeros add nothing to a product, the padding is cut from the result).
 torch::Tensor fp8_operand(const torch::Tensor& v, float scale, Fp8Format format) {
-  torch::Tensor q = fp8_quantise(v, scale, format);
+  const double max = fp8_max(format);
+  torch::Tensor q = (v.to(torch::kFloat) * scale).clamp_(-max, max);
   const int64_t rows = pad16(q.size(0)), cols = pad16(q.size(1));
   if (rows > 0 || cols > 0) q = torch::constant_pad_nd(q, {0, cols, 0, rows});
   return compat::to_float8(q, format == Fp8Format::kE4M3);
