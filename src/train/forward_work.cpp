@@ -297,10 +297,13 @@ class ScopedOpCount {
 // The multiply-accumulates that run as FP8 GEMMs (0 without amp.fp8.enabled). Which products
 // those are is the recipe's (amp/fp8_gemm.h: modules kept out, fp32 regions, the ops it takes):
 // the same forward pass under the run's policy, where the recipe reports each GEMM's operands to
-// the scaling state's observer just before the product runs.
+// the scaling state's observer just before the product runs. Its GEMMs emulated whatever
+// amp.fp8.gemm says: the same products, counted as the ops they are (a scripted linear under
+// scaled_mm hands its op empty stand-ins), on any LibTorch.
 double fp8_macs(const Settings& settings, Task& task, const data::Batch& sample) {
-  const amp::Policy policy = amp::resolve_policy(settings.amp, /*on_cuda=*/false);
+  amp::Policy policy = amp::resolve_policy(settings.amp, /*on_cuda=*/false);
   if (!policy.fp8.enabled) return 0;
+  policy.fp8.scaled_mm = false;
   torch::nn::Module& model = task.module();
   auto state = std::make_shared<amp::Fp8State>(amp::fp8_scaling(policy.fp8));
   state->set_observer(std::make_shared<const amp::Fp8Observer>(

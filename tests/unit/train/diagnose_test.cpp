@@ -357,6 +357,10 @@ TEST(ForwardWork, CountsConvolutionsAndLinearLayersAndTheOnesKeptInFp32) {
   EXPECT_EQ(fp8.macs, low.macs);
   EXPECT_EQ(fp8.fp8_macs, low.macs);
   EXPECT_EQ(fp8.fp8_share(), 1.0);
+  // The same products whichever kernels run them (also where this LibTorch has no _scaled_mm).
+  c.set("amp.fp8.gemm", "scaled_mm");
+  EXPECT_EQ(forward_work(c).fp8_macs, low.macs);
+  c.set("amp.fp8.gemm", "emulate");
   c.set("amp.fp8.skip_modules", nlohmann::json::array({"fc"}));
   EXPECT_EQ(forward_work(c).fp8_macs, low.macs - 128);
   c.set("amp.fp32_modules", nlohmann::json::array({"layer1"}));  // no FP8 in fp32 either
