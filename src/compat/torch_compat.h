@@ -110,7 +110,8 @@ inline at::Tensor through_float8(const at::Tensor&, bool) {
 // torch._scaled_mm (amp.fp8.gemm scaled_mm, amp/fp8_gemm.h): a (row-major, fp8) times b
 // (column-major, fp8), each operand's fp32 accumulation times scale_a * scale_b (0-dim fp32),
 // out in fp32, without fast accumulation. 2.5 and later (its signature of 2.4 on: required scale
-// tensors, one result); `q` holds exact fp8 values in fp32 and becomes that float8 tensor.
+// tensors, one result). to_float8: PyTorch's cast of fp32 `q` to float8_e4m3fn (`e4m3`) or
+// float8_e5m2, round to nearest even (NaN or inf beyond the format's max: clamp first).
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
 inline constexpr bool kHasScaledMm = true;
 inline at::Tensor to_float8(const at::Tensor& q, bool e4m3) {
