@@ -142,6 +142,9 @@ class ScaledMmLinear : public torch::autograd::Function<ScaledMmLinear> {
   }
 };
 
+// The way out of a refused amp.fp8.gemm scaled_mm.
+const char* const kEmulateInstead = "; use amp.fp8.gemm: emulate (the same recipe on fp32 kernels)";
+
 }  // namespace
 
 Fp8Scaling fp8_scaling(const Fp8Policy& policy) {
@@ -281,13 +284,15 @@ torch::Tensor Fp8Gemm::linear(const torch::Tensor& x, const torch::Tensor& w,
   return finish(y.view(shape), bias(b), -1);
 }
 
+void check_scaled_mm_build() {
+  if (compat::kHasScaledMm) return;
+  throw ConfigError("amp.fp8.gemm is scaled_mm but this build's LibTorch (" +
+                    std::string(TORCH_VERSION) + ") has no torch._scaled_mm (2.5 or later)" +
+                    kEmulateInstead);
+}
+
 void check_scaled_mm(const torch::Device& device) {
-  const std::string fix = "; use amp.fp8.gemm: emulate (the same recipe on fp32 kernels)";
-  if (!compat::kHasScaledMm) {
-    throw ConfigError("amp.fp8.gemm is scaled_mm but this build's LibTorch (" +
-                      std::string(TORCH_VERSION) + ") has no torch._scaled_mm (2.5 or later)" +
-                      fix);
-  }
+  check_scaled_mm_build();
   try {
     torch::NoGradGuard no_grad;
     const auto opts = torch::TensorOptions().dtype(torch::kFloat).device(device);
@@ -299,7 +304,7 @@ void check_scaled_mm(const torch::Device& device) {
     std::string what = e.what();
     what = what.substr(0, what.find('\n'));
     throw ConfigError("amp.fp8.gemm is scaled_mm but torch._scaled_mm does not run on " +
-                      device.str() + " (" + what + ")" + fix);
+                      device.str() + " (" + what + ")" + kEmulateInstead);
   }
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "amp/emulate.h"
+#include "amp/fp8_gemm.h"
 #include "amp/policy.h"
 #include "core/config.h"
 #include "core/error.h"
@@ -93,6 +94,9 @@ std::map<std::string, std::string> validated_columns(const Config& config, const
   const ModelEntry& model = model_entry(s.model.name);
   const ModelCapabilities& can = model.capabilities;
   check_fp32_modules(config, s);
+  if (s.amp.fp8.enabled && s.amp.fp8.gemm == Fp8GemmPath::kScaledMm) {
+    amp::check_scaled_mm_build();  // (the device: when the run starts, amp::Engine)
+  }
   std::map<std::string, std::string> columns = columns_of(s);
   (void)profile_steps(s.profile);  // [first, last] or []
   const auto& casts = s.casts.int32;

@@ -6,7 +6,7 @@
 // down from, and the FP8 runs stopped after epoch 0 and resumed record exactly the rows of the
 // uninterrupted runs. Under amp.fp8.gemm scaled_mm (every Linear of the scripted model through
 // torch._scaled_mm) the FP8 cells follow the emulated ones and resume bit for bit; a LibTorch
-// without _scaled_mm refuses the key.
+// without _scaled_mm refuses the key before anything trains.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -177,13 +177,15 @@ TEST(GptTinyCli, ScaledMmGemmsFollowTheEmulatedCurveAndResume) {
   const std::string straight_db = dir + "/straight/results.sqlite";
   Result r = run_amptune(run_args(straight_db, scaled), dir);
   if (!binary_has_scaled_mm(dir)) {
-    // Debian's 1.13: each cell fails at its start, naming the key and the alternative.
+    // Debian's 1.13: the sweep stops before anything trains, naming the key and the way out.
     EXPECT_NE(r.exit_code, 0);
     EXPECT_NE(r.err.find("amp.fp8.gemm is scaled_mm but this build's LibTorch"),
               std::string::npos)
         << r.err;
     EXPECT_NE(r.err.find("use amp.fp8.gemm: emulate"), std::string::npos) << r.err;
-    for (const auto& [label, rows] : cells(straight_db)) EXPECT_TRUE(rows.empty()) << label;
+    if (fs::exists(straight_db)) {
+      EXPECT_TRUE(store::Store(straight_db).runs().empty());
+    }
     return;
   }
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -70,7 +70,8 @@ TEST(Fp8ScaledMm, LinearGivesTheEmulatedValues) {
       for (const std::string recipe : {"delayed", "current"}) {
         for (const Shape& shape : shapes) {
           const std::string where = level + " " + format + " " + recipe + " x " +
-                                    c10::str(c10::IntArrayRef(shape.x)) + " -> " + std::to_string(shape.out);
+                                    c10::str(c10::IntArrayRef(shape.x)) + " -> " +
+                                    std::to_string(shape.out);
           SCOPED_TRACE(where);
           std::map<std::string, std::string> keys = {{"amp.fp8.format", format},
                                                      {"amp.fp8.recipe", recipe}};
