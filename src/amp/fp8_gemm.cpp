@@ -75,12 +75,14 @@ GradQuant grad_quant(const Fp8Policy& policy, Fp8State& state, const std::string
 
 // --- amp.fp8.gemm scaled_mm: a Linear's three GEMMs through torch._scaled_mm ---
 
-int64_t pad16(int64_t n) { return (16 - n % 16) % 16; }
+// Zeros that bring a dimension of n to a multiple of 16, at least 16 (an empty batch's product
+// runs on 16 rows of zeros and is cut back to none).
+int64_t pad16(int64_t n) { return n == 0 ? 16 : (16 - n % 16) % 16; }
 
 // A 2-D operand of _scaled_mm: the fp8 values of v * scale as a float8 tensor - PyTorch's cast
 // of the clamped product, which is fp8_quantise's rounding bit for bit (amp/fp8.h) in one
-// kernel on any device - rows and columns padded with zeros to multiples of 16 (what the CUDA
-// kernels take; zeros add nothing to a product, the padding is cut from the result).
+// kernel on any device - rows and columns padded with zeros to non-zero multiples of 16 (what the
+// CUDA kernels take; zeros add nothing to a product, the padding is cut from the result).
 torch::Tensor fp8_operand(const torch::Tensor& v, float scale, Fp8Format format) {
   const double max = fp8_max(format);
   torch::Tensor q = (v.to(torch::kFloat) * scale).clamp_(-max, max);

@@ -97,7 +97,7 @@ class Fp8Gemm {
   // y = x w^T + b, the whole FP8 GEMM of a Linear: run() with torch::linear, or under
   // amp.fp8.gemm scaled_mm the same quantisations (scales, amaxes, observer calls in the same
   // order) with the three GEMMs through torch._scaled_mm on float8 operands (x reshaped to 2-D,
-  // every dimension padded with zeros to a multiple of 16) and fp32 accumulation: the
+  // every dimension padded with zeros to a non-zero multiple of 16) and fp32 accumulation: the
   // emulation's values up to the order of fp32 rounding.
   torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b);
   // The whole GEMM with `op` the bias-free op of (input, weight).

@@ -3,8 +3,8 @@
 // recipes and shapes that need padding (3-D input included): the same values up to the order of
 // fp32 rounding and the same amax histories; bit for bit a direct _scaled_mm call of the
 // quantised operands (the path is _scaled_mm); a TorchScript graph's aten::linear (the op
-// protocol of amp/op_emulation.h) gives amp::linear's bits; where the LibTorch has no
-// _scaled_mm (Debian's 1.13) a run refuses the key with what to do.
+// protocol of amp/op_emulation.h) gives amp::linear's bits; an empty batch works; where the
+// LibTorch has no _scaled_mm (Debian's 1.13) a run refuses the key with what to do.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -160,6 +160,25 @@ TEST(Fp8ScaledMm, ScriptedLinearIsTheBuiltInOne) {
     out.insert(out.end(), {y.detach(), xin.grad(), net.fc->weight.grad(), net.fc->bias.grad()});
   }
   for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(torch::equal(out[i], out[i + 4])) << "tensor " << i;
+}
+
+// A batch without samples (a data-parallel rank whose images were all corrupt): an empty output,
+// no input gradient rows, a zero weight gradient - the emulation's.
+TEST(Fp8ScaledMm, AnEmptyBatch) {
+  if (skip()) GTEST_SKIP() << kWhy;
+  std::vector<torch::Tensor> out;
+  for (const std::string gemm : {"emulate", "scaled_mm"}) {
+    torch::manual_seed(15);
+    Lin net(5, 3);
+    Installed run(fp8_policy("O0", {{"amp.fp8.gemm", gemm}}), net);
+    auto x = torch::randn({0, 5}).requires_grad_(true);
+    const torch::Tensor y = amp::linear(*net.fc, x);
+    y.backward(torch::randn({0, 3}));
+    out.insert(out.end(), {y.detach(), x.grad(), net.fc->weight.grad()});
+  }
+  EXPECT_EQ(out[3].sizes(), (std::vector<int64_t>{0, 3}));
+  for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(torch::equal(out[i], out[i + 3])) << "tensor " << i;
+  EXPECT_TRUE(torch::equal(out[5], torch::zeros({3, 5})));
 }
 
 TEST(Fp8ScaledMm, RefusedWhereItCannotRun) {
