@@ -286,8 +286,10 @@ torch::Tensor Fp8Gemm::linear(const torch::Tensor& x, const torch::Tensor& w,
   return finish(y.view(shape), bias(b), -1);
 }
 
+bool scaled_mm_built() { return compat::kHasScaledMm; }
+
 void check_scaled_mm_build() {
-  if (compat::kHasScaledMm) return;
+  if (scaled_mm_built()) return;
   throw ConfigError("amp.fp8.gemm is scaled_mm but this build's LibTorch (" +
                     std::string(TORCH_VERSION) + ") has no torch._scaled_mm (2.5 or later)" +
                     kEmulateInstead);

@@ -63,9 +63,11 @@ class ScopedFp8 {
   bool previous_record_;
 };
 
-// amp.fp8.gemm scaled_mm in this build: nothing when its LibTorch has torch._scaled_mm (2.5 or
-// later), else ConfigError naming amp.fp8.gemm, the version and the emulate alternative. A
-// sweep's plan asks it before anything trains (train/plan.h validate_config).
+// Whether this build's LibTorch has torch._scaled_mm (2.5 or later).
+bool scaled_mm_built();
+// amp.fp8.gemm scaled_mm in this build: nothing when scaled_mm_built(), else ConfigError naming
+// amp.fp8.gemm, the version and the emulate alternative. A sweep's plan asks it before anything
+// trains (train/plan.h validate_config).
 void check_scaled_mm_build();
 // amp.fp8.gemm scaled_mm on `device`: check_scaled_mm_build, then a 16x16x16 product of E4M3 and
 // E5M2 ones tried there (ConfigError with the same way out when it fails). A run's amp::Engine

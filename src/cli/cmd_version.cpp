@@ -1,5 +1,5 @@
 // `amptune version`: what this binary is (version, git commit) and what serves it (LibTorch, the
-// malloc, the BLAS library). Its arguments are not read.
+// malloc, the BLAS library, the FP8 GEMM paths its LibTorch runs). Its arguments are not read.
 #include <torch/version.h>
 
 #include <iostream>
@@ -8,13 +8,15 @@
 #include "core/blas.h"
 #include "core/process.h"
 #include "core/version.h"
+#include "train/plan.h"
 
 namespace amptune::cli {
 
 int cmd_version(const Invocation&) {
   std::cout << "amptune " << kVersion << " (" << kGitCommit << (kGitDirty ? "-dirty" : "")
             << ")\nLibTorch " << TORCH_VERSION << ", malloc: " << allocator_name()
-            << "\nBLAS: " << blas_name() << "\n";
+            << "\nBLAS: " << blas_name()
+            << "\nFP8 GEMMs (amp.fp8.gemm): " << train::fp8_gemm_paths() << "\n";
   return 0;
 }
 

@@ -157,6 +157,11 @@ std::map<std::string, std::string> validated_columns(const Config& config, const
 
 }  // namespace
 
+std::string fp8_gemm_paths() {
+  const std::string emulate = to_string(Fp8GemmPath::kEmulate);
+  return amp::scaled_mm_built() ? emulate + ", " + to_string(Fp8GemmPath::kScaledMm) : emulate;
+}
+
 void validate_config(const Config& config) {
   (void)validated_columns(config, Settings::from(config));
 }

@@ -48,6 +48,10 @@ std::string checkpoint_dir(const CheckpointSettings& checkpoint, const std::stri
 // itself: its model.* keys name the model whose module names amp.fp32_modules is checked
 // against, built once per model configuration.)
 void validate_config(const Config& config);
+// The amp.fp8.gemm values this build runs, as `amptune version` prints them: "emulate, scaled_mm"
+// or "emulate" (no torch._scaled_mm in its LibTorch). A device may still refuse scaled_mm when
+// a run starts (amp/fp8_gemm.h check_scaled_mm).
+std::string fp8_gemm_paths();
 // What a data-parallel run with `world_size` processes needs besides its data: a process group
 // for its device (dist.backend: nccl needs CUDA, gloo a build with Gloo). Throws ConfigError
 // naming dist.backend, EnvironmentError for a build without it. Nothing for one process.
