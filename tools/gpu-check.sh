@@ -2,7 +2,8 @@
 # The GPU check (docs/PERFORMANCE.md "GPU check"): builds amptune against the CUDA PyTorch of a
 # machine with an NVIDIA GPU and no network, then measures native CUDA fp16/bf16 against amptune's
 # CPU-style emulation on that GPU, FP8 GEMMs emulated against torch._scaled_mm, checkpoints moving
-# between CPU and GPU, and ResNet-50 against PyTorch eager AMP. Everything it prints goes to OUTDIR too (table.txt, the logs).
+# between CPU and GPU, and ResNet-50 against PyTorch eager AMP. Everything it prints goes to
+# OUTDIR too (table.txt, the logs).
 #
 #   tools/gpu-check.sh --fetch-debs DIR     here, on Debian 12 with its apt archive: download the
 #                                           .debs the GPU machine lacks (list: DEBS below)
