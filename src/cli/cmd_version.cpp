@@ -4,11 +4,11 @@
 
 #include <iostream>
 
+#include "app/run/runner.h"  // (train/plan.h: fp8_gemm_paths)
 #include "cli/commands.h"
 #include "core/blas.h"
 #include "core/process.h"
 #include "core/version.h"
-#include "train/plan.h"
 
 namespace amptune::cli {
 
