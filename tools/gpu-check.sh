@@ -353,37 +353,49 @@ for level in ("O1", "O2"):
 # and acc1 within 1 point; the cost against the bf16 cell is reported, not judged.
 fp8 = {c["asked"]: c for c in cells if c["fp8"] and c["gemm"] == "emulate"}
 bf16 = [c for c in cells if not c["fp8"] and c["dtype"] == "bf16" and c["asked"] != "emulate"]
+
+
+def judged(label, judge):
+    """Prints `label`'s line from judge() -> (ok, text) and returns ok; a metric missing from a
+    cell fails the line."""
+    try:
+        ok, text = judge()
+    except (KeyError, TypeError):
+        print(f"{label}: metrics missing")
+        return False
+    print(f"{label}: {text}: {'PASS' if ok else 'FAIL'}")
+    return ok
+
+
+def native_vs_emulated(n, e):
+    finite = all(c["status"] == "done" and math.isfinite(c["train_loss"]) for c in (n, e))
+    d_acc = abs(n["acc1"] - e["acc1"])
+    cost = (f", img/s {fmt(n.get('train_fps_mean'))} against O1 bf16's "
+            f"{fmt(bf16[0].get('train_fps_mean'))}" if bf16 else "")
+    return finite and d_acc <= 1.0, (
+        f"acc1 {fmt(n['acc1'],2)} native vs {fmt(e['acc1'],2)} emulated (d {fmt(d_acc,2)}), "
+        f"train_loss {fmt(n['train_loss'],4)} vs {fmt(e['train_loss'],4)}{cost}")
+
+
+# The same cell with its Linear through torch._scaled_mm (m): the FP8 values are the emulation's,
+# the sums in another order - finite, acc1 within 1 point of the emulated FP8 GEMMs' cell (n).
+def scaled_mm_vs_emulated(m, n):
+    ok = (m["status"] == "done" and math.isfinite(m["train_loss"])
+          and abs(m["acc1"] - n["acc1"]) <= 1.0)
+    return ok, (f"acc1 {fmt(m['acc1'],2)} vs {fmt(n['acc1'],2)} (FP8 GEMMs emulated), img/s "
+                f"{fmt(m.get('train_fps_mean'))} vs {fmt(n.get('train_fps_mean'))}")
+
+
+mm = [c for c in cells if c["fp8"] and c["gemm"] == "scaled_mm"]
 if "emulate" in fp8 and len(fp8) == 2:
     n = next(c for a, c in fp8.items() if a != "emulate")
     e = fp8["emulate"]
-    try:
-        finite = all(c["status"] == "done" and math.isfinite(c["train_loss"]) for c in (n, e))
-        d_acc = abs(n["acc1"] - e["acc1"])
-        ok = finite and d_acc <= 1.0
-        cost = (f", img/s {fmt(n.get('train_fps_mean'))} against O1 bf16's "
-                f"{fmt(bf16[0].get('train_fps_mean'))}" if bf16 else "")
-        print(f"O1 bf16 + fp8 (delayed): acc1 {fmt(n['acc1'],2)} native vs {fmt(e['acc1'],2)} "
-              f"emulated (d {fmt(d_acc,2)}), train_loss {fmt(n['train_loss'],4)} vs "
-              f"{fmt(e['train_loss'],4)}{cost}: {'PASS' if ok else 'FAIL'}")
-    except (KeyError, TypeError):
-        print("O1 bf16 + fp8: metrics missing"); ok = False
-    verdicts.append(ok)
+    verdicts.append(judged("O1 bf16 + fp8 (delayed)", lambda: native_vs_emulated(n, e)))
+    if mm:
+        verdicts.append(judged("O1 bf16 + fp8 by scaled_mm",
+                               lambda: scaled_mm_vs_emulated(mm[0], n)))
 else:
     print("O1 bf16 + fp8: missing cells"); verdicts.append(False)
-# The same cell with its Linear through torch._scaled_mm: the FP8 values are the emulation's, the
-# sums in another order - finite, acc1 within 1 point of the emulated FP8 GEMMs' cell.
-mm = [c for c in cells if c["fp8"] and c["gemm"] == "scaled_mm"]
-if mm and "emulate" in fp8 and len(fp8) == 2:
-    n = next(c for a, c in fp8.items() if a != "emulate")
-    try:
-        ok = (mm[0]["status"] == "done" and math.isfinite(mm[0]["train_loss"])
-              and abs(mm[0]["acc1"] - n["acc1"]) <= 1.0)
-        print(f"O1 bf16 + fp8 by scaled_mm: acc1 {fmt(mm[0]['acc1'],2)} vs {fmt(n['acc1'],2)} "
-              f"(FP8 GEMMs emulated), img/s {fmt(mm[0].get('train_fps_mean'))} vs "
-              f"{fmt(n.get('train_fps_mean'))}: {'PASS' if ok else 'FAIL'}")
-    except (KeyError, TypeError):
-        print("O1 bf16 + fp8 by scaled_mm: metrics missing"); ok = False
-    verdicts.append(ok)
 # One Linear's step (fp8_gemm_bench): scaled_mm's output and gradients within 1e-3 of the
 # emulation's largest value; the times reported.
 gemm_text = open(gemm_log).read() if os.path.exists(gemm_log) else ""

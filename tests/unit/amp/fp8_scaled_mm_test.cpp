@@ -55,7 +55,7 @@ Steps two_steps(const std::string& level, std::map<std::string, std::string> key
 }
 
 bool skip() { return !compat::kHasScaledMm; }
-const char* kWhy = "this LibTorch has no torch._scaled_mm (amp.fp8.gemm scaled_mm needs 2.5+)";
+constexpr const char* kWhy = "this LibTorch has no torch._scaled_mm (amp.fp8.gemm scaled_mm needs 2.5+)";
 
 TEST(Fp8ScaledMm, LinearGivesTheEmulatedValues) {
   if (skip()) GTEST_SKIP() << kWhy;
