@@ -28,13 +28,13 @@ constexpr Layout layout(Fp8Format format) {
                                     : Layout{2, -14, 57344.0f, 0x1p-14f, 0x1p7f};
 }
 
-// One value, branch-free (no data-dependent branch in the loop below; GCC 12 at -O2 emits
-// scalar selects, not vector code: docs/PERFORMANCE.md "FP8 emulation"): |x| rounded both ways
-// and the right one selected. Normal range: keep `mantissa_bits` of fp32's 23, round to nearest
-// even on the bits dropped (a carry into the exponent is the right answer; near FLT_MAX and for inf it
-// reaches inf, which saturates). Subnormal range: adding and subtracting 2^(min_exponent -
-// mantissa_bits + 23) leaves |x| rounded (ties to even, fp32's own rounding) to a multiple of the
-// smallest subnormal. Beyond max: max. NaN: x.
+// One value, branch-free (no data-dependent branch in the loop below; GCC 12 at -O2 emits scalar
+// selects, not vector code: docs/PERFORMANCE.md "FP8 emulation"): |x| rounded both ways and the
+// right one selected. Normal range: keep `mantissa_bits` of fp32's 23, round to nearest even on the
+// bits dropped (a carry into the exponent is the right answer; near FLT_MAX and for inf it reaches
+// inf, which saturates). Subnormal range: adding and subtracting 2^(min_exponent - mantissa_bits +
+// 23) leaves |x| rounded (ties to even, fp32's own rounding) to a multiple of the smallest
+// subnormal. Beyond max: max. NaN: x.
 inline float round_one(float x, const Layout& l) {
   uint32_t bits;
   std::memcpy(&bits, &x, sizeof bits);
